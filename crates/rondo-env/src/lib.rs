@@ -1,0 +1,1 @@
+//! rondo-env (work in progress)

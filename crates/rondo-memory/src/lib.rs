@@ -1,0 +1,1 @@
+//! rondo-memory (work in progress)

@@ -1,0 +1,1 @@
+//! rondo-provider (work in progress)

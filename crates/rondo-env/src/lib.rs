@@ -1,1 +1,48 @@
-//! rondo-env (work in progress)
+//! Execution environments for Rondo's tool roles.
+//!
+//! An [`Environment`] runs commands (with a timeout, output captured separately and
+//! merged, optionally logged and streamed line by line) and copies files in and out.
+//! [`LocalEnv`] runs processes in a run directory; [`DockerEnv`] runs them in one
+//! long-lived, hardened container per run, talking to the engine through its API.
+//! Both can install [`ToolSpec`]s (see `docs/tools.md`).
+
+mod archive;
+mod docker;
+mod error;
+mod exec;
+mod local;
+pub mod tool;
+
+use std::path::Path;
+
+pub use docker::{DockerConfig, DockerEnv, Mount, cleanup_stale, connect, remove_run};
+pub use error::EnvError;
+pub use exec::{
+    Command, ExecOutput, ExecRequest, LineCallback, StreamKind, shell_quote, truncate_for_prompt,
+};
+pub use local::{LocalConfig, LocalEnv};
+pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
+
+/// What the interpreter needs from an environment. Implementations are shared between
+/// concurrent roles (`Arc<dyn Environment>`), hence `&self` everywhere.
+#[async_trait::async_trait]
+pub trait Environment: Send + Sync {
+    /// `"local"` or `"docker"`.
+    fn kind(&self) -> &'static str;
+
+    /// Run a command. A non-zero exit or a timeout is reported in the output, not as an error.
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, EnvError>;
+
+    /// Copy a host file or directory to `target` (created with its parents) in the environment.
+    async fn copy_in(&self, host_path: &Path, target: &str) -> Result<(), EnvError>;
+
+    /// Copy a file or directory from the environment to `host_path`.
+    async fn copy_out(&self, source: &str, host_path: &Path) -> Result<(), EnvError>;
+
+    /// Release the environment (kills running commands, removes the container unless kept).
+    /// Idempotent.
+    async fn shutdown(&self) -> Result<(), EnvError>;
+
+    /// The tools installed when the environment started.
+    fn tools(&self) -> &InstalledTools;
+}

@@ -1,0 +1,652 @@
+//! One long-lived, hardened container per run, driven through the engine's API (bollard).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, ContainerConfig, HostConfig};
+use bollard::query_parameters::{
+    CommitContainerOptions, DownloadFromContainerOptions, ListContainersOptions,
+    RemoveContainerOptions, UploadToContainerOptions,
+};
+use futures_util::StreamExt;
+use tokio::time::sleep_until;
+
+use crate::exec::Collector;
+use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
+use crate::{Command, EnvError, Environment, ExecOutput, ExecRequest, StreamKind, archive};
+
+const LABEL_MANAGED: &str = "rondo.managed";
+const LABEL_RUN: &str = "rondo.run_id";
+const LABEL_ROLE: &str = "rondo.role";
+const LABEL_PID: &str = "rondo.owner_pid";
+const LABEL_HOST: &str = "rondo.owner_host";
+/// Set on every exec so a timed-out command and all its descendants can be found and killed.
+const EXEC_MARKER: &str = "RONDO_EXEC_ID";
+pub const TOOLS_REPO: &str = "rondo-tools";
+
+/// A host directory visible in the container. Read-only unless declared writable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub host: PathBuf,
+    pub container: String,
+    pub writable: bool,
+}
+
+/// Settings of a [`DockerEnv`]. The defaults are the hardened ones.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    /// Must already be in the local engine: nothing is pulled.
+    pub image: String,
+    /// Recorded in the `rondo.run_id` label.
+    pub run_id: String,
+    pub workdir: String,
+    pub env: BTreeMap<String, String>,
+    /// `None` means network mode `none`. Set e.g. `Some("bridge")` to allow network.
+    pub network: Option<String>,
+    pub memory_bytes: Option<i64>,
+    pub cpus: Option<f64>,
+    pub pids_limit: Option<i64>,
+    pub mounts: Vec<Mount>,
+    /// Capabilities added back after dropping all. Empty by default.
+    pub cap_add: Vec<String>,
+    pub user: Option<String>,
+    /// `--keep-env`: leave the container running on shutdown and drop.
+    pub keep: bool,
+    /// Interpreter for [`Command::Shell`]: the command line is appended.
+    pub shell: Vec<String>,
+    pub default_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL when a command times out.
+    pub kill_grace: Duration,
+    pub tools: Vec<ToolSpec>,
+    /// A log file per install step goes here (default: a temporary directory is not used;
+    /// `./rondo-install-logs`).
+    pub install_log_dir: Option<PathBuf>,
+    pub install_timeout: Duration,
+}
+
+impl DockerConfig {
+    pub fn new(image: impl Into<String>, run_id: impl Into<String>) -> Self {
+        DockerConfig {
+            image: image.into(),
+            run_id: run_id.into(),
+            workdir: "/work".into(),
+            env: BTreeMap::new(),
+            network: None,
+            memory_bytes: Some(2 << 30),
+            cpus: Some(2.0),
+            pids_limit: Some(512),
+            mounts: Vec::new(),
+            cap_add: Vec::new(),
+            user: None,
+            keep: false,
+            shell: vec!["/bin/sh".into(), "-c".into()],
+            default_timeout: Duration::from_secs(600),
+            kill_grace: Duration::from_secs(2),
+            tools: Vec::new(),
+            install_log_dir: None,
+            install_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+fn docker_host() -> String {
+    std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string())
+}
+
+/// Connect to the engine (honouring `DOCKER_HOST`), negotiate the API version and ping.
+pub async fn connect() -> Result<Docker, EnvError> {
+    let unavailable = |source| EnvError::DockerUnavailable {
+        host: docker_host(),
+        source,
+    };
+    let docker = Docker::connect_with_defaults().map_err(unavailable)?;
+    let docker = docker.negotiate_version().await.map_err(unavailable)?;
+    docker.ping().await.map_err(unavailable)?;
+    Ok(docker)
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+async fn remove(docker: &Docker, id: &str) -> Result<(), EnvError> {
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match docker.remove_container(id, Some(opts)).await {
+        Ok(()) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        // A concurrent removal (e.g. Drop racing shutdown) is fine.
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409, ..
+        }) => Ok(()),
+        Err(e) => Err(EnvError::docker(format!("removing container {id}"), e)),
+    }
+}
+
+/// Remove containers left by crashed runs: those labelled by rondo on this host whose
+/// owning process is gone. Returns the removed container ids.
+pub async fn cleanup_stale(docker: &Docker) -> Result<Vec<String>, EnvError> {
+    let me = hostname();
+    let mut removed = Vec::new();
+    for c in list_managed(docker, None).await? {
+        let labels = c.labels.unwrap_or_default();
+        let same_host = labels.get(LABEL_HOST).is_some_and(|h| *h == me);
+        let owner: Option<i32> = labels.get(LABEL_PID).and_then(|p| p.parse().ok());
+        if same_host && owner.is_some_and(|p| !pid_alive(p)) {
+            if let Some(id) = c.id {
+                remove(docker, &id).await?;
+                removed.push(id);
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Remove every container of one run (e.g. one kept with `--keep-env`).
+pub async fn remove_run(docker: &Docker, run_id: &str) -> Result<Vec<String>, EnvError> {
+    let mut removed = Vec::new();
+    for c in list_managed(docker, Some(run_id)).await? {
+        if let Some(id) = c.id {
+            remove(docker, &id).await?;
+            removed.push(id);
+        }
+    }
+    Ok(removed)
+}
+
+async fn list_managed(
+    docker: &Docker,
+    run_id: Option<&str>,
+) -> Result<Vec<bollard::models::ContainerSummary>, EnvError> {
+    let mut labels = vec![format!("{LABEL_MANAGED}=true")];
+    if let Some(r) = run_id {
+        labels.push(format!("{LABEL_RUN}={r}"));
+    }
+    let filters = HashMap::from([("label".to_string(), labels)]);
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    docker
+        .list_containers(Some(opts))
+        .await
+        .map_err(|e| EnvError::docker("listing containers", e))
+}
+
+/// Commands run in one container created for the run; see [`DockerConfig`] for the
+/// security defaults. The container is removed on [`Environment::shutdown`], on a failed
+/// start, and (best effort) on drop, unless `keep` is set.
+pub struct DockerEnv {
+    docker: Docker,
+    id: String,
+    config: DockerConfig,
+    removed: AtomicBool,
+    exec_seq: AtomicU64,
+    tools: InstalledTools,
+}
+
+impl DockerEnv {
+    /// Create and start the run container, installing `config.tools` first if needed:
+    /// tools are installed once per content hash into an image `rondo-tools:<hash>`
+    /// committed from a builder container; later runs start from that image.
+    pub async fn start(config: DockerConfig) -> Result<Self, EnvError> {
+        let docker = connect().await?;
+        let base = docker.inspect_image(&config.image).await.map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            } => EnvError::ImageMissing {
+                image: config.image.clone(),
+                hint: if config.image.starts_with("rondo-test-base") {
+                    "; build it with scripts/build-test-image.sh".into()
+                } else {
+                    String::new()
+                },
+            },
+            e => EnvError::docker(format!("inspecting image {}", config.image), e),
+        })?;
+        let mut tools = InstalledTools::default();
+        let mut image = config.image.clone();
+        if !config.tools.is_empty() {
+            for spec in &config.tools {
+                spec.validate()?;
+            }
+            let layout = ToolLayout::container(config.install_timeout);
+            let base_id = base.id.unwrap_or_default();
+            let hash = tool::tools_hash(&config.tools, &format!("docker:{base_id}"))?;
+            let tag = format!("{TOOLS_REPO}:{}", &hash[..16]);
+            tools.tools = config
+                .tools
+                .iter()
+                .map(|s| tool::installed_paths(s, &layout))
+                .collect();
+            tools.hash = Some(hash.clone());
+            tools.cached = docker.inspect_image(&tag).await.is_ok();
+            if !tools.cached {
+                tools.steps = build_tools_image(&docker, &config, &layout, &hash).await?;
+            }
+            tools.image = Some(tag.clone());
+            image = tag;
+        }
+        let id = create_container(&docker, &config, &image, "run").await?;
+        let env = DockerEnv {
+            docker,
+            id,
+            config,
+            removed: AtomicBool::new(false),
+            exec_seq: AtomicU64::new(0),
+            tools,
+        };
+        // From here Drop removes the container if starting fails.
+        env.docker
+            .start_container(&env.id, None)
+            .await
+            .map_err(|e| EnvError::docker("starting the run container", e))?;
+        Ok(env)
+    }
+
+    /// The container id.
+    pub fn container_id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    fn resolve(&self, path: &str) -> String {
+        if path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("{}/{path}", self.config.workdir.trim_end_matches('/'))
+        }
+    }
+
+    /// Send `signal` to every process of the exec marked `marker` (children included).
+    async fn kill_marked(&self, marker: &str, signal: &str) {
+        let script = format!(
+            "for p in /proc/[0-9]*; do \
+               if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"{EXEC_MARKER}=$1\"; then \
+                 kill -s \"$2\" \"${{p#/proc/}}\" 2>/dev/null; \
+               fi; \
+             done; true"
+        );
+        let argv = vec![
+            "/bin/sh".to_string(),
+            "-c".into(),
+            script,
+            "rondo-kill".into(),
+            marker.to_string(),
+            signal.to_string(),
+        ];
+        // Best effort: if it fails the exec simply runs on until the give-up deadline.
+        let _ = self.run_simple(argv).await;
+    }
+
+    /// Run a command to completion without timeout handling; for internal helpers.
+    async fn run_simple(&self, argv: Vec<String>) -> Result<(i64, String), EnvError> {
+        let opts = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(argv),
+            ..Default::default()
+        };
+        let exec = self
+            .docker
+            .create_exec(&self.id, opts)
+            .await
+            .map_err(|e| EnvError::docker("creating an exec", e))?;
+        let mut text = String::new();
+        if let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| EnvError::docker("starting an exec", e))?
+        {
+            while let Some(Ok(chunk)) = output.next().await {
+                text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+            }
+        }
+        let code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| EnvError::docker("inspecting an exec", e))?
+            .exit_code
+            .unwrap_or(-1);
+        Ok((code, text))
+    }
+
+    /// Best-effort synchronous removal, usable from Drop even while the async runtime is
+    /// shutting down: a fresh thread, runtime and connection.
+    fn remove_blocking(&self) {
+        let id = self.id.clone();
+        let handle = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(docker) = Docker::connect_with_defaults() {
+                    if let Ok(docker) = docker.negotiate_version().await {
+                        let _ = remove(&docker, &id).await;
+                    }
+                }
+            });
+        });
+        let _ = handle.join();
+    }
+}
+
+async fn create_container(
+    docker: &Docker,
+    config: &DockerConfig,
+    image: &str,
+    role: &str,
+) -> Result<String, EnvError> {
+    let labels = HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_RUN.to_string(), config.run_id.clone()),
+        (LABEL_ROLE.to_string(), role.to_string()),
+        (LABEL_PID.to_string(), std::process::id().to_string()),
+        (LABEL_HOST.to_string(), hostname()),
+    ]);
+    let binds: Vec<String> = config
+        .mounts
+        .iter()
+        .map(|m| {
+            let mode = if m.writable { "rw" } else { "ro" };
+            format!("{}:{}:{mode}", m.host.display(), m.container)
+        })
+        .collect();
+    let mut cap_add = config.cap_add.clone();
+    cap_add.retain(|c| !c.is_empty());
+    let host_config = HostConfig {
+        network_mode: Some(config.network.clone().unwrap_or_else(|| "none".into())),
+        cap_drop: Some(vec!["ALL".into()]),
+        cap_add: (!cap_add.is_empty()).then_some(cap_add),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        memory: config.memory_bytes,
+        memory_swap: config.memory_bytes,
+        nano_cpus: config.cpus.map(|c| (c * 1e9) as i64),
+        pids_limit: config.pids_limit,
+        // An init reaps the orphans of killed commands, so they do not eat the pid limit.
+        init: Some(true),
+        binds: (!binds.is_empty()).then_some(binds),
+        ..Default::default()
+    };
+    let env: Vec<String> = if role == "run" {
+        config.env.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    } else {
+        Vec::new()
+    };
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(vec!["sleep".into(), "infinity".into()]),
+        entrypoint: Some(Vec::new()),
+        working_dir: Some(config.workdir.clone()),
+        env: Some(env),
+        labels: Some(labels),
+        user: config.user.clone(),
+        host_config: Some(host_config),
+        ..Default::default()
+    };
+    let created = docker
+        .create_container(None, body)
+        .await
+        .map_err(|e| EnvError::docker(format!("creating a container from {image}"), e))?;
+    Ok(created.id)
+}
+
+/// Install the tools in a throw-away builder container (no run env vars, network none)
+/// and commit it as `rondo-tools:<hash>`.
+async fn build_tools_image(
+    docker: &Docker,
+    config: &DockerConfig,
+    layout: &ToolLayout,
+    hash: &str,
+) -> Result<Vec<tool::StepRecord>, EnvError> {
+    let mut builder_config = DockerConfig::new(config.image.clone(), config.run_id.clone());
+    builder_config.workdir = "/".into();
+    builder_config.shell = config.shell.clone();
+    builder_config.keep = false;
+    let id = create_container(docker, &builder_config, &config.image, "builder").await?;
+    let builder = DockerEnv {
+        docker: docker.clone(),
+        id,
+        config: builder_config,
+        removed: AtomicBool::new(false),
+        exec_seq: AtomicU64::new(0),
+        tools: InstalledTools::default(),
+    };
+    let result = async {
+        docker
+            .start_container(&builder.id, None)
+            .await
+            .map_err(|e| EnvError::docker("starting the tool builder container", e))?;
+        let log_dir = config
+            .install_log_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("rondo-install-logs"));
+        let steps = tool::install_all(&builder, &config.tools, layout, &log_dir).await?;
+        let names: Vec<&str> = config.tools.iter().map(|t| t.tool_name.as_str()).collect();
+        let image_config = ContainerConfig {
+            labels: Some(HashMap::from([
+                ("rondo.tools_hash".to_string(), hash.to_string()),
+                ("rondo.tools".to_string(), names.join(",")),
+            ])),
+            ..Default::default()
+        };
+        let opts = CommitContainerOptions {
+            container: Some(builder.id.clone()),
+            repo: Some(TOOLS_REPO.into()),
+            tag: Some(hash[..16].to_string()),
+            comment: Some(format!("rondo tools: {}", names.join(", "))),
+            pause: true,
+            ..Default::default()
+        };
+        docker
+            .commit_container(opts, image_config)
+            .await
+            .map_err(|e| EnvError::docker("committing the tool image", e))?;
+        Ok::<_, EnvError>(steps)
+    }
+    .await;
+    let removed = builder.shutdown().await;
+    let steps = result?;
+    removed?;
+    Ok(steps)
+}
+
+#[async_trait::async_trait]
+impl Environment for DockerEnv {
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
+        req.validate()?;
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(EnvError::ShutDown);
+        }
+        let marker = format!(
+            "{}-{}-{}",
+            std::process::id(),
+            &self.id[..12.min(self.id.len())],
+            self.exec_seq.fetch_add(1, Ordering::SeqCst)
+        );
+        let cmd: Vec<String> = match &req.command {
+            Command::Argv(argv) => argv.clone(),
+            Command::Shell(line) => {
+                let mut v = self.config.shell.clone();
+                v.push(line.clone());
+                v
+            }
+        };
+        let mut env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.push(format!("{EXEC_MARKER}={marker}"));
+        let opts = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(cmd),
+            env: Some(env),
+            working_dir: req.workdir.as_deref().map(|d| self.resolve(d)),
+            ..Default::default()
+        };
+        let mut collector = Collector::new(&req, &req.command.to_string())?;
+        let timeout = req.timeout.unwrap_or(self.config.default_timeout);
+        let start = Instant::now();
+        let exec = self
+            .docker
+            .create_exec(&self.id, opts)
+            .await
+            .map_err(|e| EnvError::docker("creating an exec", e))?;
+        let started = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| EnvError::docker("starting an exec", e))?;
+        let StartExecResults::Attached { mut output, .. } = started else {
+            return Err(EnvError::InvalidRequest("exec started detached".into()));
+        };
+
+        let deadline = tokio::time::Instant::from_std(start + timeout);
+        let far = deadline + Duration::from_secs(86_400 * 365);
+        let (mut kill_at, mut give_up_at) = (far, far);
+        let mut timed_out = false;
+        loop {
+            tokio::select! {
+                item = output.next() => match item {
+                    Some(Ok(LogOutput::StdErr { message })) => collector.push(StreamKind::Stderr, &message),
+                    Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => {
+                        collector.push(StreamKind::Stdout, &message)
+                    }
+                    Some(Ok(LogOutput::StdIn { .. })) => {}
+                    Some(Err(e)) => return Err(EnvError::docker("reading exec output", e)),
+                    None => break,
+                },
+                _ = sleep_until(deadline), if !timed_out => {
+                    timed_out = true;
+                    self.kill_marked(&marker, "TERM").await;
+                    kill_at = tokio::time::Instant::now() + self.config.kill_grace;
+                }
+                _ = sleep_until(kill_at), if kill_at != far => {
+                    self.kill_marked(&marker, "KILL").await;
+                    kill_at = far;
+                    give_up_at = tokio::time::Instant::now() + Duration::from_secs(5);
+                }
+                _ = sleep_until(give_up_at), if give_up_at != far => break,
+            }
+        }
+        if timed_out {
+            // Stragglers that ignored TERM and closed their output.
+            self.kill_marked(&marker, "KILL").await;
+        }
+        let exit_code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| EnvError::docker("inspecting an exec", e))?
+            .exit_code;
+        collector.finish(exit_code, timed_out, start.elapsed())
+    }
+
+    async fn copy_in(&self, host_path: &Path, target: &str) -> Result<(), EnvError> {
+        let target = self.resolve(target);
+        let trimmed = target.trim_end_matches('/');
+        let (parent, name) = match trimmed.rsplit_once('/') {
+            Some((p, n)) if !n.is_empty() => (if p.is_empty() { "/" } else { p }, n),
+            _ => {
+                return Err(EnvError::InvalidRequest(format!(
+                    "cannot copy onto `{target}`"
+                )));
+            }
+        };
+        let (code, text) = self
+            .run_simple(vec!["mkdir".into(), "-p".into(), parent.into()])
+            .await?;
+        if code != 0 {
+            return Err(EnvError::InvalidRequest(format!(
+                "cannot create {parent} in the container: {text}"
+            )));
+        }
+        let src = host_path.to_path_buf();
+        let name = name.to_string();
+        let data = tokio::task::spawn_blocking(move || archive::tar_of(&src, &name))
+            .await
+            .map_err(|e| EnvError::InvalidRequest(format!("archive task failed: {e}")))??;
+        let opts = UploadToContainerOptions {
+            path: parent.to_string(),
+            ..Default::default()
+        };
+        self.docker
+            .upload_to_container(&self.id, Some(opts), bollard::body_full(data.into()))
+            .await
+            .map_err(|e| EnvError::docker(format!("copying {} to {target}", host_path.display()), e))
+    }
+
+    async fn copy_out(&self, source: &str, host_path: &Path) -> Result<(), EnvError> {
+        let source = self.resolve(source);
+        let opts = DownloadFromContainerOptions {
+            path: source.clone(),
+        };
+        let mut stream = self.docker.download_from_container(&self.id, Some(opts));
+        let mut data = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| EnvError::docker(format!("copying {source} out"), e))?;
+            data.extend_from_slice(&chunk);
+        }
+        let dest = host_path.to_path_buf();
+        tokio::task::spawn_blocking(move || archive::unpack_as(&data, &dest))
+            .await
+            .map_err(|e| EnvError::InvalidRequest(format!("unpack task failed: {e}")))?
+    }
+
+    async fn shutdown(&self) -> Result<(), EnvError> {
+        if self.config.keep {
+            return Ok(());
+        }
+        if self.removed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        remove(&self.docker, &self.id).await
+    }
+
+    fn tools(&self) -> &InstalledTools {
+        &self.tools
+    }
+}
+
+impl Drop for DockerEnv {
+    fn drop(&mut self) {
+        if !self.config.keep && !self.removed.swap(true, Ordering::SeqCst) {
+            self.remove_blocking();
+        }
+    }
+}

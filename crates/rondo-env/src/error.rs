@@ -1,0 +1,78 @@
+use std::path::PathBuf;
+
+/// Everything that can go wrong in an environment. A command that fails or times out is
+/// *not* an error: it is reported in [`crate::ExecOutput`].
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error(
+        "Docker unavailable at {host}: {source} (is the engine running? DOCKER_HOST is honoured)"
+    )]
+    DockerUnavailable {
+        host: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+
+    #[error("image `{image}` is not present in the local engine (no pull is attempted){hint}")]
+    ImageMissing { image: String, hint: String },
+
+    #[error("Docker API error while {action}: {source}")]
+    Docker {
+        action: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+
+    #[error("environment already shut down")]
+    ShutDown,
+
+    #[error(transparent)]
+    Spec(#[from] crate::tool::SpecError),
+
+    #[error(
+        "{location}: installing tool `{tool}` failed at step `{step}` (exit code {exit_code}; log {})\n{tail}",
+        log.display()
+    )]
+    Install {
+        /// `spec-file:line:col: field `x`` (or the inline tool) the failing step comes from.
+        location: String,
+        tool: String,
+        step: String,
+        exit_code: String,
+        log: PathBuf,
+        tail: String,
+    },
+}
+
+impl EnvError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        EnvError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn docker(action: impl Into<String>, source: bollard::errors::Error) -> Self {
+        EnvError::Docker {
+            action: action.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Processes on the host, in a run directory.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncReadExt;
+use tokio::time::sleep_until;
+
+use crate::exec::Collector;
+use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
+use crate::{Command, EnvError, Environment, ExecOutput, ExecRequest, StreamKind, archive};
+
+/// Settings of a [`LocalEnv`].
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Commands run here unless a request names another directory; created if missing.
+    pub run_dir: PathBuf,
+    /// Added to the inherited environment of every command.
+    pub env: BTreeMap<String, String>,
+    pub default_timeout: Duration,
+    /// Time between SIGTERM and SIGKILL when a command times out.
+    pub kill_grace: Duration,
+    pub tools: Vec<ToolSpec>,
+    /// Where tools are installed, one sub-directory per content hash, reused across runs.
+    /// Default: `<run_dir>/.rondo/tools`.
+    pub tool_cache_dir: Option<PathBuf>,
+    /// A log file per install step is written here. Default: `<cache>/<hash>/logs`.
+    pub install_log_dir: Option<PathBuf>,
+    /// Directory of wheels for offline pip installs.
+    pub wheelhouse: String,
+    pub install_timeout: Duration,
+}
+
+impl LocalConfig {
+    pub fn new(run_dir: impl Into<PathBuf>) -> Self {
+        LocalConfig {
+            run_dir: run_dir.into(),
+            env: BTreeMap::new(),
+            default_timeout: Duration::from_secs(600),
+            kill_grace: Duration::from_secs(2),
+            tools: Vec::new(),
+            tool_cache_dir: None,
+            install_log_dir: None,
+            wheelhouse: tool::DEFAULT_WHEELHOUSE.to_string(),
+            install_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Runs commands as host processes, each in its own process group so that a timeout
+/// kills the command and everything it started.
+pub struct LocalEnv {
+    config: LocalConfig,
+    active: Mutex<HashSet<i32>>,
+    closed: AtomicBool,
+    tools: InstalledTools,
+}
+
+impl LocalEnv {
+    /// Create the run directory and install the configured tools (reusing a previous
+    /// install with the same content hash).
+    pub async fn start(config: LocalConfig) -> Result<Self, EnvError> {
+        std::fs::create_dir_all(&config.run_dir).map_err(|e| EnvError::io(&config.run_dir, e))?;
+        let run_dir = std::fs::canonicalize(&config.run_dir)
+            .map_err(|e| EnvError::io(&config.run_dir, e))?;
+        let config = LocalConfig { run_dir, ..config };
+        let mut env = LocalEnv {
+            active: Mutex::new(HashSet::new()),
+            closed: AtomicBool::new(false),
+            tools: InstalledTools::default(),
+            config,
+        };
+        if !env.config.tools.is_empty() {
+            env.tools = env.install_tools().await?;
+        }
+        Ok(env)
+    }
+
+    async fn install_tools(&self) -> Result<InstalledTools, EnvError> {
+        let specs = &self.config.tools;
+        let cache = self
+            .config
+            .tool_cache_dir
+            .clone()
+            .unwrap_or_else(|| self.config.run_dir.join(".rondo/tools"));
+        let cache = if cache.is_absolute() { cache } else { self.config.run_dir.join(cache) };
+        let hash = tool::tools_hash(specs, &format!("local:{}", self.config.wheelhouse))?;
+        let root = cache.join(&hash[..16]);
+        let layout = ToolLayout {
+            tools_root: root.join("tools").to_string_lossy().into_owned(),
+            envs_root: root.join("envs").to_string_lossy().into_owned(),
+            python: "python3".into(),
+            wheelhouse: self.config.wheelhouse.clone(),
+            // Never pip-install into the host's own Python.
+            always_venv: true,
+            install_timeout: self.config.install_timeout,
+        };
+        let marker = root.join(".installed");
+        let mut installed = InstalledTools {
+            tools: specs.iter().map(|s| tool::installed_paths(s, &layout)).collect(),
+            hash: Some(hash.clone()),
+            cached: marker.exists(),
+            image: None,
+            steps: Vec::new(),
+        };
+        if installed.cached {
+            return Ok(installed);
+        }
+        if root.exists() {
+            std::fs::remove_dir_all(&root).map_err(|e| EnvError::io(&root, e))?;
+        }
+        let log_dir = self
+            .config
+            .install_log_dir
+            .clone()
+            .unwrap_or_else(|| root.join("logs"));
+        installed.steps = tool::install_all(self, specs, &layout, &log_dir).await?;
+        std::fs::write(&marker, &hash).map_err(|e| EnvError::io(&marker, e))?;
+        Ok(installed)
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.config.run_dir
+    }
+
+    fn resolve(&self, path: &str) -> PathBuf {
+        self.config.run_dir.join(path)
+    }
+}
+
+async fn read_some<R: tokio::io::AsyncRead + Unpin>(
+    reader: Option<&mut R>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    match reader {
+        Some(r) => r.read(buf).await,
+        None => Ok(0),
+    }
+}
+
+fn kill_group(pgid: i32, signal: i32) {
+    // SAFETY: killpg has no memory-safety preconditions; a stale pgid only yields ESRCH.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+#[async_trait::async_trait]
+impl Environment for LocalEnv {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
+        req.validate()?;
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(EnvError::ShutDown);
+        }
+        let workdir = match &req.workdir {
+            Some(dir) => self.resolve(dir),
+            None => self.config.run_dir.clone(),
+        };
+        let (program, mut cmd) = match &req.command {
+            Command::Argv(argv) => {
+                let mut c = tokio::process::Command::new(&argv[0]);
+                c.args(&argv[1..]);
+                (argv[0].clone(), c)
+            }
+            Command::Shell(line) => {
+                let mut c = tokio::process::Command::new("/bin/sh");
+                c.arg("-c").arg(line);
+                ("/bin/sh".to_string(), c)
+            }
+        };
+        cmd.current_dir(&workdir)
+            .envs(&self.config.env)
+            .envs(&req.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+
+        let mut collector = Collector::new(&req, &req.command.to_string())?;
+        let timeout = req.timeout.unwrap_or(self.config.default_timeout);
+        let start = Instant::now();
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && workdir.is_dir() => {
+                // Same observable result as a shell or `docker exec` would give.
+                let msg = format!("{program}: command not found\n");
+                collector.push(StreamKind::Stderr, msg.as_bytes());
+                return collector.finish(Some(127), false, start.elapsed());
+            }
+            Err(e) => return Err(EnvError::Spawn { program, source: e }),
+        };
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        self.active.lock().unwrap_or_else(|e| e.into_inner()).insert(pgid);
+
+        let mut stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        let mut out_buf = vec![0u8; 16 * 1024];
+        let mut err_buf = vec![0u8; 16 * 1024];
+        let deadline = tokio::time::Instant::from_std(start + timeout);
+        let far = deadline + Duration::from_secs(86_400 * 365);
+        let mut kill_at = far;
+        let mut give_up_at = far;
+        let mut timed_out = false;
+        let mut status = None;
+        // Done when the process has exited and both pipes are closed (children that keep
+        // the pipes open keep the command running, as with `docker exec`).
+        while status.is_none() || stdout.is_some() || stderr.is_some() {
+            tokio::select! {
+                r = read_some(stdout.as_mut(), &mut out_buf), if stdout.is_some() => {
+                    match r {
+                        Ok(n) if n > 0 => collector.push(StreamKind::Stdout, &out_buf[..n]),
+                        _ => stdout = None,
+                    }
+                }
+                r = read_some(stderr.as_mut(), &mut err_buf), if stderr.is_some() => {
+                    match r {
+                        Ok(n) if n > 0 => collector.push(StreamKind::Stderr, &err_buf[..n]),
+                        _ => stderr = None,
+                    }
+                }
+                s = child.wait(), if status.is_none() => {
+                    status = Some(s.map_err(|e| EnvError::Spawn { program: program.clone(), source: e })?);
+                }
+                _ = sleep_until(deadline), if !timed_out => {
+                    timed_out = true;
+                    kill_group(pgid, libc::SIGTERM);
+                    kill_at = tokio::time::Instant::now() + self.config.kill_grace;
+                }
+                _ = sleep_until(kill_at), if kill_at != far => {
+                    kill_group(pgid, libc::SIGKILL);
+                    kill_at = far;
+                    give_up_at = tokio::time::Instant::now() + Duration::from_secs(2);
+                }
+                _ = sleep_until(give_up_at), if give_up_at != far => break,
+            }
+        }
+        if timed_out {
+            kill_group(pgid, libc::SIGKILL);
+        }
+        self.active.lock().unwrap_or_else(|e| e.into_inner()).remove(&pgid);
+        let exit_code = status.and_then(|s| {
+            use std::os::unix::process::ExitStatusExt;
+            s.code()
+                .map(i64::from)
+                .or_else(|| s.signal().map(|sig| 128 + i64::from(sig)))
+        });
+        collector.finish(exit_code, timed_out, start.elapsed())
+    }
+
+    async fn copy_in(&self, host_path: &Path, target: &str) -> Result<(), EnvError> {
+        let dest = self.resolve(target);
+        let src = host_path.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let data = archive::tar_of(&src, "x")?;
+            archive::unpack_as(&data, &dest)
+        })
+        .await
+        .map_err(|e| EnvError::InvalidRequest(format!("copy task failed: {e}")))?
+    }
+
+    async fn copy_out(&self, source: &str, host_path: &Path) -> Result<(), EnvError> {
+        let src = self.resolve(source);
+        let dest = host_path.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let data = archive::tar_of(&src, "x")?;
+            archive::unpack_as(&data, &dest)
+        })
+        .await
+        .map_err(|e| EnvError::InvalidRequest(format!("copy task failed: {e}")))?
+    }
+
+    async fn shutdown(&self) -> Result<(), EnvError> {
+        self.closed.store(true, Ordering::SeqCst);
+        let groups: Vec<i32> = self
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for pgid in groups {
+            kill_group(pgid, libc::SIGKILL);
+        }
+        Ok(())
+    }
+
+    fn tools(&self) -> &InstalledTools {
+        &self.tools
+    }
+}
+
+impl Drop for LocalEnv {
+    fn drop(&mut self) {
+        for &pgid in self.active.get_mut().unwrap_or_else(|e| e.into_inner()).iter() {
+            kill_group(pgid, libc::SIGKILL);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Build rondo-test-base:latest without any registry pull: debootstrap a minimal
+# Debian bookworm root filesystem with Python and import it into the local engine.
+# Idempotent: exits at once when the image already exists (FORCE=1 rebuilds).
+set -euo pipefail
+
+IMAGE="${RONDO_TEST_IMAGE:-rondo-test-base:latest}"
+SUITE="${SUITE:-bookworm}"
+MIRROR="${MIRROR:-http://deb.debian.org/debian}"
+# Tool installs run offline (`pip --no-index --find-links /usr/share/python-wheels`):
+# python3-venv brings the pip and setuptools wheels there, python3-wheel-whl adds `wheel`,
+# which setuptools < 70 needs to build (editable) wheels.
+# procps gives `ps`/`kill` for debugging.
+PACKAGES="python3,python3-venv,python3-pip,python3-setuptools,python3-wheel-whl,procps,coreutils"
+
+if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  echo "$IMAGE already exists"
+  exit 0
+fi
+
+if ! command -v debootstrap >/dev/null 2>&1; then
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq debootstrap
+fi
+
+start=$(date +%s)
+work=$(mktemp -d "${TMPDIR:-/tmp}/rondo-rootfs.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+rootfs="$work/rootfs"
+
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$MIRROR"
+
+# Keep the image small: package caches and docs are not needed at run time.
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* \
+  "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/locale/*
+mkdir -p "$rootfs/tools" "$rootfs/opt/envs" "$rootfs/work"
+
+tar -C "$rootfs" -c . | docker import \
+  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'WORKDIR /work' \
+  --change 'CMD ["/bin/bash"]' \
+  - "$IMAGE"
+
+echo "built $IMAGE in $(( $(date +%s) - start ))s"

@@ -324,7 +324,7 @@ impl ToolSpec {
         if issues.is_empty() {
             Ok(())
         } else {
-            issues.sort_by_key(|i| i.line);
+            issues.sort_by_key(|i| i.line.unwrap_or(u64::MAX));
             Err(SpecError::Invalid {
                 file: self.origin.as_ref().map(|o| o.file.clone()),
                 tool: self.tool_name.clone(),

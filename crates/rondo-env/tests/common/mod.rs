@@ -1,0 +1,64 @@
+#![allow(dead_code)]
+//! Shared helpers: the test image, the sample tool spec, process checks.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rondo_env::ToolSpec;
+
+pub const IMAGE: &str = "rondo-test-base:latest";
+
+pub fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+pub fn pyfind_spec() -> ToolSpec {
+    let root = project_root();
+    ToolSpec::from_file(&root.join("config/tools/pyfind.yaml"), &root).unwrap()
+}
+
+static IMAGE_LOCK: Mutex<bool> = Mutex::new(false);
+
+/// Whether Docker tests can run. In CI (the `CI` variable is set) a missing engine or
+/// image is a failure, never a skip; locally the image is built if missing.
+pub async fn docker_ready() -> bool {
+    let ci = std::env::var_os("CI").is_some();
+    let docker = match rondo_env::connect().await {
+        Ok(d) => d,
+        Err(e) => {
+            assert!(!ci, "CI is set but Docker is unavailable: {e}");
+            eprintln!("SKIPPING Docker test: {e}");
+            return false;
+        }
+    };
+    if docker.inspect_image(IMAGE).await.is_ok() {
+        return true;
+    }
+    assert!(!ci, "CI is set but {IMAGE} is missing; run scripts/build-test-image.sh first");
+    let mut built = IMAGE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !*built {
+        let status = std::process::Command::new(project_root().join("scripts/build-test-image.sh"))
+            .status()
+            .expect("running scripts/build-test-image.sh");
+        assert!(status.success(), "scripts/build-test-image.sh failed");
+        *built = true;
+    }
+    true
+}
+
+/// Alive and not a zombie.
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next();
+            state != Some("Z")
+        }
+        Err(_) => false,
+    }
+}
+
+pub fn unique(prefix: &str) -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}

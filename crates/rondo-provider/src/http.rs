@@ -1,0 +1,294 @@
+//! HTTP plumbing shared by the wire protocols: the client, the API key, error
+//! classification, and SSE / NDJSON framing.
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::ProviderError;
+use crate::types::StreamCallback;
+
+/// An API key. Its `Debug` is redacted and it has no `Serialize` or `Display`.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: impl Into<String>) -> Self {
+        ApiKey(key.into())
+    }
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey([REDACTED])")
+    }
+}
+
+/// Remove the key from text that came from a server (some echo a bad key back).
+pub(crate) fn redact(text: &str, key: Option<&ApiKey>) -> String {
+    match key {
+        Some(k) if k.0.len() >= 4 => text.replace(k.expose(), "[REDACTED]"),
+        _ => text.to_string(),
+    }
+}
+
+/// One client per process: it owns the connection pool, so every provider shares it.
+pub fn shared_client() -> Result<reqwest::Client, ProviderError> {
+    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            // reqwest is built without a bundled crypto provider; rustls needs one installed
+            // before the first client. An Err means another one is installed already: fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder()
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(10))
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| ProviderError::Config(format!("cannot build HTTP client: {e}")))
+}
+
+fn reqwest_error(e: reqwest::Error) -> ProviderError {
+    let e = e.without_url();
+    if e.is_timeout() {
+        ProviderError::Timeout(Duration::ZERO)
+    } else if e.is_decode() {
+        ProviderError::MalformedResponse(error_chain(&e))
+    } else {
+        ProviderError::Connection(error_chain(&e))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+/// `Retry-After` as delta-seconds or an HTTP date.
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+/// Pull a human message out of an error body: `{"error":{"message":..}}`, `{"error":".."}`,
+/// `{"message":..}`, or the text itself, shortened.
+fn error_message(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let msg = parsed.as_ref().and_then(|v| {
+        let e = v.get("error").unwrap_or(v);
+        e.get("message")
+            .and_then(|m| m.as_str())
+            .or_else(|| e.as_str())
+            .map(str::to_string)
+    });
+    let msg = msg.unwrap_or_else(|| body.trim().to_string());
+    truncate(&msg, 400)
+}
+
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// POST a JSON body; a non-success status becomes a classified error.
+pub(crate) async fn post_json<B: Serialize + ?Sized>(
+    builder: reqwest::RequestBuilder,
+    body: &B,
+    key: Option<&ApiKey>,
+) -> Result<reqwest::Response, ProviderError> {
+    let bytes = serde_json::to_vec(body)
+        .map_err(|e| ProviderError::Config(format!("cannot encode request: {e}")))?;
+    let resp = builder
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(bytes)
+        .send()
+        .await
+        .map_err(reqwest_error)?;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after);
+    let text = resp.text().await.unwrap_or_default();
+    Err(ProviderError::from_status(
+        status.as_u16(),
+        retry_after,
+        redact(&error_message(&text), key),
+    ))
+}
+
+/// Read and decode a whole JSON body.
+pub(crate) async fn read_json<T: DeserializeOwned>(
+    resp: reqwest::Response,
+    key: Option<&ApiKey>,
+) -> Result<(T, serde_json::Value), ProviderError> {
+    let bytes = resp.bytes().await.map_err(reqwest_error)?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        ProviderError::MalformedResponse(redact(
+            &format!("{e} in body `{}`", truncate(&String::from_utf8_lossy(&bytes), 200)),
+            key,
+        ))
+    })?;
+    let typed = T::deserialize(&value)
+        .map_err(|e| ProviderError::MalformedResponse(format!("unexpected body shape: {e}")))?;
+    Ok((typed, value))
+}
+
+/// Feed every line of the body to `on_line` as it arrives (for NDJSON and SSE).
+pub(crate) async fn for_each_line(
+    mut resp: reqwest::Response,
+    mut on_line: impl FnMut(&str) -> Result<(), ProviderError>,
+) -> Result<(), ProviderError> {
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let chunk = resp.chunk().await.map_err(|e| {
+            ProviderError::Connection(format!("stream interrupted: {}", error_chain(&e.without_url())))
+        })?;
+        let Some(chunk) = chunk else { break };
+        buf.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(pos) = buf[start..].iter().position(|&b| b == b'\n') {
+            let line = &buf[start..start + pos];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            on_line(&String::from_utf8_lossy(line))?;
+            start += pos + 1;
+        }
+        buf.drain(..start);
+    }
+    if !buf.is_empty() {
+        on_line(&String::from_utf8_lossy(&buf))?;
+    }
+    on_line("")
+}
+
+/// Server-sent events: collects `event:` and `data:` lines and hands each event over at
+/// the blank line that ends it.
+#[derive(Default)]
+pub(crate) struct SseDecoder {
+    data: String,
+    has_data: bool,
+}
+
+/// The `event:` name is not kept: every protocol here repeats it in the JSON data.
+pub(crate) struct SseEvent {
+    pub data: String,
+}
+
+impl SseDecoder {
+    pub fn line(&mut self, line: &str) -> Option<SseEvent> {
+        if line.is_empty() {
+            if !self.has_data {
+                return None;
+            }
+            self.has_data = false;
+            return Some(SseEvent {
+                data: std::mem::take(&mut self.data),
+            });
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+/// Decode one streamed JSON frame.
+pub(crate) fn decode_frame<T: DeserializeOwned>(data: &str) -> Result<T, ProviderError> {
+    serde_json::from_str(data).map_err(|e| {
+        ProviderError::MalformedResponse(format!(
+            "bad stream frame ({e}): `{}`",
+            truncate(data, 200)
+        ))
+    })
+}
+
+pub(crate) fn emit(cb: Option<StreamCallback<'_>>, text: &str) {
+    if let (Some(cb), false) = (cb, text.is_empty()) {
+        cb(text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_forms() {
+        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO));
+        let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
+        let d = parse_retry_after(&later).unwrap_or_default();
+        assert!(d > Duration::from_secs(28) && d <= Duration::from_secs(30), "{d:?}");
+        assert_eq!(parse_retry_after("soon"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    #[test]
+    fn sse_events() {
+        let mut d = SseDecoder::default();
+        let mut out = Vec::new();
+        for l in ["event: a", "data: {\"x\":1}", "", ": comment", "data: 1", "data: 2", ""] {
+            if let Some(e) = d.line(l) {
+                out.push(e.data);
+            }
+        }
+        assert_eq!(
+            out,
+            vec!["{\"x\":1}".to_string(), "1\n2".to_string()]
+        );
+    }
+
+    #[test]
+    fn error_messages_are_extracted_and_redacted() {
+        let key = ApiKey::new("sk-secret-123");
+        let body = r#"{"error":{"message":"Incorrect API key provided: sk-secret-123"}}"#;
+        let m = redact(&error_message(body), Some(&key));
+        assert_eq!(m, "Incorrect API key provided: [REDACTED]");
+        assert_eq!(error_message(r#"{"error":"model not found"}"#), "model not found");
+        assert_eq!(format!("{key:?}"), "ApiKey([REDACTED])");
+    }
+}

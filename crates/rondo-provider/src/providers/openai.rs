@@ -1,0 +1,573 @@
+//! OpenAI Chat Completions (`POST {base}/chat/completions`), also used for any
+//! OpenAI-compatible server (vLLM, llama.cpp, LM Studio, Ollama's `/v1`...).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::ProviderError;
+use crate::http::{self, ApiKey, SseDecoder};
+use crate::types::{
+    BoxFuture, ChatModel, ChatRequest, ChatResponse, Message, Role, StreamCallback, ToolCall, Usage,
+};
+
+/// Wire types, as in the published OpenAPI description.
+pub mod wire {
+    use super::*;
+
+    #[derive(Debug, Serialize)]
+    pub struct Request<'a> {
+        pub model: &'a str,
+        pub messages: Vec<WireMessage>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub tools: Vec<Tool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub response_format: Option<ResponseFormat>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub temperature: Option<f32>,
+        /// OpenAI proper: `max_tokens` is deprecated there and refused by reasoning models.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub max_completion_tokens: Option<u32>,
+        /// Compatible servers mostly still read only `max_tokens`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub max_tokens: Option<u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub stop: Option<Vec<String>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub stream: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub stream_options: Option<StreamOptions>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct StreamOptions {
+        pub include_usage: bool,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct WireMessage {
+        pub role: &'static str,
+        /// `null` only for an assistant turn that just calls tools.
+        pub content: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub tool_calls: Option<Vec<WireToolCall>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub tool_call_id: Option<String>,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    pub struct WireToolCall {
+        pub id: String,
+        #[serde(rename = "type", default = "function_type")]
+        pub kind: String,
+        pub function: FunctionCall,
+    }
+
+    pub fn function_type() -> String {
+        "function".to_string()
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    pub struct FunctionCall {
+        pub name: String,
+        /// A JSON document encoded as a string.
+        pub arguments: String,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Tool {
+        #[serde(rename = "type")]
+        pub kind: &'static str,
+        pub function: FunctionDef,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct FunctionDef {
+        pub name: String,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        pub description: String,
+        pub parameters: Value,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct ResponseFormat {
+        #[serde(rename = "type")]
+        pub kind: &'static str,
+        pub json_schema: JsonSchemaFormat,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct JsonSchemaFormat {
+        pub name: String,
+        pub schema: Value,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    pub struct Response {
+        #[serde(default)]
+        pub id: String,
+        #[serde(default = "completion_object")]
+        pub object: String,
+        #[serde(default)]
+        pub created: u64,
+        #[serde(default)]
+        pub model: String,
+        pub choices: Vec<Choice>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub usage: Option<WireUsage>,
+    }
+
+    fn completion_object() -> String {
+        "chat.completion".to_string()
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    pub struct Choice {
+        #[serde(default)]
+        pub index: u32,
+        pub message: ResponseMessage,
+        #[serde(default)]
+        pub finish_reason: Option<String>,
+    }
+
+    #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+    pub struct ResponseMessage {
+        #[serde(default = "assistant_role")]
+        pub role: String,
+        #[serde(default)]
+        pub content: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub refusal: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub tool_calls: Option<Vec<WireToolCall>>,
+    }
+
+    pub fn assistant_role() -> String {
+        "assistant".to_string()
+    }
+
+    #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+    pub struct WireUsage {
+        #[serde(default)]
+        pub prompt_tokens: u64,
+        #[serde(default)]
+        pub completion_tokens: u64,
+        #[serde(default)]
+        pub total_tokens: u64,
+    }
+
+    /// One `chat.completion.chunk` of a stream.
+    #[derive(Debug, Deserialize)]
+    pub struct Chunk {
+        #[serde(default)]
+        pub id: String,
+        #[serde(default)]
+        pub created: u64,
+        #[serde(default)]
+        pub model: String,
+        #[serde(default)]
+        pub choices: Vec<ChunkChoice>,
+        #[serde(default)]
+        pub usage: Option<WireUsage>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct ChunkChoice {
+        #[serde(default)]
+        pub index: u32,
+        #[serde(default)]
+        pub delta: Delta,
+        #[serde(default)]
+        pub finish_reason: Option<String>,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    pub struct Delta {
+        #[serde(default)]
+        pub content: Option<String>,
+        #[serde(default)]
+        pub refusal: Option<String>,
+        #[serde(default)]
+        pub tool_calls: Option<Vec<ToolCallDelta>>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct ToolCallDelta {
+        #[serde(default)]
+        pub index: usize,
+        #[serde(default)]
+        pub id: Option<String>,
+        #[serde(default)]
+        pub function: Option<FunctionDelta>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct FunctionDelta {
+        #[serde(default)]
+        pub name: Option<String>,
+        #[serde(default)]
+        pub arguments: Option<String>,
+    }
+}
+
+use wire::*;
+
+impl TryFrom<&Message> for WireMessage {
+    type Error = ProviderError;
+
+    fn try_from(m: &Message) -> Result<Self, ProviderError> {
+        let role = match m.role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        };
+        let tool_calls = match (&m.role, &m.tool_calls) {
+            (Role::Assistant, Some(calls)) if !calls.is_empty() => Some(
+                calls
+                    .iter()
+                    .map(|c| WireToolCall {
+                        id: c.id.clone(),
+                        kind: function_type(),
+                        function: FunctionCall {
+                            name: c.name.clone(),
+                            arguments: arguments_text(&c.arguments),
+                        },
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let tool_call_id = if m.role == Role::Tool {
+            Some(m.tool_call_id.clone().ok_or_else(|| {
+                ProviderError::Config("a tool message needs tool_call_id".to_string())
+            })?)
+        } else {
+            None
+        };
+        let content = if tool_calls.is_some() && m.content.is_empty() {
+            None
+        } else {
+            Some(m.content.clone())
+        };
+        Ok(WireMessage {
+            role,
+            content,
+            tool_calls,
+            tool_call_id,
+        })
+    }
+}
+
+/// Arguments go over the wire as a JSON string; a string value is already that text.
+pub(crate) fn arguments_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn parse_arguments(text: &str) -> Value {
+    if text.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// `response_format.json_schema.name` must match `^[a-zA-Z0-9_-]{1,64}$`.
+fn schema_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .take(64)
+        .collect();
+    if cleaned.is_empty() { "response".to_string() } else { cleaned }
+}
+
+impl TryFrom<Response> for ChatResponse {
+    type Error = ProviderError;
+
+    fn try_from(r: Response) -> Result<Self, ProviderError> {
+        let raw = serde_json::to_value(&r)
+            .map_err(|e| ProviderError::MalformedResponse(e.to_string()))?;
+        let choice = r
+            .choices
+            .into_iter()
+            .next()
+            .ok_or_else(|| ProviderError::MalformedResponse("response has no choices".into()))?;
+        let msg = choice.message;
+        let tool_calls = msg
+            .tool_calls
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| ToolCall {
+                id: c.id,
+                name: c.function.name,
+                arguments: parse_arguments(&c.function.arguments),
+            })
+            .collect();
+        let usage = r.usage.unwrap_or_default();
+        Ok(ChatResponse {
+            content: msg.content.or(msg.refusal).unwrap_or_default(),
+            tool_calls,
+            usage: Usage {
+                input_tokens: usage.prompt_tokens,
+                output_tokens: usage.completion_tokens,
+            },
+            model: r.model,
+            raw,
+        })
+    }
+}
+
+/// A Chat Completions endpoint.
+pub struct OpenAiModel {
+    client: reqwest::Client,
+    url: String,
+    model: String,
+    key: Option<ApiKey>,
+    compatible: bool,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+}
+
+impl std::fmt::Debug for OpenAiModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiModel")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl OpenAiModel {
+    /// `compatible` selects `max_tokens` (what most compatible servers read) over
+    /// `max_completion_tokens`.
+    pub fn new(
+        client: reqwest::Client,
+        base_url: &str,
+        model: impl Into<String>,
+        key: Option<ApiKey>,
+        compatible: bool,
+    ) -> Self {
+        OpenAiModel {
+            client,
+            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            model: model.into(),
+            key,
+            compatible,
+            temperature: None,
+            max_tokens: None,
+        }
+    }
+
+    /// Defaults used when a request does not set them.
+    pub fn with_defaults(mut self, temperature: Option<f32>, max_tokens: Option<u32>) -> Self {
+        self.temperature = temperature;
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    pub fn wire_request<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        stream: bool,
+    ) -> Result<Request<'a>, ProviderError> {
+        if !self.compatible && req.stop.len() > 4 {
+            return Err(ProviderError::Config(
+                "OpenAI accepts at most 4 stop sequences".to_string(),
+            ));
+        }
+        let messages = req
+            .messages
+            .iter()
+            .map(WireMessage::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        let max = req.max_tokens.or(self.max_tokens);
+        Ok(Request {
+            model: &self.model,
+            messages,
+            tools: req
+                .tools
+                .iter()
+                .map(|t| Tool {
+                    kind: "function",
+                    function: FunctionDef {
+                        name: t.name.clone(),
+                        description: t.description.clone(),
+                        parameters: t.parameters.clone(),
+                    },
+                })
+                .collect(),
+            response_format: req.response_schema.as_ref().map(|(name, schema)| ResponseFormat {
+                kind: "json_schema",
+                json_schema: JsonSchemaFormat {
+                    name: schema_name(name),
+                    schema: schema.clone(),
+                },
+            }),
+            temperature: req.temperature.or(self.temperature),
+            max_completion_tokens: if self.compatible { None } else { max },
+            max_tokens: if self.compatible { max } else { None },
+            stop: (!req.stop.is_empty()).then(|| req.stop.clone()),
+            stream: stream.then_some(true),
+            stream_options: stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
+        })
+    }
+
+    fn post(&self) -> reqwest::RequestBuilder {
+        let b = self.client.post(&self.url);
+        match &self.key {
+            Some(k) => b.bearer_auth(k.expose()),
+            None => b,
+        }
+    }
+
+    async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let body = self.wire_request(req, false)?;
+        let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        let (wire, _) = http::read_json::<Response>(resp, self.key.as_ref()).await?;
+        ChatResponse::try_from(wire)
+    }
+
+    async fn complete_stream(
+        &self,
+        req: &ChatRequest,
+        cb: StreamCallback<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let body = self.wire_request(req, true)?;
+        let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        let mut acc = StreamAssembler::default();
+        let mut sse = SseDecoder::default();
+        http::for_each_line(resp, |line| {
+            if acc.done {
+                return Ok(());
+            }
+            if let Some(ev) = sse.line(line) {
+                acc.event(&ev.data, cb)?;
+            }
+            Ok(())
+        })
+        .await?;
+        if !acc.done {
+            return Err(ProviderError::Connection(
+                "stream ended before [DONE]".to_string(),
+            ));
+        }
+        ChatResponse::try_from(acc.finish())
+    }
+}
+
+/// Rebuilds the non-streamed response from the chunks.
+#[derive(Default)]
+struct StreamAssembler {
+    id: String,
+    created: u64,
+    model: String,
+    content: Option<String>,
+    refusal: Option<String>,
+    tool_calls: Vec<WireToolCall>,
+    finish_reason: Option<String>,
+    usage: Option<WireUsage>,
+    done: bool,
+}
+
+impl StreamAssembler {
+    fn event(&mut self, data: &str, cb: StreamCallback<'_>) -> Result<(), ProviderError> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Chunk = http::decode_frame(data)?;
+        if self.id.is_empty() {
+            self.id = chunk.id;
+            self.created = chunk.created;
+        }
+        if !chunk.model.is_empty() {
+            self.model = chunk.model;
+        }
+        if chunk.usage.is_some() {
+            self.usage = chunk.usage;
+        }
+        for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(text) = choice.delta.content {
+                http::emit(Some(cb), &text);
+                self.content.get_or_insert_with(String::new).push_str(&text);
+            }
+            if let Some(text) = choice.delta.refusal {
+                self.refusal.get_or_insert_with(String::new).push_str(&text);
+            }
+            for d in choice.delta.tool_calls.unwrap_or_default() {
+                // Deltas carry the call's index; id and name come once, arguments in pieces.
+                if d.index > 1024 {
+                    return Err(ProviderError::MalformedResponse(
+                        "tool call index out of range".into(),
+                    ));
+                }
+                while self.tool_calls.len() <= d.index {
+                    self.tool_calls.push(WireToolCall {
+                        id: String::new(),
+                        kind: function_type(),
+                        function: FunctionCall {
+                            name: String::new(),
+                            arguments: String::new(),
+                        },
+                    });
+                }
+                let call = &mut self.tool_calls[d.index];
+                if let Some(id) = d.id {
+                    call.id = id;
+                }
+                if let Some(f) = d.function {
+                    if let Some(n) = f.name {
+                        call.function.name.push_str(&n);
+                    }
+                    if let Some(a) = f.arguments {
+                        call.function.arguments.push_str(&a);
+                    }
+                }
+            }
+            if choice.finish_reason.is_some() {
+                self.finish_reason = choice.finish_reason;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Response {
+        Response {
+            id: self.id,
+            object: "chat.completion".to_string(),
+            created: self.created,
+            model: self.model,
+            choices: vec![Choice {
+                index: 0,
+                message: ResponseMessage {
+                    role: assistant_role(),
+                    content: self.content,
+                    refusal: self.refusal,
+                    tool_calls: (!self.tool_calls.is_empty()).then_some(self.tool_calls),
+                },
+                finish_reason: self.finish_reason,
+            }],
+            usage: self.usage,
+        }
+    }
+}
+
+impl ChatModel for OpenAiModel {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        stream: Option<StreamCallback<'a>>,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(async move {
+            match stream {
+                Some(cb) => self.complete_stream(req, cb).await,
+                None => self.complete_once(req).await,
+            }
+        })
+    }
+}

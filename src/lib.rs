@@ -1,4 +1,18 @@
 //! Rondo: a workflow engine for LLM-agent systems.
-pub use rondo_env as tools;
-pub use rondo_memory as memory;
-pub use rondo_provider as provider;
+//!
+//! Pipeline: source → [`syntax`] (Ast with spans) → [`compile`] (Workflow: a petgraph
+//! graph, names resolved to indices) → [`check`] (Diagnostics) → `run` (the
+//! interpreter, which sees only the Workflow). [`render`] draws the compiled graph.
+
+pub mod check;
+pub mod compile;
+pub mod diagnostics;
+pub mod render;
+pub mod source;
+pub mod syntax;
+
+// pub use rondo_env as tools;
+// pub use rondo_memory as memory;
+// pub use rondo_provider as provider;
+pub mod cli;
+pub mod prompt;

@@ -1,0 +1,513 @@
+//! Graph passes: reachability, exits, routing exhaustiveness, bounded loops, and the
+//! worst-case visit count of every role.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use petgraph::Direction;
+use petgraph::algo::tarjan_scc;
+use petgraph::graph::{EdgeIndex, NodeIndex};
+use petgraph::visit::EdgeRef;
+
+use super::node_name;
+use crate::compile::types::Type;
+use crate::compile::{
+    Condition, EdgeKind, Expr, ExprKind, MemoryKind, NodeKind, Root, RouteTarget, Workflow,
+};
+use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::syntax::BinOp;
+
+pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
+    let branch_of = fork_branches(workflow);
+    start_and_dead_ends(workflow, &branch_of, diags);
+    reachability(workflow, diags);
+    exhaustive(workflow, diags);
+    unbounded_loops(workflow, diags);
+}
+
+/// Roles that run as a branch of a parallel or map route, with that route's span.
+fn fork_branches(workflow: &Workflow) -> HashMap<NodeIndex, crate::source::Span> {
+    let mut out = HashMap::new();
+    for route in &workflow.routes {
+        match &route.target {
+            RouteTarget::Parallel { branches, .. } => {
+                for b in branches {
+                    out.insert(*b, route.span);
+                }
+            }
+            RouteTarget::Map { worker, .. } => {
+                out.insert(*worker, route.span);
+            }
+            RouteTarget::Node { .. } => {}
+        }
+    }
+    out
+}
+
+fn start_and_dead_ends(
+    workflow: &Workflow,
+    branch_of: &HashMap<NodeIndex, crate::source::Span>,
+    diags: &mut Diagnostics,
+) {
+    if workflow.outgoing[workflow.start.index()].is_empty() {
+        let first_role = workflow
+            .roles()
+            .next()
+            .map(|(i, _)| node_name(workflow, i).to_string());
+        diags.push(
+            Diagnostic::error("rondo::graph::no_start", "nothing leaves `start`")
+                .label(crate::source::Span::new(0, 0), "the run has no first role")
+                .help(format!(
+                    "add a route `start -> {}`",
+                    first_role.unwrap_or_else(|| "first_role".into())
+                )),
+        );
+    }
+    for (index, _) in workflow.roles() {
+        let has_routes = !workflow.outgoing[index.index()].is_empty();
+        match (branch_of.get(&index), has_routes) {
+            (None, false) => diags.push(
+                Diagnostic::error(
+                    "rondo::route::dead_end",
+                    format!("no route leaves role `{}`", node_name(workflow, index)),
+                )
+                .label(
+                    workflow.node(index).span,
+                    "the run would stop here with nowhere to go",
+                )
+                .help(format!(
+                    "route it on, e.g. `{} -> success`",
+                    node_name(workflow, index)
+                )),
+            ),
+            (Some(fork), true) => diags.push(
+                Diagnostic::error(
+                    "rondo::route::branch_has_routes",
+                    format!(
+                        "`{}` runs as a parallel branch, so its own routes are never taken",
+                        node_name(workflow, index)
+                    ),
+                )
+                .label(workflow.node(index).span, "a branch")
+                .label(*fork, "forked here; the branch continues at the join")
+                .help("route from the join role instead"),
+            ),
+            _ => {}
+        }
+    }
+}
+
+fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
+    let graph = &workflow.graph;
+    let guarded: BTreeSet<NodeIndex> = workflow.exit_guards.iter().map(|(n, _)| *n).collect();
+    // Forward from start.
+    let mut reached = BTreeSet::new();
+    let mut queue = VecDeque::from([workflow.start]);
+    while let Some(n) = queue.pop_front() {
+        if reached.insert(n) {
+            queue.extend(graph.neighbors_directed(n, Direction::Outgoing));
+        }
+    }
+    // Backward from every exit; an exit with a `when` is reachable from every role.
+    let mut can_exit: BTreeSet<NodeIndex> = BTreeSet::new();
+    let mut queue: VecDeque<NodeIndex> = graph
+        .node_indices()
+        .filter(|&n| workflow.is_exit(n))
+        .collect();
+    if !guarded.is_empty() {
+        queue.extend(workflow.roles().map(|(i, _)| i));
+    }
+    while let Some(n) = queue.pop_front() {
+        if can_exit.insert(n) {
+            queue.extend(graph.neighbors_directed(n, Direction::Incoming));
+        }
+    }
+    for (index, _) in workflow.roles() {
+        let name = node_name(workflow, index);
+        if !reached.contains(&index) {
+            diags.push(
+                Diagnostic::error(
+                    "rondo::graph::unreachable_role",
+                    format!("role `{name}` can never run"),
+                )
+                .label(
+                    workflow.node(index).span,
+                    "no route from `start` leads here",
+                )
+                .help(format!("add a route to `{name}`, or remove the role")),
+            );
+        } else if !can_exit.contains(&index) {
+            diags.push(
+                Diagnostic::error(
+                    "rondo::graph::no_exit",
+                    format!("no exit can be reached from role `{name}`"),
+                )
+                .label(
+                    workflow.node(index).span,
+                    "every path from here loops or stops without an exit",
+                )
+                .help("route this role, or a role after it, to an exit such as `success`"),
+            );
+        }
+    }
+    for index in graph.node_indices() {
+        if let NodeKind::Exit(spec) = &workflow.node(index).kind
+            && !spec.builtin
+            && !guarded.contains(&index)
+            && !reached.contains(&index)
+        {
+            let name = node_name(workflow, index);
+            diags.push(
+                Diagnostic::warning("rondo::graph::exit_never_reached", format!("exit `{name}` is never reached"))
+                    .label(workflow.node(index).span, "no route leads here")
+                    .help(format!("route a role to it (`role -> {name}`), give it a condition (`exit {name} when ...`), or remove it")),
+            );
+        }
+    }
+}
+
+fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) {
+    for from in workflow.graph.node_indices() {
+        let routes = &workflow.outgoing[from.index()];
+        if routes.is_empty() {
+            continue;
+        }
+        let mut closed_by: Option<usize> = None;
+        for &id in routes {
+            let route = &workflow.routes[id];
+            if let Some(prev) = closed_by {
+                let prev = &workflow.routes[prev];
+                diags.push(
+                    Diagnostic::warning("rondo::route::never_taken", "this route is never taken")
+                        .label(route.span, "never taken")
+                        .label(prev.span, "an earlier route always holds")
+                        .help("routes are tried in order; move this one before the unconditional route or remove it"),
+                );
+                continue;
+            }
+            if matches!(route.condition, Condition::Always | Condition::Otherwise) {
+                closed_by = Some(id);
+            }
+        }
+        if closed_by.is_some() {
+            continue;
+        }
+        let conditions: Vec<&Expr> = routes
+            .iter()
+            .filter_map(|&id| match &workflow.routes[id].condition {
+                Condition::When { expr } => Some(expr),
+                _ => None,
+            })
+            .collect();
+        if covers_everything(workflow, &conditions) {
+            continue;
+        }
+        let name = node_name(workflow, from);
+        let uncovered = uncovered_case(workflow, &conditions);
+        let message = match &uncovered {
+            Some(case) => {
+                format!("routing from `{name}` is not exhaustive: `{case}` is not routed")
+            }
+            None => format!(
+                "routing from `{name}` is not exhaustive: when no condition holds, the run has nowhere to go"
+            ),
+        };
+        let last = &workflow.routes[*routes.last().unwrap_or(&0)];
+        let mut d = Diagnostic::error("rondo::route::non_exhaustive", message)
+            .label(workflow.node(from).span, "routes leave here");
+        d = d.label(last.span, "last route");
+        diags.push(d.help(match uncovered {
+            Some(case) => format!(
+                "add `{name} -> TARGET when {case}`, or end with `{name} -> TARGET otherwise`"
+            ),
+            None => format!("end with `{name} -> TARGET otherwise`"),
+        }));
+    }
+}
+
+/// `x` with `not x`, or equality tests that name every member of a literal union.
+fn covers_everything(workflow: &Workflow, conditions: &[&Expr]) -> bool {
+    let mut positive = BTreeSet::new();
+    let mut negative = BTreeSet::new();
+    for c in conditions {
+        match bool_atom(c) {
+            Some((text, true)) => {
+                positive.insert(text);
+            }
+            Some((text, false)) => {
+                negative.insert(text);
+            }
+            None => {}
+        }
+    }
+    if positive.intersection(&negative).next().is_some() {
+        return true;
+    }
+    uncovered_case(workflow, conditions).is_none()
+        && equality_subject(workflow, conditions).is_some()
+}
+
+fn bool_atom(e: &Expr) -> Option<(String, bool)> {
+    match &e.kind {
+        ExprKind::Path { .. } => Some((e.text.clone(), true)),
+        ExprKind::Not { operand } => bool_atom(operand).map(|(t, p)| (t, !p)),
+        ExprKind::Binary {
+            op: op @ (BinOp::Eq | BinOp::Ne),
+            lhs,
+            rhs,
+        } => {
+            let (path, lit) = match (&lhs.kind, &rhs.kind) {
+                (ExprKind::Path { .. }, ExprKind::Literal { value }) => (lhs, value),
+                (ExprKind::Literal { value }, ExprKind::Path { .. }) => (rhs, value),
+                _ => return None,
+            };
+            let b = lit.as_bool()?;
+            Some((path.text.clone(), b == (*op == BinOp::Eq)))
+        }
+        _ => None,
+    }
+}
+
+/// The path that every condition compares with a string literal, with its literals.
+fn equality_subject(
+    workflow: &Workflow,
+    conditions: &[&Expr],
+) -> Option<(String, Vec<String>, BTreeSet<String>)> {
+    let mut subject: Option<(String, Vec<String>)> = None;
+    let mut covered = BTreeSet::new();
+    for c in conditions {
+        let ExprKind::Binary {
+            op: BinOp::Eq,
+            lhs,
+            rhs,
+        } = &c.kind
+        else {
+            return None;
+        };
+        let (path, lit) = match (&lhs.kind, &rhs.kind) {
+            (ExprKind::Path { .. }, ExprKind::Literal { value }) => (lhs, value.as_str()?),
+            (ExprKind::Literal { value }, ExprKind::Path { .. }) => (rhs, value.as_str()?),
+            _ => return None,
+        };
+        let literals = path_type(workflow, path)?.literals()?;
+        match &subject {
+            Some((text, _)) if *text != path.text => return None,
+            Some(_) => {}
+            None => subject = Some((path.text.clone(), literals)),
+        }
+        covered.insert(lit.to_string());
+    }
+    subject.map(|(t, l)| (t, l, covered))
+}
+
+fn uncovered_case(workflow: &Workflow, conditions: &[&Expr]) -> Option<String> {
+    if let Some((text, literals, covered)) = equality_subject(workflow, conditions) {
+        return literals
+            .iter()
+            .find(|l| !covered.contains(*l))
+            .map(|l| format!("{text} == {l:?}"));
+    }
+    for c in conditions {
+        if let Some((text, polarity)) = bool_atom(c) {
+            return Some(if polarity {
+                format!("not {text}")
+            } else {
+                text
+            });
+        }
+    }
+    None
+}
+
+/// The declared type of a path expression, when it can be known statically.
+fn path_type(workflow: &Workflow, e: &Expr) -> Option<Type> {
+    let ExprKind::Path { root, fields } = &e.kind else {
+        return None;
+    };
+    let mut ty = match root {
+        Root::Role { node } => workflow.role(*node)?.output_type.clone(),
+        Root::Memory { id } => match &workflow.memory[*id].kind {
+            MemoryKind::Value { ty, .. } => ty.clone(),
+            _ => return None,
+        },
+        Root::Input { id } => workflow.inputs[*id].ty.clone(),
+        _ => return None,
+    };
+    for f in fields {
+        ty = ty.field(f)?;
+    }
+    Some(ty)
+}
+
+fn edge_bounded(workflow: &Workflow, edge: EdgeIndex) -> bool {
+    workflow.routes[workflow.graph[edge].route].max.is_some()
+}
+
+fn node_bounded(workflow: &Workflow, node: NodeIndex) -> bool {
+    workflow.role(node).is_some_and(|r| r.max_visits.is_some())
+}
+
+/// Every cycle must pass a bounded role or route: the graph without bounded elements
+/// must be acyclic. Each remaining strongly connected component is an unbounded loop.
+fn unbounded_loops(workflow: &Workflow, diags: &mut Diagnostics) {
+    let mut free = workflow.graph.filter_map(
+        |i, n| (!node_bounded(workflow, i)).then(|| n.name.clone()),
+        |e, edge| (!edge_bounded(workflow, e)).then_some(edge.route),
+    );
+    free.retain_edges(|g, e| {
+        let (a, b) = g
+            .edge_endpoints(e)
+            .unwrap_or((NodeIndex::end(), NodeIndex::end()));
+        a != NodeIndex::end() && b != NodeIndex::end()
+    });
+    for component in tarjan_scc(&free) {
+        let looped =
+            component.len() > 1 || component.first().is_some_and(|&n| free.contains_edge(n, n));
+        if !looped {
+            continue;
+        }
+        let members: BTreeSet<NodeIndex> = component.iter().copied().collect();
+        let Some(&first) = members.iter().next() else {
+            continue;
+        };
+        let cycle = find_cycle(&free, first, &members);
+        let names: Vec<String> = cycle.iter().map(|&i| free[i].clone()).collect();
+        let mut path = names.join(" -> ");
+        path.push_str(&format!(" -> {}", free[first]));
+        // Labels point at the declarations in the original graph (same names).
+        let mut d = Diagnostic::error("rondo::loop::unbounded", format!("unbounded loop: {path}"));
+        for name in names.iter().take(1) {
+            if let Some(orig) = workflow.find_node(name) {
+                d = d.label(workflow.node(orig).span, "the loop passes here");
+            }
+        }
+        let route_spans: Vec<crate::source::Span> = cycle
+            .iter()
+            .zip(cycle.iter().skip(1).chain(std::iter::once(&first)))
+            .filter_map(|(&a, &b)| free.find_edge(a, b).map(|e| workflow.routes[free[e]].span))
+            .collect();
+        if let Some(span) = route_spans.last() {
+            d = d.label(*span, "and closes here");
+        }
+        diags.push(d.help(format!(
+            "bound it: add `max_visits = N` to one of the roles ({}), or `max N` to one of its routes",
+            names.join(", ")
+        )));
+    }
+}
+
+/// A simple cycle through `start` inside `members` (breadth-first, so it is short).
+fn find_cycle<N, E>(
+    graph: &petgraph::Graph<N, E>,
+    start: NodeIndex,
+    members: &BTreeSet<NodeIndex>,
+) -> Vec<NodeIndex> {
+    let mut parent: BTreeMap<NodeIndex, NodeIndex> = BTreeMap::new();
+    let mut queue = VecDeque::from([start]);
+    let mut seen = BTreeSet::from([start]);
+    while let Some(n) = queue.pop_front() {
+        let mut next: Vec<NodeIndex> = graph.neighbors(n).filter(|m| members.contains(m)).collect();
+        next.sort();
+        for m in next {
+            if m == start {
+                let mut path = vec![n];
+                let mut cur = n;
+                while let Some(&p) = parent.get(&cur) {
+                    path.push(p);
+                    cur = p;
+                }
+                path.reverse();
+                return path;
+            }
+            if seen.insert(m) {
+                parent.insert(m, n);
+                queue.push_back(m);
+            }
+        }
+    }
+    vec![start]
+}
+
+/// Worst-case visits per role: `None` = unbounded. Within a strongly connected
+/// component every cycle passes a bounded element, so a walk splits into segments that
+/// each visit a role at most once; segments ≤ entries + the component's total bounds.
+pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
+    let graph = &workflow.graph;
+    let mut bound: HashMap<NodeIndex, Option<u64>> = HashMap::new();
+    let mut components = tarjan_scc(graph);
+    components.reverse();
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(x), Some(y)) => Some(x.saturating_add(y)),
+        _ => None,
+    };
+    let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (Some(x), None) | (None, Some(x)) => Some(x),
+        (None, None) => None,
+    };
+    for component in components {
+        let members: BTreeSet<NodeIndex> = component.iter().copied().collect();
+        let mut entries: Option<u64> = Some(0);
+        let mut joins_seen: BTreeSet<usize> = BTreeSet::new();
+        for &v in &component {
+            if v == workflow.start {
+                entries = add(entries, Some(1));
+            }
+            for e in graph.edges_directed(v, Direction::Incoming) {
+                if members.contains(&e.source()) {
+                    continue;
+                }
+                let route = &workflow.routes[e.weight().route];
+                let source_bound = bound.get(&e.source()).copied().unwrap_or(Some(0));
+                let per_activation = match (&route.target, e.weight().kind) {
+                    (RouteTarget::Map { .. }, EdgeKind::Fork) => route.max,
+                    _ => Some(1),
+                };
+                let mut through = match per_activation {
+                    Some(k) => source_bound.map(|b| b.saturating_mul(k)),
+                    None => None,
+                };
+                if !matches!(route.target, RouteTarget::Map { .. }) {
+                    through = min(through, route.max);
+                }
+                if e.weight().kind == EdgeKind::Join {
+                    // The join runs once per fork, not once per branch.
+                    if !joins_seen.insert(e.weight().route) {
+                        continue;
+                    }
+                    through = bound.get(&route.from).copied().unwrap_or(Some(0));
+                }
+                entries = add(entries, through);
+            }
+        }
+        let cyclic = component.len() > 1
+            || component
+                .first()
+                .is_some_and(|&n| graph.contains_edge(n, n));
+        let mut budget = Some(0u64);
+        let mut any_bound = false;
+        if cyclic {
+            for &v in &component {
+                if let Some(m) = workflow.role(v).and_then(|r| r.max_visits) {
+                    any_bound = true;
+                    budget = add(budget, Some(m));
+                }
+                for e in graph.edges_directed(v, Direction::Outgoing) {
+                    if members.contains(&e.target())
+                        && let Some(m) = workflow.routes[e.weight().route].max
+                    {
+                        any_bound = true;
+                        budget = add(budget, Some(m));
+                    }
+                }
+            }
+            if !any_bound {
+                budget = None;
+            }
+        }
+        for &v in &component {
+            let own = workflow.role(v).and_then(|r| r.max_visits);
+            bound.insert(v, min(add(entries, budget), own));
+        }
+    }
+    bound
+}

@@ -1,0 +1,162 @@
+//! Stage 3: proves a compiled [`Workflow`] sound. Ordered passes over the graph
+//! (reachability, bounded loops, exhaustive routing), the prompt templates, the tool
+//! specs, and — unless offline — the environment (provider keys).
+
+mod graph;
+mod templates;
+mod tools;
+
+use petgraph::graph::NodeIndex;
+use serde::Serialize;
+
+use crate::compile::{RoleKind, Workflow};
+use crate::diagnostics::{Diagnostic, Diagnostics};
+
+#[derive(Debug, Clone, Default)]
+pub struct CheckOptions {
+    /// Skip the environment tier (API keys present, Docker reachable).
+    pub offline: bool,
+}
+
+/// What `check` found out about a sound workflow.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub roles: usize,
+    pub llm_roles: usize,
+    pub tool_roles: usize,
+    pub builtin_roles: usize,
+    pub routes: usize,
+    pub exits: usize,
+    /// Worst-case LLM calls in one run (with retries), `None` when a map fan-out has no bound.
+    pub worst_case_llm_calls: Option<u64>,
+    /// Worst-case visits per role.
+    pub max_visits: Vec<(String, Option<u64>)>,
+}
+
+impl Summary {
+    pub fn line(&self) -> String {
+        let calls = match self.worst_case_llm_calls {
+            Some(n) => n.to_string(),
+            None => "unbounded".to_string(),
+        };
+        format!(
+            "{} roles ({} llm, {} tool, {} builtin), {} routes, {} exits; at most {calls} LLM calls per run",
+            self.roles,
+            self.llm_roles,
+            self.tool_roles,
+            self.builtin_roles,
+            self.routes,
+            self.exits
+        )
+    }
+}
+
+/// Runs every pass. Graph passes run only when names resolved, so one mistake does
+/// not cascade into unrelated reports.
+pub fn check(
+    workflow: &Workflow,
+    compile_has_errors: bool,
+    options: &CheckOptions,
+) -> (Diagnostics, Summary) {
+    let mut diags = Diagnostics::default();
+    templates::check(workflow, &mut diags);
+    tools::check(workflow, &mut diags);
+    if !compile_has_errors {
+        graph::check(workflow, &mut diags);
+    }
+    if !options.offline {
+        environment(workflow, &mut diags);
+    }
+    let summary = summary(workflow);
+    (diags, summary)
+}
+
+fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
+    let used = used_providers(workflow);
+    for id in used {
+        let p = &workflow.providers[id];
+        if let Some(var) = &p.api_key_env
+            && std::env::var_os(var).is_none_or(|v| v.is_empty())
+        {
+            diags.push(
+                Diagnostic::error("rondo::env::missing_key", format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
+                    .label(p.span, "declared here")
+                    .help(format!("export {var}=... before running, or run with `--provider scripted`; `rondo check --offline` skips this check")),
+            );
+        }
+    }
+}
+
+/// Providers a run may call: those of llm roles and their fallback chains.
+pub fn used_providers(workflow: &Workflow) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::new();
+    let mut stack: Vec<usize> = workflow
+        .roles()
+        .filter_map(|(_, r)| match &r.kind {
+            RoleKind::Llm(l) => Some(if l.provider == usize::MAX {
+                workflow.default_provider
+            } else {
+                l.provider
+            }),
+            _ => None,
+        })
+        .collect();
+    while let Some(id) = stack.pop() {
+        if id >= workflow.providers.len() || out.contains(&id) {
+            continue;
+        }
+        out.push(id);
+        stack.extend(workflow.providers[id].fallback.iter().copied());
+    }
+    out.sort();
+    out
+}
+
+fn summary(workflow: &Workflow) -> Summary {
+    let mut s = Summary {
+        roles: 0,
+        llm_roles: 0,
+        tool_roles: 0,
+        builtin_roles: 0,
+        routes: workflow.routes.len(),
+        exits: workflow
+            .graph
+            .node_indices()
+            .filter(|&i| {
+                workflow.is_exit(i)
+                    && workflow
+                        .graph
+                        .neighbors_directed(i, petgraph::Direction::Incoming)
+                        .next()
+                        .is_some()
+            })
+            .count(),
+        worst_case_llm_calls: Some(0),
+        max_visits: Vec::new(),
+    };
+    let bounds = graph::visit_bounds(workflow);
+    for (index, role) in workflow.roles() {
+        s.roles += 1;
+        let bound = bounds.get(&index).copied().flatten();
+        s.max_visits
+            .push((workflow.node(index).name.clone(), bound));
+        match &role.kind {
+            RoleKind::Llm(l) => {
+                s.llm_roles += 1;
+                s.worst_case_llm_calls = match (s.worst_case_llm_calls, bound) {
+                    (Some(total), Some(b)) => {
+                        Some(total.saturating_add(b.saturating_mul(1 + l.retries)))
+                    }
+                    _ => None,
+                };
+            }
+            RoleKind::Tool(_) => s.tool_roles += 1,
+            RoleKind::Builtin => s.builtin_roles += 1,
+        }
+    }
+    s
+}
+
+pub(crate) fn node_name(workflow: &Workflow, index: NodeIndex) -> &str {
+    &workflow.node(index).name
+}

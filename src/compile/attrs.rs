@@ -1,0 +1,227 @@
+//! Reading `key = value` attributes with diagnostics for unknown keys and wrong kinds.
+
+use std::collections::BTreeSet;
+
+use crate::diagnostics::{Diagnostic, Diagnostics, did_you_mean};
+use crate::source::Span;
+use crate::syntax::{Attr, Ident, Value, ValueKind};
+
+/// A view of a block's attributes. Keys read are remembered; `finish` reports the rest.
+pub struct Attrs<'a> {
+    attrs: &'a [Attr],
+    known: &'static [&'static str],
+    block: String,
+    used: BTreeSet<usize>,
+}
+
+impl<'a> Attrs<'a> {
+    pub fn new(
+        attrs: &'a [Attr],
+        known: &'static [&'static str],
+        block: impl Into<String>,
+    ) -> Self {
+        Attrs {
+            attrs,
+            known,
+            block: block.into(),
+            used: BTreeSet::new(),
+        }
+    }
+
+    pub fn get(&mut self, key: &str) -> Option<&'a Attr> {
+        let (i, attr) = self
+            .attrs
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.key.name == key)?;
+        self.used.insert(i);
+        Some(attr)
+    }
+
+    pub fn string(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(String, Span)> {
+        let attr = self.get(key)?;
+        match &attr.value.kind {
+            ValueKind::String(s) => Some((s.clone(), attr.value.span)),
+            ValueKind::Ident(s) => Some((s.clone(), attr.value.span)),
+            _ => {
+                diags.push(wrong_kind(attr, "a string"));
+                None
+            }
+        }
+    }
+
+    pub fn number(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(f64, Span)> {
+        let attr = self.get(key)?;
+        match &attr.value.kind {
+            ValueKind::Number(n) if n.is_finite() => Some((*n, attr.value.span)),
+            _ => {
+                diags.push(wrong_kind(attr, "a number"));
+                None
+            }
+        }
+    }
+
+    pub fn count(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(u64, Span)> {
+        let attr = self.get(key)?;
+        match &attr.value.kind {
+            ValueKind::Number(n) if *n >= 0.0 && n.fract() == 0.0 => {
+                Some((*n as u64, attr.value.span))
+            }
+            _ => {
+                diags.push(wrong_kind(attr, "a whole number"));
+                None
+            }
+        }
+    }
+
+    pub fn duration_ms(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(u64, Span)> {
+        let attr = self.get(key)?;
+        match &attr.value.kind {
+            ValueKind::Duration(ms) => Some((*ms, attr.value.span)),
+            ValueKind::Number(n) if *n >= 0.0 => Some(((*n * 1000.0) as u64, attr.value.span)),
+            _ => {
+                diags.push(wrong_kind(
+                    attr,
+                    "a duration such as `30s`, `500ms` or `5m`",
+                ));
+                None
+            }
+        }
+    }
+
+    pub fn ident(&mut self, key: &str, diags: &mut Diagnostics) -> Option<Ident> {
+        let attr = self.get(key)?;
+        match &attr.value.kind {
+            ValueKind::Ident(s) | ValueKind::String(s) => Some(Ident {
+                name: s.clone(),
+                span: attr.value.span,
+            }),
+            _ => {
+                diags.push(wrong_kind(attr, "a name"));
+                None
+            }
+        }
+    }
+
+    pub fn ident_list(&mut self, key: &str, diags: &mut Diagnostics) -> Vec<Ident> {
+        let Some(attr) = self.get(key) else {
+            return Vec::new();
+        };
+        let items: Vec<&Value> = match &attr.value.kind {
+            ValueKind::List(items) => items.iter().collect(),
+            ValueKind::Ident(_) => vec![&attr.value],
+            _ => {
+                diags.push(wrong_kind(attr, "a list of names such as `[a, b]`"));
+                return Vec::new();
+            }
+        };
+        items
+            .into_iter()
+            .filter_map(|v| match &v.kind {
+                ValueKind::Ident(s) | ValueKind::String(s) => Some(Ident {
+                    name: s.clone(),
+                    span: v.span,
+                }),
+                _ => {
+                    diags.push(
+                        Diagnostic::error(
+                            "rondo::attr::wrong_kind",
+                            format!("`{key}` lists names"),
+                        )
+                        .label(v.span, "not a name")
+                        .help("write the names without quotes: `[a, b]`"),
+                    );
+                    None
+                }
+            })
+            .collect()
+    }
+
+    pub fn string_list(
+        &mut self,
+        key: &str,
+        diags: &mut Diagnostics,
+    ) -> Option<Vec<(String, Span)>> {
+        let attr = self.get(key)?;
+        let ValueKind::List(items) = &attr.value.kind else {
+            diags.push(wrong_kind(attr, "a list of strings"));
+            return None;
+        };
+        let mut out = Vec::new();
+        for v in items {
+            match &v.kind {
+                ValueKind::String(s) => out.push((s.clone(), v.span)),
+                _ => diags.push(
+                    Diagnostic::error("rondo::attr::wrong_kind", format!("`{key}` lists strings"))
+                        .label(v.span, "not a string")
+                        .help("quote each item: `[\"a\", \"b\"]`"),
+                ),
+            }
+        }
+        Some(out)
+    }
+
+    pub fn block(&mut self, key: &str, diags: &mut Diagnostics) -> Option<&'a [Attr]> {
+        let attr = self.get(key)?;
+        match &attr.value.kind {
+            ValueKind::Block(attrs) => Some(attrs),
+            _ => {
+                diags.push(wrong_kind(attr, &format!("a block `{key} {{ ... }}`")));
+                None
+            }
+        }
+    }
+
+    pub fn value(&mut self, key: &str) -> Option<&'a Value> {
+        self.get(key).map(|a| &a.value)
+    }
+
+    /// Reports attributes nobody asked for, and duplicates.
+    pub fn finish(self, diags: &mut Diagnostics) {
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        for (i, attr) in self.attrs.iter().enumerate() {
+            if !seen.insert(&attr.key.name) && self.known.contains(&attr.key.name.as_str()) {
+                diags.push(
+                    Diagnostic::error(
+                        "rondo::attr::duplicate",
+                        format!("`{}` is set twice in {}", attr.key.name, self.block),
+                    )
+                    .label(attr.key.span, "set again here")
+                    .help("remove one of the two lines"),
+                );
+                continue;
+            }
+            if self.used.contains(&i) || self.known.contains(&attr.key.name.as_str()) {
+                continue;
+            }
+            let help =
+                did_you_mean(&attr.key.name, self.known.iter().copied()).unwrap_or_else(|| {
+                    if self.known.is_empty() {
+                        format!("{} takes no attributes", self.block)
+                    } else {
+                        format!("{} takes: {}", self.block, self.known.join(", "))
+                    }
+                });
+            diags.push(
+                Diagnostic::error(
+                    "rondo::attr::unknown",
+                    format!("unknown attribute `{}` in {}", attr.key.name, self.block),
+                )
+                .label(attr.key.span, "unknown attribute")
+                .help(help),
+            );
+        }
+    }
+}
+
+fn wrong_kind(attr: &Attr, expected: &str) -> Diagnostic {
+    Diagnostic::error(
+        "rondo::attr::wrong_kind",
+        format!("`{}` must be {expected}", attr.key.name),
+    )
+    .label(attr.value.span, format!("expected {expected}"))
+    .help(format!(
+        "write e.g. `{} = ...` with {expected}",
+        attr.key.name
+    ))
+}

@@ -1,0 +1,692 @@
+//! Expressions: resolve roots to indices and infer types, reporting what cannot work.
+
+use petgraph::graph::NodeIndex;
+use serde_json::Value;
+
+use super::types::Type;
+use super::workflow::{Expr, ExprKind, Func, MemoryId, MemoryKind, Root};
+use super::{Compiler, number_value};
+use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::syntax::{self, BinOp, UnOp};
+
+/// Where an expression is evaluated: which role (for `output` and `visit`).
+#[derive(Debug, Clone)]
+pub struct Scope {
+    pub role: Option<NodeIndex>,
+    pub output: Option<Type>,
+}
+
+impl Scope {
+    pub fn global() -> Self {
+        Scope {
+            role: None,
+            output: None,
+        }
+    }
+
+    pub fn role(node: NodeIndex, output: Type, _reads: &[MemoryId]) -> Self {
+        Scope {
+            role: Some(node),
+            output: Some(output),
+        }
+    }
+
+    pub fn with_all_memory(self) -> Self {
+        self
+    }
+}
+
+const FUNCTIONS: &[(&str, Func, usize)] = &[
+    ("len", Func::Len, 1),
+    ("contains", Func::Contains, 2),
+    ("matches", Func::Matches, 2),
+    ("visits", Func::Visits, 1),
+    ("used", Func::Used, 1),
+    ("exists", Func::Exists, 1),
+    ("first", Func::First, 1),
+    ("last", Func::Last, 1),
+    ("at", Func::At, 2),
+    ("json", Func::Json, 1),
+    ("lower", Func::Lower, 1),
+    ("now", Func::Now, 0),
+];
+
+impl Compiler<'_> {
+    pub(super) fn expr(&mut self, e: &syntax::Expr, scope: &Scope) -> (Expr, Type) {
+        let text = self
+            .file
+            .text
+            .get(e.span.start..e.span.end)
+            .unwrap_or("")
+            .to_string();
+        let (kind, ty) = self.expr_kind(e, scope);
+        (
+            Expr {
+                kind,
+                span: e.span,
+                text,
+            },
+            ty,
+        )
+    }
+
+    fn expr_kind(&mut self, e: &syntax::Expr, scope: &Scope) -> (ExprKind, Type) {
+        use syntax::ExprKind as K;
+        match &e.kind {
+            K::String(s) => (
+                ExprKind::Literal {
+                    value: Value::String(s.clone()),
+                },
+                Type::Literal { value: s.clone() },
+            ),
+            K::Number(n) => {
+                let ty = if n.fract() == 0.0 {
+                    Type::Int
+                } else {
+                    Type::Float
+                };
+                (
+                    ExprKind::Literal {
+                        value: number_value(*n),
+                    },
+                    ty,
+                )
+            }
+            K::Bool(b) => (
+                ExprKind::Literal {
+                    value: Value::Bool(*b),
+                },
+                Type::Bool,
+            ),
+            K::Null => (ExprKind::Literal { value: Value::Null }, Type::Null),
+            K::List(items) => {
+                let typed: Vec<(Expr, Type)> = items.iter().map(|i| self.expr(i, scope)).collect();
+                let item_ty = match typed.first() {
+                    Some((_, t)) if typed.iter().all(|(_, u)| u == t) => widen(t.clone()),
+                    _ => Type::Any,
+                };
+                (
+                    ExprKind::List {
+                        items: typed.into_iter().map(|t| t.0).collect(),
+                    },
+                    Type::list(item_ty),
+                )
+            }
+            K::Map(entries) => {
+                let mut fields = Vec::new();
+                let mut out = Vec::new();
+                for (k, v) in entries {
+                    let (expr, ty) = self.expr(v, scope);
+                    fields.push((k.name.clone(), widen(ty)));
+                    out.push((k.name.clone(), expr));
+                }
+                let ty = Type::Object {
+                    fields: fields
+                        .into_iter()
+                        .map(|(name, ty)| super::types::Field { name, ty })
+                        .collect(),
+                };
+                (ExprKind::Map { entries: out }, ty)
+            }
+            K::Path(parts) => self.path(parts, scope),
+            K::Call(name, args) => self.call(name, args, scope, e),
+            K::Unary(op, operand) => {
+                let (inner, ty) = self.expr(operand, scope);
+                match op {
+                    UnOp::Not => {
+                        if !ty.is_bool() {
+                            self.diags.push(
+                                Diagnostic::error(
+                                    "rondo::expr::type_mismatch",
+                                    "`not` needs true or false",
+                                )
+                                .label(operand.span, format!("this is {}", ty.display()))
+                                .help("compare first, e.g. `not (x == \"done\")`"),
+                            );
+                        }
+                        (
+                            ExprKind::Not {
+                                operand: Box::new(inner),
+                            },
+                            Type::Bool,
+                        )
+                    }
+                    UnOp::Neg => {
+                        if !ty.is_numeric() {
+                            self.diags.push(
+                                Diagnostic::error(
+                                    "rondo::expr::type_mismatch",
+                                    "`-` needs a number",
+                                )
+                                .label(operand.span, format!("this is {}", ty.display()))
+                                .help("negate a number"),
+                            );
+                        }
+                        (
+                            ExprKind::Neg {
+                                operand: Box::new(inner),
+                            },
+                            ty,
+                        )
+                    }
+                }
+            }
+            K::Binary(op, lhs, rhs) => self.binary(*op, lhs, rhs, scope),
+        }
+    }
+
+    fn binary(
+        &mut self,
+        op: BinOp,
+        lhs: &syntax::Expr,
+        rhs: &syntax::Expr,
+        scope: &Scope,
+    ) -> (ExprKind, Type) {
+        let (l, lt) = self.expr(lhs, scope);
+        let (r, rt) = self.expr(rhs, scope);
+        let ty = match op {
+            BinOp::And | BinOp::Or => {
+                for (side, t) in [(lhs, &lt), (rhs, &rt)] {
+                    if !t.is_bool() {
+                        self.diags.push(
+                            Diagnostic::error(
+                                "rondo::expr::type_mismatch",
+                                format!("`{}` joins conditions (true or false)", op.symbol()),
+                            )
+                            .label(side.span, format!("this is {}", t.display()))
+                            .help("compare it first, e.g. `len(x) > 0` or `x == \"done\"`"),
+                        );
+                    }
+                }
+                Type::Bool
+            }
+            BinOp::Eq | BinOp::Ne => {
+                if !lt.comparable(&rt) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::expr::incomparable",
+                            format!(
+                                "comparing {} with {} is never true",
+                                lt.display(),
+                                rt.display()
+                            ),
+                        )
+                        .label(lhs.span, lt.display())
+                        .label(rhs.span, rt.display())
+                        .help("compare values of the same type"),
+                    );
+                } else {
+                    self.check_literal_in_union(lhs, &lt, rhs, &rt);
+                    self.check_literal_in_union(rhs, &rt, lhs, &lt);
+                }
+                Type::Bool
+            }
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                let ok =
+                    (lt.is_numeric() && rt.is_numeric()) || (lt.is_stringy() && rt.is_stringy());
+                if !ok {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::expr::type_mismatch",
+                            format!("`{}` orders numbers or strings", op.symbol()),
+                        )
+                        .label(lhs.span, lt.display())
+                        .label(rhs.span, rt.display())
+                        .help("use `len(...)` to compare the size of a list"),
+                    );
+                }
+                Type::Bool
+            }
+            BinOp::Add | BinOp::Sub => {
+                if lt.is_numeric() && rt.is_numeric() {
+                    if matches!(lt.strip_optional(), Type::Int)
+                        && matches!(rt.strip_optional(), Type::Int)
+                    {
+                        Type::Int
+                    } else {
+                        Type::Float
+                    }
+                } else if op == BinOp::Add && lt.is_stringy() && rt.is_stringy() {
+                    Type::String
+                } else if op == BinOp::Add
+                    && matches!(lt.strip_optional(), Type::List { .. })
+                    && matches!(rt.strip_optional(), Type::List { .. })
+                {
+                    lt.clone()
+                } else {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::expr::type_mismatch",
+                            format!(
+                                "`{}` does not apply to {} and {}",
+                                op.symbol(),
+                                lt.display(),
+                                rt.display()
+                            ),
+                        )
+                        .label(lhs.span, lt.display())
+                        .label(rhs.span, rt.display())
+                        .help("`+` adds numbers, joins strings or lists; `-` subtracts numbers"),
+                    );
+                    Type::Any
+                }
+            }
+        };
+        (
+            ExprKind::Binary {
+                op,
+                lhs: Box::new(l),
+                rhs: Box::new(r),
+            },
+            ty,
+        )
+    }
+
+    /// `verifier.next_action == "done"` where the field is `"add_step" | "fix_step" | "stop"`.
+    fn check_literal_in_union(
+        &mut self,
+        field: &syntax::Expr,
+        field_ty: &Type,
+        lit: &syntax::Expr,
+        lit_ty: &Type,
+    ) {
+        let (Some(allowed), Type::Literal { value }) = (field_ty.literals(), lit_ty) else {
+            return;
+        };
+        if matches!(field_ty.strip_optional(), Type::Literal { .. })
+            && matches!(field.kind, syntax::ExprKind::String(_))
+        {
+            return;
+        }
+        if !allowed.contains(value) {
+            let help =
+                did_you_mean(value, allowed.iter().map(String::as_str)).unwrap_or_else(|| {
+                    format!(
+                        "it is one of {}",
+                        allowed
+                            .iter()
+                            .map(|a| format!("{a:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                });
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::expr::literal_outside_union",
+                    format!("{value:?} is not a value this field can hold"),
+                )
+                .label(lit.span, "never equal")
+                .label(field.span, field_ty.display())
+                .help(help),
+            );
+        }
+    }
+
+    fn path(&mut self, parts: &[syntax::Ident], scope: &Scope) -> (ExprKind, Type) {
+        let Some(root) = parts.first() else {
+            return (ExprKind::Literal { value: Value::Null }, Type::Any);
+        };
+        let mut rest = &parts[1..];
+        let (root_kind, mut ty, mut described) = match root.name.as_str() {
+            "input" => {
+                let Some(name) = rest.first() else {
+                    return self.bare_namespace(root, "input", "input.question");
+                };
+                rest = &rest[1..];
+                match self.input_names.get(&name.name) {
+                    Some(&id) => (
+                        Root::Input { id },
+                        self.workflow.inputs[id].ty.clone(),
+                        format!("input `{}`", name.name),
+                    ),
+                    None => {
+                        let candidates: Vec<&str> =
+                            self.input_names.keys().map(String::as_str).collect();
+                        let help = did_you_mean(&name.name, candidates).unwrap_or_else(|| {
+                            "declare it in the header: `input NAME: type`".into()
+                        });
+                        self.diags.push(
+                            Diagnostic::error(
+                                "rondo::expr::unknown_input",
+                                format!("unknown input `{}`", name.name),
+                            )
+                            .label(name.span, "not an input")
+                            .help(help),
+                        );
+                        return (ExprKind::Literal { value: Value::Null }, Type::Any);
+                    }
+                }
+            }
+            "memory" => {
+                let Some(name) = rest.first() else {
+                    return self.bare_namespace(root, "memory", "memory.plan");
+                };
+                rest = &rest[1..];
+                let Some(id) = self.lookup_memory(name) else {
+                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
+                };
+                let ty = match &self.workflow.memory[id].kind {
+                    MemoryKind::Value { ty, .. } => ty.clone(),
+                    _ => Type::Any,
+                };
+                (Root::Memory { id }, ty, format!("memory `{}`", name.name))
+            }
+            "output" => match &scope.output {
+                Some(t) => (Root::Output, t.clone(), "the output".to_string()),
+                None => {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::expr::output_outside_role",
+                            "`output` exists only inside a role",
+                        )
+                        .label(root.span, "no current role here")
+                        .help("name the role instead: `planner.field`"),
+                    );
+                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
+                }
+            },
+            "item" => (Root::Item, Type::Any, "the map item".into()),
+            "round" => (Root::Round, Type::Int, "round".into()),
+            "step" => (Root::Step, Type::Int, "step".into()),
+            "visit" => (Root::Visit, Type::Int, "visit".into()),
+            "run_id" => (Root::RunId, Type::String, "run_id".into()),
+            name => match self.node_names.get(name).copied() {
+                Some(node) if self.workflow.role(node).is_some() => {
+                    let ty = self
+                        .workflow
+                        .role(node)
+                        .map_or(Type::Any, |r| r.output_type.clone());
+                    (Root::Role { node }, ty, format!("the output of `{name}`"))
+                }
+                _ => {
+                    let mut candidates: Vec<&str> = vec![
+                        "input", "memory", "output", "item", "round", "step", "visit", "run_id",
+                    ];
+                    let roles: Vec<String> = self
+                        .node_names
+                        .iter()
+                        .filter(|(_, n)| self.workflow.role(**n).is_some())
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    candidates.extend(roles.iter().map(String::as_str));
+                    let mut help = did_you_mean(name, candidates.iter().copied());
+                    if help.is_none() && self.memory_names.contains_key(name) {
+                        help = Some(format!("memory is read as `memory.{name}`"));
+                    }
+                    if help.is_none() && self.input_names.contains_key(name) {
+                        help = Some(format!("inputs are read as `input.{name}`"));
+                    }
+                    self.diags.push(
+                        Diagnostic::error("rondo::expr::unknown_name", format!("unknown name `{name}`"))
+                            .label(root.span, "not a role, input, memory or built-in value")
+                            .help(help.unwrap_or_else(|| "expressions start with a role name, `input.`, `memory.`, `output`, `item`, `round`, `step` or `visit`".into())),
+                    );
+                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
+                }
+            },
+        };
+        let mut fields = Vec::new();
+        for field in rest {
+            match ty.field(&field.name) {
+                Some(t) => {
+                    ty = t;
+                    described = format!("`{}`", field.name);
+                }
+                None => {
+                    let names = ty.field_names();
+                    let help = did_you_mean(&field.name, names.iter().map(String::as_str))
+                        .unwrap_or_else(|| {
+                            if names.is_empty() {
+                                format!("{described} is {}, which has no fields", ty.display())
+                            } else {
+                                format!("its fields are: {}", names.join(", "))
+                            }
+                        });
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::expr::unknown_field",
+                            format!("{described} has no field `{}`", field.name),
+                        )
+                        .label(field.span, "unknown field")
+                        .help(help),
+                    );
+                    ty = Type::Any;
+                }
+            }
+            fields.push(field.name.clone());
+        }
+        (
+            ExprKind::Path {
+                root: root_kind,
+                fields,
+            },
+            ty,
+        )
+    }
+
+    fn bare_namespace(
+        &mut self,
+        root: &syntax::Ident,
+        what: &str,
+        example: &str,
+    ) -> (ExprKind, Type) {
+        self.diags.push(
+            Diagnostic::error(
+                "rondo::expr::bare_namespace",
+                format!("`{what}` needs a name after it"),
+            )
+            .label(root.span, "which one?")
+            .help(format!("write e.g. `{example}`")),
+        );
+        (ExprKind::Literal { value: Value::Null }, Type::Any)
+    }
+
+    fn call(
+        &mut self,
+        name: &syntax::Ident,
+        args: &[syntax::Expr],
+        scope: &Scope,
+        whole: &syntax::Expr,
+    ) -> (ExprKind, Type) {
+        let Some(&(_, func, arity)) = FUNCTIONS.iter().find(|(n, _, _)| *n == name.name) else {
+            let help =
+                did_you_mean(&name.name, FUNCTIONS.iter().map(|f| f.0)).unwrap_or_else(|| {
+                    format!(
+                        "functions: {}",
+                        FUNCTIONS.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
+                    )
+                });
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::expr::unknown_function",
+                    format!("unknown function `{}`", name.name),
+                )
+                .label(name.span, "not a function")
+                .help(help),
+            );
+            return (ExprKind::Literal { value: Value::Null }, Type::Any);
+        };
+        if args.len() != arity {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::expr::arity",
+                    format!(
+                        "`{}` takes {arity} argument{}",
+                        name.name,
+                        if arity == 1 { "" } else { "s" }
+                    ),
+                )
+                .label(whole.span, format!("{} given", args.len()))
+                .help(format!("e.g. {}", example_call(func))),
+            );
+            return (ExprKind::Literal { value: Value::Null }, Type::Any);
+        }
+        // visits(role) and used(tool) take a name, not a value.
+        if matches!(func, Func::Visits | Func::Used) {
+            let arg = &args[0];
+            let syntax::ExprKind::Path(parts) = &arg.kind else {
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::expr::bad_argument",
+                        format!("`{}` takes a name", name.name),
+                    )
+                    .label(arg.span, "not a name")
+                    .help(example_call(func)),
+                );
+                return (ExprKind::Literal { value: Value::Null }, Type::Int);
+            };
+            let id = &parts[0];
+            let value = if func == Func::Visits {
+                match self.node_names.get(&id.name).copied() {
+                    Some(n) if self.workflow.role(n).is_some() => Value::from(n.index()),
+                    _ => {
+                        let help = self.suggest_role(&id.name);
+                        self.diags.push(
+                            Diagnostic::error(
+                                "rondo::expr::unknown_role",
+                                format!("`visits` names `{}`, which is not a role", id.name),
+                            )
+                            .label(id.span, "not a role")
+                            .help(help),
+                        );
+                        Value::Null
+                    }
+                }
+            } else {
+                match self.lookup_tool(id) {
+                    Some(t) => Value::from(t),
+                    None => Value::Null,
+                }
+            };
+            let lit = Expr {
+                kind: ExprKind::Literal { value },
+                span: arg.span,
+                text: id.name.clone(),
+            };
+            let ty = if func == Func::Visits {
+                Type::Int
+            } else {
+                Type::Bool
+            };
+            return (
+                ExprKind::Call {
+                    func,
+                    args: vec![lit],
+                },
+                ty,
+            );
+        }
+        let typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
+        let bad = |this: &mut Self, i: usize, want: &str| {
+            this.diags.push(
+                Diagnostic::error(
+                    "rondo::expr::bad_argument",
+                    format!("`{}` expects {want}", name.name),
+                )
+                .label(args[i].span, format!("this is {}", typed[i].1.display()))
+                .help(example_call(func)),
+            );
+        };
+        let ty = match func {
+            Func::Len => {
+                if !matches!(
+                    typed[0].1.strip_optional(),
+                    Type::List { .. } | Type::Map { .. } | Type::Object { .. } | Type::Any
+                ) && !typed[0].1.is_stringy()
+                {
+                    bad(self, 0, "a list, map or string");
+                }
+                Type::Int
+            }
+            Func::Contains => {
+                if !matches!(
+                    typed[0].1.strip_optional(),
+                    Type::List { .. } | Type::Map { .. } | Type::Object { .. } | Type::Any
+                ) && !typed[0].1.is_stringy()
+                {
+                    bad(self, 0, "a list, map or string to look in");
+                }
+                Type::Bool
+            }
+            Func::Matches => {
+                if !typed[0].1.is_stringy() {
+                    bad(self, 0, "a string");
+                }
+                match &args[1].kind {
+                    syntax::ExprKind::String(re) => {
+                        if let Err(e) = regex::Regex::new(re) {
+                            self.diags.push(
+                                Diagnostic::error("rondo::expr::bad_regex", "this regular expression does not compile")
+                                    .label(args[1].span, first_line(&e.to_string()))
+                                    .help("the syntax is Rust's `regex` crate (no look-around or back-references)"),
+                            );
+                        }
+                    }
+                    _ => bad(self, 1, "a regular expression written as a string literal"),
+                }
+                Type::Bool
+            }
+            Func::Exists | Func::Lower => {
+                if !typed[0].1.is_stringy() {
+                    bad(self, 0, "a string");
+                }
+                if func == Func::Exists {
+                    Type::Bool
+                } else {
+                    Type::String
+                }
+            }
+            Func::First | Func::Last | Func::At => {
+                let item = match typed[0].1.strip_optional() {
+                    Type::List { item } => Type::optional((**item).clone()),
+                    Type::Any => Type::Any,
+                    _ => {
+                        bad(self, 0, "a list");
+                        Type::Any
+                    }
+                };
+                if func == Func::At && !typed[1].1.is_numeric() {
+                    bad(self, 1, "an index (a number)");
+                }
+                item
+            }
+            Func::Json | Func::Now => Type::String,
+            Func::Visits | Func::Used => Type::Int,
+        };
+        (
+            ExprKind::Call {
+                func,
+                args: typed.into_iter().map(|t| t.0).collect(),
+            },
+            ty,
+        )
+    }
+}
+
+fn widen(t: Type) -> Type {
+    match t {
+        Type::Literal { .. } => Type::String,
+        other => other,
+    }
+}
+
+fn example_call(func: Func) -> &'static str {
+    match func {
+        Func::Len => "`len(memory.plan) > 0`",
+        Func::Contains => "`contains(memory.tags, \"x\")`",
+        Func::Matches => "`matches(input.question, \"[0-9]+\")`",
+        Func::Visits => "`visits(coder) < 5`",
+        Func::Used => "`used(calculator)`",
+        Func::Exists => "`exists(\"summary.md\")`",
+        Func::First => "`first(memory.plan)`",
+        Func::Last => "`last(memory.plan)`",
+        Func::At => "`at(memory.plan, 0)`",
+        Func::Json => "`json(memory.plan)`",
+        Func::Lower => "`lower(input.question)`",
+        Func::Now => "`now()`",
+    }
+}
+
+pub(crate) fn first_line(s: &str) -> String {
+    s.lines().last().unwrap_or(s).trim().to_string()
+}

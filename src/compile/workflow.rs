@@ -1,0 +1,519 @@
+//! The compiled workflow: a petgraph graph whose every reference is an index. The
+//! interpreter works from this alone and never sees the syntax tree.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use petgraph::graph::{DiGraph, NodeIndex};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::types::Type;
+use crate::source::Span;
+
+pub type MemoryId = usize;
+pub type ToolId = usize;
+pub type ProviderId = usize;
+pub type EnvId = usize;
+pub type RouteId = usize;
+pub type InputId = usize;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Workflow {
+    pub name: String,
+    pub description: String,
+    pub path: PathBuf,
+    /// SHA-256 of the source text.
+    pub source_hash: String,
+    /// Folder that relative paths of the file are resolved against.
+    pub dir: PathBuf,
+    pub prompts_dir: PathBuf,
+    pub inputs: Vec<Input>,
+    pub memory: Vec<MemorySlot>,
+    pub providers: Vec<ProviderSpec>,
+    pub default_provider: ProviderId,
+    pub tools: Vec<ToolSpec>,
+    pub environments: Vec<EnvSpec>,
+    pub graph: DiGraph<Node, Edge>,
+    pub start: NodeIndex,
+    pub routes: Vec<Route>,
+    /// Routes leaving each node, in the order they are tried (indexed by node index).
+    pub outgoing: Vec<Vec<RouteId>>,
+    /// Exits with a `when` condition, checked after every step.
+    pub exit_guards: Vec<(NodeIndex, Expr)>,
+    pub limits: Limits,
+    pub round_role: Option<NodeIndex>,
+    pub tests: Vec<TestCase>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Input {
+    pub name: String,
+    pub ty: Type,
+    pub default: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemorySlot {
+    pub name: String,
+    pub kind: MemoryKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MemoryKind {
+    Value {
+        ty: Type,
+        default: Value,
+    },
+    Whiteboard {
+        sections: Vec<String>,
+    },
+    CodeContext {
+        alpha: f64,
+        beta: f64,
+        gamma: f64,
+        threshold: f64,
+        root: Option<String>,
+    },
+    History,
+}
+
+impl MemoryKind {
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            MemoryKind::Value { .. } => "value",
+            MemoryKind::Whiteboard { .. } => "whiteboard",
+            MemoryKind::CodeContext { .. } => "code_context",
+            MemoryKind::History => "history",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_steps: Option<u64>,
+    pub max_wall_time_ms: Option<u64>,
+    pub max_tokens: Option<u64>,
+    pub max_cost: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProviderSpec {
+    pub name: String,
+    pub kind: String,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    /// The name of the environment variable holding the key, never the key.
+    pub api_key_env: Option<String>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub retry: BTreeMap<String, Value>,
+    pub fallback: Vec<ProviderId>,
+    pub price_input_per_1k: f64,
+    pub price_output_per_1k: f64,
+    pub max_concurrency: Option<u64>,
+    pub requests_per_minute: Option<u64>,
+    pub circuit_breaker: Option<u64>,
+    pub span: Span,
+    /// Where it was declared when imported from YAML.
+    pub origin: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub version: Option<String>,
+    /// Host folder copied to `/tools/<name>`, resolved against the declaring file.
+    pub source: Option<PathBuf>,
+    pub py_standalone: Option<String>,
+    pub installation: Option<String>,
+    pub setup_script: Option<String>,
+    pub executable: String,
+    pub usage: String,
+    pub timeout_ms: Option<u64>,
+    pub input: Option<Type>,
+    pub span: Span,
+    pub origin: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EnvSpec {
+    pub name: String,
+    pub kind: EnvKind,
+    pub image: Option<String>,
+    pub workdir: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub network: Option<String>,
+    pub memory: Option<String>,
+    pub cpus: Option<f64>,
+    pub pids: Option<u64>,
+    pub tools: Vec<ToolId>,
+    pub mounts: Vec<String>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvKind {
+    Local,
+    Docker,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub kind: NodeKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "node", rename_all = "snake_case")]
+pub enum NodeKind {
+    Start,
+    Role(Box<Role>),
+    Exit(ExitSpec),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExitSpec {
+    pub code: i32,
+    pub builtin: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Role {
+    pub kind: RoleKind,
+    pub max_visits: Option<u64>,
+    pub reads: Vec<MemoryId>,
+    pub writes: Vec<MemoryId>,
+    pub updates: Vec<Update>,
+    pub artifacts: Vec<Artifact>,
+    /// What `role.field` and `output` hold after the role ran.
+    pub output_type: Type,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "role_kind", rename_all = "snake_case")]
+pub enum RoleKind {
+    Llm(LlmRole),
+    Tool(ToolRole),
+    Builtin,
+}
+
+impl RoleKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            RoleKind::Llm(_) => "llm",
+            RoleKind::Tool(_) => "tool",
+            RoleKind::Builtin => "builtin",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LlmRole {
+    pub provider: ProviderId,
+    pub system: Option<PathBuf>,
+    pub prompt: PathBuf,
+    pub output: OutputFormat,
+    pub retries: u64,
+    /// Tools whose usage text the prompt shows.
+    pub tools: Vec<ToolId>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "format", rename_all = "snake_case")]
+pub enum OutputFormat {
+    Json { ty: Type },
+    Text,
+    Code { language: Option<String> },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ToolRole {
+    pub env: Option<EnvId>,
+    pub action: ToolAction,
+    pub timeout_ms: Option<u64>,
+    /// Log file name template for the full output.
+    pub log: Option<String>,
+    pub show: Show,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum ToolAction {
+    /// A templated argv run as is.
+    Command { argv: Vec<String> },
+    /// A declared tool with argument expressions.
+    Tool { tool: ToolId, args: Vec<Expr> },
+    /// The tool named by an expression, among `choices`, with an arguments object.
+    Choose {
+        choices: Vec<ToolId>,
+        call: Expr,
+        args: Option<Expr>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "show", rename_all = "snake_case")]
+pub enum Show {
+    All,
+    Status,
+    Tail { lines: u64 },
+    HeadTail { head: u64, tail: u64 },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Artifact {
+    pub name: String,
+    pub value: Expr,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "update", rename_all = "snake_case")]
+pub enum Update {
+    Set {
+        memory: MemoryId,
+        value: Expr,
+        span: Span,
+    },
+    Op {
+        memory: MemoryId,
+        op: MemoryOp,
+        args: Vec<Expr>,
+        span: Span,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryOp {
+    Append,
+    Extend,
+    Truncate,
+    Put,
+    Clear,
+    Apply,
+    Push,
+    Observe,
+    Reflect,
+    Access,
+    Cite,
+}
+
+impl MemoryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryOp::Append => "append",
+            MemoryOp::Extend => "extend",
+            MemoryOp::Truncate => "truncate",
+            MemoryOp::Put => "put",
+            MemoryOp::Clear => "clear",
+            MemoryOp::Apply => "apply",
+            MemoryOp::Push => "push",
+            MemoryOp::Observe => "observe",
+            MemoryOp::Reflect => "reflect",
+            MemoryOp::Access => "access",
+            MemoryOp::Cite => "cite",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Route {
+    pub from: NodeIndex,
+    pub condition: Condition,
+    pub target: RouteTarget,
+    /// How many times the route may be taken in a run.
+    pub max: Option<u64>,
+    pub backtrack: bool,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "when", rename_all = "snake_case")]
+pub enum Condition {
+    Always,
+    When { expr: Expr },
+    Otherwise,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "target", rename_all = "snake_case")]
+pub enum RouteTarget {
+    Node {
+        node: NodeIndex,
+    },
+    Parallel {
+        branches: Vec<NodeIndex>,
+        join: NodeIndex,
+    },
+    Map {
+        worker: NodeIndex,
+        over: Expr,
+        join: NodeIndex,
+    },
+}
+
+impl RouteTarget {
+    /// The nodes a route leads to first.
+    pub fn first_nodes(&self) -> Vec<NodeIndex> {
+        match self {
+            RouteTarget::Node { node } => vec![*node],
+            RouteTarget::Parallel { branches, .. } => branches.clone(),
+            RouteTarget::Map { worker, .. } => vec![*worker],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeKind {
+    Normal,
+    Backtrack,
+    Fork,
+    Join,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Edge {
+    pub route: RouteId,
+    pub kind: EdgeKind,
+}
+
+/// A resolved expression.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+    /// The source text, for event logs (`the condition that held`).
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "expr", rename_all = "snake_case")]
+pub enum ExprKind {
+    Literal {
+        value: Value,
+    },
+    List {
+        items: Vec<Expr>,
+    },
+    Map {
+        entries: Vec<(String, Expr)>,
+    },
+    Path {
+        root: Root,
+        fields: Vec<String>,
+    },
+    Call {
+        func: Func,
+        args: Vec<Expr>,
+    },
+    Not {
+        operand: Box<Expr>,
+    },
+    Neg {
+        operand: Box<Expr>,
+    },
+    Binary {
+        op: crate::syntax::BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "root", rename_all = "snake_case")]
+pub enum Root {
+    Input { id: InputId },
+    Memory { id: MemoryId },
+    Role { node: NodeIndex },
+    Output,
+    Item,
+    Round,
+    Step,
+    Visit,
+    RunId,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Func {
+    Len,
+    Contains,
+    Matches,
+    Visits,
+    Used,
+    Exists,
+    First,
+    Last,
+    At,
+    Json,
+    Lower,
+    Now,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TestCase {
+    pub name: String,
+    pub inputs: Vec<(InputId, Value)>,
+    /// Replies per role node; `None` visit = every visit without its own reply.
+    pub replies: Vec<(NodeIndex, Option<u64>, String)>,
+    pub expectations: Vec<TestExpectation>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "expect", rename_all = "snake_case")]
+pub enum TestExpectation {
+    Exit {
+        node: NodeIndex,
+        span: Span,
+    },
+    Path {
+        nodes: Vec<NodeIndex>,
+        span: Span,
+    },
+    Artifact {
+        name: String,
+        contains: Option<String>,
+        span: Span,
+    },
+    Holds {
+        expr: Expr,
+    },
+}
+
+impl Workflow {
+    pub fn node(&self, index: NodeIndex) -> &Node {
+        &self.graph[index]
+    }
+
+    pub fn role(&self, index: NodeIndex) -> Option<&Role> {
+        match &self.graph[index].kind {
+            NodeKind::Role(role) => Some(role),
+            _ => None,
+        }
+    }
+
+    pub fn roles(&self) -> impl Iterator<Item = (NodeIndex, &Role)> {
+        self.graph
+            .node_indices()
+            .filter_map(|i| self.role(i).map(|r| (i, r)))
+    }
+
+    pub fn is_exit(&self, index: NodeIndex) -> bool {
+        matches!(self.graph[index].kind, NodeKind::Exit(_))
+    }
+
+    pub fn find_node(&self, name: &str) -> Option<NodeIndex> {
+        self.graph
+            .node_indices()
+            .find(|&i| self.graph[i].name == name)
+    }
+}

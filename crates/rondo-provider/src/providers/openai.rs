@@ -307,7 +307,7 @@ impl TryFrom<Response> for ChatResponse {
             .collect();
         let usage = r.usage.unwrap_or_default();
         Ok(ChatResponse {
-            content: msg.content.or(msg.refusal).unwrap_or_default(),
+            content: msg.content.filter(|c| !c.is_empty()).or(msg.refusal).unwrap_or_default(),
             tool_calls,
             usage: Usage {
                 input_tokens: usage.prompt_tokens,
@@ -537,6 +537,13 @@ impl StreamAssembler {
     }
 
     fn finish(self) -> Response {
+        // The first delta often carries `content: ""`; a whole reply that only calls tools
+        // has `content: null`.
+        let content = match self.content {
+            Some(c) if c.is_empty() && !self.tool_calls.is_empty() => None,
+            None if self.tool_calls.is_empty() => Some(String::new()),
+            other => other,
+        };
         Response {
             id: self.id,
             object: "chat.completion".to_string(),
@@ -546,7 +553,7 @@ impl StreamAssembler {
                 index: 0,
                 message: ResponseMessage {
                     role: assistant_role(),
-                    content: self.content,
+                    content,
                     refusal: self.refusal,
                     tool_calls: (!self.tool_calls.is_empty()).then_some(self.tool_calls),
                 },

@@ -1,0 +1,185 @@
+//! The OpenAI client against a fake server that validates every request body with the
+//! published OpenAPI schema.
+
+mod common;
+
+use std::sync::Mutex;
+
+use common::openai::{self as fake, KEY};
+use rondo_provider::http::shared_client;
+use rondo_provider::providers::openai::{OpenAiModel, wire};
+use rondo_provider::*;
+use serde_json::{Value, json};
+
+fn model(server: &common::FakeServer, key: Option<&str>, compatible: bool) -> OpenAiModel {
+    OpenAiModel::new(
+        shared_client().expect("client"),
+        &server.url("/v1"),
+        "gpt-4o-mini",
+        key.map(ApiKey::new),
+        compatible,
+    )
+}
+
+fn weather_tool() -> ToolDef {
+    ToolDef {
+        name: "get_weather".into(),
+        description: "Weather forecast for a city".into(),
+        parameters: json!({"type": "object", "properties": {"city": {"type": "string"},
+            "days": {"type": "integer"}}, "required": ["city"]}),
+    }
+}
+
+fn requests() -> Vec<ChatRequest> {
+    let mut plain = ChatRequest::new(vec![Message::system("Be brief."), Message::user("hello")]);
+    plain.temperature = Some(0.2);
+    plain.max_tokens = Some(100);
+    plain.stop = vec!["END".into()];
+    let mut tools = ChatRequest::new(vec![Message::user("weather in Paris?")]);
+    tools.tools = vec![weather_tool()];
+    let mut followup = tools.clone();
+    followup.messages.push(Message::assistant_tool_calls(
+        "",
+        vec![ToolCall { id: "call_1".into(), name: "get_weather".into(), arguments: json!({"city": "Paris"}) }],
+    ));
+    followup.messages.push(Message::tool_result("call_1", "sunny, 21C"));
+    let mut schema = ChatRequest::new(vec![Message::user("verdict?")]);
+    schema.response_schema = Some((
+        "verdict schema".into(),
+        json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+            "additionalProperties": false}),
+    ));
+    vec![plain, tools, followup, schema]
+}
+
+#[test]
+fn the_validator_rejects_bad_bodies() {
+    assert!(fake::validate_body(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]})).is_ok());
+    assert!(fake::validate_body(&json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]})).is_err());
+    assert!(fake::validate_body(&json!({"model": "m", "messages": []})).is_err());
+    assert!(fake::validate_body(&json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})).is_err(),
+        "a tool message without tool_call_id");
+    assert!(fake::validate_body(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+        "stop": ["a", "b", "c", "d", "e"]})).is_err());
+}
+
+#[test]
+fn spec_response_examples_parse_with_the_wire_types() {
+    let examples = fake::spec()["paths"]["/chat/completions"]["post"]["x-oaiMeta"]["examples"]
+        .as_array()
+        .expect("examples");
+    let (mut whole, mut chunks) = (0, 0);
+    for ex in examples {
+        let text = ex["response"].as_str().unwrap_or_default();
+        if let Ok(v) = serde_json::from_str::<Value>(text) {
+            let w: wire::Response = serde_json::from_value(v).expect("example parses");
+            let r = ChatResponse::try_from(w).expect("example converts");
+            assert!(r.usage.input_tokens > 0, "{}", ex["title"]);
+            assert!(!r.content.is_empty() || !r.tool_calls.is_empty());
+            whole += 1;
+        } else {
+            for line in text.lines().filter(|l| l.trim_start().starts_with('{')) {
+                let _: wire::Chunk = serde_json::from_str(line).expect("chunk example parses");
+                chunks += 1;
+            }
+        }
+    }
+    assert!(whole >= 3 && chunks >= 3, "{whole} responses, {chunks} chunks");
+    // The Functions example: arguments arrive as a JSON string and are parsed.
+    let f = examples.iter().find(|e| e["title"] == "Functions").expect("Functions example");
+    let w: wire::Response = serde_json::from_str(f["response"].as_str().unwrap_or_default()).expect("parse");
+    let r = ChatResponse::try_from(w).expect("convert");
+    assert_eq!(r.tool_calls[0].arguments, json!({"location": "Boston, MA"}));
+    assert_eq!(r.usage, Usage { input_tokens: 82, output_tokens: 17 });
+}
+
+#[tokio::test]
+async fn every_request_shape_is_valid_and_streaming_matches() {
+    let server = fake::server(Some(KEY)).await;
+    let m = model(&server, Some(KEY), false);
+    for req in requests() {
+        let once = m.complete(&req, None).await.expect("complete");
+        let deltas = Mutex::new(String::new());
+        let cb = |d: &str| deltas.lock().unwrap().push_str(d);
+        let streamed = m.complete(&req, Some(&cb)).await.expect("stream");
+        assert_eq!(once, streamed, "streamed and whole replies differ");
+        assert_eq!(*deltas.lock().unwrap(), once.content);
+        assert!(once.usage.input_tokens > 10 && once.usage.output_tokens == 7);
+        assert_eq!(once.model, "gpt-4o-mini");
+    }
+    server.assert_no_violations();
+    let bodies: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
+    assert_eq!(bodies[0]["max_completion_tokens"], 100);
+    assert_eq!(bodies[0]["messages"][0]["role"], "system");
+    assert_eq!(bodies[0]["stop"], json!(["END"]));
+    assert_eq!(bodies[4]["messages"][1]["content"], Value::Null, "tool-call turn has null content");
+    assert_eq!(bodies[4]["messages"][1]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    assert_eq!(bodies[6]["response_format"]["json_schema"]["name"], "verdict_schema");
+}
+
+#[tokio::test]
+async fn tool_calls_and_schema_replies_are_parsed() {
+    let server = fake::server(Some(KEY)).await;
+    let m = model(&server, Some(KEY), false);
+    let reqs = requests();
+    let r = m.complete(&reqs[1], None).await.expect("tools");
+    assert_eq!(r.tool_calls, vec![ToolCall { id: "call_1".into(), name: "get_weather".into(),
+        arguments: json!({"city": "Paris", "days": 3}) }]);
+    assert_eq!(r.content, "");
+    let r = m.complete(&reqs[3], None).await.expect("schema");
+    assert_eq!(serde_json::from_str::<Value>(&r.content).ok(), Some(json!({"answer": "ok"})));
+    server.assert_no_violations();
+}
+
+#[tokio::test]
+async fn compatible_servers_need_no_key_and_get_max_tokens() {
+    let server = fake::server(None).await;
+    let m = model(&server, None, true);
+    let mut req = ChatRequest::new(vec![Message::user("hi")]);
+    req.max_tokens = Some(50);
+    let r = m.complete(&req, None).await.expect("complete");
+    assert_eq!(r.content, "echo: hi");
+    server.assert_no_violations();
+    let body = server.requests()[0].json();
+    assert_eq!(body["max_tokens"], 50);
+    assert!(body.get("max_completion_tokens").is_none());
+}
+
+#[tokio::test]
+async fn misbehaving_server_errors_are_classified() {
+    let server = fake::server(Some(KEY)).await;
+    let m = model(&server, Some(KEY), false);
+    let req = ChatRequest::new(vec![Message::user("hi")]);
+    server.script([
+        Some(common::Reply::rate_limited("3")),
+        Some(common::Reply::status(503, "upstream down")),
+        Some(common::Reply::status(400, r#"{"error":{"message":"bad"}}"#)),
+        Some(common::Reply::malformed_json()),
+        Some(common::Reply::truncated_json()),
+        Some(fake::cut_stream()),
+    ]);
+    let e = m.complete(&req, None).await.expect_err("429");
+    assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(3)));
+    assert_eq!(m.complete(&req, None).await.expect_err("503").kind(), ErrorKind::Server);
+    let e = m.complete(&req, None).await.expect_err("400");
+    assert_eq!(e.kind(), ErrorKind::BadRequest);
+    assert!(e.to_string().contains("bad"));
+    assert_eq!(m.complete(&req, None).await.expect_err("malformed").kind(), ErrorKind::MalformedResponse);
+    let e = m.complete(&req, None).await.expect_err("truncated");
+    assert!(matches!(e.kind(), ErrorKind::Connection | ErrorKind::MalformedResponse), "{e}");
+    let cb = |_: &str| {};
+    let e = m.complete(&req, Some(&cb)).await.expect_err("cut stream");
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    // Works again afterwards.
+    assert_eq!(m.complete(&req, None).await.expect("ok").content, "echo: hi");
+}
+
+#[tokio::test]
+async fn more_than_four_stop_sequences_are_refused_before_sending() {
+    let server = fake::server(Some(KEY)).await;
+    let m = model(&server, Some(KEY), false);
+    let mut req = ChatRequest::new(vec![Message::user("hi")]);
+    req.stop = (0..5).map(|i| i.to_string()).collect();
+    assert_eq!(m.complete(&req, None).await.expect_err("stop").kind(), ErrorKind::Config);
+    assert_eq!(server.request_count(), 0);
+}

@@ -60,9 +60,7 @@ pub(crate) fn tar_of(src: &Path, name: &str) -> Result<Vec<u8>, EnvError> {
         };
         res.map_err(|e| EnvError::io(path, e))
     })?;
-    builder
-        .into_inner()
-        .map_err(|e| EnvError::io(src, e))
+    builder.into_inner().map_err(|e| EnvError::io(src, e))
 }
 
 /// Hash of a file tree: names, kinds, executable bits and contents.
@@ -105,8 +103,13 @@ pub(crate) fn unpack_as(data: &[u8], dest: &Path) -> Result<(), EnvError> {
     let entries = archive.entries().map_err(|e| EnvError::io(dest, e))?;
     for entry in entries {
         let mut entry = entry.map_err(|e| EnvError::io(dest, e))?;
-        let path = entry.path().map_err(|e| EnvError::io(dest, e))?.into_owned();
-        let mut comps = path.components().filter(|c| !matches!(c, Component::CurDir));
+        let path = entry
+            .path()
+            .map_err(|e| EnvError::io(dest, e))?
+            .into_owned();
+        let mut comps = path
+            .components()
+            .filter(|c| !matches!(c, Component::CurDir));
         comps.next(); // the top entry's own name
         let rest: Vec<Component> = comps.collect();
         if rest.iter().any(|c| !matches!(c, Component::Normal(_))) {
@@ -119,7 +122,9 @@ pub(crate) fn unpack_as(data: &[u8], dest: &Path) -> Result<(), EnvError> {
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(|e| EnvError::io(parent, e))?;
         }
-        entry.unpack(&target).map_err(|e| EnvError::io(&target, e))?;
+        entry
+            .unpack(&target)
+            .map_err(|e| EnvError::io(&target, e))?;
     }
     Ok(())
 }

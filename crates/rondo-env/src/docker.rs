@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, ContainerConfig, HostConfig};
+use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     CommitContainerOptions, DownloadFromContainerOptions, ListContainersOptions,
     RemoveContainerOptions, UploadToContainerOptions,
@@ -155,11 +155,12 @@ pub async fn cleanup_stale(docker: &Docker) -> Result<Vec<String>, EnvError> {
         let labels = c.labels.unwrap_or_default();
         let same_host = labels.get(LABEL_HOST).is_some_and(|h| *h == me);
         let owner: Option<i32> = labels.get(LABEL_PID).and_then(|p| p.parse().ok());
-        if same_host && owner.is_some_and(|p| !pid_alive(p)) {
-            if let Some(id) = c.id {
-                remove(docker, &id).await?;
-                removed.push(id);
-            }
+        if same_host
+            && owner.is_some_and(|p| !pid_alive(p))
+            && let Some(id) = c.id
+        {
+            remove(docker, &id).await?;
+            removed.push(id);
         }
     }
     Ok(removed)
@@ -215,19 +216,22 @@ impl DockerEnv {
     /// committed from a builder container; later runs start from that image.
     pub async fn start(config: DockerConfig) -> Result<Self, EnvError> {
         let docker = connect().await?;
-        let base = docker.inspect_image(&config.image).await.map_err(|e| match e {
-            bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            } => EnvError::ImageMissing {
-                image: config.image.clone(),
-                hint: if config.image.starts_with("rondo-test-base") {
-                    "; build it with scripts/build-test-image.sh".into()
-                } else {
-                    String::new()
+        let base = docker
+            .inspect_image(&config.image)
+            .await
+            .map_err(|e| match e {
+                bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                } => EnvError::ImageMissing {
+                    image: config.image.clone(),
+                    hint: if config.image.starts_with("rondo-test-base") {
+                        "; build it with scripts/build-test-image.sh".into()
+                    } else {
+                        String::new()
+                    },
                 },
-            },
-            e => EnvError::docker(format!("inspecting image {}", config.image), e),
-        })?;
+                e => EnvError::docker(format!("inspecting image {}", config.image), e),
+            })?;
         let mut tools = InstalledTools::default();
         let mut image = config.image.clone();
         if !config.tools.is_empty() {
@@ -287,12 +291,17 @@ impl DockerEnv {
 
     /// Send `signal` to every process of the exec marked `marker` (children included).
     async fn kill_marked(&self, marker: &str, signal: &str) {
+        // Stop every marked process first, then signal, then continue: signalling one by
+        // one lets a shell whose child just died run its next command before its own turn.
         let script = format!(
-            "for p in /proc/[0-9]*; do \
+            "pids=; \
+             for p in /proc/[0-9]*; do \
                if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"{EXEC_MARKER}=$1\"; then \
-                 kill -s \"$2\" \"${{p#/proc/}}\" 2>/dev/null; \
+                 pids=\"$pids ${{p#/proc/}}\"; \
                fi; \
-             done; true"
+             done; \
+             [ -n \"$pids\" ] || exit 0; \
+             kill -s STOP $pids 2>/dev/null; kill -s \"$2\" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null; true"
         );
         let argv = vec![
             "/bin/sh".to_string(),
@@ -352,10 +361,10 @@ impl DockerEnv {
                 return;
             };
             rt.block_on(async {
-                if let Ok(docker) = Docker::connect_with_defaults() {
-                    if let Ok(docker) = docker.negotiate_version().await {
-                        let _ = remove(&docker, &id).await;
-                    }
+                if let Ok(docker) = Docker::connect_with_defaults()
+                    && let Ok(docker) = docker.negotiate_version().await
+                {
+                    let _ = remove(&docker, &id).await;
                 }
             });
         });
@@ -607,7 +616,9 @@ impl Environment for DockerEnv {
         self.docker
             .upload_to_container(&self.id, Some(opts), bollard::body_full(data.into()))
             .await
-            .map_err(|e| EnvError::docker(format!("copying {} to {target}", host_path.display()), e))
+            .map_err(|e| {
+                EnvError::docker(format!("copying {} to {target}", host_path.display()), e)
+            })
     }
 
     async fn copy_out(&self, source: &str, host_path: &Path) -> Result<(), EnvError> {
@@ -618,8 +629,7 @@ impl Environment for DockerEnv {
         let mut stream = self.docker.download_from_container(&self.id, Some(opts));
         let mut data = Vec::new();
         while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| EnvError::docker(format!("copying {source} out"), e))?;
+            let chunk = chunk.map_err(|e| EnvError::docker(format!("copying {source} out"), e))?;
             data.extend_from_slice(&chunk);
         }
         let dest = host_path.to_path_buf();

@@ -46,19 +46,25 @@ pub enum EnvError {
     #[error(transparent)]
     Spec(#[from] crate::tool::SpecError),
 
-    #[error(
-        "{location}: installing tool `{tool}` failed at step `{step}` (exit code {exit_code}; log {})\n{tail}",
-        log.display()
-    )]
-    Install {
-        /// `spec-file:line:col: field `x`` (or the inline tool) the failing step comes from.
-        location: String,
-        tool: String,
-        step: String,
-        exit_code: String,
-        log: PathBuf,
-        tail: String,
-    },
+    #[error(transparent)]
+    Install(Box<InstallFailure>),
+}
+
+/// A tool install step that failed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{location}: installing tool `{tool}` failed at step `{step}` (exit code {exit_code}; log {})\n{tail}",
+    log.display()
+)]
+pub struct InstallFailure {
+    /// `spec-file:line:col: field `x`` (or the inline tool) the failing step comes from.
+    pub location: String,
+    pub tool: String,
+    pub step: String,
+    pub exit_code: String,
+    pub log: PathBuf,
+    /// The end of the step's output.
+    pub tail: String,
 }
 
 impl EnvError {

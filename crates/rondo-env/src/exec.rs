@@ -249,7 +249,10 @@ impl Collector {
         duration: Duration,
     ) -> Result<ExecOutput, EnvError> {
         if let Some(cb) = &self.on_line {
-            for (i, kind) in [StreamKind::Stdout, StreamKind::Stderr].into_iter().enumerate() {
+            for (i, kind) in [StreamKind::Stdout, StreamKind::Stderr]
+                .into_iter()
+                .enumerate()
+            {
                 if !self.partial[i].is_empty() {
                     cb(kind, &String::from_utf8_lossy(&self.partial[i]));
                 }
@@ -291,7 +294,10 @@ mod tests {
         let cut = truncate_for_prompt(&text, 3, 2);
         assert_eq!(cut, "abc\n[... 21 characters elided ...]\nyz");
         assert_eq!(truncate_for_prompt("short", 3, 2), "short");
-        assert_eq!(truncate_for_prompt("ééééé", 1, 0), "é\n[... 4 characters elided ...]\n");
+        assert_eq!(
+            truncate_for_prompt("ééééé", 1, 0),
+            "é\n[... 4 characters elided ...]\n"
+        );
     }
 
     #[test]

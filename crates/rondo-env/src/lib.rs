@@ -16,7 +16,7 @@ pub mod tool;
 use std::path::Path;
 
 pub use docker::{DockerConfig, DockerEnv, Mount, cleanup_stale, connect, remove_run};
-pub use error::EnvError;
+pub use error::{EnvError, InstallFailure};
 pub use exec::{
     Command, ExecOutput, ExecRequest, LineCallback, StreamKind, shell_quote, truncate_for_prompt,
 };

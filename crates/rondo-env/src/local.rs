@@ -65,8 +65,8 @@ impl LocalEnv {
     /// install with the same content hash).
     pub async fn start(config: LocalConfig) -> Result<Self, EnvError> {
         std::fs::create_dir_all(&config.run_dir).map_err(|e| EnvError::io(&config.run_dir, e))?;
-        let run_dir = std::fs::canonicalize(&config.run_dir)
-            .map_err(|e| EnvError::io(&config.run_dir, e))?;
+        let run_dir =
+            std::fs::canonicalize(&config.run_dir).map_err(|e| EnvError::io(&config.run_dir, e))?;
         let config = LocalConfig { run_dir, ..config };
         let mut env = LocalEnv {
             active: Mutex::new(HashSet::new()),
@@ -87,7 +87,11 @@ impl LocalEnv {
             .tool_cache_dir
             .clone()
             .unwrap_or_else(|| self.config.run_dir.join(".rondo/tools"));
-        let cache = if cache.is_absolute() { cache } else { self.config.run_dir.join(cache) };
+        let cache = if cache.is_absolute() {
+            cache
+        } else {
+            self.config.run_dir.join(cache)
+        };
         let hash = tool::tools_hash(specs, &format!("local:{}", self.config.wheelhouse))?;
         let root = cache.join(&hash[..16]);
         let layout = ToolLayout {
@@ -101,7 +105,10 @@ impl LocalEnv {
         };
         let marker = root.join(".installed");
         let mut installed = InstalledTools {
-            tools: specs.iter().map(|s| tool::installed_paths(s, &layout)).collect(),
+            tools: specs
+                .iter()
+                .map(|s| tool::installed_paths(s, &layout))
+                .collect(),
             hash: Some(hash.clone()),
             cached: marker.exists(),
             image: None,
@@ -199,7 +206,10 @@ impl Environment for LocalEnv {
             Err(e) => return Err(EnvError::Spawn { program, source: e }),
         };
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-        self.active.lock().unwrap_or_else(|e| e.into_inner()).insert(pgid);
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pgid);
 
         let mut stdout = child.stdout.take();
         let mut stderr = child.stderr.take();
@@ -246,7 +256,10 @@ impl Environment for LocalEnv {
         if timed_out {
             kill_group(pgid, libc::SIGKILL);
         }
-        self.active.lock().unwrap_or_else(|e| e.into_inner()).remove(&pgid);
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pgid);
         let exit_code = status.and_then(|s| {
             use std::os::unix::process::ExitStatusExt;
             s.code()
@@ -299,7 +312,12 @@ impl Environment for LocalEnv {
 
 impl Drop for LocalEnv {
     fn drop(&mut self) {
-        for &pgid in self.active.get_mut().unwrap_or_else(|e| e.into_inner()).iter() {
+        for &pgid in self
+            .active
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             kill_group(pgid, libc::SIGKILL);
         }
     }

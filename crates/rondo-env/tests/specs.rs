@@ -17,12 +17,21 @@ fn sample_spec_loads() {
     assert_eq!(spec.tool_name, "pyfind");
     assert_eq!(spec.installation, Installation::Pip);
     assert_eq!(spec.py_standalone.as_deref(), Some("3.11"));
-    assert!(spec.source.as_ref().unwrap().join("pyproject.toml").is_file());
+    assert!(
+        spec.source
+            .as_ref()
+            .unwrap()
+            .join("pyproject.toml")
+            .is_file()
+    );
     assert_eq!(spec.timeout, Some(60));
     assert!(spec.usage.contains("pyfind symbol"));
     assert_eq!(spec.input_schema.as_ref().unwrap()["type"], "object");
-    let all = load_dir(&common::project_root().join("config/tools"), &common::project_root())
-        .unwrap();
+    let all = load_dir(
+        &common::project_root().join("config/tools"),
+        &common::project_root(),
+    )
+    .unwrap();
     assert!(all.iter().any(|s| s.tool_name == "pyfind"));
 }
 
@@ -49,7 +58,10 @@ fn unknown_installation_method() {
     )
     .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("config/tools/t.yaml:3:15: field `installation`"), "{msg}");
+    assert!(
+        msg.contains("config/tools/t.yaml:3:15: field `installation`"),
+        "{msg}"
+    );
     assert!(msg.contains("unknown installation method `conda`"), "{msg}");
 }
 
@@ -76,7 +88,10 @@ fn py_standalone_must_be_a_python_version() {
 fn bad_yaml_and_unknown_fields_carry_positions() {
     let dir = tempfile::tempdir().unwrap();
     let err = parse("tool_name: [unclosed\n", dir.path()).unwrap_err();
-    assert!(matches!(err, SpecError::Yaml { line: Some(_), .. }), "{err}");
+    assert!(
+        matches!(err, SpecError::Yaml { line: Some(_), .. }),
+        "{err}"
+    );
     assert!(err.to_string().starts_with("config/tools/t.yaml:"), "{err}");
 
     let err = parse(
@@ -86,7 +101,10 @@ fn bad_yaml_and_unknown_fields_carry_positions() {
     .unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("colour"), "{msg}");
-    assert!(matches!(err, SpecError::Yaml { line: Some(5), .. }), "{msg}");
+    assert!(
+        matches!(err, SpecError::Yaml { line: Some(5), .. }),
+        "{msg}"
+    );
 
     let err = parse("tool_name: x\ninstallation: pip\n", dir.path()).unwrap_err();
     assert!(err.to_string().contains("executable"), "{err}");
@@ -109,7 +127,11 @@ fn template_variables_and_several_issues_at_once() {
 fn inline_specs_validate_too() {
     let mut spec = ToolSpec::new("inline", "inline-tool");
     let err = spec.validate().unwrap_err();
-    assert!(err.to_string().starts_with("tool `inline` (inline): field `version`"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("tool `inline` (inline): field `version`"),
+        "{err}"
+    );
     spec.version = Some("1.0".into());
     spec.validate().unwrap();
 }

@@ -194,7 +194,11 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
             Some(v) => format!("python{v}"),
             None => layout.python.clone(),
         };
-        let field = if spec.py_standalone.is_some() { "py_standalone" } else { "installation" };
+        let field = if spec.py_standalone.is_some() {
+            "py_standalone"
+        } else {
+            "installation"
+        };
         push(
             "create-env",
             field,
@@ -224,9 +228,7 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
         push(
             "build-backend",
             "installation",
-            format!(
-                "{py} -c 'import setuptools, wheel' 2>/dev/null || {pip} setuptools wheel"
-            ),
+            format!("{py} -c 'import setuptools, wheel' 2>/dev/null || {pip} setuptools wheel"),
             None,
         );
         push(
@@ -245,12 +247,22 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
         );
     }
     if let Some(script) = &spec.setup_script {
-        let rendered = render_template(script, &|n| tool.var(n))
-            .map_err(|m| EnvError::InvalidRequest(format!("{}: {m}", spec.locate("setup_script"))))?;
+        let rendered = render_template(script, &|n| tool.var(n)).map_err(|m| {
+            EnvError::InvalidRequest(format!("{}: {m}", spec.locate("setup_script")))
+        })?;
         let workdir = spec.source.is_some().then_some(tool.tool_dir.as_str());
-        push("setup-script", "setup_script", format!("{}{rendered}", tool.env_prefix()), workdir);
+        push(
+            "setup-script",
+            "setup_script",
+            format!("{}{rendered}", tool.env_prefix()),
+            workdir,
+        );
     }
-    let program = spec.executable.split_whitespace().next().unwrap_or_default();
+    let program = spec
+        .executable
+        .split_whitespace()
+        .next()
+        .unwrap_or_default();
     push(
         "check-executable",
         "executable",
@@ -311,14 +323,14 @@ pub(crate) async fn install_all(
                     (false, Some(c)) => c.to_string(),
                     (false, None) => "unknown".to_string(),
                 };
-                return Err(EnvError::Install {
+                return Err(EnvError::Install(Box::new(crate::error::InstallFailure {
                     location: spec.locate(step.field),
                     tool: name.clone(),
                     step: step.name.into(),
                     exit_code: code,
                     log,
                     tail: truncate_for_prompt(out.merged.trim_end(), 0, 1500),
-                });
+                })));
             }
         }
     }

@@ -112,7 +112,10 @@ fn fmt_pos(line: Option<u64>, column: Option<u64>) -> String {
 }
 
 fn fmt_invalid(file: Option<&Path>, tool: &str, issues: &[SpecIssue]) -> String {
-    let file = file.map_or_else(|| format!("tool `{tool}` (inline)"), |f| f.display().to_string());
+    let file = file.map_or_else(
+        || format!("tool `{tool}` (inline)"),
+        |f| f.display().to_string(),
+    );
     let lines: Vec<String> = issues
         .iter()
         .map(|i| {
@@ -215,7 +218,9 @@ impl ToolSpec {
                     field: "installation",
                     line: Some(raw.installation.referenced.line()),
                     column: Some(raw.installation.referenced.column()),
-                    message: format!("unknown installation method `{other}` (only `pip` is supported)"),
+                    message: format!(
+                        "unknown installation method `{other}` (only `pip` is supported)"
+                    ),
                 });
                 Installation::Pip
             }
@@ -231,7 +236,11 @@ impl ToolSpec {
         let version = opt!(version);
         let source = opt!(source).map(|s| {
             let p = PathBuf::from(s);
-            if p.is_absolute() { p } else { project_root.join(p) }
+            if p.is_absolute() {
+                p
+            } else {
+                project_root.join(p)
+            }
         });
         let py_standalone = opt!(py_standalone);
         let setup_script = opt!(setup_script);
@@ -297,13 +306,13 @@ impl ToolSpec {
             ),
             _ => {}
         }
-        if let Some(v) = &self.py_standalone {
-            if !is_python_version(v) {
-                issue(
-                    "py_standalone",
-                    format!("`{v}` is not a Python version like \"3.11\" (quote it in YAML)"),
-                );
-            }
+        if let Some(v) = &self.py_standalone
+            && !is_python_version(v)
+        {
+            issue(
+                "py_standalone",
+                format!("`{v}` is not a Python version like \"3.11\" (quote it in YAML)"),
+            );
         }
         if self.executable.trim().is_empty() {
             issue("executable", "must not be empty".into());
@@ -311,15 +320,18 @@ impl ToolSpec {
         if self.timeout == Some(0) {
             issue("timeout", "must be at least 1 second".into());
         }
-        if let Some(schema) = &self.input_schema {
-            if !schema.is_object() {
-                issue("input_schema", "must be a mapping (a JSON-Schema-like object)".into());
-            }
+        if let Some(schema) = &self.input_schema
+            && !schema.is_object()
+        {
+            issue(
+                "input_schema",
+                "must be a mapping (a JSON-Schema-like object)".into(),
+            );
         }
-        if let Some(script) = &self.setup_script {
-            if let Err(msg) = render_template(script, &|_| Some(String::new())) {
-                issue("setup_script", msg);
-            }
+        if let Some(script) = &self.setup_script
+            && let Err(msg) = render_template(script, &|_| Some(String::new()))
+        {
+            issue("setup_script", msg);
         }
         if issues.is_empty() {
             Ok(())
@@ -424,7 +436,11 @@ pub fn load_dir(dir: &Path, project_root: &Path) -> Result<Vec<ToolSpec>, Vec<Sp
             Err(e) => errors.push(e),
         }
     }
-    if errors.is_empty() { Ok(specs) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(specs)
+    } else {
+        Err(errors)
+    }
 }
 
 #[cfg(test)]
@@ -438,7 +454,11 @@ mod tests {
             render_template("cd {{tool_dir}} && {{ env_python }} -V", &f).unwrap(),
             "cd <tool_dir> && <env_python> -V"
         );
-        assert!(render_template("{{nope}}", &f).unwrap_err().contains("nope"));
+        assert!(
+            render_template("{{nope}}", &f)
+                .unwrap_err()
+                .contains("nope")
+        );
         assert!(render_template("{{tool_dir", &f).is_err());
     }
 

@@ -9,7 +9,10 @@ use rondo_env::ToolSpec;
 pub const IMAGE: &str = "rondo-test-base:latest";
 
 pub fn project_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 pub fn pyfind_spec() -> ToolSpec {
@@ -34,7 +37,10 @@ pub async fn docker_ready() -> bool {
     if docker.inspect_image(IMAGE).await.is_ok() {
         return true;
     }
-    assert!(!ci, "CI is set but {IMAGE} is missing; run scripts/build-test-image.sh first");
+    assert!(
+        !ci,
+        "CI is set but {IMAGE} is missing; run scripts/build-test-image.sh first"
+    );
     let mut built = IMAGE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !*built {
         let status = std::process::Command::new(project_root().join("scripts/build-test-image.sh"))
@@ -50,7 +56,12 @@ pub async fn docker_ready() -> bool {
 pub fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next();
+            let state = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next();
             state != Some("Z")
         }
         Err(_) => false,
@@ -59,6 +70,9 @@ pub fn process_alive(pid: i32) -> bool {
 
 pub fn unique(prefix: &str) -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     format!("{prefix}-{}-{nanos}", std::process::id())
 }

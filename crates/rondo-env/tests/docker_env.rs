@@ -1,0 +1,489 @@
+//! DockerEnv against the real engine (rondo-test-base:latest, built locally).
+//! With `CI` set, a missing engine or image fails these tests instead of skipping them.
+
+mod common;
+
+use std::io::BufRead;
+use std::time::Duration;
+
+use bollard::Docker;
+use rondo_env::{DockerConfig, DockerEnv, EnvError, Environment, ExecRequest, remove_run};
+
+use common::IMAGE;
+
+async fn containers_of(docker: &Docker, run_id: &str) -> Vec<String> {
+    use bollard::query_parameters::ListContainersOptions;
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![format!("rondo.run_id={run_id}")],
+    )]);
+    docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect()
+}
+
+async fn start(run_id: &str) -> DockerEnv {
+    DockerEnv::start(DockerConfig::new(IMAGE, run_id))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn exec_basics_and_copies() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let env = start(&common::unique("basics")).await;
+    let out = env
+        .exec(ExecRequest::shell("echo out; echo err >&2; echo $A; pwd; exit 4").env("A", "b"))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(4));
+    assert_eq!(out.stdout, "out\nb\n/work\n");
+    assert_eq!(out.stderr, "err\n");
+    assert!(out.merged.contains("err\n"));
+    let out = env
+        .exec(ExecRequest::argv(["printf", "%s|", "a b", "c"]).workdir("/tmp"))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "a b|c|");
+    let out = env
+        .exec(ExecRequest::argv(["no-such-program-xyz"]))
+        .await
+        .unwrap();
+    // The runtime reports a missing executable itself (126, message on stdout).
+    assert!(matches!(out.exit_code, Some(126 | 127)), "{out:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("src/d")).unwrap();
+    std::fs::write(dir.path().join("src/d/f.txt"), "hello").unwrap();
+    env.copy_in(&dir.path().join("src"), "repo").await.unwrap();
+    let out = env
+        .exec(ExecRequest::shell(
+            "cat /work/repo/d/f.txt; echo more > /work/repo/d/g.txt",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "hello", "{out:?}");
+    env.copy_out("repo", &dir.path().join("back"))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("back/d/g.txt")).unwrap(),
+        "more\n"
+    );
+    env.copy_out("/work/repo/d/f.txt", &dir.path().join("one.txt"))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("one.txt")).unwrap(),
+        "hello"
+    );
+
+    let log = dir.path().join("exec.log");
+    let out = env
+        .exec(ExecRequest::shell("seq 1 50000").log_path(&log))
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("\n49999\n50000\n[exit code 0 after"),
+        "{}",
+        &text[text.len() - 60..]
+    );
+    assert!(
+        out.merged_for_prompt(200, 200)
+            .contains("characters elided")
+    );
+    env.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn timeout_kills_the_process_and_its_children() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let env = start(&common::unique("timeout")).await;
+    let started = std::time::Instant::now();
+    let out = env
+        .exec(
+            ExecRequest::shell("sleep 301 & echo started; sleep 302; echo never")
+                .timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.stdout, "started\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    // Nothing of the command survives: not the shell, not the foreground or background sleep.
+    let ps = env
+        .exec(ExecRequest::argv(["ps", "-eo", "pid,stat,args"]))
+        .await
+        .unwrap();
+    assert!(!ps.stdout.contains("sleep 30"), "{}", ps.stdout);
+    // A process that ignores SIGTERM is killed after the grace period.
+    let out = env
+        .exec(ExecRequest::shell("trap '' TERM; sleep 303").timeout(Duration::from_millis(500)))
+        .await
+        .unwrap();
+    assert!(out.timed_out);
+    let ps = env
+        .exec(ExecRequest::argv(["ps", "-eo", "args"]))
+        .await
+        .unwrap();
+    assert!(!ps.stdout.contains("sleep 303"), "{}", ps.stdout);
+    env.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn network_none_is_enforced() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let env = start(&common::unique("net")).await;
+    let out = env
+        .exec(ExecRequest::argv([
+            "python3",
+            "-c",
+            "import socket; socket.create_connection(('1.1.1.1', 53), timeout=3); print('connected')",
+        ]))
+        .await
+        .unwrap();
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    assert!(!out.stdout.contains("connected"));
+    assert!(
+        out.stderr.contains("unreachable") || out.stderr.contains("Error"),
+        "{out:?}"
+    );
+    let ifaces = env
+        .exec(ExecRequest::shell("ls /sys/class/net"))
+        .await
+        .unwrap();
+    assert_eq!(ifaces.stdout.split_whitespace().collect::<Vec<_>>(), ["lo"]);
+    env.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn limits_and_hardening_are_applied() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let run_id = common::unique("limits");
+    let mut config = DockerConfig::new(IMAGE, &run_id);
+    config.memory_bytes = Some(256 << 20);
+    config.pids_limit = Some(64);
+    config.cpus = Some(0.5);
+    let env = DockerEnv::start(config).await.unwrap();
+    let info = env
+        .docker()
+        .inspect_container(env.container_id(), None)
+        .await
+        .unwrap();
+    let hc = info.host_config.unwrap();
+    assert_eq!(hc.memory, Some(256 << 20));
+    assert_eq!(hc.pids_limit, Some(64));
+    assert_eq!(hc.nano_cpus, Some(500_000_000));
+    assert_eq!(hc.network_mode.as_deref(), Some("none"));
+    assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+    assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_string()]));
+    assert!(hc.binds.unwrap_or_default().is_empty());
+    let labels = info.config.unwrap().labels.unwrap();
+    assert_eq!(labels.get("rondo.run_id"), Some(&run_id));
+    // The limits are effective, not just recorded.
+    let out = env.exec(ExecRequest::shell("cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null; grep CapEff /proc/self/status")).await.unwrap();
+    assert!(out.stdout.contains("64\n"), "{out:?}");
+    assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{out:?}");
+    env.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn no_container_is_left_after_normal_and_failed_runs() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let docker = rondo_env::connect().await.unwrap();
+    // Normal run.
+    let run_id = common::unique("normal");
+    let env = start(&run_id).await;
+    assert_eq!(containers_of(&docker, &run_id).await.len(), 1);
+    env.exec(ExecRequest::shell("true")).await.unwrap();
+    env.shutdown().await.unwrap();
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+    assert!(matches!(
+        env.exec(ExecRequest::shell("true")).await,
+        Err(EnvError::ShutDown)
+    ));
+
+    // A run that fails and returns early with `?`: Drop removes the container.
+    let run_id = common::unique("failed");
+    async fn failing_run(run_id: &str) -> Result<(), String> {
+        let env = start(run_id).await;
+        let out = env
+            .exec(ExecRequest::shell("exit 1"))
+            .await
+            .map_err(|e| e.to_string())?;
+        if !out.success() {
+            return Err("command failed".into());
+        }
+        env.shutdown().await.map_err(|e| e.to_string())
+    }
+    assert!(failing_run(&run_id).await.is_err());
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+
+    // A run that fails while starting (missing image) leaves nothing either.
+    let run_id = common::unique("noimage");
+    let err = DockerEnv::start(DockerConfig::new("rondo-no-such-image:latest", &run_id))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, EnvError::ImageMissing { .. }), "{err}");
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+
+    // --keep-env leaves it; remove_run cleans it up.
+    let run_id = common::unique("keep");
+    let mut config = DockerConfig::new(IMAGE, &run_id);
+    config.keep = true;
+    let env = DockerEnv::start(config).await.unwrap();
+    env.shutdown().await.unwrap();
+    drop(env);
+    assert_eq!(containers_of(&docker, &run_id).await.len(), 1);
+    assert_eq!(remove_run(&docker, &run_id).await.unwrap().len(), 1);
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+}
+
+static PROBE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The `sigint_probe` example; a full `cargo test` builds it, `--test docker_env` does not.
+fn probe() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/sigint_probe");
+    let _guard = PROBE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !path.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-p", "rondo-env", "--example", "sigint_probe"])
+            .status()
+            .unwrap();
+        assert!(
+            status.success() && path.is_file(),
+            "cannot build {}",
+            path.display()
+        );
+    }
+    path
+}
+
+#[tokio::test]
+async fn sigint_removes_the_container() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let docker = rondo_env::connect().await.unwrap();
+    let run_id = common::unique("sigint");
+    let mut child = std::process::Command::new(probe())
+        .args([&run_id, IMAGE])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("READY "), "{line}");
+    assert_eq!(containers_of(&docker, &run_id).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await; // the long command is running
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+}
+
+#[tokio::test]
+async fn crashed_runs_are_cleaned_up_and_docker_unavailable_is_an_error() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let docker = rondo_env::connect().await.unwrap();
+    // SIGKILL gives no chance to clean up: cleanup_stale finds the orphan by its labels.
+    let run_id = common::unique("crash");
+    let mut child = std::process::Command::new(probe())
+        .args([&run_id, IMAGE])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = containers_of(&docker, &run_id).await;
+    assert_eq!(left.len(), 1);
+    let removed = rondo_env::cleanup_stale(&docker).await.unwrap();
+    assert!(removed.contains(&left[0]), "{removed:?}");
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+
+    let out = std::process::Command::new(probe())
+        .args(["unavailable", IMAGE])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("Docker unavailable at unix:///nonexistent/docker.sock"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn installs_the_sample_tool_once_then_reuses_the_image() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let docker = rondo_env::connect().await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    // A unique setup script gives a fresh content hash, so the install really runs.
+    let mut spec = common::pyfind_spec();
+    let nonce = common::unique("nonce");
+    spec.setup_script = Some(format!("{}\n# {nonce}\n", spec.setup_script.unwrap()));
+    let run_id = common::unique("tools");
+    let mut config = DockerConfig::new(IMAGE, &run_id);
+    config.tools = vec![spec];
+    config.install_log_dir = Some(logs.path().to_path_buf());
+    let env = DockerEnv::start(config.clone()).await.unwrap();
+    let tools = env.tools().clone();
+    assert!(!tools.cached);
+    let steps: Vec<&str> = tools.steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(
+        steps,
+        [
+            "copy-source",
+            "create-env",
+            "verify-env",
+            "build-backend",
+            "pip-install",
+            "setup-script",
+            "check-executable"
+        ]
+    );
+    let verify = std::fs::read_to_string(&tools.steps[2].log).unwrap();
+    assert!(
+        verify.contains("/opt/envs/pyfind/bin/python 3.11"),
+        "{verify}"
+    );
+    let tag = tools.image.clone().unwrap();
+    assert!(tag.starts_with("rondo-tools:"));
+
+    let tool = tools.get("pyfind").unwrap();
+    let out = env
+        .exec(tool.command(&["defs", "/tools/pyfind/src/pyfind/cli.py"]))
+        .await
+        .unwrap();
+    assert!(out.stdout.contains(": def cmd_show"), "{out:?}");
+    let out = env
+        .exec(tool.command(&[
+            "symbol",
+            "python_defs",
+            "--root",
+            "/tools/pyfind",
+            "--defs-only",
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.stdout, "src/pyfind/cli.py:28: def python_defs\n",
+        "{out:?}"
+    );
+    env.shutdown().await.unwrap();
+
+    let image_id = docker.inspect_image(&tag).await.unwrap().id;
+    let again = DockerEnv::start(config).await.unwrap();
+    assert!(again.tools().cached);
+    assert!(again.tools().steps.is_empty());
+    assert_eq!(again.tools().image.as_deref(), Some(tag.as_str()));
+    let info = docker
+        .inspect_container(again.container_id(), None)
+        .await
+        .unwrap();
+    assert_eq!(info.image, image_id);
+    let out = again
+        .exec(again.tools().get("pyfind").unwrap().command(&["--version"]))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "pyfind 0.1.0\n");
+    again.shutdown().await.unwrap();
+    // Only builder and run containers of this run existed; none is left.
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+    docker
+        .remove_image(
+            &tag,
+            None::<bollard::query_parameters::RemoveImageOptions>,
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn failing_setup_script_fails_the_start_cleanly() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let docker = rondo_env::connect().await.unwrap();
+    let mut spec = common::pyfind_spec();
+    spec.setup_script = Some(format!(
+        "echo about to fail # {}\nexit 3",
+        common::unique("n")
+    ));
+    let run_id = common::unique("badsetup");
+    let logs = tempfile::tempdir().unwrap();
+    let mut config = DockerConfig::new(IMAGE, &run_id);
+    config.tools = vec![spec];
+    config.install_log_dir = Some(logs.path().to_path_buf());
+    let err = DockerEnv::start(config)
+        .await
+        .err()
+        .expect("must fail")
+        .to_string();
+    assert!(err.contains("config/tools/pyfind.yaml:"), "{err}");
+    assert!(err.contains("field `setup_script`"), "{err}");
+    assert!(err.contains("step `setup-script` (exit code 3"), "{err}");
+    assert!(err.contains("about to fail"), "{err}");
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+
+    // Missing source folder and unknown method are rejected before any container exists.
+    let mut spec = common::pyfind_spec();
+    spec.source = Some("/nonexistent/pyfind".into());
+    let mut config = DockerConfig::new(IMAGE, &run_id);
+    config.tools = vec![spec];
+    let err = DockerEnv::start(config).await.err().unwrap().to_string();
+    assert!(
+        err.contains(
+            "pyfind.yaml:4:9: field `source`: source folder /nonexistent/pyfind does not exist"
+        ),
+        "{err}"
+    );
+    assert!(containers_of(&docker, &run_id).await.is_empty());
+}

@@ -21,8 +21,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
     let starts: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
-    let image = std::env::var("RONDO_TEST_IMAGE").unwrap_or_else(|_| "rondo-test-base:latest".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize()?;
+    let image =
+        std::env::var("RONDO_TEST_IMAGE").unwrap_or_else(|_| "rondo-test-base:latest".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()?;
     let spec = ToolSpec::from_file(&root.join("config/tools/pyfind.yaml"), &root)?;
     let logs = std::env::temp_dir().join("rondo-bench-install-logs");
 
@@ -45,7 +48,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "initial start: {:.0} ms (tool image {}: {})",
                 total.as_secs_f64() * 1000.0,
                 env.tools().image.as_deref().unwrap_or("?"),
-                if env.tools().cached { "cached" } else { "built now" }
+                if env.tools().cached {
+                    "cached"
+                } else {
+                    "built now"
+                }
             );
         } else {
             start_only.push(started);
@@ -59,7 +66,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let id = env.container_id().to_string();
     for _ in 0..5 {
         env.exec(ExecRequest::argv(["true"])).await?;
-        std::process::Command::new("docker").args(["exec", &id, "true"]).status()?;
+        std::process::Command::new("docker")
+            .args(["exec", &id, "true"])
+            .status()?;
     }
     let (mut api, mut cli) = (Vec::with_capacity(n), Vec::with_capacity(n));
     // Interleaved so both see the same engine conditions.
@@ -69,7 +78,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         api.push(t.elapsed());
         assert_eq!(out.exit_code, Some(0));
         let t = Instant::now();
-        let status = std::process::Command::new("docker").args(["exec", &id, "true"]).status()?;
+        let status = std::process::Command::new("docker")
+            .args(["exec", &id, "true"])
+            .status()?;
         cli.push(t.elapsed());
         assert!(status.success());
     }
@@ -84,7 +95,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("| exec `true`, API (bollard), n={n} | {a50:.1} | {a10:.1} | {a90:.1} |");
     println!("| exec `true`, `docker exec` CLI, n={n} | {c50:.1} | {c10:.1} | {c90:.1} |");
     println!("| start with cached tool image, n={starts} | {s50:.0} | {s10:.0} | {s90:.0} |");
-    println!("| start + first tool command (`pyfind --version`), n={starts} | {f50:.0} | {f10:.0} | {f90:.0} |");
+    println!(
+        "| start + first tool command (`pyfind --version`), n={starts} | {f50:.0} | {f10:.0} | {f90:.0} |"
+    );
     println!("API/CLI median ratio: {:.2}", a50 / c50);
     Ok(())
 }

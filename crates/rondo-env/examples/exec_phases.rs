@@ -21,7 +21,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let exec = docker.create_exec(&id, opts).await?;
         let t1 = Instant::now();
-        if let StartExecResults::Attached { mut output, .. } = docker.start_exec(&exec.id, None).await? {
+        if let StartExecResults::Attached { mut output, .. } =
+            docker.start_exec(&exec.id, None).await?
+        {
             while output.next().await.is_some() {}
         }
         let t2 = Instant::now();
@@ -32,7 +34,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..3 {
         let mut v: Vec<_> = rows.iter().map(|r| r[i].as_secs_f64() * 1000.0).collect();
         v.sort_by(|a, b| a.total_cmp(b));
-        println!("{} median {:.1} ms", ["create", "start+stream", "inspect"][i], v[v.len() / 2]);
+        println!(
+            "{} median {:.1} ms",
+            ["create", "start+stream", "inspect"][i],
+            v[v.len() / 2]
+        );
     }
     env.shutdown().await?;
     Ok(())

@@ -134,6 +134,9 @@ pub fn respond(req: &Recorded) -> Reply {
 }
 
 pub async fn server(key: Option<&'static str>) -> FakeServer {
+    // Compile the schema now: done lazily inside the server task it would stall the
+    // single-threaded test runtime for seconds and trip the client's timeouts.
+    let _ = request_validator();
     FakeServer::start(move |r| validate(r, key), respond).await
 }
 

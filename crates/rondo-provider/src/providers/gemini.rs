@@ -155,14 +155,14 @@ impl TryFrom<Response> for ChatResponse {
         };
         let mut content = String::new();
         let mut tool_calls = Vec::new();
-        for (i, part) in cand.content.map(|c| c.parts).unwrap_or_default().into_iter().enumerate() {
+        for part in cand.content.map(|c| c.parts).unwrap_or_default() {
             if let Some(t) = part.text.filter(|_| part.thought != Some(true)) {
                 content.push_str(&t);
             }
             if let Some(fc) = part.function_call {
                 tool_calls.push(ToolCall {
                     // Older models give calls no id; results are matched back by name.
-                    id: fc.id.unwrap_or_else(|| format!("call_{i}_{}", fc.name)),
+                    id: fc.id.unwrap_or_else(|| format!("call_{}_{}", tool_calls.len(), fc.name)),
                     name: fc.name,
                     arguments: fc.args,
                 });
@@ -465,6 +465,7 @@ impl Assembler {
         for cand in r.candidates.into_iter().filter(|c| c.index == 0) {
             for part in cand.content.map(|c| c.parts).unwrap_or_default() {
                 match part.text {
+                    Some(t) if t.is_empty() => {}
                     Some(t) if part.thought != Some(true) => {
                         http::emit(Some(cb), &t);
                         self.text.get_or_insert_with(String::new).push_str(&t);

@@ -31,6 +31,18 @@ fn peak_rss_mb() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// User + system CPU seconds of this process (clock ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the `(comm)` part; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    match (f.get(11), f.get(12)) {
+        (Some(u), Some(s)) => (u + s) / 100.0,
+        _ => 0.0,
+    }
+}
+
 fn profile(name: &str, port: u16) -> ProviderProfile {
     let mut p = ProviderProfile::new(name, ProviderKind::OpenAiCompatible, "fake-model");
     p.base_url = Some(format!("http://127.0.0.1:{port}/v1"));
@@ -92,9 +104,11 @@ fn main() -> Result<(), String> {
                 .map_err(|e| e.to_string())?,
         );
         for w in workloads.split(',') {
+            let mut cpu0 = 0.0;
             let (n, first, runs) = match w {
                 "fanout" => {
                     let first = fanout(&pool, n_fan).await?;
+                    cpu0 = cpu_seconds();
                     let mut runs = Vec::new();
                     for _ in 0..repeats {
                         runs.push(fanout(&pool, n_fan).await?);
@@ -103,6 +117,7 @@ fn main() -> Result<(), String> {
                 }
                 "llm_seq" => {
                     let first = seq(&pool, n_seq).await?;
+                    cpu0 = cpu_seconds();
                     let mut runs = Vec::new();
                     for _ in 0..repeats {
                         runs.push(seq(&pool, n_seq).await?);
@@ -111,12 +126,14 @@ fn main() -> Result<(), String> {
                 }
                 other => return Err(format!("unknown workload {other}")),
             };
+            let cpu_ms_per_call = (cpu_seconds() - cpu0) * 1000.0 / (n * runs.len().max(1)) as f64;
             let med = median(&runs);
             let line = serde_json::json!({
                 "impl": "rondo-provider", "workload": w, "steps": n,
                 "min_s": runs.iter().copied().fold(f64::INFINITY, f64::min),
                 "median_s": med, "seconds": med, "runs_s": runs, "first_s": first,
                 "per_step_us": med / n as f64 * 1e6, "peak_rss_mb": peak_rss_mb(),
+                "client_cpu_ms_per_call": cpu_ms_per_call,
             });
             println!("{line}");
         }

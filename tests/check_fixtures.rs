@@ -1,0 +1,354 @@
+//! Golden tests of the diagnostics: every `tests/fixtures/check/<area>/<case>.rondo` is
+//! checked the way `rondo check` does (not offline) and its rendering — the human text
+//! (no colour, width 100) and the JSON — must equal `<case>.expected` beside it.
+//!
+//! `UPDATE_EXPECT=1 cargo test --test check_fixtures` rewrites the `.expected` files.
+//!
+//! Directives in a fixture's comments:
+//! - `// expect: rondo::a::b rondo::c::d` — codes that must also appear;
+//! - `// bug: ...` — a known bug in src/: the fixture does not (yet) trigger the code its
+//!   path names; `known_bug_fixtures_trigger_their_code` (ignored) asserts it does.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use rondo::diagnostics::Severity;
+
+const FIXTURES: &str = "tests/fixtures/check";
+
+/// Codes that no `.rondo` file can produce, with the test that covers them instead.
+/// (The `file` rule never fails: any line it does not understand is a `bad_line`, so
+/// pest's own errors, `syntax::unexpected`, come only from `parse_expr`.)
+const LIBRARY_ONLY: &[(&str, &str)] = &[
+    (
+        "rondo::syntax::expression",
+        "tests/parse.rs: parse_expr_reports_trailing_text",
+    ),
+    (
+        "rondo::syntax::unexpected",
+        "tests/parse.rs: parse_expr_reports_pest_errors",
+    ),
+];
+
+struct Fixture {
+    path: PathBuf,
+    /// `rondo::area::case` from the path, when the path names a code emitted by src/.
+    own_code: Option<String>,
+    expect: Vec<String>,
+    bug: Option<String>,
+}
+
+fn fixtures() -> Vec<Fixture> {
+    let known = codes_in_src();
+    let files = files_with_ext(&root().join(FIXTURES), "rondo");
+    assert!(!files.is_empty(), "no fixtures found under {FIXTURES}");
+    files
+        .into_iter()
+        .map(|abs| {
+            let path = rel(&abs);
+            let text = std::fs::read_to_string(&abs).expect("read fixture");
+            let area = path
+                .parent()
+                .and_then(Path::file_name)
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let case = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let code = format!("rondo::{area}::{case}");
+            let mut expect = Vec::new();
+            let mut bug: Option<String> = None;
+            for line in text.lines() {
+                let line = line.trim();
+                if let Some(rest) = line.strip_prefix("// expect:") {
+                    expect.extend(rest.split_whitespace().map(str::to_string));
+                } else if let Some(rest) = line.strip_prefix("// bug:") {
+                    let b = bug.get_or_insert_with(String::new);
+                    if !b.is_empty() {
+                        b.push(' ');
+                    }
+                    b.push_str(rest.trim());
+                }
+            }
+            Fixture {
+                path,
+                own_code: known.contains(&code).then_some(code),
+                expect,
+                bug,
+            }
+        })
+        .collect()
+}
+
+fn expected_path(fixture: &Path) -> PathBuf {
+    fixture.with_extension("expected")
+}
+
+/// A short line diff: the first differing lines, with line numbers.
+fn short_diff(expected: &str, actual: &str) -> String {
+    let e: Vec<&str> = expected.lines().collect();
+    let a: Vec<&str> = actual.lines().collect();
+    let mut out = String::new();
+    let mut shown = 0;
+    for i in 0..e.len().max(a.len()) {
+        let (x, y) = (e.get(i), a.get(i));
+        if x != y {
+            out.push_str(&format!(
+                "    line {}:\n      expected: {}\n      actual:   {}\n",
+                i + 1,
+                x.map_or("<missing>".to_string(), |s| format!("{s:?}")),
+                y.map_or("<missing>".to_string(), |s| format!("{s:?}")),
+            ));
+            shown += 1;
+            if shown == 6 {
+                out.push_str("    ...\n");
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn fixtures_render_as_expected() {
+    let update = std::env::var_os("UPDATE_EXPECT").is_some_and(|v| !v.is_empty() && v != "0");
+    let mut problems = Vec::new();
+    let mut seen_expected = BTreeSet::new();
+    for fixture in fixtures() {
+        let (file, _, diags, _) = check_path(&fixture.path, false);
+        let actual = expected_text(&file, &diags);
+        let expected_file = expected_path(&fixture.path);
+        seen_expected.insert(expected_file.clone());
+        let expected = std::fs::read_to_string(&expected_file).ok();
+        if expected.as_deref() == Some(actual.as_str()) {
+            continue;
+        }
+        if update {
+            std::fs::write(&expected_file, &actual).expect("write .expected");
+            eprintln!("updated {}", expected_file.display());
+            continue;
+        }
+        match expected {
+            None => problems.push(format!(
+                "{}: no {} (run with UPDATE_EXPECT=1 to create it)",
+                fixture.path.display(),
+                expected_file.display()
+            )),
+            Some(expected) => problems.push(format!(
+                "{}: the rendering changed\n{}",
+                fixture.path.display(),
+                short_diff(&expected, &actual)
+            )),
+        }
+    }
+    // An `.expected` without its fixture is stale.
+    for stale in files_with_ext(&root().join(FIXTURES), "expected") {
+        let stale = rel(&stale);
+        if !seen_expected.contains(&stale) {
+            problems.push(format!("{}: no fixture beside it", stale.display()));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} fixture(s) differ (UPDATE_EXPECT=1 cargo test --test check_fixtures rewrites them):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn each_fixture_triggers_its_code() {
+    let mut problems = Vec::new();
+    for fixture in fixtures() {
+        let (_, _, diags, _) = check_path(&fixture.path, false);
+        let got: BTreeSet<&str> = diags.iter().map(|d| d.code).collect();
+        if fixture.own_code.is_none() && fixture.expect.is_empty() {
+            problems.push(format!(
+                "{}: its path names no code emitted by src/ and it has no `// expect:` line",
+                fixture.path.display()
+            ));
+        }
+        let mut wanted: Vec<&String> = fixture.expect.iter().collect();
+        if fixture.bug.is_none() {
+            wanted.extend(fixture.own_code.iter());
+        }
+        for code in wanted {
+            if !got.contains(code.as_str()) {
+                problems.push(format!(
+                    "{}: expected `{code}`, got {:?}",
+                    fixture.path.display(),
+                    got
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn every_code_in_src_has_a_fixture() {
+    let codes = codes_in_src();
+    assert!(
+        codes.len() > 80,
+        "found only {} codes in src/; is the pattern still right?",
+        codes.len()
+    );
+    let mut missing = Vec::new();
+    for code in &codes {
+        if LIBRARY_ONLY.iter().any(|(c, _)| c == code) {
+            continue;
+        }
+        let mut parts = code.split("::").skip(1);
+        let (Some(area), Some(case)) = (parts.next(), parts.next()) else {
+            missing.push(format!("{code}: not of the form rondo::area::case"));
+            continue;
+        };
+        let path = Path::new(FIXTURES).join(area).join(format!("{case}.rondo"));
+        if !path.is_file() {
+            missing.push(format!("{code}: no {}", path.display()));
+        }
+    }
+    // The library-only codes must still exist, or the exception is stale.
+    for (code, _) in LIBRARY_ONLY {
+        if !codes.contains(*code) {
+            missing.push(format!("{code}: listed as library-only but not in src/"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "codes without a fixture:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn fixture_diagnostics_point_into_the_file() {
+    // Every label of every fixture lies inside its file, on character boundaries.
+    for fixture in fixtures() {
+        let (file, _, diags, _) = check_path(&fixture.path, false);
+        for d in diags.iter() {
+            for label in &d.labels {
+                assert!(
+                    label.span.start <= label.span.end && label.span.end <= file.text.len(),
+                    "{}: {} has a label outside the file: {:?}",
+                    fixture.path.display(),
+                    d.code,
+                    label.span
+                );
+                assert!(
+                    file.text.is_char_boundary(label.span.start)
+                        && file.text.is_char_boundary(label.span.end),
+                    "{}: {} label splits a character",
+                    fixture.path.display(),
+                    d.code
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "bug: some fixtures cannot trigger their code yet (see `// bug:` lines)"]
+fn known_bug_fixtures_trigger_their_code() {
+    let mut problems = Vec::new();
+    for fixture in fixtures().into_iter().filter(|f| f.bug.is_some()) {
+        let (_, _, diags, _) = check_path(&fixture.path, false);
+        let code = fixture.own_code.clone().unwrap_or_default();
+        if !diags.iter().any(|d| d.code == code) {
+            problems.push(format!(
+                "{}: expected `{code}` ({})",
+                fixture.path.display(),
+                fixture.bug.unwrap_or_default()
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// One file with mistakes in every stage: all of them are reported in one run.
+#[test]
+fn all_errors_of_a_file_are_reported_at_once() {
+    let path = Path::new(FIXTURES).join("combined/all_errors_at_once.rondo");
+    let (file, _, diags, _) = check_path(&path, false);
+    let errors = errors(&diags);
+    let lines: BTreeSet<usize> = errors
+        .iter()
+        .map(|d| file.line_col(d.primary_span().start).0)
+        .collect();
+    let codes: BTreeSet<&str> = errors.iter().map(|d| d.code).collect();
+    for code in [
+        "rondo::syntax::invalid_line",
+        "rondo::type::unknown",
+        "rondo::attr::unknown",
+        "rondo::memory::unknown",
+        "rondo::expr::unknown_field",
+        "rondo::route::unknown_target",
+        "rondo::tool::no_executable",
+        "rondo::test::not_an_exit",
+    ] {
+        assert!(codes.contains(code), "missing {code}; got {codes:?}");
+    }
+    assert!(
+        lines.len() >= 8,
+        "errors should come from many lines, got {lines:?}"
+    );
+    assert_eq!(
+        diags.error_count(),
+        errors.len(),
+        "sorted() dropped distinct errors"
+    );
+}
+
+/// One bad line gives one diagnostic, and parsing goes on: mistakes on later lines are
+/// still found, and the declarations after the bad line are compiled.
+#[test]
+fn one_bad_line_one_diagnostic_and_parsing_goes_on() {
+    let path = Path::new(FIXTURES).join("combined/syntax_recovery.rondo");
+    let (file, workflow, diags, _) = check_path(&path, false);
+    let sorted = diags.sorted();
+    let syntax: Vec<_> = sorted
+        .iter()
+        .filter(|d| d.code.starts_with("rondo::syntax::"))
+        .collect();
+    let text = &file.text;
+    let bad_lines: Vec<usize> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("!!") && !l.trim_start().starts_with("//"))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(
+        syntax.len(),
+        bad_lines.len(),
+        "one syntax diagnostic per bad line: {syntax:#?}"
+    );
+    for (d, line) in syntax.iter().zip(&bad_lines) {
+        assert_eq!(file.line_col(d.primary_span().start).0, *line);
+        let (end_line, _) = file.line_col(d.primary_span().end);
+        assert_eq!(end_line, *line, "the diagnostic covers one line only");
+    }
+    // Declarations after the bad lines were parsed and compiled...
+    for role in ["after_top", "after_block"] {
+        assert!(
+            workflow.find_node(role).is_some(),
+            "role `{role}` after a bad line was lost"
+        );
+    }
+    // ...and so were the attributes after a bad line inside a block.
+    let after = workflow.find_node("after_block").expect("role");
+    assert_eq!(workflow.role(after).and_then(|r| r.max_visits), Some(4));
+    // The semantic mistake on the last line is still reported.
+    let last = sorted
+        .iter()
+        .find(|d| d.code == "rondo::route::unknown_target")
+        .expect("the unknown target on the last line is reported");
+    assert_eq!(
+        file.line_col(last.primary_span().start).0,
+        text.lines().count()
+    );
+    assert!(sorted.iter().all(|d| d.severity == Severity::Error));
+}

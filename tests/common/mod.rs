@@ -1,0 +1,114 @@
+//! Helpers shared by the integration tests of the language stage.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use rondo::check::{self, CheckOptions, Summary};
+use rondo::compile::{self, Workflow};
+use rondo::diagnostics::{self, Diagnostic, Diagnostics, Severity};
+use rondo::source::SourceFile;
+
+/// The package root (tests run there, but be explicit).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A path relative to the package root, as the tests name files (stable in renderings).
+pub fn rel(path: &Path) -> PathBuf {
+    path.strip_prefix(root()).unwrap_or(path).to_path_buf()
+}
+
+/// Compiles and checks source text the way `rondo check` (not offline) does.
+pub fn check_source(file: &SourceFile, offline: bool) -> (Workflow, Diagnostics, Summary) {
+    let (workflow, mut diags) = compile::load(file);
+    let (more, summary) = check::check(&workflow, diags.has_errors(), &CheckOptions { offline });
+    diags.extend(more);
+    (workflow, diags, summary)
+}
+
+/// Reads a file by its path relative to the package root and checks it.
+pub fn check_path(path: &Path, offline: bool) -> (SourceFile, Workflow, Diagnostics, Summary) {
+    let file =
+        SourceFile::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let (workflow, diags, summary) = check_source(&file, offline);
+    (file, workflow, diags, summary)
+}
+
+/// The codes of the diagnostics, in sorted order.
+pub fn codes(diags: &Diagnostics) -> Vec<&'static str> {
+    diags.sorted().iter().map(|d| d.code).collect()
+}
+
+pub fn errors(diags: &Diagnostics) -> Vec<Diagnostic> {
+    diags
+        .sorted()
+        .into_iter()
+        .filter(|d| d.severity == Severity::Error)
+        .collect()
+}
+
+/// The expected-file text of a fixture: the human rendering (no colour, width 100),
+/// then the JSON of the diagnostics.
+pub fn expected_text(file: &SourceFile, diags: &Diagnostics) -> String {
+    let sorted = diags.sorted();
+    let human = diagnostics::render_human(file, &sorted, false, 100);
+    let json = serde_json::to_string_pretty(&diagnostics::to_json(file, &sorted))
+        .expect("diagnostics serialize");
+    format!("{human}{JSON_SEPARATOR}\n{json}\n")
+}
+
+pub const JSON_SEPARATOR: &str = "==================== json ====================";
+
+/// Every code `src/` can emit, found by reading the source (`"rondo::area::case"`).
+pub fn codes_in_src() -> std::collections::BTreeSet<String> {
+    let re = regex::Regex::new(r#""(rondo::[a-z_]+::[a-z_]+)""#).expect("regex");
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![root().join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("read source file");
+                for cap in re.captures_iter(&text) {
+                    out.insert(cap[1].to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Files under `dir` (recursively) with the extension, sorted, skipping folders whose
+/// name starts with `_` (support files).
+pub fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !name.starts_with('_') {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == ext) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The `.rondo` files of `workflows/`.
+pub fn workflow_files() -> Vec<PathBuf> {
+    files_with_ext(&root().join("workflows"), "rondo")
+        .into_iter()
+        .map(|p| rel(&p))
+        .collect()
+}

@@ -9,6 +9,7 @@ use crate::check::{self, CheckOptions};
 use crate::compile;
 use crate::diagnostics::{self, Diagnostics};
 use crate::render;
+use crate::run::{self, Interpreter, RunOptions, progress};
 use crate::source::SourceFile;
 
 #[derive(Parser, Debug)]
@@ -54,6 +55,77 @@ pub enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Run a workflow.
+    #[command(
+        after_help = "Examples:\n  rondo run workflows/ds_star.rondo --input question='Write hello.txt'\n  rondo run workflows/iter.rondo --provider scripted --script scripts/iter.yaml\n  rondo run workflows/ds_star.rondo --replay-from runs/20261122-091630-ab12\n\nExit code: the exit's code (success 0), 3 limit, 2 error, 130 interrupted."
+    )]
+    Run {
+        file: PathBuf,
+        /// An input value: `--input name=value` (repeatable; JSON for non-string inputs).
+        #[arg(long = "input", short = 'i', value_parser = parse_key_value)]
+        inputs: Vec<(String, String)>,
+        /// Use this provider profile for every llm role.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Replies for the scripted provider (YAML).
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// Re-execute offline with the LLM replies recorded in this run directory.
+        #[arg(long)]
+        replay_from: Option<PathBuf>,
+        /// Folder holding run directories.
+        #[arg(long, default_value = "runs")]
+        run_dir: PathBuf,
+        /// Name of the run (default: a timestamp).
+        #[arg(long)]
+        run_id: Option<String>,
+        /// Keep Docker containers after the run, for debugging.
+        #[arg(long)]
+        keep_env: bool,
+        /// Write no run directory files (benchmarks).
+        #[arg(long)]
+        no_checkpoint: bool,
+        /// No progress output.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Continue a stopped or crashed run from its last checkpoint.
+    #[command(after_help = "Example:\n  rondo resume runs/20261122-091630-ab12")]
+    Resume {
+        run: PathBuf,
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Show a finished or stopped run step by step.
+    #[command(
+        after_help = "Examples:\n  rondo replay runs/20261122-091630-ab12\n  rondo replay runs/20261122-091630-ab12 --full"
+    )]
+    Replay {
+        run: PathBuf,
+        /// Print prompts and replies in full.
+        #[arg(long)]
+        full: bool,
+    },
+    /// List runs with their status.
+    #[command(after_help = "Example:\n  rondo runs --run-dir runs")]
+    Runs {
+        #[arg(long, default_value = "runs")]
+        run_dir: PathBuf,
+    },
+    /// Run the `test` blocks of workflow files.
+    #[command(
+        after_help = "Examples:\n  rondo test workflows/*.rondo\n  rondo test workflows/ds_star.rondo --filter hello"
+    )]
+    Test {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Only tests whose name contains this text.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Where test runs are written (kept for inspection).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+    },
     /// Print the compiled workflow.
     #[command(
         after_help = "Example:\n  rondo dump workflows/iter.rondo --format json | jq '.routes | length'"
@@ -98,7 +170,214 @@ pub fn main_entry() -> i32 {
             output,
         } => cmd_graph(&file, format, output),
         Command::Dump { file, .. } => cmd_dump(&file),
+        Command::Run {
+            file,
+            inputs,
+            provider,
+            script,
+            replay_from,
+            run_dir,
+            run_id,
+            keep_env,
+            no_checkpoint,
+            quiet,
+        } => {
+            let options = RunOptions {
+                runs_root: run_dir,
+                run_id,
+                inputs,
+                provider,
+                script,
+                replay_from,
+                checkpoints: !no_checkpoint,
+                progress: progress_mode(quiet),
+                keep_env,
+            };
+            cmd_run(&file, options)
+        }
+        Command::Resume { run, quiet } => cmd_resume(&run, progress_mode(quiet)),
+        Command::Replay { run, full } => cmd_replay(&run, full),
+        Command::Runs { run_dir } => cmd_runs(&run_dir),
+        Command::Test {
+            files,
+            filter,
+            run_dir,
+        } => cmd_test(&files, filter.as_deref(), run_dir),
     }
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("`{text}` is not `name=value`")),
+    }
+}
+
+fn progress_mode(quiet: bool) -> progress::Mode {
+    if quiet {
+        progress::Mode::Quiet
+    } else if std::io::stderr().is_terminal() {
+        progress::Mode::Live
+    } else {
+        progress::Mode::Plain
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(2)
+        })
+}
+
+async fn drive_with_ctrl_c(interp: Interpreter<'_>, state: run::RunState) -> run::Outcome {
+    let (flag, notify) = interp.interrupter();
+    let watcher = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            notify.notify_waiters();
+        }
+    });
+    let outcome = interp.drive(state).await;
+    watcher.abort();
+    outcome
+}
+
+fn report_outcome(outcome: &run::Outcome) -> i32 {
+    eprintln!("run directory: {}", outcome.run_dir.display());
+    outcome.exit_code
+}
+
+fn cmd_run(path: &std::path::Path, options: RunOptions) -> i32 {
+    let workflow = match compiled_or_report(path) {
+        Ok(w) => w,
+        Err(code) => return code,
+    };
+    runtime().block_on(async {
+        match Interpreter::start(&workflow, &options) {
+            Ok((interp, state)) => report_outcome(&drive_with_ctrl_c(interp, state).await),
+            Err(e) => {
+                eprintln!("error: {e}");
+                2
+            }
+        }
+    })
+}
+
+fn cmd_resume(run_path: &std::path::Path, mode: progress::Mode) -> i32 {
+    let info = match run::rundir::read_info(run_path) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let workflow = match compiled_or_report(&info.workflow_path) {
+        Ok(w) => w,
+        Err(code) => return code,
+    };
+    let options = RunOptions {
+        progress: mode,
+        ..RunOptions::default()
+    };
+    runtime().block_on(async {
+        match Interpreter::resume(&workflow, run_path, &options) {
+            Ok((interp, state)) => report_outcome(&drive_with_ctrl_c(interp, state).await),
+            Err(e) => {
+                eprintln!("error: {e}");
+                2
+            }
+        }
+    })
+}
+
+fn cmd_replay(run_path: &std::path::Path, full: bool) -> i32 {
+    match run::replay::render(run_path, full) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}
+
+fn cmd_runs(root: &std::path::Path) -> i32 {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        println!("no runs in {}", root.display());
+        return 0;
+    };
+    let mut rows: Vec<run::rundir::RunInfo> = entries
+        .flatten()
+        .filter_map(|e| run::rundir::read_info(&e.path()).ok())
+        .collect();
+    rows.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+    println!(
+        "{:<28} {:<14} {:<12} {:<12} {:>6} {:>9}  started",
+        "run", "workflow", "status", "exit", "steps", "tokens"
+    );
+    for info in rows {
+        let steps = run::rundir::read_state(&root.join(&info.run_id))
+            .map(|s| s.step)
+            .unwrap_or(0);
+        let status = if info.status == "running" {
+            "crashed?".to_string()
+        } else {
+            info.status.clone()
+        };
+        println!(
+            "{:<28} {:<14} {:<12} {:<12} {:>6} {:>9}  {}",
+            info.run_id,
+            info.workflow,
+            status,
+            info.exit.clone().unwrap_or_default(),
+            steps,
+            info.totals.input_tokens + info.totals.output_tokens,
+            info.started_at
+        );
+    }
+    0
+}
+
+fn cmd_test(files: &[PathBuf], filter: Option<&str>, run_dir: Option<PathBuf>) -> i32 {
+    let root = run_dir
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("rondo-test-{}", std::process::id())));
+    let (mut passed, mut failed) = (0, 0);
+    let rt = runtime();
+    for path in files {
+        let workflow = match compiled_or_report(path) {
+            Ok(w) => w,
+            Err(_) => {
+                failed += 1;
+                continue;
+            }
+        };
+        for case in workflow
+            .tests
+            .iter()
+            .filter(|c| filter.is_none_or(|f| c.name.contains(f)))
+        {
+            let report = rt.block_on(run::testing::run_test(&workflow, case, &root));
+            if report.passed() {
+                passed += 1;
+                println!("test {}::{} ... ok", path.display(), report.name);
+            } else {
+                failed += 1;
+                println!("test {}::{} ... FAILED", path.display(), report.name);
+                for f in &report.failures {
+                    println!("    {f}");
+                }
+                println!("    run directory: {}", report.run_dir.display());
+            }
+        }
+    }
+    println!("\n{passed} passed, {failed} failed");
+    i32::from(failed > 0)
 }
 
 /// Reads, compiles and checks one file.

@@ -11,8 +11,9 @@ pub mod render;
 pub mod source;
 pub mod syntax;
 
-// pub use rondo_env as tools;
-// pub use rondo_memory as memory;
-// pub use rondo_provider as provider;
+pub use rondo_env as tools;
+pub use rondo_memory as memory;
+pub use rondo_provider as provider;
 pub mod cli;
 pub mod prompt;
+pub mod run;

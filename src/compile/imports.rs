@@ -377,7 +377,7 @@ impl Compiler<'_> {
             );
             return None;
         };
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dir = spec_base_dir(path);
         let input = match map.get("input_schema") {
             Some(schema) => match schema_to_type(schema) {
                 Ok(t) => Some(t),
@@ -404,7 +404,7 @@ impl Compiler<'_> {
             py_standalone: s("py_standalone").filter(|s| !s.is_empty() && s != "None"),
             installation: s("installation"),
             setup_script: s("setup_script"),
-            executable: s("executable").unwrap_or_default(),
+            executable: resolve_executable(&s("executable").unwrap_or_default(), &dir),
             usage: s("usage").unwrap_or_default(),
             timeout_ms: map.get("timeout").and_then(duration_value),
             input,
@@ -458,7 +458,10 @@ impl Compiler<'_> {
                 py_standalone: attrs.string("py_standalone", diags).map(|x| x.0),
                 installation: attrs.string("installation", diags).map(|x| x.0),
                 setup_script: attrs.string("setup_script", diags).map(|x| x.0),
-                executable: executable.clone().map(|x| x.0).unwrap_or_default(),
+                executable: resolve_executable(
+                    &executable.clone().map(|x| x.0).unwrap_or_default(),
+                    &self.workflow.dir,
+                ),
                 usage: attrs
                     .string("usage", diags)
                     .map(|x| x.0)
@@ -679,4 +682,37 @@ pub fn schema_to_type(schema: &Value) -> Result<Type, String> {
         "any" => Type::Any,
         other => return Err(format!("unknown schema type `{other}`")),
     })
+}
+
+/// Paths in a tool spec file are relative to its folder, except for specs kept in a
+/// project's `config/tools/`, whose paths are relative to the project root.
+fn spec_base_dir(path: &Path) -> std::path::PathBuf {
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let is_config_tools = dir.file_name().is_some_and(|n| n == "tools")
+        && dir
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == "config");
+    match dir.parent().and_then(Path::parent) {
+        Some(root) if is_config_tools => root.to_path_buf(),
+        _ => dir,
+    }
+}
+
+/// Words of `executable` that name an existing file relative to `dir` become absolute,
+/// so a tool runs the same from any working directory (the run directory).
+pub fn resolve_executable(executable: &str, dir: &Path) -> String {
+    executable
+        .split(' ')
+        .map(|word| {
+            let candidate = dir.join(word);
+            if word.contains('/') && !word.starts_with('/') && candidate.is_file() {
+                std::fs::canonicalize(&candidate)
+                    .map_or_else(|_| word.to_string(), |p| p.display().to_string())
+            } else {
+                word.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -1659,7 +1659,7 @@ pub fn tool_result_type() -> Type {
         ("error", Type::optional(Type::String)),
         ("error_kind", Type::optional(Type::String)),
         ("execution_time", Type::Float),
-        ("exit_code", Type::Int),
+        ("exit_code", Type::optional(Type::Int)),
         ("ok", Type::Bool),
         ("stdout", Type::String),
         ("stderr", Type::String),

@@ -1,0 +1,235 @@
+//! Evaluates compiled expressions against the run state.
+
+use std::cmp::Ordering;
+use std::path::Path;
+
+use petgraph::graph::NodeIndex;
+use serde_json::Value;
+
+use super::state::RunState;
+use crate::compile::{Expr, ExprKind, Func, MemoryKind, Root, Workflow, number_value};
+use crate::syntax::BinOp;
+
+/// What an expression can see besides the state.
+pub struct Env<'a> {
+    pub workflow: &'a Workflow,
+    pub state: &'a RunState,
+    pub run_dir: &'a Path,
+    pub role: Option<NodeIndex>,
+    pub output: Option<&'a Value>,
+    pub item: Option<&'a Value>,
+}
+
+static NULL: Value = Value::Null;
+
+impl Env<'_> {
+    pub fn eval(&self, e: &Expr) -> Result<Value, String> {
+        Ok(match &e.kind {
+            ExprKind::Literal { value } => value.clone(),
+            ExprKind::List { items } => Value::Array(
+                items
+                    .iter()
+                    .map(|i| self.eval(i))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ExprKind::Map { entries } => Value::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), self.eval(v)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
+            ExprKind::Path {
+                root: Root::Memory { id },
+                fields,
+            } if !matches!(self.workflow.memory[*id].kind, MemoryKind::Value { .. }) => {
+                let slot = &self.workflow.memory[*id];
+                let view =
+                    super::memory::template_view(&slot.kind, &self.state.memory[*id], self.run_dir);
+                let mut v = &view;
+                for f in fields {
+                    v = v.get(f).unwrap_or(&NULL);
+                }
+                v.clone()
+            }
+            ExprKind::Path { root, fields } => {
+                let mut v = self.root(*root)?;
+                for f in fields {
+                    v = v.get(f).unwrap_or(&NULL);
+                }
+                return Ok(match *root {
+                    Root::Round | Root::Step | Root::Visit | Root::RunId => self.builtin(*root),
+                    _ => v.clone(),
+                });
+            }
+            ExprKind::Not { operand } => Value::Bool(!truthy(&self.eval(operand)?)),
+            ExprKind::Neg { operand } => match self.eval(operand)?.as_f64() {
+                Some(n) => number_value(-n),
+                None => return Err(format!("`{}` is not a number", operand.text)),
+            },
+            ExprKind::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs)?,
+            ExprKind::Call { func, args } => self.call(*func, args)?,
+        })
+    }
+
+    pub fn condition(&self, e: &Expr) -> Result<bool, String> {
+        self.eval(e).map(|v| truthy(&v))
+    }
+
+    fn root(&self, root: Root) -> Result<&Value, String> {
+        Ok(match root {
+            Root::Input { id } => self.state.inputs.get(id).unwrap_or(&NULL),
+            Root::Memory { id } => self.state.memory.get(id).unwrap_or(&NULL),
+            Root::Role { node } => self.state.outputs.get(&node.index()).unwrap_or(&NULL),
+            Root::Output => self.output.unwrap_or(&NULL),
+            Root::Item => self.item.unwrap_or(&NULL),
+            Root::Round | Root::Step | Root::Visit | Root::RunId => &NULL,
+        })
+    }
+
+    fn builtin(&self, root: Root) -> Value {
+        match root {
+            Root::Round => Value::from(self.state.round(self.workflow)),
+            Root::Step => Value::from(self.state.step),
+            Root::Visit => Value::from(self.role.map_or(0, |r| self.state.visits[r.index()])),
+            _ => Value::String(self.state.run_id.clone()),
+        }
+    }
+
+    fn binary(&self, op: BinOp, lhs: &Expr, rhs: &Expr) -> Result<Value, String> {
+        // `and`/`or` short-circuit so `x != null and x.y == 1` is safe.
+        match op {
+            BinOp::And => return Ok(Value::Bool(self.condition(lhs)? && self.condition(rhs)?)),
+            BinOp::Or => return Ok(Value::Bool(self.condition(lhs)? || self.condition(rhs)?)),
+            _ => {}
+        }
+        let (l, r) = (self.eval(lhs)?, self.eval(rhs)?);
+        Ok(match op {
+            BinOp::Eq => Value::Bool(equal(&l, &r)),
+            BinOp::Ne => Value::Bool(!equal(&l, &r)),
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                let Some(ord) = compare(&l, &r) else {
+                    return Err(format!("cannot order {} and {}", short(&l), short(&r)));
+                };
+                Value::Bool(match op {
+                    BinOp::Lt => ord == Ordering::Less,
+                    BinOp::Le => ord != Ordering::Greater,
+                    BinOp::Gt => ord == Ordering::Greater,
+                    _ => ord != Ordering::Less,
+                })
+            }
+            BinOp::Add => match (&l, &r) {
+                (Value::String(a), Value::String(b)) => Value::String(format!("{a}{b}")),
+                (Value::Array(a), Value::Array(b)) => {
+                    Value::Array(a.iter().chain(b).cloned().collect())
+                }
+                _ => match (l.as_f64(), r.as_f64()) {
+                    (Some(a), Some(b)) => number_value(a + b),
+                    _ => return Err(format!("cannot add {} and {}", short(&l), short(&r))),
+                },
+            },
+            _ => match (l.as_f64(), r.as_f64()) {
+                (Some(a), Some(b)) => number_value(a - b),
+                _ => return Err(format!("cannot subtract {} from {}", short(&r), short(&l))),
+            },
+        })
+    }
+
+    fn call(&self, func: Func, args: &[Expr]) -> Result<Value, String> {
+        let arg = |i: usize| args.get(i).map(|a| self.eval(a)).unwrap_or(Ok(Value::Null));
+        Ok(match func {
+            Func::Len => Value::from(match arg(0)? {
+                Value::Array(a) => a.len(),
+                Value::Object(o) => o.len(),
+                Value::String(s) => s.chars().count(),
+                Value::Null => 0,
+                other => return Err(format!("len of {}", short(&other))),
+            }),
+            Func::Contains => {
+                let (hay, needle) = (arg(0)?, arg(1)?);
+                Value::Bool(match &hay {
+                    Value::Array(a) => a.iter().any(|x| equal(x, &needle)),
+                    Value::Object(o) => needle.as_str().is_some_and(|k| o.contains_key(k)),
+                    Value::String(s) => needle.as_str().is_some_and(|n| s.contains(n)),
+                    _ => false,
+                })
+            }
+            Func::Matches => {
+                let text = arg(0)?;
+                let pattern = arg(1)?;
+                let re =
+                    regex::Regex::new(pattern.as_str().unwrap_or("")).map_err(|e| e.to_string())?;
+                Value::Bool(text.as_str().is_some_and(|t| re.is_match(t)))
+            }
+            Func::Visits => {
+                let node = arg(0)?.as_u64().unwrap_or(u64::MAX) as usize;
+                Value::from(self.state.visits.get(node).copied().unwrap_or(0))
+            }
+            Func::Used => {
+                let tool = arg(0)?.as_u64().unwrap_or(u64::MAX) as usize;
+                Value::Bool(self.state.tools_used.contains(&tool))
+            }
+            Func::Exists => {
+                let name = arg(0)?;
+                let rel = name.as_str().unwrap_or("");
+                Value::Bool(
+                    !rel.is_empty() && !rel.contains("..") && self.run_dir.join(rel).exists(),
+                )
+            }
+            Func::First => match arg(0)? {
+                Value::Array(mut a) if !a.is_empty() => a.swap_remove(0),
+                _ => Value::Null,
+            },
+            Func::Last => match arg(0)? {
+                Value::Array(mut a) => a.pop().unwrap_or(Value::Null),
+                _ => Value::Null,
+            },
+            Func::At => {
+                let list = arg(0)?;
+                let index = arg(1)?.as_f64().unwrap_or(-1.0);
+                match list {
+                    Value::Array(a) if index >= 0.0 => {
+                        a.get(index as usize).cloned().unwrap_or(Value::Null)
+                    }
+                    _ => Value::Null,
+                }
+            }
+            Func::Json => Value::String(serde_json::to_string(&arg(0)?).unwrap_or_default()),
+            Func::Lower => Value::String(arg(0)?.as_str().unwrap_or("").to_lowercase()),
+            Func::Now => Value::String(super::clock::now_rfc3339()),
+        })
+    }
+}
+
+pub fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+pub fn equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        _ => a == b,
+    }
+}
+
+fn compare(a: &Value, b: &Value) -> Option<Ordering> {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => Some(x.cmp(y)),
+        _ => a.as_f64()?.partial_cmp(&b.as_f64()?),
+    }
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 40 {
+        format!("{}…", &s[..s.floor_char_boundary(40)])
+    } else {
+        s
+    }
+}

@@ -1,0 +1,315 @@
+//! Applying `update` statements to memory, and the view of memory templates get.
+//! Structured kinds live in `rondo-memory`; the checkpoint holds them serialized.
+
+use std::path::Path;
+
+use rondo_memory::{
+    CodeContext, OperationHistory, Reflection, ScoreParams, SectionSpec, Whiteboard,
+};
+use serde_json::Value;
+
+use crate::compile::{MemoryKind, MemoryOp};
+
+pub fn initial_structured(kind: &MemoryKind) -> Value {
+    let made = match kind {
+        MemoryKind::Whiteboard { sections } => {
+            whiteboard(sections).and_then(|w| serde_json::to_value(w).map_err(|e| e.to_string()))
+        }
+        MemoryKind::CodeContext {
+            alpha,
+            beta,
+            gamma,
+            threshold,
+            ..
+        } => CodeContext::new(ScoreParams {
+            alpha: *alpha,
+            beta: *beta,
+            gamma: *gamma,
+            threshold: *threshold,
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|c| serde_json::to_value(c).map_err(|e| e.to_string())),
+        MemoryKind::History => {
+            serde_json::to_value(OperationHistory::new()).map_err(|e| e.to_string())
+        }
+        MemoryKind::Value { default, .. } => Ok(default.clone()),
+    };
+    made.unwrap_or(Value::Null)
+}
+
+/// Sections named in the workflow become whiteboard sections: the ID prefix is the last
+/// word in capitals without a plural `S` (`Key Facts` → `FACT`); a section about files
+/// holds workspace-relative paths.
+fn whiteboard(sections: &[String]) -> Result<Whiteboard, String> {
+    let specs = sections
+        .iter()
+        .map(|name| {
+            let last = name
+                .split_whitespace()
+                .last()
+                .unwrap_or(name)
+                .to_uppercase();
+            let prefix: String = last
+                .trim_end_matches('S')
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric())
+                .collect();
+            let prefix = if prefix.is_empty() {
+                "ENTRY".to_string()
+            } else {
+                prefix
+            };
+            if last.starts_with("FILE") {
+                SectionSpec::files(name, &prefix)
+            } else {
+                SectionSpec::new(name, &prefix)
+            }
+        })
+        .collect();
+    Whiteboard::new(specs, vec![".rondo".into(), ".catmaster".into()]).map_err(|e| e.to_string())
+}
+
+/// Where the files of a code context are read from.
+pub fn code_root(kind: &MemoryKind, run_dir: &Path) -> std::path::PathBuf {
+    match kind {
+        MemoryKind::CodeContext {
+            root: Some(root), ..
+        } => run_dir.join(root),
+        _ => run_dir.to_path_buf(),
+    }
+}
+
+fn load<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
+    serde_json::from_value(v.clone()).map_err(|e| format!("memory checkpoint is damaged: {e}"))
+}
+
+fn store<T: serde::Serialize>(slot: &mut Value, t: &T) -> Result<(), String> {
+    *slot = serde_json::to_value(t).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+/// Applies one operation. `run_dir` is where whiteboard.md is written and code is read.
+pub fn apply(
+    kind: &MemoryKind,
+    slot: &mut Value,
+    op: MemoryOp,
+    args: Vec<Value>,
+    run_dir: &Path,
+) -> Result<String, String> {
+    let mut args = args.into_iter();
+    let mut next = || args.next().unwrap_or(Value::Null);
+    match (kind, op) {
+        (MemoryKind::Value { .. }, MemoryOp::Append) => {
+            let item = next();
+            as_list(slot)?.push(item);
+            Ok(String::new())
+        }
+        (MemoryKind::Value { .. }, MemoryOp::Extend) => match next() {
+            Value::Array(items) => {
+                as_list(slot)?.extend(items);
+                Ok(String::new())
+            }
+            Value::Null => Ok(String::new()),
+            other => Err(format!("extend needs a list, got {other}")),
+        },
+        (MemoryKind::Value { .. }, MemoryOp::Truncate) => {
+            let to = next();
+            let list = as_list(slot)?;
+            let before = list.len();
+            // Keep the prefix up to and including the item whose `id` is `to`; with no
+            // such item, `to` is a count.
+            let keep = match list
+                .iter()
+                .position(|item| item.get("id").is_some_and(|id| super::eval::equal(id, &to)))
+            {
+                Some(i) => i + 1,
+                None => to
+                    .as_f64()
+                    .map_or(before, |n| (n.max(0.0) as usize).min(before)),
+            };
+            list.truncate(keep);
+            Ok(format!("kept {keep} of {before}"))
+        }
+        (MemoryKind::Value { .. }, MemoryOp::Put) => {
+            let key = next();
+            let value = next();
+            let key = key
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| key.to_string());
+            match slot {
+                Value::Object(map) => {
+                    map.insert(key, value);
+                    Ok(String::new())
+                }
+                Value::Null => {
+                    *slot = Value::Object([(key, value)].into_iter().collect());
+                    Ok(String::new())
+                }
+                _ => Err("put needs a map".into()),
+            }
+        }
+        (MemoryKind::Value { .. }, MemoryOp::Clear) => {
+            match slot {
+                Value::Array(a) => a.clear(),
+                Value::Object(o) => o.clear(),
+                other => *other = Value::Null,
+            }
+            Ok(String::new())
+        }
+        (MemoryKind::Whiteboard { .. }, MemoryOp::Apply) => {
+            let ops = next();
+            let ops = match ops {
+                Value::Object(ref o) if o.contains_key("ops") => o["ops"].clone(),
+                other => other,
+            };
+            let mut board: Whiteboard = load(slot)?;
+            let json = serde_json::to_string(&ops).map_err(|e| e.to_string())?;
+            let report = board.apply_json(&json).map_err(|e| e.to_string())?;
+            board
+                .write_markdown(run_dir)
+                .map_err(|e| format!("cannot write whiteboard.md: {e}"))?;
+            store(slot, &board)?;
+            Ok(serde_json::to_string(&report).unwrap_or_default())
+        }
+        (MemoryKind::History, MemoryOp::Push) => {
+            let node = next();
+            let mut history: OperationHistory = load(slot)?;
+            let params = node.get("action_params").map(text_of).unwrap_or_default();
+            history.push(
+                node.get("thought").map(text_of).unwrap_or_default(),
+                node.get("action_type").map(text_of).unwrap_or_default(),
+                params,
+            );
+            store(slot, &history)?;
+            Ok(String::new())
+        }
+        (MemoryKind::History, MemoryOp::Observe) => {
+            let mut history: OperationHistory = load(slot)?;
+            history
+                .set_observation(text_of(&next()))
+                .map_err(|e| e.to_string())?;
+            store(slot, &history)?;
+            Ok(String::new())
+        }
+        (MemoryKind::History, MemoryOp::Reflect) => {
+            let r = next();
+            let mut history: OperationHistory = load(slot)?;
+            // The first operation has nothing to reflect on.
+            if history.last().is_none() {
+                return Ok("nothing to reflect on yet".into());
+            }
+            let bad_action = match r.get("bad_action") {
+                Some(Value::Bool(b)) => *b,
+                Some(Value::String(s)) => s.trim().eq_ignore_ascii_case("true"),
+                _ => false,
+            };
+            history
+                .reflect(Reflection {
+                    bad_action,
+                    summary: r.get("summary").map(text_of).unwrap_or_default(),
+                    lessons: r.get("lessons").map(text_of).unwrap_or_default(),
+                })
+                .map_err(|e| e.to_string())?;
+            store(slot, &history)?;
+            Ok(String::new())
+        }
+        (MemoryKind::CodeContext { .. }, MemoryOp::Cite) => {
+            let mut code: CodeContext = load(slot)?;
+            code.begin_operation();
+            let report = code
+                .record_citations(&code_root(kind, run_dir), &text_of(&next()))
+                .map_err(|e| e.to_string())?;
+            store(slot, &code)?;
+            Ok(serde_json::to_string(&report).unwrap_or_default())
+        }
+        (MemoryKind::CodeContext { .. }, MemoryOp::Access) => {
+            let mut code: CodeContext = load(slot)?;
+            if code.n_operations() == 0 {
+                code.begin_operation();
+            }
+            let root = code_root(kind, run_dir);
+            let accesses = match next() {
+                Value::Array(items) => items,
+                other => vec![other],
+            };
+            let mut notes = Vec::new();
+            for access in accesses {
+                let path = access
+                    .get("file_path")
+                    .or_else(|| access.get("path"))
+                    .map(text_of)
+                    .unwrap_or_default();
+                let lines: Vec<usize> = match access.get("lines") {
+                    Some(Value::Array(l)) => l
+                        .iter()
+                        .filter_map(Value::as_u64)
+                        .map(|n| n as usize)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let result = match (
+                    access.get("start").and_then(Value::as_u64),
+                    access.get("end").and_then(Value::as_u64),
+                ) {
+                    (Some(s), Some(e)) if lines.is_empty() => {
+                        code.record_access_range(&root, &path, s as usize, e as usize)
+                    }
+                    _ => code.record_access(&root, &path, &lines),
+                };
+                match result {
+                    Ok(r) => notes.push(serde_json::to_string(&r).unwrap_or_default()),
+                    Err(e) => notes.push(format!("{path}: {e}")),
+                }
+            }
+            store(slot, &code)?;
+            Ok(notes.join("; "))
+        }
+        (kind, op) => Err(format!(
+            "a {} has no operation `{}`",
+            kind.kind_name(),
+            op.name()
+        )),
+    }
+}
+
+fn as_list(slot: &mut Value) -> Result<&mut Vec<Value>, String> {
+    if slot.is_null() {
+        *slot = Value::Array(Vec::new());
+    }
+    slot.as_array_mut()
+        .ok_or_else(|| "this memory value is not a list".to_string())
+}
+
+/// What `memory.NAME` is in a template: plain values as they are; structured kinds as
+/// their views (`code.files`, `ops.chain`, `ops.lessons`, `board.sections`).
+pub fn template_view(kind: &MemoryKind, slot: &Value, run_dir: &Path) -> Value {
+    match kind {
+        MemoryKind::Value { .. } => slot.clone(),
+        MemoryKind::CodeContext { .. } => match load::<CodeContext>(slot) {
+            Ok(mut code) => {
+                serde_json::to_value(code.render(&code_root(kind, run_dir))).unwrap_or(Value::Null)
+            }
+            Err(_) => Value::Null,
+        },
+        MemoryKind::History => match load::<OperationHistory>(slot) {
+            Ok(history) => serde_json::to_value(history.view()).unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        },
+        MemoryKind::Whiteboard { .. } => match load::<Whiteboard>(slot) {
+            Ok(board) => serde_json::json!({
+                "sections": board.sections(),
+                "markdown": board.render_markdown(),
+            }),
+            Err(_) => Value::Null,
+        },
+    }
+}

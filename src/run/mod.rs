@@ -1,0 +1,1325 @@
+//! Stage 4: runs a compiled [`Workflow`]. The interpreter never sees the syntax tree.
+//!
+//! A step is one role execution: render and call (llm), run (tool) or nothing
+//! (builtin); then the output is stored, memory updated, artifacts written, exit
+//! conditions checked, a route chosen, and the checkpoint written atomically.
+
+pub mod clock;
+pub mod eval;
+pub mod memory;
+pub mod output;
+pub mod progress;
+pub mod replay;
+pub mod rundir;
+pub mod scripted;
+pub mod state;
+pub mod testing;
+mod tools;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use petgraph::graph::NodeIndex;
+use rondo_provider::{AttemptRecord, CallContext, ChatRequest, Message, ProviderPool};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use crate::compile::{
+    Condition, MemoryKind, NodeKind, OutputFormat, RoleKind, RouteTarget, Update, Workflow,
+};
+use crate::prompt::{Prompts, render_str};
+use eval::Env;
+use progress::Reporter;
+use rundir::{RunDir, RunInfo};
+use scripted::{Script, ScriptedModel};
+pub use state::{Position, RunState, Status};
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Folder holding run directories (`runs/` by default).
+    pub runs_root: PathBuf,
+    pub run_id: Option<String>,
+    /// `--input key=value`; a value that parses as JSON is taken as JSON unless the input is a string.
+    pub inputs: Vec<(String, String)>,
+    /// Every llm role uses this profile.
+    pub provider: Option<String>,
+    /// Replies for the scripted provider.
+    pub script: Option<PathBuf>,
+    /// Replay the LLM replies recorded in this run directory.
+    pub replay_from: Option<PathBuf>,
+    /// Write run.json, events.jsonl, state.json (off for benchmarks).
+    pub checkpoints: bool,
+    pub progress: progress::Mode,
+    pub keep_env: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            runs_root: PathBuf::from("runs"),
+            run_id: None,
+            inputs: Vec::new(),
+            provider: None,
+            script: None,
+            replay_from: None,
+            checkpoints: true,
+            progress: progress::Mode::Quiet,
+            keep_env: false,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub run_dir: PathBuf,
+    pub exit: String,
+    pub exit_code: i32,
+    pub reason: String,
+    pub state: RunState,
+}
+
+/// Problems before a run can start (bad inputs, missing keys, unreadable script).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Input(String),
+    #[error("{0}")]
+    Setup(String),
+}
+
+pub struct Interpreter<'w> {
+    workflow: &'w Workflow,
+    run_dir: PathBuf,
+    dir: Option<RunDir>,
+    info: Option<RunInfo>,
+    pool: Arc<ProviderPool>,
+    prompts: Prompts,
+    /// Profile name per llm role (node index), after `--provider`.
+    profile_of: HashMap<usize, String>,
+    envs: tools::Envs,
+    interrupted: Arc<AtomicBool>,
+    interrupt: Arc<Notify>,
+    reporter: Reporter,
+    started: Instant,
+}
+
+enum Flow {
+    Continue,
+    Exit { node: NodeIndex, reason: String },
+}
+
+/// The result of running one role, before it is applied to the state.
+struct RoleRun {
+    output: Value,
+    tool: Option<usize>,
+    prompt: Option<String>,
+    /// The accepted LLM call (`llm_response` event).
+    record: Option<Value>,
+}
+
+#[derive(Debug)]
+enum StepError {
+    /// Ends the run at `error` with this message.
+    Failed(String),
+    Interrupted,
+    Limit(String),
+}
+
+impl<'w> Interpreter<'w> {
+    /// Prepares a new run: inputs, providers, run directory.
+    pub fn start(
+        workflow: &'w Workflow,
+        options: &RunOptions,
+    ) -> Result<(Self, RunState), StartError> {
+        let inputs = resolve_inputs(workflow, &options.inputs)?;
+        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+        let run_dir = options.runs_root.join(&run_id);
+        if run_dir.join("run.json").exists() {
+            return Err(StartError::Setup(format!(
+                "{} already holds a run; use `rondo resume {}`",
+                run_dir.display(),
+                run_dir.display()
+            )));
+        }
+        let script = load_script(options)?;
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
+    }
+
+    /// [`start`](Self::start) with replies given in code (`test` blocks).
+    pub fn start_with_script(
+        workflow: &'w Workflow,
+        options: &RunOptions,
+        script: Script,
+    ) -> Result<(Self, RunState), StartError> {
+        let inputs = resolve_inputs(workflow, &options.inputs)?;
+        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+        let run_dir = options.runs_root.join(&run_id);
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
+    }
+
+    fn start_with_script_at(
+        workflow: &'w Workflow,
+        options: &RunOptions,
+        script: Script,
+        inputs: Vec<Value>,
+        run_id: String,
+        run_dir: PathBuf,
+    ) -> Result<(Self, RunState), StartError> {
+        let mut interp = Self::build(workflow, run_dir, options, script)?;
+        interp.check_keys()?;
+        let state = RunState::new(workflow, run_id.clone(), inputs);
+        if options.checkpoints {
+            let dir = RunDir::create(&interp.run_dir).map_err(|e| {
+                StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
+            })?;
+            let info = RunInfo {
+                run_id,
+                workflow: workflow.name.clone(),
+                workflow_path: std::fs::canonicalize(&workflow.path)
+                    .unwrap_or(workflow.path.clone()),
+                workflow_hash: workflow.source_hash.clone(),
+                inputs: workflow
+                    .inputs
+                    .iter()
+                    .zip(&state.inputs)
+                    .map(|(i, v)| (i.name.clone(), v.clone()))
+                    .collect(),
+                providers: provider_summaries(workflow),
+                provider_override: options.provider.clone(),
+                script: options
+                    .script
+                    .as_ref()
+                    .map(|p| std::fs::canonicalize(p).unwrap_or(p.clone())),
+                replay_from: options.replay_from.clone(),
+                started_at: clock::now_rfc3339(),
+                ended_at: None,
+                status: "running".into(),
+                exit: None,
+                exit_code: None,
+                reason: None,
+                totals: Default::default(),
+            };
+            dir.write_info(&info)
+                .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
+            interp.dir = Some(dir);
+            interp.info = Some(info);
+        } else {
+            std::fs::create_dir_all(&interp.run_dir).map_err(|e| {
+                StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
+            })?;
+        }
+        interp.event(
+            "run_start",
+            json!({"workflow": workflow.name, "run_dir": interp.run_dir}),
+        );
+        Ok((interp, state))
+    }
+
+    /// Continues a stopped or crashed run from its last checkpoint.
+    pub fn resume(
+        workflow: &'w Workflow,
+        run_dir: &Path,
+        options: &RunOptions,
+    ) -> Result<(Self, RunState), StartError> {
+        let info = rundir::read_info(run_dir).map_err(StartError::Setup)?;
+        if info.workflow_hash != workflow.source_hash {
+            return Err(StartError::Setup(format!(
+                "{} changed since the run started (content hash differs); resuming would mix two workflows",
+                workflow.path.display()
+            )));
+        }
+        let mut state = rundir::read_state(run_dir).map_err(StartError::Setup)?;
+        if state.status == Status::Finished {
+            return Err(StartError::Setup(format!(
+                "run {} has already finished",
+                info.run_id
+            )));
+        }
+        let options = RunOptions {
+            provider: info.provider_override.clone(),
+            script: info.script.clone(),
+            replay_from: info.replay_from.clone(),
+            ..options.clone()
+        };
+        let script = load_script(&options)?;
+        let mut interp = Self::build(workflow, run_dir.to_path_buf(), &options, script)?;
+        interp.check_keys()?;
+        let dir = RunDir::open(run_dir)
+            .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", run_dir.display())))?;
+        interp.dir = Some(dir);
+        let mut info = info;
+        info.status = "running".into();
+        interp.info = Some(info);
+        state.status = Status::Running;
+        interp.event("run_resumed", json!({"step": state.step}));
+        Ok((interp, state))
+    }
+
+    fn build(
+        workflow: &'w Workflow,
+        run_dir: PathBuf,
+        options: &RunOptions,
+        script: Script,
+    ) -> Result<Self, StartError> {
+        let profiles = workflow
+            .providers
+            .iter()
+            .filter(|p| p.kind != "scripted")
+            .map(|p| to_profile(workflow, p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(StartError::Setup)?;
+        let mut pool = ProviderPool::new(profiles).map_err(|e| StartError::Setup(e.to_string()))?;
+        let scripted: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel {
+            script: Arc::new(script),
+        });
+        for p in workflow.providers.iter().filter(|p| p.kind == "scripted") {
+            pool.register_model(&p.name, scripted.clone());
+        }
+        let mut profile_of = HashMap::new();
+        for (index, role) in workflow.roles() {
+            if let RoleKind::Llm(l) = &role.kind {
+                let id = if l.provider == usize::MAX {
+                    workflow.default_provider
+                } else {
+                    l.provider
+                };
+                let name = options
+                    .provider
+                    .clone()
+                    .unwrap_or_else(|| workflow.providers[id].name.clone());
+                profile_of.insert(index.index(), name);
+            }
+        }
+        if let Some(name) = &options.provider
+            && pool.profile(name).is_none()
+        {
+            let known: Vec<&str> = pool.profile_names().collect();
+            return Err(StartError::Setup(format!(
+                "--provider `{name}` is not a profile of this workflow (profiles: {})",
+                known.join(", ")
+            )));
+        }
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let interrupt = Arc::new(Notify::new());
+        Ok(Interpreter {
+            workflow,
+            envs: tools::Envs::new(workflow, &run_dir, options.keep_env),
+            run_dir,
+            dir: None,
+            info: None,
+            pool: Arc::new(pool),
+            prompts: Prompts::load(&workflow.prompts_dir),
+            profile_of,
+            interrupted,
+            interrupt,
+            reporter: Reporter::new(options.progress),
+            started: Instant::now(),
+        })
+    }
+
+    /// A missing API key is a start-up error, never a failure in the middle of a run.
+    fn check_keys(&self) -> Result<(), StartError> {
+        let mut missing = Vec::new();
+        let mut names: Vec<&String> = self.profile_of.values().collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            for link in self.pool.chain(name) {
+                if let Some(p) = self.pool.profile(&link)
+                    && p.key_required()
+                    && let Some(var) = p.key_env()
+                    && std::env::var_os(var).is_none_or(|v| v.is_empty())
+                {
+                    missing.push(format!(
+                        "profile `{link}` needs the environment variable {var}"
+                    ));
+                }
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(StartError::Setup(format!(
+                "{}; set it, or run with `--provider scripted`",
+                missing.join("; ")
+            )))
+        }
+    }
+
+    /// A handle that stops the run at the next opportunity (Ctrl-C).
+    pub fn interrupter(&self) -> (Arc<AtomicBool>, Arc<Notify>) {
+        (self.interrupted.clone(), self.interrupt.clone())
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    fn event(&mut self, kind: &str, fields: Value) {
+        self.reporter.event(kind, &fields);
+        if let Some(dir) = &mut self.dir
+            && let Err(e) = dir.event(kind, fields)
+        {
+            self.reporter
+                .warn(&format!("cannot write events.jsonl: {e}"));
+        }
+    }
+
+    fn checkpoint(&mut self, state: &mut RunState) {
+        state.elapsed_ms = state.elapsed_ms.max(0);
+        if let Some(dir) = &mut self.dir {
+            let mut snapshot_elapsed = state.elapsed_ms;
+            snapshot_elapsed += self.started.elapsed().as_millis() as u64;
+            let saved = state.elapsed_ms;
+            state.elapsed_ms = snapshot_elapsed;
+            let result = dir.checkpoint(state);
+            state.elapsed_ms = saved;
+            if let Err(e) = result {
+                self.reporter.warn(&format!("checkpoint failed: {e}"));
+            }
+        }
+    }
+
+    /// Runs until an exit, a limit, an error or an interrupt.
+    pub async fn drive(mut self, mut state: RunState) -> Outcome {
+        let (exit, reason) = loop {
+            if self.interrupted.load(Ordering::SeqCst) {
+                break self.stop_interrupted(&mut state);
+            }
+            let position = state.position.clone();
+            let flow = match position {
+                Position::Exited { node, reason } => break (node, reason),
+                Position::Node { node } if node == self.workflow.start => {
+                    self.route(&mut state, node)
+                }
+                Position::Node { node } if self.workflow.is_exit(node) => Ok(Flow::Exit {
+                    node,
+                    reason: "reached".into(),
+                }),
+                Position::Node { node } => self.step(&mut state, node).await,
+                Position::Fork { route, done } => self.fork(&mut state, route, done).await,
+            };
+            match flow {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Exit { node, reason }) => {
+                    state.position = Position::Exited { node, reason };
+                }
+                Err(StepError::Interrupted) => break self.stop_interrupted(&mut state),
+                Err(StepError::Limit(reason)) => {
+                    let node = self.builtin_exit("limit");
+                    state.position = Position::Exited { node, reason };
+                }
+                Err(StepError::Failed(reason)) => {
+                    let node = self.builtin_exit("error");
+                    state.position = Position::Exited { node, reason };
+                }
+            }
+        };
+        self.finish(state, exit, reason).await
+    }
+
+    fn stop_interrupted(&mut self, state: &mut RunState) -> (NodeIndex, String) {
+        state.status = Status::Interrupted;
+        self.checkpoint(state);
+        (
+            self.builtin_exit("interrupted"),
+            "interrupted; `rondo resume` continues the run".into(),
+        )
+    }
+
+    fn builtin_exit(&self, name: &str) -> NodeIndex {
+        self.workflow.find_node(name).unwrap_or(self.workflow.start)
+    }
+
+    async fn finish(mut self, mut state: RunState, exit: NodeIndex, reason: String) -> Outcome {
+        let name = self.workflow.node(exit).name.clone();
+        let code = match &self.workflow.node(exit).kind {
+            NodeKind::Exit(spec) => spec.code,
+            _ => 2,
+        };
+        if state.status != Status::Interrupted {
+            state.status = Status::Finished;
+            state.position = Position::Exited {
+                node: exit,
+                reason: reason.clone(),
+            };
+        }
+        self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
+        self.checkpoint(&mut state);
+        self.envs.shutdown().await;
+        if let Some(mut info) = self.info.take() {
+            info.ended_at = Some(clock::now_rfc3339());
+            info.status = match state.status {
+                Status::Interrupted => "interrupted".into(),
+                _ => "finished".into(),
+            };
+            info.exit = Some(name.clone());
+            info.exit_code = Some(code);
+            info.reason = Some(reason.clone());
+            info.totals = state.totals.clone();
+            if let Some(dir) = &self.dir {
+                let _ = dir.write_info(&info);
+            }
+        }
+        if let Some(dir) = &mut self.dir {
+            let _ = dir.flush();
+        }
+        self.reporter.finish(&name, &reason, &state);
+        Outcome {
+            run_dir: self.run_dir,
+            exit: name,
+            exit_code: code,
+            reason,
+            state,
+        }
+    }
+
+    fn check_limits(&self, state: &RunState) -> Result<(), StepError> {
+        let limits = &self.workflow.limits;
+        if let Some(max) = limits.max_steps
+            && state.step >= max
+        {
+            return Err(StepError::Limit(format!(
+                "the run reached max_steps = {max}"
+            )));
+        }
+        if let Some(max) = limits.max_wall_time_ms
+            && state.elapsed_ms + self.started.elapsed().as_millis() as u64 >= max
+        {
+            return Err(StepError::Limit(format!(
+                "the run reached max_wall_time ({max} ms)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One role: execute, apply, check exits, route, checkpoint.
+    async fn step(&mut self, state: &mut RunState, node: NodeIndex) -> Result<Flow, StepError> {
+        self.check_limits(state)?;
+        let role = self
+            .workflow
+            .role(node)
+            .ok_or_else(|| StepError::Failed("not a role".into()))?;
+        if let Some(max) = role.max_visits
+            && state.visits[node.index()] >= max
+        {
+            return Err(StepError::Limit(format!(
+                "role `{}` reached max_visits = {max}",
+                self.workflow.node(node).name
+            )));
+        }
+        let run = self.execute(state, node, None).await?;
+        self.apply(state, node, run, None)?;
+        if let Some(flow) = self.exit_guards(state)? {
+            self.checkpoint(state);
+            return Ok(flow);
+        }
+        let flow = self.route(state, node)?;
+        self.checkpoint(state);
+        Ok(flow)
+    }
+
+    fn exit_guards(&mut self, state: &RunState) -> Result<Option<Flow>, StepError> {
+        for (exit, expr) in &self.workflow.exit_guards {
+            let env = self.env(state, None, None, None);
+            if env.condition(expr).map_err(StepError::Failed)? {
+                let reason = format!("`{}` holds", expr.text);
+                return Ok(Some(Flow::Exit {
+                    node: *exit,
+                    reason,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn env<'a>(
+        &'a self,
+        state: &'a RunState,
+        role: Option<NodeIndex>,
+        output: Option<&'a Value>,
+        item: Option<&'a Value>,
+    ) -> Env<'a> {
+        Env {
+            workflow: self.workflow,
+            state,
+            run_dir: &self.run_dir,
+            role,
+            output,
+            item,
+        }
+    }
+
+    fn route(&mut self, state: &mut RunState, from: NodeIndex) -> Result<Flow, StepError> {
+        let mut exhausted = false;
+        for &id in &self.workflow.outgoing[from.index()] {
+            let route = &self.workflow.routes[id];
+            if let Some(max) = route.max
+                && state.route_taken[id] >= max
+            {
+                exhausted = true;
+                continue;
+            }
+            let holds = match &route.condition {
+                Condition::Always | Condition::Otherwise => true,
+                Condition::When { expr } => self
+                    .env(state, Some(from), None, None)
+                    .condition(expr)
+                    .map_err(|e| {
+                        StepError::Failed(format!(
+                            "route condition `{}` of `{}` failed: {e}",
+                            expr.text,
+                            self.workflow.node(from).name
+                        ))
+                    })?,
+            };
+            if !holds {
+                continue;
+            }
+            state.route_taken[id] += 1;
+            let condition = match &route.condition {
+                Condition::When { expr } => expr.text.clone(),
+                Condition::Otherwise => "otherwise".into(),
+                Condition::Always => String::new(),
+            };
+            let targets: Vec<String> = route
+                .target
+                .first_nodes()
+                .iter()
+                .map(|n| self.workflow.node(*n).name.clone())
+                .collect();
+            let from_name = self.workflow.node(from).name.clone();
+            let backtrack = route.backtrack;
+            self.event("route", json!({"from": from_name, "to": targets, "condition": condition, "route": id, "backtrack": backtrack}));
+            return Ok(match &route.target {
+                RouteTarget::Node { node } if self.workflow.is_exit(*node) => Flow::Exit {
+                    node: *node,
+                    reason: if condition.is_empty() {
+                        format!("routed from `{from_name}`")
+                    } else {
+                        format!("`{condition}` holds")
+                    },
+                },
+                RouteTarget::Node { node } => {
+                    state.position = Position::Node { node: *node };
+                    Flow::Continue
+                }
+                RouteTarget::Parallel { .. } | RouteTarget::Map { .. } => {
+                    state.position = Position::Fork {
+                        route: id,
+                        done: BTreeMap::new(),
+                    };
+                    Flow::Continue
+                }
+            });
+        }
+        let name = &self.workflow.node(from).name;
+        if exhausted {
+            Err(StepError::Limit(format!(
+                "every route from `{name}` that could be taken has used its `max` bound"
+            )))
+        } else {
+            Err(StepError::Failed(format!("no route from `{name}` holds")))
+        }
+    }
+
+    /// Runs the branches of a parallel or map route concurrently, checkpointing each
+    /// finished branch, then applies them in order and continues at the join.
+    async fn fork(
+        &mut self,
+        state: &mut RunState,
+        route_id: usize,
+        mut done: BTreeMap<usize, state::BranchResult>,
+    ) -> Result<Flow, StepError> {
+        self.check_limits(state)?;
+        let route = &self.workflow.routes[route_id];
+        let (branches, join): (Vec<(NodeIndex, Option<Value>)>, NodeIndex) = match &route.target {
+            RouteTarget::Parallel { branches, join } => {
+                (branches.iter().map(|b| (*b, None)).collect(), *join)
+            }
+            RouteTarget::Map { worker, over, join } => {
+                let items = self
+                    .env(state, None, None, None)
+                    .eval(over)
+                    .map_err(StepError::Failed)?;
+                let items = match items {
+                    Value::Array(a) => a,
+                    Value::Null => Vec::new(),
+                    other => {
+                        return Err(StepError::Failed(format!(
+                            "`map ... over {}` needs a list, got {other}",
+                            over.text
+                        )));
+                    }
+                };
+                if let Some(max) = route.max
+                    && items.len() as u64 > max
+                {
+                    return Err(StepError::Limit(format!(
+                        "`map` over {} items exceeds its bound of {max}",
+                        items.len()
+                    )));
+                }
+                (
+                    items.into_iter().map(|i| (*worker, Some(i))).collect(),
+                    *join,
+                )
+            }
+            RouteTarget::Node { .. } => return Err(StepError::Failed("not a fork".into())),
+        };
+        {
+            let this = &*self;
+            let snapshot = &*state;
+            let mut pending: FuturesUnordered<_> = branches
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !done.contains_key(i))
+                .map(|(i, (node, item))| async move {
+                    (
+                        i,
+                        *node,
+                        item.clone(),
+                        this.execute(snapshot, *node, item.as_ref()).await,
+                    )
+                })
+                .collect();
+            let mut finished = Vec::new();
+            while let Some((i, node, item, result)) = pending.next().await {
+                let run = result?;
+                finished.push((
+                    i,
+                    state::BranchResult {
+                        node,
+                        output: run.output,
+                        item,
+                        tool: run.tool,
+                        prompt: run.prompt,
+                        record: run.record,
+                    },
+                ));
+            }
+            drop(pending);
+            for (i, r) in finished {
+                done.insert(i, r);
+                // Each finished branch is durable before the next one is applied.
+            }
+        }
+        state.position = Position::Fork {
+            route: route_id,
+            done: done.clone(),
+        };
+        self.checkpoint(state);
+        let is_map = matches!(
+            self.workflow.routes[route_id].target,
+            RouteTarget::Map { .. }
+        );
+        let mut outputs = Vec::new();
+        for (_, r) in done {
+            let node = r.node;
+            outputs.push(r.output.clone());
+            let run = RoleRun {
+                output: r.output,
+                tool: r.tool,
+                prompt: r.prompt,
+                record: r.record,
+            };
+            self.apply(state, node, run, r.item.as_ref())?;
+        }
+        if is_map && let Some((worker, _)) = branches.first() {
+            state.outputs.insert(worker.index(), Value::Array(outputs));
+        }
+        if let Some(flow) = self.exit_guards(state)? {
+            self.checkpoint(state);
+            return Ok(flow);
+        }
+        state.position = Position::Node { node: join };
+        self.checkpoint(state);
+        Ok(Flow::Continue)
+    }
+
+    /// Executes a role without changing the state.
+    async fn execute(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        item: Option<&Value>,
+    ) -> Result<RoleRun, StepError> {
+        let role = self
+            .workflow
+            .role(node)
+            .ok_or_else(|| StepError::Failed("not a role".into()))?;
+        let name = &self.workflow.node(node).name;
+        let visit = state.visits[node.index()] + 1;
+        self.reporter.role_start(
+            name,
+            role.kind.name(),
+            state.step + 1,
+            &state.totals,
+            self.started,
+        );
+        match &role.kind {
+            RoleKind::Builtin => Ok(RoleRun {
+                output: Value::Null,
+                tool: None,
+                prompt: None,
+                record: None,
+            }),
+            RoleKind::Llm(llm) => self.call_llm(state, node, llm, visit, item).await,
+            RoleKind::Tool(tool) => {
+                let run = tools::run_tool_role(self, state, node, tool, visit, item);
+                tokio::select! {
+                    r = run => r,
+                    _ = self.interrupt.notified() => Err(StepError::Interrupted),
+                }
+            }
+        }
+    }
+
+    fn template_context(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        visit: u64,
+        item: Option<&Value>,
+        last_error: Option<&str>,
+    ) -> tera::Context {
+        let mut ctx = tera::Context::new();
+        let role = self.workflow.role(node);
+        let inputs: serde_json::Map<String, Value> = self
+            .workflow
+            .inputs
+            .iter()
+            .zip(&state.inputs)
+            .map(|(i, v)| (i.name.clone(), v.clone()))
+            .collect();
+        ctx.insert("input", &inputs);
+        let mut memory = serde_json::Map::new();
+        for &id in role.map(|r| r.reads.as_slice()).unwrap_or(&[]) {
+            let slot = &self.workflow.memory[id];
+            memory.insert(
+                slot.name.clone(),
+                memory::template_view(&slot.kind, &state.memory[id], &self.run_dir),
+            );
+        }
+        ctx.insert("memory", &memory);
+        let mut tools = serde_json::Map::new();
+        let tool_ids: Vec<usize> = match role.map(|r| &r.kind) {
+            Some(RoleKind::Llm(l)) => l.tools.clone(),
+            _ => Vec::new(),
+        };
+        for id in tool_ids {
+            let t = &self.workflow.tools[id];
+            tools.insert(t.name.clone(), json!({"name": t.name, "usage": t.usage, "executable": t.executable, "input_schema": t.input.as_ref().map(|ty| ty.json_schema())}));
+        }
+        ctx.insert("tools", &tools);
+        for (index, _) in self.workflow.roles() {
+            let value = state
+                .outputs
+                .get(&index.index())
+                .cloned()
+                .unwrap_or(Value::Null);
+            ctx.insert(self.workflow.node(index).name.as_str(), &value);
+        }
+        ctx.insert("round", &state.round(self.workflow));
+        ctx.insert("step", &(state.step + 1));
+        ctx.insert("visit", &visit);
+        ctx.insert("run_id", &state.run_id);
+        ctx.insert("item", &item.cloned().unwrap_or(Value::Null));
+        ctx.insert("last_error", &last_error);
+        ctx
+    }
+
+    async fn call_llm(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        llm: &crate::compile::LlmRole,
+        visit: u64,
+        item: Option<&Value>,
+    ) -> Result<RoleRun, StepError> {
+        let name = self.workflow.node(node).name.clone();
+        let profile = self
+            .profile_of
+            .get(&node.index())
+            .cloned()
+            .unwrap_or_else(|| "scripted".into());
+        let limits = &self.workflow.limits;
+        let mut last_error: Option<String> = None;
+        let attempts = llm.retries + 1;
+        for attempt in 1..=attempts {
+            if let Some(max) = limits.max_tokens
+                && state.totals.input_tokens + state.totals.output_tokens >= max
+            {
+                return Err(StepError::Limit(format!(
+                    "the run used its token budget (max_tokens = {max})"
+                )));
+            }
+            if let Some(max) = limits.max_cost
+                && state.totals.cost >= max
+            {
+                return Err(StepError::Limit(format!(
+                    "the run used its cost budget (max_cost = {max})"
+                )));
+            }
+            let ctx = self.template_context(state, node, visit, item, last_error.as_deref());
+            let mut messages = Vec::new();
+            if let Some(system) = &llm.system {
+                let text = self
+                    .prompts
+                    .render(&system.to_string_lossy(), &ctx)
+                    .map_err(|e| {
+                        StepError::Failed(format!("role `{name}`: system template: {e}"))
+                    })?;
+                messages.push(Message::system(text));
+            }
+            let prompt = self
+                .prompts
+                .render(&llm.prompt.to_string_lossy(), &ctx)
+                .map_err(|e| {
+                    StepError::Failed(format!(
+                        "role `{name}`: template {}: {e}",
+                        llm.prompt.display()
+                    ))
+                })?;
+            messages.push(Message::user(prompt.clone()));
+            let mut request = ChatRequest::new(messages);
+            request.context = CallContext {
+                role: name.clone(),
+                visit: visit as u32,
+            };
+            if let OutputFormat::Json { ty } = &llm.output {
+                request.response_schema = Some((name.clone(), ty.json_schema()));
+            }
+            if let Some(estimate) = self.pool.estimate(&profile, &request)
+                && let Some(max) = limits.max_cost
+                && state.totals.cost + estimate.max_cost > max
+            {
+                return Err(StepError::Limit(format!(
+                    "the next call of `{name}` could cost up to ${:.4}, past max_cost = {max}",
+                    estimate.max_cost
+                )));
+            }
+            let mut records: Vec<AttemptRecord> = Vec::new();
+            let mut sink = |r: AttemptRecord| records.push(r);
+            let call = self.pool.complete(&profile, &request, None, &mut sink);
+            let completion = tokio::select! {
+                c = call => c,
+                _ = self.interrupt.notified() => return Err(StepError::Interrupted),
+            };
+            drop(sink);
+            self.reporter.attempts(&records);
+            let completion = match completion {
+                Ok(c) => c,
+                Err(e) => {
+                    return Err(StepError::Failed(format!(
+                        "role `{name}`: the provider call failed: {e}"
+                    )));
+                }
+            };
+            let raw = completion.response.content.clone();
+            let usage = completion.response.usage;
+            let record = json!({
+                "role": name, "visit": visit, "attempt": attempt, "profile": completion.profile,
+                "model": completion.response.model, "prompt": prompt, "raw": raw,
+                "usage": usage, "cost": completion.cost, "attempts": records,
+            });
+            match output::parse(&llm.output, &raw) {
+                Ok((value, how)) => {
+                    let mut record = record;
+                    record["parsed"] = json!(how);
+                    return Ok(RoleRun {
+                        output: value,
+                        tool: None,
+                        prompt: Some(prompt),
+                        record: Some(record),
+                    });
+                }
+                Err(e) => {
+                    last_error = Some(e.clone());
+                    self.reporter.event(
+                        "invalid_output",
+                        &json!({"role": name, "attempt": attempt, "error": e}),
+                    );
+                    // Failed attempts are recorded at apply time through the run's event log.
+                    self.failed_attempts_note(&record, &e);
+                }
+            }
+        }
+        Err(StepError::Failed(format!(
+            "role `{name}` gave no valid output in {attempts} attempt(s): {}",
+            last_error.unwrap_or_default()
+        )))
+    }
+
+    fn failed_attempts_note(&self, record: &Value, error: &str) {
+        // `execute` runs with shared access (branches run concurrently), so failed
+        // attempts are buffered and written when the role's result is applied.
+        if let Ok(mut buffer) = self.envs.pending_events.lock() {
+            let mut r = record.clone();
+            r["error"] = Value::String(error.to_string());
+            buffer.push(("invalid_output".to_string(), r));
+        }
+    }
+
+    /// Stores a role's result: visits, output, events, updates, artifacts.
+    fn apply(
+        &mut self,
+        state: &mut RunState,
+        node: NodeIndex,
+        run: RoleRun,
+        item: Option<&Value>,
+    ) -> Result<(), StepError> {
+        let workflow = self.workflow;
+        let role = workflow
+            .role(node)
+            .ok_or_else(|| StepError::Failed("not a role".into()))?;
+        let name = workflow.node(node).name.clone();
+        state.visits[node.index()] += 1;
+        state.step += 1;
+        state.path.push(name.clone());
+        let visit = state.visits[node.index()];
+        let pending: Vec<(String, Value)> = self
+            .envs
+            .pending_events
+            .lock()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default();
+        for (kind, fields) in pending {
+            self.event(&kind, fields);
+        }
+        self.event(
+            "role_start",
+            json!({"role": name, "kind": role.kind.name(), "visit": visit, "step": state.step}),
+        );
+        match &role.kind {
+            RoleKind::Llm(_) => {
+                if let Some(record) = run.record {
+                    if let Some(usage) = record.get("usage") {
+                        state.totals.llm_calls += 1;
+                        state.totals.input_tokens += usage
+                            .get("input_tokens")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(0);
+                        state.totals.output_tokens += usage
+                            .get("output_tokens")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(0);
+                        state.totals.cost +=
+                            record.get("cost").and_then(Value::as_f64).unwrap_or(0.0);
+                    }
+                    let how = record.get("parsed").cloned();
+                    self.event("llm_response", record);
+                    self.event(
+                        "parsed_output",
+                        json!({"role": name, "visit": visit, "how": how, "output": run.output}),
+                    );
+                }
+            }
+            RoleKind::Tool(_) => {
+                state.totals.tool_calls += 1;
+                if let Some(tool) = run.tool {
+                    state.tools_used.insert(tool);
+                }
+                self.event(
+                    "tool_call",
+                    json!({"role": name, "visit": visit, "result": run.output}),
+                );
+            }
+            RoleKind::Builtin => {}
+        }
+        state.outputs.insert(node.index(), run.output.clone());
+        for update in &role.updates {
+            let (memory_id, op, args) = match update {
+                Update::Set { memory, value, .. } => {
+                    let v = self
+                        .env(state, Some(node), Some(&run.output), item)
+                        .eval(value)
+                        .map_err(|e| {
+                            StepError::Failed(format!(
+                                "role `{name}`: update of `{}`: {e}",
+                                workflow.memory[*memory].name
+                            ))
+                        })?;
+                    (*memory, None, vec![v])
+                }
+                Update::Op {
+                    memory, op, args, ..
+                } => {
+                    let env = self.env(state, Some(node), Some(&run.output), item);
+                    let values = args
+                        .iter()
+                        .map(|a| env.eval(a))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| {
+                            StepError::Failed(format!(
+                                "role `{name}`: update of `{}`: {e}",
+                                workflow.memory[*memory].name
+                            ))
+                        })?;
+                    (*memory, Some(*op), values)
+                }
+            };
+            let slot = &workflow.memory[memory_id];
+            let note = match op {
+                None => {
+                    let value = args.into_iter().next().unwrap_or(Value::Null);
+                    if let MemoryKind::Value { ty, .. } = &slot.kind {
+                        ty.validate(&value).map_err(|e| {
+                            StepError::Failed(format!("role `{name}`: `set {}`: {e}", slot.name))
+                        })?;
+                    }
+                    state.memory[memory_id] = value;
+                    String::new()
+                }
+                Some(op) => memory::apply(
+                    &slot.kind,
+                    &mut state.memory[memory_id],
+                    op,
+                    args,
+                    &self.run_dir,
+                )
+                .map_err(|e| {
+                    StepError::Failed(format!("role `{name}`: `{}.{}`: {e}", slot.name, op.name()))
+                })?,
+            };
+            if self.dir.is_some() {
+                self.event("memory", json!({"role": name, "memory": slot.name, "op": op.map_or("set", |o| o.name()), "note": note}));
+            }
+        }
+        for artifact in &role.artifacts {
+            let ctx = self.name_context(state, node, visit, item);
+            let file = render_str(&artifact.name, &ctx).map_err(|e| {
+                StepError::Failed(format!(
+                    "role `{name}`: artifact name `{}`: {e}",
+                    artifact.name
+                ))
+            })?;
+            let env = self.env(state, Some(node), Some(&run.output), item);
+            let value = if artifact.value.text == "prompt" {
+                Value::String(run.prompt.clone().unwrap_or_default())
+            } else {
+                env.eval(&artifact.value).map_err(|e| {
+                    StepError::Failed(format!("role `{name}`: artifact `{file}`: {e}"))
+                })?
+            };
+            let bytes = match &value {
+                Value::String(s) => s.clone().into_bytes(),
+                other => serde_json::to_vec_pretty(other).unwrap_or_default(),
+            };
+            match rundir::safe_relative(&file) {
+                Some(rel) => {
+                    let path = self.run_dir.join(rel);
+                    if let Some(parent) = path.parent() {
+                        let _ = std::fs::create_dir_all(parent);
+                    }
+                    rundir::write_atomic(&path, &bytes).map_err(|e| {
+                        StepError::Failed(format!("cannot write artifact {file}: {e}"))
+                    })?;
+                }
+                None => {
+                    return Err(StepError::Failed(format!(
+                        "artifact name `{file}` must stay inside the run directory"
+                    )));
+                }
+            }
+            self.event(
+                "artifact",
+                json!({"role": name, "file": file, "bytes": bytes.len()}),
+            );
+        }
+        self.event(
+            "role_end",
+            json!({"role": name, "visit": visit, "step": state.step}),
+        );
+        Ok(())
+    }
+
+    /// Variables for artifact names, log names and command arguments: inputs, plain
+    /// memory values, role outputs, `item` and the counters.
+    pub(crate) fn name_context(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        visit: u64,
+        item: Option<&Value>,
+    ) -> tera::Context {
+        let mut ctx = tera::Context::new();
+        ctx.insert("round", &state.round(self.workflow));
+        ctx.insert("visit", &visit);
+        ctx.insert("step", &state.step);
+        ctx.insert("run_id", &state.run_id);
+        ctx.insert("role", &self.workflow.node(node).name);
+        ctx.insert("item", &item.cloned().unwrap_or(Value::Null));
+        let inputs: serde_json::Map<String, Value> = self
+            .workflow
+            .inputs
+            .iter()
+            .zip(&state.inputs)
+            .map(|(i, v)| (i.name.clone(), v.clone()))
+            .collect();
+        ctx.insert("input", &inputs);
+        let memory: serde_json::Map<String, Value> = self
+            .workflow
+            .memory
+            .iter()
+            .zip(&state.memory)
+            .filter(|(slot, _)| matches!(slot.kind, MemoryKind::Value { .. }))
+            .map(|(slot, v)| (slot.name.clone(), v.clone()))
+            .collect();
+        ctx.insert("memory", &memory);
+        for (index, _) in self.workflow.roles() {
+            let value = state
+                .outputs
+                .get(&index.index())
+                .cloned()
+                .unwrap_or(Value::Null);
+            ctx.insert(self.workflow.node(index).name.as_str(), &value);
+        }
+        ctx
+    }
+}
+
+fn load_script(options: &RunOptions) -> Result<Script, StartError> {
+    let mut script = match &options.script {
+        Some(path) => Script::from_yaml(path).map_err(StartError::Setup)?,
+        None => Script::default(),
+    };
+    if let Some(from) = &options.replay_from {
+        let recorded = Script::from_events(from).map_err(StartError::Setup)?;
+        for (role, replies) in recorded.roles {
+            script.roles.insert(role, replies);
+        }
+    }
+    Ok(script)
+}
+
+fn resolve_inputs(
+    workflow: &Workflow,
+    given: &[(String, String)],
+) -> Result<Vec<Value>, StartError> {
+    let mut values: Vec<Option<Value>> =
+        workflow.inputs.iter().map(|i| i.default.clone()).collect();
+    for (key, raw) in given {
+        let Some(index) = workflow.inputs.iter().position(|i| &i.name == key) else {
+            let names: Vec<&str> = workflow.inputs.iter().map(|i| i.name.as_str()).collect();
+            let hint = crate::diagnostics::did_you_mean(key, names.iter().copied())
+                .unwrap_or_else(|| format!("inputs: {}", names.join(", ")));
+            return Err(StartError::Input(format!(
+                "`{key}` is not an input of {} ({hint})",
+                workflow.name
+            )));
+        };
+        let ty = &workflow.inputs[index].ty;
+        let value = if ty.is_stringy()
+            && !matches!(ty.strip_optional(), crate::compile::types::Type::Any)
+        {
+            Value::String(raw.clone())
+        } else {
+            serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
+        };
+        ty.validate(&value)
+            .map_err(|e| StartError::Input(format!("input `{key}`: {e}")))?;
+        values[index] = Some(value);
+    }
+    workflow
+        .inputs
+        .iter()
+        .zip(values)
+        .map(|(input, v)| match v {
+            Some(v) => Ok(v),
+            None if input.ty.is_optional() => Ok(Value::Null),
+            None => Err(StartError::Input(format!(
+                "input `{}` is required: pass `--input {}=...`",
+                input.name, input.name
+            ))),
+        })
+        .collect()
+}
+
+fn new_run_id() -> String {
+    let ms = clock::unix_ms();
+    let stamp = clock::rfc3339(ms).replace(['-', ':'], "").replace('T', "-");
+    let stamp = stamp.split('.').next().unwrap_or("").to_string();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{stamp}-{:04x}", (nanos ^ std::process::id()) & 0xffff)
+}
+
+fn provider_summaries(workflow: &Workflow) -> Vec<Value> {
+    workflow
+        .providers
+        .iter()
+        .map(|p| json!({"name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url, "api_key_env": p.api_key_env}))
+        .collect()
+}
+
+fn to_profile(
+    workflow: &Workflow,
+    spec: &crate::compile::ProviderSpec,
+) -> Result<rondo_provider::ProviderProfile, String> {
+    use rondo_provider::{Price, ProviderKind, ProviderProfile};
+    let kind = match spec.kind.as_str() {
+        "openai" => ProviderKind::OpenAi,
+        "openai-compatible" => ProviderKind::OpenAiCompatible,
+        "anthropic" => ProviderKind::Anthropic,
+        "gemini" => ProviderKind::Gemini,
+        "ollama" => ProviderKind::Ollama,
+        "scripted" => ProviderKind::Scripted,
+        other => return Err(format!("provider `{}`: unknown kind `{other}`", spec.name)),
+    };
+    let mut p = ProviderProfile::new(
+        spec.name.clone(),
+        kind,
+        spec.model.clone().unwrap_or_default(),
+    );
+    p.base_url = spec.base_url.clone();
+    p.api_key_env = spec.api_key_env.clone().or(p.api_key_env);
+    p.temperature = spec.temperature.map(|t| t as f32);
+    p.max_tokens = spec.max_tokens.map(|t| t as u32);
+    if let Some(ms) = spec.timeout_ms {
+        p.timeout = std::time::Duration::from_millis(ms);
+    }
+    let ms = |k: &str| {
+        spec.retry
+            .get(k)
+            .and_then(Value::as_u64)
+            .map(std::time::Duration::from_millis)
+    };
+    if let Some(n) = spec.retry.get("max_attempts").and_then(Value::as_u64) {
+        p.retry.max_attempts = n as u32;
+    }
+    if let Some(d) = ms("initial_backoff_ms") {
+        p.retry.initial_backoff = d;
+    }
+    if let Some(d) = ms("max_backoff_ms") {
+        p.retry.max_backoff = d;
+    }
+    if let Some(d) = ms("total_budget_ms") {
+        p.retry.total_budget = d;
+    }
+    p.fallback = spec
+        .fallback
+        .iter()
+        .map(|&id| workflow.providers[id].name.clone())
+        .collect();
+    if spec.price_input_per_1k > 0.0 || spec.price_output_per_1k > 0.0 {
+        p.price = Some(Price {
+            input_per_1k: spec.price_input_per_1k,
+            output_per_1k: spec.price_output_per_1k,
+        });
+    }
+    p.max_concurrency = spec.max_concurrency.map(|n| n as usize);
+    p.requests_per_minute = spec.requests_per_minute.map(|n| n as u32);
+    p.circuit_breaker_threshold = spec.circuit_breaker.map(|n| n as u32);
+    Ok(p)
+}

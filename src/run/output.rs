@@ -1,0 +1,126 @@
+//! Turns an LLM reply into a typed value: strict JSON, then JSON in a code fence, then
+//! lenient repair (llm_json), then validation against the declared type.
+
+use serde_json::Value;
+
+use crate::compile::OutputFormat;
+
+/// How the value was obtained, for the event log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Parsed {
+    Strict,
+    Fenced,
+    Repaired,
+    Text,
+}
+
+pub fn parse(format: &OutputFormat, raw: &str) -> Result<(Value, Parsed), String> {
+    match format {
+        OutputFormat::Text => Ok((Value::String(raw.to_string()), Parsed::Text)),
+        OutputFormat::Code { language } => Ok((
+            Value::String(extract_code(raw, language.as_deref())),
+            Parsed::Text,
+        )),
+        OutputFormat::Json { ty } => {
+            let (value, how) = parse_json(raw)?;
+            ty.validate(&value)
+                .map_err(|e| format!("the JSON does not match the expected shape: {e}"))?;
+            Ok((value, how))
+        }
+    }
+}
+
+pub fn parse_json(raw: &str) -> Result<(Value, Parsed), String> {
+    let trimmed = raw.trim();
+    if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
+        return Ok((v, Parsed::Strict));
+    }
+    if let Some(inner) = fenced(trimmed, None)
+        && let Ok(v) = serde_json::from_str::<Value>(inner.trim())
+    {
+        return Ok((v, Parsed::Fenced));
+    }
+    let candidate = fenced(trimmed, None).unwrap_or(trimmed);
+    let candidate = match candidate.find(['{', '[']) {
+        Some(i) => &candidate[i..],
+        None => return Err("the reply contains no JSON object".into()),
+    };
+    match llm_json::repair_json(candidate, &Default::default()) {
+        Ok(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(v) if v.is_object() || v.is_array() => Ok((v, Parsed::Repaired)),
+            _ => Err("the reply is not valid JSON and could not be repaired".into()),
+        },
+        Err(e) => Err(format!(
+            "the reply is not valid JSON and could not be repaired: {e}"
+        )),
+    }
+}
+
+/// The body of the first ``` fence (optionally of a given language).
+fn fenced<'a>(text: &'a str, language: Option<&str>) -> Option<&'a str> {
+    let mut search = 0;
+    while let Some(start) = text[search..].find("```") {
+        let open = search + start + 3;
+        let line_end = text[open..].find('\n').map_or(text.len(), |i| open + i);
+        let tag = text[open..line_end].trim();
+        let body_start = (line_end + 1).min(text.len());
+        let close = text[body_start..]
+            .find("```")
+            .map_or(text.len(), |i| body_start + i);
+        if language.is_none_or(|l| tag.is_empty() || tag.eq_ignore_ascii_case(l)) {
+            return Some(&text[body_start..close]);
+        }
+        search = (close + 3).min(text.len());
+    }
+    None
+}
+
+fn extract_code(raw: &str, language: Option<&str>) -> String {
+    match fenced(raw, language) {
+        Some(body) => body.trim_end_matches([' ', '\t']).to_string(),
+        None => raw.trim().to_string() + "\n",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::types::Type;
+
+    #[test]
+    fn strict_fenced_repaired() {
+        assert_eq!(
+            parse_json(r#"{"a": 1}"#).unwrap(),
+            (serde_json::json!({"a": 1}), Parsed::Strict)
+        );
+        assert_eq!(
+            parse_json("Here:\n```json\n{\"a\": 2}\n```").unwrap().1,
+            Parsed::Fenced
+        );
+        let (v, how) = parse_json("```json\n{name:'John',tags:['a','b',],}\n```").unwrap();
+        assert_eq!(how, Parsed::Repaired);
+        assert_eq!(v, serde_json::json!({"name": "John", "tags": ["a", "b"]}));
+        assert!(parse_json("no json here").is_err());
+    }
+
+    #[test]
+    fn validates_against_type() {
+        let ty = Type::object(vec![("n", Type::Int)]);
+        let format = OutputFormat::Json { ty };
+        assert!(parse(&format, r#"{"n": 3}"#).is_ok());
+        let err = parse(&format, r#"{"n": "x"}"#).unwrap_err();
+        assert!(err.contains("$.n: expected an integer"), "{err}");
+    }
+
+    #[test]
+    fn code_from_fence_or_plain() {
+        let format = OutputFormat::Code {
+            language: Some("python".into()),
+        };
+        let (v, _) = parse(&format, "Sure:\n```python\nprint('hi')\n```\nDone").unwrap();
+        assert_eq!(v, Value::String("print('hi')\n".into()));
+        let (v, _) = parse(&format, "print('x')").unwrap();
+        assert_eq!(v, Value::String("print('x')\n".into()));
+    }
+}

@@ -1,0 +1,143 @@
+//! Progress on stderr: a live status line on a terminal, plain lines otherwise.
+
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use rondo_provider::AttemptRecord;
+use serde_json::Value;
+
+use super::state::{RunState, Totals};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Quiet,
+    Plain,
+    Live,
+}
+
+pub struct Reporter {
+    mode: Mode,
+    line_open: Mutex<bool>,
+}
+
+impl Reporter {
+    pub fn new(mode: Mode) -> Self {
+        Reporter {
+            mode,
+            line_open: Mutex::new(false),
+        }
+    }
+
+    fn print(&self, text: &str) {
+        let mut err = std::io::stderr().lock();
+        if let Ok(mut open) = self.line_open.lock()
+            && *open
+        {
+            let _ = write!(err, "\r\x1b[2K");
+            *open = false;
+        }
+        let _ = writeln!(err, "{text}");
+    }
+
+    pub fn role_start(&self, name: &str, kind: &str, step: u64, totals: &Totals, started: Instant) {
+        let elapsed = started.elapsed().as_secs_f64();
+        let tokens = totals.input_tokens + totals.output_tokens;
+        match self.mode {
+            Mode::Quiet => {}
+            Mode::Plain => self.print(&format!(
+                "[{elapsed:7.2}s] step {step:>4}  {name} ({kind})  tokens {tokens}  cost ${:.4}",
+                totals.cost
+            )),
+            Mode::Live => {
+                let mut err = std::io::stderr().lock();
+                let _ = write!(
+                    err,
+                    "\r\x1b[2K▶ step {step} · {name} ({kind}) · {elapsed:.1}s · {tokens} tokens · ${:.4}",
+                    totals.cost
+                );
+                let _ = err.flush();
+                if let Ok(mut open) = self.line_open.lock() {
+                    *open = true;
+                }
+            }
+        }
+    }
+
+    pub fn event(&self, kind: &str, fields: &Value) {
+        if self.mode == Mode::Quiet {
+            return;
+        }
+        let s = |k: &str| {
+            fields
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        match kind {
+            "route" if self.mode == Mode::Plain => {
+                let to: Vec<String> = fields
+                    .get("to")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let cond = s("condition");
+                let cond = if cond.is_empty() {
+                    String::new()
+                } else {
+                    format!("  [{cond}]")
+                };
+                self.print(&format!("            → {}{cond}", to.join(", ")));
+            }
+            "invalid_output" => self.print(&format!(
+                "  ! {} attempt {}: {}",
+                s("role"),
+                fields.get("attempt").unwrap_or(&Value::Null),
+                s("error")
+            )),
+            _ => {}
+        }
+    }
+
+    pub fn attempts(&self, records: &[AttemptRecord]) {
+        if self.mode == Mode::Quiet {
+            return;
+        }
+        for r in records.iter().filter(|r| r.error.is_some()) {
+            let delay = r
+                .retry_delay_ms
+                .map(|d| format!(", retrying in {d} ms"))
+                .unwrap_or_default();
+            self.print(&format!(
+                "  ! {} attempt {} on `{}`: {}{delay}",
+                r.role,
+                r.attempt,
+                r.profile,
+                r.error.clone().unwrap_or_default()
+            ));
+        }
+    }
+
+    pub fn warn(&self, text: &str) {
+        self.print(&format!("warning: {text}"));
+    }
+
+    pub fn finish(&self, exit: &str, reason: &str, state: &RunState) {
+        if self.mode == Mode::Quiet {
+            return;
+        }
+        let t = &state.totals;
+        self.print(&format!(
+            "exit `{exit}` ({reason}) after {} steps · {} LLM calls · {} tokens · ${:.4}",
+            state.step,
+            t.llm_calls,
+            t.input_tokens + t.output_tokens,
+            t.cost
+        ));
+    }
+}

@@ -1,0 +1,175 @@
+//! The built-in scripted provider: replies keyed by role and visit, from a YAML script,
+//! a `test` block, or the LLM responses recorded in another run's `events.jsonl`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use rondo_provider::{
+    BoxFuture, ChatModel, ChatRequest, ChatResponse, ProviderError, StreamCallback, Usage,
+};
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Default)]
+pub struct RoleReplies {
+    /// Replies for visit 1, 2, ...; the last one repeats.
+    pub sequence: Vec<String>,
+    pub by_visit: BTreeMap<u64, String>,
+    pub every: Option<String>,
+}
+
+/// Scripted replies for a whole run.
+#[derive(Debug, Clone, Default)]
+pub struct Script {
+    pub roles: HashMap<String, RoleReplies>,
+    pub default: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum YamlReplies {
+    One(String),
+    Sequence(Vec<String>),
+    ByVisit(BTreeMap<String, String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct YamlScript {
+    #[serde(default)]
+    replies: BTreeMap<String, YamlReplies>,
+    #[serde(default)]
+    default: Option<String>,
+}
+
+impl Script {
+    pub fn reply(&self, role: &str, visit: u64) -> Option<&str> {
+        if let Some(r) = self.roles.get(role) {
+            if let Some(text) = r.by_visit.get(&visit) {
+                return Some(text);
+            }
+            if !r.sequence.is_empty() {
+                let i = (visit.max(1) - 1) as usize;
+                return r.sequence.get(i).or(r.sequence.last()).map(String::as_str);
+            }
+            if let Some(text) = &r.every {
+                return Some(text);
+            }
+        }
+        self.default.as_deref()
+    }
+
+    pub fn add(&mut self, role: &str, visit: Option<u64>, text: String) {
+        let entry = self.roles.entry(role.to_string()).or_default();
+        match visit {
+            Some(v) => {
+                entry.by_visit.insert(v, text);
+            }
+            None => entry.every = Some(text),
+        }
+    }
+
+    /// A YAML script: `replies: {role: "text" | [visit1, visit2, ...] | {"2": "text", default: "text"}}`.
+    pub fn from_yaml(path: &Path) -> Result<Script, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read script {}: {e}", path.display()))?;
+        let parsed: YamlScript =
+            serde_saphyr::from_str(&text).map_err(|e| format!("script {}: {e}", path.display()))?;
+        let mut script = Script {
+            default: parsed.default,
+            ..Script::default()
+        };
+        for (role, replies) in parsed.replies {
+            let entry = script.roles.entry(role.clone()).or_default();
+            match replies {
+                YamlReplies::One(t) => entry.every = Some(t),
+                YamlReplies::Sequence(s) => entry.sequence = s,
+                YamlReplies::ByVisit(map) => {
+                    for (k, v) in map {
+                        if k == "default" {
+                            entry.every = Some(v);
+                        } else {
+                            let visit = k.parse::<u64>().map_err(|_| {
+                                format!(
+                                    "script {}: role `{role}`: `{k}` is not a visit number",
+                                    path.display()
+                                )
+                            })?;
+                            entry.by_visit.insert(visit, v);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(script)
+    }
+
+    /// The replies a recorded run received, so it can be re-executed offline.
+    pub fn from_events(path: &Path) -> Result<Script, String> {
+        let events = if path.is_dir() {
+            path.join("events.jsonl")
+        } else {
+            path.to_path_buf()
+        };
+        let text = std::fs::read_to_string(&events)
+            .map_err(|e| format!("cannot read {}: {e}", events.display()))?;
+        let mut script = Script::default();
+        for line in text.lines() {
+            let Ok(event) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if event.get("event").and_then(Value::as_str) != Some("llm_response") {
+                continue;
+            }
+            let (Some(role), Some(visit), Some(raw)) = (
+                event.get("role").and_then(Value::as_str),
+                event.get("visit").and_then(Value::as_u64),
+                event.get("raw").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            // The last attempt of a visit is the reply that was accepted.
+            script.add(role, Some(visit), raw.to_string());
+        }
+        Ok(script)
+    }
+}
+
+/// Serves a [`Script`] through the provider interface.
+pub struct ScriptedModel {
+    pub script: Arc<Script>,
+}
+
+impl ChatModel for ScriptedModel {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        stream: Option<StreamCallback<'a>>,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(async move {
+            let role = &req.context.role;
+            let visit = u64::from(req.context.visit);
+            let Some(text) = self.script.reply(role, visit) else {
+                return Err(ProviderError::Config(format!(
+                    "the scripted provider has no reply for role `{role}` (visit {visit}); add one to the script (`replies: {{{role}: ...}}`) or the test (`reply {role} = \"...\"`)"
+                )));
+            };
+            if let Some(cb) = stream {
+                cb(text);
+            }
+            // Roughly four characters a token, so budgets and costs behave as with a real model.
+            let input: usize = req.messages.iter().map(|m| m.content.len()).sum();
+            Ok(ChatResponse {
+                content: text.to_string(),
+                tool_calls: Vec::new(),
+                usage: Usage {
+                    input_tokens: input.div_ceil(4) as u64,
+                    output_tokens: text.len().div_ceil(4) as u64,
+                },
+                model: "scripted".into(),
+                raw: Value::Null,
+            })
+        })
+    }
+}

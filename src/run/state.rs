@@ -1,0 +1,117 @@
+//! Everything a run needs to continue after a crash: the checkpoint (`state.json`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use petgraph::graph::NodeIndex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::compile::{MemoryKind, Workflow};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Running,
+    /// Ended at a named exit (or `limit` / `error`).
+    Finished,
+    Interrupted,
+    /// The process died or the run failed to checkpoint; `rondo resume` continues it.
+    Crashed,
+}
+
+/// Where the run stands between steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "at", rename_all = "snake_case")]
+pub enum Position {
+    /// The next node to run.
+    Node { node: NodeIndex },
+    /// Inside a parallel or map route: the branch results already finished.
+    Fork {
+        route: usize,
+        done: BTreeMap<usize, BranchResult>,
+    },
+    /// The run ended at this exit.
+    Exited { node: NodeIndex, reason: String },
+}
+
+/// A finished branch of a fork whose memory updates are not applied yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BranchResult {
+    pub node: NodeIndex,
+    pub output: Value,
+    pub item: Option<Value>,
+    pub tool: Option<usize>,
+    pub prompt: Option<String>,
+    pub record: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub llm_calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost: f64,
+    pub tool_calls: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    pub run_id: String,
+    /// Completed steps (role executions).
+    pub step: u64,
+    pub position: Position,
+    /// Visits per node index.
+    pub visits: Vec<u64>,
+    /// Times each route was taken.
+    pub route_taken: Vec<u64>,
+    /// Latest output of each role, by node index.
+    pub outputs: BTreeMap<usize, Value>,
+    /// Memory slots in declaration order; structured kinds hold their serialized store.
+    pub memory: Vec<Value>,
+    pub inputs: Vec<Value>,
+    /// Names of the roles run, in order.
+    pub path: Vec<String>,
+    pub tools_used: BTreeSet<usize>,
+    pub totals: Totals,
+    pub status: Status,
+    /// Wall time spent before the current process took over (for resumed runs).
+    pub elapsed_ms: u64,
+}
+
+impl RunState {
+    pub fn new(workflow: &Workflow, run_id: String, inputs: Vec<Value>) -> Self {
+        let memory = workflow
+            .memory
+            .iter()
+            .map(|slot| match &slot.kind {
+                MemoryKind::Value { default, .. } => default.clone(),
+                other => super::memory::initial_structured(other),
+            })
+            .collect();
+        let first = workflow.start;
+        RunState {
+            run_id,
+            step: 0,
+            position: Position::Node { node: first },
+            visits: vec![0; workflow.graph.node_count()],
+            route_taken: vec![0; workflow.routes.len()],
+            outputs: BTreeMap::new(),
+            memory,
+            inputs,
+            path: Vec::new(),
+            tools_used: BTreeSet::new(),
+            totals: Totals::default(),
+            status: Status::Running,
+            elapsed_ms: 0,
+        }
+    }
+
+    /// `round`: how many times the workflow's round role has completed (0 in the first
+    /// round); without a round role, the number of completed steps.
+    pub fn round(&self, workflow: &Workflow) -> u64 {
+        match workflow.round_role {
+            Some(r) => self.visits[r.index()],
+            None => self.step,
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! `test` blocks: run the workflow with the scripted replies of the block and check
+//! its expectations (path, exit, memory, artifacts).
+
+use serde_json::Value;
+
+use super::eval::Env;
+use super::{Interpreter, RunOptions};
+use crate::compile::{TestCase, TestExpectation, Workflow};
+
+pub struct TestReport {
+    pub name: String,
+    pub failures: Vec<String>,
+    pub run_dir: std::path::PathBuf,
+}
+
+impl TestReport {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+fn input_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub async fn run_test(
+    workflow: &Workflow,
+    case: &TestCase,
+    runs_root: &std::path::Path,
+) -> TestReport {
+    let mut script = super::scripted::Script::default();
+    for (node, visit, text) in &case.replies {
+        script.add(&workflow.node(*node).name, *visit, text.clone());
+    }
+    let slug: String = case
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let options = RunOptions {
+        runs_root: runs_root.to_path_buf(),
+        run_id: Some(format!("{}-{slug}", workflow.name)),
+        inputs: case
+            .inputs
+            .iter()
+            .map(|(id, v)| (workflow.inputs[*id].name.clone(), input_text(v)))
+            .collect(),
+        provider: Some("scripted".into()),
+        ..RunOptions::default()
+    };
+    let run_dir = runs_root.join(options.run_id.clone().unwrap_or_default());
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let mut report = TestReport {
+        name: case.name.clone(),
+        failures: Vec::new(),
+        run_dir: run_dir.clone(),
+    };
+    let started = Interpreter::start_with_script(workflow, &options, script);
+    let (interp, state) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            report.failures.push(format!("the run did not start: {e}"));
+            return report;
+        }
+    };
+    let outcome = interp.drive(state).await;
+    let state = &outcome.state;
+    for expectation in &case.expectations {
+        match expectation {
+            TestExpectation::Exit { node, .. } => {
+                let want = &workflow.node(*node).name;
+                if &outcome.exit != want {
+                    report.failures.push(format!(
+                        "expected exit `{want}`, the run ended at `{}` ({})",
+                        outcome.exit, outcome.reason
+                    ));
+                }
+            }
+            TestExpectation::Path { nodes, .. } => {
+                let want: Vec<&str> = nodes
+                    .iter()
+                    .map(|n| workflow.node(*n).name.as_str())
+                    .collect();
+                let mut got: Vec<&str> = state.path.iter().map(String::as_str).collect();
+                if want.last().is_some_and(|w| *w == outcome.exit) {
+                    got.push(&outcome.exit);
+                }
+                if want != got {
+                    report.failures.push(format!(
+                        "expected path [{}], got [{}]",
+                        want.join(", "),
+                        got.join(", ")
+                    ));
+                }
+            }
+            TestExpectation::Artifact { name, contains, .. } => {
+                let mut ctx = tera::Context::new();
+                ctx.insert("run_id", &state.run_id);
+                let name = &crate::prompt::render_str(name, &ctx).unwrap_or_else(|_| name.clone());
+                let path = outcome.run_dir.join(name);
+                match std::fs::read_to_string(&path) {
+                    Err(_) if !path.exists() => report
+                        .failures
+                        .push(format!("expected artifact `{name}`, which was not written")),
+                    Err(e) => report.failures.push(format!("artifact `{name}`: {e}")),
+                    Ok(text) => {
+                        if let Some(needle) = contains
+                            && !text.contains(needle.as_str())
+                        {
+                            report
+                                .failures
+                                .push(format!("artifact `{name}` does not contain {needle:?}"));
+                        }
+                    }
+                }
+            }
+            TestExpectation::Holds { expr } => {
+                let env = Env {
+                    workflow,
+                    state,
+                    run_dir: &outcome.run_dir,
+                    role: None,
+                    output: None,
+                    item: None,
+                };
+                match env.eval(expr) {
+                    Ok(v) if super::eval::truthy(&v) => {}
+                    Ok(v) => report
+                        .failures
+                        .push(format!("expected `{}` to hold; it is {v}", expr.text)),
+                    Err(e) => report
+                        .failures
+                        .push(format!("`{}` could not be evaluated: {e}", expr.text)),
+                }
+            }
+        }
+    }
+    report
+}

@@ -1,0 +1,446 @@
+//! Tool roles: environments (started on first use, shut down at the end) and turning a
+//! process result into the standard tool result.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use petgraph::graph::NodeIndex;
+use rondo_env::{
+    Command, DockerConfig, DockerEnv, Environment, ExecOutput, ExecRequest, LocalConfig, LocalEnv,
+};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use super::state::RunState;
+use super::{Interpreter, RoleRun, StepError};
+use crate::compile::{EnvKind, Show, ToolAction, ToolRole, ToolSpec, Workflow};
+use crate::prompt::render_str;
+
+pub struct Envs {
+    specs: Vec<(crate::compile::EnvSpec, Vec<rondo_env::ToolSpec>)>,
+    started: Vec<OnceCell<Result<Arc<dyn Environment>, String>>>,
+    run_dir: std::path::PathBuf,
+    run_id: String,
+    keep: bool,
+    /// Events produced while roles run concurrently, written when their result is applied.
+    pub pending_events: Mutex<Vec<(String, Value)>>,
+}
+
+pub fn needs_install(spec: &ToolSpec) -> bool {
+    spec.source.is_some()
+        || spec.version.is_some()
+        || spec.py_standalone.is_some()
+        || spec.installation.is_some()
+}
+
+/// The command for a tool: through its installed environment, or its executable as is.
+fn tool_command(
+    environment: &dyn Environment,
+    spec: &ToolSpec,
+    args: &[String],
+) -> Result<ExecRequest, StepError> {
+    if !needs_install(spec) {
+        let mut line = spec.executable.clone();
+        for a in args {
+            line.push(' ');
+            line.push_str(&rondo_env::shell_quote(a));
+        }
+        return Ok(ExecRequest::new(Command::Shell(line)));
+    }
+    match environment.tools().get(&spec.name) {
+        Some(installed) => Ok(installed.command(args)),
+        None => Err(StepError::Failed(format!(
+            "tool `{}` is not installed in its environment",
+            spec.name
+        ))),
+    }
+}
+
+pub fn env_tool_spec(spec: &ToolSpec) -> rondo_env::ToolSpec {
+    let mut t = rondo_env::ToolSpec::new(spec.name.clone(), spec.executable.clone());
+    t.version = spec.version.clone();
+    t.source = spec
+        .source
+        .as_ref()
+        .map(|p| std::fs::canonicalize(p).unwrap_or(p.clone()));
+    t.py_standalone = spec.py_standalone.clone();
+    t.setup_script = spec.setup_script.clone();
+    t.usage = spec.usage.clone();
+    t.timeout = spec.timeout_ms.map(|ms| ms.div_ceil(1000));
+    t.input_schema = spec.input.as_ref().map(|ty| ty.json_schema());
+    t
+}
+
+impl Envs {
+    pub fn new(workflow: &Workflow, run_dir: &std::path::Path, keep: bool) -> Envs {
+        // Each environment installs the tools it declares plus those its tool roles run.
+        let mut specs: Vec<(crate::compile::EnvSpec, Vec<usize>)> = workflow
+            .environments
+            .iter()
+            .map(|e| (e.clone(), e.tools.clone()))
+            .collect();
+        for (_, role) in workflow.roles() {
+            if let crate::compile::RoleKind::Tool(t) = &role.kind {
+                let env = t.env.unwrap_or(0);
+                let ids: Vec<usize> = match &t.action {
+                    ToolAction::Tool { tool, .. } => vec![*tool],
+                    ToolAction::Choose { choices, .. } => choices.clone(),
+                    ToolAction::Command { .. } => Vec::new(),
+                };
+                for id in ids {
+                    if id < workflow.tools.len() && !specs[env].1.contains(&id) {
+                        specs[env].1.push(id);
+                    }
+                }
+            }
+        }
+        // Tools with nothing to install run their executable as it is.
+        let specs: Vec<_> = specs
+            .into_iter()
+            .map(|(e, ids)| {
+                (
+                    e,
+                    ids.iter()
+                        .filter(|&&i| needs_install(&workflow.tools[i]))
+                        .map(|&i| env_tool_spec(&workflow.tools[i]))
+                        .collect(),
+                )
+            })
+            .collect();
+        Envs {
+            started: specs.iter().map(|_| OnceCell::new()).collect(),
+            specs,
+            run_dir: run_dir.to_path_buf(),
+            run_id: run_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            keep,
+            pending_events: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub async fn get(&self, id: usize) -> Result<Arc<dyn Environment>, String> {
+        let (spec, tools) = self.specs.get(id).ok_or("unknown environment")?;
+        let cell = &self.started[id];
+        cell.get_or_init(|| async {
+            let run_dir = std::fs::canonicalize(&self.run_dir).unwrap_or(self.run_dir.clone());
+            match spec.kind {
+                EnvKind::Local => {
+                    let mut config = LocalConfig::new(run_dir.clone());
+                    config.tools = tools.clone();
+                    config.env = spec.env.clone();
+                    config.install_log_dir = Some(run_dir.join("install_logs"));
+                    config.tool_cache_dir = Some(tool_cache_dir());
+                    LocalEnv::start(config)
+                        .await
+                        .map(|e| Arc::new(e) as Arc<dyn Environment>)
+                        .map_err(|e| format!("environment `{}`: {e}", spec.name))
+                }
+                EnvKind::Docker => {
+                    let mut config = DockerConfig::new(
+                        spec.image.clone().unwrap_or_default(),
+                        self.run_id.clone(),
+                    );
+                    if let Some(w) = &spec.workdir {
+                        config.workdir = w.clone();
+                    }
+                    config.env = spec.env.clone();
+                    config.network = spec.network.clone().filter(|n| n != "none");
+                    config.memory_bytes = spec.memory.as_deref().and_then(parse_bytes);
+                    config.cpus = spec.cpus;
+                    config.pids_limit = spec.pids.map(|p| p as i64);
+                    config.keep = self.keep;
+                    config.tools = tools.clone();
+                    config.install_log_dir = Some(run_dir.join("install_logs"));
+                    DockerEnv::start(config)
+                        .await
+                        .map(|e| Arc::new(e) as Arc<dyn Environment>)
+                        .map_err(|e| format!("environment `{}`: {e}", spec.name))
+                }
+            }
+        })
+        .await
+        .clone()
+    }
+
+    pub async fn shutdown(&self) {
+        for cell in &self.started {
+            if let Some(Ok(env)) = cell.get() {
+                let _ = env.shutdown().await;
+            }
+        }
+    }
+}
+
+/// Installed local tools are reused across runs.
+fn tool_cache_dir() -> std::path::PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("rondo").join("tools")
+}
+
+/// `512m`, `2g`, `1048576`.
+fn parse_bytes(text: &str) -> Option<i64> {
+    let t = text.trim().to_lowercase();
+    let (num, mult) = match t.chars().last()? {
+        'k' => (&t[..t.len() - 1], 1 << 10),
+        'm' => (&t[..t.len() - 1], 1 << 20),
+        'g' => (&t[..t.len() - 1], 1 << 30),
+        _ => (t.as_str(), 1),
+    };
+    num.trim_end_matches('b')
+        .parse::<i64>()
+        .ok()
+        .map(|n| n * mult)
+}
+
+fn arg_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+fn failed(tool_name: &str, kind: &str, error: String, args: Value) -> Value {
+    json!({
+        "status": "failed", "tool_name": tool_name, "data": Value::Null, "warnings": [],
+        "error": error, "error_kind": kind, "execution_time": 0.0, "exit_code": Value::Null, "ok": false,
+        "stdout": "", "stderr": "", "shown": format!("{kind}: {error}"), "log": Value::Null,
+        "timed_out": false, "args": args,
+    })
+}
+
+pub(super) async fn run_tool_role(
+    interp: &Interpreter<'_>,
+    state: &RunState,
+    node: NodeIndex,
+    role: &ToolRole,
+    visit: u64,
+    item: Option<&Value>,
+) -> Result<RoleRun, StepError> {
+    let workflow = interp.workflow;
+    let name = &workflow.node(node).name;
+    let env_id = role.env.unwrap_or(0);
+    let environment = interp.envs.get(env_id).await.map_err(StepError::Failed)?;
+    let names = interp.name_context(state, node, visit, item);
+    let ctx = &names;
+    let (request, tool_id, tool_name, args) = match &role.action {
+        ToolAction::Command { argv } => {
+            let argv = argv
+                .iter()
+                .map(|a| render_str(a, ctx))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StepError::Failed(format!("role `{name}`: command: {e}")))?;
+            let program = argv.first().cloned().unwrap_or_default();
+            (
+                ExecRequest::new(Command::Argv(argv)),
+                None,
+                program,
+                Value::Null,
+            )
+        }
+        ToolAction::Tool { tool, args } => {
+            let env = interp.env(state, Some(node), None, item);
+            let values = args
+                .iter()
+                .map(|a| env.eval(a))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StepError::Failed(format!("role `{name}`: tool arguments: {e}")))?;
+            let spec = &workflow.tools[*tool];
+            let texts: Vec<String> = values.iter().map(arg_text).collect();
+            let request = tool_command(environment.as_ref(), spec, &texts)?;
+            (
+                request,
+                Some(*tool),
+                spec.name.clone(),
+                Value::Array(values),
+            )
+        }
+        ToolAction::Choose {
+            choices,
+            call,
+            args,
+        } => {
+            let env = interp.env(state, Some(node), None, item);
+            let chosen = env
+                .eval(call)
+                .map_err(|e| StepError::Failed(format!("role `{name}`: `call`: {e}")))?;
+            let arguments = match args {
+                Some(a) => env
+                    .eval(a)
+                    .map_err(|e| StepError::Failed(format!("role `{name}`: `args`: {e}")))?,
+                None => Value::Object(Default::default()),
+            };
+            let chosen_name = chosen.as_str().unwrap_or("").to_string();
+            let Some(&tool) = choices
+                .iter()
+                .find(|&&t| workflow.tools[t].name == chosen_name)
+            else {
+                let known: Vec<&str> = choices
+                    .iter()
+                    .map(|&t| workflow.tools[t].name.as_str())
+                    .collect();
+                let output = failed(
+                    &chosen_name,
+                    "unknown_tool",
+                    format!(
+                        "`{chosen_name}` is not one of the available tools ({})",
+                        known.join(", ")
+                    ),
+                    arguments,
+                );
+                return Ok(RoleRun {
+                    output,
+                    tool: None,
+                    prompt: None,
+                    record: None,
+                });
+            };
+            let spec = &workflow.tools[tool];
+            if let Some(ty) = &spec.input
+                && let Err(e) = ty.validate(&arguments)
+            {
+                let output = failed(
+                    &spec.name,
+                    "validation",
+                    format!("invalid arguments for `{}`: {e}", spec.name),
+                    arguments,
+                );
+                return Ok(RoleRun {
+                    output,
+                    tool: None,
+                    prompt: None,
+                    record: None,
+                });
+            }
+            let request = tool_command(environment.as_ref(), spec, &[arg_text(&arguments)])?;
+            (request, Some(tool), spec.name.clone(), arguments)
+        }
+    };
+    let mut request = request;
+    let timeout = role
+        .timeout_ms
+        .or_else(|| tool_id.and_then(|t| workflow.tools[t].timeout_ms))
+        .unwrap_or(300_000);
+    request.timeout = Some(Duration::from_millis(timeout));
+    let log = match &role.log {
+        Some(template) => {
+            let file = render_str(template, &names)
+                .map_err(|e| StepError::Failed(format!("role `{name}`: log name: {e}")))?;
+            let rel = super::rundir::safe_relative(&file).ok_or_else(|| {
+                StepError::Failed(format!("log `{file}` must stay inside the run directory"))
+            })?;
+            let path = interp.run_dir.join(rel);
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            request.log_path = Some(path);
+            Some(file)
+        }
+        None => None,
+    };
+    let out = environment
+        .exec(request)
+        .await
+        .map_err(|e| StepError::Failed(format!("role `{name}`: {e}")))?;
+    Ok(RoleRun {
+        output: tool_result(&tool_name, &out, role.show, log, args),
+        tool: tool_id,
+        prompt: None,
+        record: None,
+    })
+}
+
+/// The standard tool result. A tool that prints CatMaster's shape
+/// (`{status, tool_name, data, warnings, error}`) is taken at its word.
+fn tool_result(
+    tool_name: &str,
+    out: &ExecOutput,
+    show: Show,
+    log: Option<String>,
+    args: Value,
+) -> Value {
+    let ok = out.success();
+    let parsed: Option<Value> = serde_json::from_str(out.stdout.trim()).ok();
+    let standard = parsed
+        .as_ref()
+        .filter(|v| v.get("status").is_some() && v.get("tool_name").is_some());
+    let (status, data, warnings, error) = match standard {
+        Some(v) => (
+            v["status"]
+                .as_str()
+                .unwrap_or(if ok { "success" } else { "failed" })
+                .to_string(),
+            v.get("data").cloned().unwrap_or(Value::Null),
+            v.get("warnings").cloned().unwrap_or(json!([])),
+            v.get("error").cloned().unwrap_or(Value::Null),
+        ),
+        None => (
+            if ok { "success" } else { "failed" }.to_string(),
+            parsed.clone().unwrap_or(Value::Null),
+            json!([]),
+            if ok {
+                Value::Null
+            } else if out.timed_out {
+                Value::String(format!(
+                    "timed out after {:.1} s",
+                    out.duration.as_secs_f64()
+                ))
+            } else {
+                Value::String(format!("exit code {}", out.exit_code.unwrap_or(-1)))
+            },
+        ),
+    };
+    let verdict = if ok {
+        "PASS".to_string()
+    } else if out.timed_out {
+        "FAIL (timed out)".to_string()
+    } else {
+        format!("FAIL (exit {})", out.exit_code.unwrap_or(-1))
+    };
+    let shown = match show {
+        Show::All => out.merged.clone(),
+        Show::Status => verdict,
+        Show::Tail { lines } => {
+            if ok {
+                verdict
+            } else {
+                let all: Vec<&str> = out.merged.lines().collect();
+                let start = all.len().saturating_sub(lines as usize);
+                format!("{verdict}\n{}", all[start..].join("\n"))
+            }
+        }
+        Show::HeadTail { head, tail } => {
+            rondo_env::truncate_for_prompt(&out.merged, head as usize, tail as usize)
+        }
+    };
+    let error_kind = if ok {
+        Value::Null
+    } else if out.timed_out {
+        json!("timeout")
+    } else if standard.is_some() {
+        json!("tool")
+    } else {
+        json!("exit")
+    };
+    json!({
+        "status": status,
+        "tool_name": tool_name,
+        "data": data,
+        "warnings": warnings,
+        "error": error,
+        "error_kind": error_kind,
+        "execution_time": out.duration.as_secs_f64(),
+        "exit_code": out.exit_code,
+        "ok": ok && status == "success",
+        "stdout": out.stdout,
+        "stderr": out.stderr,
+        "shown": shown,
+        "log": log,
+        "timed_out": out.timed_out,
+        "args": args,
+    })
+}

@@ -27,7 +27,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 (cd "$ROOT" && cargo build -q --release -p rondo-provider --example bench_fanout)
-BIN="$ROOT/target/release/examples/bench_fanout"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/bench_fanout"
 
 python3 "$LG/fake_llm.py" --port "$PORT" --latency-ms 100 >/dev/null 2>&1 & S1=$!
 python3 "$LG/fake_llm.py" --port "$((PORT + 1))" --latency-ms 0 >/dev/null 2>&1 & S2=$!

@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use rondo_provider::{ChatRequest, Message, ProviderKind, ProviderPool, ProviderProfile, RetryPolicy};
+use rondo_provider::{
+    ChatRequest, Message, ProviderKind, ProviderPool, ProviderProfile, RetryPolicy,
+};
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
     args.iter()
@@ -36,7 +38,10 @@ fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the `(comm)` part; utime and stime are fields 14 and 15.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
     match (f.get(11), f.get(12)) {
         (Some(u), Some(s)) => (u + s) / 100.0,
         _ => 0.0,
@@ -71,7 +76,9 @@ async fn fanout(pool: &Arc<ProviderPool>, n: usize) -> Result<f64, String> {
         })
         .collect();
     for t in tasks {
-        t.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        t.await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
     }
     Ok(t0.elapsed().as_secs_f64())
 }
@@ -89,10 +96,16 @@ async fn seq(pool: &Arc<ProviderPool>, n: usize) -> Result<f64, String> {
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
-    let port: u16 = arg(&args, "--port", "8765").parse().map_err(|_| "bad --port")?;
-    let n_fan: usize = arg(&args, "--fanout", "200").parse().map_err(|_| "bad --fanout")?;
+    let port: u16 = arg(&args, "--port", "8765")
+        .parse()
+        .map_err(|_| "bad --port")?;
+    let n_fan: usize = arg(&args, "--fanout", "200")
+        .parse()
+        .map_err(|_| "bad --fanout")?;
     let n_seq: usize = arg(&args, "--seq", "50").parse().map_err(|_| "bad --seq")?;
-    let repeats: usize = arg(&args, "--repeats", "3").parse().map_err(|_| "bad --repeats")?;
+    let repeats: usize = arg(&args, "--repeats", "3")
+        .parse()
+        .map_err(|_| "bad --repeats")?;
     let workloads = arg(&args, "--workloads", "fanout,llm_seq");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -104,25 +117,24 @@ fn main() -> Result<(), String> {
                 .map_err(|e| e.to_string())?,
         );
         for w in workloads.split(',') {
-            let mut cpu0 = 0.0;
-            let (n, first, runs) = match w {
+            let (n, first, runs, cpu0) = match w {
                 "fanout" => {
                     let first = fanout(&pool, n_fan).await?;
-                    cpu0 = cpu_seconds();
+                    let cpu0 = cpu_seconds();
                     let mut runs = Vec::new();
                     for _ in 0..repeats {
                         runs.push(fanout(&pool, n_fan).await?);
                     }
-                    (n_fan, first, runs)
+                    (n_fan, first, runs, cpu0)
                 }
                 "llm_seq" => {
                     let first = seq(&pool, n_seq).await?;
-                    cpu0 = cpu_seconds();
+                    let cpu0 = cpu_seconds();
                     let mut runs = Vec::new();
                     for _ in 0..repeats {
                         runs.push(seq(&pool, n_seq).await?);
                     }
-                    (n_seq, first, runs)
+                    (n_seq, first, runs, cpu0)
                 }
                 other => return Err(format!("unknown workload {other}")),
             };

@@ -106,9 +106,13 @@ pub struct Budget {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
 pub enum LimitExceeded {
-    #[error("token limit {limit} would be exceeded: {spent} spent, up to {next} more for this call")]
+    #[error(
+        "token limit {limit} would be exceeded: {spent} spent, up to {next} more for this call"
+    )]
     Tokens { limit: u64, spent: u64, next: u64 },
-    #[error("cost limit {limit:.4} would be exceeded: {spent:.4} spent, up to {next:.4} more for this call")]
+    #[error(
+        "cost limit {limit:.4} would be exceeded: {spent:.4} spent, up to {next:.4} more for this call"
+    )]
     Cost { limit: f64, spent: f64, next: f64 },
 }
 

@@ -83,10 +83,14 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 pub fn parse_retry_after(value: &str) -> Option<Duration> {
     let v = value.trim();
     if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)));
+        return (secs.is_finite() && secs >= 0.0)
+            .then(|| Duration::from_secs_f64(secs.min(86_400.0)));
     }
     let at = httpdate::parse_http_date(v).ok()?;
-    Some(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// Pull a human message out of an error body: `{"error":{"message":..}}`, `{"error":".."}`,
@@ -154,7 +158,10 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
     let bytes = resp.bytes().await.map_err(reqwest_error)?;
     let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         ProviderError::MalformedResponse(redact(
-            &format!("{e} in body `{}`", truncate(&String::from_utf8_lossy(&bytes), 200)),
+            &format!(
+                "{e} in body `{}`",
+                truncate(&String::from_utf8_lossy(&bytes), 200)
+            ),
             key,
         ))
     })?;
@@ -171,7 +178,10 @@ pub(crate) async fn for_each_line(
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let chunk = resp.chunk().await.map_err(|e| {
-            ProviderError::Connection(format!("stream interrupted: {}", error_chain(&e.without_url())))
+            ProviderError::Connection(format!(
+                "stream interrupted: {}",
+                error_chain(&e.without_url())
+            ))
         })?;
         let Some(chunk) = chunk else { break };
         buf.extend_from_slice(&chunk);
@@ -259,10 +269,16 @@ mod tests {
     fn retry_after_forms() {
         assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
         assert_eq!(parse_retry_after("0.5"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
         let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
         let d = parse_retry_after(&later).unwrap_or_default();
-        assert!(d > Duration::from_secs(28) && d <= Duration::from_secs(30), "{d:?}");
+        assert!(
+            d > Duration::from_secs(28) && d <= Duration::from_secs(30),
+            "{d:?}"
+        );
         assert_eq!(parse_retry_after("soon"), None);
         assert_eq!(parse_retry_after("-1"), None);
     }
@@ -271,15 +287,20 @@ mod tests {
     fn sse_events() {
         let mut d = SseDecoder::default();
         let mut out = Vec::new();
-        for l in ["event: a", "data: {\"x\":1}", "", ": comment", "data: 1", "data: 2", ""] {
+        for l in [
+            "event: a",
+            "data: {\"x\":1}",
+            "",
+            ": comment",
+            "data: 1",
+            "data: 2",
+            "",
+        ] {
             if let Some(e) = d.line(l) {
                 out.push(e.data);
             }
         }
-        assert_eq!(
-            out,
-            vec!["{\"x\":1}".to_string(), "1\n2".to_string()]
-        );
+        assert_eq!(out, vec!["{\"x\":1}".to_string(), "1\n2".to_string()]);
     }
 
     #[test]
@@ -288,7 +309,10 @@ mod tests {
         let body = r#"{"error":{"message":"Incorrect API key provided: sk-secret-123"}}"#;
         let m = redact(&error_message(body), Some(&key));
         assert_eq!(m, "Incorrect API key provided: [REDACTED]");
-        assert_eq!(error_message(r#"{"error":"model not found"}"#), "model not found");
+        assert_eq!(
+            error_message(r#"{"error":"model not found"}"#),
+            "model not found"
+        );
         assert_eq!(format!("{key:?}"), "ApiKey([REDACTED])");
     }
 }

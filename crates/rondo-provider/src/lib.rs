@@ -34,9 +34,8 @@ pub use error::{ErrorKind, ProviderError};
 pub use http::ApiKey;
 pub use pool::{AttemptOutcome, AttemptRecord, AttemptSink, Completion, ProviderPool, backoff};
 pub use profile::{
-    ProvidersFile,
-    MissingKey, Price, ProviderKind, ProviderProfile, RetryPolicy, load_profiles, missing_keys,
-    missing_keys_in_env, parse_profiles,
+    MissingKey, Price, ProviderKind, ProviderProfile, ProvidersFile, RetryPolicy, load_profiles,
+    missing_keys, missing_keys_in_env, parse_profiles,
 };
 pub use types::{
     BoxFuture, CallContext, ChatModel, ChatRequest, ChatResponse, Message, Role, StreamCallback,

@@ -99,7 +99,9 @@ impl std::fmt::Debug for ProviderPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut names: Vec<_> = self.entries.keys().collect();
         names.sort();
-        f.debug_struct("ProviderPool").field("profiles", &names).finish()
+        f.debug_struct("ProviderPool")
+            .field("profiles", &names)
+            .finish()
     }
 }
 
@@ -212,7 +214,9 @@ impl ProviderPool {
         on_attempt: AttemptSink<'_>,
     ) -> Result<Completion, ProviderError> {
         if !self.entries.contains_key(name) {
-            return Err(ProviderError::Config(format!("unknown provider profile `{name}`")));
+            return Err(ProviderError::Config(format!(
+                "unknown provider profile `{name}`"
+            )));
         }
         let chain = self.chain(name);
         let mut attempts = 0;
@@ -249,10 +253,10 @@ impl ProviderPool {
         attempts: &mut u32,
     ) -> Result<Completion, ProviderError> {
         let record = |attempt: u32,
-                          outcome: AttemptOutcome,
-                          model: &str,
-                          err: Option<&ProviderError>,
-                          latency: Duration| AttemptRecord {
+                      outcome: AttemptOutcome,
+                      model: &str,
+                      err: Option<&ProviderError>,
+                      latency: Duration| AttemptRecord {
             profile: name.to_string(),
             model: model.to_string(),
             role: req.context.role.clone(),
@@ -270,7 +274,13 @@ impl ProviderPool {
         let Some(entry) = self.entries.get(name) else {
             let e = ProviderError::Config(format!("unknown provider profile `{name}`"));
             *attempts += 1;
-            on_attempt(record(1, AttemptOutcome::Error, "", Some(&e), Duration::ZERO));
+            on_attempt(record(
+                1,
+                AttemptOutcome::Error,
+                "",
+                Some(&e),
+                Duration::ZERO,
+            ));
             return Err(e);
         };
         let profile = &entry.profile;
@@ -286,7 +296,13 @@ impl ProviderPool {
                     None => ProviderError::Config("no model".into()),
                 };
                 *attempts += 1;
-                on_attempt(record(1, AttemptOutcome::Error, &profile.model, Some(&e), Duration::ZERO));
+                on_attempt(record(
+                    1,
+                    AttemptOutcome::Error,
+                    &profile.model,
+                    Some(&e),
+                    Duration::ZERO,
+                ));
                 return Err(e);
             }
         };
@@ -303,7 +319,13 @@ impl ProviderPool {
                     profile: name.to_string(),
                     failures,
                 };
-                on_attempt(record(attempt, AttemptOutcome::CircuitOpen, &profile.model, Some(&e), Duration::ZERO));
+                on_attempt(record(
+                    attempt,
+                    AttemptOutcome::CircuitOpen,
+                    &profile.model,
+                    Some(&e),
+                    Duration::ZERO,
+                ));
                 return Err(e);
             }
             let remaining = policy.total_budget.saturating_sub(started.elapsed());
@@ -314,7 +336,8 @@ impl ProviderPool {
                 Ok((resp, latency)) => {
                     entry.breaker.success();
                     let cost = profile.cost(&resp.usage);
-                    let mut rec = record(attempt, AttemptOutcome::Success, &resp.model, None, latency);
+                    let mut rec =
+                        record(attempt, AttemptOutcome::Success, &resp.model, None, latency);
                     rec.usage = Some(resp.usage);
                     rec.cost = Some(cost);
                     on_attempt(rec);
@@ -330,7 +353,13 @@ impl ProviderPool {
                     let delay = (e.is_retryable() && attempt < max_attempts)
                         .then(|| backoff(policy, attempt, e.retry_after()))
                         .filter(|d| started.elapsed() + *d < policy.total_budget);
-                    let mut rec = record(attempt, AttemptOutcome::Error, &profile.model, Some(&e), latency);
+                    let mut rec = record(
+                        attempt,
+                        AttemptOutcome::Error,
+                        &profile.model,
+                        Some(&e),
+                        latency,
+                    );
                     rec.retry_delay_ms = delay.map(|d| d.as_millis() as u64);
                     on_attempt(rec);
                     match delay {
@@ -367,7 +396,10 @@ impl ProviderPool {
                 .await
                 .map_err(|_| budget_gone())?;
         }
-        let timeout = entry.profile.timeout.min(remaining.saturating_sub(waited.elapsed()));
+        let timeout = entry
+            .profile
+            .timeout
+            .min(remaining.saturating_sub(waited.elapsed()));
         let t0 = Instant::now();
         let result = match tokio::time::timeout(timeout, model.complete(req, stream)).await {
             Ok(Ok(r)) => Ok(r),
@@ -488,7 +520,9 @@ impl CircuitBreaker {
     }
 
     fn failure(&self, kind: ErrorKind) {
-        let Some(threshold) = self.threshold else { return };
+        let Some(threshold) = self.threshold else {
+            return;
+        };
         let mut s = lock(&self.state);
         // A request the provider rejects says nothing about the provider's health.
         if kind == ErrorKind::BadRequest {
@@ -523,7 +557,10 @@ mod tests {
             let d9 = backoff(&p, 9, None);
             assert!(d9 >= Duration::from_millis(500) && d9 <= Duration::from_millis(1000));
         }
-        assert_eq!(backoff(&p, 1, Some(Duration::from_secs(3))), Duration::from_secs(3));
+        assert_eq!(
+            backoff(&p, 1, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
         assert!(backoff(&p, u32::MAX, None) <= Duration::from_millis(1000));
     }
 

@@ -177,9 +177,7 @@ impl ProviderProfile {
 
     /// The env var holding the key, if this profile uses one.
     pub fn key_env(&self) -> Option<&str> {
-        self.api_key_env
-            .as_deref()
-            .or(self.kind.default_key_env())
+        self.api_key_env.as_deref().or(self.kind.default_key_env())
     }
 
     /// Whether a call cannot work without the key: always for the hosted APIs, and for
@@ -202,14 +200,23 @@ impl ProviderProfile {
             out.push(format!("profile `{}` has no model", self.name));
         }
         if self.retry.max_attempts == 0 {
-            out.push(format!("profile `{}`: retry.max_attempts must be at least 1", self.name));
+            out.push(format!(
+                "profile `{}`: retry.max_attempts must be at least 1",
+                self.name
+            ));
         }
         if self.max_concurrency == Some(0) || self.requests_per_minute == Some(0) {
-            out.push(format!("profile `{}`: limits must be at least 1", self.name));
+            out.push(format!(
+                "profile `{}`: limits must be at least 1",
+                self.name
+            ));
         }
         for f in &self.fallback {
             if !known.contains(f.as_str()) {
-                out.push(format!("profile `{}` falls back to unknown profile `{f}`", self.name));
+                out.push(format!(
+                    "profile `{}` falls back to unknown profile `{f}`",
+                    self.name
+                ));
             }
             if f == &self.name {
                 out.push(format!("profile `{}` falls back to itself", self.name));

@@ -40,9 +40,15 @@ fn requests() -> Vec<ChatRequest> {
     let mut followup = tools.clone();
     followup.messages.push(Message::assistant_tool_calls(
         "",
-        vec![ToolCall { id: "call_1".into(), name: "get_weather".into(), arguments: json!({"city": "Paris"}) }],
+        vec![ToolCall {
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: json!({"city": "Paris"}),
+        }],
     ));
-    followup.messages.push(Message::tool_result("call_1", "sunny, 21C"));
+    followup
+        .messages
+        .push(Message::tool_result("call_1", "sunny, 21C"));
     let mut schema = ChatRequest::new(vec![Message::user("verdict?")]);
     schema.response_schema = Some((
         "verdict schema".into(),
@@ -54,13 +60,29 @@ fn requests() -> Vec<ChatRequest> {
 
 #[test]
 fn the_validator_rejects_bad_bodies() {
-    assert!(fake::validate_body(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]})).is_ok());
-    assert!(fake::validate_body(&json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]})).is_err());
+    assert!(
+        fake::validate_body(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
+            .is_ok()
+    );
+    assert!(
+        fake::validate_body(
+            &json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]})
+        )
+        .is_err()
+    );
     assert!(fake::validate_body(&json!({"model": "m", "messages": []})).is_err());
-    assert!(fake::validate_body(&json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})).is_err(),
-        "a tool message without tool_call_id");
-    assert!(fake::validate_body(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
-        "stop": ["a", "b", "c", "d", "e"]})).is_err());
+    assert!(
+        fake::validate_body(&json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]}))
+            .is_err(),
+        "a tool message without tool_call_id"
+    );
+    assert!(
+        fake::validate_body(
+            &json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+        "stop": ["a", "b", "c", "d", "e"]})
+        )
+        .is_err()
+    );
 }
 
 #[test]
@@ -84,13 +106,26 @@ fn spec_response_examples_parse_with_the_wire_types() {
             }
         }
     }
-    assert!(whole >= 3 && chunks >= 3, "{whole} responses, {chunks} chunks");
+    assert!(
+        whole >= 3 && chunks >= 3,
+        "{whole} responses, {chunks} chunks"
+    );
     // The Functions example: arguments arrive as a JSON string and are parsed.
-    let f = examples.iter().find(|e| e["title"] == "Functions").expect("Functions example");
-    let w: wire::Response = serde_json::from_str(f["response"].as_str().unwrap_or_default()).expect("parse");
+    let f = examples
+        .iter()
+        .find(|e| e["title"] == "Functions")
+        .expect("Functions example");
+    let w: wire::Response =
+        serde_json::from_str(f["response"].as_str().unwrap_or_default()).expect("parse");
     let r = ChatResponse::try_from(w).expect("convert");
     assert_eq!(r.tool_calls[0].arguments, json!({"location": "Boston, MA"}));
-    assert_eq!(r.usage, Usage { input_tokens: 82, output_tokens: 17 });
+    assert_eq!(
+        r.usage,
+        Usage {
+            input_tokens: 82,
+            output_tokens: 17
+        }
+    );
 }
 
 #[tokio::test]
@@ -112,9 +147,19 @@ async fn every_request_shape_is_valid_and_streaming_matches() {
     assert_eq!(bodies[0]["max_completion_tokens"], 100);
     assert_eq!(bodies[0]["messages"][0]["role"], "system");
     assert_eq!(bodies[0]["stop"], json!(["END"]));
-    assert_eq!(bodies[4]["messages"][1]["content"], Value::Null, "tool-call turn has null content");
-    assert_eq!(bodies[4]["messages"][1]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
-    assert_eq!(bodies[6]["response_format"]["json_schema"]["name"], "verdict_schema");
+    assert_eq!(
+        bodies[4]["messages"][1]["content"],
+        Value::Null,
+        "tool-call turn has null content"
+    );
+    assert_eq!(
+        bodies[4]["messages"][1]["tool_calls"][0]["function"]["arguments"],
+        "{\"city\":\"Paris\"}"
+    );
+    assert_eq!(
+        bodies[6]["response_format"]["json_schema"]["name"],
+        "verdict_schema"
+    );
 }
 
 #[tokio::test]
@@ -123,11 +168,20 @@ async fn tool_calls_and_schema_replies_are_parsed() {
     let m = model(&server, Some(KEY), false);
     let reqs = requests();
     let r = m.complete(&reqs[1], None).await.expect("tools");
-    assert_eq!(r.tool_calls, vec![ToolCall { id: "call_1".into(), name: "get_weather".into(),
-        arguments: json!({"city": "Paris", "days": 3}) }]);
+    assert_eq!(
+        r.tool_calls,
+        vec![ToolCall {
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: json!({"city": "Paris", "days": 3})
+        }]
+    );
     assert_eq!(r.content, "");
     let r = m.complete(&reqs[3], None).await.expect("schema");
-    assert_eq!(serde_json::from_str::<Value>(&r.content).ok(), Some(json!({"answer": "ok"})));
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.content).ok(),
+        Some(json!({"answer": "ok"}))
+    );
     server.assert_no_violations();
 }
 
@@ -160,18 +214,33 @@ async fn misbehaving_server_errors_are_classified() {
     ]);
     let e = m.complete(&req, None).await.expect_err("429");
     assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(3)));
-    assert_eq!(m.complete(&req, None).await.expect_err("503").kind(), ErrorKind::Server);
+    assert_eq!(
+        m.complete(&req, None).await.expect_err("503").kind(),
+        ErrorKind::Server
+    );
     let e = m.complete(&req, None).await.expect_err("400");
     assert_eq!(e.kind(), ErrorKind::BadRequest);
     assert!(e.to_string().contains("bad"));
-    assert_eq!(m.complete(&req, None).await.expect_err("malformed").kind(), ErrorKind::MalformedResponse);
+    assert_eq!(
+        m.complete(&req, None).await.expect_err("malformed").kind(),
+        ErrorKind::MalformedResponse
+    );
     let e = m.complete(&req, None).await.expect_err("truncated");
-    assert!(matches!(e.kind(), ErrorKind::Connection | ErrorKind::MalformedResponse), "{e}");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Connection | ErrorKind::MalformedResponse
+        ),
+        "{e}"
+    );
     let cb = |_: &str| {};
     let e = m.complete(&req, Some(&cb)).await.expect_err("cut stream");
     assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
     // Works again afterwards.
-    assert_eq!(m.complete(&req, None).await.expect("ok").content, "echo: hi");
+    assert_eq!(
+        m.complete(&req, None).await.expect("ok").content,
+        "echo: hi"
+    );
 }
 
 #[tokio::test]
@@ -180,6 +249,9 @@ async fn more_than_four_stop_sequences_are_refused_before_sending() {
     let m = model(&server, Some(KEY), false);
     let mut req = ChatRequest::new(vec![Message::user("hi")]);
     req.stop = (0..5).map(|i| i.to_string()).collect();
-    assert_eq!(m.complete(&req, None).await.expect_err("stop").kind(), ErrorKind::Config);
+    assert_eq!(
+        m.complete(&req, None).await.expect_err("stop").kind(),
+        ErrorKind::Config
+    );
     assert_eq!(server.request_count(), 0);
 }

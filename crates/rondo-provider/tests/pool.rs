@@ -29,7 +29,10 @@ fn openai_profile(name: &str, server: &common::FakeServer) -> ProviderProfile {
     p.api_key_env = Some("TEST_OPENAI_KEY".into());
     p.retry = fast_retry(3);
     p.timeout = Duration::from_secs(2);
-    p.price = Some(Price { input_per_1k: 1.0, output_per_1k: 2.0 });
+    p.price = Some(Price {
+        input_per_1k: 1.0,
+        output_per_1k: 2.0,
+    });
     p
 }
 
@@ -60,7 +63,10 @@ impl ChatModel for Scripted {
             Ok(ChatResponse {
                 content: "scripted".into(),
                 tool_calls: vec![],
-                usage: Usage { input_tokens: 1, output_tokens: 1 },
+                usage: Usage {
+                    input_tokens: 1,
+                    output_tokens: 1,
+                },
                 model: "scripted".into(),
                 raw: json!({}),
             })
@@ -70,25 +76,41 @@ impl ChatModel for Scripted {
 
 fn req() -> ChatRequest {
     let mut r = ChatRequest::new(vec![Message::user("hi")]);
-    r.context = CallContext { role: "coder".into(), visit: 2 };
+    r.context = CallContext {
+        role: "coder".into(),
+        visit: 2,
+    };
     r
 }
 
-async fn run(pool: &ProviderPool, name: &str) -> (Result<Completion, ProviderError>, Vec<AttemptRecord>) {
+async fn run(
+    pool: &ProviderPool,
+    name: &str,
+) -> (Result<Completion, ProviderError>, Vec<AttemptRecord>) {
     let mut records = Vec::new();
-    let r = pool.complete(name, &req(), None, &mut |a| records.push(a)).await;
+    let r = pool
+        .complete(name, &req(), None, &mut |a| records.push(a))
+        .await;
     (r, records)
 }
 
 #[tokio::test]
 async fn transient_failures_are_retried_honouring_retry_after() {
     let server = fake::server(Some(KEY)).await;
-    server.script([Some(Reply::status(503, "busy")), Some(Reply::rate_limited("0.15")), None]);
-    let pool = ProviderPool::with_env(vec![openai_profile("main", &server)], &env_with(ENV)).expect("pool");
+    server.script([
+        Some(Reply::status(503, "busy")),
+        Some(Reply::rate_limited("0.15")),
+        None,
+    ]);
+    let pool = ProviderPool::with_env(vec![openai_profile("main", &server)], &env_with(ENV))
+        .expect("pool");
     let t0 = Instant::now();
     let (r, recs) = run(&pool, "main").await;
     let done = r.expect("third attempt succeeds");
-    assert!(t0.elapsed() >= Duration::from_millis(150), "Retry-After was honoured");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(150),
+        "Retry-After was honoured"
+    );
     assert_eq!(done.response.content, "echo: hi");
     assert_eq!(done.attempts, 3);
     assert_eq!(recs.len(), 3);
@@ -98,8 +120,17 @@ async fn transient_failures_are_retried_honouring_retry_after() {
     assert_eq!(recs[1].error_kind, Some(ErrorKind::RateLimited));
     assert_eq!(recs[1].retry_delay_ms, Some(150));
     assert_eq!(recs[2].outcome, AttemptOutcome::Success);
-    assert_eq!((recs[2].role.as_str(), recs[2].visit, recs[2].attempt), ("coder", 2, 3));
-    assert_eq!(recs[2].usage, Some(Usage { input_tokens: 11, output_tokens: 7 }));
+    assert_eq!(
+        (recs[2].role.as_str(), recs[2].visit, recs[2].attempt),
+        ("coder", 2, 3)
+    );
+    assert_eq!(
+        recs[2].usage,
+        Some(Usage {
+            input_tokens: 11,
+            output_tokens: 7
+        })
+    );
     // 11/1000 * 1.0 + 7/1000 * 2.0
     assert!((done.cost - 0.025).abs() < 1e-9 && recs[2].cost == Some(done.cost));
     server.assert_no_violations();
@@ -108,7 +139,10 @@ async fn transient_failures_are_retried_honouring_retry_after() {
 #[tokio::test]
 async fn non_retryable_errors_fall_back_at_once() {
     let server = fake::server(Some(KEY)).await;
-    server.script([Some(Reply::status(400, r#"{"error":{"message":"context too long"}}"#))]);
+    server.script([Some(Reply::status(
+        400,
+        r#"{"error":{"message":"context too long"}}"#,
+    ))]);
     let mut main = openai_profile("main", &server);
     main.fallback = vec!["scripted".into()];
     let mut pool = ProviderPool::with_env(vec![main], &env_with(ENV)).expect("pool");
@@ -119,8 +153,14 @@ async fn non_retryable_errors_fall_back_at_once() {
     assert_eq!(done.profile, "scripted");
     assert_eq!(server.request_count(), 1, "a 400 is not retried");
     assert_eq!(recs.len(), 2);
-    assert_eq!((recs[0].error_kind, recs[0].retry_delay_ms), (Some(ErrorKind::BadRequest), None));
-    assert_eq!((recs[1].profile.as_str(), recs[1].outcome), ("scripted", AttemptOutcome::Success));
+    assert_eq!(
+        (recs[0].error_kind, recs[0].retry_delay_ms),
+        (Some(ErrorKind::BadRequest), None)
+    );
+    assert_eq!(
+        (recs[1].profile.as_str(), recs[1].outcome),
+        ("scripted", AttemptOutcome::Success)
+    );
 }
 
 #[tokio::test]
@@ -137,10 +177,17 @@ async fn exhausted_retries_fall_back_and_the_last_error_is_kept() {
     let pool = ProviderPool::with_env(vec![pa, pb], &env_with(ENV)).expect("pool");
     let (r, recs) = run(&pool, "a").await;
     let e = r.expect_err("all fail");
-    assert!(matches!(&e, ProviderError::Exhausted { chain, .. } if chain == &["a", "b"]), "{e}");
+    assert!(
+        matches!(&e, ProviderError::Exhausted { chain, .. } if chain == &["a", "b"]),
+        "{e}"
+    );
     assert_eq!(e.status(), Some(502));
-    assert_eq!(recs.iter().map(|r| (r.profile.as_str(), r.attempt)).collect::<Vec<_>>(),
-        vec![("a", 1), ("a", 2), ("b", 1)]);
+    assert_eq!(
+        recs.iter()
+            .map(|r| (r.profile.as_str(), r.attempt))
+            .collect::<Vec<_>>(),
+        vec![("a", 1), ("a", 2), ("b", 1)]
+    );
     assert!(recs[0].retry_delay_ms.is_some() && recs[1].retry_delay_ms.is_none());
 }
 
@@ -169,7 +216,10 @@ async fn the_total_budget_caps_waiting() {
     let t0 = Instant::now();
     let (r, recs) = run(&pool, "main").await;
     assert_eq!(r.expect_err("gives up").kind(), ErrorKind::RateLimited);
-    assert!(t0.elapsed() < Duration::from_millis(500), "did not wait 30 s");
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "did not wait 30 s"
+    );
     assert_eq!((recs.len(), recs[0].retry_delay_ms), (1, None));
 }
 
@@ -190,9 +240,22 @@ async fn the_circuit_breaker_fails_fast_then_recovers() {
     }
     let (r, recs) = run(&pool, "main").await;
     assert_eq!(r.expect("fallback").profile, "scripted");
-    assert_eq!(server.request_count(), 2, "open circuit: the server is not called");
-    assert_eq!((recs[0].outcome, recs[0].error_kind), (AttemptOutcome::CircuitOpen, Some(ErrorKind::CircuitOpen)));
-    assert!(recs[0].error.as_deref().unwrap_or_default().contains("circuit open"));
+    assert_eq!(
+        server.request_count(),
+        2,
+        "open circuit: the server is not called"
+    );
+    assert_eq!(
+        (recs[0].outcome, recs[0].error_kind),
+        (AttemptOutcome::CircuitOpen, Some(ErrorKind::CircuitOpen))
+    );
+    assert!(
+        recs[0]
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("circuit open")
+    );
     tokio::time::sleep(Duration::from_millis(250)).await;
     let (r, _) = run(&pool, "main").await;
     assert_eq!(r.expect("half-open trial succeeds").profile, "main");
@@ -203,14 +266,21 @@ async fn the_circuit_breaker_fails_fast_then_recovers() {
 async fn concurrency_is_capped_across_callers() {
     let mut p = ProviderProfile::new("capped", ProviderKind::Scripted, "s");
     p.max_concurrency = Some(3);
-    let model = Arc::new(Scripted { delay: Duration::from_millis(30), ..Default::default() });
+    let model = Arc::new(Scripted {
+        delay: Duration::from_millis(30),
+        ..Default::default()
+    });
     let mut pool = ProviderPool::with_env(vec![], &env_with(ENV)).expect("pool");
     pool.register_profile_model(p, model.clone());
     let pool = Arc::new(pool);
     let tasks: Vec<_> = (0..12)
         .map(|_| {
             let pool = pool.clone();
-            tokio::spawn(async move { pool.complete("capped", &req(), None, &mut |_| {}).await.is_ok() })
+            tokio::spawn(async move {
+                pool.complete("capped", &req(), None, &mut |_| {})
+                    .await
+                    .is_ok()
+            })
         })
         .collect();
     for t in tasks {
@@ -234,7 +304,9 @@ async fn requests_per_minute_are_shared_by_callers() {
         .map(|_| {
             let pool = pool.clone();
             tokio::spawn(async move {
-                pool.complete("limited", &req(), None, &mut |_| {}).await.map(|_| t0.elapsed())
+                pool.complete("limited", &req(), None, &mut |_| {})
+                    .await
+                    .map(|_| t0.elapsed())
             })
         })
         .collect();
@@ -244,18 +316,28 @@ async fn requests_per_minute_are_shared_by_callers() {
     }
     times.sort();
     assert!(times[1] < Duration::from_secs(1), "{times:?}");
-    assert!(times[2] >= Duration::from_secs(60) && times[3] < Duration::from_secs(61), "{times:?}");
+    assert!(
+        times[2] >= Duration::from_secs(60) && times[3] < Duration::from_secs(61),
+        "{times:?}"
+    );
     assert!(times[4] >= Duration::from_secs(120), "{times:?}");
 }
 
 #[tokio::test]
 async fn streaming_through_the_pool_matches() {
     let server = fake::server(Some(KEY)).await;
-    let pool = ProviderPool::with_env(vec![openai_profile("main", &server)], &env_with(ENV)).expect("pool");
-    let whole = pool.complete("main", &req(), None, &mut |_| {}).await.expect("whole");
+    let pool = ProviderPool::with_env(vec![openai_profile("main", &server)], &env_with(ENV))
+        .expect("pool");
+    let whole = pool
+        .complete("main", &req(), None, &mut |_| {})
+        .await
+        .expect("whole");
     let text = Mutex::new(String::new());
     let cb = |d: &str| text.lock().unwrap().push_str(d);
-    let streamed = pool.complete("main", &req(), Some(&cb), &mut |_| {}).await.expect("stream");
+    let streamed = pool
+        .complete("main", &req(), Some(&cb), &mut |_| {})
+        .await
+        .expect("stream");
     assert_eq!(whole, streamed);
     assert_eq!(*text.lock().unwrap(), "echo: hi");
     server.assert_no_violations();
@@ -264,10 +346,17 @@ async fn streaming_through_the_pool_matches() {
 #[tokio::test]
 async fn secrets_never_leak() {
     // This server rejects the key and quotes it back, as OpenAI's 401 does.
-    let server = common::FakeServer::start(|_| Ok(()), |r| {
-        let auth = r.header("authorization").unwrap_or_default().to_string();
-        Reply::status(401, &json!({"error": {"message": format!("Incorrect API key provided: {auth}")}}).to_string())
-    })
+    let server = common::FakeServer::start(
+        |_| Ok(()),
+        |r| {
+            let auth = r.header("authorization").unwrap_or_default().to_string();
+            Reply::status(
+                401,
+                &json!({"error": {"message": format!("Incorrect API key provided: {auth}")}})
+                    .to_string(),
+            )
+        },
+    )
     .await;
     let mut p = openai_profile("main", &server);
     p.fallback = vec!["nokey".into()];
@@ -296,10 +385,19 @@ async fn secrets_never_leak() {
 
 #[tokio::test]
 async fn unknown_and_unregistered_profiles_are_config_errors() {
-    let mut pool = ProviderPool::with_env(vec![ProviderProfile::new("s", ProviderKind::Scripted, "")], &env_with(ENV))
-        .expect("pool");
-    assert_eq!(run(&pool, "nope").await.0.expect_err("unknown").kind(), ErrorKind::Config);
-    assert_eq!(run(&pool, "s").await.0.expect_err("no model").kind(), ErrorKind::Config);
+    let mut pool = ProviderPool::with_env(
+        vec![ProviderProfile::new("s", ProviderKind::Scripted, "")],
+        &env_with(ENV),
+    )
+    .expect("pool");
+    assert_eq!(
+        run(&pool, "nope").await.0.expect_err("unknown").kind(),
+        ErrorKind::Config
+    );
+    assert_eq!(
+        run(&pool, "s").await.0.expect_err("no model").kind(),
+        ErrorKind::Config
+    );
     pool.register_model("s", Arc::new(Scripted::default()));
     assert!(run(&pool, "s").await.0.is_ok());
 }
@@ -307,22 +405,70 @@ async fn unknown_and_unregistered_profiles_are_config_errors() {
 #[test]
 fn budgets_are_checked_before_a_call() {
     let mut p = ProviderProfile::new("m", ProviderKind::OpenAi, "gpt");
-    p.price = Some(Price { input_per_1k: 1.0, output_per_1k: 4.0 });
+    p.price = Some(Price {
+        input_per_1k: 1.0,
+        output_per_1k: 4.0,
+    });
     p.max_tokens = Some(500);
     let est = estimate_call(&p, &ChatRequest::new(vec![Message::user("x".repeat(400))]));
     assert_eq!(est.max_output_tokens, 500);
     assert!(est.input_tokens >= 100 && est.input_tokens < 110);
     assert!((est.max_cost - (est.input_tokens as f64 / 1000.0 + 2.0)).abs() < 1e-9);
     let mut ledger = Ledger::default();
-    ledger.record("coder", "m", Usage { input_tokens: 1000, output_tokens: 200 }, 1.8);
-    ledger.record("coder", "m", Usage { input_tokens: 10, output_tokens: 20 }, 0.09);
-    ledger.record("critic", "m", Usage { input_tokens: 5, output_tokens: 5 }, 0.025);
+    ledger.record(
+        "coder",
+        "m",
+        Usage {
+            input_tokens: 1000,
+            output_tokens: 200,
+        },
+        1.8,
+    );
+    ledger.record(
+        "coder",
+        "m",
+        Usage {
+            input_tokens: 10,
+            output_tokens: 20,
+        },
+        0.09,
+    );
+    ledger.record(
+        "critic",
+        "m",
+        Usage {
+            input_tokens: 5,
+            output_tokens: 5,
+        },
+        0.025,
+    );
     assert_eq!(ledger.role("coder").calls, 2);
-    assert_eq!(ledger.total.usage, Usage { input_tokens: 1015, output_tokens: 225 });
-    let ok = Budget { max_tokens: Some(10_000), max_cost: Some(5.0) };
+    assert_eq!(
+        ledger.total.usage,
+        Usage {
+            input_tokens: 1015,
+            output_tokens: 225
+        }
+    );
+    let ok = Budget {
+        max_tokens: Some(10_000),
+        max_cost: Some(5.0),
+    };
     assert!(ok.check(&ledger.total, &est).is_ok());
-    let tokens = Budget { max_tokens: Some(1500), max_cost: None };
-    assert!(matches!(tokens.check(&ledger.total, &est), Err(LimitExceeded::Tokens { limit: 1500, .. })));
-    let cost = Budget { max_tokens: None, max_cost: Some(3.0) };
-    assert!(matches!(cost.check(&ledger.total, &est), Err(LimitExceeded::Cost { .. })));
+    let tokens = Budget {
+        max_tokens: Some(1500),
+        max_cost: None,
+    };
+    assert!(matches!(
+        tokens.check(&ledger.total, &est),
+        Err(LimitExceeded::Tokens { limit: 1500, .. })
+    ));
+    let cost = Budget {
+        max_tokens: None,
+        max_cost: Some(3.0),
+    };
+    assert!(matches!(
+        cost.check(&ledger.total, &est),
+        Err(LimitExceeded::Cost { .. })
+    ));
 }

@@ -7,7 +7,9 @@ use std::sync::Mutex;
 
 use common::{FakeServer, Recorded, Reply, check, pieces, sse};
 use rondo_provider::http::shared_client;
-use rondo_provider::providers::{anthropic::AnthropicModel, gemini::GeminiModel, ollama::OllamaModel};
+use rondo_provider::providers::{
+    anthropic::AnthropicModel, gemini::GeminiModel, ollama::OllamaModel,
+};
 use rondo_provider::*;
 use serde_json::{Value, json};
 
@@ -32,12 +34,21 @@ fn requests() -> Vec<ChatRequest> {
     let mut follow = tools.clone();
     follow.messages.push(Message::assistant_tool_calls(
         "Checking.",
-        vec![ToolCall { id: "call_9".into(), name: "get_weather".into(), arguments: json!({"city": "Oslo"}) }],
+        vec![ToolCall {
+            id: "call_9".into(),
+            name: "get_weather".into(),
+            arguments: json!({"city": "Oslo"}),
+        }],
     ));
-    follow.messages.push(Message::tool_result("call_9", "{\"temp\": 4}"));
+    follow
+        .messages
+        .push(Message::tool_result("call_9", "{\"temp\": 4}"));
     let mut schema = ChatRequest::new(vec![Message::user("verdict?")]);
-    schema.response_schema = Some(("verdict".into(), json!({"type": "object",
-        "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false})));
+    schema.response_schema = Some((
+        "verdict".into(),
+        json!({"type": "object",
+        "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false}),
+    ));
     vec![plain, tools, follow, schema]
 }
 
@@ -64,29 +75,53 @@ async fn assert_stream_matches(m: &dyn ChatModel, reqs: &[ChatRequest]) -> Vec<C
 fn anthropic_validate(r: &Recorded) -> Result<(), String> {
     check(r.path == "/v1/messages", format!("path {}", r.path))?;
     check(r.header("x-api-key") == Some(KEY), "x-api-key")?;
-    check(r.header("anthropic-version") == Some("2023-06-01"), "anthropic-version")?;
-    check(r.header("authorization").is_none(), "no bearer auth on Anthropic")?;
+    check(
+        r.header("anthropic-version") == Some("2023-06-01"),
+        "anthropic-version",
+    )?;
+    check(
+        r.header("authorization").is_none(),
+        "no bearer auth on Anthropic",
+    )?;
     let b = r.json();
     check(b["model"].is_string(), "model")?;
-    check(b["max_tokens"].as_u64().is_some_and(|n| n > 0), "max_tokens is required")?;
+    check(
+        b["max_tokens"].as_u64().is_some_and(|n| n > 0),
+        "max_tokens is required",
+    )?;
     let msgs = b["messages"].as_array().ok_or("messages")?;
-    check(!msgs.is_empty() && msgs[0]["role"] == "user", "first message must be user")?;
+    check(
+        !msgs.is_empty() && msgs[0]["role"] == "user",
+        "first message must be user",
+    )?;
     for (i, m) in msgs.iter().enumerate() {
-        check(m["role"] == "user" || m["role"] == "assistant", format!("role {} (system is a top-level field)", m["role"]))?;
+        check(
+            m["role"] == "user" || m["role"] == "assistant",
+            format!("role {} (system is a top-level field)", m["role"]),
+        )?;
         if i > 0 {
             check(m["role"] != msgs[i - 1]["role"], "roles must alternate")?;
         }
         for block in m["content"].as_array().ok_or("content blocks")? {
             match block["type"].as_str() {
                 Some("text") => check(block["text"].is_string(), "text")?,
-                Some("tool_use") => check(block["id"].is_string() && block["input"].is_object(), "tool_use")?,
-                Some("tool_result") => check(block["tool_use_id"].is_string() && m["role"] == "user", "tool_result")?,
+                Some("tool_use") => check(
+                    block["id"].is_string() && block["input"].is_object(),
+                    "tool_use",
+                )?,
+                Some("tool_result") => check(
+                    block["tool_use_id"].is_string() && m["role"] == "user",
+                    "tool_result",
+                )?,
                 t => return Err(format!("unknown block {t:?}")),
             }
         }
     }
     for t in b["tools"].as_array().into_iter().flatten() {
-        check(t["name"].is_string() && t["input_schema"]["type"] == "object", "tool shape")?;
+        check(
+            t["name"].is_string() && t["input_schema"]["type"] == "object",
+            "tool shape",
+        )?;
     }
     if let Some(s) = b.get("system") {
         check(s.is_string(), "system")?;
@@ -96,27 +131,41 @@ fn anthropic_validate(r: &Recorded) -> Result<(), String> {
 
 fn anthropic_respond(r: &Recorded) -> Reply {
     let b = r.json();
-    let last = b["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+    let last = b["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
     let forced = b["tool_choice"]["name"].as_str().map(str::to_string);
     let mut blocks = Vec::new();
     if let Some(name) = forced {
-        blocks.push(json!({"type": "tool_use", "id": "toolu_2", "name": name, "input": {"ok": true}}));
+        blocks.push(
+            json!({"type": "tool_use", "id": "toolu_2", "name": name, "input": {"ok": true}}),
+        );
     } else if b["tools"].is_array() && last["content"][0]["type"] == "text" {
         blocks.push(json!({"type": "text", "text": "Let me check."}));
         blocks.push(json!({"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}));
     } else {
-        let text = last["content"][0]["text"].as_str().or(last["content"][0]["content"].as_str()).unwrap_or("");
+        let text = last["content"][0]["text"]
+            .as_str()
+            .or(last["content"][0]["content"].as_str())
+            .unwrap_or("");
         blocks.push(json!({"type": "text", "text": format!("echo: {text}")}));
     }
     let model = b["model"].clone();
     let usage = json!({"input_tokens": 12, "output_tokens": 9});
     if b["stream"] != true {
-        return Reply::Json(200, json!({"id": "msg_1", "type": "message", "role": "assistant", "content": blocks,
-            "model": model, "stop_reason": "end_turn", "stop_sequence": null, "usage": usage}));
+        return Reply::Json(
+            200,
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "content": blocks,
+            "model": model, "stop_reason": "end_turn", "stop_sequence": null, "usage": usage}),
+        );
     }
-    let mut ev = vec![json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+    let mut ev = vec![
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
         "content": [], "model": model, "stop_reason": null, "stop_sequence": null,
-        "usage": {"input_tokens": 12, "output_tokens": 1}}})];
+        "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+    ];
     for (i, blk) in blocks.iter().enumerate() {
         if blk["type"] == "text" {
             ev.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}));
@@ -125,8 +174,10 @@ fn anthropic_respond(r: &Recorded) -> Reply {
                 ev.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": p}}));
             }
         } else {
-            ev.push(json!({"type": "content_block_start", "index": i, "content_block":
-                {"type": "tool_use", "id": blk["id"], "name": blk["name"], "input": {}}}));
+            ev.push(
+                json!({"type": "content_block_start", "index": i, "content_block":
+                {"type": "tool_use", "id": blk["id"], "name": blk["name"], "input": {}}}),
+            );
             for p in pieces(&blk["input"].to_string()) {
                 ev.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": p}}));
             }
@@ -136,26 +187,53 @@ fn anthropic_respond(r: &Recorded) -> Reply {
     ev.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 9}}));
     ev.push(json!({"type": "message_stop"}));
     // Real streams name each event too.
-    let frames = ev.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or(""))).collect();
-    Reply::Stream { content_type: "text/event-stream", frames, cut: false }
+    let frames = ev
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect();
+    Reply::Stream {
+        content_type: "text/event-stream",
+        frames,
+        cut: false,
+    }
 }
 
 #[tokio::test]
 async fn anthropic_messages() {
     let server = FakeServer::start(anthropic_validate, anthropic_respond).await;
-    let m = AnthropicModel::new(shared_client().expect("client"), &server.url(""), "claude-sonnet-4-5", Some(ApiKey::new(KEY)));
+    let m = AnthropicModel::new(
+        shared_client().expect("client"),
+        &server.url(""),
+        "claude-sonnet-4-5",
+        Some(ApiKey::new(KEY)),
+    );
     let out = assert_stream_matches(&m, &requests()).await;
     assert_eq!(out[0].content, "echo: hello");
-    assert_eq!(out[0].usage, Usage { input_tokens: 12, output_tokens: 9 });
+    assert_eq!(
+        out[0].usage,
+        Usage {
+            input_tokens: 12,
+            output_tokens: 9
+        }
+    );
     assert_eq!(out[1].content, "Let me check.");
     assert_eq!(out[1].tool_calls[0].arguments, json!({"city": "Paris"}));
-    assert_eq!(serde_json::from_str::<Value>(&out[3].content).ok(), Some(json!({"ok": true})));
-    assert!(out[3].tool_calls.is_empty(), "the schema tool is not a tool call");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out[3].content).ok(),
+        Some(json!({"ok": true}))
+    );
+    assert!(
+        out[3].tool_calls.is_empty(),
+        "the schema tool is not a tool call"
+    );
     server.assert_no_violations();
     let bodies: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
     assert_eq!(bodies[0]["system"], "Be brief.");
     assert_eq!(bodies[0]["stop_sequences"], json!(["END"]));
-    assert_eq!(bodies[4]["messages"][2]["content"][0]["type"], "tool_result");
+    assert_eq!(
+        bodies[4]["messages"][2]["content"][0]["type"],
+        "tool_result"
+    );
 
     // A stream cut after message_start, and an overloaded error event.
     let frames = match anthropic_respond(&server.requests()[1]) {
@@ -163,15 +241,32 @@ async fn anthropic_messages() {
         _ => unreachable!(),
     };
     server.script([
-        Some(Reply::Stream { content_type: "text/event-stream", frames: frames[..3].to_vec(), cut: true }),
-        Some(Reply::Stream { content_type: "text/event-stream", frames: sse(&[json!({"type": "error",
-            "error": {"type": "overloaded_error", "message": "Overloaded"}})]), cut: false }),
-        Some(Reply::status(529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#)),
+        Some(Reply::Stream {
+            content_type: "text/event-stream",
+            frames: frames[..3].to_vec(),
+            cut: true,
+        }),
+        Some(Reply::Stream {
+            content_type: "text/event-stream",
+            frames: sse(&[json!({"type": "error",
+            "error": {"type": "overloaded_error", "message": "Overloaded"}})]),
+            cut: false,
+        }),
+        Some(Reply::status(
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        )),
     ]);
     let cb = |_: &str| {};
-    let e = m.complete(&requests()[0], Some(&cb)).await.expect_err("cut");
+    let e = m
+        .complete(&requests()[0], Some(&cb))
+        .await
+        .expect_err("cut");
     assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
-    let e = m.complete(&requests()[0], Some(&cb)).await.expect_err("error event");
+    let e = m
+        .complete(&requests()[0], Some(&cb))
+        .await
+        .expect_err("error event");
     assert_eq!((e.kind(), e.status()), (ErrorKind::Server, Some(529)));
     let e = m.complete(&requests()[0], None).await.expect_err("529");
     assert!(e.is_retryable() && e.to_string().contains("Overloaded"));
@@ -181,34 +276,64 @@ async fn anthropic_messages() {
 
 fn gemini_validate(r: &Recorded) -> Result<(), String> {
     let stream = r.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse";
-    check(stream || r.path == "/v1beta/models/gemini-2.5-flash:generateContent", format!("path {}", r.path))?;
+    check(
+        stream || r.path == "/v1beta/models/gemini-2.5-flash:generateContent",
+        format!("path {}", r.path),
+    )?;
     check(r.header("x-goog-api-key") == Some(KEY), "x-goog-api-key")?;
     check(!r.path.contains("key="), "key must not be in the URL")?;
     let b = r.json();
     for c in b["contents"].as_array().ok_or("contents")? {
-        check(c["role"] == "user" || c["role"] == "model", format!("role {}", c["role"]))?;
+        check(
+            c["role"] == "user" || c["role"] == "model",
+            format!("role {}", c["role"]),
+        )?;
         for p in c["parts"].as_array().ok_or("parts")? {
             let fields = p.as_object().map(|o| o.len()).unwrap_or(0);
             check(fields == 1, format!("a part has exactly one field: {p}"))?;
             if let Some(fr) = p.get("functionResponse") {
-                check(fr["name"].is_string() && fr["response"].is_object(), "functionResponse")?;
+                check(
+                    fr["name"].is_string() && fr["response"].is_object(),
+                    "functionResponse",
+                )?;
             }
         }
     }
     let no_json_schema_keywords = |v: &Value| !v.to_string().contains("additionalProperties");
     for t in b["tools"].as_array().into_iter().flatten() {
-        for f in t["functionDeclarations"].as_array().ok_or("functionDeclarations")? {
-            check(no_json_schema_keywords(&f["parameters"]), "unsupported schema keyword")?;
-            check(f["parameters"]["properties"]["unit"]["nullable"] == true, "type [T, null] → nullable")?;
+        for f in t["functionDeclarations"]
+            .as_array()
+            .ok_or("functionDeclarations")?
+        {
+            check(
+                no_json_schema_keywords(&f["parameters"]),
+                "unsupported schema keyword",
+            )?;
+            check(
+                f["parameters"]["properties"]["unit"]["nullable"] == true,
+                "type [T, null] → nullable",
+            )?;
         }
     }
     if let Some(cfg) = b.get("generationConfig") {
         for k in cfg.as_object().ok_or("generationConfig")?.keys() {
-            check(["temperature", "maxOutputTokens", "stopSequences", "responseMimeType", "responseSchema"]
-                .contains(&k.as_str()), format!("unknown generationConfig field {k}"))?;
+            check(
+                [
+                    "temperature",
+                    "maxOutputTokens",
+                    "stopSequences",
+                    "responseMimeType",
+                    "responseSchema",
+                ]
+                .contains(&k.as_str()),
+                format!("unknown generationConfig field {k}"),
+            )?;
         }
         if let Some(s) = cfg.get("responseSchema") {
-            check(no_json_schema_keywords(s) && cfg["responseMimeType"] == "application/json", "responseSchema")?;
+            check(
+                no_json_schema_keywords(s) && cfg["responseMimeType"] == "application/json",
+                "responseSchema",
+            )?;
         }
     }
     Ok(())
@@ -216,20 +341,29 @@ fn gemini_validate(r: &Recorded) -> Result<(), String> {
 
 fn gemini_respond(r: &Recorded) -> Reply {
     let b = r.json();
-    let last = b["contents"].as_array().and_then(|c| c.last()).cloned().unwrap_or_default();
+    let last = b["contents"]
+        .as_array()
+        .and_then(|c| c.last())
+        .cloned()
+        .unwrap_or_default();
     let mut parts = Vec::new();
     if b["generationConfig"]["responseSchema"].is_object() {
         parts.push(json!({"text": "{\"ok\": true}"}));
     } else if b["tools"].is_array() && last["parts"][0]["text"].is_string() {
         parts.push(json!({"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}}));
     } else {
-        let t = last["parts"][0]["text"].as_str().unwrap_or("tool result seen");
+        let t = last["parts"][0]["text"]
+            .as_str()
+            .unwrap_or("tool result seen");
         parts.push(json!({"text": format!("echo: {t}")}));
     }
     let usage = json!({"promptTokenCount": 8, "candidatesTokenCount": 6, "totalTokenCount": 14});
     if !r.path.contains("stream") {
-        return Reply::Json(200, json!({"candidates": [{"content": {"role": "model", "parts": parts},
-            "finishReason": "STOP", "index": 0}], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash"}));
+        return Reply::Json(
+            200,
+            json!({"candidates": [{"content": {"role": "model", "parts": parts},
+            "finishReason": "STOP", "index": 0}], "usageMetadata": usage, "modelVersion": "gemini-2.5-flash"}),
+        );
     }
     let mut chunks = Vec::new();
     for p in &parts {
@@ -239,51 +373,95 @@ fn gemini_respond(r: &Recorded) -> Reply {
                     "usageMetadata": {"promptTokenCount": 8, "totalTokenCount": 8}, "modelVersion": "gemini-2.5-flash"}));
             }
         } else {
-            chunks.push(json!({"candidates": [{"content": {"role": "model", "parts": [p]}, "index": 0}],
-                "modelVersion": "gemini-2.5-flash"}));
+            chunks.push(
+                json!({"candidates": [{"content": {"role": "model", "parts": [p]}, "index": 0}],
+                "modelVersion": "gemini-2.5-flash"}),
+            );
         }
     }
     chunks.push(json!({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP", "index": 0}],
         "usageMetadata": usage, "modelVersion": "gemini-2.5-flash"}));
-    Reply::Stream { content_type: "text/event-stream", frames: sse(&chunks), cut: false }
+    Reply::Stream {
+        content_type: "text/event-stream",
+        frames: sse(&chunks),
+        cut: false,
+    }
 }
 
 #[tokio::test]
 async fn gemini_generate_content() {
     let server = FakeServer::start(gemini_validate, gemini_respond).await;
-    let m = GeminiModel::new(shared_client().expect("client"), &server.url("/v1beta"), "models/gemini-2.5-flash", Some(ApiKey::new(KEY)));
+    let m = GeminiModel::new(
+        shared_client().expect("client"),
+        &server.url("/v1beta"),
+        "models/gemini-2.5-flash",
+        Some(ApiKey::new(KEY)),
+    );
     let out = assert_stream_matches(&m, &requests()).await;
     assert_eq!(out[0].content, "echo: hello");
-    assert_eq!(out[0].usage, Usage { input_tokens: 8, output_tokens: 6 });
+    assert_eq!(
+        out[0].usage,
+        Usage {
+            input_tokens: 8,
+            output_tokens: 6
+        }
+    );
     assert_eq!(out[0].model, "gemini-2.5-flash");
     assert_eq!(out[1].tool_calls[0].name, "get_weather");
     assert_eq!(out[1].tool_calls[0].arguments, json!({"city": "Rome"}));
     assert_eq!(out[3].content, "{\"ok\": true}");
     server.assert_no_violations();
     let bodies: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
-    assert_eq!(bodies[0]["systemInstruction"]["parts"][0]["text"], "Be brief.");
+    assert_eq!(
+        bodies[0]["systemInstruction"]["parts"][0]["text"],
+        "Be brief."
+    );
     assert_eq!(bodies[0]["generationConfig"]["maxOutputTokens"], 64);
-    assert_eq!(bodies[4]["contents"][2]["parts"][0]["functionResponse"]["name"], "get_weather");
-    assert_eq!(bodies[4]["contents"][2]["parts"][0]["functionResponse"]["response"]["result"], json!({"temp": 4}));
+    assert_eq!(
+        bodies[4]["contents"][2]["parts"][0]["functionResponse"]["name"],
+        "get_weather"
+    );
+    assert_eq!(
+        bodies[4]["contents"][2]["parts"][0]["functionResponse"]["response"]["result"],
+        json!({"temp": 4})
+    );
 
     server.script([Some(Reply::Stream { content_type: "text/event-stream",
         frames: sse(&[json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "par"}]}, "index": 0}]})]),
         cut: true })]);
     let cb = |_: &str| {};
-    assert_eq!(m.complete(&requests()[0], Some(&cb)).await.expect_err("cut").kind(), ErrorKind::Connection);
+    assert_eq!(
+        m.complete(&requests()[0], Some(&cb))
+            .await
+            .expect_err("cut")
+            .kind(),
+        ErrorKind::Connection
+    );
 }
 
 // ---------------------------------------------------------------- Ollama
 
 fn ollama_validate(r: &Recorded) -> Result<(), String> {
     check(r.path == "/api/chat", format!("path {}", r.path))?;
-    check(r.header("authorization").is_none(), "no key for local Ollama")?;
+    check(
+        r.header("authorization").is_none(),
+        "no key for local Ollama",
+    )?;
     let b = r.json();
-    check(b["stream"].is_boolean(), "stream must be explicit (Ollama streams by default)")?;
+    check(
+        b["stream"].is_boolean(),
+        "stream must be explicit (Ollama streams by default)",
+    )?;
     for m in b["messages"].as_array().ok_or("messages")? {
-        check(["system", "user", "assistant", "tool"].contains(&m["role"].as_str().unwrap_or("")), "role")?;
+        check(
+            ["system", "user", "assistant", "tool"].contains(&m["role"].as_str().unwrap_or("")),
+            "role",
+        )?;
         for c in m["tool_calls"].as_array().into_iter().flatten() {
-            check(c["function"]["arguments"].is_object(), "Ollama tool arguments are objects")?;
+            check(
+                c["function"]["arguments"].is_object(),
+                "Ollama tool arguments are objects",
+            )?;
         }
         if m["role"] == "tool" {
             check(m["tool_name"].is_string(), "tool_name")?;
@@ -291,7 +469,10 @@ fn ollama_validate(r: &Recorded) -> Result<(), String> {
     }
     if let Some(o) = b.get("options") {
         for k in o.as_object().ok_or("options")?.keys() {
-            check(["temperature", "num_predict", "stop"].contains(&k.as_str()), format!("option {k}"))?;
+            check(
+                ["temperature", "num_predict", "stop"].contains(&k.as_str()),
+                format!("option {k}"),
+            )?;
         }
     }
     Ok(())
@@ -299,16 +480,28 @@ fn ollama_validate(r: &Recorded) -> Result<(), String> {
 
 fn ollama_respond(r: &Recorded) -> Reply {
     let b = r.json();
-    let last = b["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+    let last = b["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
     let (content, calls) = if b["format"].is_object() {
         ("{\"ok\":true}".to_string(), Value::Null)
     } else if b["tools"].is_array() && last["role"] == "user" {
-        (String::new(), json!([{"function": {"name": "get_weather", "arguments": {"city": "Lima"}}}]))
+        (
+            String::new(),
+            json!([{"function": {"name": "get_weather", "arguments": {"city": "Lima"}}}]),
+        )
     } else {
-        (format!("echo: {}", last["content"].as_str().unwrap_or("")), Value::Null)
+        (
+            format!("echo: {}", last["content"].as_str().unwrap_or("")),
+            Value::Null,
+        )
     };
-    let done = |msg: Value| json!({"model": b["model"], "created_at": "2025-01-01T00:00:00Z", "message": msg,
-        "done": true, "done_reason": "stop", "total_duration": 1000, "prompt_eval_count": 5, "eval_count": 4});
+    let done = |msg: Value| {
+        json!({"model": b["model"], "created_at": "2025-01-01T00:00:00Z", "message": msg,
+        "done": true, "done_reason": "stop", "total_duration": 1000, "prompt_eval_count": 5, "eval_count": 4})
+    };
     let mut msg = json!({"role": "assistant", "content": content});
     if !calls.is_null() {
         msg["tool_calls"] = calls.clone();
@@ -320,30 +513,58 @@ fn ollama_respond(r: &Recorded) -> Reply {
         json!({"model": b["model"], "created_at": "2025-01-01T00:00:00Z", "message": {"role": "assistant", "content": p}, "done": false}).to_string() + "\n"
     }).collect();
     if !calls.is_null() {
-        lines.push(json!({"model": b["model"], "created_at": "2025-01-01T00:00:00Z",
-            "message": {"role": "assistant", "content": "", "tool_calls": calls}, "done": false}).to_string() + "\n");
+        lines.push(
+            json!({"model": b["model"], "created_at": "2025-01-01T00:00:00Z",
+            "message": {"role": "assistant", "content": "", "tool_calls": calls}, "done": false})
+            .to_string()
+                + "\n",
+        );
     }
     lines.push(done(json!({"role": "assistant", "content": ""})).to_string() + "\n");
-    Reply::Stream { content_type: "application/x-ndjson", frames: lines, cut: false }
+    Reply::Stream {
+        content_type: "application/x-ndjson",
+        frames: lines,
+        cut: false,
+    }
 }
 
 #[tokio::test]
 async fn ollama_chat() {
     let server = FakeServer::start(ollama_validate, ollama_respond).await;
-    let m = OllamaModel::new(shared_client().expect("client"), &server.url(""), "llama3.2", None);
+    let m = OllamaModel::new(
+        shared_client().expect("client"),
+        &server.url(""),
+        "llama3.2",
+        None,
+    );
     let out = assert_stream_matches(&m, &requests()).await;
     assert_eq!(out[0].content, "echo: hello");
-    assert_eq!(out[0].usage, Usage { input_tokens: 5, output_tokens: 4 });
+    assert_eq!(
+        out[0].usage,
+        Usage {
+            input_tokens: 5,
+            output_tokens: 4
+        }
+    );
     assert_eq!(out[1].tool_calls[0].arguments, json!({"city": "Lima"}));
     assert_eq!(out[3].content, "{\"ok\":true}");
     server.assert_no_violations();
     let bodies: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
-    assert_eq!(bodies[0]["options"], json!({"temperature": 0.3, "num_predict": 64, "stop": ["END"]}));
+    assert_eq!(
+        bodies[0]["options"],
+        json!({"temperature": 0.3, "num_predict": 64, "stop": ["END"]})
+    );
     assert_eq!(bodies[6]["format"]["type"], "object");
 
     server.script([Some(Reply::Stream { content_type: "application/x-ndjson",
         frames: vec![json!({"model": "llama3.2", "message": {"role": "assistant", "content": "par"}, "done": false}).to_string() + "\n"],
         cut: true })]);
     let cb = |_: &str| {};
-    assert_eq!(m.complete(&requests()[0], Some(&cb)).await.expect_err("cut").kind(), ErrorKind::Connection);
+    assert_eq!(
+        m.complete(&requests()[0], Some(&cb))
+            .await
+            .expect_err("cut")
+            .kind(),
+        ErrorKind::Connection
+    );
 }

@@ -276,7 +276,13 @@ impl std::fmt::Debug for AnthropicModel {
 fn schema_tool_name(name: &str) -> String {
     let n: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(64)
         .collect();
     if n.is_empty() { "respond".into() } else { n }
@@ -318,11 +324,18 @@ impl AnthropicModel {
                     system.push(&m.content);
                     continue;
                 }
-                Role::User => ("user", vec![Block::Text { text: m.content.clone() }]),
+                Role::User => (
+                    "user",
+                    vec![Block::Text {
+                        text: m.content.clone(),
+                    }],
+                ),
                 Role::Assistant => {
                     let mut b = Vec::new();
                     if !m.content.is_empty() {
-                        b.push(Block::Text { text: m.content.clone() });
+                        b.push(Block::Text {
+                            text: m.content.clone(),
+                        });
                     }
                     for c in m.tool_calls.iter().flatten() {
                         b.push(Block::ToolUse {
@@ -383,7 +396,10 @@ impl AnthropicModel {
         Ok((
             Request {
                 model: &self.model,
-                max_tokens: req.max_tokens.or(self.max_tokens).unwrap_or(DEFAULT_MAX_TOKENS),
+                max_tokens: req
+                    .max_tokens
+                    .or(self.max_tokens)
+                    .unwrap_or(DEFAULT_MAX_TOKENS),
                 system: (!system.is_empty()).then(|| system.join("\n\n")),
                 messages,
                 tools,
@@ -426,7 +442,9 @@ impl AnthropicModel {
         let mut partial_json: Vec<String> = Vec::new();
         let mut done = false;
         http::for_each_line(resp, |line| {
-            let Some(ev) = sse.line(line) else { return Ok(()) };
+            let Some(ev) = sse.line(line) else {
+                return Ok(());
+            };
             if done {
                 return Ok(());
             }
@@ -471,12 +489,14 @@ impl AnthropicModel {
                                 p.push_str(&d);
                             }
                         }
-                        (Block::Thinking { thinking, .. }, BlockDelta::ThinkingDelta { thinking: d }) => {
-                            thinking.push_str(&d)
-                        }
-                        (Block::Thinking { signature, .. }, BlockDelta::SignatureDelta { signature: d }) => {
-                            signature.push_str(&d)
-                        }
+                        (
+                            Block::Thinking { thinking, .. },
+                            BlockDelta::ThinkingDelta { thinking: d },
+                        ) => thinking.push_str(&d),
+                        (
+                            Block::Thinking { signature, .. },
+                            BlockDelta::SignatureDelta { signature: d },
+                        ) => signature.push_str(&d),
                         _ => {}
                     }
                 }

@@ -162,7 +162,9 @@ impl TryFrom<Response> for ChatResponse {
             if let Some(fc) = part.function_call {
                 tool_calls.push(ToolCall {
                     // Older models give calls no id; results are matched back by name.
-                    id: fc.id.unwrap_or_else(|| format!("call_{}_{}", tool_calls.len(), fc.name)),
+                    id: fc
+                        .id
+                        .unwrap_or_else(|| format!("call_{}_{}", tool_calls.len(), fc.name)),
                     name: fc.name,
                     arguments: fc.args,
                 });
@@ -190,8 +192,16 @@ pub fn to_gemini_schema(v: &Value) -> Value {
             let mut out = Map::new();
             for (k, val) in map {
                 match k.as_str() {
-                    "$schema" | "$id" | "$defs" | "definitions" | "additionalProperties"
-                    | "strict" | "$comment" | "examples" | "const" | "default" => {}
+                    "$schema"
+                    | "$id"
+                    | "$defs"
+                    | "definitions"
+                    | "additionalProperties"
+                    | "strict"
+                    | "$comment"
+                    | "examples"
+                    | "const"
+                    | "default" => {}
                     "type" => match val {
                         Value::Array(types) => {
                             let mut non_null = types.iter().filter(|t| t.as_str() != Some("null"));
@@ -366,7 +376,10 @@ impl GeminiModel {
             max_output_tokens: req.max_tokens.or(self.max_tokens),
             stop_sequences: req.stop.clone(),
             response_mime_type: req.response_schema.as_ref().map(|_| "application/json"),
-            response_schema: req.response_schema.as_ref().map(|(_, s)| to_gemini_schema(s)),
+            response_schema: req
+                .response_schema
+                .as_ref()
+                .map(|(_, s)| to_gemini_schema(s)),
         };
         let has_config = config.temperature.is_some()
             || config.max_output_tokens.is_some()

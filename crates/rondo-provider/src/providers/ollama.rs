@@ -204,20 +204,24 @@ impl OllamaModel {
                 Role::Assistant => "assistant",
                 Role::Tool => "tool",
             };
-            let tool_calls = m.tool_calls.as_ref().filter(|c| !c.is_empty()).map(|calls| {
-                calls
-                    .iter()
-                    .map(|c| {
-                        names.insert(&c.id, &c.name);
-                        WireToolCall {
-                            function: Function {
-                                name: c.name.clone(),
-                                arguments: c.arguments.clone(),
-                            },
-                        }
-                    })
-                    .collect()
-            });
+            let tool_calls = m
+                .tool_calls
+                .as_ref()
+                .filter(|c| !c.is_empty())
+                .map(|calls| {
+                    calls
+                        .iter()
+                        .map(|c| {
+                            names.insert(&c.id, &c.name);
+                            WireToolCall {
+                                function: Function {
+                                    name: c.name.clone(),
+                                    arguments: c.arguments.clone(),
+                                },
+                            }
+                        })
+                        .collect()
+                });
             let tool_name = m
                 .tool_call_id
                 .as_deref()
@@ -306,9 +310,8 @@ impl OllamaModel {
             Ok(())
         })
         .await?;
-        let mut r = last.ok_or_else(|| {
-            ProviderError::Connection("stream ended before the done line".into())
-        })?;
+        let mut r = last
+            .ok_or_else(|| ProviderError::Connection("stream ended before the done line".into()))?;
         r.message.content = content;
         r.message.thinking = thinking;
         r.message.tool_calls = (!calls.is_empty()).then_some(calls);

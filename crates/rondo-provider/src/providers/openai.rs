@@ -277,10 +277,20 @@ pub(crate) fn parse_arguments(text: &str) -> Value {
 fn schema_name(name: &str) -> String {
     let cleaned: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(64)
         .collect();
-    if cleaned.is_empty() { "response".to_string() } else { cleaned }
+    if cleaned.is_empty() {
+        "response".to_string()
+    } else {
+        cleaned
+    }
 }
 
 impl TryFrom<Response> for ChatResponse {
@@ -289,11 +299,10 @@ impl TryFrom<Response> for ChatResponse {
     fn try_from(r: Response) -> Result<Self, ProviderError> {
         let raw = serde_json::to_value(&r)
             .map_err(|e| ProviderError::MalformedResponse(e.to_string()))?;
-        let choice = r
-            .choices
-            .into_iter()
-            .next()
-            .ok_or_else(|| ProviderError::MalformedResponse("response has no choices".into()))?;
+        let choice =
+            r.choices.into_iter().next().ok_or_else(|| {
+                ProviderError::MalformedResponse("response has no choices".into())
+            })?;
         let msg = choice.message;
         let tool_calls = msg
             .tool_calls
@@ -307,7 +316,11 @@ impl TryFrom<Response> for ChatResponse {
             .collect();
         let usage = r.usage.unwrap_or_default();
         Ok(ChatResponse {
-            content: msg.content.filter(|c| !c.is_empty()).or(msg.refusal).unwrap_or_default(),
+            content: msg
+                .content
+                .filter(|c| !c.is_empty())
+                .or(msg.refusal)
+                .unwrap_or_default(),
             tool_calls,
             usage: Usage {
                 input_tokens: usage.prompt_tokens,
@@ -399,13 +412,16 @@ impl OpenAiModel {
                     },
                 })
                 .collect(),
-            response_format: req.response_schema.as_ref().map(|(name, schema)| ResponseFormat {
-                kind: "json_schema",
-                json_schema: JsonSchemaFormat {
-                    name: schema_name(name),
-                    schema: schema.clone(),
-                },
-            }),
+            response_format: req
+                .response_schema
+                .as_ref()
+                .map(|(name, schema)| ResponseFormat {
+                    kind: "json_schema",
+                    json_schema: JsonSchemaFormat {
+                        name: schema_name(name),
+                        schema: schema.clone(),
+                    },
+                }),
             temperature: req.temperature.or(self.temperature),
             max_completion_tokens: if self.compatible { None } else { max },
             max_tokens: if self.compatible { max } else { None },

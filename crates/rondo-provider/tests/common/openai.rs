@@ -11,7 +11,10 @@ pub const KEY: &str = "sk-test-0123456789abcdef";
 pub fn spec() -> &'static Value {
     static SPEC: OnceLock<Value> = OnceLock::new();
     SPEC.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/specs/openai-openapi.yaml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/specs/openai-openapi.yaml"
+        );
         let text = std::fs::read_to_string(path).expect("read the OpenAI spec");
         let opts = serde_saphyr::options! {
             budget: serde_saphyr::budget! {
@@ -42,12 +45,18 @@ pub fn validate_body(body: &Value) -> Result<(), String> {
         .iter_errors(body)
         .map(|e| format!("{} at {}", e, e.instance_path()))
         .collect();
-    check(errors.is_empty(), format!("body violates CreateChatCompletionRequest: {errors:?}\n{body}"))
+    check(
+        errors.is_empty(),
+        format!("body violates CreateChatCompletionRequest: {errors:?}\n{body}"),
+    )
 }
 
 pub fn validate(req: &Recorded, key: Option<&str>) -> Result<(), String> {
     check(req.method == "POST", format!("method {}", req.method))?;
-    check(req.path == "/v1/chat/completions", format!("path {}", req.path))?;
+    check(
+        req.path == "/v1/chat/completions",
+        format!("path {}", req.path),
+    )?;
     check(
         req.header("content-type") == Some("application/json"),
         "content-type must be application/json",
@@ -57,7 +66,10 @@ pub fn validate(req: &Recorded, key: Option<&str>) -> Result<(), String> {
             req.header("authorization") == Some(&format!("Bearer {k}")),
             "missing or wrong bearer token",
         )?,
-        None => check(req.header("authorization").is_none(), "unexpected authorization")?,
+        None => check(
+            req.header("authorization").is_none(),
+            "unexpected authorization",
+        )?,
     }
     let body = req.json();
     validate_body(&body)?;
@@ -73,9 +85,15 @@ pub fn validate(req: &Recorded, key: Option<&str>) -> Result<(), String> {
 /// What the fake model says: a tool call when tools are offered and the last message is
 /// the user's, JSON when a schema is asked for, else an echo.
 pub fn answer(body: &Value) -> (String, Vec<Value>) {
-    let last_role = body["messages"].as_array().and_then(|m| m.last()).map(|m| m["role"].clone());
+    let last_role = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(|m| m["role"].clone());
     if body["tools"].as_array().is_some_and(|t| !t.is_empty()) && last_role == Some(json!("user")) {
-        let name = body["tools"][0]["function"]["name"].as_str().unwrap_or("f").to_string();
+        let name = body["tools"][0]["function"]["name"]
+            .as_str()
+            .unwrap_or("f")
+            .to_string();
         return (
             String::new(),
             vec![json!({"id": "call_1", "type": "function",
@@ -103,34 +121,61 @@ pub fn respond(req: &Recorded) -> Reply {
         } else {
             json!({"role": "assistant", "content": null, "tool_calls": calls})
         };
-        return Reply::Json(200, json!({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": null,
-                "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}],
-            "usage": usage(&body), "service_tier": "default"
-        }));
+        return Reply::Json(
+            200,
+            json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": model,
+                "choices": [{"index": 0, "message": message, "logprobs": null,
+                    "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}],
+                "usage": usage(&body), "service_tier": "default"
+            }),
+        );
     }
-    let head = |delta: Value, finish: Value| json!({
-        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000,
-        "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": null
-    });
-    let mut events = vec![head(json!({"role": "assistant", "content": ""}), Value::Null)];
+    let head = |delta: Value, finish: Value| {
+        json!({
+            "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000,
+            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": null
+        })
+    };
+    let mut events = vec![head(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
     for p in pieces(&content) {
         events.push(head(json!({"content": p}), Value::Null));
     }
     for (i, c) in calls.iter().enumerate() {
-        events.push(head(json!({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-            "function": {"name": c["function"]["name"], "arguments": ""}}]}), Value::Null));
+        events.push(head(
+            json!({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+            "function": {"name": c["function"]["name"], "arguments": ""}}]}),
+            Value::Null,
+        ));
         for p in pieces(c["function"]["arguments"].as_str().unwrap_or("")) {
-            events.push(head(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null));
+            events.push(head(
+                json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}),
+                Value::Null,
+            ));
         }
     }
-    events.push(head(json!({}), json!(if calls.is_empty() { "stop" } else { "tool_calls" })));
-    events.push(json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000,
-        "model": model, "choices": [], "usage": usage(&body)}));
+    events.push(head(
+        json!({}),
+        json!(if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        }),
+    ));
+    events.push(
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000,
+        "model": model, "choices": [], "usage": usage(&body)}),
+    );
     let mut frames = sse(&events);
     frames.push("data: [DONE]\n\n".into());
-    Reply::Stream { content_type: "text/event-stream", frames, cut: false }
+    Reply::Stream {
+        content_type: "text/event-stream",
+        frames,
+        cut: false,
+    }
 }
 
 pub async fn server(key: Option<&'static str>) -> FakeServer {
@@ -147,10 +192,15 @@ pub fn cut_stream() -> Reply {
         path: "/v1/chat/completions".into(),
         headers: vec![],
         body: serde_json::to_vec(&json!({"model": "m", "stream": true,
-            "messages": [{"role": "user", "content": "a long answer please"}]})).unwrap_or_default(),
+            "messages": [{"role": "user", "content": "a long answer please"}]}))
+        .unwrap_or_default(),
     };
     match respond(&req_like) {
-        Reply::Stream { content_type, frames, .. } => Reply::Stream {
+        Reply::Stream {
+            content_type,
+            frames,
+            ..
+        } => Reply::Stream {
             content_type,
             frames: frames.into_iter().take(3).collect(),
             cut: true,

@@ -1,0 +1,407 @@
+//! The real `rondo` binary: exit codes, output formats, and help.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+const CLEAN: &str = "workflows/iter.rondo";
+const ERRORS: &str = "tests/fixtures/check/route/unknown_target.rondo";
+const WARNING: &str = "tests/fixtures/check/graph/exit_never_reached.rondo";
+const MISSING_KEY: &str = "tests/fixtures/check/env/missing_key.rondo";
+const KEY_VAR: &str = "RONDO_TEST_SURELY_UNSET_KEY";
+
+fn rondo() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove(KEY_VAR)
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    rondo().args(args).output().expect("run rondo")
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+// ---------- check: exit codes ----------
+
+#[test]
+fn check_clean_file_exits_0_with_a_summary() {
+    rondo()
+        .args(["check", "--offline", CLEAN])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with(format!("√ {CLEAN}: ")))
+        .stdout(predicate::str::contains("LLM calls per run"))
+        .stderr(predicate::str::is_empty());
+}
+
+#[test]
+fn check_with_errors_exits_1_and_renders_them() {
+    rondo()
+        .args(["check", "--offline", ERRORS])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("rondo::route::unknown_target"))
+        .stderr(predicate::str::contains(format!("{ERRORS}:8:9")))
+        .stderr(predicate::str::contains(format!(
+            "x {ERRORS}: 1 error(s), 0 warning(s)"
+        )))
+        // Not a terminal: no colour codes.
+        .stderr(predicate::str::contains("\u{1b}[").not());
+}
+
+#[test]
+fn check_stderr_is_the_library_rendering() {
+    let output = run(&["check", ERRORS]);
+    let (file, _, diags, _) = common::check_path(Path::new(ERRORS), false);
+    let rendered = rondo::diagnostics::render_human(&file, &diags.sorted(), false, 100);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with(&rendered),
+        "stderr:\n{stderr}\nlibrary:\n{rendered}"
+    );
+}
+
+#[test]
+fn unreadable_file_exits_2() {
+    rondo()
+        .args(["check", "tests/fixtures/check/no_such_file.rondo"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "error: cannot read tests/fixtures/check/no_such_file.rondo",
+        ));
+    // A folder is not a readable file either.
+    rondo().args(["check", "tests/fixtures"]).assert().code(2);
+}
+
+#[test]
+fn worst_exit_code_wins_and_every_file_is_checked() {
+    let output = run(&["check", "--offline", ERRORS, "no_such_file.rondo", CLEAN]);
+    assert_eq!(output.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stdout.contains(&format!("√ {CLEAN}")), "{stdout}");
+    assert!(stderr.contains(&format!("x {ERRORS}")), "{stderr}");
+    assert!(
+        stderr.contains("cannot read no_such_file.rondo"),
+        "{stderr}"
+    );
+    assert_eq!(
+        run(&["check", "--offline", CLEAN, ERRORS]).status.code(),
+        Some(1)
+    );
+}
+
+#[test]
+fn warnings_pass_unless_denied() {
+    rondo()
+        .args(["check", "--offline", WARNING])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with(format!("~ {WARNING}: ")))
+        .stderr(predicate::str::contains("rondo::graph::exit_never_reached"));
+    rondo()
+        .args(["check", "--offline", "--deny-warnings", WARNING])
+        .assert()
+        .code(1);
+    // A clean file stays clean with --deny-warnings.
+    rondo()
+        .args(["check", "--offline", "--deny-warnings", CLEAN])
+        .assert()
+        .code(0);
+}
+
+#[test]
+fn offline_skips_the_environment_tier() {
+    rondo()
+        .args(["check", MISSING_KEY])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("rondo::env::missing_key"));
+    rondo()
+        .args(["check", "--offline", MISSING_KEY])
+        .assert()
+        .code(0);
+    // With the variable set, the environment tier passes.
+    rondo()
+        .env(KEY_VAR, "sk-test")
+        .args(["check", MISSING_KEY])
+        .assert()
+        .code(0);
+}
+
+#[test]
+fn check_needs_a_file() {
+    rondo().args(["check"]).assert().code(2);
+}
+
+// ---------- check --format json ----------
+
+#[test]
+fn json_output_shape() {
+    let output = run(&["check", "--format", "json", "--offline", ERRORS, CLEAN]);
+    assert_eq!(output.status.code(), Some(1));
+    let v = json_of(&output);
+    let files = v.as_array().expect("an array, one entry per file");
+    assert_eq!(files.len(), 2);
+    for entry in files {
+        assert_eq!(
+            keys(entry),
+            ["file", "ok", "errors", "warnings", "diagnostics", "summary"]
+        );
+        let summary = &entry["summary"];
+        for key in [
+            "roles",
+            "llm_roles",
+            "tool_roles",
+            "builtin_roles",
+            "routes",
+            "exits",
+            "worst_case_llm_calls",
+            "max_visits",
+        ] {
+            assert!(summary.get(key).is_some(), "summary lacks {key}: {summary}");
+        }
+    }
+    let bad = &files[0];
+    assert_eq!(bad["file"], ERRORS);
+    assert_eq!(bad["ok"], false);
+    assert_eq!(bad["errors"], 1);
+    assert_eq!(bad["warnings"], 0);
+    let diags = bad["diagnostics"].as_array().expect("diagnostics");
+    assert_eq!(diags.len(), 1);
+    let d = &diags[0];
+    assert_eq!(
+        keys(d),
+        [
+            "file", "severity", "code", "message", "line", "column", "labels", "help"
+        ]
+    );
+    assert_eq!(d["file"], ERRORS);
+    assert_eq!(d["severity"], "error");
+    assert_eq!(d["code"], "rondo::route::unknown_target");
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(8), Some(9))
+    );
+    assert_eq!(d["help"], "did you mean `success`?");
+    let label = &d["labels"][0];
+    assert_eq!(
+        keys(label),
+        [
+            "text",
+            "line",
+            "column",
+            "end_line",
+            "end_column",
+            "offset",
+            "length"
+        ]
+    );
+    assert_eq!(label["length"], "sucess".len());
+
+    let good = &files[1];
+    assert_eq!(good["file"], CLEAN);
+    assert_eq!(good["ok"], true);
+    assert_eq!(good["diagnostics"], Value::Array(vec![]));
+    assert!(
+        good["summary"]["worst_case_llm_calls"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+    // Nothing but the JSON on stdout, nothing on stderr.
+    assert!(output.stderr.is_empty());
+}
+
+#[test]
+fn json_ok_follows_deny_warnings() {
+    let plain = json_of(&run(&["check", "--format", "json", "--offline", WARNING]));
+    assert_eq!(plain[0]["ok"], true);
+    assert_eq!(plain[0]["warnings"], 1);
+    assert_eq!(plain[0]["diagnostics"][0]["severity"], "warning");
+    let output = run(&[
+        "check",
+        "--format",
+        "json",
+        "--offline",
+        "--deny-warnings",
+        WARNING,
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(json_of(&output)[0]["ok"], false);
+}
+
+#[test]
+fn json_with_an_unreadable_file_is_still_json() {
+    let output = run(&["check", "--format", "json", "no_such_file.rondo", CLEAN]);
+    assert_eq!(output.status.code(), Some(2));
+    let v = json_of(&output);
+    assert_eq!(v.as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn json_summary_is_unbounded_as_null() {
+    // `worst_case_llm_calls` is a number or null; never a string.
+    let v = json_of(&run(&["check", "--format", "json", "--offline", CLEAN]));
+    let calls = &v[0]["summary"]["worst_case_llm_calls"];
+    assert!(calls.is_u64() || calls.is_null(), "{calls}");
+}
+
+// ---------- graph ----------
+
+#[test]
+fn graph_dot_and_mermaid_match_the_library() {
+    let (_, workflow, _, _) = common::check_path(Path::new(CLEAN), true);
+    for (flag, format, head) in [
+        ("dot", rondo::render::Format::Dot, "digraph \""),
+        ("mermaid", rondo::render::Format::Mermaid, "flowchart TD\n"),
+    ] {
+        let output = run(&["graph", CLEAN, "--format", flag]);
+        assert_eq!(output.status.code(), Some(0), "{flag}");
+        let stdout = String::from_utf8(output.stdout).expect("utf-8");
+        assert!(stdout.starts_with(head), "{flag}: {stdout}");
+        assert_eq!(
+            stdout,
+            rondo::render::render(&workflow, format).expect("render")
+        );
+    }
+    // DOT is the default.
+    let output = run(&["graph", CLEAN]);
+    assert!(String::from_utf8_lossy(&output.stdout).starts_with("digraph"));
+}
+
+#[test]
+fn graph_writes_to_a_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("iter.mmd");
+    rondo()
+        .args(["graph", CLEAN, "--format", "mermaid", "-o"])
+        .arg(&out)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::is_empty());
+    let text = std::fs::read_to_string(&out).expect("written");
+    assert!(text.starts_with("flowchart TD"));
+}
+
+#[test]
+fn graph_refuses_a_broken_workflow() {
+    rondo()
+        .args(["graph", ERRORS])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("rondo::route::unknown_target"))
+        .stderr(predicate::str::contains("fix the errors above first"));
+    rondo()
+        .args(["graph", "no_such_file.rondo"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn graph_rejects_an_unknown_format() {
+    rondo()
+        .args(["graph", CLEAN, "--format", "png"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("invalid value"));
+}
+
+// ---------- dump ----------
+
+#[test]
+fn dump_prints_the_compiled_workflow_as_json() {
+    let output = run(&["dump", CLEAN, "--format", "json"]);
+    assert_eq!(output.status.code(), Some(0));
+    let v = json_of(&output);
+    assert_eq!(v["name"], "iter");
+    let routes = v["routes"].as_array().expect("routes");
+    let (_, workflow, _, _) = common::check_path(Path::new(CLEAN), true);
+    assert_eq!(routes.len(), workflow.routes.len());
+    assert_eq!(
+        v["graph"]["nodes"].as_array().map(Vec::len),
+        Some(workflow.graph.node_count())
+    );
+    assert_eq!(v["source_hash"].as_str().map(str::len), Some(64));
+    // JSON is the default format.
+    assert_eq!(run(&["dump", CLEAN]).stdout, output.stdout);
+    rondo().args(["dump", ERRORS]).assert().code(1);
+}
+
+// ---------- help ----------
+
+#[test]
+fn help_has_examples() {
+    rondo()
+        .arg("--help")
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("Examples:"))
+        .stdout(predicate::str::contains("rondo check workflows/"));
+    for (sub, example) in [
+        ("check", "rondo check --format json"),
+        ("graph", "rondo graph workflows/"),
+        ("dump", "rondo dump workflows/"),
+    ] {
+        rondo()
+            .args([sub, "--help"])
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("Example"))
+            .stdout(predicate::str::contains(example));
+    }
+    rondo()
+        .args(["check", "--help"])
+        .assert()
+        .stdout(predicate::str::contains("Exit code: 0 clean, 1 errors"));
+}
+
+// ---------- robustness ----------
+
+/// A condition nested 3,000 parentheses deep: the parser must report it, not overflow
+/// the stack (the process aborts with SIGABRT today).
+#[test]
+#[ignore = "bug: deeply nested expressions overflow the stack (syntax::Builder::expr/climb recursion)"]
+fn deeply_nested_expression_is_an_error_not_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("deep.rondo");
+    let depth = 3000;
+    let text = format!(
+        "workflow w {{}}\nrole r: tool {{\n  command = [\"true\"]\n}}\nstart -> r\nr -> success when {}r.ok{}\nr -> success otherwise\nexit success\n",
+        "(".repeat(depth),
+        ")".repeat(depth)
+    );
+    std::fs::write(&path, text).expect("write");
+    let output = rondo().arg("check").arg(&path).output().expect("run");
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "rondo check crashed: {:?}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -231,15 +231,12 @@ impl SseDecoder {
             Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
             None => (line, ""),
         };
-        match field {
-            "data" => {
-                if self.has_data {
-                    self.data.push('\n');
-                }
-                self.data.push_str(value);
-                self.has_data = true;
+        if field == "data" {
+            if self.has_data {
+                self.data.push('\n');
             }
-            _ => {}
+            self.data.push_str(value);
+            self.has_data = true;
         }
         None
     }

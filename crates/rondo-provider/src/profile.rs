@@ -301,7 +301,7 @@ pub mod duration_str {
 
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         let ms = d.as_millis();
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             s.serialize_str(&format!("{}s", ms / 1000))
         } else {
             s.serialize_str(&format!("{ms}ms"))
@@ -323,7 +323,7 @@ pub mod duration_str {
     }
 
     fn secs(n: f64) -> Option<Duration> {
-        (n.is_finite() && n >= 0.0 && n < 1e12).then(|| Duration::from_secs_f64(n))
+        (0.0..1e12).contains(&n).then(|| Duration::from_secs_f64(n))
     }
 
     pub fn parse(text: &str) -> Result<Duration, String> {

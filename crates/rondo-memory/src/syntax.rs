@@ -60,7 +60,8 @@ impl FileSyntax {
                 let idx = syntax.push_scope(node, kind, parent, text.as_bytes());
                 open.push((node.id(), idx));
             }
-            if cursor.goto_first_child() {
+            // Expressions and simple statements hold no scopes: skip their subtrees.
+            if holds_scopes(node.kind()) && cursor.goto_first_child() {
                 continue;
             }
             loop {
@@ -203,6 +204,11 @@ fn classify(kind: &str) -> Option<ScopeKind> {
         | "case_clause" => Some(ScopeKind::Block),
         _ => None,
     }
+}
+
+fn holds_scopes(kind: &str) -> bool {
+    matches!(kind, "module" | "block" | "decorated_definition" | "ERROR")
+        || classify(kind).is_some()
 }
 
 /// Last row a node occupies; a node ending at column 0 ends on the row before.

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use tree_sitter::{Node, Parser};
 
@@ -296,10 +297,11 @@ impl SourceFile {
 }
 
 /// Parsed files by workspace-relative path; an entry is reused while the file's
-/// content hash is unchanged. Not persisted: it is rebuilt from disk on demand.
+/// content hash is unchanged. Not persisted: after a checkpoint restore it is
+/// refilled from the process-wide cache or by parsing again.
 #[derive(Clone, Default)]
 pub(crate) struct SyntaxCache {
-    files: HashMap<String, SourceFile>,
+    files: HashMap<String, Arc<SourceFile>>,
     parses: u64,
 }
 
@@ -312,27 +314,57 @@ impl std::fmt::Debug for SyntaxCache {
     }
 }
 
+/// Process-wide cache by absolute path, shared by all instances: an interpreter
+/// that deserializes its memory for every step would otherwise parse every
+/// file at every step. Bounded by total source size; cleared when full.
+static SHARED: LazyLock<Mutex<SharedCache>> = LazyLock::new(Mutex::default);
+const SHARED_MAX_BYTES: usize = 64 << 20;
+
+#[derive(Default)]
+struct SharedCache {
+    files: HashMap<PathBuf, Arc<SourceFile>>,
+    bytes: usize,
+}
+
 impl SyntaxCache {
-    /// Reads `root/rel` and returns it parsed, from the cache when unchanged.
+    /// Reads `root/rel` and returns it parsed, from a cache when unchanged.
     pub fn load(&mut self, root: &Path, rel: &str) -> std::io::Result<&SourceFile> {
-        let bytes = std::fs::read(root.join(rel))?;
+        let full = root.join(rel);
+        let bytes = std::fs::read(&full)?;
         let mut hasher = DefaultHasher::new();
         bytes.hash(&mut hasher);
         let hash = hasher.finish();
-        let fresh = self
-            .files
-            .get(rel)
-            .is_some_and(|f| f.hash == hash && f.len == bytes.len());
-        if !fresh {
-            let python = is_python(rel);
-            self.parses += u64::from(python);
-            self.files
-                .insert(rel.to_string(), SourceFile::new(&bytes, hash, python));
+        let fresh = |f: &SourceFile| f.hash == hash && f.len == bytes.len();
+        if !self.files.get(rel).is_some_and(|f| fresh(f)) {
+            let shared = SHARED
+                .lock()
+                .ok()
+                .and_then(|c| c.files.get(&full).filter(|f| fresh(f)).cloned());
+            let file = match shared {
+                Some(file) => file,
+                None => {
+                    let python = is_python(rel);
+                    self.parses += u64::from(python);
+                    let file = Arc::new(SourceFile::new(&bytes, hash, python));
+                    if let Ok(mut cache) = SHARED.lock() {
+                        if cache.bytes + bytes.len() > SHARED_MAX_BYTES {
+                            cache.files.clear();
+                            cache.bytes = 0;
+                        }
+                        cache.bytes += bytes.len();
+                        if let Some(old) = cache.files.insert(full, Arc::clone(&file)) {
+                            cache.bytes = cache.bytes.saturating_sub(old.len);
+                        }
+                    }
+                    file
+                }
+            };
+            self.files.insert(rel.to_string(), file);
         }
         Ok(&self.files[rel])
     }
 
-    /// How many Python parses the cache has run (tests check reuse with it).
+    /// How many Python parses this cache has run (tests check reuse with it).
     pub fn parses(&self) -> u64 {
         self.parses
     }

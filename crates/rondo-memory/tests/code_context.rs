@@ -247,6 +247,11 @@ fn parse_cache_is_reused_until_the_content_changes() {
     let first = cc.render(root);
     cc.render(root);
     assert_eq!(cc.parse_count(), 1);
+    // A context restored from a checkpoint reuses the process-wide parse.
+    let mut restored: CodeContext =
+        serde_json::from_str(&serde_json::to_string(&cc).unwrap()).unwrap();
+    assert_eq!(restored.render(root), first);
+    assert_eq!(restored.parse_count(), 0);
     std::fs::write(root.join("mod.py"), format!("# edited\n{MODULE}")).unwrap();
     let edited = cc.render(root);
     assert_eq!(cc.parse_count(), 2);

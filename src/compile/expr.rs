@@ -130,6 +130,38 @@ impl Compiler<'_> {
             }
             K::Path(parts) => self.path(parts, scope),
             K::Call(name, args) => self.call(name, args, scope, e),
+            K::Get(base, fields) => {
+                let (base_expr, mut ty) = self.expr(base, scope);
+                for field in fields {
+                    match ty.field(&field.name) {
+                        Some(t) => ty = t,
+                        None => {
+                            let names = ty.field_names();
+                            self.diags.push(
+                                Diagnostic::error(
+                                    "rondo::expr::unknown_field",
+                                    format!("{} has no field `{}`", ty.display(), field.name),
+                                )
+                                .label(field.span, "unknown field")
+                                .help(
+                                    did_you_mean(&field.name, names.iter().map(String::as_str))
+                                        .unwrap_or_else(|| {
+                                            format!("its fields are: {}", names.join(", "))
+                                        }),
+                                ),
+                            );
+                            ty = Type::Any;
+                        }
+                    }
+                }
+                (
+                    ExprKind::Get {
+                        base: Box::new(base_expr),
+                        fields: fields.iter().map(|f| f.name.clone()).collect(),
+                    },
+                    ty,
+                )
+            }
             K::Unary(op, operand) => {
                 let (inner, ty) = self.expr(operand, scope);
                 match op {
@@ -385,6 +417,7 @@ impl Compiler<'_> {
                     return (ExprKind::Literal { value: Value::Null }, Type::Any);
                 }
             },
+            "prompt" if scope.output.is_some() => (Root::Prompt, Type::String, "the prompt".into()),
             "item" => (Root::Item, Type::Any, "the map item".into()),
             "round" => (Root::Round, Type::Int, "round".into()),
             "step" => (Root::Step, Type::Int, "step".into()),

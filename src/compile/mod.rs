@@ -87,8 +87,10 @@ impl<'f> Compiler<'f> {
                 routes: Vec::new(),
                 outgoing: Vec::new(),
                 exit_guards: Vec::new(),
+                artifacts: Vec::new(),
                 limits: Limits::default(),
                 round_role: None,
+                script: None,
                 tests: Vec::new(),
             },
             types: HashMap::new(),
@@ -122,6 +124,7 @@ impl<'f> Compiler<'f> {
         self.header_attrs(ast);
         self.role_bodies(ast);
         self.exits(ast);
+        self.workflow_artifacts(ast);
         self.routes(ast);
         self.tests(ast);
         if ast.workflow.is_none()
@@ -143,6 +146,7 @@ impl<'f> Compiler<'f> {
             kind: "scripted".into(),
             model: Some("scripted".into()),
             base_url: None,
+            base_url_env: None,
             api_key_env: None,
             temperature: None,
             max_tokens: None,
@@ -367,7 +371,14 @@ impl<'f> Compiler<'f> {
         let Some(wf) = &ast.workflow else { return };
         let mut attrs = Attrs::new(
             &wf.attrs,
-            &["description", "prompts", "provider", "round", "limits"],
+            &[
+                "description",
+                "prompts",
+                "provider",
+                "round",
+                "limits",
+                "script",
+            ],
             "the workflow header",
         );
         let diags = &mut self.diags;
@@ -387,6 +398,17 @@ impl<'f> Compiler<'f> {
                 );
             }
             self.workflow.prompts_dir = dir;
+        }
+        if let Some((p, span)) = attrs.string("script", diags) {
+            let path = self.workflow.dir.join(&p);
+            if !path.is_file() {
+                diags.push(
+                    Diagnostic::error("rondo::workflow::script_missing", format!("the script `{p}` does not exist"))
+                        .label(span, format!("looked for {}", path.display()))
+                        .help("the scripted provider's replies file (YAML); paths are relative to the folder of this file"),
+                );
+            }
+            self.workflow.script = Some(path);
         }
         let provider = attrs.ident("provider", diags);
         let round = attrs.ident("round", diags);
@@ -745,21 +767,7 @@ impl<'f> Compiler<'f> {
         let artifacts = decl
             .artifacts
             .iter()
-            .map(|a| {
-                let (value, _) = self.expr(&a.value, &scope);
-                if let Err(e) = tera::Tera::default().add_raw_template("artifact", &a.name) {
-                    self.diags.push(
-                        Diagnostic::error("rondo::artifact::bad_name", "the artifact name is not a valid template")
-                            .label(a.name_span, tera_error_text(&e))
-                            .help("names may use `{{ round }}`, `{{ visit }}`, `{{ step }}`, `{{ run_id }}`"),
-                    );
-                }
-                Artifact {
-                    name: a.name.clone(),
-                    value,
-                    span: a.span,
-                }
-            })
+            .map(|a| self.artifact(a, &scope))
             .collect();
         if kind_name == "builtin" && decl.updates.is_empty() && decl.artifacts.is_empty() {
             self.diags.push(
@@ -780,6 +788,35 @@ impl<'f> Compiler<'f> {
             artifacts,
             output_type,
         }
+    }
+
+    fn artifact(&mut self, a: &syntax::ArtifactDecl, scope: &Scope) -> Artifact {
+        let (value, _) = self.expr(&a.value, scope);
+        if let Err(e) = tera::Tera::default().add_raw_template("artifact", &a.name) {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::artifact::bad_name",
+                    "the artifact name is not a valid template",
+                )
+                .label(a.name_span, tera_error_text(&e))
+                .help("names may use `{{ round }}`, `{{ visit }}`, `{{ step }}`, `{{ run_id }}`"),
+            );
+        }
+        Artifact {
+            name: a.name.clone(),
+            append: a.append,
+            value,
+            span: a.span,
+        }
+    }
+
+    fn workflow_artifacts(&mut self, ast: &Ast) {
+        let scope = Scope::global();
+        self.workflow.artifacts = ast
+            .artifacts
+            .iter()
+            .map(|a| self.artifact(a, &scope))
+            .collect();
     }
 
     fn llm_role(&mut self, decl: &syntax::RoleDecl, attrs: &mut Attrs<'_>) -> LlmRole {
@@ -1030,7 +1067,7 @@ impl<'f> Compiler<'f> {
                 let typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
                 let arity = match memory_op {
                     MemoryOp::Clear => 0,
-                    MemoryOp::Put => 2,
+                    MemoryOp::Put | MemoryOp::Patch => 2,
                     _ => 1,
                 };
                 if typed.len() != arity {
@@ -1120,6 +1157,23 @@ impl<'f> Compiler<'f> {
             MemoryOp::Put => {
                 if !matches!(base, Type::Map { .. } | Type::Any) {
                     mismatch(self, "maps");
+                }
+            }
+            MemoryOp::Patch => {
+                if !matches!(base, Type::List { .. } | Type::Any) {
+                    mismatch(self, "lists");
+                }
+                for (e, t) in args {
+                    if !matches!(
+                        t.strip_optional(),
+                        Type::Object { .. } | Type::Map { .. } | Type::Any
+                    ) {
+                        self.diags.push(
+                            Diagnostic::error("rondo::update::type_mismatch", format!("`{}.patch` takes two objects: which items, and the fields to change", target.name))
+                                .label(e.span, format!("this is {}", t.display()))
+                                .help(format!("e.g. `{}.patch({{ id: 1 }}, {{ status: \"done\" }})`", target.name)),
+                        );
+                    }
                 }
             }
             MemoryOp::Clear => {
@@ -1588,6 +1642,7 @@ fn const_eval(e: &syntax::Expr) -> Option<Value> {
                 .map(|(k, v)| Some((k.name.clone(), const_eval(v)?)))
                 .collect::<Option<_>>()?,
         ),
+        K::Get(..) => return None,
         K::Unary(syntax::UnOp::Neg, inner) => match const_eval(inner)? {
             Value::Number(n) => number_value(-n.as_f64()?),
             _ => return None,

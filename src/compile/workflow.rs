@@ -41,8 +41,12 @@ pub struct Workflow {
     pub outgoing: Vec<Vec<RouteId>>,
     /// Exits with a `when` condition, checked after every step.
     pub exit_guards: Vec<(NodeIndex, Expr)>,
+    /// Workflow-level artifacts, rewritten after every step.
+    pub artifacts: Vec<Artifact>,
     pub limits: Limits,
     pub round_role: Option<NodeIndex>,
+    /// Default replies for the scripted provider (`script = "..."` in the header).
+    pub script: Option<PathBuf>,
     pub tests: Vec<TestCase>,
 }
 
@@ -105,6 +109,8 @@ pub struct ProviderSpec {
     pub kind: String,
     pub model: Option<String>,
     pub base_url: Option<String>,
+    /// An environment variable that, when set, overrides `base_url` (e.g. OLLAMA_HOST).
+    pub base_url_env: Option<String>,
     /// The name of the environment variable holding the key, never the key.
     pub api_key_env: Option<String>,
     pub temperature: Option<f64>,
@@ -269,6 +275,8 @@ pub enum Show {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Artifact {
     pub name: String,
+    /// Append one line per write (JSONL traces) instead of replacing the file.
+    pub append: bool,
     pub value: Expr,
     pub span: Span,
 }
@@ -295,6 +303,7 @@ pub enum MemoryOp {
     Append,
     Extend,
     Truncate,
+    Patch,
     Put,
     Clear,
     Apply,
@@ -311,6 +320,7 @@ impl MemoryOp {
             MemoryOp::Append => "append",
             MemoryOp::Extend => "extend",
             MemoryOp::Truncate => "truncate",
+            MemoryOp::Patch => "patch",
             MemoryOp::Put => "put",
             MemoryOp::Clear => "clear",
             MemoryOp::Apply => "apply",
@@ -414,6 +424,10 @@ pub enum ExprKind {
         func: Func,
         args: Vec<Expr>,
     },
+    Get {
+        base: Box<Expr>,
+        fields: Vec<String>,
+    },
     Not {
         operand: Box<Expr>,
     },
@@ -430,10 +444,18 @@ pub enum ExprKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "root", rename_all = "snake_case")]
 pub enum Root {
-    Input { id: InputId },
-    Memory { id: MemoryId },
-    Role { node: NodeIndex },
+    Input {
+        id: InputId,
+    },
+    Memory {
+        id: MemoryId,
+    },
+    Role {
+        node: NodeIndex,
+    },
     Output,
+    /// The rendered user prompt of the current llm role.
+    Prompt,
     Item,
     Round,
     Step,

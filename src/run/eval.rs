@@ -18,6 +18,7 @@ pub struct Env<'a> {
     pub role: Option<NodeIndex>,
     pub output: Option<&'a Value>,
     pub item: Option<&'a Value>,
+    pub prompt: Option<&'a Value>,
 }
 
 static NULL: Value = Value::Null;
@@ -61,6 +62,13 @@ impl Env<'_> {
                     _ => v.clone(),
                 });
             }
+            ExprKind::Get { base, fields } => {
+                let mut v = self.eval(base)?;
+                for f in fields {
+                    v = v.get(f).cloned().unwrap_or(Value::Null);
+                }
+                v
+            }
             ExprKind::Not { operand } => Value::Bool(!truthy(&self.eval(operand)?)),
             ExprKind::Neg { operand } => match self.eval(operand)?.as_f64() {
                 Some(n) => number_value(-n),
@@ -81,6 +89,7 @@ impl Env<'_> {
             Root::Memory { id } => self.state.memory.get(id).unwrap_or(&NULL),
             Root::Role { node } => self.state.outputs.get(&node.index()).unwrap_or(&NULL),
             Root::Output => self.output.unwrap_or(&NULL),
+            Root::Prompt => self.prompt.unwrap_or(&NULL),
             Root::Item => self.item.unwrap_or(&NULL),
             Root::Round | Root::Step | Root::Visit | Root::RunId => &NULL,
         })

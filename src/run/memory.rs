@@ -138,6 +138,27 @@ pub fn apply(
             list.truncate(keep);
             Ok(format!("kept {keep} of {before}"))
         }
+        (MemoryKind::Value { .. }, MemoryOp::Patch) => {
+            let (pattern, changes) = (next(), next());
+            let (Value::Object(pattern), Value::Object(changes)) = (pattern, changes) else {
+                return Err(
+                    "patch takes two objects: which items, and the fields to change".into(),
+                );
+            };
+            let mut patched = 0;
+            for item in as_list(slot)?.iter_mut() {
+                let matches = pattern
+                    .iter()
+                    .all(|(k, v)| item.get(k).is_some_and(|x| super::eval::equal(x, v)));
+                if let (true, Value::Object(fields)) = (matches, item) {
+                    for (k, v) in &changes {
+                        fields.insert(k.clone(), v.clone());
+                    }
+                    patched += 1;
+                }
+            }
+            Ok(format!("patched {patched} item(s)"))
+        }
         (MemoryKind::Value { .. }, MemoryOp::Put) => {
             let key = next();
             let value = next();

@@ -148,6 +148,10 @@ impl<'w> Interpreter<'w> {
                 run_dir.display()
             )));
         }
+        let options = &RunOptions {
+            script: options.script.clone().or_else(|| workflow.script.clone()),
+            ..options.clone()
+        };
         let script = load_script(options)?;
         Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
     }
@@ -418,10 +422,7 @@ impl<'w> Interpreter<'w> {
                     let node = self.builtin_exit("limit");
                     state.position = Position::Exited { node, reason };
                 }
-                Err(StepError::Failed(reason)) => {
-                    let node = self.builtin_exit("error");
-                    state.position = Position::Exited { node, reason };
-                }
+                Err(StepError::Failed(reason)) => break (self.builtin_exit("error"), reason),
             }
         };
         self.finish(state, exit, reason).await
@@ -447,12 +448,18 @@ impl<'w> Interpreter<'w> {
             _ => 2,
         };
         if state.status != Status::Interrupted {
-            state.status = Status::Finished;
-            state.position = Position::Exited {
-                node: exit,
-                reason: reason.clone(),
-            };
+            // An error exit keeps the position of the failed step, so `resume` retries it.
+            if name == "error" {
+                state.status = Status::Failed;
+            } else {
+                state.status = Status::Finished;
+                state.position = Position::Exited {
+                    node: exit,
+                    reason: reason.clone(),
+                };
+            }
         }
+        self.flush_buffered_events();
         self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
         self.checkpoint(&mut state);
         self.envs.shutdown().await;
@@ -460,6 +467,7 @@ impl<'w> Interpreter<'w> {
             info.ended_at = Some(clock::now_rfc3339());
             info.status = match state.status {
                 Status::Interrupted => "interrupted".into(),
+                Status::Failed => "failed".into(),
                 _ => "finished".into(),
             };
             info.exit = Some(name.clone());
@@ -556,6 +564,7 @@ impl<'w> Interpreter<'w> {
             role,
             output,
             item,
+            prompt: None,
         }
     }
 
@@ -920,6 +929,7 @@ impl<'w> Interpreter<'w> {
             let completion = match completion {
                 Ok(c) => c,
                 Err(e) => {
+                    self.buffer_event("llm_failed", json!({"role": name, "visit": visit, "profile": profile, "error": e.to_string(), "attempts": records}));
                     return Err(StepError::Failed(format!(
                         "role `{name}`: the provider call failed: {e}"
                     )));
@@ -961,12 +971,28 @@ impl<'w> Interpreter<'w> {
     }
 
     fn failed_attempts_note(&self, record: &Value, error: &str) {
-        // `execute` runs with shared access (branches run concurrently), so failed
-        // attempts are buffered and written when the role's result is applied.
+        let mut r = record.clone();
+        r["error"] = Value::String(error.to_string());
+        self.buffer_event("invalid_output", r);
+    }
+
+    /// `execute` runs with shared access (branches run concurrently), so its events
+    /// are buffered and written by the next exclusive step (apply or finish).
+    fn buffer_event(&self, kind: &str, fields: Value) {
         if let Ok(mut buffer) = self.envs.pending_events.lock() {
-            let mut r = record.clone();
-            r["error"] = Value::String(error.to_string());
-            buffer.push(("invalid_output".to_string(), r));
+            buffer.push((kind.to_string(), fields));
+        }
+    }
+
+    fn flush_buffered_events(&mut self) {
+        let pending: Vec<(String, Value)> = self
+            .envs
+            .pending_events
+            .lock()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default();
+        for (kind, fields) in pending {
+            self.event(&kind, fields);
         }
     }
 
@@ -987,15 +1013,7 @@ impl<'w> Interpreter<'w> {
         state.step += 1;
         state.path.push(name.clone());
         let visit = state.visits[node.index()];
-        let pending: Vec<(String, Value)> = self
-            .envs
-            .pending_events
-            .lock()
-            .map(|mut b| std::mem::take(&mut *b))
-            .unwrap_or_default();
-        for (kind, fields) in pending {
-            self.event(&kind, fields);
-        }
+        self.flush_buffered_events();
         self.event(
             "role_start",
             json!({"role": name, "kind": role.kind.name(), "visit": visit, "step": state.step}),
@@ -1095,51 +1113,79 @@ impl<'w> Interpreter<'w> {
                 self.event("memory", json!({"role": name, "memory": slot.name, "op": op.map_or("set", |o| o.name()), "note": note}));
             }
         }
-        for artifact in &role.artifacts {
-            let ctx = self.name_context(state, node, visit, item);
-            let file = render_str(&artifact.name, &ctx).map_err(|e| {
-                StepError::Failed(format!(
-                    "role `{name}`: artifact name `{}`: {e}",
-                    artifact.name
-                ))
-            })?;
-            let env = self.env(state, Some(node), Some(&run.output), item);
-            let value = if artifact.value.text == "prompt" {
-                Value::String(run.prompt.clone().unwrap_or_default())
-            } else {
-                env.eval(&artifact.value).map_err(|e| {
-                    StepError::Failed(format!("role `{name}`: artifact `{file}`: {e}"))
-                })?
-            };
-            let bytes = match &value {
-                Value::String(s) => s.clone().into_bytes(),
-                other => serde_json::to_vec_pretty(other).unwrap_or_default(),
-            };
-            match rundir::safe_relative(&file) {
-                Some(rel) => {
-                    let path = self.run_dir.join(rel);
-                    if let Some(parent) = path.parent() {
-                        let _ = std::fs::create_dir_all(parent);
-                    }
-                    rundir::write_atomic(&path, &bytes).map_err(|e| {
-                        StepError::Failed(format!("cannot write artifact {file}: {e}"))
-                    })?;
-                }
-                None => {
-                    return Err(StepError::Failed(format!(
-                        "artifact name `{file}` must stay inside the run directory"
-                    )));
-                }
-            }
-            self.event(
-                "artifact",
-                json!({"role": name, "file": file, "bytes": bytes.len()}),
-            );
-        }
+        self.write_artifacts(
+            &role.artifacts,
+            state,
+            Some(node),
+            Some(&run.output),
+            item,
+            run.prompt.as_deref(),
+            visit,
+        )?;
+        self.write_artifacts(&workflow.artifacts, state, None, None, None, None, visit)?;
         self.event(
             "role_end",
             json!({"role": name, "visit": visit, "step": state.step}),
         );
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_artifacts(
+        &mut self,
+        artifacts: &[crate::compile::Artifact],
+        state: &RunState,
+        node: Option<NodeIndex>,
+        output: Option<&Value>,
+        item: Option<&Value>,
+        prompt: Option<&str>,
+        visit: u64,
+    ) -> Result<(), StepError> {
+        let role_name = node.map_or_else(
+            || "workflow".to_string(),
+            |n| self.workflow.node(n).name.clone(),
+        );
+        for artifact in artifacts {
+            let ctx = self.name_context(state, node.unwrap_or(self.workflow.start), visit, item);
+            let file = render_str(&artifact.name, &ctx).map_err(|e| {
+                StepError::Failed(format!(
+                    "`{role_name}`: artifact name `{}`: {e}",
+                    artifact.name
+                ))
+            })?;
+            let prompt = prompt.map(|p| Value::String(p.to_string()));
+            let mut env = self.env(state, node, output, item);
+            env.prompt = prompt.as_ref();
+            let value = env
+                .eval(&artifact.value)
+                .map_err(|e| StepError::Failed(format!("`{role_name}`: artifact `{file}`: {e}")))?;
+            let bytes = match (&value, artifact.append) {
+                (Value::String(s), false) => s.clone().into_bytes(),
+                (other, false) => serde_json::to_vec_pretty(other).unwrap_or_default(),
+                (Value::String(s), true) => format!("{}\n", s.trim_end_matches('\n')).into_bytes(),
+                (other, true) => {
+                    format!("{}\n", serde_json::to_string(other).unwrap_or_default()).into_bytes()
+                }
+            };
+            let rel = rundir::safe_relative(&file).ok_or_else(|| {
+                StepError::Failed(format!(
+                    "artifact name `{file}` must stay inside the run directory"
+                ))
+            })?;
+            let path = self.run_dir.join(rel);
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            let written = if artifact.append {
+                rundir::append_line(&path, &bytes)
+            } else {
+                rundir::write_atomic(&path, &bytes)
+            };
+            written.map_err(|e| StepError::Failed(format!("cannot write artifact {file}: {e}")))?;
+            if self.dir.is_some() && node.is_some() {
+                self.event("artifact", json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append}));
+            }
+        }
         Ok(())
     }
 
@@ -1282,7 +1328,12 @@ fn to_profile(
         kind,
         spec.model.clone().unwrap_or_default(),
     );
-    p.base_url = spec.base_url.clone();
+    p.base_url = spec
+        .base_url_env
+        .as_ref()
+        .and_then(|v| std::env::var(v).ok())
+        .filter(|v| !v.is_empty())
+        .or_else(|| spec.base_url.clone());
     p.api_key_env = spec.api_key_env.clone().or(p.api_key_env);
     p.temperature = spec.temperature.map(|t| t as f32);
     p.max_tokens = spec.max_tokens.map(|t| t as u32);

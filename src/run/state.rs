@@ -15,6 +15,8 @@ pub enum Status {
     /// Ended at a named exit (or `limit` / `error`).
     Finished,
     Interrupted,
+    /// Ended at `error` (a provider or tool failure, an invalid reply); resumable.
+    Failed,
     /// The process died or the run failed to checkpoint; `rondo resume` continues it.
     Crashed,
 }

@@ -131,6 +131,7 @@ pub async fn run_test(
                     role: None,
                     output: None,
                     item: None,
+                    prompt: None,
                 };
                 match env.eval(expr) {
                     Ok(v) if super::eval::truthy(&v) => {}

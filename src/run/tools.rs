@@ -316,7 +316,12 @@ pub(super) async fn run_tool_role(
                     record: None,
                 });
             }
-            let request = tool_command(environment.as_ref(), spec, &[arg_text(&arguments)])?;
+            // A list of arguments is spread over argv; an object is passed as one JSON argument.
+            let argv: Vec<String> = match &arguments {
+                Value::Array(items) => items.iter().map(arg_text).collect(),
+                other => vec![arg_text(other)],
+            };
+            let request = tool_command(environment.as_ref(), spec, &argv)?;
             (request, Some(tool), spec.name.clone(), arguments)
         }
     };

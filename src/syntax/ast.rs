@@ -23,6 +23,8 @@ pub struct Ast {
     pub roles: Vec<RoleDecl>,
     pub exits: Vec<ExitDecl>,
     pub routes: Vec<RouteDecl>,
+    /// Workflow-level artifacts, written after every step.
+    pub artifacts: Vec<ArtifactDecl>,
     pub tests: Vec<TestDecl>,
     /// Duplicate `workflow` or `memory` headers, kept so the checker can point at them.
     pub extra_headers: Vec<Span>,
@@ -183,6 +185,8 @@ pub enum UpdateStmt {
 pub struct ArtifactDecl {
     pub name: String,
     pub name_span: Span,
+    /// `+=`: append a line instead of writing the file.
+    pub append: bool,
     pub value: Expr,
     pub span: Span,
 }
@@ -306,6 +310,8 @@ pub enum ExprKind {
     /// `root.field.field`
     Path(Vec<Ident>),
     Call(Ident, Vec<Expr>),
+    /// Fields of a computed value: `first(x).title`.
+    Get(Box<Expr>, Vec<Ident>),
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
 }

@@ -235,6 +235,11 @@ impl Builder {
                 Rule::role_decl => ast.roles.push(self.role(item)),
                 Rule::exit_decl => ast.exits.push(self.exit(item)),
                 Rule::route_decl => ast.routes.push(self.route(item)),
+                Rule::artifact_decl => {
+                    if let Some(a) = self.artifact(item) {
+                        ast.artifacts.push(a);
+                    }
+                }
                 Rule::test_decl => ast.tests.push(self.test(item)),
                 Rule::bad_line => self.bad_line(item, "top"),
                 _ => {}
@@ -614,23 +619,30 @@ impl Builder {
                     }
                 }
                 Rule::artifact_decl => {
-                    let as_ = span(&item);
-                    let mut parts = item.into_inner();
-                    let (Some(name), Some(value)) = (parts.next(), parts.next()) else {
-                        continue;
-                    };
-                    role.artifacts.push(ArtifactDecl {
-                        name_span: span(&name),
-                        name: string_value(name),
-                        value: self.expr(value),
-                        span: as_,
-                    });
+                    if let Some(a) = self.artifact(item) {
+                        role.artifacts.push(a);
+                    }
                 }
                 Rule::attr | Rule::attr_block => role.attrs.push(self.attr(item)),
                 _ => self.bad_line(item, "block"),
             }
         }
         role
+    }
+
+    fn artifact(&mut self, item: Pair<'_, Rule>) -> Option<ArtifactDecl> {
+        let s = span(&item);
+        let mut parts = item.into_inner();
+        let name = parts.next()?;
+        let mode = parts.next()?;
+        let value = parts.next()?;
+        Some(ArtifactDecl {
+            name_span: span(&name),
+            name: string_value(name),
+            append: mode.as_str() == "+=",
+            value: self.expr(value),
+            span: s,
+        })
     }
 
     fn update(&mut self, pair: Pair<'_, Rule>) -> Option<UpdateStmt> {
@@ -934,7 +946,33 @@ impl Builder {
             Rule::call_expr => {
                 let mut parts = pair.into_inner();
                 let name = parts.next().map(ident).unwrap_or_else(|| missing(s));
-                ExprKind::Call(name, parts.map(|e| self.expr(e)).collect())
+                let mut args = Vec::new();
+                let mut fields = Vec::new();
+                for p in parts {
+                    if p.as_rule() == Rule::call_fields {
+                        fields = p.into_inner().map(ident).collect();
+                    } else {
+                        args.push(self.expr(p));
+                    }
+                }
+                let call = ExprKind::Call(name, args);
+                if fields.is_empty() {
+                    call
+                } else {
+                    let call_span = Span::new(
+                        s.start,
+                        fields
+                            .first()
+                            .map_or(s.end, |f: &Ident| f.span.start.saturating_sub(1)),
+                    );
+                    ExprKind::Get(
+                        Box::new(Expr {
+                            kind: call,
+                            span: call_span,
+                        }),
+                        fields,
+                    )
+                }
             }
             Rule::path_expr => ExprKind::Path(pair.into_inner().map(ident).collect()),
             Rule::expr => return self.expr(pair),

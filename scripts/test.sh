@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what the tests need (Debian packages,
+# the locally built Docker test image), then runs every test. `.ci/run` calls this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v dot >/dev/null 2>&1 || need+=(graphviz)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+if ((${#need[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${need[@]}"
+fi
+
+# The Docker tests need the local base image (no registry is reachable).
+bash scripts/build-test-image.sh
+
+cargo build --workspace --quiet
+cargo test --workspace
+# The `test` blocks inside the five reference workflows.
+./target/debug/rondo test workflows/*.rondo

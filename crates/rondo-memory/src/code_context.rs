@@ -272,7 +272,7 @@ impl CodeContext {
         }
         for &idx in &touched {
             let chunk = &mut self.chunks[idx];
-            chunk.activity.accessed[op] = 1;
+            *slot(&mut chunk.activity.accessed, op) = 1;
             if let (Some(function), Some(syntax)) = (chunk.function.as_deref(), &file.syntax) {
                 let covered = syntax
                     .function_spans(chunk.class.as_deref(), function)
@@ -369,7 +369,7 @@ impl CodeContext {
                     idx
                 }
             };
-            self.chunks[idx].activity.referred[op] += 1;
+            *slot(&mut self.chunks[idx].activity.referred, op) += 1;
             report.counted.push((citation, idx));
         }
         Ok(report)
@@ -424,6 +424,15 @@ impl CodeContext {
         }
         view
     }
+}
+
+/// Entry `op` of an activity list, grown with zeros if a hand-edited
+/// checkpoint left it shorter than the operation count.
+fn slot(list: &mut Vec<u32>, op: usize) -> &mut u32 {
+    if list.len() <= op {
+        list.resize(op + 1, 0);
+    }
+    &mut list[op]
 }
 
 fn checked_path(path: &str) -> Result<String, CodeContextError> {

@@ -9,7 +9,7 @@ use thiserror::Error;
 
 use crate::citation::{Citation, parse_citations};
 use crate::paths::{PathError, normalize_workspace_path};
-use crate::syntax::{SourceFile, SyntaxCache};
+use crate::syntax::{SourceFile, SyntaxCache, join};
 
 /// Weights of the referral score and the display threshold, declared by the workflow.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -523,7 +523,8 @@ fn render_file<'a>(
                     line: None,
                     reason: format!(
                         "function {} not found; showing the chunk's lines only",
-                        qualified(chunk.class.as_deref(), chunk.function.as_deref())
+                        join(chunk.class.as_deref(), chunk.function.as_deref())
+                            .unwrap_or_else(|| "<module>".into())
                     ),
                 });
             }
@@ -556,13 +557,4 @@ fn render_file<'a>(
         prev = Some(row);
     }
     items
-}
-
-fn qualified(class: Option<&str>, function: Option<&str>) -> String {
-    match (class, function) {
-        (Some(c), Some(f)) => format!("{c}.{f}"),
-        (None, Some(f)) => f.to_string(),
-        (Some(c), None) => c.to_string(),
-        (None, None) => "<module>".to_string(),
-    }
 }

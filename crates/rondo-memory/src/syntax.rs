@@ -223,7 +223,8 @@ fn last_row(node: Node) -> usize {
     }
 }
 
-fn join(class: Option<&str>, function: Option<&str>) -> Option<String> {
+/// `class.function`, or whichever of the two is present.
+pub(crate) fn join(class: Option<&str>, function: Option<&str>) -> Option<String> {
     match (class, function) {
         (Some(c), Some(f)) => Some(format!("{c}.{f}")),
         (Some(c), None) => Some(c.to_string()),

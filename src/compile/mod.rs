@@ -730,7 +730,7 @@ impl<'f> Compiler<'f> {
         let scope = Scope::role(index, output_type.clone(), &reads);
         let kind = match kind_name {
             "llm" => RoleKind::Llm(self.llm_role(decl, &mut attrs)),
-            "tool" => RoleKind::Tool(self.tool_role(decl, &mut attrs, &scope)),
+            "tool" => RoleKind::Tool(Box::new(self.tool_role(decl, &mut attrs, &scope))),
             _ => RoleKind::Builtin,
         };
         if kind_name != "llm"
@@ -951,8 +951,8 @@ impl<'f> Compiler<'f> {
                 }
                 ToolAction::Choose {
                     choices: choices.iter().filter_map(|t| self.lookup_tool(t)).collect(),
-                    call: call_expr,
-                    args: args.map(|a| self.expr(&value_to_expr(a), scope).0),
+                    call: Box::new(call_expr),
+                    args: args.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
                 }
             }
             _ => {
@@ -1154,10 +1154,8 @@ impl<'f> Compiler<'f> {
                     );
                 }
             }
-            MemoryOp::Put => {
-                if !matches!(base, Type::Map { .. } | Type::Any) {
-                    mismatch(self, "maps");
-                }
+            MemoryOp::Put if !matches!(base, Type::Map { .. } | Type::Any) => {
+                mismatch(self, "maps")
             }
             MemoryOp::Patch => {
                 if !matches!(base, Type::List { .. } | Type::Any) {
@@ -1176,10 +1174,10 @@ impl<'f> Compiler<'f> {
                     }
                 }
             }
-            MemoryOp::Clear => {
-                if !matches!(base, Type::Map { .. } | Type::List { .. } | Type::Any) {
-                    mismatch(self, "lists and maps");
-                }
+            MemoryOp::Clear
+                if !matches!(base, Type::Map { .. } | Type::List { .. } | Type::Any) =>
+            {
+                mismatch(self, "lists and maps")
             }
             _ => {}
         }

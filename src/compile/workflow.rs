@@ -205,7 +205,7 @@ pub struct Role {
 #[serde(tag = "role_kind", rename_all = "snake_case")]
 pub enum RoleKind {
     Llm(LlmRole),
-    Tool(ToolRole),
+    Tool(Box<ToolRole>),
     Builtin,
 }
 
@@ -258,8 +258,8 @@ pub enum ToolAction {
     /// The tool named by an expression, among `choices`, with an arguments object.
     Choose {
         choices: Vec<ToolId>,
-        call: Expr,
-        args: Option<Expr>,
+        call: Box<Expr>,
+        args: Option<Box<Expr>>,
     },
 }
 

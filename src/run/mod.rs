@@ -255,6 +255,8 @@ impl<'w> Interpreter<'w> {
         let script = load_script(&options)?;
         let mut interp = Self::build(workflow, run_dir.to_path_buf(), &options, script)?;
         interp.check_keys()?;
+        RunDir::rewind(run_dir, &state)
+            .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
         let dir = RunDir::open(run_dir)
             .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", run_dir.display())))?;
         interp.dir = Some(dir);
@@ -280,9 +282,7 @@ impl<'w> Interpreter<'w> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(StartError::Setup)?;
         let mut pool = ProviderPool::new(profiles).map_err(|e| StartError::Setup(e.to_string()))?;
-        let scripted: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel {
-            script: Arc::new(script),
-        });
+        let scripted: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel::new(script));
         for p in workflow.providers.iter().filter(|p| p.kind == "scripted") {
             pool.register_model(&p.name, scripted.clone());
         }
@@ -379,7 +379,6 @@ impl<'w> Interpreter<'w> {
     }
 
     fn checkpoint(&mut self, state: &mut RunState) {
-        state.elapsed_ms = state.elapsed_ms.max(0);
         if let Some(dir) = &mut self.dir {
             let mut snapshot_elapsed = state.elapsed_ms;
             snapshot_elapsed += self.started.elapsed().as_millis() as u64;
@@ -924,7 +923,6 @@ impl<'w> Interpreter<'w> {
                 c = call => c,
                 _ = self.interrupt.notified() => return Err(StepError::Interrupted),
             };
-            drop(sink);
             self.reporter.attempts(&records);
             let completion = match completion {
                 Ok(c) => c,
@@ -1113,7 +1111,7 @@ impl<'w> Interpreter<'w> {
                 self.event("memory", json!({"role": name, "memory": slot.name, "op": op.map_or("set", |o| o.name()), "note": note}));
             }
         }
-        self.write_artifacts(
+        let mut appended = self.write_artifacts(
             &role.artifacts,
             state,
             Some(node),
@@ -1122,7 +1120,16 @@ impl<'w> Interpreter<'w> {
             run.prompt.as_deref(),
             visit,
         )?;
-        self.write_artifacts(&workflow.artifacts, state, None, None, None, None, visit)?;
+        appended.extend(self.write_artifacts(
+            &workflow.artifacts,
+            state,
+            None,
+            None,
+            None,
+            None,
+            visit,
+        )?);
+        state.file_lengths.extend(appended);
         self.event(
             "role_end",
             json!({"role": name, "visit": visit, "step": state.step}),
@@ -1140,11 +1147,12 @@ impl<'w> Interpreter<'w> {
         item: Option<&Value>,
         prompt: Option<&str>,
         visit: u64,
-    ) -> Result<(), StepError> {
+    ) -> Result<Vec<(String, u64)>, StepError> {
         let role_name = node.map_or_else(
             || "workflow".to_string(),
             |n| self.workflow.node(n).name.clone(),
         );
+        let mut appended = Vec::new();
         for artifact in artifacts {
             let ctx = self.name_context(state, node.unwrap_or(self.workflow.start), visit, item);
             let file = render_str(&artifact.name, &ctx).map_err(|e| {
@@ -1182,11 +1190,17 @@ impl<'w> Interpreter<'w> {
                 rundir::write_atomic(&path, &bytes)
             };
             written.map_err(|e| StepError::Failed(format!("cannot write artifact {file}: {e}")))?;
+            if artifact.append {
+                appended.push((
+                    file.clone(),
+                    std::fs::metadata(&path).map_or(0, |m| m.len()),
+                ));
+            }
             if self.dir.is_some() && node.is_some() {
                 self.event("artifact", json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append}));
             }
         }
-        Ok(())
+        Ok(appended)
     }
 
     /// Variables for artifact names, log names and command arguments: inputs, plain

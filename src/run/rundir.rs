@@ -72,13 +72,29 @@ impl RunDir {
     }
 
     /// Events first, then the state: a state on disk never refers to a missing event.
-    pub fn checkpoint(&mut self, state: &RunState) -> std::io::Result<()> {
+    pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<()> {
         self.events.flush()?;
         self.events.get_ref().sync_data()?;
+        let events_len = self.events.get_ref().metadata()?.len();
+        state.file_lengths.insert("events.jsonl".into(), events_len);
         write_atomic(
             &self.path.join("state.json"),
             &serde_json::to_vec_pretty(state)?,
         )
+    }
+
+    /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
+    pub fn rewind(path: &Path, state: &RunState) -> std::io::Result<()> {
+        for (name, len) in &state.file_lengths {
+            let Some(rel) = safe_relative(name) else {
+                continue;
+            };
+            let file = path.join(rel);
+            if file.exists() {
+                OpenOptions::new().write(true).open(&file)?.set_len(*len)?;
+            }
+        }
+        Ok(())
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {

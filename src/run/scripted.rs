@@ -15,7 +15,8 @@ use serde_json::Value;
 pub struct RoleReplies {
     /// Replies for visit 1, 2, ...; the last one repeats.
     pub sequence: Vec<String>,
-    pub by_visit: BTreeMap<u64, String>,
+    /// Replies for one visit, one per attempt (a retry after an invalid reply gets the next).
+    pub by_visit: BTreeMap<u64, Vec<String>>,
     pub every: Option<String>,
 }
 
@@ -44,10 +45,10 @@ struct YamlScript {
 }
 
 impl Script {
-    pub fn reply(&self, role: &str, visit: u64) -> Option<&str> {
+    pub fn reply(&self, role: &str, visit: u64, attempt: usize) -> Option<&str> {
         if let Some(r) = self.roles.get(role) {
-            if let Some(text) = r.by_visit.get(&visit) {
-                return Some(text);
+            if let Some(texts) = r.by_visit.get(&visit) {
+                return texts.get(attempt).or(texts.last()).map(String::as_str);
             }
             if !r.sequence.is_empty() {
                 let i = (visit.max(1) - 1) as usize;
@@ -63,9 +64,7 @@ impl Script {
     pub fn add(&mut self, role: &str, visit: Option<u64>, text: String) {
         let entry = self.roles.entry(role.to_string()).or_default();
         match visit {
-            Some(v) => {
-                entry.by_visit.insert(v, text);
-            }
+            Some(v) => entry.by_visit.entry(v).or_default().push(text),
             None => entry.every = Some(text),
         }
     }
@@ -96,7 +95,7 @@ impl Script {
                                     path.display()
                                 )
                             })?;
-                            entry.by_visit.insert(visit, v);
+                            entry.by_visit.entry(visit).or_default().push(v);
                         }
                     }
                 }
@@ -139,6 +138,17 @@ impl Script {
 /// Serves a [`Script`] through the provider interface.
 pub struct ScriptedModel {
     pub script: Arc<Script>,
+    /// Calls made per (role, visit), so a retry gets the next reply.
+    calls: std::sync::Mutex<HashMap<(String, u64), usize>>,
+}
+
+impl ScriptedModel {
+    pub fn new(script: Script) -> Self {
+        ScriptedModel {
+            script: Arc::new(script),
+            calls: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 impl ChatModel for ScriptedModel {
@@ -150,7 +160,16 @@ impl ChatModel for ScriptedModel {
         Box::pin(async move {
             let role = &req.context.role;
             let visit = u64::from(req.context.visit);
-            let Some(text) = self.script.reply(role, visit) else {
+            let attempt = self
+                .calls
+                .lock()
+                .map(|mut calls| {
+                    let n = calls.entry((role.clone(), visit)).or_insert(0);
+                    *n += 1;
+                    *n - 1
+                })
+                .unwrap_or(0);
+            let Some(text) = self.script.reply(role, visit, attempt) else {
                 return Err(ProviderError::Config(format!(
                     "the scripted provider has no reply for role `{role}` (visit {visit}); add one to the script (`replies: {{{role}: ...}}`) or the test (`reply {role} = \"...\"`)"
                 )));

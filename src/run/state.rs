@@ -78,6 +78,10 @@ pub struct RunState {
     pub status: Status,
     /// Wall time spent before the current process took over (for resumed runs).
     pub elapsed_ms: u64,
+    /// Length of `events.jsonl` and of append-mode artifacts at this checkpoint: a
+    /// resume cuts them back, so a step interrupted half-way leaves no trace.
+    #[serde(default)]
+    pub file_lengths: BTreeMap<String, u64>,
 }
 
 impl RunState {
@@ -105,6 +109,7 @@ impl RunState {
             totals: Totals::default(),
             status: Status::Running,
             elapsed_ms: 0,
+            file_lengths: BTreeMap::new(),
         }
     }
 

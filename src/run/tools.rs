@@ -138,6 +138,17 @@ impl Envs {
                         .map_err(|e| format!("environment `{}`: {e}", spec.name))
                 }
                 EnvKind::Docker => {
+                    // Containers left by a crashed run (their owner process is gone) go first.
+                    if let Ok(docker) = rondo_env::connect().await
+                        && let Ok(removed) = rondo_env::cleanup_stale(&docker).await
+                        && !removed.is_empty()
+                        && let Ok(mut events) = self.pending_events.lock()
+                    {
+                        events.push((
+                            "stale_containers_removed".into(),
+                            json!({"containers": removed}),
+                        ));
+                    }
                     let mut config = DockerConfig::new(
                         spec.image.clone().unwrap_or_default(),
                         self.run_id.clone(),

@@ -1,0 +1,220 @@
+//! Structured memory through real runs: the code context, operation history and
+//! whiteboard persist in the checkpoint, so a resumed run renders exactly the prompts
+//! of an uninterrupted one.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+const WORKFLOW: &str = r#"
+workflow mem {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory {
+  code: code_context { alpha = 1.0  beta = 0.5  gamma = 0.9  threshold = 0.4  root = "repo" }
+  ops: history
+  board: whiteboard { sections = ["Facts", "Key Files"] }
+}
+role setup: tool {
+  command = ["python3", "-c", "import pathlib; p = pathlib.Path('repo'); p.mkdir(); p.joinpath('calc.py').write_text('class Calc:\\n    def add(self, a, b):\\n        if a < 0:\\n            return 0\\n        return a + b\\n\\n    def sub(self, a, b):\\n        return a - b\\n\\n\\ndef main():\\n    for i in range(3):\\n        print(Calc().add(i, 1))\\n')"]
+}
+role act: llm {
+  prompt = "act.tera"
+  reads = [code, ops, board]
+  max_visits = 5
+  output json { thought: string  action_type: string  action_params: { file: string  lines: list[int] } }
+  update {
+    ops.push(output)
+    code.cite(output.thought)
+    board.apply([{ op: "UPSERT", section: "Key Files", text: "inspected", path: output.action_params.file }])
+  }
+}
+role look: tool {
+  command = ["sed", "-n", "{{ act.action_params.lines | first }},{{ act.action_params.lines | last }}p", "repo/{{ act.action_params.file }}"]
+  max_visits = 5
+  update {
+    code.access({ file_path: act.action_params.file, lines: act.action_params.lines })
+    ops.observe(look.stdout)
+  }
+}
+role reflect: llm {
+  prompt = "reflect.tera"
+  reads = [ops]
+  max_visits = 5
+  output json { bad_action: bool  summary: string  lessons: string }
+  update { ops.reflect(output) }
+}
+start -> setup
+setup -> act
+act -> look
+look -> reflect
+reflect -> act when visits(act) < 3
+reflect -> done otherwise
+exit done
+"#;
+
+const ACT: &str = r#"## Code Context
+{% for file in memory.code.files %}### File: `{{ file.path }}`
+{% for item in file.items %}{% if item.kind == "gap" %}...
+{% else %}{{ item.number }} {{ item.text }}
+{% endif %}{% endfor %}{% endfor %}
+## Operation History
+{% for node in memory.ops.chain %}- {{ node.thought }} -> {{ node.observation | default(value="") | trim }} (bad: {{ node.bad_action | default(value="?") }})
+{% endfor %}
+## Lessons Learned
+{% for l in memory.ops.lessons %}- {{ l.text }}
+{% endfor %}
+## Whiteboard
+{{ memory.board.markdown }}
+"#;
+
+const REFLECT: &str =
+    "Reflect on: {% for node in memory.ops.chain %}{{ node.action_type }} {% endfor %}\n";
+
+fn act_reply(thought: &str, lines: &str) -> String {
+    format!(
+        "'{{\"thought\": \"{thought}\", \"action_type\": \"look\", \"action_params\": {{\"file\": \"calc.py\", \"lines\": [{lines}]}}}}'"
+    )
+}
+
+fn script(act_visits: usize) -> String {
+    let acts = [
+        act_reply("The adder is in Calc [1](calc.py:2)", "4, 5"),
+        act_reply("Now main [1](calc.py:11) and [2](calc.py:13)", "12, 13"),
+        act_reply("Check the guard [1](calc.py:3) again", "3, 4"),
+    ];
+    let reflections = [
+        r#"'{"bad_action": false, "summary": "saw add", "lessons": "read whole functions"}'"#,
+        r#"'{"bad_action": true, "summary": "nothing new", "lessons": "do not reread"}'"#,
+        r#"'{"bad_action": false, "summary": "saw main", "lessons": ""}'"#,
+    ];
+    // Keyed by visit: a visit without a reply is an error (a sequence would repeat its last).
+    let act: Vec<String> = acts[..act_visits]
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("    \"{}\": {a}", i + 1))
+        .collect();
+    let reflect: Vec<String> = reflections.iter().map(|r| format!("    - {r}")).collect();
+    format!(
+        "replies:\n  act:\n{}\n  reflect:\n{}\n",
+        act.join("\n"),
+        reflect.join("\n")
+    )
+}
+
+fn project(dir: &Path, act_visits: usize) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir.join("prompts")).unwrap();
+    std::fs::write(dir.join("prompts/act.tera"), ACT).unwrap();
+    std::fs::write(dir.join("prompts/reflect.tera"), REFLECT).unwrap();
+    std::fs::write(dir.join("script.yaml"), script(act_visits)).unwrap();
+    let path = dir.join("mem.rondo");
+    std::fs::write(&path, WORKFLOW).unwrap();
+    path
+}
+
+fn rondo(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn prompts(run_dir: &Path) -> Vec<(String, u64, String)> {
+    std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "llm_response")
+        .map(|e| {
+            (
+                e["role"].as_str().unwrap().to_string(),
+                e["visit"].as_u64().unwrap(),
+                e["prompt"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_resumed_run_renders_the_same_prompts_as_an_uninterrupted_one() {
+    let clean = tempfile::tempdir().unwrap();
+    let wf = project(clean.path(), 3);
+    let check = rondo(&["check", "--offline", wf.to_str().unwrap()]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let runs = clean.path().join("runs");
+    let out = rondo(&[
+        "run",
+        "-q",
+        wf.to_str().unwrap(),
+        "--run-dir",
+        runs.to_str().unwrap(),
+        "--run-id",
+        "a",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected = prompts(&runs.join("a"));
+    assert_eq!(expected.len(), 6);
+
+    // The memory made it into the prompts: signatures and block headers around the cited
+    // and opened lines, `...` gaps, the reflection and the whiteboard.
+    let last_act = &expected.iter().rfind(|p| p.0 == "act").unwrap().2;
+    assert!(last_act.contains("1 class Calc:"), "{last_act}");
+    assert!(
+        last_act.contains("2     def add(self, a, b):"),
+        "{last_act}"
+    );
+    assert!(last_act.contains("3         if a < 0:"), "{last_act}");
+    assert!(last_act.contains("...\n"), "{last_act}");
+    assert!(last_act.contains("- read whole functions"), "{last_act}");
+    assert!(last_act.contains("calc.py"), "{last_act}");
+    assert!(last_act.contains("11 def main():"), "{last_act}");
+    assert!(last_act.contains("12     for i in range(3):"), "{last_act}");
+    // The second action was bad; it is still the last node, which the chain always shows.
+    assert!(last_act.contains("Now main"), "{last_act}");
+    assert!(last_act.contains("(bad: true)"), "{last_act}");
+
+    // Same workflow, but the script lacks the third action: the run stops at `error`,
+    // resumable; with the reply added, `rondo resume` finishes it.
+    let broken = tempfile::tempdir().unwrap();
+    let wf = project(broken.path(), 2);
+    let runs = broken.path().join("runs");
+    let out = rondo(&[
+        "run",
+        "-q",
+        wf.to_str().unwrap(),
+        "--run-dir",
+        runs.to_str().unwrap(),
+        "--run-id",
+        "a",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = runs.join("a");
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["status"], "failed");
+    std::fs::write(broken.path().join("script.yaml"), script(3)).unwrap();
+    let out = rondo(&["resume", "-q", run_dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(prompts(&run_dir), expected);
+    let board = std::fs::read_to_string(run_dir.join("whiteboard.md")).unwrap();
+    assert!(board.contains("calc.py"), "{board}");
+}

@@ -17,9 +17,19 @@ fn rondo() -> Command {
 /// append-mode artifact whose lines must appear exactly once each.
 fn project(dir: &Path, sleep_s: f64) -> PathBuf {
     std::fs::create_dir_all(dir.join("prompts")).unwrap();
-    std::fs::write(dir.join("prompts/plan.tera"), "Round {{ memory.counter }}: give the next number.\n").unwrap();
-    let replies: Vec<String> = (1..=ROUNDS).map(|k| format!("    - '{{\"k\": {k}}}'")).collect();
-    std::fs::write(dir.join("script.yaml"), format!("replies:\n  plan:\n{}\n", replies.join("\n"))).unwrap();
+    std::fs::write(
+        dir.join("prompts/plan.tera"),
+        "Round {{ memory.counter }}: give the next number.\n",
+    )
+    .unwrap();
+    let replies: Vec<String> = (1..=ROUNDS)
+        .map(|k| format!("    - '{{\"k\": {k}}}'"))
+        .collect();
+    std::fs::write(
+        dir.join("script.yaml"),
+        format!("replies:\n  plan:\n{}\n", replies.join("\n")),
+    )
+    .unwrap();
     let wf = format!(
         r#"
 workflow killme {{
@@ -57,8 +67,16 @@ exit done
     );
     let path = dir.join("killme.rondo");
     std::fs::write(&path, wf).unwrap();
-    let check = rondo().args(["check", "--offline"]).arg(&path).output().unwrap();
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let check = rondo()
+        .args(["check", "--offline"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
     path
 }
 
@@ -76,11 +94,20 @@ fn start_run(workflow: &Path, runs: &Path, id: &str) -> Child {
 }
 
 fn resume(run_dir: &Path) -> Child {
-    rondo().args(["resume", "--quiet"]).arg(run_dir).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+    rondo()
+        .args(["resume", "--quiet"])
+        .arg(run_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+    serde_json::from_str(
+        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
 }
 
 /// What must be identical between an interrupted-and-resumed run and a clean one.
@@ -114,7 +141,10 @@ fn essence(run_dir: &Path) -> Value {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % below.max(1)
     }
 }
@@ -145,7 +175,10 @@ fn sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run() {
     assert!(status.success(), "the clean run failed");
     let expected = essence(&runs.join("clean"));
     assert_eq!(expected["step"], 3 * ROUNDS);
-    assert_eq!(expected["trace"].as_str().unwrap().lines().count() as u64, ROUNDS);
+    assert_eq!(
+        expected["trace"].as_str().unwrap().lines().count() as u64,
+        ROUNDS
+    );
 
     let mut rng = Lcg(0x5eed);
     let mut kills = 0;
@@ -163,7 +196,8 @@ fn sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run() {
                 kills += 1;
             }
             rounds += 1;
-            let finished = run_dir.join("state.json").exists() && read_json(&run_dir.join("state.json"))["status"] == "finished";
+            let finished = run_dir.join("state.json").exists()
+                && read_json(&run_dir.join("state.json"))["status"] == "finished";
             if finished {
                 break;
             }
@@ -176,13 +210,24 @@ fn sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run() {
             child = resume(&run_dir);
             if rounds >= 3 {
                 let out = child.wait_with_output().unwrap();
-                assert!(out.status.success(), "resume failed: {}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "resume failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 break;
             }
         }
-        assert_eq!(essence(&run_dir), expected, "trial {trial} differs from the uninterrupted run");
+        assert_eq!(
+            essence(&run_dir),
+            expected,
+            "trial {trial} differs from the uninterrupted run"
+        );
     }
-    assert!(kills >= trials / 2, "only {kills} kills landed in {trials} trials: the delays are too long");
+    assert!(
+        kills >= trials / 2,
+        "only {kills} kills landed in {trials} trials: the delays are too long"
+    );
 }
 
 #[test]
@@ -197,8 +242,16 @@ fn ctrl_c_checkpoints_marks_interrupted_and_resumes() {
     assert_eq!(unsafe { libc_kill(pid, 2) }, 0);
     let started = Instant::now();
     let out = child.wait_with_output().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5), "Ctrl-C did not stop the run promptly");
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "Ctrl-C did not stop the run promptly"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run_dir = runs.join("int");
     let info = read_json(&run_dir.join("run.json"));
     assert_eq!(info["status"], "interrupted");
@@ -208,11 +261,21 @@ fn ctrl_c_checkpoints_marks_interrupted_and_resumes() {
     let done_before = state["step"].as_u64().unwrap();
     assert!(done_before < 3 * ROUNDS);
     // No process of the interrupted step is left running.
-    let ps = Command::new("pgrep").args(["-f", "time.sleep\\(0.6\\)"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&ps.stdout).trim().is_empty(), "a tool process survived the interrupt");
+    let ps = Command::new("pgrep")
+        .args(["-f", "time.sleep\\(0.6\\)"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ps.stdout).trim().is_empty(),
+        "a tool process survived the interrupt"
+    );
 
     let out = resume(&run_dir).wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let state = read_json(&run_dir.join("state.json"));
     assert_eq!(state["status"], "finished");
     assert_eq!(state["step"], 3 * ROUNDS);

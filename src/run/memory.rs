@@ -270,9 +270,13 @@ pub fn apply(
                     .map(text_of)
                     .unwrap_or_default();
                 let lines: Vec<usize> = match access.get("lines") {
+                    // Tools print line numbers: accept numbers and numeric strings.
                     Some(Value::Array(l)) => l
                         .iter()
-                        .filter_map(Value::as_u64)
+                        .filter_map(|v| {
+                            v.as_u64()
+                                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+                        })
                         .map(|n| n as usize)
                         .collect(),
                     _ => Vec::new(),

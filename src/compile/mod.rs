@@ -1519,78 +1519,47 @@ impl<'f> Compiler<'f> {
     // ---------- lookups ----------
 
     fn lookup_memory(&mut self, name: &Ident) -> Option<MemoryId> {
-        if let Some(&id) = self.memory_names.get(&name.name) {
-            return Some(id);
-        }
-        let candidates: Vec<&str> = self.memory_names.keys().map(String::as_str).collect();
-        let help = did_you_mean(&name.name, candidates)
-            .unwrap_or_else(|| "declare it in a `memory { ... }` block".into());
-        self.diags.push(
-            Diagnostic::error(
-                "rondo::memory::unknown",
-                format!("unknown memory `{}`", name.name),
-            )
-            .label(name.span, "not declared in `memory`")
-            .help(help),
-        );
-        None
+        lookup(
+            &self.memory_names,
+            name,
+            &mut self.diags,
+            "rondo::memory::unknown",
+            "memory",
+            "declare it in a `memory { ... }` block",
+        )
     }
 
     fn lookup_provider(&mut self, name: &Ident) -> Option<ProviderId> {
-        if let Some(&id) = self.provider_names.get(&name.name) {
-            return Some(id);
-        }
-        let candidates: Vec<&str> = self.provider_names.keys().map(String::as_str).collect();
-        let help = did_you_mean(&name.name, candidates).unwrap_or_else(|| {
-            "declare it with `provider NAME { ... }` or import a providers file".into()
-        });
-        self.diags.push(
-            Diagnostic::error(
-                "rondo::provider::unknown",
-                format!("unknown provider profile `{}`", name.name),
-            )
-            .label(name.span, "not declared")
-            .help(help),
-        );
-        None
+        lookup(
+            &self.provider_names,
+            name,
+            &mut self.diags,
+            "rondo::provider::unknown",
+            "provider profile",
+            "declare it with `provider NAME { ... }` or import a providers file",
+        )
     }
 
     fn lookup_tool(&mut self, name: &Ident) -> Option<ToolId> {
-        if let Some(&id) = self.tool_names.get(&name.name) {
-            return Some(id);
-        }
-        let candidates: Vec<&str> = self.tool_names.keys().map(String::as_str).collect();
-        let help = did_you_mean(&name.name, candidates).unwrap_or_else(|| {
-            "declare it with `tool NAME { ... }` or `import tool \"config/tools/NAME.yaml\"`".into()
-        });
-        self.diags.push(
-            Diagnostic::error(
-                "rondo::tool::unknown",
-                format!("unknown tool `{}`", name.name),
-            )
-            .label(name.span, "not declared")
-            .help(help),
-        );
-        None
+        lookup(
+            &self.tool_names,
+            name,
+            &mut self.diags,
+            "rondo::tool::unknown",
+            "tool",
+            "declare it with `tool NAME { ... }` or `import tool \"config/tools/NAME.yaml\"`",
+        )
     }
 
     fn lookup_env(&mut self, name: &Ident) -> Option<EnvId> {
-        if let Some(&id) = self.env_names.get(&name.name) {
-            return Some(id);
-        }
-        let candidates: Vec<&str> = self.env_names.keys().map(String::as_str).collect();
-        let help = did_you_mean(&name.name, candidates).unwrap_or_else(|| {
-            "declare it with `environment NAME { kind = \"docker\" ... }`".into()
-        });
-        self.diags.push(
-            Diagnostic::error(
-                "rondo::environment::unknown",
-                format!("unknown environment `{}`", name.name),
-            )
-            .label(name.span, "not declared")
-            .help(help),
-        );
-        None
+        lookup(
+            &self.env_names,
+            name,
+            &mut self.diags,
+            "rondo::environment::unknown",
+            "environment",
+            "declare it with `environment NAME { kind = \"docker\" ... }`",
+        )
     }
 
     fn suggest_role(&self, name: &str) -> String {
@@ -1624,6 +1593,28 @@ impl Workflow {
             .and_then(|&n| self.role(n))
             .map_or(Type::Any, |r| r.output_type.clone())
     }
+}
+
+/// Resolves a name in one namespace, or reports it with the closest declared name.
+fn lookup(
+    names: &HashMap<String, usize>,
+    name: &Ident,
+    diags: &mut Diagnostics,
+    code: &'static str,
+    what: &str,
+    how: &str,
+) -> Option<usize> {
+    if let Some(&id) = names.get(&name.name) {
+        return Some(id);
+    }
+    let help = did_you_mean(&name.name, names.keys().map(String::as_str))
+        .unwrap_or_else(|| how.to_string());
+    diags.push(
+        Diagnostic::error(code, format!("unknown {what} `{}`", name.name))
+            .label(name.span, "not declared")
+            .help(help),
+    );
+    None
 }
 
 fn const_eval(e: &syntax::Expr) -> Option<Value> {

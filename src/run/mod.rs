@@ -800,16 +800,8 @@ impl<'w> Interpreter<'w> {
         item: Option<&Value>,
         last_error: Option<&str>,
     ) -> tera::Context {
-        let mut ctx = tera::Context::new();
+        let mut ctx = self.shared_context(state, node, visit, item);
         let role = self.workflow.role(node);
-        let inputs: serde_json::Map<String, Value> = self
-            .workflow
-            .inputs
-            .iter()
-            .zip(&state.inputs)
-            .map(|(i, v)| (i.name.clone(), v.clone()))
-            .collect();
-        ctx.insert("input", &inputs);
         let mut memory = serde_json::Map::new();
         for &id in role.map(|r| r.reads.as_slice()).unwrap_or(&[]) {
             let slot = &self.workflow.memory[id];
@@ -829,19 +821,7 @@ impl<'w> Interpreter<'w> {
             tools.insert(t.name.clone(), json!({"name": t.name, "usage": t.usage, "executable": t.executable, "input_schema": t.input.as_ref().map(|ty| ty.json_schema())}));
         }
         ctx.insert("tools", &tools);
-        for (index, _) in self.workflow.roles() {
-            let value = state
-                .outputs
-                .get(&index.index())
-                .cloned()
-                .unwrap_or(Value::Null);
-            ctx.insert(self.workflow.node(index).name.as_str(), &value);
-        }
-        ctx.insert("round", &state.round(self.workflow));
         ctx.insert("step", &(state.step + 1));
-        ctx.insert("visit", &visit);
-        ctx.insert("run_id", &state.run_id);
-        ctx.insert("item", &item.cloned().unwrap_or(Value::Null));
         ctx.insert("last_error", &last_error);
         ctx
     }
@@ -1212,10 +1192,32 @@ impl<'w> Interpreter<'w> {
         visit: u64,
         item: Option<&Value>,
     ) -> tera::Context {
+        let mut ctx = self.shared_context(state, node, visit, item);
+        // During `apply` the step is already counted.
+        ctx.insert("step", &state.step);
+        let memory: serde_json::Map<String, Value> = self
+            .workflow
+            .memory
+            .iter()
+            .zip(&state.memory)
+            .filter(|(slot, _)| matches!(slot.kind, MemoryKind::Value { .. }))
+            .map(|(slot, v)| (slot.name.clone(), v.clone()))
+            .collect();
+        ctx.insert("memory", &memory);
+        ctx
+    }
+
+    /// What every template sees: counters, inputs, `item`, and each role's latest output.
+    fn shared_context(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        visit: u64,
+        item: Option<&Value>,
+    ) -> tera::Context {
         let mut ctx = tera::Context::new();
         ctx.insert("round", &state.round(self.workflow));
         ctx.insert("visit", &visit);
-        ctx.insert("step", &state.step);
         ctx.insert("run_id", &state.run_id);
         ctx.insert("role", &self.workflow.node(node).name);
         ctx.insert("item", &item.cloned().unwrap_or(Value::Null));
@@ -1227,15 +1229,6 @@ impl<'w> Interpreter<'w> {
             .map(|(i, v)| (i.name.clone(), v.clone()))
             .collect();
         ctx.insert("input", &inputs);
-        let memory: serde_json::Map<String, Value> = self
-            .workflow
-            .memory
-            .iter()
-            .zip(&state.memory)
-            .filter(|(slot, _)| matches!(slot.kind, MemoryKind::Value { .. }))
-            .map(|(slot, v)| (slot.name.clone(), v.clone()))
-            .collect();
-        ctx.insert("memory", &memory);
         for (index, _) in self.workflow.roles() {
             let value = state
                 .outputs

@@ -160,6 +160,18 @@ fn dedent(raw: &str) -> String {
     out.join("\n")
 }
 
+/// A map key: a name or a quoted string.
+fn map_key(pair: Pair<'_, Rule>) -> Ident {
+    if pair.as_rule() == Rule::string {
+        Ident {
+            span: span(&pair),
+            name: string_value(pair),
+        }
+    } else {
+        ident(pair)
+    }
+}
+
 fn string_value(pair: Pair<'_, Rule>) -> String {
     match pair.as_rule() {
         Rule::raw_string => dedent(pair.into_inner().next().map_or("", |p| p.as_str())),
@@ -366,14 +378,7 @@ impl Builder {
                     .filter_map(|entry| {
                         let mut parts = entry.into_inner();
                         let key = parts.next()?;
-                        let key = if key.as_rule() == Rule::string {
-                            Ident {
-                                span: span(&key),
-                                name: string_value(key),
-                            }
-                        } else {
-                            ident(key)
-                        };
+                        let key = map_key(key);
                         Some((key, self.value(parts.next()?)))
                     })
                     .collect(),
@@ -931,14 +936,7 @@ impl Builder {
                     .filter_map(|entry| {
                         let mut parts = entry.into_inner();
                         let key = parts.next()?;
-                        let key = if key.as_rule() == Rule::string {
-                            Ident {
-                                span: span(&key),
-                                name: string_value(key),
-                            }
-                        } else {
-                            ident(key)
-                        };
+                        let key = map_key(key);
                         Some((key, self.expr(parts.next()?)))
                     })
                     .collect(),

@@ -898,7 +898,14 @@ impl<'w> Interpreter<'w> {
             }
             let mut records: Vec<AttemptRecord> = Vec::new();
             let mut sink = |r: AttemptRecord| records.push(r);
-            let call = self.pool.complete(&profile, &request, None, &mut sink);
+            // On a terminal the reply is shown as it arrives; the parsed result is the same.
+            let show_delta = |delta: &str| self.reporter.delta(&name, delta);
+            let stream: Option<rondo_provider::StreamCallback> = if self.reporter.live() {
+                Some(&show_delta)
+            } else {
+                None
+            };
+            let call = self.pool.complete(&profile, &request, stream, &mut sink);
             let completion = tokio::select! {
                 c = call => c,
                 _ = self.interrupt.notified() => return Err(StepError::Interrupted),

@@ -123,6 +123,41 @@ impl Reporter {
         }
     }
 
+    /// Whether the run is shown live on a terminal (answers stream in).
+    pub fn live(&self) -> bool {
+        self.mode == Mode::Live
+    }
+
+    /// A piece of an LLM answer as it arrives.
+    pub fn delta(&self, role: &str, text: &str) {
+        if self.mode != Mode::Live || text.is_empty() {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        if let Ok(mut open) = self.line_open.lock()
+            && *open
+        {
+            let _ = write!(err, "\r\x1b[2K\x1b[2m{role}> ");
+            *open = false;
+        }
+        let _ = write!(err, "{text}");
+        let _ = err.flush();
+    }
+
+    /// Prints a tool's output lines as they come (none when quiet).
+    pub fn line_printer(&self, role: &str) -> Option<impl Fn(&str) + Send + Sync + 'static> {
+        let (mode, role) = (self.mode, role.to_string());
+        (mode != Mode::Quiet).then(move || {
+            move |line: &str| {
+                let mut err = std::io::stderr().lock();
+                let _ = match mode {
+                    Mode::Live => writeln!(err, "\r\x1b[2K\x1b[2m{role}| {line}\x1b[0m"),
+                    _ => writeln!(err, "    {role}| {line}"),
+                };
+            }
+        })
+    }
+
     pub fn warn(&self, text: &str) {
         self.print(&format!("warning: {text}"));
     }

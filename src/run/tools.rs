@@ -358,6 +358,9 @@ pub(super) async fn run_tool_role(
         }
         None => None,
     };
+    if let Some(show) = interp.reporter.line_printer(name) {
+        request = request.on_line(move |_, line| show(line));
+    }
     let out = environment
         .exec(request)
         .await

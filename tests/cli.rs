@@ -405,3 +405,30 @@ fn deeply_nested_expression_is_an_error_not_a_crash() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Input: a route `a -> success when exists("done.txt")   // finished` — the DOT label
+/// must be the condition, not the condition plus the comment and the lines after it.
+#[test]
+#[ignore = "bug: a condition ending in a call carries the following comment into graph labels"]
+fn graph_labels_hold_only_the_condition() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("w.rondo");
+    std::fs::write(
+        &path,
+        "workflow w {}\nrole a: tool {\n  command = [\"true\"]\n}\nstart -> a\na -> success when exists(\"done.txt\")   // finished\n\n// fallback\na -> failed otherwise\nexit success\nexit failed\n",
+    )
+    .expect("write");
+    let output = rondo().arg("graph").arg(&path).output().expect("run");
+    let dot = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        dot.contains("[label=\"exists(\\\"done.txt\\\")\"]"),
+        "{dot}"
+    );
+    let output = rondo()
+        .args(["graph", "--format", "mermaid"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    let mermaid = String::from_utf8_lossy(&output.stdout);
+    assert!(!mermaid.contains("finished"), "{mermaid}");
+}

@@ -995,3 +995,22 @@ fn a_misspelled_keyword_gets_a_suggestion() {
         d.help
     );
 }
+
+/// Input: `a -> success when exists("done.txt")   // finished` followed by a blank line
+/// and a comment. Since `call_expr` gained an optional `call_fields` suffix, the implicit
+/// whitespace before it is part of the call's span: the condition's span (and so its
+/// text in DOT/Mermaid labels and event logs) runs on over the comment and the next lines,
+/// and `parse_expr("len(x) ")` fails with "unexpected text after the expression".
+/// The workflow snapshots of catmaster, iter and micro_agent fail on this too.
+#[test]
+#[ignore = "bug: a call at the end of an expression swallows the whitespace and comments after it (grammar call_expr ~ call_fields?)"]
+fn a_call_span_ends_at_its_closing_parenthesis() {
+    let e = expr("len(x) ");
+    assert_eq!(e.span, Span::new(0, "len(x)".len()));
+    let text = "a -> success when exists(\"done.txt\")   // finished\n\n// fallback\na -> failed otherwise\n";
+    let ast = parse_ok(text);
+    let Condition::When(cond) = &ast.routes[0].condition else {
+        panic!("when expected")
+    };
+    assert_eq!(at(text, cond.span), "exists(\"done.txt\")");
+}

@@ -1661,7 +1661,7 @@ async fn max_tokens_stops_before_the_call_that_could_exceed_it() {
 
 // ====================================================================== missing keys
 
-/// The keyed block of a profile at `url`, with the key variable of `secret`.
+/// A profile `main` at `url` whose key is in the variable `var`.
 fn keyed(kind: Kind, url: &str, var: &str) -> String {
     provider(
         "main",

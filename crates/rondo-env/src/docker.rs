@@ -67,6 +67,9 @@ pub struct DockerConfig {
     /// `./rondo-install-logs`).
     pub install_log_dir: Option<PathBuf>,
     pub install_timeout: Duration,
+    /// Run commands through a process kept alive in the container (default), instead of
+    /// one `docker exec` per command; falls back to execs when the image has no python3.
+    pub use_runner: bool,
 }
 
 impl DockerConfig {
@@ -90,6 +93,7 @@ impl DockerConfig {
             tools: Vec::new(),
             install_log_dir: None,
             install_timeout: Duration::from_secs(600),
+            use_runner: true,
         }
     }
 }
@@ -208,6 +212,8 @@ pub struct DockerEnv {
     removed: AtomicBool,
     exec_seq: AtomicU64,
     tools: InstalledTools,
+    /// Starts commands without a `docker exec` each; `None` when the image has no python3.
+    runner: Option<crate::runner::Runner>,
 }
 
 impl DockerEnv {
@@ -263,12 +269,17 @@ impl DockerEnv {
             removed: AtomicBool::new(false),
             exec_seq: AtomicU64::new(0),
             tools,
+            runner: None,
         };
         // From here Drop removes the container if starting fails.
+        let mut env = env;
         env.docker
             .start_container(&env.id, None)
             .await
             .map_err(|e| EnvError::docker("starting the run container", e))?;
+        if env.config.use_runner {
+            env.runner = crate::runner::Runner::start(&env.docker, &env.id).await;
+        }
         Ok(env)
     }
 
@@ -452,6 +463,8 @@ async fn build_tools_image(
         removed: AtomicBool::new(false),
         exec_seq: AtomicU64::new(0),
         tools: InstalledTools::default(),
+        // Installs are few and long; plain execs keep the committed image clean.
+        runner: None,
     };
     let result = async {
         docker
@@ -530,6 +543,43 @@ impl Environment for DockerEnv {
         let mut collector = Collector::new(&req, &req.command.to_string())?;
         let timeout = req.timeout.unwrap_or(self.config.default_timeout);
         let start = Instant::now();
+        if let Some(runner) = self.runner.as_ref().filter(|r| r.alive()) {
+            let mut env: HashMap<String, String> = req.env.clone().into_iter().collect();
+            env.insert(EXEC_MARKER.to_string(), marker.clone());
+            let request = crate::runner::Request {
+                argv: opts.cmd.clone().unwrap_or_default(),
+                cwd: opts
+                    .working_dir
+                    .clone()
+                    .unwrap_or_else(|| self.config.workdir.clone()),
+                env,
+                timeout,
+                grace: self.config.kill_grace,
+            };
+            let mut rx = runner.send(request).await?;
+            // The runner enforces the timeout; this is the backstop if it cannot.
+            let backstop =
+                tokio::time::sleep(timeout + self.config.kill_grace + Duration::from_secs(10));
+            tokio::pin!(backstop);
+            loop {
+                tokio::select! {
+                    message = rx.recv() => match message {
+                        Some(crate::runner::Message::Output(kind, bytes)) => collector.push(kind, &bytes),
+                        Some(crate::runner::Message::Exit { code, timed_out }) => {
+                            if timed_out {
+                                self.kill_marked(&marker, "KILL").await;
+                            }
+                            return collector.finish(Some(code), timed_out, start.elapsed());
+                        }
+                        None => return Err(EnvError::InvalidRequest("the command runner in the container stopped".into())),
+                    },
+                    _ = &mut backstop => {
+                        self.kill_marked(&marker, "KILL").await;
+                        return collector.finish(None, true, start.elapsed());
+                    }
+                }
+            }
+        }
         let exec = self
             .docker
             .create_exec(&self.id, opts)

@@ -11,6 +11,7 @@ mod docker;
 mod error;
 mod exec;
 mod local;
+mod runner;
 pub mod tool;
 
 use std::path::Path;

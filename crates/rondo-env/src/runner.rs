@@ -1,0 +1,187 @@
+//! A process that stays alive in the run container and starts commands on request.
+//! Each `docker exec` costs the engine a runc exec (~80 ms here); through the runner a
+//! command costs a fork, which is what makes an exec round trip cheap.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::{EnvError, StreamKind};
+
+const SCRIPT: &str = include_str!("runner.py");
+
+pub(crate) enum Message {
+    Output(StreamKind, Vec<u8>),
+    Exit { code: i64, timed_out: bool },
+}
+
+type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>>;
+
+pub(crate) struct Runner {
+    input: tokio::sync::Mutex<Pin<Box<dyn AsyncWrite + Send>>>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    next: AtomicU64,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// A command for the runner.
+pub(crate) struct Request {
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub env: HashMap<String, String>,
+    pub timeout: Duration,
+    pub grace: Duration,
+}
+
+impl Runner {
+    /// Starts the runner and checks it answers; `None` when the image cannot run it
+    /// (no python3), in which case commands go through plain execs.
+    pub(crate) async fn start(docker: &Docker, container: &str) -> Option<Runner> {
+        let opts = CreateExecOptions {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(vec![
+                "python3".to_string(),
+                "-u".into(),
+                "-c".into(),
+                SCRIPT.into(),
+            ]),
+            ..Default::default()
+        };
+        let exec = docker.create_exec(container, opts).await.ok()?;
+        let StartExecResults::Attached { mut output, input } =
+            docker.start_exec(&exec.id, None).await.ok()?
+        else {
+            return None;
+        };
+        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let alive = Arc::new(AtomicBool::new(true));
+        let reader = {
+            let pending = pending.clone();
+            let alive = alive.clone();
+            tokio::spawn(async move {
+                let mut buffer: Vec<u8> = Vec::new();
+                while let Some(Ok(item)) = output.next().await {
+                    let LogOutput::StdOut { message } = item else {
+                        continue;
+                    };
+                    buffer.extend_from_slice(&message);
+                    while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = buffer.drain(..=end).collect();
+                        if let Ok(event) = serde_json::from_slice::<Value>(&line) {
+                            dispatch(&pending, &event);
+                        }
+                    }
+                }
+                alive.store(false, Ordering::SeqCst);
+                // Wake every waiting command: its sender is dropped.
+                if let Ok(mut p) = pending.lock() {
+                    p.clear();
+                }
+            })
+        };
+        let runner = Runner {
+            input: tokio::sync::Mutex::new(input),
+            pending,
+            alive,
+            next: AtomicU64::new(1),
+            reader,
+        };
+        let probe = Request {
+            argv: vec!["true".into()],
+            cwd: "/".into(),
+            env: HashMap::new(),
+            timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(1),
+        };
+        let mut rx = runner.send(probe).await.ok()?;
+        let answered = tokio::time::timeout(Duration::from_secs(15), async {
+            while let Some(m) = rx.recv().await {
+                if let Message::Exit { code: 0, .. } = m {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        matches!(answered, Ok(true)).then_some(runner)
+    }
+
+    pub(crate) fn alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Sends a request; the receiver gets its output and then its exit. A closed
+    /// receiver without an exit means the runner died.
+    pub(crate) async fn send(
+        &self,
+        req: Request,
+    ) -> Result<mpsc::UnboundedReceiver<Message>, EnvError> {
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, tx);
+        }
+        let line = json!({
+            "id": id,
+            "argv": req.argv,
+            "cwd": req.cwd,
+            "env": req.env,
+            "timeout": req.timeout.as_secs_f64(),
+            "grace": req.grace.as_secs_f64(),
+        })
+        .to_string()
+            + "\n";
+        let mut input = self.input.lock().await;
+        let written = async {
+            input.write_all(line.as_bytes()).await?;
+            input.flush().await
+        }
+        .await;
+        written
+            .map_err(|e| EnvError::InvalidRequest(format!("the command runner stopped: {e}")))?;
+        Ok(rx)
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+fn latin1(text: &str) -> Vec<u8> {
+    text.chars().map(|c| c as u32 as u8).collect()
+}
+
+fn dispatch(pending: &Pending, event: &Value) {
+    let Some(id) = event.get("id").and_then(Value::as_u64) else {
+        return;
+    };
+    let Ok(mut map) = pending.lock() else { return };
+    let Some(tx) = map.get(&id) else { return };
+    if let Some(text) = event.get("o").and_then(Value::as_str) {
+        let _ = tx.send(Message::Output(StreamKind::Stdout, latin1(text)));
+    } else if let Some(text) = event.get("e").and_then(Value::as_str) {
+        let _ = tx.send(Message::Output(StreamKind::Stderr, latin1(text)));
+    } else if let Some(code) = event.get("exit").and_then(Value::as_i64) {
+        let timed_out = event
+            .get("timed_out")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let _ = tx.send(Message::Exit { code, timed_out });
+        map.remove(&id);
+    }
+}

@@ -93,6 +93,24 @@ impl Compiler<'_> {
                 }
             };
             match import.kind {
+                // The provider crate's own format (`profiles:`), parsed by the crate.
+                ImportKind::Providers if yaml.get("profiles").is_some() => {
+                    match rondo_provider::parse_profiles(&text) {
+                        Ok(profiles) => pending.extend(
+                            profiles
+                                .into_iter()
+                                .map(|p| from_profile(p, &path, import.path_span)),
+                        ),
+                        Err(e) => self.diags.push(
+                            Diagnostic::error(
+                                "rondo::import::bad_field",
+                                format!("{}: {e}", path.display()),
+                            )
+                            .label(import.path_span, "imported here")
+                            .help("see docs/providers.md for the profile fields"),
+                        ),
+                    }
+                }
                 ImportKind::Providers => {
                     pending.extend(self.yaml_providers(&yaml, &path, import.path_span))
                 }
@@ -607,6 +625,49 @@ impl Compiler<'_> {
                 span: decl.name.span,
             });
         }
+    }
+}
+
+/// A profile from the provider crate's YAML format as a workflow provider.
+fn from_profile(p: rondo_provider::ProviderProfile, path: &Path, at: Span) -> PendingProvider {
+    let ms = |d: std::time::Duration| Value::from(d.as_millis() as u64);
+    let mut retry = BTreeMap::new();
+    retry.insert(
+        "max_attempts".to_string(),
+        Value::from(p.retry.max_attempts),
+    );
+    retry.insert(
+        "initial_backoff_ms".to_string(),
+        ms(p.retry.initial_backoff),
+    );
+    retry.insert("max_backoff_ms".to_string(), ms(p.retry.max_backoff));
+    retry.insert("total_budget_ms".to_string(), ms(p.retry.total_budget));
+    let kind = serde_json::to_value(p.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    PendingProvider {
+        fallback: p.fallback.iter().map(|f| (f.clone(), at)).collect(),
+        spec: ProviderSpec {
+            name: p.name,
+            kind,
+            model: Some(p.model),
+            base_url: p.base_url,
+            base_url_env: None,
+            api_key_env: p.api_key_env,
+            temperature: p.temperature.map(f64::from),
+            max_tokens: p.max_tokens.map(u64::from),
+            timeout_ms: Some(p.timeout.as_millis() as u64),
+            retry,
+            fallback: Vec::new(),
+            price_input_per_1k: p.price.map_or(0.0, |x| x.input_per_1k),
+            price_output_per_1k: p.price.map_or(0.0, |x| x.output_per_1k),
+            max_concurrency: p.max_concurrency.map(|n| n as u64),
+            requests_per_minute: p.requests_per_minute.map(u64::from),
+            circuit_breaker: p.circuit_breaker_threshold.map(u64::from),
+            span: at,
+            origin: Some(path.to_path_buf()),
+        },
     }
 }
 

@@ -887,14 +887,25 @@ impl<'w> Interpreter<'w> {
             if let OutputFormat::Json { ty } = &llm.output {
                 request.response_schema = Some((name.clone(), ty.json_schema()));
             }
-            if let Some(estimate) = self.pool.estimate(&profile, &request)
-                && let Some(max) = limits.max_cost
-                && state.totals.cost + estimate.max_cost > max
-            {
-                return Err(StepError::Limit(format!(
-                    "the next call of `{name}` could cost up to ${:.4}, past max_cost = {max}",
-                    estimate.max_cost
-                )));
+            // Stop before a call whose worst case would exceed a budget.
+            if let Some(estimate) = self.pool.estimate(&profile, &request) {
+                if let Some(max) = limits.max_cost
+                    && state.totals.cost + estimate.max_cost > max
+                {
+                    return Err(StepError::Limit(format!(
+                        "the next call of `{name}` could cost up to ${:.4}, past max_cost = {max}",
+                        estimate.max_cost
+                    )));
+                }
+                let spent = state.totals.input_tokens + state.totals.output_tokens;
+                if let Some(max) = limits.max_tokens
+                    && spent + estimate.max_tokens() > max
+                {
+                    return Err(StepError::Limit(format!(
+                        "the next call of `{name}` could use up to {} tokens, past max_tokens = {max} ({spent} used)",
+                        estimate.max_tokens()
+                    )));
+                }
             }
             let mut records: Vec<AttemptRecord> = Vec::new();
             let mut sink = |r: AttemptRecord| records.push(r);

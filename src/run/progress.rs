@@ -147,14 +147,12 @@ impl Reporter {
     /// Prints a tool's output lines as they come (none when quiet).
     pub fn line_printer(&self, role: &str) -> Option<impl Fn(&str) + Send + Sync + 'static> {
         let (mode, role) = (self.mode, role.to_string());
-        (mode != Mode::Quiet).then(move || {
-            move |line: &str| {
-                let mut err = std::io::stderr().lock();
-                let _ = match mode {
-                    Mode::Live => writeln!(err, "\r\x1b[2K\x1b[2m{role}| {line}\x1b[0m"),
-                    _ => writeln!(err, "    {role}| {line}"),
-                };
-            }
+        (mode != Mode::Quiet).then_some(move |line: &str| {
+            let mut err = std::io::stderr().lock();
+            let _ = match mode {
+                Mode::Live => writeln!(err, "\r\x1b[2K\x1b[2m{role}| {line}\x1b[0m"),
+                _ => writeln!(err, "    {role}| {line}"),
+            };
         })
     }
 

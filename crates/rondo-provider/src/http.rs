@@ -155,7 +155,11 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
     resp: reqwest::Response,
     key: Option<&ApiKey>,
 ) -> Result<(T, serde_json::Value), ProviderError> {
-    let bytes = resp.bytes().await.map_err(reqwest_error)?;
+    // A body cut off mid-transfer is a broken connection (retried), not a malformed reply.
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| ProviderError::Connection(error_chain(&e.without_url())))?;
     let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         ProviderError::MalformedResponse(redact(
             &format!(

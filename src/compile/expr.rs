@@ -281,8 +281,10 @@ impl Compiler<'_> {
                 } else if op == BinOp::Add && lt.is_stringy() && rt.is_stringy() {
                     Type::String
                 } else if op == BinOp::Add
-                    && matches!(lt.strip_optional(), Type::List { .. })
-                    && matches!(rt.strip_optional(), Type::List { .. })
+                    && matches!(lt.strip_optional(), Type::List { .. } | Type::Any)
+                    && matches!(rt.strip_optional(), Type::List { .. } | Type::Any)
+                    && !(matches!(lt.strip_optional(), Type::Any)
+                        && matches!(rt.strip_optional(), Type::Any))
                 {
                     lt.clone()
                 } else {

@@ -681,6 +681,7 @@ impl<'f> Compiler<'f> {
                 "args",
                 "tools",
                 "call",
+                "argv",
                 "timeout",
                 "log",
                 "show",
@@ -884,6 +885,7 @@ impl<'f> Compiler<'f> {
         let run = attrs.ident("run", diags);
         let args = attrs.value("args");
         let call = attrs.value("call");
+        let argv = attrs.value("argv");
         let choices = attrs.ident_list("tools", diags);
         let show = match attrs.value("show") {
             None => Show::All,
@@ -953,6 +955,7 @@ impl<'f> Compiler<'f> {
                     choices: choices.iter().filter_map(|t| self.lookup_tool(t)).collect(),
                     call: Box::new(call_expr),
                     args: args.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
+                    argv: argv.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
                 }
             }
             _ => {

@@ -259,7 +259,10 @@ pub enum ToolAction {
     Choose {
         choices: Vec<ToolId>,
         call: Box<Expr>,
+        /// The arguments, validated against the chosen tool's `input`.
         args: Option<Box<Expr>>,
+        /// What the tool gets on its command line, when not the arguments themselves.
+        argv: Option<Box<Expr>>,
     },
 }
 

@@ -127,6 +127,9 @@ impl Env<'_> {
                 })
             }
             BinOp::Add => match (&l, &r) {
+                // Absent adds nothing: `[cmd] + params.args` when there are no args.
+                (Value::Array(_) | Value::String(_), Value::Null) => l.clone(),
+                (Value::Null, Value::Array(_) | Value::String(_)) => r.clone(),
                 (Value::String(a), Value::String(b)) => Value::String(format!("{a}{b}")),
                 (Value::Array(a), Value::Array(b)) => {
                     Value::Array(a.iter().chain(b).cloned().collect())

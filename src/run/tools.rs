@@ -274,6 +274,7 @@ pub(super) async fn run_tool_role(
             choices,
             call,
             args,
+            argv,
         } => {
             let env = interp.env(state, Some(node), None, item);
             let chosen = env
@@ -327,8 +328,14 @@ pub(super) async fn run_tool_role(
                     record: None,
                 });
             }
-            // A list of arguments is spread over argv; an object is passed as one JSON argument.
-            let argv: Vec<String> = match &arguments {
+            // A list is spread over the command line; an object is one JSON argument.
+            let passed = match argv {
+                Some(a) => env
+                    .eval(a)
+                    .map_err(|e| StepError::Failed(format!("role `{name}`: `argv`: {e}")))?,
+                None => arguments.clone(),
+            };
+            let argv: Vec<String> = match &passed {
                 Value::Array(items) => items.iter().map(arg_text).collect(),
                 other => vec![arg_text(other)],
             };

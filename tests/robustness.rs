@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
@@ -215,8 +215,8 @@ fn apply(text: &str, m: &Mutation) -> String {
 }
 
 /// Everything `rondo check` and `rondo graph` do with a file, minus the process.
-fn pipeline(path: &PathBuf, text: &str) {
-    let file = SourceFile::new(path.clone(), text);
+fn pipeline(path: &Path, text: &str) {
+    let file = SourceFile::new(path, text);
     let (workflow, mut diags) = rondo::compile::load(&file);
     let (more, summary) = check::check(
         &workflow,
@@ -261,7 +261,7 @@ fn config(cases: u32) -> Config {
             std::env::var("RONDO_FUZZ_SEED")
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .unwrap_or(0x5eed_0f_20d0),
+                .unwrap_or(0x5eed_f00d),
         ),
         failure_persistence: None,
         max_shrink_iters: 2_000,

@@ -252,7 +252,6 @@ fn fixture_diagnostics_point_into_the_file() {
 }
 
 #[test]
-#[ignore = "bug: some fixtures cannot trigger their code yet (see `// bug:` lines)"]
 fn known_bug_fixtures_trigger_their_code() {
     let mut problems = Vec::new();
     for fixture in fixtures().into_iter().filter(|f| f.bug.is_some()) {

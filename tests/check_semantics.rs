@@ -107,7 +107,6 @@ fn graph_passes_wait_for_names_to_resolve() {
 /// points at the second `a` (line 3) instead of the first `b` (line 4): the id of the
 /// compiled inputs is used as an index into the declared ones, which include duplicates.
 #[test]
-#[ignore = "bug: duplicate input's `first declared here` label points at the wrong input (compile::header_inputs)"]
 fn duplicate_input_points_at_its_first_declaration() {
     let text = "workflow w {\n  input a: string\n  input a: string\n  input b: string\n  input b: string\n}\nrole r: tool {\n  command = [\"true\"]\n}\nstart -> r\nr -> success\nexit success\n";
     let file = SourceFile::new("t.rondo", text);
@@ -126,7 +125,6 @@ fn duplicate_input_points_at_its_first_declaration() {
 /// twice with the same code: by the compiler ("has no `executable`") and again by the
 /// tool pass ("field `executable` is empty").
 #[test]
-#[ignore = "bug: an in-file tool without `executable` gets two tool::no_executable errors (compile/imports.rs and check/tools.rs)"]
 fn a_missing_executable_is_reported_once() {
     let (_, _, diags, _) = common::check_path(
         std::path::Path::new("tests/fixtures/check/tool/no_executable.rondo"),
@@ -144,7 +142,6 @@ fn a_missing_executable_is_reported_once() {
 /// file "declares no workflow" — it does; the compiler does not see the syntax error
 /// because `compile::run` only looks at its own diagnostics.
 #[test]
-#[ignore = "bug: a failed whole-file parse also reports workflow::empty (compile::run ignores the syntax diagnostics)"]
 fn a_syntax_error_is_not_also_an_empty_workflow() {
     let depth = 100_000;
     let text = format!(
@@ -172,7 +169,6 @@ fn a_syntax_error_is_not_also_an_empty_workflow() {
 /// the role is lost, and routes to it become `unknown_target` errors: 5 errors for one
 /// missing brace, none of which says "unclosed `{`".
 #[test]
-#[ignore = "bug: an unclosed `{` cascades into one error per line and loses the declaration"]
 fn an_unclosed_block_is_one_error_about_the_brace() {
     let text = "workflow w {}\n\nrole a: tool {\n  command = [\"true\"]\n  timeout = 5s\n\nstart -> a\na -> success\nexit success\n";
     let file = SourceFile::new("t.rondo", text);

@@ -446,7 +446,6 @@ fn multi_line_strings_keep_crlf_files_working() {
 }
 
 #[test]
-#[ignore = "bug: dedent slices by byte count of Unicode whitespace and panics (src/syntax/mod.rs dedent)"]
 fn multi_line_strings_with_unicode_whitespace_do_not_panic() {
     // U+3000 (ideographic space) is whitespace to `trim_start` but 3 bytes long; the
     // common indent (2) then slices inside it.
@@ -1003,7 +1002,6 @@ fn a_misspelled_keyword_gets_a_suggestion() {
 /// and `parse_expr("len(x) ")` fails with "unexpected text after the expression".
 /// The workflow snapshots of catmaster, iter and micro_agent fail on this too.
 #[test]
-#[ignore = "bug: a call at the end of an expression swallows the whitespace and comments after it (grammar call_expr ~ call_fields?)"]
 fn a_call_span_ends_at_its_closing_parenthesis() {
     let e = expr("len(x) ");
     assert_eq!(e.span, Span::new(0, "len(x)".len()));

@@ -31,7 +31,11 @@ const RESERVED_ROOTS: &[&str] = &[
 /// Parses and compiles a file: the usual entry point.
 pub fn load(file: &SourceFile) -> (Workflow, Diagnostics) {
     let (ast, mut diagnostics) = syntax::parse(file);
-    let (workflow, more) = compile(file, &ast);
+    let (workflow, mut more) = compile(file, &ast);
+    // A file that did not parse is not "empty"; the syntax error says what is wrong.
+    if diagnostics.has_errors() {
+        more.retain(|d| d.code != "rondo::workflow::empty");
+    }
     diagnostics.extend(more);
     (workflow, diagnostics)
 }
@@ -335,8 +339,12 @@ impl<'f> Compiler<'f> {
         let Some(wf) = &ast.workflow else { return };
         self.workflow.name = wf.name.name.clone();
         for input in &wf.inputs {
-            if let Some(&id) = self.input_names.get(&input.name.name) {
-                let first = wf.inputs.get(id).map(|i| i.name.span);
+            if self.input_names.contains_key(&input.name.name) {
+                let first = wf
+                    .inputs
+                    .iter()
+                    .find(|i| i.name.name == input.name.name)
+                    .map(|i| i.name.span);
                 self.duplicate("input", &input.name, first);
                 continue;
             }
@@ -1238,6 +1246,11 @@ impl<'f> Compiler<'f> {
                 Some(name) => self.node_ref(name),
             };
             let target = match &decl.target {
+                syntax::RouteTarget::Role(name) if name.name == "start" => {
+                    Some(RouteTarget::Node {
+                        node: self.workflow.start,
+                    })
+                }
                 syntax::RouteTarget::Role(name) => {
                     self.node_ref(name).map(|node| RouteTarget::Node { node })
                 }

@@ -20,10 +20,72 @@ struct RondoParser;
 
 /// Parses a whole file. Never fails: problems are diagnostics.
 pub fn parse(file: &SourceFile) -> (Ast, Diagnostics) {
+    let (ast, diagnostics) = parse_text(&file.text);
+    // One missing `}` would otherwise turn every later line into its own error.
+    if let Some((opening, closed)) = close_unclosed_block(&file.text, &diagnostics) {
+        let (fixed_ast, mut fixed) = parse_text(&closed);
+        if fixed.error_count() < diagnostics.error_count() {
+            fixed.push(
+                Diagnostic::error(
+                    "rondo::syntax::unclosed_block",
+                    "unclosed `{`: this block is never closed",
+                )
+                .label(opening, "opened here, no matching `}`")
+                .help("add the missing `}` where the block ends"),
+            );
+            return (fixed_ast, fixed);
+        }
+    }
+    (ast, diagnostics)
+}
+
+/// A block header the parser rejected as a whole line (its body lines recover one by one,
+/// so only a missing `}` makes the header itself fail): the source with a `}` in place of
+/// the newline before the next top-level line, so every byte offset stays the same.
+fn close_unclosed_block(text: &str, diagnostics: &Diagnostics) -> Option<(Span, String)> {
+    const HEADERS: &[&str] = &[
+        "workflow",
+        "memory",
+        "provider",
+        "tool",
+        "environment",
+        "role",
+        "test",
+        "type",
+        "exit",
+    ];
+    let opening = diagnostics.iter().find_map(|d| {
+        let span = d.primary_span();
+        let line = text.get(span.start..span.end)?.trim_end();
+        let word = line.split_whitespace().next()?;
+        let at_line_start = span.start == 0 || text.as_bytes().get(span.start - 1) == Some(&b'\n');
+        (d.code == "rondo::syntax::invalid_line"
+            && at_line_start
+            && HEADERS.contains(&word)
+            && line.ends_with('{'))
+        .then_some(span)
+    })?;
+    let top_level = regex::Regex::new(r"^(workflow|import|type|memory|provider|tool|environment|role|exit|test)\b|^(start|[A-Za-z_][A-Za-z0-9_]*)\s*->").ok()?;
+    let mut closed = text.to_string();
+    let mut offset = opening.end;
+    for line in text[opening.end..].split_inclusive('\n') {
+        if offset > opening.end && top_level.is_match(line) {
+            // `offset - 1` is the newline that ends the previous line.
+            closed.replace_range(offset - 1..offset, "}");
+            return Some((opening, closed));
+        }
+        offset += line.len();
+    }
+    closed.push('}');
+    Some((opening, closed))
+}
+
+fn parse_text(text: &str) -> (Ast, Diagnostics) {
     let mut builder = Builder {
         diagnostics: Diagnostics::default(),
+        depth: 0,
     };
-    let ast = match RondoParser::parse(Rule::file, &file.text) {
+    let ast = match RondoParser::parse(Rule::file, text) {
         Ok(mut pairs) => match pairs.next() {
             Some(pair) => builder.file(pair),
             None => Ast::default(),
@@ -54,6 +116,7 @@ pub fn parse_expr(text: &str) -> Result<Expr, Diagnostic> {
     }
     Ok(Builder {
         diagnostics: Diagnostics::default(),
+        depth: 0,
     }
     .expr(pair))
 }
@@ -98,7 +161,11 @@ fn rule_word(rule: Rule) -> Option<String> {
 
 struct Builder {
     diagnostics: Diagnostics,
+    /// Current expression nesting, bounded so hostile input cannot overflow the stack.
+    depth: usize,
 }
+
+const MAX_EXPR_DEPTH: usize = 128;
 
 fn span(pair: &Pair<'_, Rule>) -> Span {
     Span::from_pest(pair.as_span())
@@ -136,22 +203,15 @@ fn unescape(raw: &str) -> String {
 fn dedent(raw: &str) -> String {
     let body = raw.strip_prefix('\n').unwrap_or(raw);
     let body = body.strip_prefix("\r\n").unwrap_or(body);
+    // Only spaces and tabs count as indentation, so slicing stays on character boundaries.
+    let leading = |l: &str| l.bytes().take_while(|b| *b == b' ' || *b == b'\t').count();
     let indent = body
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start().len())
+        .map(leading)
         .min()
         .unwrap_or(0);
-    let mut out: Vec<&str> = body
-        .lines()
-        .map(|l| {
-            if l.len() >= indent {
-                &l[indent..]
-            } else {
-                l.trim_start()
-            }
-        })
-        .collect();
+    let mut out: Vec<&str> = body.lines().map(|l| &l[leading(l).min(indent)..]).collect();
     // The closing `"""` on its own line leaves an all-blank last line.
     if out.last().is_some_and(|l| l.trim().is_empty()) {
         out.pop();
@@ -719,6 +779,12 @@ impl Builder {
             let ps = span(&part);
             match part.as_rule() {
                 Rule::ident => route.target = RouteTarget::Role(ident(part)),
+                Rule::start_target => {
+                    route.target = RouteTarget::Role(Ident {
+                        name: "start".into(),
+                        span: ps,
+                    })
+                }
                 Rule::parallel_target => {
                     let mut names: Vec<Ident> = part.into_inner().map(ident).collect();
                     let join = names.pop().unwrap_or_else(|| missing(ps));
@@ -869,16 +935,47 @@ impl Builder {
         // `expr` is a flat list: prefix* primary (infix prefix* primary)*. Fold it with
         // precedence climbing.
         let s = span(&pair);
-        if pair.as_rule() != Rule::expr {
-            return self.primary(pair);
+        if self.too_deep(s) {
+            return Expr {
+                kind: ExprKind::Null,
+                span: s,
+            };
         }
-        let items: Vec<Pair<'_, Rule>> = pair.into_inner().collect();
-        let mut pos = 0;
-        let result = self.climb(&items, &mut pos, 0);
+        self.depth += 1;
+        let result = if pair.as_rule() != Rule::expr {
+            Some(self.primary(pair))
+        } else {
+            let items: Vec<Pair<'_, Rule>> = pair.into_inner().collect();
+            let mut pos = 0;
+            self.climb(&items, &mut pos, 0)
+        };
+        self.depth -= 1;
         result.unwrap_or(Expr {
             kind: ExprKind::Null,
             span: s,
         })
+    }
+
+    /// Reports the first expression nested past the limit; the caller stops descending.
+    fn too_deep(&mut self, at: Span) -> bool {
+        if self.depth < MAX_EXPR_DEPTH {
+            return false;
+        }
+        if !self
+            .diagnostics
+            .iter()
+            .any(|d| d.code == "rondo::syntax::too_deep")
+        {
+            self.diagnostics.push(
+                Diagnostic::error(
+                    "rondo::syntax::too_deep",
+                    "this expression is nested too deeply",
+                )
+                .label(at, format!("more than {MAX_EXPR_DEPTH} levels"))
+                .help("split it: compute parts in `update` blocks and refer to them"),
+            );
+        }
+        true
     }
 
     fn climb(&mut self, items: &[Pair<'_, Rule>], pos: &mut usize, min_prec: u8) -> Option<Expr> {
@@ -904,6 +1001,22 @@ impl Builder {
 
     fn unary(&mut self, items: &[Pair<'_, Rule>], pos: &mut usize) -> Option<Expr> {
         let pair = items.get(*pos)?.clone();
+        if self.too_deep(span(&pair)) {
+            *pos = items.len();
+            return None;
+        }
+        self.depth += 1;
+        let result = self.unary_inner(items, pos, pair);
+        self.depth -= 1;
+        result
+    }
+
+    fn unary_inner(
+        &mut self,
+        items: &[Pair<'_, Rule>],
+        pos: &mut usize,
+        pair: Pair<'_, Rule>,
+    ) -> Option<Expr> {
         *pos += 1;
         let op = match pair.as_rule() {
             Rule::not_op => UnOp::Not,
@@ -942,17 +1055,14 @@ impl Builder {
                     .collect(),
             ),
             Rule::call_expr => {
-                let mut parts = pair.into_inner();
+                let mut outer = pair.into_inner();
+                let mut parts = outer.next().map(|h| h.into_inner()).into_iter().flatten();
                 let name = parts.next().map(ident).unwrap_or_else(|| missing(s));
-                let mut args = Vec::new();
-                let mut fields = Vec::new();
-                for p in parts {
-                    if p.as_rule() == Rule::call_fields {
-                        fields = p.into_inner().map(ident).collect();
-                    } else {
-                        args.push(self.expr(p));
-                    }
-                }
+                let args: Vec<Expr> = parts.map(|p| self.expr(p)).collect();
+                let fields: Vec<Ident> = outer
+                    .next()
+                    .map(|f| f.into_inner().map(ident).collect())
+                    .unwrap_or_default();
                 let call = ExprKind::Call(name, args);
                 if fields.is_empty() {
                     call

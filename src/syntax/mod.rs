@@ -104,7 +104,8 @@ pub fn parse_expr(text: &str) -> Result<Expr, Diagnostic> {
     let pair = pairs
         .next()
         .ok_or_else(|| Diagnostic::error("rondo::syntax::expression", "empty expression"))?;
-    if pair.as_span().end() != text.trim_end().len() {
+    // pest may have skipped whitespace after the expression; anything else is extra text.
+    if !text[pair.as_span().end()..].trim().is_empty() {
         return Err(Diagnostic::error(
             "rondo::syntax::expression",
             "unexpected text after the expression",

@@ -247,6 +247,10 @@ async fn drive_with_ctrl_c(interp: Interpreter<'_>, state: run::RunState) -> run
 }
 
 fn report_outcome(outcome: &run::Outcome) -> i32 {
+    // Even with --quiet, a run that did not succeed says why.
+    if outcome.exit_code != 0 {
+        eprintln!("exit `{}`: {}", outcome.exit, outcome.reason);
+    }
     eprintln!("run directory: {}", outcome.run_dir.display());
     outcome.exit_code
 }

@@ -524,7 +524,8 @@ impl<'w> Interpreter<'w> {
                 self.workflow.node(node).name
             )));
         }
-        let run = self.execute(state, node, None).await?;
+        let visit = state.visits[node.index()] + 1;
+        let run = self.execute(state, node, visit, None).await?;
         self.apply(state, node, run, None)?;
         if let Some(flow) = self.exit_guards(state)? {
             self.checkpoint(state);
@@ -684,9 +685,20 @@ impl<'w> Interpreter<'w> {
             }
             RouteTarget::Node { .. } => return Err(StepError::Failed("not a fork".into())),
         };
+        // Branches of one role (a map) are its visits n+1, n+2, ... in item order.
+        let visits: Vec<u64> = branches
+            .iter()
+            .enumerate()
+            .map(|(i, (node, _))| {
+                state.visits[node.index()]
+                    + 1
+                    + branches[..i].iter().filter(|(n, _)| n == node).count() as u64
+            })
+            .collect();
         {
             let this = &*self;
             let snapshot = &*state;
+            let visits = &visits;
             let mut pending: FuturesUnordered<_> = branches
                 .iter()
                 .enumerate()
@@ -696,7 +708,8 @@ impl<'w> Interpreter<'w> {
                         i,
                         *node,
                         item.clone(),
-                        this.execute(snapshot, *node, item.as_ref()).await,
+                        this.execute(snapshot, *node, visits[i], item.as_ref())
+                            .await,
                     )
                 })
                 .collect();
@@ -759,6 +772,7 @@ impl<'w> Interpreter<'w> {
         &self,
         state: &RunState,
         node: NodeIndex,
+        visit: u64,
         item: Option<&Value>,
     ) -> Result<RoleRun, StepError> {
         let role = self
@@ -766,7 +780,6 @@ impl<'w> Interpreter<'w> {
             .role(node)
             .ok_or_else(|| StepError::Failed("not a role".into()))?;
         let name = &self.workflow.node(node).name;
-        let visit = state.visits[node.index()] + 1;
         self.reporter.role_start(
             name,
             role.kind.name(),

@@ -1,0 +1,352 @@
+//! Interpreter behaviour on small workflows: parallel and map fan-out with a join,
+//! retries after an invalid reply, bounds and run limits, and offline replay of a
+//! recorded run. The real binary runs each workflow.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn project(dir: &Path, workflow: &str, prompts: &[(&str, &str)], script: &str) -> PathBuf {
+    std::fs::create_dir_all(dir.join("prompts")).unwrap();
+    for (name, text) in prompts {
+        std::fs::write(dir.join("prompts").join(name), text).unwrap();
+    }
+    std::fs::write(dir.join("script.yaml"), script).unwrap();
+    let path = dir.join("w.rondo");
+    std::fs::write(&path, workflow).unwrap();
+    let check = rondo(&["check", "--offline", path.to_str().unwrap()]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    path
+}
+
+fn rondo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn run(workflow: &Path, id: &str, extra: &[&str]) -> (Output, PathBuf) {
+    let runs = workflow.parent().unwrap().join("runs");
+    let mut args = vec![
+        "run",
+        "-q",
+        workflow.to_str().unwrap(),
+        "--run-dir",
+        runs.to_str().unwrap(),
+        "--run-id",
+        id,
+    ];
+    args.extend(extra);
+    (rondo(&args), runs.join(id))
+}
+
+fn json(path: PathBuf) -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+fn events(run_dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+const FANOUT: &str = r#"
+workflow fan {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory {
+  items: list[string] = ["a", "b", "c"]
+  results: list[any] = []
+}
+role dispatch: builtin { update { set results = [] } }
+role lint: tool { command = ["python3", "-c", "import time; time.sleep(0.4); print('lint')"] }
+role test: tool { command = ["python3", "-c", "import time; time.sleep(0.4); print('test')"] }
+role review: llm {
+  prompt = "review.tera"
+  output json { verdict: "ok" | "bad" }
+}
+role collect: builtin {
+  update { results.append({ lint: lint.stdout, test: test.stdout, review: review.verdict }) }
+}
+role shout: llm {
+  prompt = "shout.tera"
+  output text
+}
+role gather: builtin { update { results.append(shout) } }
+start -> dispatch
+dispatch -> parallel [lint, test, review] -> collect
+collect -> map shout over memory.items -> gather max 10
+gather -> done
+exit done
+"#;
+
+#[test]
+fn parallel_branches_run_concurrently_and_join_and_map_runs_once_per_item() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        FANOUT,
+        &[
+            ("review.tera", "Review it.\n"),
+            ("shout.tera", "Shout {{ item }}.\n"),
+        ],
+        "replies:\n  review: '{\"verdict\": \"ok\"}'\n  shout:\n    - 'A'\n    - 'B'\n    - 'C'\n",
+    );
+    let started = std::time::Instant::now();
+    let (out, dir) = run(&wf, "a", &[]);
+    let elapsed = started.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = json(dir.join("state.json"));
+    // The two 0.4 s tools overlapped: sequentially they alone take 0.8 s.
+    assert!(elapsed.as_secs_f64() < 0.8 + 2.0, "took {elapsed:?}");
+    let ev = events(&dir);
+    let ends: Vec<f64> = ["lint", "test"]
+        .iter()
+        .map(|r| {
+            ev.iter()
+                .find(|e| e["event"] == "tool_call" && e["role"] == *r)
+                .unwrap()["result"]["execution_time"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert!(ends.iter().all(|t| *t >= 0.4));
+    // Branches are applied in declaration order, then the join runs once.
+    let path: Vec<&str> = state["path"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        path,
+        [
+            "dispatch", "lint", "test", "review", "collect", "shout", "shout", "shout", "gather"
+        ]
+    );
+    let results = &state["memory"][1];
+    assert_eq!(results[0]["lint"], "lint\n");
+    assert_eq!(results[0]["test"], "test\n");
+    assert_eq!(results[0]["review"], "ok");
+    // The map's worker output is the list of its branch outputs, in item order.
+    assert_eq!(results[1], serde_json::json!(["A", "B", "C"]));
+    let prompts: Vec<&str> = ev
+        .iter()
+        .filter(|e| e["event"] == "llm_response" && e["role"] == "shout")
+        .map(|e| e["prompt"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["Shout a.\n", "Shout b.\n", "Shout c.\n"]);
+}
+
+const RETRY: &str = r#"
+workflow retry {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory { n: int = 0 }
+role ask: llm {
+  prompt = "ask.tera"
+  retries = 2
+  max_visits = 10
+  output json { n: int }
+  update { set n = output.n }
+}
+role again: builtin { update { set n = memory.n + 1 } }
+start -> ask
+ask -> again
+again -> ask max 3
+again -> done otherwise
+exit done
+"#;
+
+#[test]
+fn an_invalid_reply_is_asked_again_with_the_error_and_every_attempt_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        RETRY,
+        &[(
+            "ask.tera",
+            "Give n.{% if last_error %} Your last answer was wrong: {{ last_error }}{% endif %}\n",
+        )],
+        "replies:\n  ask: '{\"n\": 1}'\n",
+    );
+    let (out, dir) = run(&wf, "ok", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `again -> ask max 3` is used up after three loops; `otherwise` ends the run.
+    let state = json(dir.join("state.json"));
+    assert_eq!(
+        state["visits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_u64)
+            .sum::<u64>(),
+        8
+    );
+
+    // Invalid, then still invalid (wrong type), then valid: two invalid_output events
+    // and the retry prompt carries the validation error. A test block gives one reply
+    // per attempt of visit 1.
+    let test_block = r#"
+test "retries" {
+  reply ask visit 1 = "no json here"
+  reply ask visit 1 = """{"n": "seven"}"""
+  reply ask visit 1 = """{"n": 7}"""
+  reply ask = """{"n": 1}"""
+  expect exit done
+  expect memory.n == 2
+}
+"#;
+    let mut text = std::fs::read_to_string(&wf).unwrap();
+    text.push_str(test_block);
+    std::fs::write(&wf, text).unwrap();
+    let runs = tmp.path().join("tests");
+    let out = rondo(&[
+        "test",
+        wf.to_str().unwrap(),
+        "--run-dir",
+        runs.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let ev = events(&dir);
+    let invalid: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["event"] == "invalid_output")
+        .collect();
+    assert_eq!(invalid.len(), 2, "{invalid:?}");
+    assert!(invalid[0]["error"].as_str().unwrap().contains("no JSON"));
+    assert!(
+        invalid[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("$.n: expected an integer")
+    );
+    let accepted = ev
+        .iter()
+        .find(|e| e["event"] == "llm_response" && e["visit"] == 1)
+        .unwrap();
+    assert_eq!(accepted["attempt"], 3);
+    assert!(
+        accepted["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("$.n: expected an integer"),
+        "{}",
+        accepted["prompt"]
+    );
+    let first = json(dir.join("state.json"));
+    assert_eq!(
+        first["outputs"]
+            .as_object()
+            .unwrap()
+            .values()
+            .find(|v| v.get("n").is_some())
+            .unwrap()["n"],
+        1
+    );
+}
+
+#[test]
+fn run_limits_end_at_limit_with_exit_code_3() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = RETRY
+        .replace("again -> ask max 3", "again -> ask max 30")
+        .replace("max_visits = 10", "max_visits = 50")
+        .replace(
+            "script = \"script.yaml\"",
+            "script = \"script.yaml\"\n  limits { max_steps = 6 }",
+        );
+    let wf = project(
+        tmp.path(),
+        &text,
+        &[("ask.tera", "Give n.\n")],
+        "replies:\n  ask: '{\"n\": 1}'\n",
+    );
+    let (out, dir) = run(&wf, "lim", &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info = json(dir.join("run.json"));
+    assert_eq!(info["exit"], "limit");
+    assert!(
+        info["reason"].as_str().unwrap().contains("max_steps = 6"),
+        "{}",
+        info["reason"]
+    );
+    assert_eq!(json(dir.join("state.json"))["step"], 6);
+}
+
+#[test]
+fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        FANOUT,
+        &[
+            ("review.tera", "Review it.\n"),
+            ("shout.tera", "Shout {{ item }}.\n"),
+        ],
+        "replies:\n  review: '{\"verdict\": \"bad\"}'\n  shout: 'Z'\n",
+    );
+    let (out, first) = run(&wf, "rec", &[]);
+    assert!(out.status.success());
+    // No script at all: every reply comes from the recorded events.
+    std::fs::write(tmp.path().join("script.yaml"), "replies: {}\n").unwrap();
+    let (out, second) = run(&wf, "replayed", &["--replay-from", first.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (a, b) = (
+        json(first.join("state.json")),
+        json(second.join("state.json")),
+    );
+    assert_eq!(a["path"], b["path"]);
+    assert_eq!(a["memory"], b["memory"]);
+    assert_eq!(b["memory"][1][0]["review"], "bad");
+    // Without the recording the same run has no replies and stops, resumable.
+    let (out, third) = run(&wf, "noreplies", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(third.join("run.json"))["status"], "failed");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no reply for role `review`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

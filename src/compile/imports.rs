@@ -518,8 +518,17 @@ impl Compiler<'_> {
             let mut attrs = Attrs::new(
                 &decl.attrs,
                 &[
-                    "kind", "image", "workdir", "env", "network", "memory", "cpus", "pids",
-                    "tools", "mounts",
+                    "kind",
+                    "image",
+                    "workdir",
+                    "env",
+                    "network",
+                    "memory",
+                    "cpus",
+                    "pids",
+                    "tools",
+                    "mounts",
+                    "per_branch",
                 ],
                 format!("environment `{}`", decl.name.name),
             );
@@ -580,6 +589,10 @@ impl Compiler<'_> {
             let cpus = attrs.number("cpus", diags).map(|x| x.0);
             let pids = attrs.count("pids", diags).map(|x| x.0);
             let tools = attrs.ident_list("tools", diags);
+            let per_branch = matches!(
+                attrs.value("per_branch").map(|v| &v.kind),
+                Some(ValueKind::Bool(true))
+            );
             let mounts = attrs
                 .string_list("mounts", diags)
                 .unwrap_or_default()
@@ -614,6 +627,7 @@ impl Compiler<'_> {
                 pids,
                 tools,
                 mounts,
+                per_branch,
                 span: decl.name.span,
             });
         }

@@ -178,6 +178,7 @@ impl<'f> Compiler<'f> {
             pids: None,
             tools: Vec::new(),
             mounts: Vec::new(),
+            per_branch: false,
             span: Span::default(),
         });
         self.env_names.insert("local".into(), 0);

@@ -158,6 +158,8 @@ pub struct EnvSpec {
     pub pids: Option<u64>,
     pub tools: Vec<ToolId>,
     pub mounts: Vec<String>,
+    /// Docker: each parallel or map branch gets its own container.
+    pub per_branch: bool,
     pub span: Span,
 }
 

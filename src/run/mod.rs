@@ -525,7 +525,7 @@ impl<'w> Interpreter<'w> {
             )));
         }
         let visit = state.visits[node.index()] + 1;
-        let run = self.execute(state, node, visit, None).await?;
+        let run = self.execute(state, node, visit, None, None).await?;
         self.apply(state, node, run, None)?;
         if let Some(flow) = self.exit_guards(state)? {
             self.checkpoint(state);
@@ -708,7 +708,7 @@ impl<'w> Interpreter<'w> {
                         i,
                         *node,
                         item.clone(),
-                        this.execute(snapshot, *node, visits[i], item.as_ref())
+                        this.execute(snapshot, *node, visits[i], item.as_ref(), Some(i))
                             .await,
                     )
                 })
@@ -739,6 +739,8 @@ impl<'w> Interpreter<'w> {
             done: done.clone(),
         };
         self.checkpoint(state);
+        // Every branch finished: their own containers (`per_branch`) are not needed any more.
+        self.envs.release_branches().await;
         let is_map = matches!(
             self.workflow.routes[route_id].target,
             RouteTarget::Map { .. }
@@ -774,6 +776,7 @@ impl<'w> Interpreter<'w> {
         node: NodeIndex,
         visit: u64,
         item: Option<&Value>,
+        branch: Option<usize>,
     ) -> Result<RoleRun, StepError> {
         let role = self
             .workflow
@@ -796,7 +799,7 @@ impl<'w> Interpreter<'w> {
             }),
             RoleKind::Llm(llm) => self.call_llm(state, node, llm, visit, item).await,
             RoleKind::Tool(tool) => {
-                let run = tools::run_tool_role(self, state, node, tool, visit, item);
+                let run = tools::run_tool_role(self, state, node, tool, visit, item, branch);
                 tokio::select! {
                     r = run => r,
                     _ = self.interrupt.notified() => Err(StepError::Interrupted),

@@ -19,6 +19,8 @@ use crate::prompt::render_str;
 pub struct Envs {
     specs: Vec<(crate::compile::EnvSpec, Vec<rondo_env::ToolSpec>)>,
     started: Vec<OnceCell<Result<Arc<dyn Environment>, String>>>,
+    branch_envs:
+        tokio::sync::Mutex<std::collections::HashMap<(usize, usize), Arc<dyn Environment>>>,
     run_dir: std::path::PathBuf,
     run_id: String,
     keep: bool,
@@ -109,6 +111,7 @@ impl Envs {
             .collect();
         Envs {
             started: specs.iter().map(|_| OnceCell::new()).collect(),
+            branch_envs: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             specs,
             run_dir: run_dir.to_path_buf(),
             run_id: run_dir
@@ -120,10 +123,10 @@ impl Envs {
         }
     }
 
-    pub async fn get(&self, id: usize) -> Result<Arc<dyn Environment>, String> {
+    /// Starts environment `id`: the run's, or a branch's own container.
+    async fn start(&self, id: usize) -> Result<Arc<dyn Environment>, String> {
         let (spec, tools) = self.specs.get(id).ok_or("unknown environment")?;
-        let cell = &self.started[id];
-        cell.get_or_init(|| async {
+        {
             let run_dir = std::fs::canonicalize(&self.run_dir).unwrap_or(self.run_dir.clone());
             match spec.kind {
                 EnvKind::Local => {
@@ -170,12 +173,53 @@ impl Envs {
                         .map_err(|e| format!("environment `{}`: {e}", spec.name))
                 }
             }
-        })
-        .await
-        .clone()
+        }
+    }
+
+    /// The environment a role runs in. In a parallel or map branch, an environment
+    /// declared `per_branch` is the branch's own container.
+    pub async fn get(
+        &self,
+        id: usize,
+        branch: Option<usize>,
+    ) -> Result<Arc<dyn Environment>, String> {
+        let per_branch = self
+            .specs
+            .get(id)
+            .is_some_and(|(spec, _)| spec.per_branch && spec.kind == EnvKind::Docker);
+        match branch {
+            Some(b) if per_branch => {
+                let mut branches = self.branch_envs.lock().await;
+                if let Some(env) = branches.get(&(id, b)) {
+                    return Ok(env.clone());
+                }
+                let env = self.start(id).await?;
+                branches.insert((id, b), env.clone());
+                Ok(env)
+            }
+            _ => self.started[id]
+                .get_or_init(|| self.start(id))
+                .await
+                .clone(),
+        }
+    }
+
+    /// Removes the branch containers once their branches joined.
+    pub async fn release_branches(&self) {
+        let envs: Vec<Arc<dyn Environment>> = self
+            .branch_envs
+            .lock()
+            .await
+            .drain()
+            .map(|(_, e)| e)
+            .collect();
+        for env in envs {
+            let _ = env.shutdown().await;
+        }
     }
 
     pub async fn shutdown(&self) {
+        self.release_branches().await;
         for cell in &self.started {
             if let Some(Ok(env)) = cell.get() {
                 let _ = env.shutdown().await;
@@ -231,11 +275,16 @@ pub(super) async fn run_tool_role(
     role: &ToolRole,
     visit: u64,
     item: Option<&Value>,
+    branch: Option<usize>,
 ) -> Result<RoleRun, StepError> {
     let workflow = interp.workflow;
     let name = &workflow.node(node).name;
     let env_id = role.env.unwrap_or(0);
-    let environment = interp.envs.get(env_id).await.map_err(StepError::Failed)?;
+    let environment = interp
+        .envs
+        .get(env_id, branch)
+        .await
+        .map_err(StepError::Failed)?;
     let names = interp.name_context(state, node, visit, item);
     let ctx = &names;
     let (request, tool_id, tool_name, args) = match &role.action {

@@ -44,6 +44,47 @@ impl Prompts {
         }
     }
 
+    /// Only the named templates and what they include: a run reads no other file.
+    pub fn load_named(dir: &Path, names: &[String]) -> Prompts {
+        let mut tera = Tera::default();
+        tera.autoescape_on(vec![]);
+        register(&mut tera);
+        let mut prompts = Prompts {
+            tera,
+            dir: dir.to_path_buf(),
+            errors: HashMap::new(),
+        };
+        let mut queue: Vec<String> = names.to_vec();
+        while let Some(name) = queue.pop() {
+            if prompts.tera.get_template(&name).is_ok() || prompts.errors.contains_key(&name) {
+                continue;
+            }
+            let added = std::fs::read_to_string(dir.join(&name))
+                .map_err(|e| e.to_string())
+                .and_then(|text| {
+                    prompts
+                        .tera
+                        .add_raw_template(&name, &text)
+                        .map_err(|e| crate::compile::tera_error_text(&e))
+                });
+            match added {
+                Ok(()) => {
+                    if let Ok(t) = prompts.tera.get_template(&name) {
+                        let mut locals = Vec::new();
+                        let mut vars = BTreeSet::new();
+                        let mut includes = Vec::new();
+                        walk_nodes(&t.ast, &mut locals, &mut vars, &mut includes);
+                        queue.extend(includes);
+                    }
+                }
+                Err(e) => {
+                    prompts.errors.insert(name, e);
+                }
+            }
+        }
+        prompts
+    }
+
     pub fn has(&self, name: &str) -> bool {
         self.tera.get_template(name).is_ok()
     }

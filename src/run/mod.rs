@@ -319,7 +319,7 @@ impl<'w> Interpreter<'w> {
             dir: None,
             info: None,
             pool: Arc::new(pool),
-            prompts: Prompts::load(&workflow.prompts_dir),
+            prompts: Prompts::load_named(&workflow.prompts_dir, &template_names(workflow)),
             profile_of,
             interrupted,
             interrupt,
@@ -366,6 +366,11 @@ impl<'w> Interpreter<'w> {
 
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// Whether anything records or shows events (not with `--no-checkpoint --quiet`).
+    fn wants_events(&self) -> bool {
+        self.dir.is_some() || self.reporter.shows_events()
     }
 
     fn event(&mut self, kind: &str, fields: Value) {
@@ -596,19 +601,22 @@ impl<'w> Interpreter<'w> {
             }
             state.route_taken[id] += 1;
             let condition = match &route.condition {
-                Condition::When { expr } => expr.text.clone(),
-                Condition::Otherwise => "otherwise".into(),
-                Condition::Always => String::new(),
+                Condition::When { expr } => expr.text.as_str(),
+                Condition::Otherwise => "otherwise",
+                Condition::Always => "",
             };
-            let targets: Vec<String> = route
-                .target
-                .first_nodes()
-                .iter()
-                .map(|n| self.workflow.node(*n).name.clone())
-                .collect();
-            let from_name = self.workflow.node(from).name.clone();
-            let backtrack = route.backtrack;
-            self.event("route", json!({"from": from_name, "to": targets, "condition": condition, "route": id, "backtrack": backtrack}));
+            let from_name = &self.workflow.node(from).name;
+            // Built only when something records or shows it: this is the per-step hot path.
+            if self.wants_events() {
+                let targets: Vec<&str> = route
+                    .target
+                    .first_nodes()
+                    .iter()
+                    .map(|n| self.workflow.node(*n).name.as_str())
+                    .collect();
+                let fields = json!({"from": from_name, "to": targets, "condition": condition, "route": id, "backtrack": route.backtrack});
+                self.event("route", fields);
+            }
             return Ok(match &route.target {
                 RouteTarget::Node { node } if self.workflow.is_exit(*node) => Flow::Exit {
                     node: *node,
@@ -1026,10 +1034,12 @@ impl<'w> Interpreter<'w> {
         state.path.push(name.clone());
         let visit = state.visits[node.index()];
         self.flush_buffered_events();
-        self.event(
-            "role_start",
-            json!({"role": name, "kind": role.kind.name(), "visit": visit, "step": state.step}),
-        );
+        if self.wants_events() {
+            self.event(
+                "role_start",
+                json!({"role": name, "kind": role.kind.name(), "visit": visit, "step": state.step}),
+            );
+        }
         match &role.kind {
             RoleKind::Llm(_) => {
                 if let Some(record) = run.record {
@@ -1144,10 +1154,12 @@ impl<'w> Interpreter<'w> {
             visit,
         )?);
         state.file_lengths.extend(appended);
-        self.event(
-            "role_end",
-            json!({"role": name, "visit": visit, "step": state.step}),
-        );
+        if self.wants_events() {
+            self.event(
+                "role_end",
+                json!({"role": name, "visit": visit, "step": state.step}),
+            );
+        }
         Ok(())
     }
 
@@ -1162,6 +1174,9 @@ impl<'w> Interpreter<'w> {
         prompt: Option<&str>,
         visit: u64,
     ) -> Result<Vec<(String, u64)>, StepError> {
+        if artifacts.is_empty() {
+            return Ok(Vec::new());
+        }
         let role_name = node.map_or_else(
             || "workflow".to_string(),
             |n| self.workflow.node(n).name.clone(),
@@ -1273,6 +1288,22 @@ impl<'w> Interpreter<'w> {
         }
         ctx
     }
+}
+
+/// The templates llm roles render.
+fn template_names(workflow: &Workflow) -> Vec<String> {
+    let mut names = Vec::new();
+    for (_, role) in workflow.roles() {
+        if let RoleKind::Llm(l) = &role.kind {
+            names.extend(
+                l.system
+                    .iter()
+                    .chain(std::iter::once(&l.prompt))
+                    .map(|p| p.to_string_lossy().replace('\\', "/")),
+            );
+        }
+    }
+    names
 }
 
 fn load_script(options: &RunOptions) -> Result<Script, StartError> {

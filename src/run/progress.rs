@@ -41,6 +41,9 @@ impl Reporter {
     }
 
     pub fn role_start(&self, name: &str, kind: &str, step: u64, totals: &Totals, started: Instant) {
+        if self.mode == Mode::Quiet {
+            return;
+        }
         let elapsed = started.elapsed().as_secs_f64();
         let tokens = totals.input_tokens + totals.output_tokens;
         match self.mode {
@@ -121,6 +124,10 @@ impl Reporter {
                 r.error.clone().unwrap_or_default()
             ));
         }
+    }
+
+    pub fn shows_events(&self) -> bool {
+        self.mode != Mode::Quiet
     }
 
     /// Whether the run is shown live on a terminal (answers stream in).

@@ -1347,43 +1347,20 @@ impl<'f> Compiler<'f> {
                         },
                     );
                 }
-                RouteTarget::Parallel { branches, join } => {
-                    for b in branches {
-                        self.workflow.graph.add_edge(
-                            from,
-                            *b,
-                            Edge {
-                                route: route_id,
-                                kind: EdgeKind::Fork,
-                            },
-                        );
-                        self.workflow.graph.add_edge(
-                            *b,
-                            *join,
-                            Edge {
-                                route: route_id,
-                                kind: EdgeKind::Join,
-                            },
-                        );
-                    }
-                }
-                RouteTarget::Map { worker, join, .. } => {
-                    self.workflow.graph.add_edge(
-                        from,
-                        *worker,
-                        Edge {
+                RouteTarget::Parallel { join, .. } | RouteTarget::Map { join, .. } => {
+                    // Each branch: a fork edge from the source and a join edge to the join role.
+                    for b in target.first_nodes() {
+                        let fork = Edge {
                             route: route_id,
                             kind: EdgeKind::Fork,
-                        },
-                    );
-                    self.workflow.graph.add_edge(
-                        *worker,
-                        *join,
-                        Edge {
+                        };
+                        let joined = Edge {
                             route: route_id,
                             kind: EdgeKind::Join,
-                        },
-                    );
+                        };
+                        self.workflow.graph.add_edge(from, b, fork);
+                        self.workflow.graph.add_edge(b, *join, joined);
+                    }
                 }
             }
             self.workflow.routes.push(Route {

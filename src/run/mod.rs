@@ -115,6 +115,18 @@ enum Flow {
     Exit { node: NodeIndex, reason: String },
 }
 
+impl RoleRun {
+    /// A result that is only an output (builtin roles, tool calls that did not run).
+    fn plain(output: Value) -> Self {
+        RoleRun {
+            output,
+            tool: None,
+            prompt: None,
+            record: None,
+        }
+    }
+}
+
 /// The result of running one role, before it is applied to the state.
 struct RoleRun {
     output: Value,
@@ -799,12 +811,7 @@ impl<'w> Interpreter<'w> {
             self.started,
         );
         match &role.kind {
-            RoleKind::Builtin => Ok(RoleRun {
-                output: Value::Null,
-                tool: None,
-                prompt: None,
-                record: None,
-            }),
+            RoleKind::Builtin => Ok(RoleRun::plain(Value::Null)),
             RoleKind::Llm(llm) => self.call_llm(state, node, llm, visit, item).await,
             RoleKind::Tool(tool) => {
                 let run = tools::run_tool_role(self, state, node, tool, visit, item, branch);

@@ -353,12 +353,7 @@ pub(super) async fn run_tool_role(
                     ),
                     arguments,
                 );
-                return Ok(RoleRun {
-                    output,
-                    tool: None,
-                    prompt: None,
-                    record: None,
-                });
+                return Ok(RoleRun::plain(output));
             };
             let spec = &workflow.tools[tool];
             if let Some(ty) = &spec.input
@@ -370,12 +365,7 @@ pub(super) async fn run_tool_role(
                     format!("invalid arguments for `{}`: {e}", spec.name),
                     arguments,
                 );
-                return Ok(RoleRun {
-                    output,
-                    tool: None,
-                    prompt: None,
-                    record: None,
-                });
+                return Ok(RoleRun::plain(output));
             }
             // A list is spread over the command line; an object is one JSON argument.
             let passed = match argv {

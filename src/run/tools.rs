@@ -166,6 +166,7 @@ impl Envs {
                     config.pids_limit = spec.pids.map(|p| p as i64);
                     config.keep = self.keep;
                     config.tools = tools.clone();
+                    config.mounts = docker_mounts(&spec.mounts, &run_dir)?;
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     DockerEnv::start(config)
                         .await
@@ -226,6 +227,41 @@ impl Envs {
             }
         }
     }
+}
+
+/// `host:container[:rw]`, the host side relative to the run directory (created if
+/// missing); read-only unless `rw` is declared.
+fn docker_mounts(
+    specs: &[String],
+    run_dir: &std::path::Path,
+) -> Result<Vec<rondo_env::Mount>, String> {
+    specs
+        .iter()
+        .map(|m| {
+            let parts: Vec<&str> = m.split(':').collect();
+            let (host, container, writable) = match parts.as_slice() {
+                [h, c] => (*h, *c, false),
+                [h, c, "rw"] => (*h, *c, true),
+                [h, c, "ro"] => (*h, *c, false),
+                _ => return Err(format!("mount `{m}` is not `host:container[:rw|:ro]`")),
+            };
+            let host = match super::rundir::safe_relative(host) {
+                Some(rel) => run_dir.join(rel),
+                None if host.starts_with('/') => std::path::PathBuf::from(host),
+                None => {
+                    return Err(format!(
+                        "mount `{m}`: the host path may not leave the run directory"
+                    ));
+                }
+            };
+            std::fs::create_dir_all(&host).map_err(|e| format!("mount `{m}`: {e}"))?;
+            Ok(rondo_env::Mount {
+                host,
+                container: container.to_string(),
+                writable,
+            })
+        })
+        .collect()
 }
 
 /// Installed local tools are reused across runs.

@@ -328,6 +328,13 @@ fn catmaster_tool_results_and_task_state_have_the_reference_shape() {
         assert!(r["warnings"].is_array());
         assert!(r["execution_time"].is_number());
     }
+    // task_state.json is rewritten after every step, whatever the role.
+    let steps = ev.iter().filter(|e| e["event"] == "role_start").count();
+    let writes = ev
+        .iter()
+        .filter(|e| e["event"] == "artifact" && e["file"] == ".catmaster/task_state.json")
+        .count();
+    assert_eq!(writes, steps);
     let state = json_file(dir.join(".catmaster/task_state.json"));
     for field in ["user_request", "plan", "tasks", "observations", "status"] {
         assert!(

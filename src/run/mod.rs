@@ -1232,7 +1232,7 @@ impl<'w> Interpreter<'w> {
                     std::fs::metadata(&path).map_or(0, |m| m.len()),
                 ));
             }
-            if self.dir.is_some() && node.is_some() {
+            if self.dir.is_some() {
                 self.event("artifact", json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append}));
             }
         }

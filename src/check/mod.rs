@@ -72,15 +72,13 @@ pub fn check(
 }
 
 fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
-    let used = used_providers(workflow);
-    for id in used {
+    for id in used_providers(workflow) {
         let p = &workflow.providers[id];
-        // An explicit variable, else the kind's default (OPENAI_API_KEY...), as the run reads it.
-        let default_var = provider_kind(&p.kind)
-            .and_then(|k| k.default_key_env())
-            .map(str::to_string);
-        let var = p.api_key_env.clone().or(default_var);
-        if let Some(var) = &var
+        // The provider crate decides which key a profile needs, as at run start.
+        let Ok(profile) = crate::compile::provider_profile(workflow, p) else {
+            continue;
+        };
+        if let (true, Some(var)) = (profile.key_required(), profile.key_env())
             && std::env::var_os(var).is_none_or(|v| v.is_empty())
         {
             diags.push(
@@ -90,10 +88,6 @@ fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
             );
         }
     }
-}
-
-fn provider_kind(kind: &str) -> Option<rondo_provider::ProviderKind> {
-    serde_json::from_value(serde_json::Value::String(kind.to_string())).ok()
 }
 
 /// Providers a run may call: those of llm roles and their fallback chains.

@@ -4,7 +4,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
 use super::types::Type;
-use super::workflow::{Expr, ExprKind, Func, MemoryId, MemoryKind, Root};
+use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root};
 use super::{Compiler, number_value};
 use crate::diagnostics::{Diagnostic, did_you_mean};
 use crate::syntax::{self, BinOp, UnOp};
@@ -24,15 +24,11 @@ impl Scope {
         }
     }
 
-    pub fn role(node: NodeIndex, output: Type, _reads: &[MemoryId]) -> Self {
+    pub fn role(node: NodeIndex, output: Type) -> Self {
         Scope {
             role: Some(node),
             output: Some(output),
         }
-    }
-
-    pub fn with_all_memory(self) -> Self {
-        self
     }
 }
 

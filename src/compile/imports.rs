@@ -506,7 +506,6 @@ impl Compiler<'_> {
             }
             attrs.finish(&mut self.diags);
             // A missing `executable` is reported by the checker's tool rules (check/tools.rs).
-            let _ = executable;
             let mut spec = spec;
             spec.input = decl.input.as_ref().map(|t| self.resolve_type(t));
             self.add_tool(spec, decl.name.span);
@@ -785,4 +784,72 @@ pub fn resolve_executable(executable: &str, dir: &Path) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A workflow's provider as the provider crate's profile (what a run calls, and what
+/// decides which key variable must be set).
+pub fn provider_profile(
+    workflow: &super::Workflow,
+    spec: &ProviderSpec,
+) -> Result<rondo_provider::ProviderProfile, String> {
+    use rondo_provider::{Price, ProviderKind, ProviderProfile};
+    let kind = match spec.kind.as_str() {
+        "openai" => ProviderKind::OpenAi,
+        "openai-compatible" => ProviderKind::OpenAiCompatible,
+        "anthropic" => ProviderKind::Anthropic,
+        "gemini" => ProviderKind::Gemini,
+        "ollama" => ProviderKind::Ollama,
+        "scripted" => ProviderKind::Scripted,
+        other => return Err(format!("provider `{}`: unknown kind `{other}`", spec.name)),
+    };
+    let mut p = ProviderProfile::new(
+        spec.name.clone(),
+        kind,
+        spec.model.clone().unwrap_or_default(),
+    );
+    p.base_url = spec
+        .base_url_env
+        .as_ref()
+        .and_then(|v| std::env::var(v).ok())
+        .filter(|v| !v.is_empty())
+        .or_else(|| spec.base_url.clone());
+    p.api_key_env = spec.api_key_env.clone().or(p.api_key_env);
+    p.temperature = spec.temperature.map(|t| t as f32);
+    p.max_tokens = spec.max_tokens.map(|t| t as u32);
+    if let Some(ms) = spec.timeout_ms {
+        p.timeout = std::time::Duration::from_millis(ms);
+    }
+    let ms = |k: &str| {
+        spec.retry
+            .get(k)
+            .and_then(Value::as_u64)
+            .map(std::time::Duration::from_millis)
+    };
+    if let Some(n) = spec.retry.get("max_attempts").and_then(Value::as_u64) {
+        p.retry.max_attempts = n as u32;
+    }
+    if let Some(d) = ms("initial_backoff_ms") {
+        p.retry.initial_backoff = d;
+    }
+    if let Some(d) = ms("max_backoff_ms") {
+        p.retry.max_backoff = d;
+    }
+    if let Some(d) = ms("total_budget_ms") {
+        p.retry.total_budget = d;
+    }
+    p.fallback = spec
+        .fallback
+        .iter()
+        .map(|&id| workflow.providers[id].name.clone())
+        .collect();
+    if spec.price_input_per_1k > 0.0 || spec.price_output_per_1k > 0.0 {
+        p.price = Some(Price {
+            input_per_1k: spec.price_input_per_1k,
+            output_per_1k: spec.price_output_per_1k,
+        });
+    }
+    p.max_concurrency = spec.max_concurrency.map(|n| n as usize);
+    p.requests_per_minute = spec.requests_per_minute.map(|n| n as u32);
+    p.circuit_breaker_threshold = spec.circuit_breaker.map(|n| n as u32);
+    Ok(p)
 }

@@ -20,6 +20,7 @@ use crate::source::{SourceFile, Span};
 use crate::syntax::{self, Ast, Ident, TypeExpr, TypeKind, ValueKind};
 use attrs::Attrs;
 pub use expr::Scope;
+pub use imports::provider_profile;
 use types::{Field, Type};
 pub use workflow::*;
 
@@ -201,7 +202,6 @@ impl<'f> Compiler<'f> {
 
     fn type_decls(&mut self, ast: &Ast) {
         // Declare all names first so declarations may refer to later ones.
-        let names: Vec<&str> = ast.types.iter().map(|t| t.name.name.as_str()).collect();
         for decl in &ast.types {
             if let Some((_, first)) = self.types.get(&decl.name.name) {
                 let first = *first;
@@ -222,7 +222,6 @@ impl<'f> Compiler<'f> {
             self.types
                 .insert(decl.name.name.clone(), (Type::Any, decl.name.span));
         }
-        let _ = names;
         for decl in &ast.types {
             let mut visiting = vec![decl.name.name.clone()];
             let ty = self.resolve_type_in(&decl.ty, ast, &mut visiting);
@@ -737,7 +736,7 @@ impl<'f> Compiler<'f> {
             .workflow
             .role(index)
             .map_or(Type::Any, |r| r.output_type.clone());
-        let scope = Scope::role(index, output_type.clone(), &reads);
+        let scope = Scope::role(index, output_type.clone());
         let kind = match kind_name {
             "llm" => RoleKind::Llm(self.llm_role(decl, &mut attrs)),
             "tool" => RoleKind::Tool(Box::new(self.tool_role(decl, &mut attrs, &scope))),
@@ -1322,7 +1321,7 @@ impl<'f> Compiler<'f> {
                 syntax::Condition::Otherwise(_) => Condition::Otherwise,
                 syntax::Condition::When(e) => {
                     let scope = match self.workflow.role(from) {
-                        Some(r) => Scope::role(from, r.output_type.clone(), &[]).with_all_memory(),
+                        Some(r) => Scope::role(from, r.output_type.clone()),
                         None => Scope::global(),
                     };
                     let (expr, ty) = self.expr(e, &scope);

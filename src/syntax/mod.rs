@@ -4,6 +4,7 @@
 //! `bad_line`, so one bad line yields one diagnostic and the rest of the file is parsed.
 
 pub mod ast;
+mod fast;
 
 use pest::Parser;
 use pest::iterators::Pair;
@@ -20,9 +21,23 @@ struct RondoParser;
 
 /// Parses a whole file. Never fails: problems are diagnostics.
 pub fn parse(file: &SourceFile) -> (Ast, Diagnostics) {
-    let (ast, diagnostics) = parse_text(&file.text);
+    match parse_fast(&file.text) {
+        Some(ast) => (ast, Diagnostics::default()),
+        None => parse_with_pest(&file.text),
+    }
+}
+
+/// The hand-written fast path: the [`Ast`] of a file without a single problem, `None`
+/// for anything the pest path would report.
+pub fn parse_fast(text: &str) -> Option<Ast> {
+    fast::parse(text)
+}
+
+/// The pest parser, with error recovery and every syntax diagnostic.
+pub fn parse_with_pest(text: &str) -> (Ast, Diagnostics) {
+    let (ast, diagnostics) = parse_text(text);
     // One missing `}` would otherwise turn every later line into its own error.
-    if let Some((opening, closed)) = close_unclosed_block(&file.text, &diagnostics) {
+    if let Some((opening, closed)) = close_unclosed_block(text, &diagnostics) {
         let (fixed_ast, mut fixed) = parse_text(&closed);
         if fixed.error_count() < diagnostics.error_count() {
             fixed.push(
@@ -76,7 +91,13 @@ fn close_unclosed_block(text: &str, diagnostics: &Diagnostics) -> Option<(Span, 
         }
         offset += line.len();
     }
-    closed.push('}');
+    // At the end of the file the `}` takes the place of trailing whitespace, so no span
+    // points past the real text; with none there, the original diagnostics stand.
+    let last = closed.len().checked_sub(1)?;
+    if !closed.as_bytes()[last].is_ascii_whitespace() {
+        return None;
+    }
+    closed.replace_range(last.., "}");
     Some((opening, closed))
 }
 
@@ -946,9 +967,18 @@ impl Builder {
         let result = if pair.as_rule() != Rule::expr {
             Some(self.primary(pair))
         } else {
-            let items: Vec<Pair<'_, Rule>> = pair.into_inner().collect();
-            let mut pos = 0;
-            self.climb(&items, &mut pos, 0)
+            let pieces: Vec<ExprPiece<Pair<'_, Rule>>> = pair
+                .into_inner()
+                .map(|item| match item.as_rule() {
+                    Rule::not_op => ExprPiece::Prefix(UnOp::Not, span(&item)),
+                    Rule::neg => ExprPiece::Prefix(UnOp::Neg, span(&item)),
+                    rule => match bin_op(rule) {
+                        Some(op) => ExprPiece::Infix(op),
+                        None => ExprPiece::Operand(item),
+                    },
+                })
+                .collect();
+            climb(self, &mut pieces.into_iter().peekable(), 0)
         };
         self.depth -= 1;
         result.unwrap_or(Expr {
@@ -977,64 +1007,6 @@ impl Builder {
             );
         }
         true
-    }
-
-    fn climb(&mut self, items: &[Pair<'_, Rule>], pos: &mut usize, min_prec: u8) -> Option<Expr> {
-        let mut lhs = self.unary(items, pos)?;
-        while let Some(op_pair) = items.get(*pos) {
-            let Some(op) = bin_op(op_pair.as_rule()) else {
-                break;
-            };
-            let prec = precedence(op);
-            if prec < min_prec {
-                break;
-            }
-            *pos += 1;
-            let rhs = self.climb(items, pos, prec + 1)?;
-            let span = Span::new(lhs.span.start, rhs.span.end);
-            lhs = Expr {
-                kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
-                span,
-            };
-        }
-        Some(lhs)
-    }
-
-    fn unary(&mut self, items: &[Pair<'_, Rule>], pos: &mut usize) -> Option<Expr> {
-        let pair = items.get(*pos)?.clone();
-        if self.too_deep(span(&pair)) {
-            *pos = items.len();
-            return None;
-        }
-        self.depth += 1;
-        let result = self.unary_inner(items, pos, pair);
-        self.depth -= 1;
-        result
-    }
-
-    fn unary_inner(
-        &mut self,
-        items: &[Pair<'_, Rule>],
-        pos: &mut usize,
-        pair: Pair<'_, Rule>,
-    ) -> Option<Expr> {
-        *pos += 1;
-        let op = match pair.as_rule() {
-            Rule::not_op => UnOp::Not,
-            Rule::neg => UnOp::Neg,
-            _ => return Some(self.primary(pair)),
-        };
-        // `not` binds looser than comparisons (`not a == b` is `not (a == b)`); `-` binds tightest.
-        let operand = if op == UnOp::Not {
-            self.climb(items, pos, precedence(BinOp::Eq))?
-        } else {
-            self.unary(items, pos)?
-        };
-        let span = Span::new(span(&pair).start, operand.span.end);
-        Some(Expr {
-            kind: ExprKind::Unary(op, Box::new(operand)),
-            span,
-        })
     }
 
     fn primary(&mut self, pair: Pair<'_, Rule>) -> Expr {
@@ -1089,6 +1061,97 @@ impl Builder {
         };
         Expr { kind, span: s }
     }
+}
+
+impl<'i> Operands<Pair<'i, Rule>> for Builder {
+    fn span_of(&self, operand: &Pair<'i, Rule>) -> Span {
+        span(operand)
+    }
+
+    fn build(&mut self, operand: Pair<'i, Rule>) -> Expr {
+        self.primary(operand)
+    }
+
+    fn enter(&mut self, at: Span) -> bool {
+        if self.too_deep(at) {
+            return false;
+        }
+        self.depth += 1;
+        true
+    }
+
+    fn leave(&mut self) {
+        self.depth -= 1;
+    }
+}
+
+/// One element of the flat `prefix* primary (infix prefix* primary)*` of an expression;
+/// both parsers fold these with [`climb`].
+enum ExprPiece<P> {
+    Prefix(UnOp, Span),
+    Infix(BinOp),
+    Operand(P),
+}
+
+/// How [`climb`] turns operands into expressions and bounds its recursion.
+trait Operands<P> {
+    fn span_of(&self, operand: &P) -> Span;
+    fn build(&mut self, operand: P) -> Expr;
+    /// `false` stops the fold (nested too deeply).
+    fn enter(&mut self, at: Span) -> bool;
+    fn leave(&mut self);
+}
+
+type Pieces<P> = std::iter::Peekable<std::vec::IntoIter<ExprPiece<P>>>;
+
+/// Precedence climbing over expression pieces.
+fn climb<P>(operands: &mut impl Operands<P>, pieces: &mut Pieces<P>, min_prec: u8) -> Option<Expr> {
+    let mut lhs = unary(operands, pieces)?;
+    while let Some(ExprPiece::Infix(op)) = pieces.peek() {
+        let op = *op;
+        let prec = precedence(op);
+        if prec < min_prec {
+            break;
+        }
+        pieces.next();
+        let rhs = climb(operands, pieces, prec + 1)?;
+        let span = Span::new(lhs.span.start, rhs.span.end);
+        lhs = Expr {
+            kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
+            span,
+        };
+    }
+    Some(lhs)
+}
+
+fn unary<P>(operands: &mut impl Operands<P>, pieces: &mut Pieces<P>) -> Option<Expr> {
+    let at = match pieces.peek()? {
+        ExprPiece::Prefix(_, at) => *at,
+        ExprPiece::Operand(operand) => operands.span_of(operand),
+        ExprPiece::Infix(_) => return None,
+    };
+    if !operands.enter(at) {
+        pieces.for_each(drop);
+        return None;
+    }
+    let result = match pieces.next()? {
+        ExprPiece::Operand(operand) => Some(operands.build(operand)),
+        ExprPiece::Prefix(op, at) => {
+            // `not` binds looser than comparisons (`not a == b` is `not (a == b)`); `-` binds tightest.
+            let operand = if op == UnOp::Not {
+                climb(operands, pieces, precedence(BinOp::Eq))
+            } else {
+                unary(operands, pieces)
+            };
+            operand.map(|operand| Expr {
+                span: Span::new(at.start, operand.span.end),
+                kind: ExprKind::Unary(op, Box::new(operand)),
+            })
+        }
+        ExprPiece::Infix(_) => None,
+    };
+    operands.leave();
+    result
 }
 
 fn bin_op(rule: Rule) -> Option<BinOp> {

@@ -323,19 +323,16 @@ fn path_type(workflow: &Workflow, e: &Expr) -> Option<Type> {
     let ExprKind::Path { root, fields } = &e.kind else {
         return None;
     };
-    let mut ty = match root {
-        Root::Role { node } => workflow.role(*node)?.output_type.clone(),
+    let root: &Type = match root {
+        Root::Role { node } => &workflow.role(*node)?.output_type,
         Root::Memory { id } => match &workflow.memory[*id].kind {
-            MemoryKind::Value { ty, .. } => ty.clone(),
+            MemoryKind::Value { ty, .. } => ty,
             _ => return None,
         },
-        Root::Input { id } => workflow.inputs[*id].ty.clone(),
+        Root::Input { id } => &workflow.inputs[*id].ty,
         _ => return None,
     };
-    for f in fields {
-        ty = ty.field(f)?;
-    }
-    Some(ty)
+    root.field_path(fields)
 }
 
 fn edge_bounded(workflow: &Workflow, edge: EdgeIndex) -> bool {
@@ -432,9 +429,16 @@ fn find_cycle<N, E>(
 /// each visit a role at most once; segments ≤ entries + the component's total bounds.
 pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
     let graph = &workflow.graph;
-    let mut bound: HashMap<NodeIndex, Option<u64>> = HashMap::new();
+    let mut bound: HashMap<NodeIndex, Option<u64>> = HashMap::with_capacity(graph.node_count());
     let mut components = tarjan_scc(graph);
     components.reverse();
+    // Which component each node is in, by node index, so membership is a lookup.
+    let mut component_of = vec![usize::MAX; graph.node_count()];
+    for (id, component) in components.iter().enumerate() {
+        for v in component {
+            component_of[v.index()] = id;
+        }
+    }
     let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (Some(x), Some(y)) => Some(x.saturating_add(y)),
         _ => None,
@@ -444,16 +448,16 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
         (Some(x), None) | (None, Some(x)) => Some(x),
         (None, None) => None,
     };
-    for component in components {
-        let members: BTreeSet<NodeIndex> = component.iter().copied().collect();
+    for (id, component) in components.iter().enumerate() {
+        let is_member = |v: NodeIndex| component_of[v.index()] == id;
         let mut entries: Option<u64> = Some(0);
         let mut joins_seen: BTreeSet<usize> = BTreeSet::new();
-        for &v in &component {
+        for &v in component {
             if v == workflow.start {
                 entries = add(entries, Some(1));
             }
             for e in graph.edges_directed(v, Direction::Incoming) {
-                if members.contains(&e.source()) {
+                if is_member(e.source()) {
                     continue;
                 }
                 let route = &workflow.routes[e.weight().route];
@@ -486,13 +490,13 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
         let mut budget = Some(0u64);
         let mut any_bound = false;
         if cyclic {
-            for &v in &component {
+            for &v in component {
                 if let Some(m) = workflow.role(v).and_then(|r| r.max_visits) {
                     any_bound = true;
                     budget = add(budget, Some(m));
                 }
                 for e in graph.edges_directed(v, Direction::Outgoing) {
-                    if members.contains(&e.target())
+                    if is_member(e.target())
                         && let Some(m) = workflow.routes[e.weight().route].max
                     {
                         any_bound = true;
@@ -504,7 +508,7 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
                 budget = None;
             }
         }
-        for &v in &component {
+        for &v in component {
             let own = workflow.role(v).and_then(|r| r.max_visits);
             bound.insert(v, min(add(entries, budget), own));
         }

@@ -28,9 +28,9 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
         return;
     }
     let prompts = Prompts::load(&workflow.prompts_dir);
-    let role_names: BTreeSet<String> = workflow
+    let role_names: BTreeSet<&str> = workflow
         .roles()
-        .map(|(i, _)| node_name(workflow, i).to_string())
+        .map(|(i, _)| node_name(workflow, i))
         .collect();
     let memory_names: Vec<&str> = workflow.memory.iter().map(|m| m.name.as_str()).collect();
     let input_names: Vec<&str> = workflow.inputs.iter().map(|i| i.name.as_str()).collect();
@@ -117,11 +117,13 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
                             ),
                         );
                     }
-                } else if !PROMPT_ROOTS.contains(&root.as_str()) && !role_names.contains(&root) {
+                } else if !PROMPT_ROOTS.contains(&root.as_str())
+                    && !role_names.contains(root.as_str())
+                {
                     let candidates: Vec<&str> = PROMPT_ROOTS
                         .iter()
                         .copied()
-                        .chain(role_names.iter().map(String::as_str))
+                        .chain(role_names.iter().copied())
                         .collect();
                     diags.push(
                         Diagnostic::error(

@@ -1,5 +1,7 @@
 //! Expressions: resolve roots to indices and infer types, reporting what cannot work.
 
+use std::borrow::Cow;
+
 use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
@@ -12,23 +14,17 @@ use crate::syntax::{self, BinOp, UnOp};
 /// Where an expression is evaluated: which role (for `output` and `visit`).
 #[derive(Debug, Clone)]
 pub struct Scope {
+    /// The role evaluating the expression; `output` is its output.
     pub role: Option<NodeIndex>,
-    pub output: Option<Type>,
 }
 
 impl Scope {
     pub fn global() -> Self {
-        Scope {
-            role: None,
-            output: None,
-        }
+        Scope { role: None }
     }
 
-    pub fn role(node: NodeIndex, output: Type) -> Self {
-        Scope {
-            role: Some(node),
-            output: Some(output),
-        }
+    pub fn role(node: NodeIndex) -> Self {
+        Scope { role: Some(node) }
     }
 }
 
@@ -366,8 +362,8 @@ impl Compiler<'_> {
                 match self.input_names.get(&name.name) {
                     Some(&id) => (
                         Root::Input { id },
-                        self.workflow.inputs[id].ty.clone(),
-                        format!("input `{}`", name.name),
+                        Cow::Borrowed(&self.workflow.inputs[id].ty),
+                        Described::Input(&name.name),
                     ),
                     None => {
                         let candidates: Vec<&str> =
@@ -396,13 +392,19 @@ impl Compiler<'_> {
                     return (ExprKind::Literal { value: Value::Null }, Type::Any);
                 };
                 let ty = match &self.workflow.memory[id].kind {
-                    MemoryKind::Value { ty, .. } => ty.clone(),
-                    _ => Type::Any,
+                    MemoryKind::Value { ty, .. } => Cow::Borrowed(ty),
+                    _ => Cow::Owned(Type::Any),
                 };
-                (Root::Memory { id }, ty, format!("memory `{}`", name.name))
+                (Root::Memory { id }, ty, Described::Memory(&name.name))
             }
-            "output" => match &scope.output {
-                Some(t) => (Root::Output, t.clone(), "the output".to_string()),
+            "output" => match scope.role {
+                Some(node) => (
+                    Root::Output,
+                    self.workflow
+                        .role(node)
+                        .map_or(Cow::Owned(Type::Any), |r| Cow::Borrowed(&*r.output_type)),
+                    Described::Text("the output"),
+                ),
                 None => {
                     self.diags.push(
                         Diagnostic::error(
@@ -415,19 +417,31 @@ impl Compiler<'_> {
                     return (ExprKind::Literal { value: Value::Null }, Type::Any);
                 }
             },
-            "prompt" if scope.output.is_some() => (Root::Prompt, Type::String, "the prompt".into()),
-            "item" => (Root::Item, Type::Any, "the map item".into()),
-            "round" => (Root::Round, Type::Int, "round".into()),
-            "step" => (Root::Step, Type::Int, "step".into()),
-            "visit" => (Root::Visit, Type::Int, "visit".into()),
-            "run_id" => (Root::RunId, Type::String, "run_id".into()),
+            "prompt" if scope.role.is_some() => (
+                Root::Prompt,
+                Cow::Owned(Type::String),
+                Described::Text("the prompt"),
+            ),
+            "item" => (
+                Root::Item,
+                Cow::Owned(Type::Any),
+                Described::Text("the map item"),
+            ),
+            "round" => (Root::Round, Cow::Owned(Type::Int), Described::Text("round")),
+            "step" => (Root::Step, Cow::Owned(Type::Int), Described::Text("step")),
+            "visit" => (Root::Visit, Cow::Owned(Type::Int), Described::Text("visit")),
+            "run_id" => (
+                Root::RunId,
+                Cow::Owned(Type::String),
+                Described::Text("run_id"),
+            ),
             name => match self.node_names.get(name).copied() {
                 Some(node) if self.workflow.role(node).is_some() => {
                     let ty = self
                         .workflow
                         .role(node)
-                        .map_or(Type::Any, |r| r.output_type.clone());
-                    (Root::Role { node }, ty, format!("the output of `{name}`"))
+                        .map_or(Cow::Owned(Type::Any), |r| Cow::Borrowed(&*r.output_type));
+                    (Root::Role { node }, ty, Described::Role(name))
                 }
                 _ => {
                     let mut candidates: Vec<&str> = vec![
@@ -460,8 +474,8 @@ impl Compiler<'_> {
         for field in rest {
             match ty.field(&field.name) {
                 Some(t) => {
-                    ty = t;
-                    described = format!("`{}`", field.name);
+                    ty = Cow::Owned(t);
+                    described = Described::Field(&field.name);
                 }
                 None => {
                     let names = ty.field_names();
@@ -481,7 +495,7 @@ impl Compiler<'_> {
                         .label(field.span, "unknown field")
                         .help(help),
                     );
-                    ty = Type::Any;
+                    ty = Cow::Owned(Type::Any);
                 }
             }
             fields.push(field.name.clone());
@@ -491,7 +505,7 @@ impl Compiler<'_> {
                 root: root_kind,
                 fields,
             },
-            ty,
+            ty.into_owned(),
         )
     }
 
@@ -720,4 +734,25 @@ fn example_call(func: Func) -> &'static str {
 
 pub(crate) fn first_line(s: &str) -> String {
     s.lines().last().unwrap_or(s).trim().to_string()
+}
+
+/// What a path denotes, for messages; formatted only when one is reported.
+enum Described<'a> {
+    Text(&'static str),
+    Input(&'a str),
+    Memory(&'a str),
+    Role(&'a str),
+    Field(&'a str),
+}
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Described::Text(text) => f.write_str(text),
+            Described::Input(name) => write!(f, "input `{name}`"),
+            Described::Memory(name) => write!(f, "memory `{name}`"),
+            Described::Role(name) => write!(f, "the output of `{name}`"),
+            Described::Field(name) => write!(f, "`{name}`"),
+        }
+    }
 }

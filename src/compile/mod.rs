@@ -10,6 +10,7 @@ pub mod workflow;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde_json::Value;
@@ -59,6 +60,8 @@ struct Compiler<'f> {
     node_names: HashMap<String, NodeIndex>,
     input_names: HashMap<String, InputId>,
     pending_providers: Vec<imports::PendingProvider>,
+    /// The result type of tool roles, built once and shared.
+    tool_result: Option<Arc<Type>>,
 }
 
 impl<'f> Compiler<'f> {
@@ -106,6 +109,7 @@ impl<'f> Compiler<'f> {
             node_names: HashMap::new(),
             input_names: HashMap::new(),
             pending_providers: Vec::new(),
+            tool_result: None,
         }
     }
 
@@ -588,7 +592,7 @@ impl<'f> Compiler<'f> {
                         writes: Vec::new(),
                         updates: Vec::new(),
                         artifacts: Vec::new(),
-                        output_type: Type::Any,
+                        output_type: Arc::new(Type::Any),
                     })),
                     span: role.name.span,
                 });
@@ -644,14 +648,17 @@ impl<'f> Compiler<'f> {
         true
     }
 
-    fn role_output_type(&mut self, role: &syntax::RoleDecl) -> Type {
+    fn role_output_type(&mut self, role: &syntax::RoleDecl) -> Arc<Type> {
         match role.kind.name.as_str() {
-            "tool" => tool_result_type(),
-            "llm" => match &role.output {
+            "tool" => self
+                .tool_result
+                .get_or_insert_with(|| Arc::new(tool_result_type()))
+                .clone(),
+            "llm" => Arc::new(match &role.output {
                 Some((syntax::OutputDecl::Json(ty), _)) => self.resolve_type(ty),
                 _ => Type::String,
-            },
-            _ => Type::Null,
+            }),
+            _ => Arc::new(Type::Null),
         }
     }
 
@@ -735,8 +742,8 @@ impl<'f> Compiler<'f> {
         let output_type = self
             .workflow
             .role(index)
-            .map_or(Type::Any, |r| r.output_type.clone());
-        let scope = Scope::role(index, output_type.clone());
+            .map_or_else(|| Arc::new(Type::Any), |r| r.output_type.clone());
+        let scope = Scope::role(index);
         let kind = match kind_name {
             "llm" => RoleKind::Llm(self.llm_role(decl, &mut attrs)),
             "tool" => RoleKind::Tool(Box::new(self.tool_role(decl, &mut attrs, &scope))),
@@ -1321,7 +1328,7 @@ impl<'f> Compiler<'f> {
                 syntax::Condition::Otherwise(_) => Condition::Otherwise,
                 syntax::Condition::When(e) => {
                     let scope = match self.workflow.role(from) {
-                        Some(r) => Scope::role(from, r.output_type.clone()),
+                        Some(_) => Scope::role(from),
                         None => Scope::global(),
                     };
                     let (expr, ty) = self.expr(e, &scope);
@@ -1584,7 +1591,7 @@ impl Workflow {
         names
             .get(name)
             .and_then(|&n| self.role(n))
-            .map_or(Type::Any, |r| r.output_type.clone())
+            .map_or(Type::Any, |r| (*r.output_type).clone())
     }
 }
 

@@ -86,6 +86,20 @@ impl Type {
         }
     }
 
+    /// The type at `fields` below this one, cloning only what is returned.
+    pub fn field_path(&self, fields: &[String]) -> Option<Type> {
+        let mut ty = std::borrow::Cow::Borrowed(self);
+        for name in fields {
+            ty = match ty {
+                std::borrow::Cow::Borrowed(Type::Object { fields }) => {
+                    std::borrow::Cow::Borrowed(&fields.iter().find(|f| f.name == *name)?.ty)
+                }
+                other => std::borrow::Cow::Owned(other.field(name)?),
+            };
+        }
+        Some(ty.into_owned())
+    }
+
     pub fn field_names(&self) -> Vec<String> {
         match self.strip_optional() {
             Type::Object { fields } => fields.iter().map(|f| f.name.clone()).collect(),

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::{Deserialize, Serialize};
@@ -200,7 +201,8 @@ pub struct Role {
     pub updates: Vec<Update>,
     pub artifacts: Vec<Artifact>,
     /// What `role.field` and `output` hold after the role ran.
-    pub output_type: Type,
+    /// Shared: every tool role has the same (large) result type.
+    pub output_type: Arc<Type>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -100,7 +100,7 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
     let graph = &workflow.graph;
     let guarded: BTreeSet<NodeIndex> = workflow.exit_guards.iter().map(|(n, _)| *n).collect();
     // Forward from start.
-    let mut reached = BTreeSet::new();
+    let mut reached = NodeSet::new(graph.node_count());
     let mut queue = VecDeque::from([workflow.start]);
     while let Some(n) = queue.pop_front() {
         if reached.insert(n) {
@@ -108,7 +108,7 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
         }
     }
     // Backward from every exit; an exit with a `when` is reachable from every role.
-    let mut can_exit: BTreeSet<NodeIndex> = BTreeSet::new();
+    let mut can_exit = NodeSet::new(graph.node_count());
     let mut queue: VecDeque<NodeIndex> = graph
         .node_indices()
         .filter(|&n| workflow.is_exit(n))
@@ -123,7 +123,7 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
     }
     for (index, _) in workflow.roles() {
         let name = node_name(workflow, index);
-        if !reached.contains(&index) {
+        if !reached.contains(index) {
             diags.push(
                 Diagnostic::error(
                     "rondo::graph::unreachable_role",
@@ -135,7 +135,7 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
                 )
                 .help(format!("add a route to `{name}`, or remove the role")),
             );
-        } else if !can_exit.contains(&index) {
+        } else if !can_exit.contains(index) {
             diags.push(
                 Diagnostic::error(
                     "rondo::graph::no_exit",
@@ -153,7 +153,7 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
         if let NodeKind::Exit(spec) = &workflow.node(index).kind
             && !spec.builtin
             && !guarded.contains(&index)
-            && !reached.contains(&index)
+            && !reached.contains(index)
         {
             let name = node_name(workflow, index);
             diags.push(
@@ -347,7 +347,7 @@ fn node_bounded(workflow: &Workflow, node: NodeIndex) -> bool {
 /// must be acyclic. Each remaining strongly connected component is an unbounded loop.
 fn unbounded_loops(workflow: &Workflow, diags: &mut Diagnostics) {
     let mut free = workflow.graph.filter_map(
-        |i, n| (!node_bounded(workflow, i)).then(|| n.name.clone()),
+        |i, _| (!node_bounded(workflow, i)).then_some(i),
         |e, edge| (!edge_bounded(workflow, e)).then_some(edge.route),
     );
     free.retain_edges(|g, e| {
@@ -367,15 +367,15 @@ fn unbounded_loops(workflow: &Workflow, diags: &mut Diagnostics) {
             continue;
         };
         let cycle = find_cycle(&free, first, &members);
-        let names: Vec<String> = cycle.iter().map(|&i| free[i].clone()).collect();
+        let names: Vec<&str> = cycle
+            .iter()
+            .map(|&i| node_name(workflow, free[i]))
+            .collect();
         let mut path = names.join(" -> ");
-        path.push_str(&format!(" -> {}", free[first]));
-        // Labels point at the declarations in the original graph (same names).
+        path.push_str(&format!(" -> {}", node_name(workflow, free[first])));
         let mut d = Diagnostic::error("rondo::loop::unbounded", format!("unbounded loop: {path}"));
-        for name in names.iter().take(1) {
-            if let Some(orig) = workflow.find_node(name) {
-                d = d.label(workflow.node(orig).span, "the loop passes here");
-            }
+        if let Some(&node) = cycle.first() {
+            d = d.label(workflow.node(free[node]).span, "the loop passes here");
         }
         let route_spans: Vec<crate::source::Span> = cycle
             .iter()
@@ -514,4 +514,22 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
         }
     }
     bound
+}
+
+/// A set of nodes as one flag per node index.
+struct NodeSet(Vec<bool>);
+
+impl NodeSet {
+    fn new(nodes: usize) -> Self {
+        NodeSet(vec![false; nodes])
+    }
+
+    /// `true` when `node` was not in the set yet.
+    fn insert(&mut self, node: NodeIndex) -> bool {
+        !std::mem::replace(&mut self.0[node.index()], true)
+    }
+
+    fn contains(&self, node: NodeIndex) -> bool {
+        self.0[node.index()]
+    }
 }

@@ -40,6 +40,7 @@ pub(super) fn parse(text: &str) -> Option<Ast> {
         bytes: text.as_bytes(),
         pos: 0,
         depth: 0,
+        pieces: Vec::new(),
     };
     parser.file()
 }
@@ -50,6 +51,18 @@ struct Parser<'a> {
     pos: usize,
     /// An upper bound of the pest builder's expression depth at this point.
     depth: usize,
+    /// The flat pieces of the expressions being read, innermost last.
+    pieces: Vec<ExprPiece<Expr>>,
+}
+
+fn is_keyword(word: &str) -> bool {
+    // Most names are longer than any keyword or start differently: decide those cheaply.
+    word.len() <= 9
+        && matches!(
+            word.as_bytes()[0],
+            b'a' | b'b' | b'f' | b'm' | b'n' | b'o' | b's' | b't' | b'w' | b'p'
+        )
+        && KEYWORDS.contains(&word)
 }
 
 fn is_ident_char(b: u8) -> bool {
@@ -171,7 +184,7 @@ impl<'a> Parser<'a> {
     /// `ident`: any word but a keyword.
     fn ident(&mut self) -> Option<Ident> {
         let end = self.name_end()?;
-        if KEYWORDS.contains(&&self.text[self.pos..end]) {
+        if is_keyword(&self.text[self.pos..end]) {
             return None;
         }
         self.attr_name()
@@ -188,15 +201,25 @@ impl<'a> Parser<'a> {
     }
 
     /// `a*` after a `~`: at least the skip, then `a (skip a)*`.
-    fn repeat<T>(&mut self, mut f: impl FnMut(&mut Self) -> Option<T>) -> Vec<T> {
+    fn repeat<T>(&mut self, f: impl FnMut(&mut Self) -> Option<T>) -> Vec<T> {
         let mut out = Vec::new();
+        self.repeat_into(f, |item| out.push(item));
+        out
+    }
+
+    /// [`Self::repeat`], handing each item to `sink` instead of collecting them.
+    fn repeat_into<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Self) -> Option<T>,
+        mut sink: impl FnMut(T),
+    ) {
         if let Some(first) = self.attempt(&mut f) {
-            out.push(first);
+            sink(first);
             loop {
                 let save = self.pos;
                 self.skip();
                 match self.attempt(&mut f) {
-                    Some(next) => out.push(next),
+                    Some(next) => sink(next),
                     None => {
                         self.pos = save;
                         break;
@@ -204,7 +227,6 @@ impl<'a> Parser<'a> {
                 }
             }
         }
-        out
     }
 
     /// `"{" ~ item* ~ "}"`: every line must be an item (a bad line gives up).
@@ -231,70 +253,79 @@ impl<'a> Parser<'a> {
         Some(ast)
     }
 
+    /// The declarations in the grammar's order, then a route. Their keywords share no
+    /// prefix, so at most one declaration is tried.
     fn item(&mut self, ast: &mut Ast) -> Option<()> {
-        let start = self.pos;
-        if self.starts_with("workflow") {
-            if let Some(decl) = self.attempt(Self::workflow) {
-                if ast.workflow.is_some() {
-                    ast.extra_headers.push(decl.name.span);
-                } else {
-                    ast.workflow = Some(decl);
-                }
-                return Some(());
+        if self.starts_with("workflow")
+            && let Some(decl) = self.attempt(Self::workflow)
+        {
+            if ast.workflow.is_some() {
+                ast.extra_headers.push(decl.name.span);
+            } else {
+                ast.workflow = Some(decl);
             }
-        } else if self.starts_with("import") {
-            if let Some(decl) = self.attempt(Self::import) {
-                ast.imports.push(decl);
-                return Some(());
-            }
-        } else if self.starts_with("type") {
-            if let Some(decl) = self.attempt(Self::type_decl) {
-                ast.types.push(decl);
-                return Some(());
-            }
-        } else if self.starts_with("memory") {
+            return Some(());
+        }
+        if self.starts_with("import")
+            && let Some(decl) = self.attempt(Self::import)
+        {
+            ast.imports.push(decl);
+            return Some(());
+        }
+        if self.starts_with("type")
+            && let Some(decl) = self.attempt(Self::type_decl)
+        {
+            ast.types.push(decl);
+            return Some(());
+        }
+        if self.starts_with("memory") {
             let before = ast.memory.len();
             if self.attempt(|p| p.memory(&mut ast.memory)).is_some() {
                 return Some(());
             }
             ast.memory.truncate(before);
-        } else if self.starts_with("provider") {
-            if let Some(decl) = self.attempt(|p| p.block_decl("provider")) {
-                ast.providers.push(decl);
-                return Some(());
-            }
-        } else if self.starts_with("tool") {
-            if let Some(decl) = self.attempt(Self::tool_decl) {
-                ast.tools.push(decl);
-                return Some(());
-            }
-        } else if self.starts_with("environment") {
-            if let Some(decl) = self.attempt(|p| p.block_decl("environment")) {
-                ast.environments.push(decl);
-                return Some(());
-            }
-        } else if self.starts_with("role") {
-            if let Some(decl) = self.attempt(Self::role) {
-                ast.roles.push(decl);
-                return Some(());
-            }
-        } else if self.starts_with("exit") {
-            if let Some(decl) = self.attempt(Self::exit) {
-                ast.exits.push(decl);
-                return Some(());
-            }
-        } else if self.starts_with("test") {
-            if let Some(decl) = self.attempt(Self::test) {
-                ast.tests.push(decl);
-                return Some(());
-            }
         }
-        self.pos = start;
-        if self.starts_with("artifact") {
-            if let Some(decl) = self.attempt(Self::artifact) {
-                ast.artifacts.push(decl);
-                return Some(());
-            }
+        if self.starts_with("provider")
+            && let Some(decl) = self.attempt(|p| p.block_decl("provider"))
+        {
+            ast.providers.push(decl);
+            return Some(());
+        }
+        if self.starts_with("tool")
+            && let Some(decl) = self.attempt(Self::tool_decl)
+        {
+            ast.tools.push(decl);
+            return Some(());
+        }
+        if self.starts_with("environment")
+            && let Some(decl) = self.attempt(|p| p.block_decl("environment"))
+        {
+            ast.environments.push(decl);
+            return Some(());
+        }
+        if self.starts_with("role")
+            && let Some(decl) = self.attempt(Self::role)
+        {
+            ast.roles.push(decl);
+            return Some(());
+        }
+        if self.starts_with("exit")
+            && let Some(decl) = self.attempt(Self::exit)
+        {
+            ast.exits.push(decl);
+            return Some(());
+        }
+        if self.starts_with("test")
+            && let Some(decl) = self.attempt(Self::test)
+        {
+            ast.tests.push(decl);
+            return Some(());
+        }
+        if self.starts_with("artifact")
+            && let Some(decl) = self.attempt(Self::artifact)
+        {
+            ast.artifacts.push(decl);
+            return Some(());
         }
         let route = self.route()?;
         ast.routes.push(route);
@@ -473,7 +504,7 @@ impl<'a> Parser<'a> {
                 let root = self.attr_name()?;
                 let fields = self.fields();
                 if fields.is_empty() {
-                    if KEYWORDS.contains(&root.name.as_str()) {
+                    if is_keyword(&root.name) {
                         return None;
                     }
                     ValueKind::Ident(root.name)
@@ -1059,8 +1090,7 @@ impl<'a> Parser<'a> {
             span: Span::default(),
         };
         let mut ok = true;
-        let modifiers = self.repeat(|p| p.edge_mod());
-        for modifier in modifiers {
+        self.repeat_into(Self::edge_mod, |modifier| {
             match modifier {
                 EdgeMod::Condition(condition) => {
                     // Two conditions are reported by the pest path.
@@ -1073,7 +1103,7 @@ impl<'a> Parser<'a> {
                 }
                 EdgeMod::Backtrack => route.backtrack = true,
             }
-        }
+        });
         route.span = Span::new(start, self.pos);
         ok.then_some(route)
     }
@@ -1286,23 +1316,28 @@ impl<'a> Parser<'a> {
     fn expr(&mut self) -> Option<Expr> {
         self.deeper()?;
         let outer = self.depth;
-        let mut pieces = Vec::new();
-        let result = self.expr_pieces(&mut pieces);
+        // Nested expressions push above this one's pieces and take theirs off before
+        // this one continues, so one stack serves the whole file.
+        let base = self.pieces.len();
+        let result = self.expr_pieces();
         self.depth = outer - 1;
-        result?;
-        climb(&mut Built, &mut pieces.into_iter().peekable(), 0)
+        if result.is_none() {
+            self.pieces.truncate(base);
+            return None;
+        }
+        climb(&mut Built, &mut self.pieces.drain(base..).peekable(), 0)
     }
 
-    fn expr_pieces(&mut self, pieces: &mut Vec<ExprPiece<Expr>>) -> Option<()> {
-        self.prefixes(pieces);
+    fn expr_pieces(&mut self) -> Option<()> {
+        self.prefixes();
         self.skip();
         let operand = self.primary()?;
-        pieces.push(ExprPiece::Operand(operand));
+        self.pieces.push(ExprPiece::Operand(operand));
         self.skip();
         let mut first = true;
         loop {
             let save = self.pos;
-            let count = pieces.len();
+            let count = self.pieces.len();
             if !first {
                 self.skip();
             }
@@ -1310,15 +1345,15 @@ impl<'a> Parser<'a> {
                 self.pos = save;
                 break;
             };
-            pieces.push(ExprPiece::Infix(op));
+            self.pieces.push(ExprPiece::Infix(op));
             self.skip();
-            self.prefixes(pieces);
+            self.prefixes();
             self.skip();
             match self.primary() {
-                Some(operand) => pieces.push(ExprPiece::Operand(operand)),
+                Some(operand) => self.pieces.push(ExprPiece::Operand(operand)),
                 None => {
                     self.pos = save;
-                    pieces.truncate(count);
+                    self.pieces.truncate(count);
                     break;
                 }
             }
@@ -1328,7 +1363,7 @@ impl<'a> Parser<'a> {
     }
 
     /// `prefix*`; every prefix may deepen the pest builder's recursion.
-    fn prefixes(&mut self, pieces: &mut Vec<ExprPiece<Expr>>) {
+    fn prefixes(&mut self) {
         let mut first = true;
         loop {
             let save = self.pos;
@@ -1344,7 +1379,8 @@ impl<'a> Parser<'a> {
                 self.pos = save;
                 return;
             };
-            pieces.push(ExprPiece::Prefix(op, Span::new(start, self.pos)));
+            self.pieces
+                .push(ExprPiece::Prefix(op, Span::new(start, self.pos)));
             self.depth += 1;
             first = false;
         }

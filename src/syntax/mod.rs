@@ -967,7 +967,7 @@ impl Builder {
         let result = if pair.as_rule() != Rule::expr {
             Some(self.primary(pair))
         } else {
-            let pieces: Vec<ExprPiece<Pair<'_, Rule>>> = pair
+            let mut pieces: Vec<ExprPiece<Pair<'_, Rule>>> = pair
                 .into_inner()
                 .map(|item| match item.as_rule() {
                     Rule::not_op => ExprPiece::Prefix(UnOp::Not, span(&item)),
@@ -978,7 +978,7 @@ impl Builder {
                     },
                 })
                 .collect();
-            climb(self, &mut pieces.into_iter().peekable(), 0)
+            climb(self, &mut pieces.drain(..).peekable(), 0)
         };
         self.depth -= 1;
         result.unwrap_or(Expr {
@@ -1102,10 +1102,14 @@ trait Operands<P> {
     fn leave(&mut self);
 }
 
-type Pieces<P> = std::iter::Peekable<std::vec::IntoIter<ExprPiece<P>>>;
+type Pieces<'v, P> = std::iter::Peekable<std::vec::Drain<'v, ExprPiece<P>>>;
 
 /// Precedence climbing over expression pieces.
-fn climb<P>(operands: &mut impl Operands<P>, pieces: &mut Pieces<P>, min_prec: u8) -> Option<Expr> {
+fn climb<P>(
+    operands: &mut impl Operands<P>,
+    pieces: &mut Pieces<'_, P>,
+    min_prec: u8,
+) -> Option<Expr> {
     let mut lhs = unary(operands, pieces)?;
     while let Some(ExprPiece::Infix(op)) = pieces.peek() {
         let op = *op;
@@ -1124,7 +1128,7 @@ fn climb<P>(operands: &mut impl Operands<P>, pieces: &mut Pieces<P>, min_prec: u
     Some(lhs)
 }
 
-fn unary<P>(operands: &mut impl Operands<P>, pieces: &mut Pieces<P>) -> Option<Expr> {
+fn unary<P>(operands: &mut impl Operands<P>, pieces: &mut Pieces<'_, P>) -> Option<Expr> {
     let at = match pieces.peek()? {
         ExprPiece::Prefix(_, at) => *at,
         ExprPiece::Operand(operand) => operands.span_of(operand),

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+
+// The same allocator as the `rondo` binary, so these figures match `rondo check`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use rondo::check::{self, CheckOptions};
 use rondo::compile;
 use rondo::source::SourceFile;

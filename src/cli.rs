@@ -391,7 +391,9 @@ pub fn load_checked(
 ) -> Result<(SourceFile, compile::Workflow, Diagnostics, check::Summary), String> {
     let file =
         SourceFile::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let (workflow, mut diags) = compile::load(&file);
+    let (ast, workflow, mut diags) = compile::load_keeping_ast(&file);
+    // Every caller only needs the workflow; the tree is left for the process exit.
+    std::mem::forget(ast);
     let (more, summary) = check::check(&workflow, diags.has_errors(), options);
     diags.extend(more);
     Ok((file, workflow, diags, summary))

@@ -32,6 +32,13 @@ const RESERVED_ROOTS: &[&str] = &[
 
 /// Parses and compiles a file: the usual entry point.
 pub fn load(file: &SourceFile) -> (Workflow, Diagnostics) {
+    let (_, workflow, diagnostics) = load_keeping_ast(file);
+    (workflow, diagnostics)
+}
+
+/// [`load`], also handing back the syntax tree (so a caller about to exit can skip
+/// freeing it).
+pub fn load_keeping_ast(file: &SourceFile) -> (Ast, Workflow, Diagnostics) {
     let (ast, mut diagnostics) = syntax::parse(file);
     let (workflow, mut more) = compile(file, &ast);
     // A file that did not parse is not "empty"; the syntax error says what is wrong.
@@ -39,7 +46,7 @@ pub fn load(file: &SourceFile) -> (Workflow, Diagnostics) {
         more.retain(|d| d.code != "rondo::workflow::empty");
     }
     diagnostics.extend(more);
-    (workflow, diagnostics)
+    (ast, workflow, diagnostics)
 }
 
 pub fn compile(file: &SourceFile, ast: &Ast) -> (Workflow, Diagnostics) {

@@ -43,6 +43,22 @@ echo
 echo "median rondo check --offline workflows/ds_star.rondo : $DS ms (target < 10 ms)"
 echo "median rondo check --offline $BIG     : $BG ms (target < 100 ms)"
 
+range_ms() {
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print("%.1f–%.1f" % (r["min"]*1000, r["max"]*1000))' "$1"
+}
+{
+  echo "# rondo check: measured"
+  echo
+  echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end;"
+  echo "hyperfine, whole process, \`--offline\` (no environment-variable tier)."
+  echo
+  echo "| workload | median | min–max | target |"
+  echo "| --- | --- | --- | --- |"
+  echo "| \`workflows/ds_star.rondo\` | $DS ms | $(range_ms "$OUT/ds_star.json") ms | < 10 ms |"
+  echo "| generated 10,000 roles / 30,000 routes (\`gen.py\`) | $BG ms | $(range_ms "$OUT/big.json") ms | < 100 ms |"
+} > bench/check/RESULTS.md
+echo "wrote bench/check/RESULTS.md"
+
 if [ "${1:-}" != "--quick" ]; then
   cargo bench -p rondo --bench check
 fi

@@ -166,6 +166,21 @@ pub struct RoleDecl {
     pub span: Span,
 }
 
+impl RoleDecl {
+    /// A role with nothing in its body yet.
+    pub fn new(name: Ident, kind: Ident, span: Span) -> Self {
+        RoleDecl {
+            name,
+            kind,
+            attrs: Vec::new(),
+            output: None,
+            updates: Vec::new(),
+            artifacts: Vec::new(),
+            span,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub enum UpdateStmt {
     Set {
@@ -240,6 +255,20 @@ pub struct TestDecl {
     pub expectations: Vec<Expectation>,
     pub attrs: Vec<Attr>,
     pub span: Span,
+}
+
+impl TestDecl {
+    /// A test with nothing in its body yet.
+    pub fn new(name: String, span: Span) -> Self {
+        TestDecl {
+            name,
+            inputs: Vec::new(),
+            replies: Vec::new(),
+            expectations: Vec::new(),
+            attrs: Vec::new(),
+            span,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -266,18 +266,6 @@ impl<'a> Parser<'a> {
             }
             return Some(());
         }
-        if self.starts_with("import")
-            && let Some(decl) = self.attempt(Self::import)
-        {
-            ast.imports.push(decl);
-            return Some(());
-        }
-        if self.starts_with("type")
-            && let Some(decl) = self.attempt(Self::type_decl)
-        {
-            ast.types.push(decl);
-            return Some(());
-        }
         if self.starts_with("memory") {
             let before = ast.memory.len();
             if self.attempt(|p| p.memory(&mut ast.memory)).is_some() {
@@ -285,46 +273,20 @@ impl<'a> Parser<'a> {
             }
             ast.memory.truncate(before);
         }
-        if self.starts_with("provider")
-            && let Some(decl) = self.attempt(|p| p.block_decl("provider"))
-        {
-            ast.providers.push(decl);
-            return Some(());
-        }
-        if self.starts_with("tool")
-            && let Some(decl) = self.attempt(Self::tool_decl)
-        {
-            ast.tools.push(decl);
-            return Some(());
-        }
-        if self.starts_with("environment")
-            && let Some(decl) = self.attempt(|p| p.block_decl("environment"))
-        {
-            ast.environments.push(decl);
-            return Some(());
-        }
-        if self.starts_with("role")
-            && let Some(decl) = self.attempt(Self::role)
-        {
-            ast.roles.push(decl);
-            return Some(());
-        }
-        if self.starts_with("exit")
-            && let Some(decl) = self.attempt(Self::exit)
-        {
-            ast.exits.push(decl);
-            return Some(());
-        }
-        if self.starts_with("test")
-            && let Some(decl) = self.attempt(Self::test)
-        {
-            ast.tests.push(decl);
-            return Some(());
-        }
-        if self.starts_with("artifact")
-            && let Some(decl) = self.attempt(Self::artifact)
-        {
-            ast.artifacts.push(decl);
+        let declared = self.declaration("import", Self::import, &mut ast.imports)
+            || self.declaration("type", Self::type_decl, &mut ast.types)
+            || self.declaration("provider", |p| p.block_decl("provider"), &mut ast.providers)
+            || self.declaration("tool", Self::tool_decl, &mut ast.tools)
+            || self.declaration(
+                "environment",
+                |p| p.block_decl("environment"),
+                &mut ast.environments,
+            )
+            || self.declaration("role", Self::role, &mut ast.roles)
+            || self.declaration("exit", Self::exit, &mut ast.exits)
+            || self.declaration("test", Self::test, &mut ast.tests)
+            || self.declaration("artifact", Self::artifact, &mut ast.artifacts);
+        if declared {
             return Some(());
         }
         let route = self.route()?;
@@ -332,11 +294,27 @@ impl<'a> Parser<'a> {
         Some(())
     }
 
+    /// A declaration starting with `keyword`, added to `into`; `false` when there is none.
+    fn declaration<T>(
+        &mut self,
+        keyword: &str,
+        parse: impl FnOnce(&mut Self) -> Option<T>,
+        into: &mut Vec<T>,
+    ) -> bool {
+        if !self.starts_with(keyword) {
+            return false;
+        }
+        match self.attempt(parse) {
+            Some(decl) => {
+                into.push(decl);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn workflow(&mut self) -> Option<WorkflowDecl> {
-        let start = self.pos;
-        self.lit_skip("workflow")?;
-        let name = self.ident()?;
-        self.skip();
+        let (start, name) = self.header("workflow")?;
         let mut inputs = Vec::new();
         let mut attrs = Vec::new();
         self.block(|p| {
@@ -355,6 +333,24 @@ impl<'a> Parser<'a> {
         })
     }
 
+    /// `keyword ~ ident`, and the whitespace after it: where the declaration starts,
+    /// and its name.
+    fn header(&mut self, keyword: &str) -> Option<(usize, Ident)> {
+        let start = self.pos;
+        self.lit_skip(keyword)?;
+        let name = self.ident()?;
+        self.skip();
+        Some((start, name))
+    }
+
+    /// `(literal ~ expr)?`
+    fn expr_after(&mut self, literal: &str) -> Option<Expr> {
+        self.attempt(|p| {
+            p.lit_skip(literal)?;
+            p.expr()
+        })
+    }
+
     fn input_decl(&mut self) -> Option<InputDecl> {
         let start = self.pos;
         self.lit_skip("input")?;
@@ -363,10 +359,7 @@ impl<'a> Parser<'a> {
         self.lit_skip(":")?;
         let ty = self.type_expr()?;
         self.skip();
-        let default = self.attempt(|p| {
-            p.lit_skip("=")?;
-            p.expr()
-        });
+        let default = self.expr_after("=");
         Some(InputDecl {
             name,
             ty,
@@ -438,11 +431,19 @@ impl<'a> Parser<'a> {
         (self.depth <= MAX_DEPTH).then_some(())
     }
 
-    fn value(&mut self) -> Option<Value> {
-        self.deeper()?;
-        let value = self.value_inner();
+    /// `f` one nesting level deeper; gives up past [`MAX_DEPTH`].
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+        if self.deeper().is_none() {
+            self.depth -= 1;
+            return None;
+        }
+        let result = f(self);
         self.depth -= 1;
-        value
+        result
+    }
+
+    fn value(&mut self) -> Option<Value> {
+        self.nested(Self::value_inner)
     }
 
     fn value_inner(&mut self) -> Option<Value> {
@@ -693,11 +694,8 @@ impl<'a> Parser<'a> {
 
     /// `type_union ~ optional_mark?`
     fn type_expr(&mut self) -> Option<TypeExpr> {
-        self.deeper()?;
         let start = self.pos;
-        let union = self.type_union();
-        self.depth -= 1;
-        let base = union?;
+        let base = self.nested(Self::type_union)?;
         self.skip();
         if self.lit("?") {
             return Some(TypeExpr {
@@ -834,10 +832,7 @@ impl<'a> Parser<'a> {
         } else {
             let ty = self.type_expr()?;
             self.skip();
-            let default = self.attempt(|p| {
-                p.lit_skip("=")?;
-                p.expr()
-            });
+            let default = self.expr_after("=");
             MemoryShape::Plain { ty, default }
         };
         Some(MemoryEntry {
@@ -848,10 +843,7 @@ impl<'a> Parser<'a> {
     }
 
     fn block_decl(&mut self, keyword: &str) -> Option<BlockDecl> {
-        let start = self.pos;
-        self.lit_skip(keyword)?;
-        let name = self.ident()?;
-        self.skip();
+        let (start, name) = self.header(keyword)?;
         let mut attrs = Vec::new();
         self.block(|p| {
             attrs.push(p.attr_or_block()?);
@@ -865,10 +857,7 @@ impl<'a> Parser<'a> {
     }
 
     fn tool_decl(&mut self) -> Option<ToolDecl> {
-        let start = self.pos;
-        self.lit_skip("tool")?;
-        let name = self.ident()?;
-        self.skip();
+        let (start, name) = self.header("tool")?;
         let mut attrs = Vec::new();
         let mut input = None;
         self.block(|p| {
@@ -891,22 +880,11 @@ impl<'a> Parser<'a> {
     }
 
     fn role(&mut self) -> Option<RoleDecl> {
-        let start = self.pos;
-        self.lit_skip("role")?;
-        let name = self.ident()?;
-        self.skip();
+        let (start, name) = self.header("role")?;
         self.lit_skip(":")?;
         let kind = self.ident()?;
         self.skip();
-        let mut role = RoleDecl {
-            name,
-            kind,
-            attrs: Vec::new(),
-            output: None,
-            updates: Vec::new(),
-            artifacts: Vec::new(),
-            span: Span::default(),
-        };
+        let mut role = RoleDecl::new(name, kind, Span::default());
         self.block(|p| p.role_item(&mut role))?;
         role.span = Span::new(start, self.pos);
         Some(role)
@@ -1040,10 +1018,7 @@ impl<'a> Parser<'a> {
     }
 
     fn exit(&mut self) -> Option<ExitDecl> {
-        let start = self.pos;
-        self.lit_skip("exit")?;
-        let name = self.ident()?;
-        self.skip();
+        let (start, name) = self.header("exit")?;
         let attrs = self
             .attempt(|p| {
                 let mut attrs = Vec::new();
@@ -1055,10 +1030,7 @@ impl<'a> Parser<'a> {
             })
             .unwrap_or_default();
         self.skip();
-        let condition = self.attempt(|p| {
-            p.lit_skip("when")?;
-            p.expr()
-        });
+        let condition = self.expr_after("when");
         Some(ExitDecl {
             name,
             attrs,
@@ -1188,14 +1160,7 @@ impl<'a> Parser<'a> {
         self.lit_skip("test")?;
         let (name, _) = self.any_string()?;
         self.skip();
-        let mut test = TestDecl {
-            name,
-            inputs: Vec::new(),
-            replies: Vec::new(),
-            expectations: Vec::new(),
-            attrs: Vec::new(),
-            span: Span::default(),
-        };
+        let mut test = TestDecl::new(name, Span::default());
         self.block(|p| p.test_item(&mut test))?;
         test.span = Span::new(start, self.pos);
         Some(test)
@@ -1405,10 +1370,7 @@ impl<'a> Parser<'a> {
     }
 
     fn primary(&mut self) -> Option<Expr> {
-        self.deeper()?;
-        let result = self.primary_inner();
-        self.depth -= 1;
-        result
+        self.nested(Self::primary_inner)
     }
 
     fn primary_inner(&mut self) -> Option<Expr> {

@@ -653,15 +653,7 @@ impl Builder {
             .and_then(|k| k.into_inner().next())
             .map(ident)
             .unwrap_or_else(|| missing(s));
-        let mut role = RoleDecl {
-            name,
-            kind,
-            attrs: Vec::new(),
-            output: None,
-            updates: Vec::new(),
-            artifacts: Vec::new(),
-            span: s,
-        };
+        let mut role = RoleDecl::new(name, kind, s);
         for item in inner {
             match item.as_rule() {
                 Rule::output_decl => {
@@ -883,14 +875,7 @@ impl Builder {
         let s = span(&pair);
         let mut inner = pair.into_inner();
         let name = inner.next().map(string_value).unwrap_or_default();
-        let mut test = TestDecl {
-            name,
-            inputs: Vec::new(),
-            replies: Vec::new(),
-            expectations: Vec::new(),
-            attrs: Vec::new(),
-            span: s,
-        };
+        let mut test = TestDecl::new(name, s);
         for item in inner {
             let is = span(&item);
             match item.as_rule() {

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# Local tool installs run pip offline against Debian's wheelhouse; setuptools < 70
+# needs the `wheel` wheel there to build a tool.
+compgen -G "/usr/share/python-wheels/wheel-*.whl" >/dev/null || need+=(python3-wheel-whl)
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq

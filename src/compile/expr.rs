@@ -472,9 +472,13 @@ impl Compiler<'_> {
         };
         let mut fields = Vec::new();
         for field in rest {
-            match ty.field(&field.name) {
+            let next = match &ty {
+                Cow::Borrowed(t) => t.field_ref(&field.name),
+                Cow::Owned(t) => t.field(&field.name).map(Cow::Owned),
+            };
+            match next {
                 Some(t) => {
-                    ty = Cow::Owned(t);
+                    ty = t;
                     described = Described::Field(&field.name);
                 }
                 None => {

@@ -1,6 +1,8 @@
 //! Resolved types: what role outputs, memory, inputs and tool arguments may hold.
 //! The checker type-checks expressions with them; the interpreter validates values.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -69,10 +71,24 @@ impl Type {
 
     /// The type of `.name` on a value of this type, `None` when the field cannot exist.
     pub fn field(&self, name: &str) -> Option<Type> {
+        self.field_ref(name).map(Cow::into_owned)
+    }
+
+    /// [`Self::field`], borrowing the field's declared type where it exists as such.
+    pub fn field_ref(&self, name: &str) -> Option<Cow<'_, Type>> {
+        match self {
+            Type::Object { fields } => fields
+                .iter()
+                .find(|f| f.name == name)
+                .map(|f| Cow::Borrowed(&f.ty)),
+            other => other.computed_field(name).map(Cow::Owned),
+        }
+    }
+
+    fn computed_field(&self, name: &str) -> Option<Type> {
         match self {
             Type::Any => Some(Type::Any),
             Type::Optional { inner } => inner.field(name).map(Type::optional),
-            Type::Object { fields } => fields.iter().find(|f| f.name == name).map(|f| f.ty.clone()),
             Type::Map { value } => Some(Type::optional((**value).clone())),
             Type::Union { members } => {
                 let found: Vec<Type> = members.iter().filter_map(|m| m.field(name)).collect();
@@ -88,13 +104,11 @@ impl Type {
 
     /// The type at `fields` below this one, cloning only what is returned.
     pub fn field_path(&self, fields: &[String]) -> Option<Type> {
-        let mut ty = std::borrow::Cow::Borrowed(self);
+        let mut ty = Cow::Borrowed(self);
         for name in fields {
             ty = match ty {
-                std::borrow::Cow::Borrowed(Type::Object { fields }) => {
-                    std::borrow::Cow::Borrowed(&fields.iter().find(|f| f.name == *name)?.ty)
-                }
-                other => std::borrow::Cow::Owned(other.field(name)?),
+                Cow::Borrowed(t) => t.field_ref(name)?,
+                Cow::Owned(t) => Cow::Owned(t.field(name)?),
             };
         }
         Some(ty.into_owned())

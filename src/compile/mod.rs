@@ -1382,6 +1382,7 @@ impl<'f> Compiler<'f> {
                 target,
                 max: decl.max.map(|m| m.0),
                 backtrack: decl.backtrack,
+                on_invalid: false,
                 span: decl.span,
             });
         }

@@ -348,6 +348,10 @@ pub struct Route {
     /// How many times the route may be taken in a run.
     pub max: Option<u64>,
     pub backtrack: bool,
+    /// Taken only when the `from` llm role's reply stayed invalid after its retries
+    /// (`a -> b when a.invalid`); every other route of the role is taken only on a valid reply.
+    #[serde(default)]
+    pub on_invalid: bool,
     pub span: Span,
 }
 

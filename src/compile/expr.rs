@@ -261,6 +261,7 @@ impl Compiler<'_> {
                 }
                 Type::Bool
             }
+            BinOp::Coalesce => self.coalesce_type(lhs, &lt, rhs, &rt),
             BinOp::Add | BinOp::Sub => {
                 if lt.is_numeric() && rt.is_numeric() {
                     if matches!(lt.strip_optional(), Type::Int)
@@ -306,6 +307,53 @@ impl Compiler<'_> {
             },
             ty,
         )
+    }
+
+    /// `a ?? b`: `T? ?? T` is `T`; the fallback must be a value the left side could hold.
+    /// A left side that is not optional is allowed: a role that has not run yet reads as
+    /// null whatever its declared type.
+    fn coalesce_type(
+        &mut self,
+        lhs: &syntax::Expr,
+        lt: &Type,
+        rhs: &syntax::Expr,
+        rt: &Type,
+    ) -> Type {
+        let base = match lt {
+            Type::Null => return rt.clone(),
+            Type::Any => return Type::Any,
+            other => other.strip_optional(),
+        };
+        if !base.comparable(rt) {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::expr::type_mismatch",
+                    format!(
+                        "the fallback of `??` must fit {}, not {}",
+                        base.display(),
+                        rt.display()
+                    ),
+                )
+                .label(lhs.span, lt.display())
+                .label(rhs.span, rt.display())
+                .help(format!("give a fallback of type `{}`", base.display())),
+            );
+            return Type::Any;
+        }
+        let merged = match (base, rt.strip_optional()) {
+            (Type::Int, Type::Float) => Type::Float,
+            (_, Type::Null | Type::Any) => base.clone(),
+            (b, r) if b.literals().is_some() => match (b.literals(), r.literals()) {
+                (Some(have), Some(new)) if new.iter().all(|l| have.contains(l)) => b.clone(),
+                _ => Type::String,
+            },
+            _ => base.clone(),
+        };
+        if rt.is_optional() {
+            Type::optional(merged)
+        } else {
+            merged
+        }
     }
 
     /// `verifier.next_action == "done"` where the field is `"add_step" | "fix_step" | "stop"`.

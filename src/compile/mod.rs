@@ -1009,7 +1009,11 @@ impl<'f> Compiler<'f> {
                 let (value, ty) = self.expr(value, scope);
                 match &self.workflow.memory[memory].kind {
                     MemoryKind::Value { ty: slot_ty, .. } => {
-                        if !slot_ty.comparable(&ty) {
+                        if maybe_null_into_required(slot_ty, &ty) {
+                            let slot_ty = slot_ty.clone();
+                            let what = format!("`{}` holds", target.name);
+                            self.optional_value(target, &what, &slot_ty, &value, &ty);
+                        } else if !slot_ty.comparable(&ty) {
                             self.diags.push(
                                 Diagnostic::error(
                                     "rondo::update::type_mismatch",
@@ -1152,6 +1156,11 @@ impl<'f> Compiler<'f> {
                     return;
                 };
                 let (e, t) = &args[0];
+                if op == MemoryOp::Append && maybe_null_into_required(item, t) {
+                    let what = format!("`{}.append` takes", target.name);
+                    self.optional_value(target, &what, item, e, t);
+                    return;
+                }
                 let bad = match op {
                     MemoryOp::Append => !item.comparable(t),
                     MemoryOp::Extend => {
@@ -1179,9 +1188,17 @@ impl<'f> Compiler<'f> {
                     );
                 }
             }
-            MemoryOp::Put if !matches!(base, Type::Map { .. } | Type::Any) => {
-                mismatch(self, "maps")
-            }
+            MemoryOp::Put => match base {
+                Type::Map { value } => {
+                    let (e, t) = &args[1];
+                    if maybe_null_into_required(value, t) {
+                        let what = format!("`{}.put` takes", target.name);
+                        self.optional_value(target, &what, value, e, t);
+                    }
+                }
+                Type::Any => {}
+                _ => mismatch(self, "maps"),
+            },
             MemoryOp::Patch => {
                 if !matches!(base, Type::List { .. } | Type::Any) {
                     mismatch(self, "lists");
@@ -1206,6 +1223,99 @@ impl<'f> Compiler<'f> {
             }
             _ => {}
         }
+    }
+
+    /// A value that may be null where memory requires one: `set plan = replanner.steps`
+    /// with `steps: list[string]?` and `plan: list[string]`; also a field of a map literal.
+    fn optional_value(
+        &mut self,
+        target: &Ident,
+        what: &str,
+        slot_ty: &Type,
+        value: &Expr,
+        ty: &Type,
+    ) {
+        let Some(path) = null_into_required(slot_ty, ty) else {
+            return;
+        };
+        // Descend to the field that may be null, as far as the literal spells it out.
+        let (mut required, mut given, mut at) = (slot_ty, ty, value);
+        for step in &path {
+            let (r, g) = match (step, required, given) {
+                (
+                    NullStep::Field(name),
+                    Type::Object { fields },
+                    Type::Object { fields: given },
+                ) => (
+                    fields.iter().find(|f| &f.name == name).map(|f| &f.ty),
+                    given.iter().find(|f| &f.name == name).map(|f| &f.ty),
+                ),
+                (NullStep::Item, Type::List { item }, Type::List { item: given }) => {
+                    (Some(&**item), Some(&**given))
+                }
+                (NullStep::Item, Type::Map { value }, Type::Map { value: given }) => {
+                    (Some(&**value), Some(&**given))
+                }
+                _ => (None, None),
+            };
+            let (Some(r), Some(g)) = (r, g) else { break };
+            let sub = match (step, &at.kind) {
+                (NullStep::Field(name), ExprKind::Map { entries }) => {
+                    entries.iter().find(|(k, _)| k == name).map(|(_, e)| e)
+                }
+                _ => None,
+            };
+            let Some(sub) = sub else { break };
+            (required, given, at) = (r, g, sub);
+        }
+        let fallback = match required.strip_optional() {
+            Type::List { .. } => Some("[]"),
+            Type::String => Some("\"\""),
+            Type::Int => Some("0"),
+            Type::Float => Some("0.0"),
+            Type::Bool => Some("false"),
+            Type::Map { .. } => Some("{}"),
+            _ => None,
+        };
+        let fix = match fallback {
+            Some(f) => format!("write `{} ?? {f}`", at.text),
+            None => format!(
+                "give a fallback: `{} ?? <a {}>`",
+                at.text,
+                required.display()
+            ),
+        };
+        let message = if std::ptr::eq(at, value) && path.is_empty() {
+            format!(
+                "{what} {}, but `{}` may be null",
+                slot_ty.display(),
+                value.text
+            )
+        } else {
+            let spelled: String = path
+                .iter()
+                .map(|s| match s {
+                    NullStep::Field(name) => format!(".{name}"),
+                    NullStep::Item => "[]".to_string(),
+                })
+                .collect();
+            format!(
+                "{what} a value whose `{}` is never null, but here it may be",
+                spelled.trim_start_matches('.')
+            )
+        };
+        let declared = if path.is_empty() {
+            format!(", or declare `{}: {}?`", target.name, slot_ty.display())
+        } else {
+            String::new()
+        };
+        self.diags.push(
+            Diagnostic::error("rondo::update::optional_value", message)
+                .label(at.span, format!("this is {}", given.display()))
+                .help(format!(
+                    "{fix}, or update only on a route where it is present{declared}"
+                )),
+        );
     }
 
     fn exits(&mut self, ast: &Ast) {
@@ -1646,6 +1756,44 @@ fn const_eval(e: &syntax::Expr) -> Option<Value> {
         },
         _ => return None,
     })
+}
+
+/// One step into a value: a field of an object, or an item of a list or map.
+enum NullStep {
+    Field(String),
+    Item,
+}
+
+/// Where a value that may be null meets a type that admits none, at the top or in a
+/// field or item of it: the steps down to it (none for the value itself). `any` stays
+/// unchecked. Recursion follows the types, which `Type::validate` walks the same way.
+fn null_into_required(required: &Type, value: &Type) -> Option<Vec<NullStep>> {
+    if required.is_optional() {
+        return None;
+    }
+    if matches!(value, Type::Optional { .. } | Type::Null) {
+        return Some(Vec::new());
+    }
+    let (step, mut rest) = match (required, value) {
+        (Type::Object { fields }, Type::Object { fields: given }) => {
+            fields.iter().find_map(|f| {
+                let g = given.iter().find(|g| g.name == f.name)?;
+                let rest = null_into_required(&f.ty, &g.ty)?;
+                Some((NullStep::Field(f.name.clone()), rest))
+            })?
+        }
+        (Type::List { item }, Type::List { item: given })
+        | (Type::Map { value: item }, Type::Map { value: given }) => {
+            (NullStep::Item, null_into_required(item, given)?)
+        }
+        _ => return None,
+    };
+    rest.insert(0, step);
+    Some(rest)
+}
+
+fn maybe_null_into_required(required: &Type, value: &Type) -> bool {
+    null_into_required(required, value).is_some()
 }
 
 pub fn number_value(n: f64) -> Value {

@@ -109,6 +109,12 @@ impl Env<'_> {
         match op {
             BinOp::And => return Ok(Value::Bool(self.condition(lhs)? && self.condition(rhs)?)),
             BinOp::Or => return Ok(Value::Bool(self.condition(lhs)? || self.condition(rhs)?)),
+            BinOp::Coalesce => {
+                return match self.eval(lhs)? {
+                    Value::Null => self.eval(rhs),
+                    value => Ok(value),
+                };
+            }
             _ => {}
         }
         let (l, r) = (self.eval(lhs)?, self.eval(rhs)?);

@@ -303,6 +303,8 @@ pub enum BinOp {
     Ge,
     Add,
     Sub,
+    /// `a ?? b`: `a` unless it is null, then `b`.
+    Coalesce,
 }
 
 impl BinOp {
@@ -318,6 +320,7 @@ impl BinOp {
             BinOp::Ge => ">=",
             BinOp::Add => "+",
             BinOp::Sub => "-",
+            BinOp::Coalesce => "??",
         }
     }
 }

@@ -12,7 +12,9 @@
 //! the same spans.
 
 use super::ast::*;
-use super::{ExprPiece, Operands, climb, dedent, parse_duration_ms, unescape};
+use super::{
+    ExprPiece, Operands, climb, dedent, duration_fits, number_fits, parse_duration_ms, unescape,
+};
 use crate::source::Span;
 
 /// Below the pest builder's expression depth limit, whatever the prefix operators add.
@@ -41,8 +43,11 @@ pub(super) fn parse(text: &str) -> Option<Ast> {
         pos: 0,
         depth: 0,
         pieces: Vec::new(),
+        too_large: false,
     };
-    parser.file()
+    let ast = parser.file()?;
+    // The pest path reports the number.
+    (!parser.too_large).then_some(ast)
 }
 
 struct Parser<'a> {
@@ -53,6 +58,8 @@ struct Parser<'a> {
     depth: usize,
     /// The flat pieces of the expressions being read, innermost last.
     pieces: Vec<ExprPiece<Expr>>,
+    /// A number or duration past the 64-bit range was read.
+    too_large: bool,
 }
 
 fn is_keyword(word: &str) -> bool {
@@ -600,7 +607,9 @@ impl<'a> Parser<'a> {
             return None;
         }
         self.pos = end;
-        Some(parse_duration_ms(&self.text[start..end]))
+        let text = &self.text[start..end];
+        self.too_large |= !duration_fits(text);
+        Some(parse_duration_ms(text))
     }
 
     /// `"-"? ~ DIGIT+ ~ ("." ~ DIGIT+)? ~ !ident_char`
@@ -629,7 +638,9 @@ impl<'a> Parser<'a> {
             return None;
         }
         self.pos = end;
-        Some(self.text[start..end].parse().unwrap_or(f64::NAN))
+        let text = &self.text[start..end];
+        self.too_large |= !number_fits(text);
+        Some(text.parse().unwrap_or(f64::NAN))
     }
 
     /// `raw_string | string`: the value and the span with its quotes.
@@ -1363,6 +1374,7 @@ impl<'a> Parser<'a> {
             b'>' => (BinOp::Gt, 1),
             b'+' => (BinOp::Add, 1),
             b'-' => (BinOp::Sub, 1),
+            b'?' if self.peek_at(1) == b'?' => (BinOp::Coalesce, 2),
             _ => return None,
         };
         self.pos += op.1;

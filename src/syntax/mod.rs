@@ -261,6 +261,34 @@ fn string_value(pair: Pair<'_, Rule>) -> String {
     }
 }
 
+/// Whether a number literal's whole part fits 64 bits: -2^63 ..= 2^64 - 1.
+fn number_fits(text: &str) -> bool {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let whole = digits.split('.').next().unwrap_or("");
+    whole
+        .parse::<u64>()
+        .is_ok_and(|n| !negative || n <= 1 << 63)
+}
+
+/// Whether a duration literal's milliseconds fit 64 bits.
+fn duration_fits(text: &str) -> bool {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let factor: u64 = match &text[digits..] {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        _ => 3_600_000,
+    };
+    text[..digits]
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(factor))
+        .is_some()
+}
+
 fn parse_duration_ms(text: &str) -> u64 {
     let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
     let n: u64 = digits.parse().unwrap_or(u64::MAX);
@@ -275,6 +303,34 @@ fn parse_duration_ms(text: &str) -> u64 {
 }
 
 impl Builder {
+    /// A number literal; one past the 64-bit range is reported, never clamped.
+    fn number(&mut self, pair: &Pair<'_, Rule>) -> f64 {
+        let text = pair.as_str();
+        if !number_fits(text) {
+            self.too_large(span(pair), "this number does not fit in 64 bits");
+        }
+        text.parse().unwrap_or(f64::NAN)
+    }
+
+    fn duration(&mut self, pair: &Pair<'_, Rule>) -> u64 {
+        let text = pair.as_str();
+        if !duration_fits(text) {
+            self.too_large(
+                span(pair),
+                "this duration does not fit in 64 bits of milliseconds",
+            );
+        }
+        parse_duration_ms(text)
+    }
+
+    fn too_large(&mut self, at: Span, message: &str) {
+        self.diagnostics.push(
+            Diagnostic::error("rondo::syntax::number_too_large", message)
+                .label(at, "past the 64-bit range")
+                .help("whole numbers run from -9223372036854775808 to 18446744073709551615; write a smaller value"),
+        );
+    }
+
     fn bad_line(&mut self, pair: Pair<'_, Rule>, context: &str) {
         let text = pair.as_str().trim();
         let word = text.split_whitespace().next().unwrap_or("");
@@ -448,8 +504,8 @@ impl Builder {
         };
         let kind = match pair.as_rule() {
             Rule::string | Rule::raw_string => ValueKind::String(string_value(pair)),
-            Rule::duration => ValueKind::Duration(parse_duration_ms(pair.as_str())),
-            Rule::number => ValueKind::Number(pair.as_str().parse().unwrap_or(f64::NAN)),
+            Rule::duration => ValueKind::Duration(self.duration(&pair)),
+            Rule::number => ValueKind::Number(self.number(&pair)),
             Rule::boolean => ValueKind::Bool(pair.as_str() == "true"),
             Rule::null => ValueKind::Null,
             Rule::ident => ValueKind::Ident(pair.as_str().to_string()),
@@ -835,9 +891,11 @@ impl Builder {
                     let n = part
                         .into_inner()
                         .next()
-                        .map(|n| n.as_str().parse::<f64>().unwrap_or(-1.0))
+                        .map(|n| self.number(&n))
                         .unwrap_or(-1.0);
-                    if n < 1.0 || n.fract() != 0.0 {
+                    if !n.is_finite() || n > u64::MAX as f64 {
+                        // Reported as too large.
+                    } else if n < 1.0 || n.fract() != 0.0 {
                         self.diagnostics.push(
                             Diagnostic::error(
                                 "rondo::route::bad_bound",
@@ -892,7 +950,10 @@ impl Builder {
                     for part in item.into_inner() {
                         match part.as_rule() {
                             Rule::ident => role = Some(ident(part)),
-                            Rule::number => visit = part.as_str().parse::<u64>().ok().or(Some(0)),
+                            Rule::number => {
+                                self.number(&part);
+                                visit = part.as_str().parse::<u64>().ok().or(Some(0));
+                            }
                             _ => text = string_value(part),
                         }
                     }
@@ -998,7 +1059,7 @@ impl Builder {
         let s = span(&pair);
         let kind = match pair.as_rule() {
             Rule::string | Rule::raw_string => ExprKind::String(string_value(pair)),
-            Rule::number => ExprKind::Number(pair.as_str().parse().unwrap_or(f64::NAN)),
+            Rule::number => ExprKind::Number(self.number(&pair)),
             Rule::boolean => ExprKind::Bool(pair.as_str() == "true"),
             Rule::null => ExprKind::Null,
             Rule::list_expr => ExprKind::List(pair.into_inner().map(|e| self.expr(e)).collect()),
@@ -1155,6 +1216,7 @@ fn bin_op(rule: Rule) -> Option<BinOp> {
         Rule::ge => BinOp::Ge,
         Rule::add => BinOp::Add,
         Rule::sub => BinOp::Sub,
+        Rule::coalesce => BinOp::Coalesce,
         _ => return None,
     })
 }
@@ -1164,7 +1226,9 @@ fn precedence(op: BinOp) -> u8 {
         BinOp::Or => 1,
         BinOp::And => 2,
         BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => 3,
-        BinOp::Add | BinOp::Sub => 4,
+        // As in Swift: `a ?? 0 > 3` compares the coalesced value; `a ?? b + 1` adds first.
+        BinOp::Coalesce => 4,
+        BinOp::Add | BinOp::Sub => 5,
     }
 }
 

@@ -1319,6 +1319,8 @@ impl<'f> Compiler<'f> {
     }
 
     fn exits(&mut self, ast: &Ast) {
+        // Each user exit with where its code is written (its name when defaulted).
+        let mut codes: Vec<(NodeIndex, Span)> = Vec::new();
         for exit in &ast.exits {
             let Some(&index) = self.node_names.get(&exit.name.name) else {
                 continue;
@@ -1328,17 +1330,90 @@ impl<'f> Compiler<'f> {
             }
             let mut attrs =
                 Attrs::new(&exit.attrs, &["code"], format!("exit `{}`", exit.name.name));
-            if let Some((code, _)) = attrs.count("code", &mut self.diags)
-                && let NodeKind::Exit(spec) = &mut self.workflow.graph[index].kind
-            {
-                spec.code = code.min(255) as i32;
+            let mut code_at = exit.name.span;
+            if let Some((code, span)) = attrs.count("code", &mut self.diags) {
+                code_at = span;
+                if code > 255 {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::exit::code_out_of_range",
+                            format!("exit code {code} is out of range"),
+                        )
+                        .label(span, "more than 255")
+                        .help("a process exit code is 0 to 255; choose one in that range"),
+                    );
+                } else if let NodeKind::Exit(spec) = &mut self.workflow.graph[index].kind {
+                    spec.code = code as i32;
+                }
             }
+            codes.push((index, code_at));
             attrs.finish(&mut self.diags);
             if let Some(cond) = &exit.condition {
                 let scope = Scope::global();
                 let (expr, ty) = self.expr(cond, &scope);
                 self.expect_bool(&expr, &ty, "an exit condition");
                 self.workflow.exit_guards.push((index, expr));
+            }
+        }
+        self.exit_codes(&codes);
+    }
+
+    /// A caller tells exits apart by the process exit code alone: a user exit may not
+    /// take a built-in exit's code, and two user exits sharing one get a warning.
+    fn exit_codes(&mut self, exits: &[(NodeIndex, Span)]) {
+        let code_of = |w: &Workflow, n: NodeIndex| match &w.graph[n].kind {
+            NodeKind::Exit(spec) => spec.code,
+            _ => -1,
+        };
+        let mut taken: Vec<i32> = exits
+            .iter()
+            .map(|&(n, _)| code_of(&self.workflow, n))
+            .collect();
+        // Each suggestion is a different free code, so following them all leaves none shared.
+        let mut free = || {
+            let code = (1..=255)
+                .find(|c| builtin_exit_with_code(*c).is_none() && !taken.contains(c))
+                .unwrap_or(1);
+            taken.push(code);
+            code
+        };
+        let mut first_with: HashMap<i32, (NodeIndex, Span)> = HashMap::new();
+        for &(index, at) in exits {
+            let code = code_of(&self.workflow, index);
+            let name = self.workflow.graph[index].name.clone();
+            if let Some(builtin) = builtin_exit_with_code(code) {
+                let free = free();
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::exit::reserved_code",
+                        format!("exit `{name}` uses code {code}, the code of the built-in `{builtin}` exit"),
+                    )
+                    .label(at, format!("{code} means `{builtin}`"))
+                    .help(format!(
+                        "a caller could not tell `{name}` from `{builtin}`; codes 2, 3, 4 and 130 are the built-in exits'. Use a free code: `exit {name} {{ code = {free} }}`"
+                    )),
+                );
+                continue;
+            }
+            match first_with.get(&code) {
+                Some(&(other, other_at)) => {
+                    let other = self.workflow.graph[other].name.clone();
+                    let free = free();
+                    self.diags.push(
+                        Diagnostic::warning(
+                            "rondo::exit::shared_code",
+                            format!("exits `{other}` and `{name}` both end the run with code {code}"),
+                        )
+                        .label(at, format!("`{name}`: code {code}"))
+                        .label(other_at, format!("`{other}`: code {code}"))
+                        .help(format!(
+                            "a caller tells exits apart by the code alone; give `{name}` its own, e.g. `exit {name} {{ code = {free} }}`"
+                        )),
+                    );
+                }
+                None => {
+                    first_with.insert(code, (index, at));
+                }
             }
         }
     }
@@ -1756,6 +1831,16 @@ fn const_eval(e: &syntax::Expr) -> Option<Value> {
         },
         _ => return None,
     })
+}
+
+/// The built-in exit that owns `code`; 4 is `invalid_output` (a reply still invalid after
+/// its retries).
+fn builtin_exit_with_code(code: i32) -> Option<&'static str> {
+    BUILTIN_EXITS
+        .iter()
+        .find(|(_, c)| *c == code)
+        .map(|(n, _)| *n)
+        .or((code == 4).then_some("invalid_output"))
 }
 
 /// One step into a value: a field of an object, or an item of a list or map.

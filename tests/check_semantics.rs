@@ -101,6 +101,140 @@ fn graph_passes_wait_for_names_to_resolve() {
     assert_eq!(common::codes(&diags), ["rondo::route::unknown_target"]);
 }
 
+/// A role reached only through `fixer -> ask max 3`-style bounded routes runs at most
+/// as often as that route is taken, not as often as the loop around it.
+#[test]
+fn a_role_behind_a_bounded_route_runs_at_most_its_bound() {
+    let text = r#"workflow w {
+  prompts = "_support/prompts"
+  input question: string
+}
+
+role ask: llm {
+  prompt = "ask.tera"
+  retries = 0
+}
+
+role fixer: llm {
+  prompt = "ask.tera"
+  retries = 0
+}
+
+start -> ask
+ask -> fixer max 3 when len(ask) == 0
+ask -> success otherwise
+fixer -> ask
+exit success
+"#;
+    let (_, diags, summary) = check(text);
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    assert_eq!(bound(&summary, "fixer"), Some(3));
+    assert_eq!(bound(&summary, "ask"), Some(4));
+    assert_eq!(summary.worst_case_llm_calls, Some(7));
+}
+
+const SUPERVISOR: &str = r#"workflow w {
+  prompts = "_support/prompts"
+  input question: string
+}
+
+role supervisor: llm {
+  prompt = "ask.tera"
+  retries = 2
+  max_visits = 10
+  output json { next: "work" | "done" }
+}
+
+role worker: llm {
+  prompt = "ask.tera"
+  retries = 0
+}
+
+role check_work: tool {
+  command = ["true"]
+}
+
+start -> supervisor
+supervisor -> worker when supervisor.next == "work"
+supervisor -> success otherwise
+worker -> check_work
+check_work -> supervisor
+exit success
+"#;
+
+/// A worker inside a supervisor loop capped at 10 runs at most 10 times, not 11, and the
+/// worst case multiplies each role's visits by its attempts (1 + retries).
+#[test]
+fn a_worker_inside_a_capped_supervisor_loop_runs_at_most_the_cap() {
+    let (_, diags, summary) = check(SUPERVISOR);
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    assert_eq!(bound(&summary, "supervisor"), Some(10));
+    assert_eq!(bound(&summary, "worker"), Some(10));
+    assert_eq!(bound(&summary, "check_work"), Some(10));
+    // 10 × (1 + 2) + 10 × (1 + 0).
+    assert_eq!(summary.worst_case_llm_calls, Some(40));
+}
+
+/// `retries` at the top of the 64-bit range saturates the figure instead of wrapping to 0.
+#[test]
+fn the_largest_retries_does_not_overflow_the_worst_case() {
+    let text = SUPERVISOR.replace("retries = 2", "retries = 18446744073709551615");
+    let (_, diags, summary) = check(&text);
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    assert_eq!(summary.worst_case_llm_calls, Some(u64::MAX));
+    assert!(
+        summary
+            .line()
+            .ends_with("more than 18446744073709551614 LLM calls per run"),
+        "{}",
+        summary.line()
+    );
+}
+
+/// A number past the 64-bit range is an error, not a clamped value.
+#[test]
+fn a_number_past_64_bits_is_an_error() {
+    let text = SUPERVISOR.replace("retries = 2", "retries = 99999999999999999999");
+    let (_, diags, _) = check(&text);
+    assert_eq!(common::codes(&diags), ["rondo::syntax::number_too_large"]);
+}
+
+/// A map fan-out runs its worker at most `max` items per time its route is taken, and the
+/// route at most `max` times; the join runs once per fan-out.
+#[test]
+fn a_map_fan_out_bounds_its_worker_by_items_and_takings() {
+    let text = r#"workflow w {}
+
+memory {
+  items: list[string] = []
+}
+
+role plan: tool {
+  command = ["true"]
+  max_visits = 5
+}
+
+role each: tool {
+  command = ["true"]
+}
+
+role collect: tool {
+  command = ["true"]
+}
+
+start -> plan
+plan -> map each over memory.items -> collect max 4
+collect -> plan when not collect.ok
+collect -> success otherwise
+exit success
+"#;
+    let (_, diags, summary) = check(text);
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    assert_eq!(bound(&summary, "plan"), Some(5));
+    assert_eq!(bound(&summary, "collect"), Some(4));
+    assert_eq!(bound(&summary, "each"), Some(16));
+}
+
 // ---------- known bugs (ignored until src/ is fixed) ----------
 
 /// Input: two pairs of duplicate inputs. The second pair's "first declared here" label

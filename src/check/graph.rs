@@ -427,8 +427,18 @@ fn find_cycle<N, E>(
 /// Worst-case visits per role: `None` = unbounded. Within a strongly connected
 /// component every cycle passes a bounded element, so a walk splits into segments that
 /// each visit a role at most once; segments ≤ entries + the component's total bounds.
+/// [`tighten`] then narrows each role to what its own incoming routes can deliver.
 pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
     let graph = &workflow.graph;
+    // `max_visits` is enforced when a role runs as a step, not as a parallel or map branch.
+    let branches = fork_branches(workflow);
+    let own = |v: NodeIndex| {
+        if branches.contains_key(&v) {
+            None
+        } else {
+            workflow.role(v).and_then(|r| r.max_visits)
+        }
+    };
     let mut bound: HashMap<NodeIndex, Option<u64>> = HashMap::with_capacity(graph.node_count());
     let mut components = tarjan_scc(graph);
     components.reverse();
@@ -509,11 +519,98 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
             }
         }
         for &v in component {
-            let own = workflow.role(v).and_then(|r| r.max_visits);
-            bound.insert(v, min(add(entries, budget), own));
+            // A map worker runs once per item, not once per segment: inside a loop its
+            // bound comes from `tighten` (takings × items).
+            let map_worker_in_loop = cyclic
+                && graph.edges_directed(v, Direction::Incoming).any(|e| {
+                    is_member(e.source())
+                        && e.weight().kind == EdgeKind::Fork
+                        && matches!(
+                            workflow.routes[e.weight().route].target,
+                            RouteTarget::Map { .. }
+                        )
+                });
+            let b = if map_worker_in_loop {
+                None
+            } else {
+                add(entries, budget)
+            };
+            bound.insert(v, min(b, own(v)));
         }
     }
+    let order: Vec<NodeIndex> = components.into_iter().flatten().collect();
+    tighten(workflow, &mut bound, &order, own);
     bound
+}
+
+/// Narrows sound visit bounds to a fixed point: a role runs at most once per time one of
+/// its incoming routes is taken (a map branch once per item), a route is taken at most
+/// `max` times and at most as often as its source runs, and `max_visits` caps the sum.
+/// Every bound stays an upper bound at every round, so stopping early is still sound.
+fn tighten(
+    workflow: &Workflow,
+    bound: &mut HashMap<NodeIndex, Option<u64>>,
+    order: &[NodeIndex],
+    own: impl Fn(NodeIndex) -> Option<u64>,
+) {
+    const ROUNDS: usize = 64;
+    let graph = &workflow.graph;
+    let of = |bound: &HashMap<NodeIndex, Option<u64>>, n: NodeIndex| {
+        if n == workflow.start {
+            Some(1)
+        } else {
+            bound.get(&n).copied().unwrap_or(Some(0))
+        }
+    };
+    for _ in 0..ROUNDS {
+        let mut changed = false;
+        for &v in order {
+            if v == workflow.start || workflow.role(v).is_none() {
+                continue;
+            }
+            let mut total = Some(0u64);
+            let mut joins_seen: BTreeSet<usize> = BTreeSet::new();
+            for e in graph.edges_directed(v, Direction::Incoming) {
+                let route_id = e.weight().route;
+                let route = &workflow.routes[route_id];
+                // Times the route is taken.
+                let taken = cap(of(bound, route.from), route.max);
+                let through = match (&route.target, e.weight().kind) {
+                    (_, EdgeKind::Join) => {
+                        if !joins_seen.insert(route_id) {
+                            continue;
+                        }
+                        taken
+                    }
+                    (RouteTarget::Map { .. }, EdgeKind::Fork) => match (taken, route.max) {
+                        (Some(t), Some(items)) => Some(t.saturating_mul(items)),
+                        _ => None,
+                    },
+                    _ => taken,
+                };
+                total = match (total, through) {
+                    (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                    _ => None,
+                };
+            }
+            let new = cap(cap(total, own(v)), of(bound, v));
+            if new != of(bound, v) {
+                bound.insert(v, new);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+}
+
+/// The smaller of two bounds, `None` being unbounded.
+fn cap(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) | (None, x) => x,
+    }
 }
 
 /// A set of nodes as one flag per node index.

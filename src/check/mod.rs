@@ -27,7 +27,8 @@ pub struct Summary {
     pub builtin_roles: usize,
     pub routes: usize,
     pub exits: usize,
-    /// Worst-case LLM calls in one run (with retries), `None` when a map fan-out has no bound.
+    /// Worst-case LLM calls in one run (with retries), `None` when a map fan-out has no
+    /// bound; `u64::MAX` when the figure does not fit 64 bits.
     pub worst_case_llm_calls: Option<u64>,
     /// Worst-case visits per role.
     pub max_visits: Vec<(String, Option<u64>)>,
@@ -36,11 +37,12 @@ pub struct Summary {
 impl Summary {
     pub fn line(&self) -> String {
         let calls = match self.worst_case_llm_calls {
-            Some(n) => n.to_string(),
-            None => "unbounded".to_string(),
+            Some(u64::MAX) => format!("more than {} LLM calls per run", u64::MAX - 1),
+            Some(n) => format!("at most {n} LLM calls per run"),
+            None => "an unbounded number of LLM calls per run".to_string(),
         };
         format!(
-            "{} roles ({} llm, {} tool, {} builtin), {} routes, {} exits; at most {calls} LLM calls per run",
+            "{} roles ({} llm, {} tool, {} builtin), {} routes, {} exits; {calls}",
             self.roles,
             self.llm_roles,
             self.tool_roles,
@@ -148,7 +150,7 @@ fn summary(workflow: &Workflow) -> Summary {
                 s.llm_roles += 1;
                 s.worst_case_llm_calls = match (s.worst_case_llm_calls, bound) {
                     (Some(total), Some(b)) => {
-                        Some(total.saturating_add(b.saturating_mul(1 + l.retries)))
+                        Some(total.saturating_add(b.saturating_mul(l.retries.saturating_add(1))))
                     }
                     _ => None,
                 };

@@ -1012,3 +1012,130 @@ fn a_call_span_ends_at_its_closing_parenthesis() {
     };
     assert_eq!(at(text, cond.span), "exists(\"done.txt\")");
 }
+
+// ---------- `??` and number ranges ----------
+
+#[test]
+fn coalesce_binds_between_comparison_and_arithmetic() {
+    // a ?? 0 > 3  ==  (a ?? 0) > 3
+    let e = expr("a ?? 0 > 3");
+    let (op, l, r) = binary(&e);
+    assert_eq!((op, number(r)), (BinOp::Gt, 3.0));
+    let (op, a, zero) = binary(l);
+    assert_eq!(
+        (op, path(a), number(zero)),
+        (BinOp::Coalesce, vec!["a"], 0.0)
+    );
+
+    // a ?? b + 1  ==  a ?? (b + 1)
+    let e = expr("a ?? b + 1");
+    let (op, a, rest) = binary(&e);
+    assert_eq!((op, path(a)), (BinOp::Coalesce, vec!["a"]));
+    assert_eq!(binary(rest).0, BinOp::Add);
+
+    // x or a ?? b  ==  x or (a ?? b);  not a ?? b  ==  not (a ?? b)
+    let e = expr("x or a ?? b");
+    let (op, _, rest) = binary(&e);
+    assert_eq!((op, binary(rest).0), (BinOp::Or, BinOp::Coalesce));
+    let e = expr("not a ?? b");
+    let (op, inner) = unary(&e);
+    assert_eq!((op, binary(inner).0), (UnOp::Not, BinOp::Coalesce));
+}
+
+#[test]
+fn coalesce_chains_associate_left() {
+    let text = "a.b ?? c ?? []";
+    let e = expr(text);
+    let (op, l, r) = binary(&e);
+    assert_eq!(op, BinOp::Coalesce);
+    assert!(matches!(&r.kind, ExprKind::List(items) if items.is_empty()));
+    let (op, a, c) = binary(l);
+    assert_eq!(
+        (op, path(a), path(c)),
+        (BinOp::Coalesce, vec!["a", "b"], vec!["c"])
+    );
+    assert_eq!(at(text, e.span), text);
+    assert_eq!(at(text, l.span), "a.b ?? c");
+}
+
+/// Both parsers build the same tree for `??` wherever an expression goes.
+#[test]
+fn both_parsers_read_coalesce_alike() {
+    let text = r#"workflow w {
+  input steps: list[string]? = null ?? []
+}
+
+memory {
+  plan: list[string] = []
+}
+
+role r: builtin {
+  update {
+    set plan = input.steps ?? []
+    plan.append(first(input.steps)??"none")
+  }
+  artifact "plan.json" = memory.plan ?? []
+}
+
+start -> r
+r -> done when len(input.steps ?? []) > 0 ?? false
+r -> done otherwise
+exit done when (input.steps ?? [])  == []
+
+test "t" {
+  expect memory.plan ?? [] == []
+}
+"#;
+    let fast = syntax::parse_fast(text).expect("the fast parser reads `??`");
+    let (pest, diags) = syntax::parse_with_pest(text);
+    assert!(
+        diags.is_empty(),
+        "{:?}",
+        diags.iter().map(|d| d.code).collect::<Vec<_>>()
+    );
+    assert_eq!(format!("{fast:#?}"), format!("{pest:#?}"));
+    let UpdateStmt::Set { value, .. } = &fast.roles[0].updates[0] else {
+        panic!("set expected")
+    };
+    assert_eq!(binary(value).0, BinOp::Coalesce);
+}
+
+/// A number past the 64-bit range is a diagnostic in both parsers (the fast one hands the
+/// file to pest, which reports it); the edges of the range still parse.
+#[test]
+fn numbers_past_64_bits_are_reported() {
+    for (value, fits) in [
+        ("18446744073709551615", true),
+        ("18446744073709551616", false),
+        ("99999999999999999999", false),
+        ("-18446744073709551615", true),
+        ("-18446744073709551616", false),
+        ("18446744073709551615.5", true),
+        ("99999999999999999999.5", false),
+        ("213503982334601s", true),
+        ("18446744073709551615s", false),
+        ("99999999999999999999ms", false),
+    ] {
+        for text in [
+            format!("workflow w {{\n  x = {value}\n}}\n"),
+            format!("a -> b when x == [{value}]\n"),
+        ] {
+            if text.contains("when") && value.ends_with('s') {
+                continue;
+            }
+            let file = SourceFile::new("t.rondo", text.as_str());
+            let (_, diags) = syntax::parse(&file);
+            let codes: Vec<&str> = diags.iter().map(|d| d.code).collect();
+            if fits {
+                assert!(codes.is_empty(), "{value}: {codes:?}");
+                assert!(syntax::parse_fast(&text).is_some(), "{value}");
+            } else {
+                assert_eq!(codes, ["rondo::syntax::number_too_large"], "{value}");
+                assert!(syntax::parse_fast(&text).is_none(), "{value}");
+            }
+        }
+    }
+    let file = SourceFile::new("t.rondo", "a -> b max 99999999999999999999\n");
+    let codes: Vec<&str> = syntax::parse(&file).1.iter().map(|d| d.code).collect();
+    assert_eq!(codes, ["rondo::syntax::number_too_large"]);
+}

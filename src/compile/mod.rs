@@ -1278,7 +1278,10 @@ impl<'f> Compiler<'f> {
             _ => None,
         };
         let fix = match fallback {
-            Some(f) => format!("write `{} ?? {f}`", at.text),
+            Some(f) => format!(
+                "write `{} ?? {f}` to store a fallback when it is null",
+                at.text
+            ),
             None => format!(
                 "give a fallback: `{} ?? <a {}>`",
                 at.text,
@@ -1312,9 +1315,7 @@ impl<'f> Compiler<'f> {
         self.diags.push(
             Diagnostic::error("rondo::update::optional_value", message)
                 .label(at.span, format!("this is {}", given.display()))
-                .help(format!(
-                    "{fix}, or update only on a route where it is present{declared}"
-                )),
+                .help(format!("{fix}{declared}")),
         );
     }
 

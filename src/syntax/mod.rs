@@ -261,16 +261,12 @@ fn string_value(pair: Pair<'_, Rule>) -> String {
     }
 }
 
-/// Whether a number literal's whole part fits 64 bits: -2^63 ..= 2^64 - 1.
+/// Whether a number literal's whole part fits 64 bits (its size: in an expression `-5` is
+/// the negation of `5`, so the sign is not part of the literal there).
 fn number_fits(text: &str) -> bool {
-    let (negative, digits) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text),
-    };
+    let digits = text.strip_prefix('-').unwrap_or(text);
     let whole = digits.split('.').next().unwrap_or("");
-    whole
-        .parse::<u64>()
-        .is_ok_and(|n| !negative || n <= 1 << 63)
+    whole.parse::<u64>().is_ok()
 }
 
 /// Whether a duration literal's milliseconds fit 64 bits.
@@ -327,7 +323,7 @@ impl Builder {
         self.diagnostics.push(
             Diagnostic::error("rondo::syntax::number_too_large", message)
                 .label(at, "past the 64-bit range")
-                .help("whole numbers run from -9223372036854775808 to 18446744073709551615; write a smaller value"),
+                .help("a number's whole part is at most 18446744073709551615 either side of zero; write a smaller value"),
         );
     }
 

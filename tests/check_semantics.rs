@@ -235,6 +235,43 @@ exit success
     assert_eq!(bound(&summary, "each"), Some(16));
 }
 
+/// `T? ?? T` is `T`; `T? ?? U?` stays optional; a fallback of another type is an error.
+#[test]
+fn coalesce_types() {
+    let with = |value: &str| {
+        format!(
+            "workflow w {{\n  input steps: list[string]?\n  input more: list[string]?\n  input n: int?\n}}\nmemory {{\n  plan: list[string] = []\n  count: int = 0\n}}\nrole r: builtin {{\n  update {{\n    {value}\n  }}\n}}\nstart -> r\nr -> done\nexit done\n"
+        )
+    };
+    for clean in [
+        "set plan = input.steps ?? []",
+        "set plan = input.steps ?? input.more ?? [\"x\"]",
+        "set count = input.n ?? 0",
+        "plan.append(first(input.steps) ?? \"none\")",
+    ] {
+        let (_, diags, _) = check(&with(clean));
+        assert!(diags.is_empty(), "{clean}: {:?}", common::codes(&diags));
+    }
+    for (bad, code) in [
+        (
+            "set plan = input.steps ?? input.more",
+            "rondo::update::optional_value",
+        ),
+        (
+            "set count = input.n ?? \"none\"",
+            "rondo::expr::type_mismatch",
+        ),
+        (
+            "plan.append(first(input.steps))",
+            "rondo::update::optional_value",
+        ),
+        ("set count = null", "rondo::update::optional_value"),
+    ] {
+        let (_, diags, _) = check(&with(bad));
+        assert_eq!(common::codes(&diags), [code], "{bad}");
+    }
+}
+
 // ---------- known bugs (ignored until src/ is fixed) ----------
 
 /// Input: two pairs of duplicate inputs. The second pair's "first declared here" label

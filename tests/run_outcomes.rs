@@ -296,3 +296,238 @@ test "two rejected attempts, then a valid one" {
         tokens
     );
 }
+
+/// One reply that needs every coercion of the safe set.
+const COERCE: &str = r#"
+workflow coercions {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+type Reply {
+  answer: string
+  count: int
+  ratio: float
+  ok: bool
+  tags: list[string]
+  note: string?
+  items: list[int]
+  mode: "fast" | "slow"
+  final: { answer: string }
+  name: string
+}
+role ask: llm {
+  prompt = "ask.tera"
+  retries = 0
+  COERCE_ATTR
+  output json Reply
+}
+exit done
+start -> ask
+ask -> done
+ask -> invalid_output when ask.invalid
+"#;
+
+const NEEDS_EVERY_COERCION: &str = r#"{"answer": 4, "count": "3", "ratio": "1.5", "ok": "true", "tags": "a", "mode": "FAST", "final": "done", "name": {"value": "x"}, "extra": 1}"#;
+
+fn coerce_project(dir: &Path, attr: &str) -> PathBuf {
+    project(
+        dir,
+        &COERCE.replace("COERCE_ATTR", attr),
+        &[("ask.tera", "Answer.\n")],
+        &format!("replies:\n  ask: '{NEEDS_EVERY_COERCION}'\n"),
+    )
+}
+
+#[test]
+fn the_safe_coercions_align_a_near_valid_reply_and_each_is_recorded_as_a_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = coerce_project(tmp.path(), "");
+    let (out, dir) = run(&wf, "r");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let state = json(dir.join("state.json"));
+    let output = state["outputs"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    assert_eq!(
+        *output,
+        serde_json::json!({
+            "answer": "4", "count": 3, "ratio": 1.5, "ok": true, "tags": ["a"], "note": null,
+            "items": [], "mode": "fast", "final": {"answer": "done"}, "name": "x"
+        })
+    );
+    let ev = events(&dir);
+    let response = ev.iter().find(|e| e["event"] == "llm_response").unwrap();
+    let mut flags: Vec<(String, String)> = response["coercions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["flag"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    flags.sort();
+    let mut expected: Vec<(String, String)> = [
+        ("extra_field_dropped", "$.extra"),
+        ("missing_collection", "$.items"),
+        ("missing_optional", "$.note"),
+        ("number_to_string", "$.answer"),
+        ("single_to_list", "$.tags"),
+        ("string_to_bool", "$.ok"),
+        ("string_to_number", "$.count"),
+        ("string_to_number", "$.ratio"),
+        ("union_case", "$.mode"),
+        ("unwrapped_object", "$.name"),
+        ("wrapped_value", "$.final"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    expected.sort();
+    assert_eq!(flags, expected);
+}
+
+#[test]
+fn strict_mode_rejects_what_safe_mode_coerces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = coerce_project(tmp.path(), "coerce = strict");
+    let (out, dir) = run(&wf, "r");
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let ev = events(&dir);
+    let rejected = ev.iter().find(|e| e["event"] == "invalid_output").unwrap();
+    assert!(
+        rejected["error"]
+            .as_str()
+            .unwrap()
+            .contains("$.answer: expected a string"),
+        "{}",
+        rejected["error"]
+    );
+
+    // A list allows only the coercions it names: the string "3" for an int is refused.
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = coerce_project(tmp.path(), "coerce = [number_to_string]");
+    let (out, dir) = run(&wf, "r");
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let ev = events(&dir);
+    let rejected = ev.iter().find(|e| e["event"] == "invalid_output").unwrap();
+    assert!(
+        rejected["error"]
+            .as_str()
+            .unwrap()
+            .contains("$.count: expected an integer"),
+        "{}",
+        rejected["error"]
+    );
+}
+
+#[test]
+fn an_absent_optional_field_is_null_in_templates_expressions_updates_and_artifacts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        r#"
+workflow nulls {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory {
+  notes: list[{ text: string, tag: string? }] = []
+}
+role supervisor: llm {
+  prompt = "supervisor.tera"
+  output json { ok: bool, reason: string? }
+  update { notes.append({ text: "first" }) }
+  artifact "supervisor.json" = { reason: supervisor.reason, is_null: supervisor.reason == null }
+}
+role report: llm {
+  prompt = "report.tera"
+  reads = [notes]
+  output text
+}
+exit done
+exit other
+start -> supervisor
+supervisor -> report when supervisor.reason == null
+supervisor -> other otherwise
+supervisor -> invalid_output when supervisor.invalid
+report -> done
+"#,
+        &[
+            ("supervisor.tera", "Supervise.\n"),
+            (
+                "report.tera",
+                "Reason: [{{ supervisor.reason }}]{% for n in memory.notes %} {{ n.text }}/[{{ n.tag }}]{% endfor %}\n",
+            ),
+        ],
+        "replies:\n  supervisor: '{\"ok\": true}'\n  report: 'ok'\n",
+    );
+    let (out, dir) = run(&wf, "r");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ev = events(&dir);
+    let prompt = ev
+        .iter()
+        .find(|e| e["event"] == "llm_response" && e["role"] == "report")
+        .unwrap()["prompt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(prompt, "Reason: [] first/[]\n");
+    let artifact = json(dir.join("supervisor.json"));
+    assert_eq!(
+        artifact,
+        serde_json::json!({"reason": null, "is_null": true})
+    );
+    let state = json(dir.join("state.json"));
+    assert_eq!(
+        state["memory"][0],
+        serde_json::json!([{"text": "first", "tag": null}])
+    );
+}
+
+#[test]
+fn a_map_over_an_empty_list_joins_to_an_empty_list() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        r#"
+workflow empty_map {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory {
+  items: list[string] = []
+  joined: any = "not yet"
+}
+role dispatch: builtin { update { set items = [] } }
+role shout: llm {
+  prompt = "shout.tera"
+  output text
+}
+role gather: builtin {
+  update { set joined = shout }
+  artifact "joined.json" = { shout: shout, count: len(shout) }
+}
+exit done
+start -> dispatch
+dispatch -> map shout over memory.items -> gather max 10
+gather -> done
+"#,
+        &[("shout.tera", "Shout {{ item }}.\n")],
+        "replies:\n  shout: 'HEY'\n",
+    );
+    let (out, dir) = run(&wf, "r");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let state = json(dir.join("state.json"));
+    assert_eq!(state["memory"][1], serde_json::json!([]));
+    assert_eq!(
+        json(dir.join("joined.json")),
+        serde_json::json!({"shout": [], "count": 0})
+    );
+    assert_eq!(state["path"], serde_json::json!(["dispatch", "gather"]));
+}

@@ -731,6 +731,7 @@ impl<'f> Compiler<'f> {
                 "reads",
                 "tools",
                 "retries",
+                "coerce",
                 "max_visits",
             ],
             "tool" => &[
@@ -920,6 +921,7 @@ impl<'f> Compiler<'f> {
             },
             _ => OutputFormat::Text,
         };
+        let coerce = self.coerce_attr(attrs);
         LlmRole {
             provider,
             system: system.map(|s| s.0.into()),
@@ -927,7 +929,57 @@ impl<'f> Compiler<'f> {
             output,
             retries,
             tools: tools.iter().filter_map(|t| self.lookup_tool(t)).collect(),
+            coerce,
         }
+    }
+
+    /// `coerce = safe` (default), `coerce = strict`, or a list of coercion names.
+    fn coerce_attr(&mut self, attrs: &mut Attrs<'_>) -> Vec<types::Coercion> {
+        use types::Coercion;
+        let Some(value) = attrs.value("coerce") else {
+            return Coercion::safe();
+        };
+        let names: Vec<(String, Span)> = match &value.kind {
+            ValueKind::Ident(s) if s == "safe" => return Coercion::safe(),
+            ValueKind::Ident(s) if s == "strict" => return Vec::new(),
+            ValueKind::Ident(s) | ValueKind::String(s) => vec![(s.clone(), value.span)],
+            ValueKind::List(items) => items
+                .iter()
+                .filter_map(|v| match &v.kind {
+                    ValueKind::Ident(s) | ValueKind::String(s) => Some((s.clone(), v.span)),
+                    _ => None,
+                })
+                .collect(),
+            _ => vec![(String::new(), value.span)],
+        };
+        let mut out = Vec::new();
+        for (name, span) in names {
+            match Coercion::from_name(&name) {
+                Some(c) => out.push(c),
+                None => {
+                    let all: Vec<&str> = ["safe", "strict"]
+                        .into_iter()
+                        .chain(Coercion::ALL.iter().map(|c| c.name()))
+                        .collect();
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::role::unknown_coercion",
+                            format!("`{name}` is not a coercion"),
+                        )
+                        .label(span, "unknown")
+                        .help(
+                            did_you_mean(&name, all.iter().copied()).unwrap_or_else(|| {
+                                format!(
+                                    "`coerce` is `safe` (the default), `strict`, or a list of: {}",
+                                    all[2..].join(", ")
+                                )
+                            }),
+                        ),
+                    );
+                }
+            }
+        }
+        out
     }
 
     fn tool_role(

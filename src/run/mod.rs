@@ -786,10 +786,6 @@ impl<'w> Interpreter<'w> {
         self.checkpoint(state);
         // Every branch finished: their own containers (`per_branch`) are not needed any more.
         self.envs.release_branches().await;
-        let is_map = matches!(
-            self.workflow.routes[route_id].target,
-            RouteTarget::Map { .. }
-        );
         let mut outputs = Vec::new();
         for (_, r) in done {
             let node = r.node;
@@ -802,7 +798,8 @@ impl<'w> Interpreter<'w> {
             };
             self.apply(state, node, run, r.item.as_ref())?;
         }
-        if is_map && let Some((worker, _)) = branches.first() {
+        // A map over an empty list joins to `[]`, never to nothing.
+        if let RouteTarget::Map { worker, .. } = &self.workflow.routes[route_id].target {
             state.outputs.insert(worker.index(), Value::Array(outputs));
         }
         if let Some(flow) = self.exit_guards(state)? {
@@ -1006,10 +1003,11 @@ impl<'w> Interpreter<'w> {
                 "model": completion.response.model, "prompt": prompt, "raw": raw,
                 "usage": usage, "cost": completion.cost, "attempts": records,
             });
-            match output::parse(&llm.output, &raw) {
-                Ok((value, how)) => {
+            match output::parse(&llm.output, &raw, &llm.coerce) {
+                Ok((value, how, coercions)) => {
                     let mut record = record;
                     record["parsed"] = json!(how);
+                    record["coercions"] = json!(coercions);
                     return Ok(RoleRun {
                         output: value,
                         tool: None,
@@ -1115,10 +1113,11 @@ impl<'w> Interpreter<'w> {
             RoleKind::Llm(_) => {
                 if let Some(record) = run.record {
                     let how = record.get("parsed").cloned();
+                    let coercions = record.get("coercions").cloned();
                     self.event("llm_response", record);
                     self.event(
                         "parsed_output",
-                        json!({"role": name, "visit": visit, "how": how, "output": run.output}),
+                        json!({"role": name, "visit": visit, "how": how, "coercions": coercions, "output": run.output}),
                     );
                 } else if invalid {
                     self.event(
@@ -1181,13 +1180,35 @@ impl<'w> Interpreter<'w> {
             let note = match op {
                 None => {
                     let value = args.into_iter().next().unwrap_or(Value::Null);
+                    let mut value = value;
                     if let MemoryKind::Value { ty, .. } = &slot.kind {
                         ty.validate(&value).map_err(|e| {
                             StepError::Failed(format!("role `{name}`: `set {}`: {e}", slot.name))
                         })?;
+                        ty.fill_absent(&mut value);
                     }
                     state.memory[memory_id] = value;
                     String::new()
+                }
+                Some(op) if matches!(slot.kind, MemoryKind::Value { .. }) => {
+                    let note = memory::apply(
+                        &slot.kind,
+                        &mut state.memory[memory_id],
+                        op,
+                        args,
+                        &self.run_dir,
+                    )
+                    .map_err(|e| {
+                        StepError::Failed(format!(
+                            "role `{name}`: `{}.{}`: {e}",
+                            slot.name,
+                            op.name()
+                        ))
+                    })?;
+                    if let MemoryKind::Value { ty, .. } = &slot.kind {
+                        ty.fill_absent(&mut state.memory[memory_id]);
+                    }
+                    note
                 }
                 Some(op) => memory::apply(
                     &slot.kind,
@@ -1425,7 +1446,10 @@ fn resolve_inputs(
         .iter()
         .zip(values)
         .map(|(input, v)| match v {
-            Some(v) => Ok(v),
+            Some(mut v) => {
+                input.ty.fill_absent(&mut v);
+                Ok(v)
+            }
             None if input.ty.is_optional() => Ok(Value::Null),
             None => Err(StartError::Input(format!(
                 "input `{}` is required: pass `--input {}=...`",

@@ -20,7 +20,7 @@ use crate::diagnostics::{Diagnostic, Diagnostics, did_you_mean};
 use crate::source::{SourceFile, Span};
 use crate::syntax::{self, Ast, Ident, TypeExpr, TypeKind, ValueKind};
 use attrs::Attrs;
-pub use expr::Scope;
+pub use expr::{Scope, invalid_field_type};
 pub use imports::provider_profile;
 use types::{Field, Type};
 pub use workflow::*;

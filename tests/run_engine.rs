@@ -170,6 +170,7 @@ role ask: llm {
 role again: builtin { update { set n = memory.n + 1 } }
 start -> ask
 ask -> again
+ask -> invalid_output when ask.invalid
 again -> ask max 3
 again -> done otherwise
 exit done

@@ -49,9 +49,11 @@ role reflect: llm {
 start -> setup
 setup -> act
 act -> look
+act -> invalid_output when act.invalid
 look -> reflect
 reflect -> act when visits(act) < 3
 reflect -> done otherwise
+reflect -> invalid_output when reflect.invalid
 exit done
 "#;
 

@@ -59,6 +59,7 @@ role count: builtin {{
 }}
 start -> plan
 plan -> work
+plan -> invalid_output when plan.invalid
 work -> count
 count -> plan when memory.counter < input.rounds
 count -> done otherwise

@@ -167,12 +167,17 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
 
 fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) {
     for from in workflow.graph.node_indices() {
-        let routes = &workflow.outgoing[from.index()];
-        if routes.is_empty() {
+        // Invalid routes are tried only on an invalid outcome: they route no valid one.
+        let routes: Vec<usize> = workflow.outgoing[from.index()]
+            .iter()
+            .copied()
+            .filter(|&id| !workflow.routes[id].on_invalid)
+            .collect();
+        if routes.is_empty() && workflow.outgoing[from.index()].is_empty() {
             continue;
         }
         let mut closed_by: Option<usize> = None;
-        for &id in routes {
+        for &id in &routes {
             let route = &workflow.routes[id];
             if let Some(prev) = closed_by {
                 let prev = &workflow.routes[prev];
@@ -211,7 +216,10 @@ fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) {
                 "routing from `{name}` is not exhaustive: when no condition holds, the run has nowhere to go"
             ),
         };
-        let last = &workflow.routes[*routes.last().unwrap_or(&0)];
+        let last = routes
+            .last()
+            .or(workflow.outgoing[from.index()].last())
+            .map_or(&workflow.routes[0], |&id| &workflow.routes[id]);
         let mut d = Diagnostic::error("rondo::route::non_exhaustive", message)
             .label(workflow.node(from).span, "routes leave here");
         d = d.label(last.span, "last route");

@@ -3,6 +3,7 @@
 //! specs, and — unless offline — the environment (provider keys).
 
 mod graph;
+mod outcomes;
 mod templates;
 mod tools;
 
@@ -65,6 +66,7 @@ pub fn check(
     tools::check(workflow, &mut diags);
     if !compile_has_errors {
         graph::check(workflow, &mut diags);
+        outcomes::check(workflow, &mut diags);
     }
     if !options.offline {
         environment(workflow, &mut diags);

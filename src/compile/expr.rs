@@ -401,6 +401,7 @@ impl Compiler<'_> {
             return (ExprKind::Literal { value: Value::Null }, Type::Any);
         };
         let mut rest = &parts[1..];
+        let mut pseudo: Option<String> = None;
         let (root_kind, mut ty, mut described) = match root.name.as_str() {
             "input" => {
                 let Some(name) = rest.first() else {
@@ -485,11 +486,21 @@ impl Compiler<'_> {
             ),
             name => match self.node_names.get(name).copied() {
                 Some(node) if self.workflow.role(node).is_some() => {
-                    let ty = self
-                        .workflow
-                        .role(node)
-                        .map_or(Cow::Owned(Type::Any), |r| Cow::Borrowed(&*r.output_type));
-                    (Root::Role { node }, ty, Described::Role(name))
+                    if let Some(ty) = rest
+                        .first()
+                        .filter(|_| self.json_llm.contains(&node))
+                        .and_then(|f| invalid_field_type(&f.name))
+                    {
+                        pseudo = rest.first().map(|f| f.name.clone());
+                        rest = &rest[1..];
+                        (Root::Role { node }, Cow::Owned(ty), Described::Role(name))
+                    } else {
+                        let ty = self
+                            .workflow
+                            .role(node)
+                            .map_or(Cow::Owned(Type::Any), |r| Cow::Borrowed(&*r.output_type));
+                        (Root::Role { node }, ty, Described::Role(name))
+                    }
                 }
                 _ => {
                     let mut candidates: Vec<&str> = vec![
@@ -518,7 +529,7 @@ impl Compiler<'_> {
                 }
             },
         };
-        let mut fields = Vec::new();
+        let mut fields: Vec<String> = pseudo.into_iter().collect();
         for field in rest {
             let next = match &ty {
                 Cow::Borrowed(t) => t.field_ref(&field.name),
@@ -806,5 +817,18 @@ impl std::fmt::Display for Described<'_> {
             Described::Role(name) => write!(f, "the output of `{name}`"),
             Described::Field(name) => write!(f, "`{name}`"),
         }
+    }
+}
+
+/// The type of a json llm role's pseudo-field `invalid` / `invalid_reply`.
+pub fn invalid_field_type(name: &str) -> Option<Type> {
+    match name {
+        "invalid" => Some(Type::Bool),
+        "invalid_reply" => Some(Type::optional(Type::object(vec![
+            ("raw", Type::String),
+            ("error", Type::String),
+            ("attempts", Type::Int),
+        ]))),
+        _ => None,
     }
 }

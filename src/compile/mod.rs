@@ -20,12 +20,19 @@ use crate::diagnostics::{Diagnostic, Diagnostics, did_you_mean};
 use crate::source::{SourceFile, Span};
 use crate::syntax::{self, Ast, Ident, TypeExpr, TypeKind, ValueKind};
 use attrs::Attrs;
-pub use expr::Scope;
+pub use expr::{Scope, invalid_field_type};
 pub use imports::provider_profile;
 use types::{Field, Type};
 pub use workflow::*;
 
-pub const BUILTIN_EXITS: &[(&str, i32)] = &[("limit", 3), ("error", 2), ("interrupted", 130)];
+pub const BUILTIN_EXITS: &[(&str, i32)] = &[
+    ("limit", 3),
+    ("error", 2),
+    ("interrupted", 130),
+    ("invalid_output", 4),
+];
+/// Pseudo-fields every json llm role has: `X.invalid` and `X.invalid_reply`.
+pub const INVALID_FIELDS: &[&str] = &["invalid", "invalid_reply"];
 const RESERVED_ROOTS: &[&str] = &[
     "input", "memory", "output", "item", "round", "step", "visit", "run_id", "start",
 ];
@@ -69,6 +76,8 @@ struct Compiler<'f> {
     pending_providers: Vec<imports::PendingProvider>,
     /// The result type of tool roles, built once and shared.
     tool_result: Option<Arc<Type>>,
+    /// Llm roles with `output json`: they have the `invalid` pseudo-fields.
+    json_llm: std::collections::HashSet<NodeIndex>,
 }
 
 impl<'f> Compiler<'f> {
@@ -117,6 +126,7 @@ impl<'f> Compiler<'f> {
             input_names: HashMap::new(),
             pending_providers: Vec::new(),
             tool_result: None,
+            json_llm: Default::default(),
         }
     }
 
@@ -604,6 +614,11 @@ impl<'f> Compiler<'f> {
                     span: role.name.span,
                 });
                 self.node_names.insert(role.name.name.clone(), index);
+                if role.kind.name == "llm"
+                    && matches!(role.output, Some((syntax::OutputDecl::Json(_), _)))
+                {
+                    self.json_llm.insert(index);
+                }
                 let output_type = self.role_output_type(role);
                 if let NodeKind::Role(r) = &mut self.workflow.graph[index].kind {
                     r.output_type = output_type;
@@ -662,10 +677,32 @@ impl<'f> Compiler<'f> {
                 .get_or_insert_with(|| Arc::new(tool_result_type()))
                 .clone(),
             "llm" => Arc::new(match &role.output {
-                Some((syntax::OutputDecl::Json(ty), _)) => self.resolve_type(ty),
+                Some((syntax::OutputDecl::Json(ty), span)) => {
+                    let ty = self.resolve_type(ty);
+                    self.reserved_output_fields(&role.name.name, &ty, *span);
+                    ty
+                }
                 _ => Type::String,
             }),
             _ => Arc::new(Type::Null),
+        }
+    }
+
+    /// `invalid` and `invalid_reply` are the pseudo-fields of the invalid outcome.
+    fn reserved_output_fields(&mut self, role: &str, ty: &Type, span: Span) {
+        for name in ty.field_names() {
+            if INVALID_FIELDS.contains(&name.as_str()) {
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::role::reserved_output_field",
+                        format!("the output type of `{role}` declares a field `{name}`, which is reserved"),
+                    )
+                    .label(span, format!("declares `{name}`"))
+                    .help(format!(
+                        "`{role}.invalid` and `{role}.invalid_reply` describe a reply that stayed invalid after its retries; rename the field"
+                    )),
+                );
+            }
         }
     }
 
@@ -694,6 +731,7 @@ impl<'f> Compiler<'f> {
                 "reads",
                 "tools",
                 "retries",
+                "coerce",
                 "max_visits",
             ],
             "tool" => &[
@@ -883,6 +921,7 @@ impl<'f> Compiler<'f> {
             },
             _ => OutputFormat::Text,
         };
+        let coerce = self.coerce_attr(attrs);
         LlmRole {
             provider,
             system: system.map(|s| s.0.into()),
@@ -890,7 +929,57 @@ impl<'f> Compiler<'f> {
             output,
             retries,
             tools: tools.iter().filter_map(|t| self.lookup_tool(t)).collect(),
+            coerce,
         }
+    }
+
+    /// `coerce = safe` (default), `coerce = strict`, or a list of coercion names.
+    fn coerce_attr(&mut self, attrs: &mut Attrs<'_>) -> Vec<types::Coercion> {
+        use types::Coercion;
+        let Some(value) = attrs.value("coerce") else {
+            return Coercion::safe();
+        };
+        let names: Vec<(String, Span)> = match &value.kind {
+            ValueKind::Ident(s) if s == "safe" => return Coercion::safe(),
+            ValueKind::Ident(s) if s == "strict" => return Vec::new(),
+            ValueKind::Ident(s) | ValueKind::String(s) => vec![(s.clone(), value.span)],
+            ValueKind::List(items) => items
+                .iter()
+                .filter_map(|v| match &v.kind {
+                    ValueKind::Ident(s) | ValueKind::String(s) => Some((s.clone(), v.span)),
+                    _ => None,
+                })
+                .collect(),
+            _ => vec![(String::new(), value.span)],
+        };
+        let mut out = Vec::new();
+        for (name, span) in names {
+            match Coercion::from_name(&name) {
+                Some(c) => out.push(c),
+                None => {
+                    let all: Vec<&str> = ["safe", "strict"]
+                        .into_iter()
+                        .chain(Coercion::ALL.iter().map(|c| c.name()))
+                        .collect();
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::role::unknown_coercion",
+                            format!("`{name}` is not a coercion"),
+                        )
+                        .label(span, "unknown")
+                        .help(
+                            did_you_mean(&name, all.iter().copied()).unwrap_or_else(|| {
+                                format!(
+                                    "`coerce` is `safe` (the default), `strict`, or a list of: {}",
+                                    all[2..].join(", ")
+                                )
+                            }),
+                        ),
+                    );
+                }
+            }
+        }
+        out
     }
 
     fn tool_role(
@@ -1562,13 +1651,16 @@ impl<'f> Compiler<'f> {
                     }
                 }
             }
+            let on_invalid = self.json_llm.contains(&from)
+                && matches!(&condition, Condition::When { expr: Expr { kind: ExprKind::Path { root: Root::Role { node }, fields }, .. } }
+                    if *node == from && fields.len() == 1 && fields[0] == "invalid");
             self.workflow.routes.push(Route {
                 from,
                 condition,
                 target,
                 max: decl.max.map(|m| m.0),
                 backtrack: decl.backtrack,
-                on_invalid: false,
+                on_invalid,
                 span: decl.span,
             });
         }

@@ -356,3 +356,457 @@ fn describe(value: &Value) -> String {
         Value::Object(_) => "an object".into(),
     }
 }
+
+/// A lenient repair of a reply that does not fit its type exactly, recorded as a flag
+/// on the attempt (as BAML's schema-aligned parsing records its fixes). Each one is
+/// unambiguous: it never guesses between two readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Coercion {
+    /// `4` where a string is declared → `"4"`.
+    NumberToString,
+    /// `"1"` where an int is declared → `1`; `"1.5"` → `1.5` for a float (never for an int).
+    StringToNumber,
+    /// `"true"` / `"false"` where a bool is declared.
+    StringToBool,
+    /// A single value where a list is declared → a list of one.
+    SingleToList,
+    /// An absent optional field is filled with `null` (always on: the type allows it).
+    MissingOptional,
+    /// An absent list or map field → `[]` / `{}`.
+    MissingCollection,
+    /// A field the type does not declare is dropped.
+    ExtraFieldDropped,
+    /// A string literal of a union in another case: `"Stop"` for `"stop"`.
+    UnionCase,
+    /// A bare value where an object with one required field is declared: `"x"` → `{answer: "x"}`.
+    WrappedValue,
+    /// A one-field object around the declared value: `{"answer": "x"}` where a string is declared.
+    UnwrappedObject,
+}
+
+impl Coercion {
+    pub const ALL: &'static [Coercion] = &[
+        Coercion::NumberToString,
+        Coercion::StringToNumber,
+        Coercion::StringToBool,
+        Coercion::SingleToList,
+        Coercion::MissingOptional,
+        Coercion::MissingCollection,
+        Coercion::ExtraFieldDropped,
+        Coercion::UnionCase,
+        Coercion::WrappedValue,
+        Coercion::UnwrappedObject,
+    ];
+
+    /// `coerce = safe` (the default): every coercion above.
+    pub fn safe() -> Vec<Coercion> {
+        Self::ALL.to_vec()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Coercion::NumberToString => "number_to_string",
+            Coercion::StringToNumber => "string_to_number",
+            Coercion::StringToBool => "string_to_bool",
+            Coercion::SingleToList => "single_to_list",
+            Coercion::MissingOptional => "missing_optional",
+            Coercion::MissingCollection => "missing_collection",
+            Coercion::ExtraFieldDropped => "extra_field_dropped",
+            Coercion::UnionCase => "union_case",
+            Coercion::WrappedValue => "wrapped_value",
+            Coercion::UnwrappedObject => "unwrapped_object",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Coercion> {
+        Self::ALL.iter().copied().find(|c| c.name() == name)
+    }
+}
+
+/// A coercion applied at a path of the reply (`$.final.answer`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Coerced {
+    pub flag: Coercion,
+    pub path: String,
+}
+
+/// Deeper than this, a reply is rejected rather than walked (serde_json stops at 128).
+const MAX_DEPTH: usize = 128;
+
+struct Aligner<'a> {
+    allowed: &'a [Coercion],
+    flags: Vec<Coerced>,
+}
+
+impl Aligner<'_> {
+    fn may(&mut self, flag: Coercion, path: &str) -> bool {
+        // An absent optional field is `null` whatever the mode: the type allows it.
+        let ok = flag == Coercion::MissingOptional || self.allowed.contains(&flag);
+        if ok {
+            self.flags.push(Coerced {
+                flag,
+                path: path.to_string(),
+            });
+        }
+        ok
+    }
+
+    /// Recursion follows the declared type (bounded by its depth and by `MAX_DEPTH`),
+    /// never the reply alone: under `any` the value is taken as it is.
+    fn align(
+        &mut self,
+        ty: &Type,
+        value: Value,
+        path: &str,
+        depth: usize,
+    ) -> Result<Value, String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("{path}: nested too deeply"));
+        }
+        let fail = |expected: &str, value: &Value| {
+            Err(format!(
+                "{path}: expected {expected}, found {}",
+                describe(value)
+            ))
+        };
+        match ty {
+            Type::Any => Ok(value),
+            Type::Null if value.is_null() => Ok(value),
+            Type::Null => fail("null", &value),
+            Type::Optional { .. } if value.is_null() => Ok(value),
+            Type::Optional { inner } => self.align(inner, value, path, depth + 1),
+            Type::String => match value {
+                Value::String(_) => Ok(value),
+                Value::Number(n) if self.may(Coercion::NumberToString, path) => {
+                    Ok(Value::String(n.to_string()))
+                }
+                other => self.unwrap_one(ty, other, path, depth, "a string"),
+            },
+            Type::Int | Type::Float => {
+                if ty.validate(&value).is_ok() {
+                    return Ok(value);
+                }
+                let parsed = value.as_str().and_then(|s| {
+                    let s = s.trim();
+                    match ty {
+                        Type::Int => s.parse::<i64>().ok().map(Value::from),
+                        _ => s
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|f| f.is_finite())
+                            .and_then(serde_json::Number::from_f64)
+                            .map(Value::Number),
+                    }
+                });
+                match parsed {
+                    Some(v) if self.may(Coercion::StringToNumber, path) => Ok(v),
+                    _ => {
+                        let what = if *ty == Type::Int {
+                            "an integer"
+                        } else {
+                            "a number"
+                        };
+                        self.unwrap_one(ty, value, path, depth, what)
+                    }
+                }
+            }
+            Type::Bool => match value {
+                Value::Bool(_) => Ok(value),
+                Value::String(ref s)
+                    if (s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false"))
+                        && self.may(Coercion::StringToBool, path) =>
+                {
+                    Ok(Value::Bool(s.eq_ignore_ascii_case("true")))
+                }
+                other => self.unwrap_one(ty, other, path, depth, "true or false"),
+            },
+            Type::Literal { value: lit } => match value.as_str() {
+                Some(s) if s == lit => Ok(value),
+                Some(s) if s.eq_ignore_ascii_case(lit) && self.may(Coercion::UnionCase, path) => {
+                    Ok(Value::String(lit.clone()))
+                }
+                _ => self.unwrap_one(ty, value, path, depth, &format!("{lit:?}")),
+            },
+            Type::Union { members } => {
+                // A member the value already fits comes first; then the first member it
+                // can be aligned to, each tried without mixing flags.
+                let fits = members.iter().position(|m| m.validate(&value).is_ok());
+                let order = fits
+                    .into_iter()
+                    .chain((0..members.len()).filter(|i| Some(*i) != fits));
+                for m in order.map(|i| &members[i]) {
+                    let mut trial = Aligner {
+                        allowed: self.allowed,
+                        flags: Vec::new(),
+                    };
+                    if let Ok(v) = trial.align(m, value.clone(), path, depth + 1) {
+                        self.flags.extend(trial.flags);
+                        return Ok(v);
+                    }
+                }
+                fail(&format!("one of {}", ty.display()), &value)
+            }
+            Type::List { item } => match value {
+                Value::Array(items) => items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| self.align(item, v, &format!("{path}[{i}]"), depth + 1))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Value::Array),
+                Value::Null => fail("a list", &value),
+                other => {
+                    if let Some(inner) = one_field(&other)
+                        && inner.is_array()
+                        && self.may(Coercion::UnwrappedObject, path)
+                    {
+                        return self.align(ty, inner.clone(), path, depth + 1);
+                    }
+                    if self.allowed.contains(&Coercion::SingleToList) {
+                        let v = self.align(item, other, &format!("{path}[0]"), depth + 1)?;
+                        self.may(Coercion::SingleToList, path);
+                        Ok(Value::Array(vec![v]))
+                    } else {
+                        fail("a list", &other)
+                    }
+                }
+            },
+            Type::Map { value: inner } => match value {
+                Value::Object(map) => map
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let at = format!("{path}.{k}");
+                        self.align(inner, v, &at, depth + 1).map(|v| (k, v))
+                    })
+                    .collect::<Result<serde_json::Map<_, _>, _>>()
+                    .map(Value::Object),
+                other => fail("an object", &other),
+            },
+            Type::Object { fields } => match value {
+                Value::Object(mut map) => {
+                    let mut out = serde_json::Map::new();
+                    for field in fields {
+                        let at = format!("{path}.{}", field.name);
+                        let v = match map.remove(&field.name) {
+                            Some(v) => self.align(&field.ty, v, &at, depth + 1)?,
+                            None if field.ty.is_optional() => {
+                                self.may(Coercion::MissingOptional, &at);
+                                Value::Null
+                            }
+                            None => match field.ty.strip_optional() {
+                                Type::List { .. } if self.may(Coercion::MissingCollection, &at) => {
+                                    Value::Array(Vec::new())
+                                }
+                                Type::Map { .. } if self.may(Coercion::MissingCollection, &at) => {
+                                    Value::Object(serde_json::Map::new())
+                                }
+                                _ => return Err(format!("{path}: missing field `{}`", field.name)),
+                            },
+                        };
+                        out.insert(field.name.clone(), v);
+                    }
+                    for (key, v) in map {
+                        let at = format!("{path}.{key}");
+                        if !self.may(Coercion::ExtraFieldDropped, &at) {
+                            // Strict: the reply must be exactly the type.
+                            return Err(format!(
+                                "{path}: unexpected field `{key}` (the type declares {})",
+                                fields
+                                    .iter()
+                                    .map(|f| format!("`{}`", f.name))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ));
+                        }
+                        drop(v);
+                    }
+                    Ok(Value::Object(out))
+                }
+                other => {
+                    let required: Vec<&Field> =
+                        fields.iter().filter(|f| !f.ty.is_optional()).collect();
+                    if let [only] = required.as_slice()
+                        && !other.is_null()
+                        && self.allowed.contains(&Coercion::WrappedValue)
+                    {
+                        let mut wrapped = serde_json::Map::new();
+                        wrapped.insert(only.name.clone(), other);
+                        self.may(Coercion::WrappedValue, path);
+                        return self.align(ty, Value::Object(wrapped), path, depth + 1);
+                    }
+                    fail("an object", &other)
+                }
+            },
+        }
+    }
+
+    /// `{"answer": "x"}` where a scalar is declared: the one field's value, when it fits.
+    fn unwrap_one(
+        &mut self,
+        ty: &Type,
+        value: Value,
+        path: &str,
+        depth: usize,
+        expected: &str,
+    ) -> Result<Value, String> {
+        if let Some(inner) = one_field(&value)
+            && !inner.is_object()
+            && self.allowed.contains(&Coercion::UnwrappedObject)
+        {
+            let mut trial = Aligner {
+                allowed: self.allowed,
+                flags: Vec::new(),
+            };
+            if let Ok(v) = trial.align(ty, inner.clone(), path, depth + 1) {
+                self.may(Coercion::UnwrappedObject, path);
+                self.flags.extend(trial.flags);
+                return Ok(v);
+            }
+        }
+        Err(format!(
+            "{path}: expected {expected}, found {}",
+            describe(&value)
+        ))
+    }
+}
+
+/// The value of an object's only field.
+fn one_field(value: &Value) -> Option<&Value> {
+    match value.as_object() {
+        Some(map) if map.len() == 1 => map.values().next(),
+        _ => None,
+    }
+}
+
+impl Type {
+    /// Aligns a parsed reply to the type with the `allowed` coercions, recording each
+    /// one; the error names the path of the part that could not be aligned.
+    pub fn coerce(
+        &self,
+        value: Value,
+        allowed: &[Coercion],
+    ) -> Result<(Value, Vec<Coerced>), String> {
+        let mut aligner = Aligner {
+            allowed,
+            flags: Vec::new(),
+        };
+        let v = aligner.align(self, value, "$", 0)?;
+        Ok((v, aligner.flags))
+    }
+
+    /// Fills every absent optional field of the objects in `value` with `null`, so a
+    /// reader finds `null` rather than nothing. Walks the type, never deeper.
+    pub fn fill_absent(&self, value: &mut Value) {
+        let mut stack: Vec<(&Type, &mut Value)> = vec![(self, value)];
+        while let Some((ty, v)) = stack.pop() {
+            match (ty, v) {
+                (Type::Optional { inner }, v) if !v.is_null() => stack.push((inner, v)),
+                (Type::List { item }, Value::Array(items)) => {
+                    stack.extend(items.iter_mut().map(|i| (&**item, i)));
+                }
+                (Type::Map { value: inner }, Value::Object(map)) => {
+                    stack.extend(map.values_mut().map(|i| (&**inner, i)));
+                }
+                (Type::Object { fields }, Value::Object(map)) => {
+                    for f in fields {
+                        if !map.contains_key(&f.name) && f.ty.is_optional() {
+                            map.insert(f.name.clone(), Value::Null);
+                        }
+                    }
+                    // Borrow each declared field's value once.
+                    let declared: std::collections::HashMap<&str, &Type> =
+                        fields.iter().map(|f| (f.name.as_str(), &f.ty)).collect();
+                    for (k, v) in map.iter_mut() {
+                        if let Some(t) = declared.get(k.as_str()) {
+                            stack.push((t, v));
+                        }
+                    }
+                }
+                (Type::Union { members }, v) => {
+                    if let Some(m) = members.iter().find(|m| m.validate(v).is_ok()) {
+                        stack.push((m, v));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn safe(ty: &Type, v: Value) -> Result<(Value, Vec<Coercion>), String> {
+        ty.coerce(v, &Coercion::safe())
+            .map(|(v, f)| (v, f.into_iter().map(|c| c.flag).collect()))
+    }
+
+    #[test]
+    fn string_to_number_only_when_unambiguous() {
+        assert_eq!(safe(&Type::Int, json!("1")).unwrap().0, json!(1));
+        assert_eq!(safe(&Type::Float, json!("1.5")).unwrap().0, json!(1.5));
+        assert!(safe(&Type::Int, json!("1.5")).is_err());
+        assert!(safe(&Type::Int, json!("one")).is_err());
+        assert!(safe(&Type::Float, json!("NaN")).is_err());
+    }
+
+    #[test]
+    fn a_valid_value_gets_no_flag_and_strict_refuses_extra_fields() {
+        let ty = Type::object(vec![("a", Type::Int)]);
+        assert_eq!(
+            safe(&ty, json!({"a": 1})).unwrap(),
+            (json!({"a": 1}), vec![])
+        );
+        let err = ty.coerce(json!({"a": 1, "b": 2}), &[]).unwrap_err();
+        assert!(err.contains("unexpected field `b`"), "{err}");
+    }
+
+    #[test]
+    fn unions_prefer_the_member_that_fits() {
+        let ty = Type::Union {
+            members: vec![Type::Int, Type::String],
+        };
+        assert_eq!(safe(&ty, json!("7")).unwrap(), (json!("7"), vec![]));
+        let lits = Type::Union {
+            members: vec![
+                Type::Literal {
+                    value: "stop".into(),
+                },
+                Type::Literal { value: "go".into() },
+            ],
+        };
+        assert_eq!(
+            safe(&lits, json!("GO")).unwrap(),
+            (json!("go"), vec![Coercion::UnionCase])
+        );
+        assert!(safe(&lits, json!("went")).is_err());
+    }
+
+    #[test]
+    fn fill_absent_reaches_nested_objects_in_lists() {
+        let ty = Type::list(Type::object(vec![
+            ("a", Type::Int),
+            (
+                "b",
+                Type::optional(Type::object(vec![("c", Type::optional(Type::Int))])),
+            ),
+        ]));
+        let mut v = json!([{"a": 1}, {"a": 2, "b": {}}]);
+        ty.fill_absent(&mut v);
+        assert_eq!(v, json!([{"a": 1, "b": null}, {"a": 2, "b": {"c": null}}]));
+    }
+
+    #[test]
+    fn a_deep_reply_under_a_deep_type_is_rejected_not_overflowed() {
+        let mut ty = Type::Int;
+        let mut v = json!(1);
+        for _ in 0..300 {
+            ty = Type::list(ty);
+            v = json!([v]);
+        }
+        let err = safe(&ty, v).unwrap_err();
+        assert!(err.contains("nested too deeply"), "{err}");
+    }
+}

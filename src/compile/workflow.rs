@@ -232,6 +232,9 @@ pub struct LlmRole {
     pub retries: u64,
     /// Tools whose usage text the prompt shows.
     pub tools: Vec<ToolId>,
+    /// The coercions a reply may get before it is rejected (`coerce = safe` by default).
+    #[serde(default = "super::types::Coercion::safe")]
+    pub coerce: Vec<super::types::Coercion>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -7,7 +7,9 @@ use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
 use super::state::RunState;
-use crate::compile::{Expr, ExprKind, Func, MemoryKind, Root, Workflow, number_value};
+use crate::compile::{
+    Expr, ExprKind, Func, MemoryKind, OutputFormat, RoleKind, Root, Workflow, number_value,
+};
 use crate::syntax::BinOp;
 
 /// What an expression can see besides the state.
@@ -51,6 +53,28 @@ impl Env<'_> {
                     v = v.get(f).unwrap_or(&NULL);
                 }
                 v.clone()
+            }
+            ExprKind::Path {
+                root: Root::Role { node },
+                fields,
+            } if fields
+                .first()
+                .is_some_and(|f| f == "invalid" || f == "invalid_reply")
+                && is_json_llm(self.workflow, *node) =>
+            {
+                let output = self.state.outputs.get(&node.index()).unwrap_or(&NULL);
+                let invalid = is_invalid_record(output);
+                let mut v = if fields[0] == "invalid" {
+                    Value::Bool(invalid)
+                } else if invalid {
+                    invalid_reply(output)
+                } else {
+                    Value::Null
+                };
+                for f in &fields[1..] {
+                    v = v.get(f).cloned().unwrap_or(Value::Null);
+                }
+                v
             }
             ExprKind::Path { root, fields } => {
                 let mut v = self.root(*root)?;
@@ -216,6 +240,25 @@ impl Env<'_> {
             Func::Now => Value::String(super::clock::now_rfc3339()),
         })
     }
+}
+
+/// An llm role whose output is JSON: it has the `invalid` / `invalid_reply` pseudo-fields.
+pub fn is_json_llm(workflow: &Workflow, node: NodeIndex) -> bool {
+    matches!(
+        workflow.role(node).map(|r| &r.kind),
+        Some(RoleKind::Llm(l)) if matches!(l.output, OutputFormat::Json { .. })
+    )
+}
+
+/// The stored output of a reply that stayed invalid: `{"invalid": true, raw, error, attempts}`.
+pub fn is_invalid_record(output: &Value) -> bool {
+    output.get("invalid") == Some(&Value::Bool(true))
+}
+
+/// `X.invalid_reply` of an invalid record.
+pub fn invalid_reply(output: &Value) -> Value {
+    let field = |k: &str| output.get(k).cloned().unwrap_or(Value::Null);
+    serde_json::json!({"raw": field("raw"), "error": field("error"), "attempts": field("attempts")})
 }
 
 pub fn truthy(v: &Value) -> bool {

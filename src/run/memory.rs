@@ -188,10 +188,16 @@ pub fn apply(
         }
         (MemoryKind::Whiteboard { .. }, MemoryOp::Apply) => {
             let ops = next();
-            let ops = match ops {
+            let mut ops = match ops {
                 Value::Object(ref o) if o.contains_key("ops") => o["ops"].clone(),
                 other => other,
             };
+            // An absent optional field reads as `null`; the whiteboard wants it absent.
+            if let Value::Array(items) = &mut ops {
+                for op in items.iter_mut().filter_map(Value::as_object_mut) {
+                    op.retain(|_, v| !v.is_null());
+                }
+            }
             let mut board: Whiteboard = load(slot)?;
             let json = serde_json::to_string(&ops).map_err(|e| e.to_string())?;
             let report = board.apply_json(&json).map_err(|e| e.to_string())?;

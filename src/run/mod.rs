@@ -108,6 +108,10 @@ pub struct Interpreter<'w> {
     interrupt: Arc<Notify>,
     reporter: Reporter,
     started: Instant,
+    /// Tokens, cost and calls of LLM attempts not yet added to the state's totals:
+    /// `execute` runs with shared access, so every attempt (valid or not) lands here
+    /// first and [`Self::settle`] moves it into the totals.
+    spent: std::sync::Mutex<state::Totals>,
 }
 
 enum Flow {
@@ -337,6 +341,7 @@ impl<'w> Interpreter<'w> {
             interrupt,
             reporter: Reporter::new(options.progress),
             started: Instant::now(),
+            spent: Default::default(),
         })
     }
 
@@ -476,6 +481,7 @@ impl<'w> Interpreter<'w> {
             }
         }
         self.flush_buffered_events();
+        self.settle(&mut state);
         self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
         self.checkpoint(&mut state);
         self.envs.shutdown().await;
@@ -587,8 +593,19 @@ impl<'w> Interpreter<'w> {
 
     fn route(&mut self, state: &mut RunState, from: NodeIndex) -> Result<Flow, StepError> {
         let mut exhausted = false;
+        // An invalid outcome takes only invalid routes; a valid one never does.
+        let invalid = eval::is_json_llm(self.workflow, from)
+            && state
+                .outputs
+                .get(&from.index())
+                .is_some_and(eval::is_invalid_record);
+        let mut any_invalid_route = false;
         for &id in &self.workflow.outgoing[from.index()] {
             let route = &self.workflow.routes[id];
+            any_invalid_route |= route.on_invalid;
+            if route.on_invalid != invalid {
+                continue;
+            }
             if let Some(max) = route.max
                 && state.route_taken[id] >= max
             {
@@ -652,6 +669,13 @@ impl<'w> Interpreter<'w> {
             });
         }
         let name = &self.workflow.node(from).name;
+        if invalid && !any_invalid_route {
+            // Only an unchecked workflow gets here: `check` requires an invalid route.
+            return Ok(Flow::Exit {
+                node: self.builtin_exit("invalid_output"),
+                reason: format!("`{name}` gave no valid output and has no invalid route"),
+            });
+        }
         if exhausted {
             Err(StepError::Limit(format!(
                 "every route from `{name}` that could be taken has used its `max` bound"
@@ -758,13 +782,10 @@ impl<'w> Interpreter<'w> {
             route: route_id,
             done: done.clone(),
         };
+        self.settle(state);
         self.checkpoint(state);
         // Every branch finished: their own containers (`per_branch`) are not needed any more.
         self.envs.release_branches().await;
-        let is_map = matches!(
-            self.workflow.routes[route_id].target,
-            RouteTarget::Map { .. }
-        );
         let mut outputs = Vec::new();
         for (_, r) in done {
             let node = r.node;
@@ -777,7 +798,8 @@ impl<'w> Interpreter<'w> {
             };
             self.apply(state, node, run, r.item.as_ref())?;
         }
-        if is_map && let Some((worker, _)) = branches.first() {
+        // A map over an empty list joins to `[]`, never to nothing.
+        if let RouteTarget::Map { worker, .. } = &self.workflow.routes[route_id].target {
             state.outputs.insert(worker.index(), Value::Array(outputs));
         }
         if let Some(flow) = self.exit_guards(state)? {
@@ -873,20 +895,26 @@ impl<'w> Interpreter<'w> {
             .unwrap_or_else(|| "scripted".into());
         let limits = &self.workflow.limits;
         let mut last_error: Option<String> = None;
+        let mut last_raw = String::new();
         let attempts = llm.retries + 1;
         for attempt in 1..=attempts {
+            // The budget rule: an attempt starts only while what the run has spent —
+            // every earlier attempt, valid or not, this role's included — is below the
+            // budget, and (when the provider can estimate it) the attempt's worst case
+            // stays within it.
+            let spent = self.spent_so_far(state);
             if let Some(max) = limits.max_tokens
-                && state.totals.input_tokens + state.totals.output_tokens >= max
+                && spent.input_tokens + spent.output_tokens >= max
             {
                 return Err(StepError::Limit(format!(
-                    "the run used its token budget (max_tokens = {max})"
+                    "the run used its token budget (max_tokens = {max}) before `{name}` attempt {attempt}"
                 )));
             }
             if let Some(max) = limits.max_cost
-                && state.totals.cost >= max
+                && spent.cost >= max
             {
                 return Err(StepError::Limit(format!(
-                    "the run used its cost budget (max_cost = {max})"
+                    "the run used its cost budget (max_cost = {max}) before `{name}` attempt {attempt}"
                 )));
             }
             let ctx = self.template_context(state, node, visit, item, last_error.as_deref());
@@ -921,19 +949,19 @@ impl<'w> Interpreter<'w> {
             // Stop before a call whose worst case would exceed a budget.
             if let Some(estimate) = self.pool.estimate(&profile, &request) {
                 if let Some(max) = limits.max_cost
-                    && state.totals.cost + estimate.max_cost > max
+                    && spent.cost + estimate.max_cost > max
                 {
                     return Err(StepError::Limit(format!(
                         "the next call of `{name}` could cost up to ${:.4}, past max_cost = {max}",
                         estimate.max_cost
                     )));
                 }
-                let spent = state.totals.input_tokens + state.totals.output_tokens;
+                let used = spent.input_tokens + spent.output_tokens;
                 if let Some(max) = limits.max_tokens
-                    && spent + estimate.max_tokens() > max
+                    && used + estimate.max_tokens() > max
                 {
                     return Err(StepError::Limit(format!(
-                        "the next call of `{name}` could use up to {} tokens, past max_tokens = {max} ({spent} used)",
+                        "the next call of `{name}` could use up to {} tokens, past max_tokens = {max} ({used} used)",
                         estimate.max_tokens()
                     )));
                 }
@@ -964,15 +992,22 @@ impl<'w> Interpreter<'w> {
             };
             let raw = completion.response.content.clone();
             let usage = completion.response.usage;
+            if let Ok(mut spent) = self.spent.lock() {
+                spent.llm_calls += 1;
+                spent.input_tokens += usage.input_tokens;
+                spent.output_tokens += usage.output_tokens;
+                spent.cost += completion.cost;
+            }
             let record = json!({
                 "role": name, "visit": visit, "attempt": attempt, "profile": completion.profile,
                 "model": completion.response.model, "prompt": prompt, "raw": raw,
                 "usage": usage, "cost": completion.cost, "attempts": records,
             });
-            match output::parse(&llm.output, &raw) {
-                Ok((value, how)) => {
+            match output::parse(&llm.output, &raw, &llm.coerce) {
+                Ok((value, how, coercions)) => {
                     let mut record = record;
                     record["parsed"] = json!(how);
+                    record["coercions"] = json!(coercions);
                     return Ok(RoleRun {
                         output: value,
                         tool: None,
@@ -982,6 +1017,7 @@ impl<'w> Interpreter<'w> {
                 }
                 Err(e) => {
                     last_error = Some(e.clone());
+                    last_raw = raw;
                     self.reporter.event(
                         "invalid_output",
                         &json!({"role": name, "attempt": attempt, "error": e}),
@@ -991,10 +1027,34 @@ impl<'w> Interpreter<'w> {
                 }
             }
         }
-        Err(StepError::Failed(format!(
-            "role `{name}` gave no valid output in {attempts} attempt(s): {}",
-            last_error.unwrap_or_default()
-        )))
+        // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
+        Ok(RoleRun::plain(json!({
+            "invalid": true,
+            "raw": last_raw,
+            "error": last_error.unwrap_or_default(),
+            "attempts": attempts,
+        })))
+    }
+
+    /// The state's totals plus the attempts not settled yet.
+    fn spent_so_far(&self, state: &RunState) -> state::Totals {
+        let mut t = state.totals.clone();
+        if let Ok(p) = self.spent.lock() {
+            t.llm_calls += p.llm_calls;
+            t.input_tokens += p.input_tokens;
+            t.output_tokens += p.output_tokens;
+            t.cost += p.cost;
+        }
+        t
+    }
+
+    /// Moves the attempts' spending into the state's totals.
+    fn settle(&mut self, state: &mut RunState) {
+        let p = self.spent.get_mut().map(std::mem::take).unwrap_or_default();
+        state.totals.llm_calls += p.llm_calls;
+        state.totals.input_tokens += p.input_tokens;
+        state.totals.output_tokens += p.output_tokens;
+        state.totals.cost += p.cost;
     }
 
     fn failed_attempts_note(&self, record: &Value, error: &str) {
@@ -1041,6 +1101,8 @@ impl<'w> Interpreter<'w> {
         state.path.push(name.clone());
         let visit = state.visits[node.index()];
         self.flush_buffered_events();
+        self.settle(state);
+        let invalid = eval::is_json_llm(workflow, node) && eval::is_invalid_record(&run.output);
         if self.wants_events() {
             self.event(
                 "role_start",
@@ -1050,24 +1112,17 @@ impl<'w> Interpreter<'w> {
         match &role.kind {
             RoleKind::Llm(_) => {
                 if let Some(record) = run.record {
-                    if let Some(usage) = record.get("usage") {
-                        state.totals.llm_calls += 1;
-                        state.totals.input_tokens += usage
-                            .get("input_tokens")
-                            .and_then(Value::as_u64)
-                            .unwrap_or(0);
-                        state.totals.output_tokens += usage
-                            .get("output_tokens")
-                            .and_then(Value::as_u64)
-                            .unwrap_or(0);
-                        state.totals.cost +=
-                            record.get("cost").and_then(Value::as_f64).unwrap_or(0.0);
-                    }
                     let how = record.get("parsed").cloned();
+                    let coercions = record.get("coercions").cloned();
                     self.event("llm_response", record);
                     self.event(
                         "parsed_output",
-                        json!({"role": name, "visit": visit, "how": how, "output": run.output}),
+                        json!({"role": name, "visit": visit, "how": how, "coercions": coercions, "output": run.output}),
+                    );
+                } else if invalid {
+                    self.event(
+                        "invalid_outcome",
+                        json!({"role": name, "visit": visit, "attempts": run.output["attempts"], "error": run.output["error"]}),
                     );
                 }
             }
@@ -1084,7 +1139,13 @@ impl<'w> Interpreter<'w> {
             RoleKind::Builtin => {}
         }
         state.outputs.insert(node.index(), run.output.clone());
-        for update in &role.updates {
+        // An invalid outcome is only routed: the role's updates and artifacts expect a valid output.
+        let (updates, artifacts): (&[Update], &[crate::compile::Artifact]) = if invalid {
+            (&[], &[])
+        } else {
+            (&role.updates, &role.artifacts)
+        };
+        for update in updates {
             let (memory_id, op, args) = match update {
                 Update::Set { memory, value, .. } => {
                     let v = self
@@ -1119,13 +1180,35 @@ impl<'w> Interpreter<'w> {
             let note = match op {
                 None => {
                     let value = args.into_iter().next().unwrap_or(Value::Null);
+                    let mut value = value;
                     if let MemoryKind::Value { ty, .. } = &slot.kind {
                         ty.validate(&value).map_err(|e| {
                             StepError::Failed(format!("role `{name}`: `set {}`: {e}", slot.name))
                         })?;
+                        ty.fill_absent(&mut value);
                     }
                     state.memory[memory_id] = value;
                     String::new()
+                }
+                Some(op) if matches!(slot.kind, MemoryKind::Value { .. }) => {
+                    let note = memory::apply(
+                        &slot.kind,
+                        &mut state.memory[memory_id],
+                        op,
+                        args,
+                        &self.run_dir,
+                    )
+                    .map_err(|e| {
+                        StepError::Failed(format!(
+                            "role `{name}`: `{}.{}`: {e}",
+                            slot.name,
+                            op.name()
+                        ))
+                    })?;
+                    if let MemoryKind::Value { ty, .. } = &slot.kind {
+                        ty.fill_absent(&mut state.memory[memory_id]);
+                    }
+                    note
                 }
                 Some(op) => memory::apply(
                     &slot.kind,
@@ -1143,7 +1226,7 @@ impl<'w> Interpreter<'w> {
             }
         }
         let mut appended = self.write_artifacts(
-            &role.artifacts,
+            artifacts,
             state,
             Some(node),
             Some(&run.output),
@@ -1286,11 +1369,14 @@ impl<'w> Interpreter<'w> {
             .collect();
         ctx.insert("input", &inputs);
         for (index, _) in self.workflow.roles() {
-            let value = state
+            let mut value = state
                 .outputs
                 .get(&index.index())
                 .cloned()
                 .unwrap_or(Value::Null);
+            if eval::is_invalid_record(&value) && eval::is_json_llm(self.workflow, index) {
+                value["invalid_reply"] = eval::invalid_reply(&value);
+            }
             ctx.insert(self.workflow.node(index).name.as_str(), &value);
         }
         ctx
@@ -1360,7 +1446,10 @@ fn resolve_inputs(
         .iter()
         .zip(values)
         .map(|(input, v)| match v {
-            Some(v) => Ok(v),
+            Some(mut v) => {
+                input.ty.fill_absent(&mut v);
+                Ok(v)
+            }
             None if input.ty.is_optional() => Ok(Value::Null),
             None => Err(StartError::Input(format!(
                 "input `{}` is required: pass `--input {}=...`",

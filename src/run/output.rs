@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use crate::compile::OutputFormat;
+use crate::compile::types::{Coerced, Coercion};
 
 /// How the value was obtained, for the event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -15,18 +16,27 @@ pub enum Parsed {
     Text,
 }
 
-pub fn parse(format: &OutputFormat, raw: &str) -> Result<(Value, Parsed), String> {
+/// A reply as a value, how it was read, and the coercions that aligned it to its type.
+pub type ParsedReply = (Value, Parsed, Vec<Coerced>);
+
+pub fn parse(
+    format: &OutputFormat,
+    raw: &str,
+    allowed: &[Coercion],
+) -> Result<ParsedReply, String> {
     match format {
-        OutputFormat::Text => Ok((Value::String(raw.to_string()), Parsed::Text)),
+        OutputFormat::Text => Ok((Value::String(raw.to_string()), Parsed::Text, Vec::new())),
         OutputFormat::Code { language } => Ok((
             Value::String(extract_code(raw, language.as_deref())),
             Parsed::Text,
+            Vec::new(),
         )),
         OutputFormat::Json { ty } => {
             let (value, how) = parse_json(raw)?;
-            ty.validate(&value)
+            let (value, flags) = ty
+                .coerce(value, allowed)
                 .map_err(|e| format!("the JSON does not match the expected shape: {e}"))?;
-            Ok((value, how))
+            Ok((value, how, flags))
         }
     }
 }
@@ -108,8 +118,8 @@ mod tests {
     fn validates_against_type() {
         let ty = Type::object(vec![("n", Type::Int)]);
         let format = OutputFormat::Json { ty };
-        assert!(parse(&format, r#"{"n": 3}"#).is_ok());
-        let err = parse(&format, r#"{"n": "x"}"#).unwrap_err();
+        assert!(parse(&format, r#"{"n": 3}"#, &[]).is_ok());
+        let err = parse(&format, r#"{"n": "x"}"#, &[]).unwrap_err();
         assert!(err.contains("$.n: expected an integer"), "{err}");
     }
 
@@ -118,9 +128,9 @@ mod tests {
         let format = OutputFormat::Code {
             language: Some("python".into()),
         };
-        let (v, _) = parse(&format, "Sure:\n```python\nprint('hi')\n```\nDone").unwrap();
+        let (v, _, _) = parse(&format, "Sure:\n```python\nprint('hi')\n```\nDone", &[]).unwrap();
         assert_eq!(v, Value::String("print('hi')\n".into()));
-        let (v, _) = parse(&format, "print('x')").unwrap();
+        let (v, _, _) = parse(&format, "print('x')", &[]).unwrap();
         assert_eq!(v, Value::String("print('x')\n".into()));
     }
 }

@@ -74,6 +74,14 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
                     s("error")
                 );
             }
+            "invalid_outcome" => {
+                let _ = writeln!(
+                    out,
+                    "  no valid reply after {} attempt(s): routed as invalid ({})",
+                    e["attempts"],
+                    s("error")
+                );
+            }
             "tool_call" => {
                 let r = &e["result"];
                 let _ = writeln!(

@@ -118,7 +118,11 @@ impl Script {
             let Ok(event) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
-            if event.get("event").and_then(Value::as_str) != Some("llm_response") {
+            // Rejected attempts too, in order, so an invalid outcome replays as one.
+            if !matches!(
+                event.get("event").and_then(Value::as_str),
+                Some("llm_response" | "invalid_output")
+            ) {
                 continue;
             }
             let (Some(role), Some(visit), Some(raw)) = (
@@ -128,7 +132,6 @@ impl Script {
             ) else {
                 continue;
             };
-            // The last attempt of a visit is the reply that was accepted.
             script.add(role, Some(visit), raw.to_string());
         }
         Ok(script)

@@ -90,7 +90,11 @@ impl RunState {
             .memory
             .iter()
             .map(|slot| match &slot.kind {
-                MemoryKind::Value { default, .. } => default.clone(),
+                MemoryKind::Value { default, ty } => {
+                    let mut v = default.clone();
+                    ty.fill_absent(&mut v);
+                    v
+                }
                 other => super::memory::initial_structured(other),
             })
             .collect();

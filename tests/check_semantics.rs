@@ -155,6 +155,7 @@ role check_work: tool {
 }
 
 start -> supervisor
+supervisor -> invalid_output when supervisor.invalid
 supervisor -> worker when supervisor.next == "work"
 supervisor -> success otherwise
 worker -> check_work

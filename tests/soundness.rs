@@ -324,3 +324,17 @@ fn every_checked_workflow_runs_to_an_exit_whatever_the_model_answers() {
         tally.rejected_by
     );
 }
+
+// ---- regression tests for the bugs the generator found (see /work/notes/generative-findings.md)
+
+/// Seed 0x5eed0034 (features holes_fixed): a list reply between prose was repaired into
+/// an object and rejected, so a valid reply ended the run at `error`.
+#[test]
+fn a_json_list_between_prose_is_read_as_the_list() {
+    let raw = "Here you go:\n[\"{{ not a template }}\",\"hello world\"]\nHope that helps.";
+    let (value, _) = rondo::run::output::parse_json(raw).unwrap();
+    assert_eq!(
+        value,
+        serde_json::json!(["{{ not a template }}", "hello world"])
+    );
+}

@@ -107,6 +107,7 @@ pub enum Ty {
     Float,
     Bool,
     Lit(Vec<String>),
+    MapAny,
     List(Box<Ty>),
     Obj(Vec<Field>),
     /// A named type: written as its name, behaves as the inner type.
@@ -132,6 +133,7 @@ impl Ty {
                 .map(|s| format!("{s:?}"))
                 .collect::<Vec<_>>()
                 .join(" | "),
+            Ty::MapAny => "map[any]".into(),
             Ty::List(i) => format!("list[{}]", i.render()),
             Ty::Obj(fields) => {
                 let parts: Vec<String> = fields
@@ -190,6 +192,8 @@ pub struct Role {
     /// A map worker sees `item`.
     pub worker: bool,
     argv: Vec<String>,
+    /// `call = R.f` and `args = R.g`: the tool an llm role chose.
+    call: Option<(String, String)>,
     reads: BTreeSet<&'static str>,
     updates: Vec<String>,
     template: String,
@@ -258,6 +262,48 @@ const WORDS: &[&str] = &[
 ];
 const LITS: &[&str] = &["todo", "done", "stop", "add_step", "fail", "ok", "retry"];
 
+const TOOLS: &str = r#"
+tool t_echo {
+  executable = "echo"
+  usage = "t_echo: prints its argument. args: {\"text\": \"hi\"}"
+  timeout = 10s
+  input { text: string }
+}
+
+tool t_true {
+  executable = "true"
+  usage = "t_true: does nothing. args: {}"
+  timeout = 10s
+  input { n: int? }
+}
+"#;
+
+/// The decision of a tool-using llm role (micro-agent's shape, flattened).
+fn decision_type(rng: &mut Rng) -> Ty {
+    let tool = if rng.chance(0.5) {
+        Ty::Str
+    } else {
+        Ty::Lit(vec!["t_echo".into(), "t_true".into(), "nope".into()])
+    };
+    Ty::Obj(vec![
+        Field {
+            name: "tool".into(),
+            ty: tool,
+            opt: false,
+        },
+        Field {
+            name: "args".into(),
+            ty: Ty::MapAny,
+            opt: false,
+        },
+        Field {
+            name: "note".into(),
+            ty: Ty::Str,
+            opt: rng.chance(0.5),
+        },
+    ])
+}
+
 struct Memory {
     /// name, type text, initial value text
     items: Vec<(&'static str, &'static str, &'static str)>,
@@ -279,6 +325,7 @@ pub struct Gen<'r> {
     memory: Memory,
     partials: Vec<(String, String, Vec<&'static str>)>,
     has_invalid_exit: bool,
+    max_steps: u64,
 }
 
 pub fn generate(seed: u64, features: Features) -> Case {
@@ -293,6 +340,7 @@ pub fn generate(seed: u64, features: Features) -> Case {
         memory: Memory { items: Vec::new() },
         partials: Vec::new(),
         has_invalid_exit: false,
+        max_steps: 60,
     };
     g.build();
     let replies = g.replies();
@@ -324,6 +372,10 @@ impl Gen<'_> {
             };
             self.named.push((name, ty));
         }
+        if self.rng.chance(0.3) {
+            let d = decision_type(self.rng);
+            self.named.push(("Decision".into(), d));
+        }
         // Memory.
         let menu: [(&'static str, &'static str, &'static str); 7] = [
             ("counter", "int", "0"),
@@ -347,6 +399,9 @@ impl Gen<'_> {
                 }
                 self.memory.items.push(m);
             }
+        }
+        if self.rng.chance(0.15) {
+            self.max_steps = self.rng.range(1, 8);
         }
         // Exits.
         self.exits.push(("done".into(), 0, None));
@@ -501,6 +556,7 @@ impl Gen<'_> {
             max_visits: None,
             worker: false,
             argv: Vec::new(),
+            call: None,
             reads: BTreeSet::new(),
             updates: Vec::new(),
             template: String::new(),
@@ -709,7 +765,10 @@ impl Gen<'_> {
 
     fn atom(&mut self, i: usize) -> String {
         let me = self.roles[i].name.clone();
-        let mut options: Vec<String> = vec![format!("visits({me}) > {}", self.rng.range(1, 2))];
+        let mut options: Vec<String> = vec![
+            format!("visits({me}) > {}", self.rng.range(1, 2)),
+            format!("visits({me}) >= input.n"),
+        ];
         if self.memory.has("counter") {
             options.push(format!("memory.counter >= {}", self.rng.range(1, 3)));
         }
@@ -751,6 +810,7 @@ impl Gen<'_> {
                         }
                         Ty::List(_) => options.push(format!("len({p}) > 0")),
                         Ty::Obj(_) | Ty::Named(..) => options.push(format!("{p} != null")),
+                        Ty::MapAny => options.push(format!("len({p}) > 0")),
                     }
                 }
             }
@@ -871,7 +931,10 @@ impl Gen<'_> {
                         ));
                     }
                 }
-                Kind::Tool => self.roles[i].argv = self.argv(&avail),
+                Kind::Tool => {
+                    self.roles[i].argv = self.argv(&avail);
+                    self.roles[i].call = self.tool_choice(&avail);
+                }
                 Kind::Builtin => {}
             }
             let k = match self.roles[i].kind {
@@ -906,6 +969,28 @@ impl Gen<'_> {
                     .push(format!("artifact \"{name}\" {op} {value}"));
             }
         }
+    }
+
+    /// A json role in `avail` with a string field and a `map[any]` field to call a tool with.
+    fn tool_choice(&mut self, avail: &[usize]) -> Option<(String, String)> {
+        let mut options = Vec::new();
+        for &j in avail {
+            if let Kind::Json(ty) = &self.roles[j].kind {
+                let fields = ty.fields();
+                let name = fields.iter().find(|f| f.ty.is_stringy() && !f.opt);
+                let args = fields
+                    .iter()
+                    .find(|f| matches!(f.ty.resolved(), Ty::MapAny) && !f.opt);
+                if let (Some(n), Some(a)) = (name, args) {
+                    let r = &self.roles[j].name;
+                    options.push((format!("{r}.{}", n.name), format!("{r}.{}", a.name)));
+                }
+            }
+        }
+        if options.is_empty() || self.rng.chance(0.3) {
+            return None;
+        }
+        Some(self.rng.pick(&options).clone())
     }
 
     /// Expressions of type string readable from `avail` (role outputs), plus literals.
@@ -1228,6 +1313,12 @@ impl Gen<'_> {
             Ty::Float => json!(*self.rng.pick(&[0.5, 1.0, 3.25, -2.0, 100.0])),
             Ty::Bool => json!(self.rng.chance(0.5)),
             Ty::Lit(m) => json!(self.rng.pick(m)),
+            Ty::MapAny => match self.rng.below(4) {
+                0 => json!({}),
+                1 => json!({"text": self.rng.pick(WORDS)}),
+                2 => json!({"n": 3}),
+                _ => json!({"n": "three", "extra": [1, 2]}),
+            },
             Ty::List(item) => {
                 let item = item.clone();
                 Value::Array((0..self.rng.below(4)).map(|_| self.value(&item)).collect())
@@ -1341,6 +1432,7 @@ impl Gen<'_> {
             (Ty::Float, _) => json!([1.5]),
             (Ty::Bool, _) => json!("maybe"),
             (Ty::Lit(_), _) => json!("not_a_member"),
+            (Ty::MapAny, _) => json!(["not", "a", "map"]),
             (_, _) => Value::Null,
         }
     }
@@ -1368,9 +1460,13 @@ impl Gen<'_> {
             .map(|(n, t, _)| (n.clone(), t.clone()))
             .collect();
         s.push_str(
-            "workflow generated {\n  prompts = \"prompts\"\n  input q: string = \"hello\"\n",
+            "workflow generated {\n  prompts = \"prompts\"\n  input q: string = \"hello\"\n  input n: int = 2\n",
         );
-        s.push_str("  limits {\n    max_steps = 60\n  }\n}\n\n");
+        let _ = write!(
+            s,
+            "  limits {{\n    max_steps = {}\n  }}\n}}\n\n",
+            self.max_steps
+        );
         for (name, ty) in &self.named {
             match ty {
                 Ty::Obj(fields) => {
@@ -1398,6 +1494,9 @@ impl Gen<'_> {
             }
             s.push_str("}\n");
         }
+        if self.roles.iter().any(|r| r.call.is_some()) {
+            s.push_str(TOOLS);
+        }
         for r in &self.roles {
             let kind = match r.kind {
                 Kind::Json(_) | Kind::Text => "llm",
@@ -1422,6 +1521,14 @@ impl Gen<'_> {
                     if r.retries != 2 {
                         let _ = writeln!(s, "  retries = {}", r.retries);
                     }
+                }
+                Kind::Tool if r.call.is_some() => {
+                    let (call, args) = r.call.clone().unwrap();
+                    let _ = writeln!(
+                        s,
+                        "  tools = [t_echo, t_true]\n  call = {call}\n  args = {args}"
+                    );
+                    s.push_str("  timeout = 10s\n");
                 }
                 Kind::Tool => {
                     let argv: Vec<String> = r.argv.iter().map(|a| format!("{a:?}")).collect();

@@ -58,6 +58,9 @@ pub struct Features {
     /// value into a non-optional memory item, reading a map's output after an empty map.
     /// `check` must reject the unsound ones and the run must survive the rest.
     pub holes_fixed: bool,
+    /// `set m = e` type-checks that `e` fits `m` (today `check` only asks whether the
+    /// two types are comparable, so a float passes into an int memory item).
+    pub assignable_set: bool,
 }
 
 impl Features {
@@ -68,6 +71,7 @@ impl Features {
         coercion: false,
         coalesce: false,
         holes_fixed: false,
+        assignable_set: false,
     };
     /// The final design of issue 10.
     pub const FINAL: Features = Features {
@@ -76,6 +80,7 @@ impl Features {
         coercion: true,
         coalesce: true,
         holes_fixed: true,
+        assignable_set: true,
     };
 
     /// `current`, `final`, or a comma list of switches (`invalid_routes,coercion`).
@@ -93,6 +98,7 @@ impl Features {
                 "coercion" => f.coercion = true,
                 "coalesce" => f.coalesce = true,
                 "holes_fixed" => f.holes_fixed = true,
+                "assignable_set" => f.assignable_set = true,
                 other => return Err(format!("unknown feature `{other}`")),
             }
         }
@@ -946,12 +952,21 @@ impl Gen<'_> {
                     self.roles[i].updates.push(u);
                 }
             }
-            if self.rng.chance(0.1) {
-                let name = self.rng.pick(&[
+            if self.rng.chance(0.15) {
+                let mut names: Vec<String> = [
                     "out_{{ visit }}.json",
                     "logs/{{ role }}_{{ step }}.txt",
                     "trace.jsonl",
-                ]);
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                for snippet in self.template_reads(&avail) {
+                    if snippet.starts_with("{{") && !snippet.contains('|') {
+                        names.push(format!("named/{snippet}.txt"));
+                    }
+                }
+                let name = self.rng.pick(&names).clone();
                 let op = if name.ends_with(".jsonl") { "+=" } else { "=" };
                 let value = match self.roles[i].kind {
                     Kind::Builtin => "{ step: step, visit: visit }",
@@ -1040,6 +1055,33 @@ impl Gen<'_> {
         let m = &self.memory;
         if m.has("counter") {
             options.push("set counter = memory.counter + 1".into());
+            let mut nums: Vec<(String, bool)> = Vec::new();
+            let mut roots: Vec<(String, usize)> = avail
+                .iter()
+                .map(|&j| (self.roles[j].name.clone(), j))
+                .collect();
+            if let Some(o) = own {
+                roots.push(("output".into(), o));
+            }
+            for (root, j) in roots {
+                if let Kind::Json(ty) = &self.roles[j].kind {
+                    for f in ty.fields() {
+                        match f.ty.resolved() {
+                            Ty::Int if !f.opt => nums.push((format!("{root}.{}", f.name), true)),
+                            Ty::Float if !f.opt && self.f.assignable_set => {
+                                nums.push((format!("{root}.{}", f.name), false))
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            if !nums.is_empty() {
+                let (e, _) = self.rng.pick(&nums).clone();
+                options.push(format!("set counter = memory.counter + {e}"));
+                options.push(format!("set counter = {e}"));
+                options.push(format!("set counter = {e} - {e}"));
+            }
         }
         if m.has("notes") {
             options.push(format!("notes.append({})", self.rng.pick(&strings)));
@@ -1309,7 +1351,22 @@ impl Gen<'_> {
     fn value(&mut self, ty: &Ty) -> Value {
         match ty.resolved() {
             Ty::Str => json!(self.rng.pick(WORDS)),
+            Ty::Int if self.rng.chance(0.05) => {
+                // Valid for `int` as the validator sees it: whole numbers of any size.
+                self.rng
+                    .pick(&[
+                        json!(i64::MAX),
+                        json!(u64::MAX),
+                        json!(1e300),
+                        json!(-1e300),
+                        json!(4.0),
+                    ])
+                    .clone()
+            }
             Ty::Int => json!(self.rng.range(0, 100) as i64 - 3),
+            Ty::Float if self.rng.chance(0.05) => {
+                json!(*self.rng.pick(&[1.7e308, -1.7e308, 5e-324]))
+            }
             Ty::Float => json!(*self.rng.pick(&[0.5, 1.0, 3.25, -2.0, 100.0])),
             Ty::Bool => json!(self.rng.chance(0.5)),
             Ty::Lit(m) => json!(self.rng.pick(m)),

@@ -70,6 +70,7 @@ fn script(case: &Case) -> Script {
 
 /// Checks one case and, when `check` accepts it, runs it and judges the run.
 fn judge(case: &Case, dir: &Path) -> Verdict {
+    let interrupt = case.seed % 50 == 7;
     let path = write_case(dir, case);
     let file = SourceFile::read(&path).unwrap();
     let (workflow, mut diags) = compile::load(&file);
@@ -105,6 +106,13 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
         rt.block_on(async {
             let (interp, state) = Interpreter::start_with_script(&workflow, &options, script)
                 .map_err(|e| format!("the run did not start: {e}"))?;
+            if interrupt {
+                // Ctrl-C before the first step: the records must say `interrupted`.
+                interp
+                    .interrupter()
+                    .0
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             tokio::time::timeout(Duration::from_secs(60), interp.drive(state))
                 .await
                 .map_err(|_| "the run did not end within 60 s".to_string())
@@ -384,4 +392,31 @@ fn a_json_list_between_prose_is_read_as_the_list() {
         value,
         serde_json::json!(["{{ not a template }}", "hello world"])
     );
+}
+
+/// Generator finding 4: an artifact name rendered from model output (`../up`) leaves
+/// the run directory, and the run ends at `error`.
+#[test]
+#[ignore = "finding 4, not fixed: what does an artifact name built from a bad reply become?"]
+fn an_artifact_name_from_model_output_never_ends_the_run_at_error() {
+    let source = r#"workflow w {
+  prompts = "prompts"
+}
+role r1: llm {
+  prompt = "r1.tera"
+  output json { name: string }
+  artifact "named/{{ r1.name }}.txt" = output
+}
+start -> r1
+r1 -> done
+exit done
+"#;
+    match judge_text(
+        source,
+        &[("r1.tera", "name?\n")],
+        &[("r1", r#"{"name": "../up"}"#)],
+    ) {
+        Verdict::Rejected(..) | Verdict::Ran(_) => {}
+        Verdict::Failed(why) => panic!("check accepted it and the run failed: {why}"),
+    }
 }

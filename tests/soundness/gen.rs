@@ -61,6 +61,10 @@ pub struct Features {
     /// `set m = e` type-checks that `e` fits `m` (today `check` only asks whether the
     /// two types are comparable, so a float passes into an int memory item).
     pub assignable_set: bool,
+    /// Artifact names built from model output (`"named/{{ r1.name }}.txt"`); a reply
+    /// `../up` ends the run at `error` today (finding 4). Not part of [`Features::FINAL`]
+    /// until someone decides what such a name becomes.
+    pub model_artifact_names: bool,
 }
 
 impl Features {
@@ -72,6 +76,7 @@ impl Features {
         coalesce: false,
         holes_fixed: false,
         assignable_set: false,
+        model_artifact_names: false,
     };
     /// The final design of issue 10.
     pub const FINAL: Features = Features {
@@ -81,6 +86,7 @@ impl Features {
         coalesce: true,
         holes_fixed: true,
         assignable_set: true,
+        model_artifact_names: false,
     };
 
     /// `current`, `final`, or a comma list of switches (`invalid_routes,coercion`).
@@ -99,6 +105,7 @@ impl Features {
                 "coalesce" => f.coalesce = true,
                 "holes_fixed" => f.holes_fixed = true,
                 "assignable_set" => f.assignable_set = true,
+                "model_artifact_names" => f.model_artifact_names = true,
                 other => return Err(format!("unknown feature `{other}`")),
             }
         }
@@ -312,7 +319,9 @@ fn decision_type(rng: &mut Rng) -> Ty {
 
 struct Memory {
     /// name, type text, initial value text
-    items: Vec<(&'static str, &'static str, &'static str)>,
+    items: Vec<(&'static str, String, String)>,
+    /// `plan: list[T]` holds items of this named object type.
+    plan: Option<(String, Ty)>,
 }
 
 impl Memory {
@@ -343,7 +352,10 @@ pub fn generate(seed: u64, features: Features) -> Case {
         roles: Vec::new(),
         routes: Vec::new(),
         exits: Vec::new(),
-        memory: Memory { items: Vec::new() },
+        memory: Memory {
+            items: Vec::new(),
+            plan: None,
+        },
         partials: Vec::new(),
         has_invalid_exit: false,
         max_steps: 60,
@@ -403,8 +415,23 @@ impl Gen<'_> {
                         "[\"x\", \"y\", \"z\"]",
                     ]);
                 }
-                self.memory.items.push(m);
+                self.memory
+                    .items
+                    .push((m.0, m.1.to_string(), m.2.to_string()));
             }
+        }
+        let objs: Vec<(String, Ty)> = self
+            .named
+            .iter()
+            .filter(|(_, t)| matches!(t, Ty::Obj(_)))
+            .cloned()
+            .collect();
+        if !objs.is_empty() && self.rng.chance(0.6) {
+            let (n, t) = self.rng.pick(&objs).clone();
+            self.memory
+                .items
+                .push(("plan", format!("list[{n}]"), "[]".to_string()));
+            self.memory.plan = Some((n, t));
         }
         if self.rng.chance(0.15) {
             self.max_steps = self.rng.range(1, 8);
@@ -961,7 +988,12 @@ impl Gen<'_> {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
-                for snippet in self.template_reads(&avail) {
+                let from_model = if self.f.model_artifact_names {
+                    self.template_reads(&avail)
+                } else {
+                    Vec::new()
+                };
+                for snippet in from_model {
                     if snippet.starts_with("{{") && !snippet.contains('|') {
                         names.push(format!("named/{snippet}.txt"));
                     }
@@ -1137,6 +1169,35 @@ impl Gen<'_> {
             let key = self.rng.pick(&strings).clone();
             options.push(format!("seen.put({key}, {})", self.rng.pick(&strings)));
         }
+        if let Some((tname, tty)) = self.memory.plan.clone() {
+            let mut roots: Vec<(String, usize)> = avail
+                .iter()
+                .map(|&j| (self.roles[j].name.clone(), j))
+                .collect();
+            if let Some(o) = own {
+                roots.push(("output".into(), o));
+            }
+            options.push("plan.clear()".into());
+            options.push(format!("plan.truncate({})", self.rng.range(0, 2)));
+            for (root, j) in roots {
+                let Kind::Json(Ty::Named(n, _)) = &self.roles[j].kind else {
+                    continue;
+                };
+                if *n != tname {
+                    continue;
+                }
+                options.push(format!("plan.append({root})"));
+                options.push(format!("plan.extend([{root}, {root}])"));
+                // `plan.patch(..)` is documented but `check` has no such operation (finding 5).
+                if let Some(id) = tty
+                    .fields()
+                    .iter()
+                    .find(|f| matches!(f.ty.resolved(), Ty::Int) && !f.opt)
+                {
+                    options.push(format!("plan.truncate({root}.{})", id.name));
+                }
+            }
+        }
         if options.is_empty() {
             return None;
         }
@@ -1253,6 +1314,23 @@ impl Gen<'_> {
         if self.memory.has("notes") && self.rng.chance(0.4) {
             t.push_str("{% for n in memory.notes %}note {{ loop.index }}: {{ n }}\n{% endfor %}");
             reads.push("notes");
+        }
+        if let Some((_, ty)) = &self.memory.plan
+            && self.rng.chance(0.4)
+        {
+            let f = &ty.fields()[0];
+            let body = if f.opt {
+                format!("{{{{ p.{} | default(value=\"-\") }}}}", f.name)
+            } else if f.ty.is_scalar() {
+                format!("{{{{ p.{} }}}}", f.name)
+            } else {
+                format!("{{{{ p.{} | length }}}}", f.name)
+            };
+            let _ = write!(
+                t,
+                "{{% for p in memory.plan %}}{{{{ loop.index }}}}. {body}\n{{% endfor %}}"
+            );
+            reads.push("plan");
         }
         if self.memory.has("counter") && self.rng.chance(0.3) {
             t.push_str("Counter: {{ memory.counter }}\n");

@@ -277,6 +277,14 @@ fn run_cases(first_seed: u64, cases: u64, features: Features) -> Tally {
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
+        if (i + 1) % 1000 == 0 {
+            println!(
+                "soundness: {} cases, {} accepted, runs by exit: {:?}",
+                i + 1,
+                tally.accepted,
+                tally.exits
+            );
+        }
     }
     tally
 }
@@ -348,7 +356,6 @@ fn judge_text(source: &str, prompts: &[(&str, &str)], replies: &[(&str, &str)]) 
             .iter()
             .map(|(r, t)| (r.to_string(), None, vec![t.to_string()]))
             .collect(),
-        exits: Vec::new(),
     };
     let tmp = tempfile::tempdir().unwrap();
     judge(&case, tmp.path())

@@ -5,7 +5,7 @@
 //! so it can compute which roles have definitely produced a valid output before each
 //! role, and read only those unless a feature asks for reads `check` must reject.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use serde_json::{Value, json};
@@ -238,6 +238,10 @@ struct Route {
     backtrack: bool,
 }
 
+/// A graph edge for the definite-output analysis: from (None = start), to, the roles it
+/// establishes, the roles it removes (an invalid route removes its source).
+type Edge = (Option<usize>, usize, Vec<usize>, Vec<usize>);
+
 /// One generated case: the files to write and the replies to script.
 #[derive(Debug, Clone)]
 pub struct Case {
@@ -247,8 +251,6 @@ pub struct Case {
     pub prompts: Vec<(String, String)>,
     /// (role, visit, replies for attempt 1, 2, ...); `visit` None = every other visit.
     pub replies: Vec<(String, Option<u64>, Vec<String>)>,
-    /// Declared exits and their codes.
-    pub exits: Vec<(String, i32)>,
 }
 
 const FIELD_NAMES: &[&str] = &[
@@ -363,14 +365,11 @@ pub fn generate(seed: u64, features: Features) -> Case {
     g.build();
     let replies = g.replies();
     let (source, prompts) = g.render();
-    let mut exits: Vec<(String, i32)> = g.exits.iter().map(|(n, c, _)| (n.clone(), *c)).collect();
-    let _ = &mut exits;
     Case {
         seed,
         source,
         prompts,
         replies,
-        exits,
     }
 }
 
@@ -867,7 +866,7 @@ impl Gen<'_> {
         let n = self.roles.len();
         let all: BTreeSet<usize> = (0..n).collect();
         // (from or None for start, to, gen, kill)
-        let mut edges: Vec<(Option<usize>, usize, Vec<usize>, Vec<usize>)> = Vec::new();
+        let mut edges: Vec<Edge> = Vec::new();
         for r in &self.routes {
             let from = if r.from == "start" {
                 None
@@ -943,6 +942,7 @@ impl Gen<'_> {
     /// Templates, updates, tool command lines and artifacts, which read what has run.
     fn fill(&mut self) {
         let def = self.definite();
+        #[allow(clippy::needless_range_loop)] // `self.roles[i]` is changed in the loop
         for i in 0..self.roles.len() {
             let mut avail: Vec<usize> = def[i].iter().copied().filter(|&j| j != i).collect();
             // Roles that may not have run: only where `check` must reject the read.
@@ -1736,13 +1736,4 @@ impl Gen<'_> {
         let _ = &self.has_invalid_exit;
         (s, prompts)
     }
-}
-
-/// Replies keyed like a `test` block: role, visit, one text per attempt.
-pub fn script_lines(case: &Case) -> BTreeMap<String, usize> {
-    let mut m = BTreeMap::new();
-    for (role, _, texts) in &case.replies {
-        *m.entry(role.clone()).or_insert(0) += texts.len();
-    }
-    m
 }

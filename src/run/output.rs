@@ -56,6 +56,15 @@ pub fn parse_json(raw: &str) -> Result<(Value, Parsed), String> {
         Some(i) => &candidate[i..],
         None => return Err("the reply contains no JSON object".into()),
     };
+    // Valid JSON followed by prose: take the value as written; the repairer would
+    // rebuild it from whatever brace comes first, even one inside a string.
+    if let Some(Ok(v)) = serde_json::Deserializer::from_str(candidate)
+        .into_iter::<Value>()
+        .next()
+        && (v.is_object() || v.is_array())
+    {
+        return Ok((v, Parsed::Repaired));
+    }
     match llm_json::repair_json(candidate, &Default::default()) {
         Ok(text) => match serde_json::from_str::<Value>(&text) {
             Ok(v) if v.is_object() || v.is_array() => Ok((v, Parsed::Repaired)),

@@ -1,0 +1,429 @@
+//! The soundness property of `rondo check`, tested generatively: every random workflow
+//! that `check` accepts runs, whatever the scripted model answers, to a declared exit,
+//! `limit`, `interrupted` or `invalid_output` — never to `error`, never a panic or a
+//! hang — and its records (run.json, state.json, events.jsonl) agree on how it ended.
+//!
+//! `RONDO_SOUNDNESS_CASES=20000` runs the long mode; `RONDO_SOUNDNESS_SEED=N` picks the
+//! first seed (case `i` uses seed `N + i`, printed on failure);
+//! `RONDO_SOUNDNESS_FEATURES=current|final|a,b` picks the language the generator writes
+//! (see `gen::Features`).
+
+#[path = "soundness/gen.rs"]
+mod generator;
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::time::Duration;
+
+use generator::{Case, Features};
+use rondo::check::{self, CheckOptions};
+use rondo::compile::{self, NodeKind, Workflow};
+use rondo::run::scripted::Script;
+use rondo::run::{Interpreter, RunOptions};
+use rondo::source::SourceFile;
+use serde_json::Value;
+
+/// The language on this branch. After the issue-10 branches are merged: `Features::FINAL`.
+const DEFAULT_FEATURES: Features = Features::CURRENT;
+const DEFAULT_CASES: u64 = 300;
+const DEFAULT_SEED: u64 = 0x5EED_0000;
+
+/// Exits a run may end at besides the declared ones.
+const ALLOWED_BUILTIN: &[&str] = &["limit", "interrupted", "invalid_output"];
+
+#[derive(Default)]
+struct Tally {
+    generated: u64,
+    accepted: u64,
+    rejected_by: BTreeMap<String, u64>,
+    exits: BTreeMap<String, u64>,
+    failures: Vec<String>,
+}
+
+enum Verdict {
+    Rejected(Vec<String>, String),
+    Ran(String),
+    Failed(String),
+}
+
+fn write_case(dir: &Path, case: &Case) -> std::path::PathBuf {
+    let prompts = dir.join("prompts");
+    std::fs::create_dir_all(&prompts).unwrap();
+    for (name, text) in &case.prompts {
+        std::fs::write(prompts.join(name), text).unwrap();
+    }
+    let path = dir.join("w.rondo");
+    std::fs::write(&path, &case.source).unwrap();
+    path
+}
+
+fn script(case: &Case) -> Script {
+    let mut s = Script::default();
+    for (role, visit, texts) in &case.replies {
+        for t in texts {
+            s.add(role, *visit, t.clone());
+        }
+    }
+    s
+}
+
+/// Checks one case and, when `check` accepts it, runs it and judges the run.
+fn judge(case: &Case, dir: &Path) -> Verdict {
+    let interrupt = case.seed % 50 == 7;
+    let path = write_case(dir, case);
+    let file = SourceFile::read(&path).unwrap();
+    let (workflow, mut diags) = compile::load(&file);
+    let (more, _) = check::check(
+        &workflow,
+        diags.has_errors(),
+        &CheckOptions { offline: true },
+    );
+    diags.extend(more);
+    if diags.has_errors() {
+        let errors: Vec<_> = diags
+            .sorted()
+            .into_iter()
+            .filter(|d| d.severity == rondo::diagnostics::Severity::Error)
+            .collect();
+        let codes = errors.iter().map(|d| d.code.to_string()).collect();
+        let text = rondo::diagnostics::render_human(&file, &errors, false, 100);
+        return Verdict::Rejected(codes, text);
+    }
+    let runs = dir.join("runs");
+    let options = RunOptions {
+        runs_root: runs.clone(),
+        run_id: Some("run".into()),
+        provider: Some("scripted".into()),
+        ..RunOptions::default()
+    };
+    let script = script(case);
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (interp, state) = Interpreter::start_with_script(&workflow, &options, script)
+                .map_err(|e| format!("the run did not start: {e}"))?;
+            if interrupt {
+                // Ctrl-C before the first step: the records must say `interrupted`.
+                interp
+                    .interrupter()
+                    .0
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            tokio::time::timeout(Duration::from_secs(60), interp.drive(state))
+                .await
+                .map_err(|_| "the run did not end within 60 s".to_string())
+        })
+    }));
+    let outcome = match result {
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            return Verdict::Failed(format!("panicked: {msg}"));
+        }
+        Ok(Err(e)) => return Verdict::Failed(e),
+        Ok(Ok(o)) => o,
+    };
+    let declared = declared_exits(&workflow);
+    if !declared.iter().any(|(n, _)| n == &outcome.exit)
+        && !ALLOWED_BUILTIN.contains(&outcome.exit.as_str())
+    {
+        return Verdict::Failed(format!(
+            "ended at `{}` (code {}): {}",
+            outcome.exit, outcome.exit_code, outcome.reason
+        ));
+    }
+    if let Err(e) = records_agree(&workflow, &outcome) {
+        return Verdict::Failed(format!("records disagree: {e}"));
+    }
+    Verdict::Ran(outcome.exit)
+}
+
+fn declared_exits(workflow: &Workflow) -> Vec<(String, i32)> {
+    workflow
+        .graph
+        .node_indices()
+        .filter_map(|i| match &workflow.node(i).kind {
+            NodeKind::Exit(spec) => Some((workflow.node(i).name.clone(), spec.code)),
+            _ => None,
+        })
+        .filter(|(n, _)| !["limit", "error", "interrupted", "invalid_output"].contains(&n.as_str()))
+        .collect()
+}
+
+fn read_json(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// run.json, state.json and the last event all say how the run ended.
+fn records_agree(workflow: &Workflow, outcome: &rondo::run::Outcome) -> Result<(), String> {
+    let dir = &outcome.run_dir;
+    let info = read_json(&dir.join("run.json"))?;
+    let want_status = if outcome.exit == "interrupted" {
+        "interrupted"
+    } else {
+        "finished"
+    };
+    if info["status"] != want_status {
+        return Err(format!(
+            "run.json status {} for exit `{}`",
+            info["status"], outcome.exit
+        ));
+    }
+    if info["exit"] != outcome.exit.as_str() || info["exit_code"] != outcome.exit_code {
+        return Err(format!(
+            "run.json says {} ({}), the run ended at {} ({})",
+            info["exit"], info["exit_code"], outcome.exit, outcome.exit_code
+        ));
+    }
+    let code = workflow
+        .find_node(&outcome.exit)
+        .and_then(|n| match &workflow.node(n).kind {
+            NodeKind::Exit(spec) => Some(spec.code),
+            _ => None,
+        });
+    if code != Some(outcome.exit_code) {
+        return Err(format!(
+            "exit `{}` has code {:?}, the run reported {}",
+            outcome.exit, code, outcome.exit_code
+        ));
+    }
+    let state = read_json(&dir.join("state.json"))?;
+    if state["status"] != want_status {
+        return Err(format!("state.json status {}", state["status"]));
+    }
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).map_err(|e| e.to_string())?;
+    let last: Value = events
+        .lines()
+        .last()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| e.to_string())?
+        .ok_or("events.jsonl is empty")?;
+    if last["event"] != "exit" || last["exit"] != outcome.exit.as_str() {
+        return Err(format!("the last event is {last}"));
+    }
+    let llm_calls = events
+        .lines()
+        .filter(|l| l.contains("\"event\":\"llm_response\""))
+        .count() as u64;
+    if info["totals"]["llm_calls"]
+        .as_u64()
+        .is_some_and(|n| n < llm_calls)
+    {
+        return Err(format!(
+            "run.json counts {} llm calls, events.jsonl records {llm_calls} accepted replies",
+            info["totals"]["llm_calls"]
+        ));
+    }
+    Ok(())
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+fn run_cases(first_seed: u64, cases: u64, features: Features) -> Tally {
+    let root = tempfile::tempdir().unwrap();
+    let mut tally = Tally::default();
+    for i in 0..cases {
+        let seed = first_seed.wrapping_add(i);
+        let case = generator::generate(seed, features);
+        tally.generated += 1;
+        let dir = root.path().join(format!("{seed:x}"));
+        match judge(&case, &dir) {
+            Verdict::Rejected(codes, text) => {
+                if std::env::var_os("RONDO_SOUNDNESS_VERBOSE").is_some() {
+                    println!("seed {seed:#x} rejected:\n{text}\n{}", case.source);
+                }
+                for c in codes {
+                    *tally.rejected_by.entry(c).or_insert(0) += 1;
+                }
+            }
+            Verdict::Ran(exit) => {
+                tally.accepted += 1;
+                *tally.exits.entry(exit).or_insert(0) += 1;
+            }
+            Verdict::Failed(why) => {
+                tally.accepted += 1;
+                *tally.exits.entry("FAILED".into()).or_insert(0) += 1;
+                if tally.failures.len() < 20 {
+                    tally.failures.push(format!(
+                        "seed {seed:#x}: {why}\n  reproduce: RONDO_SOUNDNESS_SEED={seed:#x} RONDO_SOUNDNESS_CASES=1 cargo test --test soundness -- --nocapture\n--- workflow ---\n{}",
+                        case.source
+                    ));
+                }
+                // Kept for inspection when asked.
+                if std::env::var_os("RONDO_SOUNDNESS_KEEP").is_some() {
+                    let keep = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                        .join("soundness")
+                        .join(format!("{seed:x}"));
+                    let _ = std::fs::remove_dir_all(&keep);
+                    let _ = copy_dir(&dir, &keep);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        if (i + 1) % 1000 == 0 {
+            println!(
+                "soundness: {} cases, {} accepted, runs by exit: {:?}",
+                i + 1,
+                tally.accepted,
+                tally.exits
+            );
+        }
+    }
+    tally
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_checked_workflow_runs_to_an_exit_whatever_the_model_answers() {
+    let cases = env_u64("RONDO_SOUNDNESS_CASES").unwrap_or(DEFAULT_CASES);
+    let seed = env_u64("RONDO_SOUNDNESS_SEED").unwrap_or(DEFAULT_SEED);
+    let features = match std::env::var("RONDO_SOUNDNESS_FEATURES") {
+        Ok(text) => Features::parse(&text).unwrap(),
+        Err(_) => DEFAULT_FEATURES,
+    };
+    let tally = run_cases(seed, cases, features);
+    println!(
+        "soundness: features {features:?}, seeds {seed:#x}..{:#x}",
+        seed.wrapping_add(cases)
+    );
+    println!(
+        "soundness: {} workflows generated, {} accepted by check, runs by exit: {:?}",
+        tally.generated, tally.accepted, tally.exits
+    );
+    println!(
+        "soundness: rejections by diagnostic: {:?}",
+        tally.rejected_by
+    );
+    assert!(
+        tally.failures.is_empty(),
+        "{} of {} checked workflows broke the promise:\n{}",
+        tally.exits.get("FAILED").copied().unwrap_or(0),
+        tally.accepted,
+        tally.failures.join("\n")
+    );
+    // A generator that check mostly rejects proves nothing.
+    assert!(
+        tally.accepted * 2 >= tally.generated,
+        "check accepted only {} of {} generated workflows: {:?}",
+        tally.accepted,
+        tally.generated,
+        tally.rejected_by
+    );
+}
+
+// ---- regression tests for the bugs the generator found (see /work/notes/generative-findings.md)
+
+/// Checks and runs a hand-written case; `replies` are (role, every-visit reply).
+fn judge_text(source: &str, prompts: &[(&str, &str)], replies: &[(&str, &str)]) -> Verdict {
+    let case = Case {
+        seed: 0,
+        source: source.to_string(),
+        prompts: prompts
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect(),
+        replies: replies
+            .iter()
+            .map(|(r, t)| (r.to_string(), None, vec![t.to_string()]))
+            .collect(),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    judge(&case, tmp.path())
+}
+
+/// Generator finding 2: `set` accepted any value whose type is *comparable* with the
+/// memory item's, so a float reached an int item and the run ended at `error`.
+#[test]
+#[ignore = "finding 2, not fixed on this branch: `set` needs assignability, not comparability"]
+fn a_float_set_into_an_int_memory_item_is_a_check_error() {
+    let source = r#"workflow w {
+  prompts = "prompts"
+}
+memory { counter: int = 0 }
+role r1: llm {
+  prompt = "r1.tera"
+  output json { x: float }
+}
+role b: builtin { update { set counter = r1.x } }
+start -> r1
+r1 -> b
+b -> done
+exit done
+"#;
+    match judge_text(source, &[("r1.tera", "x?\n")], &[("r1", r#"{"x": 0.5}"#)]) {
+        Verdict::Rejected(codes, _) => {
+            assert!(codes.iter().any(|c| c.starts_with("rondo::update::")))
+        }
+        Verdict::Ran(exit) => panic!("check accepted it and the run ended at {exit}"),
+        Verdict::Failed(why) => panic!("check accepted it and the run failed: {why}"),
+    }
+}
+
+/// Seed 0x5eed0034 (features holes_fixed): a list reply between prose was repaired into
+/// an object and rejected, so a valid reply ended the run at `error`.
+#[test]
+fn a_json_list_between_prose_is_read_as_the_list() {
+    let raw = "Here you go:\n[\"{{ not a template }}\",\"hello world\"]\nHope that helps.";
+    let (value, _) = rondo::run::output::parse_json(raw).unwrap();
+    assert_eq!(
+        value,
+        serde_json::json!(["{{ not a template }}", "hello world"])
+    );
+}
+
+/// Generator finding 4: an artifact name rendered from model output (`../up`) leaves
+/// the run directory, and the run ends at `error`.
+#[test]
+#[ignore = "finding 4, not fixed: what does an artifact name built from a bad reply become?"]
+fn an_artifact_name_from_model_output_never_ends_the_run_at_error() {
+    let source = r#"workflow w {
+  prompts = "prompts"
+}
+role r1: llm {
+  prompt = "r1.tera"
+  output json { name: string }
+  artifact "named/{{ r1.name }}.txt" = output
+}
+start -> r1
+r1 -> done
+exit done
+"#;
+    match judge_text(
+        source,
+        &[("r1.tera", "name?\n")],
+        &[("r1", r#"{"name": "../up"}"#)],
+    ) {
+        Verdict::Rejected(..) | Verdict::Ran(_) => {}
+        Verdict::Failed(why) => panic!("check accepted it and the run failed: {why}"),
+    }
+}

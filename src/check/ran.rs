@@ -440,9 +440,22 @@ fn may_not_have_run(workflow: &Workflow, e: &Expr, role: NodeIndex, site: &Site)
             "when a route from `{}` is tried",
             node_name(workflow, *from)
         ),
-        Site::Role(at) => format!("after `{}` runs", node_name(workflow, *at)),
+        Site::Role(at) => format!(
+            "when `{}` applies its updates and artifacts",
+            node_name(workflow, *at)
+        ),
         Site::ToolArgs(at) => format!("when `{}` starts", node_name(workflow, *at)),
         Site::Everywhere => "after every step (exit guards and workflow artifacts)".into(),
+    };
+    let help = match site {
+        Site::Route(_) | Site::Everywhere => format!(
+            "guard the read: `visits({name}) > 0 and ...{}...`, or route so that `{name}` surely runs before; a field typed optional (`T?`) may be read as is",
+            e.text
+        ),
+        Site::Role(at) | Site::ToolArgs(at) => format!(
+            "route so that `{name}` surely runs before `{}`, or read a field typed optional (`T?`), which the reader must handle as null",
+            node_name(workflow, *at)
+        ),
     };
     Diagnostic::error(
         "rondo::expr::may_not_have_run",
@@ -455,8 +468,5 @@ fn may_not_have_run(workflow: &Workflow, e: &Expr, role: NodeIndex, site: &Site)
         e.span,
         format!("null when `{name}` has not run, or its last reply was invalid"),
     )
-    .help(format!(
-        "guard the read: `visits({name}) > 0 and {}`, or route so that `{name}` runs before; a field typed optional (`T?`) may be read as is",
-        e.text
-    ))
+    .help(help)
 }

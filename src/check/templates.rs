@@ -20,7 +20,7 @@ use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
 use crate::compile::{MemoryKind, RoleKind, RouteTarget, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
+use crate::diagnostics::{Diagnostic, Diagnostics, ExternalLabel};
 use crate::prompt::Prompts;
 use crate::source::Span;
 
@@ -156,7 +156,7 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
                     .get_template_names()
                     .map(str::to_string)
                     .collect();
-                let help = did_you_mean(&file, names.iter().map(String::as_str))
+                let help = suggest(&file, names.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("create it in {}", workflow.prompts_dir.display()));
                 diags.push(
                     Diagnostic::error(
@@ -635,21 +635,18 @@ impl<'a> Walker<'a> {
                     .collect();
                 let help = names
                     .first()
-                    .and_then(|_| did_you_mean(&shown, names.iter().map(String::as_str)));
+                    .and_then(|_| suggest(&shown, names.iter().map(String::as_str)));
                 self.help(at, help);
             }
             return;
         };
-        if let Some(n) = names.first() {
-            self.locate(n);
-        }
+        let start = names.first().and_then(|n| self.locate(n)).unwrap_or(0);
         if self.files.iter().any(|f| &f.name == name) {
-            let start = self.locate(name).unwrap_or(0);
             let file = self.file_name().to_string();
             let at = self.report(
                 "rondo::template::too_deep",
                 format!("template `{file}` includes `{name}`, which includes it again"),
-                Span::new(start, start),
+                Span::new(start, start + name.len()),
                 "include cycle".into(),
             );
             self.help(
@@ -846,7 +843,7 @@ impl<'a> Walker<'a> {
             Span::new(start, start + name.len()),
             format!("no {what} of this name"),
         );
-        let help = did_you_mean(name, known.iter().copied())
+        let help = suggest(name, known.iter().copied())
             .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
         self.help(at, Some(help));
     }
@@ -1098,7 +1095,7 @@ impl<'a> Walker<'a> {
             span,
             format!("no {what} of this name"),
         );
-        let help = did_you_mean(name, known.iter().copied())
+        let help = suggest(name, known.iter().copied())
             .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
         self.help(at, Some(help));
     }
@@ -1124,7 +1121,7 @@ impl<'a> Walker<'a> {
                         format!("items are {}", short(&inner)),
                     );
                     let names = inner.field_names();
-                    let help = did_you_mean(name, names.iter().map(String::as_str))
+                    let help = suggest(name, names.iter().map(String::as_str))
                         .or_else(|| fields_help(&names));
                     self.help(at, help);
                     return;
@@ -1186,7 +1183,7 @@ impl<'a> Walker<'a> {
                                 at(*from, *to),
                                 "not declared".into(),
                             );
-                            let help = did_you_mean(name, names.iter().map(String::as_str))
+                            let help = suggest(name, names.iter().map(String::as_str))
                                 .unwrap_or_else(|| "declare it: `input NAME: type`".into());
                             self.help(at_, Some(help));
                             return Type::Any;
@@ -1207,7 +1204,7 @@ impl<'a> Walker<'a> {
                                 at(*from, *to),
                                 "no such memory".into(),
                             );
-                                let help = did_you_mean(name, names.iter().map(String::as_str))
+                                let help = suggest(name, names.iter().map(String::as_str))
                                     .unwrap_or_else(|| "declare it in `memory { ... }`".into());
                                 self.help(at_, Some(help));
                                 return Type::Any;
@@ -1281,7 +1278,7 @@ impl<'a> Walker<'a> {
                             root_span,
                             "not defined here".into(),
                         );
-                        let help = did_you_mean(&root, candidates.iter().map(String::as_str))
+                        let help = suggest(&root, candidates.iter().map(String::as_str))
                             .unwrap_or_else(|| {
                                 format!(
                                     "templates see: {}, and each role's latest output by role name",
@@ -1382,11 +1379,23 @@ impl<'a> Walker<'a> {
             format!("`{owner}` is {}", short(ty)),
         );
         let names = ty.field_names();
-        let help =
-            did_you_mean(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
+        let help = suggest(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
         self.help(at, help);
         Type::Any
     }
+}
+
+/// "did you mean" that also counts a swap of two letters (`nmae`) as one edit.
+fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut best: Option<(usize, &str)> = None;
+    for candidate in candidates {
+        let distance = strsim::osa_distance(name, candidate);
+        let limit = (name.len().max(candidate.len()) / 3).max(1);
+        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
+            best = Some((distance, candidate));
+        }
+    }
+    best.map(|(_, c)| format!("did you mean `{c}`?"))
 }
 
 fn fields_help(names: &[String]) -> Option<String> {

@@ -35,7 +35,7 @@ pub struct Diagnostic {
     /// Set when the problem lies in another file than the workflow (a prompt template):
     /// the diagnostic is reported there, and `labels` show the workflow's side.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub external: Option<ExternalLabel>,
+    pub external: Option<Box<ExternalLabel>>,
 }
 
 /// A labelled span in a file other than the workflow being checked.
@@ -114,7 +114,7 @@ impl Diagnostic {
 
     /// Reports the diagnostic in another file (a template); labels stay in the workflow.
     pub fn external(mut self, external: ExternalLabel) -> Self {
-        self.external = Some(external);
+        self.external = Some(Box::new(external));
         self
     }
 
@@ -400,7 +400,7 @@ pub fn to_json<'a>(file: &SourceFile, diagnostics: &'a [Diagnostic]) -> Vec<serd
     diagnostics
         .iter()
         .map(|d| {
-            let ext_file = d.external.as_ref().map(ExternalLabel::file);
+            let ext_file = d.external.as_deref().map(ExternalLabel::file);
             let (path, line, column) = match (&d.external, &ext_file) {
                 (Some(e), Some(f)) => position(f, e.span),
                 _ => position(file, d.primary_span()),

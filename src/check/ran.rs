@@ -87,7 +87,7 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
     }
     let words = roles.div_ceil(64).max(1);
     let mut full = vec![u64::MAX; words];
-    if roles % 64 != 0 {
+    if !roles.is_multiple_of(64) {
         full[words - 1] = (1u64 << (roles % 64)) - 1;
     }
     let mut runs = DefiniteRuns {

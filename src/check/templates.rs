@@ -364,6 +364,9 @@ fn tag_ranges(text: &str) -> Vec<(usize, usize)> {
     out
 }
 
+/// Whether a filter accepts a value of the type.
+type Accepts = fn(&Type) -> bool;
+
 /// A variable of the template's frame.
 #[derive(Debug, Clone)]
 enum Global {
@@ -984,7 +987,7 @@ impl<'a> Walker<'a> {
         let inner = input.strip_optional().clone();
         let maybe_null = matches!(input, Type::Optional { .. } | Type::Null);
         // What the filter needs, when it cannot take anything.
-        let needs: Option<(&str, fn(&Type) -> bool)> = match name {
+        let needs: Option<(&str, Accepts)> = match name {
             "first" | "last" | "nth" | "join" | "sort" | "unique" | "slice" | "group_by"
             | "filter" | "map" | "concat" => Some(("a list", |t| matches!(t, Type::List { .. }))),
             "length" | "reverse" => Some(("a list, a map or a string", |t| {
@@ -1291,10 +1294,10 @@ impl<'a> Walker<'a> {
                 }
             }
         };
-        let mut done = segs.len() - rest.len();
-        for (seg, from, to) in rest {
-            let prefix = normalize(&root, &segs[..done]);
-            done += 1;
+        let skipped = segs.len() - rest.len();
+        for (i, (seg, from, to)) in rest.iter().enumerate() {
+            let prefix = normalize(&root, &segs[..skipped + i]);
+            let done = skipped + i + 1;
             if matches!(ty, Type::Any) {
                 return Type::Any;
             }

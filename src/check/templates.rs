@@ -113,14 +113,7 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
         return;
     }
     let prompts = Prompts::load(&workflow.prompts_dir);
-    let map_workers: BTreeSet<NodeIndex> = workflow
-        .routes
-        .iter()
-        .filter_map(|r| match &r.target {
-            RouteTarget::Map { worker, .. } => Some(*worker),
-            _ => None,
-        })
-        .collect();
+    let shared = Shared::new(workflow);
     let mut reported_parse = BTreeSet::new();
     let mut found: Vec<Diagnostic> = Vec::new();
     for (index, role) in workflow.roles() {
@@ -171,7 +164,7 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
                 );
                 continue;
             }
-            let mut walker = Walker::new(workflow, &prompts, runs, index, &file, &map_workers);
+            let mut walker = Walker::new(workflow, &prompts, runs, &shared, index, &file);
             walker.template(&file);
             found.append(&mut walker.found);
         }
@@ -371,8 +364,69 @@ type Accepts = fn(&Type) -> bool;
 #[derive(Debug, Clone)]
 enum Global {
     Plain(Type),
-    Role(NodeIndex, Type),
+    Role(NodeIndex, Arc<Type>),
     Memory,
+    Tools,
+}
+
+/// What every role's templates see alike, built once per workflow.
+struct Shared {
+    globals: BTreeMap<String, Global>,
+    /// Memory slots by name: (id, type in templates).
+    memory: BTreeMap<String, (usize, Type)>,
+}
+
+impl Shared {
+    fn new(workflow: &Workflow) -> Self {
+        let map_workers: BTreeSet<NodeIndex> = workflow
+            .routes
+            .iter()
+            .filter_map(|r| match &r.target {
+                RouteTarget::Map { worker, .. } => Some(*worker),
+                _ => None,
+            })
+            .collect();
+        let mut globals = BTreeMap::new();
+        let any = Arc::new(Type::Any);
+        for (index, r) in workflow.roles() {
+            // A map worker's output is the list of its branches' outputs at the join.
+            let ty = if map_workers.contains(&index) {
+                any.clone()
+            } else {
+                r.output_type.clone()
+            };
+            globals.insert(node_name(workflow, index).to_string(), Global::Role(index, ty));
+        }
+        let inputs = Type::object(
+            workflow
+                .inputs
+                .iter()
+                .map(|i| (i.name.as_str(), i.ty.clone()))
+                .collect(),
+        );
+        for (name, ty) in [
+            ("input", inputs),
+            ("round", Type::Int),
+            ("step", Type::Int),
+            ("visit", Type::Int),
+            ("item", Type::Any),
+            ("last_error", Type::optional(Type::String)),
+            ("run_id", Type::String),
+            ("role", Type::String),
+            ("__tera_context", Type::Any),
+        ] {
+            globals.insert(name.to_string(), Global::Plain(ty));
+        }
+        globals.insert("memory".to_string(), Global::Memory);
+        globals.insert("tools".to_string(), Global::Tools);
+        let memory = workflow
+            .memory
+            .iter()
+            .enumerate()
+            .map(|(id, m)| (m.name.clone(), (id, memory_type(&m.kind))))
+            .collect();
+        Shared { globals, memory }
+    }
 }
 
 struct Walker<'a> {
@@ -382,9 +436,11 @@ struct Walker<'a> {
     role: NodeIndex,
     role_name: &'a str,
     rendered: &'a str,
-    globals: BTreeMap<String, Global>,
-    /// Memory slots by name: (type in templates, read by this role).
-    memory: BTreeMap<String, (Type, bool)>,
+    globals: &'a BTreeMap<String, Global>,
+    memory: &'a BTreeMap<String, (usize, Type)>,
+    /// The role's `tools`, as `tools` in its templates.
+    tools: Type,
+    reads: Vec<usize>,
     locals: Vec<(String, Type)>,
     /// `set_global` values: they outlive the loop that set them.
     set_globals: Vec<(String, Type)>,
@@ -402,30 +458,10 @@ impl<'a> Walker<'a> {
         workflow: &'a Workflow,
         prompts: &'a Prompts,
         runs: Option<&'a DefiniteRuns>,
+        shared: &'a Shared,
         role: NodeIndex,
         rendered: &'a str,
-        map_workers: &BTreeSet<NodeIndex>,
     ) -> Self {
-        let mut globals = BTreeMap::new();
-        for (index, r) in workflow.roles() {
-            // A map worker's output is the list of its branches' outputs at the join.
-            let ty = if map_workers.contains(&index) {
-                Type::Any
-            } else {
-                (*r.output_type).clone()
-            };
-            globals.insert(
-                node_name(workflow, index).to_string(),
-                Global::Role(index, ty),
-            );
-        }
-        let inputs = Type::object(
-            workflow
-                .inputs
-                .iter()
-                .map(|i| (i.name.as_str(), i.ty.clone()))
-                .collect(),
-        );
         let role_def = workflow.role(role);
         let tools = match role_def.map(|r| &r.kind) {
             Some(RoleKind::Llm(l)) => l.tools.clone(),
@@ -444,28 +480,7 @@ impl<'a> Walker<'a> {
                 .map(|t| (t.name.as_str(), tool_type.clone()))
                 .collect(),
         );
-        for (name, ty) in [
-            ("input", inputs),
-            ("tools", tools),
-            ("round", Type::Int),
-            ("step", Type::Int),
-            ("visit", Type::Int),
-            ("item", Type::Any),
-            ("last_error", Type::optional(Type::String)),
-            ("run_id", Type::String),
-            ("role", Type::String),
-            ("__tera_context", Type::Any),
-        ] {
-            globals.insert(name.to_string(), Global::Plain(ty));
-        }
-        globals.insert("memory".to_string(), Global::Memory);
-        let reads = role_def.map(|r| r.reads.as_slice()).unwrap_or(&[]);
-        let memory = workflow
-            .memory
-            .iter()
-            .enumerate()
-            .map(|(id, m)| (m.name.clone(), (memory_type(&m.kind), reads.contains(&id))))
-            .collect();
+        let reads = role_def.map(|r| r.reads.clone()).unwrap_or_default();
         Walker {
             workflow,
             prompts,
@@ -473,8 +488,10 @@ impl<'a> Walker<'a> {
             role,
             role_name: node_name(workflow, role),
             rendered,
-            globals,
-            memory,
+            globals: &shared.globals,
+            memory: &shared.memory,
+            tools,
+            reads,
             locals: Vec::new(),
             set_globals: Vec::new(),
             guards: Vec::new(),
@@ -1171,6 +1188,7 @@ impl<'a> Walker<'a> {
             ]),
             None => {
                 match self.globals.get(&root).cloned() {
+                    Some(Global::Tools) => self.tools.clone(),
                     Some(Global::Plain(t)) => {
                         if root == "input"
                             && let Some((Seg::Field(name), from, to)) = segs.first()
@@ -1212,7 +1230,7 @@ impl<'a> Walker<'a> {
                                 self.help(at_, Some(help));
                                 return Type::Any;
                             }
-                            Some((_, false)) => {
+                            Some((id, _)) if !self.reads.contains(&id) => {
                                 let at_ = self.report(
                                 "rondo::template::memory_not_read",
                                 format!(
@@ -1226,10 +1244,11 @@ impl<'a> Walker<'a> {
                                 self.help(at_, Some(format!("add it: `reads = [{name}]`")));
                                 return Type::Any;
                             }
-                            Some((t, true)) => t,
+                            Some((_, t)) => t,
                         }
                     }
                     Some(Global::Role(node, t)) => {
+                    let t = (*t).clone();
                         let pseudo = matches!(segs.first(), Some((Seg::Field(f), _, _)) if f == "invalid" || f == "invalid_reply");
                         if pseudo {
                             return Type::Any;

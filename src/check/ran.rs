@@ -56,13 +56,6 @@ impl DefiniteRuns {
         }
     }
 
-    fn contains(&self, set: &[u64], role: NodeIndex) -> bool {
-        match self.bit.get(role.index()) {
-            Some(Some(bit)) => set[bit / 64] & (1 << (bit % 64)) != 0,
-            _ => false,
-        }
-    }
-
     fn with(&self, set: &[u64], role: NodeIndex, present: bool) -> Vec<u64> {
         let mut out = set.to_vec();
         if let Some(Some(bit)) = self.bit.get(role.index()) {
@@ -102,10 +95,13 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
     runs.sets[start] = vec![0; words];
     let mut reached = vec![false; n];
     reached[start] = true;
+    // Nodes are taken in reverse postorder, so a pass sees a node after its predecessors
+    // (but for back edges) and the sets settle in a few passes.
+    let order = reverse_postorder(workflow, start);
     let mut queued = vec![false; n];
-    let mut work = vec![start];
+    let mut work = std::collections::BTreeSet::from([(order[start], start)]);
     queued[start] = true;
-    while let Some(x) = work.pop() {
+    while let Some((_, x)) = work.pop_first() {
         queued[x] = false;
         let from = NodeIndex::new(x);
         for &route_id in workflow.outgoing.get(x).map_or(&[][..], Vec::as_slice) {
@@ -143,7 +139,7 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
                 }
                 if changed && !queued[t] {
                     queued[t] = true;
-                    work.push(t);
+                    work.insert((order[t], t));
                 }
             }
         }
@@ -172,6 +168,56 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
     runs
 }
 
+/// Each node's position in a reverse postorder of the route graph from `start`
+/// (unreached nodes last). Depth-first with an explicit stack.
+fn reverse_postorder(workflow: &Workflow, start: usize) -> Vec<usize> {
+    let n = workflow.graph.node_count();
+    let successors = |x: usize| -> Vec<usize> {
+        let mut out = Vec::new();
+        for &r in workflow.outgoing.get(x).map_or(&[][..], Vec::as_slice) {
+            let Some(route) = workflow.routes.get(r) else {
+                continue;
+            };
+            match &route.target {
+                RouteTarget::Node { node } => out.push(node.index()),
+                RouteTarget::Parallel { branches, join } => {
+                    out.extend(branches.iter().map(|b| b.index()));
+                    out.push(join.index());
+                }
+                RouteTarget::Map { worker, join, .. } => {
+                    out.push(worker.index());
+                    out.push(join.index());
+                }
+            }
+        }
+        out.retain(|&t| t < n);
+        out
+    };
+    let mut visited = vec![false; n];
+    let mut post = Vec::with_capacity(n);
+    let mut stack: Vec<(usize, Vec<usize>)> = vec![(start, successors(start))];
+    visited[start] = true;
+    while let Some((node, next)) = stack.last_mut() {
+        match next.pop() {
+            Some(t) if !visited[t] => {
+                visited[t] = true;
+                let succ = successors(t);
+                stack.push((t, succ));
+            }
+            Some(_) => {}
+            None => {
+                post.push(*node);
+                stack.pop();
+            }
+        }
+    }
+    let mut order = vec![usize::MAX; n];
+    for (i, &node) in post.iter().rev().enumerate() {
+        order[node] = i;
+    }
+    order
+}
+
 /// A role with an invalid route may end a step with an invalid outcome.
 fn may_be_invalid(workflow: &Workflow, index: NodeIndex, _role: &Role) -> bool {
     workflow
@@ -188,51 +234,64 @@ enum Site {
     Everywhere,
 }
 
+/// The roles with a valid output where an expression is evaluated: the set when `at`
+/// starts, with `at` itself added or removed once it ran, or the set after every step.
+#[derive(Debug, Clone, Copy)]
+enum Avail {
+    At(NodeIndex, Option<bool>),
+    Always,
+}
+
+impl DefiniteRuns {
+    fn available(&self, avail: Avail, role: NodeIndex) -> bool {
+        match avail {
+            Avail::At(at, Some(ran)) if at == role => ran,
+            Avail::At(at, _) => self.has(at, role),
+            Avail::Always => self.has_always(role),
+        }
+    }
+}
+
 /// Reports reads of role outputs that may not be there.
 pub fn check(workflow: &Workflow, runs: &DefiniteRuns, diags: &mut Diagnostics) {
-    let mut exprs: Vec<(&Expr, Vec<u64>, Site)> = Vec::new();
+    let mut exprs: Vec<(&Expr, Avail, Site)> = Vec::new();
     for route in &workflow.routes {
         let from = route.from;
-        let Some(base) = runs.sets.get(from.index()) else {
-            continue;
-        };
         let avail = match workflow.graph[from].kind {
-            NodeKind::Role(_) => runs.with(base, from, !route.on_invalid),
-            _ => base.clone(),
+            NodeKind::Role(_) => Avail::At(from, Some(!route.on_invalid)),
+            _ => Avail::At(from, None),
         };
         if let Condition::When { expr } = &route.condition {
-            exprs.push((expr, avail.clone(), Site::Route(from)));
+            exprs.push((expr, avail, Site::Route(from)));
         }
         if let RouteTarget::Map { over, .. } = &route.target {
             exprs.push((over, avail, Site::Route(from)));
         }
     }
     for (index, role) in workflow.roles() {
-        let Some(base) = runs.sets.get(index.index()) else {
-            continue;
-        };
-        let after = runs.with(base, index, true);
+        let after = Avail::At(index, Some(true));
         for update in &role.updates {
             match update {
                 crate::compile::Update::Set { value, .. } => {
-                    exprs.push((value, after.clone(), Site::Role(index)))
+                    exprs.push((value, after, Site::Role(index)))
                 }
                 crate::compile::Update::Op { args, .. } => {
                     for a in args {
-                        exprs.push((a, after.clone(), Site::Role(index)));
+                        exprs.push((a, after, Site::Role(index)));
                     }
                 }
             }
         }
         for artifact in &role.artifacts {
-            exprs.push((&artifact.value, after.clone(), Site::Role(index)));
+            exprs.push((&artifact.value, after, Site::Role(index)));
         }
+        let before = Avail::At(index, None);
         if let RoleKind::Tool(tool) = &role.kind {
             match &tool.action {
                 ToolAction::Command { .. } => {}
                 ToolAction::Tool { args, .. } => {
                     for a in args {
-                        exprs.push((a, base.clone(), Site::ToolArgs(index)));
+                        exprs.push((a, before, Site::ToolArgs(index)));
                     }
                 }
                 ToolAction::Choose {
@@ -242,20 +301,20 @@ pub fn check(workflow: &Workflow, runs: &DefiniteRuns, diags: &mut Diagnostics) 
                         .chain(args.as_deref())
                         .chain(argv.as_deref())
                     {
-                        exprs.push((e, base.clone(), Site::ToolArgs(index)));
+                        exprs.push((e, before, Site::ToolArgs(index)));
                     }
                 }
             }
         }
     }
     for (_, guard) in &workflow.exit_guards {
-        exprs.push((guard, runs.always.clone(), Site::Everywhere));
+        exprs.push((guard, Avail::Always, Site::Everywhere));
     }
     for artifact in &workflow.artifacts {
-        exprs.push((&artifact.value, runs.always.clone(), Site::Everywhere));
+        exprs.push((&artifact.value, Avail::Always, Site::Everywhere));
     }
     for (expr, avail, site) in exprs {
-        check_expr(workflow, runs, expr, &avail, &site, diags);
+        check_expr(workflow, runs, expr, avail, &site, diags);
     }
 }
 
@@ -272,7 +331,7 @@ fn check_expr(
     workflow: &Workflow,
     runs: &DefiniteRuns,
     expr: &Expr,
-    avail: &[u64],
+    avail: Avail,
     site: &Site,
     diags: &mut Diagnostics,
 ) {
@@ -295,7 +354,7 @@ fn check_expr(
                     || first == "invalid"
                     || first == "invalid_reply"
                     || guards.contains(node)
-                    || runs.contains(avail, *node)
+                    || runs.available(avail, *node)
                 {
                     continue;
                 }

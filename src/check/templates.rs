@@ -395,7 +395,10 @@ impl Shared {
             } else {
                 r.output_type.clone()
             };
-            globals.insert(node_name(workflow, index).to_string(), Global::Role(index, ty));
+            globals.insert(
+                node_name(workflow, index).to_string(),
+                Global::Role(index, ty),
+            );
         }
         let inputs = Type::object(
             workflow
@@ -1248,7 +1251,7 @@ impl<'a> Walker<'a> {
                         }
                     }
                     Some(Global::Role(node, t)) => {
-                    let t = (*t).clone();
+                        let t = (*t).clone();
                         let pseudo = matches!(segs.first(), Some((Seg::Field(f), _, _)) if f == "invalid" || f == "invalid_reply");
                         if pseudo {
                             return Type::Any;

@@ -394,3 +394,30 @@ fn an_expression_reading_a_role_that_may_not_have_run_needs_a_guard() {
         assert!(diags.is_empty(), "{fine}: {:?}", common::codes(&diags));
     }
 }
+
+#[test]
+fn a_deeply_nested_template_is_one_diagnostic_not_a_crash() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Past the checker's limit (64); tera's own recursive parser sets the ceiling of a test.
+    let depth = 100;
+    let template =
+        "{% if input.q %}".repeat(depth) + "{{ input.q }}" + &"{% endif %}".repeat(depth);
+    std::fs::create_dir(dir.path().join("prompts")).expect("prompts dir");
+    std::fs::write(dir.path().join("prompts/deep.tera"), template).expect("write template");
+    let text = r#"workflow deep {
+  prompts = "prompts"
+  input q: string
+}
+
+role answer: llm {
+  prompt = "deep.tera"
+}
+
+start -> answer
+answer -> success
+exit success
+"#;
+    let file = SourceFile::new(dir.path().join("deep.rondo"), text);
+    let (_, diags, _) = common::check_source(&file, true);
+    assert_eq!(common::codes(&diags), ["rondo::template::too_deep"]);
+}

@@ -2,6 +2,7 @@
 //! first, rendered with miette (human) or as JSON (editors and CI).
 
 use std::fmt;
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceCode};
@@ -31,6 +32,52 @@ pub struct Diagnostic {
     pub message: String,
     pub labels: Vec<Label>,
     pub help: Option<String>,
+    /// Set when the problem lies in another file than the workflow (a prompt template):
+    /// the diagnostic is reported there, and `labels` show the workflow's side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external: Option<Box<ExternalLabel>>,
+}
+
+/// A labelled span in a file other than the workflow being checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExternalLabel {
+    pub path: PathBuf,
+    #[serde(skip)]
+    pub text: Arc<str>,
+    pub span: Span,
+    pub label: String,
+}
+
+impl ExternalLabel {
+    pub fn new(path: &Path, text: Arc<str>, span: Span, label: impl Into<String>) -> Self {
+        ExternalLabel {
+            path: normalize(path),
+            text,
+            span,
+            label: label.into(),
+        }
+    }
+
+    fn file(&self) -> SourceFile {
+        SourceFile::new(self.path.clone(), self.text.clone())
+    }
+}
+
+/// `a/b/../c` as `a/c`, so a prompts folder named relative to the workflow reads well.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 impl Diagnostic {
@@ -41,6 +88,7 @@ impl Diagnostic {
             message: message.into(),
             labels: Vec::new(),
             help: None,
+            external: None,
         }
     }
 
@@ -64,6 +112,12 @@ impl Diagnostic {
         self
     }
 
+    /// Reports the diagnostic in another file (a template); labels stay in the workflow.
+    pub fn external(mut self, external: ExternalLabel) -> Self {
+        self.external = Some(Box::new(external));
+        self
+    }
+
     pub fn maybe_help(self, help: Option<String>) -> Self {
         match help {
             Some(h) => self.help(h),
@@ -73,6 +127,10 @@ impl Diagnostic {
 
     pub fn primary_span(&self) -> Span {
         self.labels.first().map(|l| l.span).unwrap_or_default()
+    }
+
+    fn external_key(&self) -> Option<(&Path, Span)> {
+        self.external.as_ref().map(|e| (e.path.as_path(), e.span))
     }
 }
 
@@ -118,10 +176,18 @@ impl Diagnostics {
     pub fn sorted(&self) -> Vec<Diagnostic> {
         let mut items = self.items.clone();
         items.sort_by(|a, b| {
-            (a.primary_span(), a.code, &a.message).cmp(&(b.primary_span(), b.code, &b.message))
+            (a.primary_span(), a.external_key(), a.code, &a.message).cmp(&(
+                b.primary_span(),
+                b.external_key(),
+                b.code,
+                &b.message,
+            ))
         });
         items.dedup_by(|a, b| {
-            a.code == b.code && a.message == b.message && a.primary_span() == b.primary_span()
+            a.code == b.code
+                && a.message == b.message
+                && a.primary_span() == b.primary_span()
+                && a.external_key() == b.external_key()
         });
         items
     }
@@ -135,6 +201,55 @@ impl Diagnostics {
 struct Report<'a> {
     diagnostic: &'a Diagnostic,
     source: NamedSource<Arc<str>>,
+    /// The labels drawn on `source`; for an external diagnostic, its one label.
+    labels: Vec<Label>,
+    /// For an external diagnostic: the workflow's side, drawn after it.
+    related: Vec<Related>,
+}
+
+/// The workflow labels of a diagnostic reported in a template.
+struct Related {
+    source: NamedSource<Arc<str>>,
+    labels: Vec<Label>,
+}
+
+impl fmt::Debug for Related {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("in the workflow")
+    }
+}
+
+impl fmt::Display for Related {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("in the workflow")
+    }
+}
+
+impl std::error::Error for Related {}
+
+impl miette::Diagnostic for Related {
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(miette::Severity::Advice)
+    }
+
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        Some(&self.source)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        Some(Box::new(labeled_spans(&self.labels)))
+    }
+}
+
+fn labeled_spans(labels: &[Label]) -> impl Iterator<Item = LabeledSpan> + '_ {
+    labels.iter().enumerate().map(|(i, l)| {
+        let text = (!l.text.is_empty()).then(|| l.text.clone());
+        if i == 0 {
+            LabeledSpan::new_primary_with_span(text, l.span)
+        } else {
+            LabeledSpan::new_with_span(text, l.span)
+        }
+    })
 }
 
 impl fmt::Debug for Report<'_> {
@@ -175,16 +290,16 @@ impl miette::Diagnostic for Report<'_> {
     }
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        Some(Box::new(self.diagnostic.labels.iter().enumerate().map(
-            |(i, l)| {
-                let text = (!l.text.is_empty()).then(|| l.text.clone());
-                if i == 0 {
-                    LabeledSpan::new_primary_with_span(text, l.span)
-                } else {
-                    LabeledSpan::new_with_span(text, l.span)
-                }
-            },
-        )))
+        Some(Box::new(labeled_spans(&self.labels)))
+    }
+
+    fn related<'b>(&'b self) -> Option<Box<dyn Iterator<Item = &'b dyn miette::Diagnostic> + 'b>> {
+        if self.related.is_empty() {
+            return None;
+        }
+        Some(Box::new(
+            self.related.iter().map(|r| r as &dyn miette::Diagnostic),
+        ))
     }
 }
 
@@ -206,12 +321,41 @@ pub fn render_human(
     let source = file.named();
     let mut out = String::new();
     for diagnostic in diagnostics {
-        let report = Report {
-            diagnostic,
-            source: source.clone(),
+        let (report, (path, line, col)) = match &diagnostic.external {
+            None => (
+                Report {
+                    diagnostic,
+                    source: source.clone(),
+                    labels: diagnostic.labels.clone(),
+                    related: Vec::new(),
+                },
+                position(file, diagnostic.primary_span()),
+            ),
+            Some(external) => {
+                let ext_file = external.file();
+                let related = if diagnostic.labels.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![Related {
+                        source: source.clone(),
+                        labels: diagnostic.labels.clone(),
+                    }]
+                };
+                (
+                    Report {
+                        diagnostic,
+                        source: ext_file.named(),
+                        labels: vec![Label {
+                            span: external.span,
+                            text: external.label.clone(),
+                        }],
+                        related,
+                    },
+                    position(&ext_file, external.span),
+                )
+            }
         };
-        let (line, col) = file.line_col(diagnostic.primary_span().start);
-        out.push_str(&format!("{}:{line}:{col}\n", file.path.display()));
+        out.push_str(&format!("{path}:{line}:{col}\n"));
         if handler.render_report(&mut out, &report).is_err() {
             out.push_str(&diagnostic.message);
         }
@@ -220,8 +364,16 @@ pub fn render_human(
     out
 }
 
+fn position(file: &SourceFile, span: Span) -> (String, usize, usize) {
+    let (line, col) = file.line_col(span.start);
+    (file.path.display().to_string(), line, col)
+}
+
 #[derive(Serialize)]
 struct JsonLabel<'a> {
+    /// Only on the labels of a diagnostic reported in another file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<String>,
     text: &'a str,
     line: usize,
     column: usize,
@@ -244,30 +396,41 @@ struct JsonDiagnostic<'a> {
 }
 
 /// One JSON value per diagnostic, positions 1-based.
-pub fn to_json(file: &SourceFile, diagnostics: &[Diagnostic]) -> Vec<serde_json::Value> {
+pub fn to_json<'a>(file: &SourceFile, diagnostics: &'a [Diagnostic]) -> Vec<serde_json::Value> {
     diagnostics
         .iter()
         .map(|d| {
-            let (line, column) = file.line_col(d.primary_span().start);
-            let labels = d
-                .labels
-                .iter()
-                .map(|l| {
-                    let (line, column) = file.line_col(l.span.start);
-                    let (end_line, end_column) = file.line_col(l.span.end);
-                    JsonLabel {
-                        text: &l.text,
-                        line,
-                        column,
-                        end_line,
-                        end_column,
-                        offset: l.span.start,
-                        length: l.span.len(),
-                    }
-                })
-                .collect();
+            let ext_file = d.external.as_deref().map(ExternalLabel::file);
+            let (path, line, column) = match (&d.external, &ext_file) {
+                (Some(e), Some(f)) => position(f, e.span),
+                _ => position(file, d.primary_span()),
+            };
+            let json_label = |f: &SourceFile, text: &'a str, span: Span, named: bool| {
+                let (line, column) = f.line_col(span.start);
+                let (end_line, end_column) = f.line_col(span.end);
+                JsonLabel {
+                    file: named.then(|| f.path.display().to_string()),
+                    text,
+                    line,
+                    column,
+                    end_line,
+                    end_column,
+                    offset: span.start,
+                    length: span.len(),
+                }
+            };
+            let mut labels: Vec<JsonLabel> = Vec::new();
+            if let (Some(e), Some(f)) = (&d.external, &ext_file) {
+                labels.push(json_label(f, &e.label, e.span, true));
+            }
+            let named = d.external.is_some();
+            labels.extend(
+                d.labels
+                    .iter()
+                    .map(|l| json_label(file, &l.text, l.span, named)),
+            );
             let json = JsonDiagnostic {
-                file: file.path.display().to_string(),
+                file: path,
                 severity: d.severity,
                 code: d.code,
                 message: &d.message,

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tera::ast::{Expr, ExprVal, Node};
 use tera::{Tera, Value};
@@ -13,6 +14,8 @@ pub struct Prompts {
     pub dir: PathBuf,
     /// Files that failed to parse, with the reason.
     pub errors: HashMap<String, String>,
+    /// The text of each file that parsed, for diagnostics that point into it.
+    pub sources: HashMap<String, Arc<str>>,
 }
 
 impl Prompts {
@@ -21,17 +24,21 @@ impl Prompts {
         tera.autoescape_on(vec![]);
         register(&mut tera);
         let mut errors = HashMap::new();
+        let mut sources = HashMap::new();
         let mut files = Vec::new();
         collect_files(dir, dir, &mut files);
         files.sort();
         // Add one by one so one bad file does not hide the others.
         for (name, path) in &files {
             match std::fs::read_to_string(path) {
-                Ok(text) => {
-                    if let Err(e) = tera.add_raw_template(name, &text) {
+                Ok(text) => match tera.add_raw_template(name, &text) {
+                    Ok(()) => {
+                        sources.insert(name.clone(), Arc::from(text));
+                    }
+                    Err(e) => {
                         errors.insert(name.clone(), crate::compile::tera_error_text(&e));
                     }
-                }
+                },
                 Err(e) => {
                     errors.insert(name.clone(), e.to_string());
                 }
@@ -41,6 +48,7 @@ impl Prompts {
             tera,
             dir: dir.to_path_buf(),
             errors,
+            sources,
         }
     }
 
@@ -53,6 +61,7 @@ impl Prompts {
             tera,
             dir: dir.to_path_buf(),
             errors: HashMap::new(),
+            sources: HashMap::new(),
         };
         let mut queue: Vec<String> = names.to_vec();
         while let Some(name) = queue.pop() {

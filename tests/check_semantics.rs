@@ -352,3 +352,244 @@ fn an_unclosed_block_is_one_error_about_the_brace() {
             || sorted[0].help.as_deref().unwrap_or("").contains("unclosed")
     );
 }
+
+// ---- templates typed down to fields, and reads of roles that may not have run ----------------
+
+/// A workflow whose `answer` renders `prompt`, after `build` ran (or before, with `early`).
+fn templated(prompt: &str, early: bool) -> String {
+    let routes = if early {
+        "start -> answer\nanswer -> build\nbuild -> success"
+    } else {
+        "start -> build\nbuild -> answer\nanswer -> success"
+    };
+    format!(
+        r#"workflow templated {{
+  prompts = "_support/prompts"
+}}
+
+type Step {{
+  title: string
+}}
+
+type Message {{
+  name: string
+  text: string
+}}
+
+memory {{
+  steps: list[Step] = []
+  messages: list[Message] = []
+  notes: map[string] = {{}}
+}}
+
+role build: tool {{
+  command = ["true"]
+}}
+
+role answer: llm {{
+  prompt = "{prompt}"
+  reads = [steps, messages, notes]
+  max_visits = 3
+}}
+
+{routes}
+exit success
+"#
+    )
+}
+
+#[test]
+fn guarded_reads_loops_partials_and_set_values_pass() {
+    // `build` has not run when `answer` starts: every read of it in guarded.tera is guarded.
+    let (_, diags, _) = check(&templated("guarded.tera", true));
+    assert!(diags.is_empty(), "{:#?}", diags.sorted());
+    let (_, diags, _) = check(&templated("guarded.tera", false));
+    assert!(diags.is_empty(), "{:#?}", diags.sorted());
+}
+
+#[test]
+fn a_partial_is_checked_with_the_includers_loop_variable() {
+    let (_, diags, _) = check(&templated("includes_typo.tera", false));
+    let sorted = diags.sorted();
+    assert_eq!(common::codes(&diags), ["rondo::template::unknown_field"]);
+    let ext = sorted[0]
+        .external
+        .as_ref()
+        .expect("reported in the template");
+    assert!(ext.path.ends_with("_message_typo.tera"), "{:?}", ext.path);
+    let text = &ext.text[ext.span.start..ext.span.end];
+    assert_eq!(text, "txet");
+    assert_eq!(sorted[0].help.as_deref(), Some("did you mean `text`?"));
+    // The workflow side names the role and the file it renders.
+    assert!(
+        sorted[0].labels[0]
+            .text
+            .contains("includes `_message_typo.tera`")
+    );
+}
+
+#[test]
+fn a_role_reading_its_own_output_in_its_own_prompt_has_not_run_yet() {
+    let (_, diags, _) = check(&templated("own_output.tera", false));
+    assert_eq!(common::codes(&diags), ["rondo::template::may_not_have_run"]);
+    let (_, diags, _) = check(&templated("own_output_guarded.tera", false));
+    assert!(diags.is_empty(), "{:#?}", diags.sorted());
+}
+
+#[test]
+fn template_diagnostics_render_at_the_templates_line_and_column() {
+    let file = SourceFile::new(
+        "tests/fixtures/check/inline.rondo",
+        templated("includes_typo.tera", false),
+    );
+    let (_, diags, _) = common::check_source(&file, true);
+    let sorted = diags.sorted();
+    let human = rondo::diagnostics::render_human(&file, &sorted, false, 100);
+    assert!(
+        human.starts_with("tests/fixtures/check/_support/prompts/_message_typo.tera:1:22\n"),
+        "{human}"
+    );
+    assert!(
+        human.contains("inline.rondo:"),
+        "the role is shown too: {human}"
+    );
+    let json = rondo::diagnostics::to_json(&file, &sorted);
+    assert_eq!(json[0]["line"], 1);
+    assert_eq!(json[0]["column"], 22);
+}
+
+const BRANCHES: &str = r#"workflow branches {
+  input deep: bool = false
+}
+
+role a: tool {
+  command = ["true"]
+}
+
+role b: tool {
+  command = ["true"]
+}
+
+role c: tool {
+  command = ["true"]
+}
+
+role d: tool {
+  command = ["true"]
+}
+
+role p: tool {
+  command = ["true"]
+}
+
+role q: tool {
+  command = ["true"]
+}
+
+role j: tool {
+  command = ["true"]
+}
+
+start -> a
+a -> b when input.deep
+a -> c otherwise
+b -> d
+c -> d
+d -> parallel [p, q] -> j
+j -> a when not d.ok max 2
+j -> success otherwise
+exit success
+"#;
+
+#[test]
+fn definite_runs_intersect_at_merges_and_joins_see_every_branch() {
+    let (workflow, diags, _) = check(BRANCHES);
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    let runs = rondo::check::ran::definitely_valid(&workflow);
+    let n = |name: &str| workflow.find_node(name).expect("node");
+    // Nothing has run when `a` starts, even on the loop back from `j`.
+    for r in ["a", "b", "c", "d", "p", "q", "j"] {
+        assert!(!runs.has(n("a"), n(r)), "{r} at a");
+    }
+    // At the merge `d`: `a` on both paths, `b` and `c` on one each.
+    assert!(runs.has(n("d"), n("a")));
+    assert!(!runs.has(n("d"), n("b")));
+    assert!(!runs.has(n("d"), n("c")));
+    // Branches see what ran before the fork, not each other; the join sees them all.
+    assert!(runs.has(n("p"), n("d")) && !runs.has(n("p"), n("q")));
+    for r in ["a", "d", "p", "q"] {
+        assert!(runs.has(n("j"), n(r)), "{r} at j");
+    }
+    assert!(!runs.has(n("j"), n("b")));
+}
+
+fn reading(condition: &str) -> String {
+    format!(
+        r#"workflow reads {{
+  input deep: bool = false
+}}
+
+role probe: tool {{
+  command = ["true"]
+}}
+
+role report: tool {{
+  command = ["true"]
+}}
+
+start -> probe when input.deep
+start -> report otherwise
+probe -> report
+report -> success when {condition}
+report -> failed otherwise
+exit success
+exit failed
+"#
+    )
+}
+
+#[test]
+fn an_expression_reading_a_role_that_may_not_have_run_needs_a_guard() {
+    // An ordering of a value that is null when `probe` did not run fails at run time.
+    let (_, diags, _) = check(&reading("probe.execution_time > 1.0"));
+    assert_eq!(common::codes(&diags), ["rondo::expr::may_not_have_run"]);
+    for fine in [
+        "visits(probe) > 0 and probe.execution_time > 1.0",
+        "probe != null and probe.execution_time > 1.0",
+        // A truth value or an equality with a literal reads null as "not (yet)".
+        "probe.ok",
+        "probe.status == \"failed\"",
+        // Optional fields are null-aware already.
+        "probe.exit_code == null",
+    ] {
+        let (_, diags, _) = check(&reading(fine));
+        assert!(diags.is_empty(), "{fine}: {:?}", common::codes(&diags));
+    }
+}
+
+#[test]
+fn a_deeply_nested_template_is_one_diagnostic_not_a_crash() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Past the checker's limit (64); tera's own recursive parser sets the ceiling of a test.
+    let depth = 100;
+    let template =
+        "{% if input.q %}".repeat(depth) + "{{ input.q }}" + &"{% endif %}".repeat(depth);
+    std::fs::create_dir(dir.path().join("prompts")).expect("prompts dir");
+    std::fs::write(dir.path().join("prompts/deep.tera"), template).expect("write template");
+    let text = r#"workflow deep {
+  prompts = "prompts"
+  input q: string
+}
+
+role answer: llm {
+  prompt = "deep.tera"
+}
+
+start -> answer
+answer -> success
+exit success
+"#;
+    let file = SourceFile::new(dir.path().join("deep.rondo"), text);
+    let (_, diags, _) = common::check_source(&file, true);
+    assert_eq!(common::codes(&diags), ["rondo::template::too_deep"]);
+}

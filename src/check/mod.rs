@@ -4,6 +4,7 @@
 
 mod graph;
 mod outcomes;
+pub mod ran;
 mod templates;
 mod tools;
 
@@ -62,11 +63,14 @@ pub fn check(
     options: &CheckOptions,
 ) -> (Diagnostics, Summary) {
     let mut diags = Diagnostics::default();
-    templates::check(workflow, &mut diags);
+    // Which roles surely ran is only known on a graph whose names all resolved.
+    let runs = (!compile_has_errors).then(|| ran::definitely_valid(workflow));
+    templates::check(workflow, runs.as_ref(), &mut diags);
     tools::check(workflow, &mut diags);
-    if !compile_has_errors {
+    if let Some(runs) = &runs {
         graph::check(workflow, &mut diags);
         outcomes::check(workflow, &mut diags);
+        ran::check(workflow, runs, &mut diags);
     }
     if !options.offline {
         environment(workflow, &mut diags);

@@ -1,11 +1,28 @@
-//! Prompt templates: each exists, parses, and reads only what its role will have.
+//! Prompt templates: each exists, parses, and reads only what its role will have, down to
+//! fields. The tera AST of each template is walked with the types of the rendering role's
+//! context (inputs, memory, role outputs, tools, loop variables, `set` values, included
+//! partials in the includer's frame); diagnostics point into the template file.
+//!
+//! What fails at render time in tera, and so is checked here: a field that does not exist,
+//! a field read through a null value, an index past the end of a list, a role output read
+//! before the role surely ran (its value is null until then), a loop over something that is
+//! not a list or map, an unknown filter, a filter given the wrong kind of value. What tera
+//! forgives is accepted: an identifier alone as an `{% if %}` condition (an error counts as
+//! false), `is defined`, and `| default(value=...)`; they also guard what they prove.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use petgraph::graph::NodeIndex;
+use tera::ast::{Expr, ExprVal, FunctionCall, LogicOperator, Node};
 
 use super::node_name;
-use crate::compile::{RoleKind, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics, did_you_mean};
+use super::ran::DefiniteRuns;
+use crate::compile::types::Type;
+use crate::compile::{MemoryKind, RoleKind, RouteTarget, Workflow};
+use crate::diagnostics::{Diagnostic, Diagnostics, ExternalLabel};
 use crate::prompt::Prompts;
+use crate::source::Span;
 
 /// Variables every prompt has besides the role names.
 pub const PROMPT_ROOTS: &[&str] = &[
@@ -20,7 +37,75 @@ pub const PROMPT_ROOTS: &[&str] = &[
     "run_id",
 ];
 
-pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
+/// Nesting (blocks, expressions, includes) past which a template is not walked further.
+const MAX_DEPTH: usize = 64;
+
+/// Tera's filters (without the `builtins` feature) and Rondo's own.
+const FILTERS: &[&str] = &[
+    "upper",
+    "lower",
+    "trim",
+    "trim_start",
+    "trim_end",
+    "trim_start_matches",
+    "trim_end_matches",
+    "truncate",
+    "wordcount",
+    "replace",
+    "capitalize",
+    "title",
+    "linebreaksbr",
+    "indent",
+    "striptags",
+    "spaceless",
+    "escape",
+    "escape_xml",
+    "addslashes",
+    "split",
+    "int",
+    "float",
+    "first",
+    "last",
+    "nth",
+    "join",
+    "sort",
+    "unique",
+    "slice",
+    "group_by",
+    "filter",
+    "map",
+    "concat",
+    "abs",
+    "pluralize",
+    "round",
+    "length",
+    "reverse",
+    "json_encode",
+    "as_str",
+    "get",
+    "safe",
+    "default",
+    "pad",
+    "to_json",
+];
+const TESTERS: &[&str] = &[
+    "defined",
+    "undefined",
+    "odd",
+    "even",
+    "string",
+    "number",
+    "divisibleby",
+    "iterable",
+    "object",
+    "starting_with",
+    "ending_with",
+    "containing",
+    "matching",
+];
+const FUNCTIONS: &[&str] = &["range", "throw", "get_env"];
+
+pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagnostics) {
     let has_llm = workflow
         .roles()
         .any(|(_, r)| matches!(r.kind, RoleKind::Llm(_)));
@@ -28,13 +113,9 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
         return;
     }
     let prompts = Prompts::load(&workflow.prompts_dir);
-    let role_names: BTreeSet<&str> = workflow
-        .roles()
-        .map(|(i, _)| node_name(workflow, i))
-        .collect();
-    let memory_names: Vec<&str> = workflow.memory.iter().map(|m| m.name.as_str()).collect();
-    let input_names: Vec<&str> = workflow.inputs.iter().map(|i| i.name.as_str()).collect();
+    let shared = Shared::new(workflow);
     let mut reported_parse = BTreeSet::new();
+    let mut found: Vec<Diagnostic> = Vec::new();
     for (index, role) in workflow.roles() {
         let RoleKind::Llm(llm) = &role.kind else {
             continue;
@@ -68,7 +149,7 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
                     .get_template_names()
                     .map(str::to_string)
                     .collect();
-                let help = did_you_mean(&file, names.iter().map(String::as_str))
+                let help = suggest(&file, names.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("create it in {}", workflow.prompts_dir.display()));
                 diags.push(
                     Diagnostic::error(
@@ -83,67 +164,1361 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
                 );
                 continue;
             }
-            for (root, second) in prompts.variables(&file) {
-                if root == "memory" {
-                    let Some(slot) = second else { continue };
-                    match workflow.memory.iter().position(|m| m.name == slot) {
-                        None => diags.push(
-                            Diagnostic::error("rondo::template::unknown_memory", format!("template `{file}` reads `memory.{slot}`, which is not declared"))
-                                .label(span, format!("used by role `{name}`"))
-                                .help(did_you_mean(&slot, memory_names.iter().copied()).unwrap_or_else(|| "declare it in `memory { ... }`".into())),
-                        ),
-                        Some(id) if !role.reads.contains(&id) => diags.push(
-                            Diagnostic::error("rondo::template::memory_not_read", format!("template `{file}` reads `memory.{slot}`, but role `{name}` does not declare it"))
-                                .label(span, "missing from `reads`")
-                                .help(format!("add it: `reads = [{slot}]`")),
-                        ),
-                        Some(_) => {}
+            let mut walker = Walker::new(workflow, &prompts, runs, &shared, index, &file);
+            walker.template(&file);
+            found.append(&mut walker.found);
+        }
+    }
+    // A partial shared by several roles, with the same fault, is reported once.
+    let mut seen = BTreeSet::new();
+    for d in found {
+        let key = (
+            d.code,
+            d.message.clone(),
+            d.external.as_ref().map(|e| (e.path.clone(), e.span)),
+        );
+        if seen.insert(key) {
+            diags.push(d);
+        }
+    }
+}
+
+/// How a read fails: rendering fails on a missing value; an `{% if %}` condition, `is
+/// defined` and `| default` take it as false or absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Render,
+    Tolerant,
+}
+
+/// One segment of a tera identifier: `.name`, `.0` / `[0]`, `["key"]`, `[var.path]`.
+#[derive(Debug, Clone)]
+enum Seg {
+    Field(String),
+    Index(usize),
+    Dynamic(String),
+}
+
+/// A segment and its byte range inside the identifier.
+type Segs = Vec<(Seg, usize, usize)>;
+
+fn parse_ident(ident: &str) -> (String, Segs) {
+    let bytes = ident.as_bytes();
+    let root_end = ident.find(['.', '[']).unwrap_or(ident.len());
+    let root = ident[..root_end].to_string();
+    let mut segs = Vec::new();
+    let mut i = root_end;
+    while i < bytes.len() {
+        if bytes[i] == b'.' {
+            let start = i + 1;
+            let end = ident[start..]
+                .find(['.', '['])
+                .map_or(ident.len(), |e| start + e);
+            let name = &ident[start..end];
+            let seg = match name.parse::<usize>() {
+                Ok(n) => Seg::Index(n),
+                Err(_) => Seg::Field(name.to_string()),
+            };
+            segs.push((seg, start, end));
+            i = end;
+        } else if bytes[i] == b'[' {
+            let start = i + 1;
+            let Some(close) = ident[start..].find(']').map(|e| start + e) else {
+                break;
+            };
+            let inner = ident[start..close].trim();
+            let seg = if let Some(s) = inner
+                .strip_prefix(['"', '\'', '`'])
+                .and_then(|s| s.strip_suffix(['"', '\'', '`']))
+            {
+                Seg::Field(s.to_string())
+            } else if let Ok(n) = inner.parse::<usize>() {
+                Seg::Index(n)
+            } else {
+                Seg::Dynamic(inner.to_string())
+            };
+            segs.push((seg, start, close));
+            i = close + 1;
+        } else {
+            i += 1;
+        }
+    }
+    (root, segs)
+}
+
+/// The identifier as guards record it: `a.b.0`, with `[?]` for a computed index.
+fn normalize(root: &str, segs: &[(Seg, usize, usize)]) -> String {
+    let mut out = root.to_string();
+    for (seg, _, _) in segs {
+        match seg {
+            Seg::Field(f) => {
+                out.push('.');
+                out.push_str(f);
+            }
+            Seg::Index(n) => {
+                out.push('.');
+                out.push_str(&n.to_string());
+            }
+            Seg::Dynamic(_) => out.push_str("[?]"),
+        }
+    }
+    out
+}
+
+/// `a`, `a.b`, `a.b.c` for `a.b.c`.
+fn prefixes(root: &str, segs: &[(Seg, usize, usize)]) -> Vec<String> {
+    (0..=segs.len())
+        .map(|n| normalize(root, &segs[..n]))
+        .collect()
+}
+
+/// A template file being walked: its text, the byte ranges of its tags, and how many times
+/// each identifier was met so far (the n-th met is the n-th written).
+struct FileCtx {
+    name: String,
+    text: Arc<str>,
+    tags: Vec<(usize, usize)>,
+    seen: HashMap<String, usize>,
+}
+
+impl FileCtx {
+    fn new(name: &str, text: Arc<str>) -> Self {
+        let tags = tag_ranges(&text);
+        FileCtx {
+            name: name.to_string(),
+            text,
+            tags,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Byte offset of the next occurrence of `needle` inside a tag.
+    fn locate(&mut self, needle: &str) -> Option<usize> {
+        let count = self.seen.entry(needle.to_string()).or_insert(0);
+        let wanted = *count;
+        *count += 1;
+        let mut first = None;
+        let mut n = 0;
+        for &(start, end) in &self.tags {
+            let inside = &self.text[start..end];
+            let mut from = 0;
+            while let Some(i) = inside[from..].find(needle) {
+                let at = from + i;
+                from = at + needle.len().max(1);
+                let before = inside[..at].chars().next_back();
+                let after = inside[at + needle.len()..].chars().next();
+                let ident = |c: char| c.is_alphanumeric() || c == '_';
+                if before.is_some_and(|c| ident(c) || c == '.')
+                    || after.is_some_and(|c| ident(c) || c == '.' || c == '[')
+                {
+                    continue;
+                }
+                if n == wanted {
+                    return Some(start + at);
+                }
+                first.get_or_insert(start + at);
+                n += 1;
+            }
+        }
+        first
+    }
+}
+
+/// Byte ranges of the insides of `{{ }}` and `{% %}` tags, skipping comments and raw blocks.
+fn tag_ranges(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut raw = false;
+    while let Some(pos) = text[i..].find('{').map(|p| i + p) {
+        let rest = &text[pos..];
+        let close = if rest.starts_with("{{") {
+            "}}"
+        } else if rest.starts_with("{%") {
+            "%}"
+        } else if rest.starts_with("{#") {
+            "#}"
+        } else {
+            i = pos + 1;
+            continue;
+        };
+        let Some(end) = text[pos + 2..].find(close).map(|e| pos + 2 + e) else {
+            break;
+        };
+        let inside = text[pos + 2..end].trim_matches(|c: char| c == '-' || c.is_whitespace());
+        if close == "%}" && inside == "raw" {
+            raw = true;
+        } else if close == "%}" && inside == "endraw" {
+            raw = false;
+        } else if close != "#}" && !raw {
+            out.push((pos + 2, end));
+        }
+        i = end + 2;
+    }
+    out
+}
+
+/// Whether a filter accepts a value of the type.
+type Accepts = fn(&Type) -> bool;
+
+/// A variable of the template's frame.
+#[derive(Debug, Clone)]
+enum Global {
+    Plain(Type),
+    Role(NodeIndex, Arc<Type>),
+    Memory,
+    Tools,
+}
+
+/// What every role's templates see alike, built once per workflow.
+struct Shared {
+    globals: BTreeMap<String, Global>,
+    /// Memory slots by name: (id, type in templates).
+    memory: BTreeMap<String, (usize, Type)>,
+}
+
+impl Shared {
+    fn new(workflow: &Workflow) -> Self {
+        let map_workers: BTreeSet<NodeIndex> = workflow
+            .routes
+            .iter()
+            .filter_map(|r| match &r.target {
+                RouteTarget::Map { worker, .. } => Some(*worker),
+                _ => None,
+            })
+            .collect();
+        let mut globals = BTreeMap::new();
+        let any = Arc::new(Type::Any);
+        for (index, r) in workflow.roles() {
+            // A map worker's output is the list of its branches' outputs at the join.
+            let ty = if map_workers.contains(&index) {
+                any.clone()
+            } else {
+                r.output_type.clone()
+            };
+            globals.insert(
+                node_name(workflow, index).to_string(),
+                Global::Role(index, ty),
+            );
+        }
+        let inputs = Type::object(
+            workflow
+                .inputs
+                .iter()
+                .map(|i| (i.name.as_str(), i.ty.clone()))
+                .collect(),
+        );
+        for (name, ty) in [
+            ("input", inputs),
+            ("round", Type::Int),
+            ("step", Type::Int),
+            ("visit", Type::Int),
+            ("item", Type::Any),
+            ("last_error", Type::optional(Type::String)),
+            ("run_id", Type::String),
+            ("role", Type::String),
+            ("__tera_context", Type::Any),
+        ] {
+            globals.insert(name.to_string(), Global::Plain(ty));
+        }
+        globals.insert("memory".to_string(), Global::Memory);
+        globals.insert("tools".to_string(), Global::Tools);
+        let memory = workflow
+            .memory
+            .iter()
+            .enumerate()
+            .map(|(id, m)| (m.name.clone(), (id, memory_type(&m.kind))))
+            .collect();
+        Shared { globals, memory }
+    }
+}
+
+struct Walker<'a> {
+    workflow: &'a Workflow,
+    prompts: &'a Prompts,
+    runs: Option<&'a DefiniteRuns>,
+    role: NodeIndex,
+    role_name: &'a str,
+    rendered: &'a str,
+    globals: &'a BTreeMap<String, Global>,
+    memory: &'a BTreeMap<String, (usize, Type)>,
+    /// The role's `tools`, as `tools` in its templates.
+    tools: Type,
+    reads: Vec<usize>,
+    locals: Vec<(String, Type)>,
+    /// `set_global` values: they outlive the loop that set them.
+    set_globals: Vec<(String, Type)>,
+    /// Paths proven present and not null by an enclosing `{% if %}`.
+    guards: Vec<String>,
+    loops: usize,
+    files: Vec<FileCtx>,
+    depth: usize,
+    too_deep: bool,
+    found: Vec<Diagnostic>,
+}
+
+impl<'a> Walker<'a> {
+    fn new(
+        workflow: &'a Workflow,
+        prompts: &'a Prompts,
+        runs: Option<&'a DefiniteRuns>,
+        shared: &'a Shared,
+        role: NodeIndex,
+        rendered: &'a str,
+    ) -> Self {
+        let role_def = workflow.role(role);
+        let tools = match role_def.map(|r| &r.kind) {
+            Some(RoleKind::Llm(l)) => l.tools.clone(),
+            _ => Vec::new(),
+        };
+        let tool_type = Type::object(vec![
+            ("name", Type::String),
+            ("usage", Type::String),
+            ("executable", Type::String),
+            ("input_schema", Type::Any),
+        ]);
+        let tools = Type::object(
+            tools
+                .iter()
+                .filter_map(|&t| workflow.tools.get(t))
+                .map(|t| (t.name.as_str(), tool_type.clone()))
+                .collect(),
+        );
+        let reads = role_def.map(|r| r.reads.clone()).unwrap_or_default();
+        Walker {
+            workflow,
+            prompts,
+            runs,
+            role,
+            role_name: node_name(workflow, role),
+            rendered,
+            globals: &shared.globals,
+            memory: &shared.memory,
+            tools,
+            reads,
+            locals: Vec::new(),
+            set_globals: Vec::new(),
+            guards: Vec::new(),
+            loops: 0,
+            files: Vec::new(),
+            depth: 0,
+            too_deep: false,
+            found: Vec::new(),
+        }
+    }
+
+    fn template(&mut self, name: &str) {
+        let Ok(template) = self.prompts.tera.get_template(name) else {
+            return;
+        };
+        let text = self.prompts.sources.get(name).cloned().unwrap_or_default();
+        self.files.push(FileCtx::new(name, text));
+        let locals = self.locals.len();
+        self.nodes(&template.ast);
+        self.locals.truncate(locals);
+        self.files.pop();
+    }
+
+    fn file_name(&self) -> &str {
+        self.files.last().map_or(self.rendered, |f| f.name.as_str())
+    }
+
+    fn locate(&mut self, needle: &str) -> Option<usize> {
+        self.files.last_mut().and_then(|f| f.locate(needle))
+    }
+
+    /// A diagnostic at `span` of the current template file.
+    fn report(&mut self, code: &'static str, message: String, span: Span, label: String) -> usize {
+        let role_span = self.workflow.node(self.role).span;
+        let (path, text) = match self.files.last() {
+            Some(f) => (self.prompts.dir.join(&f.name), f.text.clone()),
+            None => (self.prompts.dir.join(self.rendered), Arc::from("")),
+        };
+        let span = Span::new(span.start.min(text.len()), span.end.min(text.len()));
+        let via = match self.files.first() {
+            Some(f) if self.files.len() > 1 => format!(
+                "role `{}` renders `{}`, which includes `{}`",
+                self.role_name,
+                f.name,
+                self.file_name()
+            ),
+            _ => format!("role `{}` renders `{}`", self.role_name, self.rendered),
+        };
+        self.found.push(
+            Diagnostic::error(code, message)
+                .label(role_span, via)
+                .external(ExternalLabel::new(&path, text, span, label)),
+        );
+        self.found.len() - 1
+    }
+
+    fn help(&mut self, at: usize, help: Option<String>) {
+        if let (Some(d), Some(h)) = (self.found.get_mut(at), help) {
+            d.help = Some(h);
+        }
+    }
+
+    /// Enters one level of nesting; false (reported once) past [`MAX_DEPTH`].
+    fn enter(&mut self) -> bool {
+        self.depth += 1;
+        if self.depth <= MAX_DEPTH {
+            return true;
+        }
+        if !self.too_deep {
+            self.too_deep = true;
+            let file = self.file_name().to_string();
+            let at = self.report(
+                "rondo::template::too_deep",
+                format!("template `{file}` nests deeper than {MAX_DEPTH} levels"),
+                Span::default(),
+                "checked up to here".into(),
+            );
+            self.help(
+                at,
+                Some("flatten it: move nested parts into partials or simpler conditions".into()),
+            );
+        }
+        false
+    }
+
+    fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    fn nodes(&mut self, nodes: &[Node]) {
+        if !self.enter() {
+            self.leave();
+            return;
+        }
+        for node in nodes {
+            self.node(node);
+        }
+        self.leave();
+    }
+
+    fn node(&mut self, node: &Node) {
+        match node {
+            Node::VariableBlock(_, e) => {
+                self.expr(e, Mode::Render);
+            }
+            Node::Set(_, set) => {
+                let ty = self.expr(&set.value, Mode::Render);
+                if set.global {
+                    self.set_globals.push((set.key.clone(), ty));
+                } else {
+                    self.locals.push((set.key.clone(), ty));
+                }
+            }
+            Node::Forloop(_, f, _) => self.for_loop(f),
+            Node::If(i, _) => {
+                let guards = self.guards.len();
+                for (_, cond, body) in &i.conditions {
+                    let (yes, no) = self.condition(cond);
+                    let before = self.guards.len();
+                    self.guards.extend(yes);
+                    self.nodes(body);
+                    self.guards.truncate(before);
+                    self.guards.extend(no);
+                }
+                if let Some((_, body)) = &i.otherwise {
+                    self.nodes(body);
+                }
+                self.guards.truncate(guards);
+            }
+            Node::FilterSection(_, f, _) => {
+                self.filter(Type::String, &f.filter, Mode::Render, None);
+                self.nodes(&f.body);
+            }
+            Node::Block(_, b, _) => self.nodes(&b.body),
+            Node::Include(_, names, ignore_missing) => self.include(names, *ignore_missing),
+            // Macros render in a frame of their own arguments; their bodies are not walked.
+            _ => {}
+        }
+    }
+
+    fn include(&mut self, names: &[String], ignore_missing: bool) {
+        let Some(name) = names.iter().find(|n| self.prompts.has(n)) else {
+            if !ignore_missing {
+                let shown = names.join("`, `");
+                let start = names.first().and_then(|n| self.locate(n)).unwrap_or(0);
+                let len = names.first().map_or(0, String::len);
+                let at = self.report(
+                    "rondo::template::missing",
+                    format!(
+                        "template `{}` includes `{shown}`, which does not exist",
+                        self.file_name()
+                    ),
+                    Span::new(start, start + len),
+                    format!("no file in {}", self.prompts.dir.display()),
+                );
+                let names: Vec<String> = self
+                    .prompts
+                    .tera
+                    .get_template_names()
+                    .map(str::to_string)
+                    .collect();
+                let help = names
+                    .first()
+                    .and_then(|_| suggest(&shown, names.iter().map(String::as_str)));
+                self.help(at, help);
+            }
+            return;
+        };
+        let start = names.first().and_then(|n| self.locate(n)).unwrap_or(0);
+        if self.files.iter().any(|f| &f.name == name) {
+            let file = self.file_name().to_string();
+            let at = self.report(
+                "rondo::template::too_deep",
+                format!("template `{file}` includes `{name}`, which includes it again"),
+                Span::new(start, start + name.len()),
+                "include cycle".into(),
+            );
+            self.help(
+                at,
+                Some("an include cycle never ends rendering: break it".into()),
+            );
+            return;
+        }
+        if !self.enter() {
+            self.leave();
+            return;
+        }
+        self.template(name);
+        self.leave();
+    }
+
+    fn for_loop(&mut self, f: &tera::ast::Forloop) {
+        let container = self.expr(&f.container, Mode::Render);
+        let path = match &f.container.val {
+            ExprVal::Ident(id) if f.container.filters.is_empty() => {
+                let (root, segs) = parse_ident(id);
+                Some(normalize(&root, &segs))
+            }
+            _ => None,
+        };
+        let shown = path.clone().unwrap_or_else(|| "the container".into());
+        if matches!(container, Type::Optional { .. } | Type::Null)
+            && !path.as_ref().is_some_and(|p| self.guards.contains(p))
+        {
+            let start = self.container_start(f);
+            let at = self.report(
+                "rondo::template::maybe_null",
+                format!("`{{% for %}}` loops over `{shown}`, which may be null"),
+                Span::new(start, start + shown.len()),
+                format!("`{shown}` is {}", short(&container)),
+            );
+            self.help(
+                at,
+                Some(format!(
+                    "guard the loop: `{{% if {shown} %}}{{% for ... %}}...{{% endfor %}}{{% endif %}}`"
+                )),
+            );
+        }
+        let inner = container.strip_optional().clone();
+        let (key, value) = match (&f.key, &inner) {
+            (_, Type::Any | Type::Null) => (Type::Any, Type::Any),
+            (None, Type::List { item }) => (Type::Any, (**item).clone()),
+            (None, Type::String | Type::Literal { .. }) => (Type::Any, Type::String),
+            (Some(_), Type::Map { value }) => (Type::String, (**value).clone()),
+            (Some(_), Type::Object { fields }) => {
+                let first = fields.first().map(|f| f.ty.clone());
+                let same = fields.iter().all(|f| Some(&f.ty) == first.as_ref());
+                (
+                    Type::String,
+                    if same {
+                        first.unwrap_or(Type::Any)
+                    } else {
+                        Type::Any
+                    },
+                )
+            }
+            (_, Type::Union { .. }) => (Type::Any, Type::Any),
+            _ => {
+                let wanted = if f.key.is_some() {
+                    "a map (`for key, value in ...`)"
+                } else if matches!(inner, Type::Map { .. } | Type::Object { .. }) {
+                    "a list: a map is looped over as `for key, value in ...`"
+                } else {
+                    "a list"
+                };
+                let start = self.container_start(f);
+                let at = self.report(
+                    "rondo::template::loop_target",
+                    format!(
+                        "`{{% for %}}` loops over `{shown}`, which is {}",
+                        short(&container)
+                    ),
+                    Span::new(start, start + shown.len()),
+                    format!("not {wanted}"),
+                );
+                self.help(at, Some(format!("loop over {wanted}")));
+                (Type::Any, Type::Any)
+            }
+        };
+        let locals = self.locals.len();
+        if let Some(k) = &f.key {
+            self.locals.push((k.clone(), key));
+        }
+        self.locals.push((f.value.clone(), value));
+        self.loops += 1;
+        self.nodes(&f.body);
+        self.loops -= 1;
+        self.locals.truncate(locals);
+        if let Some(body) = &f.empty_body {
+            self.nodes(body);
+        }
+    }
+
+    /// Where a loop's container is written (already located once by [`Self::expr`]).
+    fn container_start(&mut self, f: &tera::ast::Forloop) -> usize {
+        let ExprVal::Ident(id) = &f.container.val else {
+            return 0;
+        };
+        let file = self.files.last();
+        let Some(file) = file else { return 0 };
+        let n = file.seen.get(id).copied().unwrap_or(1).saturating_sub(1);
+        let mut probe = FileCtx {
+            name: String::new(),
+            text: file.text.clone(),
+            tags: file.tags.clone(),
+            seen: HashMap::from([(id.clone(), n)]),
+        };
+        probe.locate(id).unwrap_or(0)
+    }
+
+    /// Walks an `{% if %}` condition; returns what holds in its body and what holds after
+    /// it turned out false.
+    fn condition(&mut self, e: &Expr) -> (Vec<String>, Vec<String>) {
+        if !self.enter() {
+            self.leave();
+            return (Vec::new(), Vec::new());
+        }
+        let (mut yes, mut no) = (Vec::new(), Vec::new());
+        match &e.val {
+            ExprVal::Ident(id) => {
+                self.expr(e, Mode::Tolerant);
+                if e.filters.is_empty() {
+                    let (root, segs) = parse_ident(id);
+                    yes = prefixes(&root, &segs);
+                }
+            }
+            ExprVal::Logic(l) if matches!(l.operator, LogicOperator::And | LogicOperator::Or) => {
+                let and = l.operator == LogicOperator::And;
+                let (y1, n1) = self.condition(&l.lhs);
+                let before = self.guards.len();
+                self.guards
+                    .extend(if and { y1.clone() } else { n1.clone() });
+                let (y2, n2) = self.condition(&l.rhs);
+                self.guards.truncate(before);
+                if and {
+                    yes = [y1, y2].concat();
+                } else {
+                    no = [n1, n2].concat();
+                }
+            }
+            ExprVal::Test(t) => {
+                self.test(t);
+                if t.name == "defined" || t.name == "undefined" {
+                    // `x is defined` holds for a null `x`: it proves only what leads to it.
+                    let (root, segs) = parse_ident(&t.ident);
+                    let mut p = prefixes(&root, &segs);
+                    p.pop();
+                    if (t.name == "defined") != t.negated {
+                        yes = p;
+                    } else {
+                        no = p;
                     }
-                } else if root == "input" {
-                    if let Some(input) = second
-                        && !input_names.contains(&input.as_str())
-                    {
-                        diags.push(
-                            Diagnostic::error(
+                }
+            }
+            _ => {
+                self.expr(e, Mode::Render);
+            }
+        }
+        self.leave();
+        if e.negated && !matches!(e.val, ExprVal::Ident(_)) {
+            (no, yes)
+        } else if e.negated {
+            (Vec::new(), yes)
+        } else {
+            (yes, no)
+        }
+    }
+
+    fn test(&mut self, t: &tera::ast::Test) {
+        let mode = if t.name == "defined" || t.name == "undefined" {
+            Mode::Tolerant
+        } else {
+            Mode::Render
+        };
+        self.read(&t.ident, mode);
+        if !TESTERS.contains(&t.name.as_str()) {
+            self.unknown_callable("test", &t.name, TESTERS);
+        }
+        for a in &t.args {
+            self.expr(a, Mode::Render);
+        }
+    }
+
+    fn unknown_callable(&mut self, what: &str, name: &str, known: &[&str]) {
+        let start = self.locate(name).unwrap_or(0);
+        let at = self.report(
+            "rondo::template::unknown_filter",
+            format!("unknown {what} `{name}`"),
+            Span::new(start, start + name.len()),
+            format!("no {what} of this name"),
+        );
+        let help = suggest(name, known.iter().copied())
+            .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
+        self.help(at, Some(help));
+    }
+
+    /// The type of an expression, reporting what fails in it.
+    fn expr(&mut self, e: &Expr, mode: Mode) -> Type {
+        if !self.enter() {
+            self.leave();
+            return Type::Any;
+        }
+        let defaulted = e.has_default_filter();
+        let mut ty = match &e.val {
+            ExprVal::String(_) => Type::String,
+            ExprVal::Int(_) => Type::Int,
+            ExprVal::Float(_) => Type::Float,
+            ExprVal::Bool(_) => Type::Bool,
+            ExprVal::Ident(id) => {
+                let tolerant = defaulted || e.negated || mode == Mode::Tolerant;
+                self.read(
+                    id,
+                    if tolerant {
+                        Mode::Tolerant
+                    } else {
+                        Mode::Render
+                    },
+                )
+            }
+            ExprVal::Math(m) => {
+                let l = self.expr(&m.lhs, Mode::Render);
+                let r = self.expr(&m.rhs, Mode::Render);
+                if matches!((&l, &r), (Type::Int, Type::Int)) {
+                    Type::Int
+                } else {
+                    Type::Float
+                }
+            }
+            ExprVal::Logic(l) => {
+                if matches!(l.operator, LogicOperator::And | LogicOperator::Or) {
+                    self.condition(e);
+                } else {
+                    self.expr(&l.lhs, Mode::Render);
+                    self.expr(&l.rhs, Mode::Render);
+                }
+                Type::Bool
+            }
+            ExprVal::In(i) => {
+                self.expr(&i.lhs, Mode::Render);
+                self.expr(&i.rhs, Mode::Render);
+                Type::Bool
+            }
+            ExprVal::Test(t) => {
+                self.test(t);
+                Type::Bool
+            }
+            ExprVal::FunctionCall(f) => {
+                if !FUNCTIONS.contains(&f.name.as_str()) {
+                    self.unknown_callable("function", &f.name, FUNCTIONS);
+                }
+                self.args(f);
+                if f.name == "range" {
+                    Type::list(Type::Int)
+                } else {
+                    Type::Any
+                }
+            }
+            ExprVal::MacroCall(m) => {
+                let mut args: Vec<_> = m.args.iter().collect();
+                args.sort_by_key(|(k, _)| k.as_str());
+                for (_, a) in args {
+                    self.expr(a, Mode::Render);
+                }
+                Type::String
+            }
+            ExprVal::Array(items) => {
+                let mut item = None;
+                for i in items {
+                    let t = self.expr(i, Mode::Render);
+                    item.get_or_insert(t);
+                }
+                Type::list(item.unwrap_or(Type::Any))
+            }
+            ExprVal::StringConcat(s) => {
+                for v in &s.values {
+                    match v {
+                        ExprVal::Ident(id) => {
+                            self.read(id, Mode::Render);
+                        }
+                        ExprVal::FunctionCall(f) => {
+                            self.args(f);
+                        }
+                        _ => {}
+                    }
+                }
+                Type::String
+            }
+        };
+        let path = match &e.val {
+            ExprVal::Ident(id) => {
+                let (root, segs) = parse_ident(id);
+                Some(normalize(&root, &segs))
+            }
+            _ => None,
+        };
+        let mut first = true;
+        for f in &e.filters {
+            let input_path = if first { path.clone() } else { None };
+            first = false;
+            let m = if mode == Mode::Tolerant {
+                Mode::Tolerant
+            } else {
+                Mode::Render
+            };
+            ty = self.filter(ty, f, m, input_path);
+        }
+        self.leave();
+        if e.negated { Type::Bool } else { ty }
+    }
+
+    fn args(&mut self, f: &FunctionCall) -> BTreeMap<String, Type> {
+        let mut args: Vec<_> = f.args.iter().collect();
+        args.sort_by_key(|(k, _)| k.as_str());
+        args.into_iter()
+            .map(|(k, a)| (k.clone(), self.expr(a, Mode::Render)))
+            .collect()
+    }
+
+    /// The type a filter gives, reporting a value it cannot take.
+    fn filter(&mut self, input: Type, f: &FunctionCall, mode: Mode, path: Option<String>) -> Type {
+        let name = f.name.as_str();
+        let start = self.locate(name).unwrap_or(0);
+        let span = Span::new(start, start + name.len());
+        let args = self.args(f);
+        if !FILTERS.contains(&name) {
+            self.unknown_callable_at("filter", name, FILTERS, span);
+            return Type::Any;
+        }
+        let shown = path.clone().unwrap_or_else(|| "the value".into());
+        let inner = input.strip_optional().clone();
+        let maybe_null = matches!(input, Type::Optional { .. } | Type::Null);
+        // What the filter needs, when it cannot take anything.
+        let needs: Option<(&str, Accepts)> = match name {
+            "first" | "last" | "nth" | "join" | "sort" | "unique" | "slice" | "group_by"
+            | "filter" | "map" | "concat" => Some(("a list", |t| matches!(t, Type::List { .. }))),
+            "length" | "reverse" => Some(("a list, a map or a string", |t| {
+                matches!(
+                    t,
+                    Type::List { .. }
+                        | Type::Map { .. }
+                        | Type::Object { .. }
+                        | Type::String
+                        | Type::Literal { .. }
+                ) || t.is_stringy()
+            })),
+            "abs" | "round" | "pluralize" => Some(("a number", |t| t.is_numeric())),
+            "upper" | "lower" | "trim" | "trim_start" | "trim_end" | "trim_start_matches"
+            | "trim_end_matches" | "truncate" | "wordcount" | "replace" | "capitalize"
+            | "title" | "linebreaksbr" | "indent" | "striptags" | "spaceless" | "escape"
+            | "escape_xml" | "addslashes" | "split" => Some(("a string", |t| t.is_stringy())),
+            "get" => Some(("a map", |t| {
+                matches!(t, Type::Map { .. } | Type::Object { .. })
+            })),
+            _ => None,
+        };
+        if let Some((kind, ok)) = needs {
+            let known = !matches!(inner, Type::Any | Type::Union { .. } | Type::Null);
+            if known && !ok(&inner) {
+                let at = self.report(
+                    "rondo::template::filter_input",
+                    format!(
+                        "filter `{name}` needs {kind}, but `{shown}` is {}",
+                        short(&input)
+                    ),
+                    span,
+                    format!("needs {kind}"),
+                );
+                self.help(
+                    at,
+                    Some(format!("give `{name}` {kind}, or drop the filter")),
+                );
+                return Type::Any;
+            }
+            if maybe_null
+                && mode == Mode::Render
+                && !path.as_ref().is_some_and(|p| self.guards.contains(p))
+            {
+                let at = self.report(
+                    "rondo::template::maybe_null",
+                    format!("`{shown} | {name}` fails when `{shown}` is null"),
+                    span,
+                    format!("`{shown}` is {}", short(&input)),
+                );
+                self.help(
+                    at,
+                    Some(format!(
+                        "guard it: `{{% if {shown} %}}...{{% endif %}}`, or give a default first: `{shown} | default(value=...) | {name}`"
+                    )),
+                );
+            }
+        }
+        let item = match &inner {
+            Type::List { item } => (**item).clone(),
+            _ => Type::Any,
+        };
+        if let ("map" | "filter" | "group_by" | "sort", Some(attr)) =
+            (name, f.args.get("attribute"))
+            && let ExprVal::String(attr) = &attr.val
+        {
+            self.attribute(&item, attr);
+        }
+        match name {
+            // Tera gives "" for `first`, `last` and `nth` of an empty list.
+            "first" | "last" | "nth" => Type::optional(item),
+            "join" | "upper" | "lower" | "trim" | "trim_start" | "trim_end"
+            | "trim_start_matches" | "trim_end_matches" | "truncate" | "replace" | "capitalize"
+            | "title" | "linebreaksbr" | "indent" | "striptags" | "spaceless" | "escape"
+            | "escape_xml" | "addslashes" | "json_encode" | "as_str" | "pad" | "to_json"
+            | "pluralize" => Type::String,
+            "sort" | "unique" | "slice" | "filter" | "concat" | "reverse" => inner,
+            "length" | "wordcount" | "int" => Type::Int,
+            "float" => Type::Float,
+            "abs" | "round" => inner,
+            "split" => Type::list(Type::String),
+            "group_by" => Type::Map {
+                value: Box::new(Type::list(item)),
+            },
+            "map" => match f.args.get("attribute").map(|a| &a.val) {
+                Some(ExprVal::String(attr)) => {
+                    let fields: Vec<String> = attr.split('.').map(str::to_string).collect();
+                    Type::list(item.field_path(&fields).unwrap_or(Type::Any))
+                }
+                _ => Type::list(Type::Any),
+            },
+            "get" => match (&inner, f.args.get("key").map(|a| &a.val)) {
+                (_, Some(ExprVal::String(k))) => inner.field(k).unwrap_or(Type::Any),
+                _ => Type::Any,
+            },
+            "default" => {
+                let fallback = args.get("value").cloned().unwrap_or(Type::Any);
+                if fallback == Type::Null { input } else { inner }
+            }
+            _ => input,
+        }
+    }
+
+    fn unknown_callable_at(&mut self, what: &str, name: &str, known: &[&str], span: Span) {
+        let at = self.report(
+            "rondo::template::unknown_filter",
+            format!("unknown {what} `{name}`"),
+            span,
+            format!("no {what} of this name"),
+        );
+        let help = suggest(name, known.iter().copied())
+            .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
+        self.help(at, Some(help));
+    }
+
+    /// `attribute="a.b"` of `map`, `filter`, `group_by`, `sort`: a path in each item.
+    fn attribute(&mut self, item: &Type, attr: &str) {
+        let start = self.locate(attr);
+        let mut ty = item.clone();
+        let mut offset = 0;
+        for name in attr.split('.') {
+            let inner = ty.strip_optional().clone();
+            if matches!(inner, Type::Any | Type::Union { .. }) {
+                return;
+            }
+            match inner.field(name) {
+                Some(t) => ty = t,
+                None => {
+                    let begin = start.map_or(0, |s| s + offset);
+                    let at = self.report(
+                        "rondo::template::unknown_field",
+                        format!("the items have no field `{name}` (in `attribute=\"{attr}\"`)"),
+                        Span::new(begin, begin + name.len()),
+                        format!("items are {}", short(&inner)),
+                    );
+                    let names = inner.field_names();
+                    let help = suggest(name, names.iter().map(String::as_str))
+                        .or_else(|| fields_help(&names));
+                    self.help(at, help);
+                    return;
+                }
+            }
+            offset += name.len() + 1;
+        }
+    }
+
+    fn guarded(&self, path: &str) -> bool {
+        self.guards.iter().any(|g| g == path)
+    }
+
+    /// Reads an identifier (`a.b[0].c`), checking each step; returns its type.
+    fn read(&mut self, ident: &str, mode: Mode) -> Type {
+        let start = self.locate(ident);
+        let at = |from: usize, to: usize| match start {
+            Some(s) => Span::new(s + from, s + to),
+            None => Span::new(0, 0),
+        };
+        let (root, segs) = parse_ident(ident);
+        // The computed indexes are reads of their own.
+        for (seg, _, _) in &segs {
+            if let Seg::Dynamic(inner) = seg {
+                self.read(inner, Mode::Render);
+            }
+        }
+        let root_span = at(0, root.len());
+        let local = self
+            .locals
+            .iter()
+            .rev()
+            .chain(self.set_globals.iter().rev())
+            .find(|(n, _)| *n == root)
+            .map(|(_, t)| t.clone());
+        let mut rest: &[(Seg, usize, usize)] = &segs;
+        let mut ty = match local {
+            Some(t) => t,
+            None if root == "loop" && self.loops > 0 => Type::object(vec![
+                ("index", Type::Int),
+                ("index0", Type::Int),
+                ("first", Type::Bool),
+                ("last", Type::Bool),
+            ]),
+            None => {
+                match self.globals.get(&root).cloned() {
+                    Some(Global::Tools) => self.tools.clone(),
+                    Some(Global::Plain(t)) => {
+                        if root == "input"
+                            && let Some((Seg::Field(name), from, to)) = segs.first()
+                            && t.field(name).is_none()
+                        {
+                            let names = t.field_names();
+                            let at_ = self.report(
                                 "rondo::template::unknown_input",
                                 format!(
-                                    "template `{file}` reads `input.{input}`, which is not an input"
+                                    "template `{}` reads `input.{name}`, which is not an input",
+                                    self.file_name()
                                 ),
-                            )
-                            .label(span, format!("used by role `{name}`"))
-                            .help(
-                                did_you_mean(&input, input_names.iter().copied())
-                                    .unwrap_or_else(|| "declare it: `input NAME: type`".into()),
-                            ),
-                        );
+                                at(*from, *to),
+                                "not declared".into(),
+                            );
+                            let help = suggest(name, names.iter().map(String::as_str))
+                                .unwrap_or_else(|| "declare it: `input NAME: type`".into());
+                            self.help(at_, Some(help));
+                            return Type::Any;
+                        }
+                        t
                     }
-                } else if !PROMPT_ROOTS.contains(&root.as_str())
-                    && !role_names.contains(root.as_str())
-                {
-                    let candidates: Vec<&str> = PROMPT_ROOTS
-                        .iter()
-                        .copied()
-                        .chain(role_names.iter().copied())
-                        .collect();
-                    diags.push(
-                        Diagnostic::error(
+                    Some(Global::Memory) => {
+                        let Some((Seg::Field(name), from, to)) = segs.first() else {
+                            return Type::Any;
+                        };
+                        rest = &segs[1..];
+                        match self.memory.get(name).cloned() {
+                            None => {
+                                let names: Vec<String> = self.memory.keys().cloned().collect();
+                                let at_ = self.report(
+                                "rondo::template::unknown_memory",
+                                format!("template `{}` reads `memory.{name}`, which is not declared", self.file_name()),
+                                at(*from, *to),
+                                "no such memory".into(),
+                            );
+                                let help = suggest(name, names.iter().map(String::as_str))
+                                    .unwrap_or_else(|| "declare it in `memory { ... }`".into());
+                                self.help(at_, Some(help));
+                                return Type::Any;
+                            }
+                            Some((id, _)) if !self.reads.contains(&id) => {
+                                let at_ = self.report(
+                                "rondo::template::memory_not_read",
+                                format!(
+                                    "template `{}` reads `memory.{name}`, but role `{}` does not declare it",
+                                    self.file_name(),
+                                    self.role_name
+                                ),
+                                at(*from, *to),
+                                "missing from the role's `reads`".into(),
+                            );
+                                self.help(at_, Some(format!("add it: `reads = [{name}]`")));
+                                return Type::Any;
+                            }
+                            Some((_, t)) => t,
+                        }
+                    }
+                    Some(Global::Role(node, t)) => {
+                        let t = (*t).clone();
+                        let pseudo = matches!(segs.first(), Some((Seg::Field(f), _, _)) if f == "invalid" || f == "invalid_reply");
+                        if pseudo {
+                            return Type::Any;
+                        }
+                        let surely = self.runs.is_none_or(|r| r.has(self.role, node));
+                        if mode == Mode::Render && !surely && !self.guarded(&root) {
+                            let at_ = self.report(
+                            "rondo::template::may_not_have_run",
+                            format!(
+                                "template `{}` reads `{root}`, which may have no valid output when `{}` starts",
+                                self.file_name(),
+                                self.role_name
+                            ),
+                            root_span,
+                            format!("null until `{root}` runs with a valid reply"),
+                        );
+                            self.help(
+                            at_,
+                            Some(format!(
+                                "guard it: `{{% if {root} %}}...{{% endif %}}`, give a default (`{} | default(value=\"\")`), or route so that `{root}` surely runs before `{}`",
+                                normalize(&root, &segs),
+                                self.role_name
+                            )),
+                        );
+                            // One report per read: the fields below are still typed.
+                        }
+                        t
+                    }
+                    None => {
+                        let mut candidates: Vec<String> = self
+                            .locals
+                            .iter()
+                            .chain(&self.set_globals)
+                            .map(|(n, _)| n.clone())
+                            .collect();
+                        candidates.extend(
+                            self.globals
+                                .keys()
+                                .filter(|k| !k.starts_with("__") && *k != "role")
+                                .cloned(),
+                        );
+                        let at_ = self.report(
                             "rondo::template::unknown_variable",
                             format!(
-                                "template `{file}` uses `{root}`, which role `{name}` will not have"
+                                "template `{}` uses `{root}`, which role `{}` will not have",
+                                self.file_name(),
+                                self.role_name
                             ),
-                        )
-                        .label(span, format!("renders {file}"))
-                        .help(
-                            did_you_mean(&root, candidates).unwrap_or_else(|| {
+                            root_span,
+                            "not defined here".into(),
+                        );
+                        let help = suggest(&root, candidates.iter().map(String::as_str))
+                            .unwrap_or_else(|| {
                                 format!(
                                     "templates see: {}, and each role's latest output by role name",
                                     PROMPT_ROOTS.join(", ")
                                 )
-                            }),
-                        ),
-                    );
+                            });
+                        self.help(at_, Some(help));
+                        return Type::Any;
+                    }
                 }
             }
+        };
+        let skipped = segs.len() - rest.len();
+        for (i, (seg, from, to)) in rest.iter().enumerate() {
+            let prefix = normalize(&root, &segs[..skipped + i]);
+            let done = skipped + i + 1;
+            if matches!(ty, Type::Any) {
+                return Type::Any;
+            }
+            if matches!(ty, Type::Optional { .. } | Type::Null)
+                && mode == Mode::Render
+                && !self.guarded(&prefix)
+            {
+                let at_ = self.report(
+                    "rondo::template::maybe_null",
+                    format!(
+                        "`{prefix}` may be null here, so reading `{}` fails",
+                        normalize(&root, &segs[..done])
+                    ),
+                    at(0, *to),
+                    format!("`{prefix}` is {}", short(&ty)),
+                );
+                self.help(
+                    at_,
+                    Some(format!(
+                        "guard it: `{{% if {prefix} %}}...{{% endif %}}`, or read it with a default: `{} | default(value=...)`",
+                        normalize(&root, &segs)
+                    )),
+                );
+                return Type::Any;
+            }
+            let inner = match ty.strip_optional() {
+                Type::Null => return Type::Any,
+                t => t.clone(),
+            };
+            ty = match (seg, &inner) {
+                (Seg::Dynamic(_), Type::List { item }) => (**item).clone(),
+                (Seg::Dynamic(_), Type::Map { value }) => (**value).clone(),
+                (Seg::Dynamic(_), _) => Type::Any,
+                (Seg::Index(n), Type::List { item }) => {
+                    let whole = normalize(&root, &segs[..done]);
+                    let safe = (n == &0 && self.guarded(&prefix)) || self.guarded(&whole);
+                    if mode == Mode::Render && !safe {
+                        let at_ = self.report(
+                            "rondo::template::maybe_null",
+                            format!("`{whole}` may be past the end of `{prefix}`"),
+                            at(0, *to),
+                            format!("`{prefix}` may have fewer than {} items", n + 1),
+                        );
+                        self.help(
+                            at_,
+                            Some(format!(
+                                "loop over it (`{{% for x in {prefix} %}}`), or guard the read: `{{% if {whole} %}}...{{% endif %}}`"
+                            )),
+                        );
+                        return Type::Any;
+                    }
+                    (**item).clone()
+                }
+                (Seg::Index(_), Type::String | Type::Literal { .. }) => Type::String,
+                (Seg::Index(n), _) => {
+                    self.field(&inner, &n.to_string(), &root, &segs[..done], at(*from, *to))
+                }
+                (Seg::Field(name), _) => {
+                    self.field(&inner, name.as_str(), &root, &segs[..done], at(*from, *to))
+                }
+            };
+        }
+        ty
+    }
+
+    fn field(
+        &mut self,
+        ty: &Type,
+        name: &str,
+        root: &str,
+        upto: &[(Seg, usize, usize)],
+        span: Span,
+    ) -> Type {
+        if let Some(t) = ty.field(name) {
+            return t;
+        }
+        let owner = normalize(root, &upto[..upto.len() - 1]);
+        let at = self.report(
+            "rondo::template::unknown_field",
+            format!("`{owner}` has no field `{name}`"),
+            span,
+            format!("`{owner}` is {}", short(ty)),
+        );
+        let names = ty.field_names();
+        let help = suggest(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
+        self.help(at, help);
+        Type::Any
+    }
+}
+
+/// "did you mean" that also counts a swap of two letters (`nmae`) as one edit.
+fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut best: Option<(usize, &str)> = None;
+    for candidate in candidates {
+        let distance = strsim::osa_distance(name, candidate);
+        let limit = (name.len().max(candidate.len()) / 3).max(1);
+        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
+            best = Some((distance, candidate));
+        }
+    }
+    best.map(|(_, c)| format!("did you mean `{c}`?"))
+}
+
+fn fields_help(names: &[String]) -> Option<String> {
+    (!names.is_empty()).then(|| format!("its fields: {}", names.join(", ")))
+}
+
+/// A type's name, cut short for a label.
+fn short(ty: &Type) -> String {
+    let text = ty.display();
+    if text.chars().count() <= 60 {
+        return text;
+    }
+    match ty.strip_optional() {
+        Type::Object { .. } => format!(
+            "an object{}",
+            if ty.is_optional() { " or null" } else { "" }
+        ),
+        Type::List { .. } => "a list".into(),
+        _ => text.chars().take(57).collect::<String>() + "...",
+    }
+}
+
+/// What a template sees of a memory slot: a value slot's declared type, or the fixed view
+/// of a whiteboard, code context or history (see docs/memory.md).
+fn memory_type(kind: &MemoryKind) -> Type {
+    let s = Type::String;
+    let opt = Type::optional;
+    match kind {
+        MemoryKind::Value { ty, .. } => ty.clone(),
+        MemoryKind::Whiteboard { .. } => {
+            let entry = Type::object(vec![
+                ("id", s.clone()),
+                ("text", s.clone()),
+                ("path", opt(s.clone())),
+                ("status", s.clone()),
+                ("reason", opt(s.clone())),
+                ("superseded_by", opt(s.clone())),
+            ]);
+            let section = Type::object(vec![
+                (
+                    "spec",
+                    Type::object(vec![
+                        ("name", s.clone()),
+                        ("prefix", s.clone()),
+                        ("paths", Type::Bool),
+                    ]),
+                ),
+                ("entries", Type::list(entry)),
+                ("next_number", Type::Int),
+            ]);
+            Type::object(vec![("sections", Type::list(section)), ("markdown", s)])
+        }
+        MemoryKind::CodeContext { .. } => {
+            let item = Type::object(vec![
+                ("kind", s.clone()),
+                ("number", opt(Type::Int)),
+                ("text", opt(s.clone())),
+            ]);
+            Type::object(vec![
+                (
+                    "files",
+                    Type::list(Type::object(vec![
+                        ("path", s.clone()),
+                        ("items", Type::list(item)),
+                    ])),
+                ),
+                (
+                    "skipped",
+                    Type::list(Type::object(vec![
+                        ("path", s.clone()),
+                        ("line", opt(Type::Int)),
+                        ("reason", s),
+                    ])),
+                ),
+            ])
+        }
+        MemoryKind::History => {
+            let node = Type::object(vec![
+                ("id", Type::Int),
+                ("parent", opt(Type::Int)),
+                ("children", Type::list(Type::Int)),
+                ("thought", s.clone()),
+                ("action_type", s.clone()),
+                ("action_params", s.clone()),
+                ("observation", opt(s.clone())),
+                ("bad_action", opt(Type::Bool)),
+                ("summary", s.clone()),
+                ("lessons", s.clone()),
+            ]);
+            Type::object(vec![
+                ("chain", Type::list(node)),
+                (
+                    "lessons",
+                    Type::list(Type::object(vec![("node", Type::Int), ("text", s)])),
+                ),
+                ("last_bad_action", opt(Type::Bool)),
+                ("n_nodes", Type::Int),
+            ])
         }
     }
 }

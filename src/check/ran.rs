@@ -1,0 +1,531 @@
+//! Definite runs: which roles surely hold a valid latest output when a node starts.
+//!
+//! A forward must-analysis on the compiled graph: a role is established on a path once it
+//! ran with a valid outcome (any route of it but an invalid route), removed by its invalid
+//! routes, and kept only where every path into a node agrees (intersection at merges). A
+//! join sees its fork's roles plus every branch. Iterative with a worklist: no recursion.
+//!
+//! Expressions are then checked against it: a route condition, update, artifact, tool
+//! argument, `map ... over` or exit guard reading `r.field` where `r` may have no valid
+//! output reads null at run time; unless the field is optional (the reader handles null
+//! anyway) or the read is guarded (`visits(r) > 0 and ...`, `r.x != null and ...`), that is
+//! `rondo::expr::may_not_have_run`.
+
+use petgraph::graph::NodeIndex;
+
+use super::node_name;
+use crate::compile::{
+    Condition, Expr, ExprKind, Func, NodeKind, Role, RoleKind, Root, RouteTarget, ToolAction,
+    Workflow,
+};
+use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::syntax::BinOp;
+
+/// The roles with a definitely valid output at each node's start.
+#[derive(Debug, Clone)]
+pub struct DefiniteRuns {
+    /// Bit of each node index, for roles.
+    bit: Vec<Option<usize>>,
+    /// Per node index: the set when the node starts.
+    sets: Vec<Vec<u64>>,
+    /// Valid after every step: what exit guards and workflow artifacts may read.
+    always: Vec<u64>,
+}
+
+impl DefiniteRuns {
+    /// Whether `role` surely has a valid latest output when `at` starts.
+    pub fn has(&self, at: NodeIndex, role: NodeIndex) -> bool {
+        let (Some(set), Some(Some(bit))) = (self.sets.get(at.index()), self.bit.get(role.index()))
+        else {
+            return false;
+        };
+        set[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// Whether `role` surely has a valid output after `at` ran with a valid outcome
+    /// (its updates, artifacts and ordinary routes).
+    pub fn has_after(&self, at: NodeIndex, role: NodeIndex) -> bool {
+        at == role || self.has(at, role)
+    }
+
+    /// Whether `role` surely has a valid output after every step of a run.
+    pub fn has_always(&self, role: NodeIndex) -> bool {
+        match self.bit.get(role.index()) {
+            Some(Some(bit)) => self.always[bit / 64] & (1 << (bit % 64)) != 0,
+            _ => false,
+        }
+    }
+
+    fn with(&self, set: &[u64], role: NodeIndex, present: bool) -> Vec<u64> {
+        let mut out = set.to_vec();
+        if let Some(Some(bit)) = self.bit.get(role.index()) {
+            if present {
+                out[bit / 64] |= 1 << (bit % 64);
+            } else {
+                out[bit / 64] &= !(1 << (bit % 64));
+            }
+        }
+        out
+    }
+}
+
+/// Computes [`DefiniteRuns`] for a compiled workflow.
+pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
+    let n = workflow.graph.node_count();
+    let mut bit = vec![None; n];
+    let mut roles: usize = 0;
+    for (index, _) in workflow.roles() {
+        bit[index.index()] = Some(roles);
+        roles += 1;
+    }
+    let words = roles.div_ceil(64).max(1);
+    let mut full = vec![u64::MAX; words];
+    if !roles.is_multiple_of(64) {
+        full[words - 1] = (1u64 << (roles % 64)) - 1;
+    }
+    let mut runs = DefiniteRuns {
+        bit,
+        sets: vec![full.clone(); n],
+        always: full,
+    };
+    let start = workflow.start.index();
+    if start >= n {
+        return runs;
+    }
+    runs.sets[start] = vec![0; words];
+    let mut reached = vec![false; n];
+    reached[start] = true;
+    // Nodes are taken in reverse postorder, so a pass sees a node after its predecessors
+    // (but for back edges) and the sets settle in a few passes.
+    let order = reverse_postorder(workflow, start);
+    let mut queued = vec![false; n];
+    let mut work = std::collections::BTreeSet::from([(order[start], start)]);
+    queued[start] = true;
+    while let Some((_, x)) = work.pop_first() {
+        queued[x] = false;
+        let from = NodeIndex::new(x);
+        for &route_id in workflow.outgoing.get(x).map_or(&[][..], Vec::as_slice) {
+            let Some(route) = workflow.routes.get(route_id) else {
+                continue;
+            };
+            let out = runs.with(&runs.sets[x], from, !route.on_invalid);
+            let mut meets: Vec<(NodeIndex, Vec<u64>)> = Vec::new();
+            match &route.target {
+                RouteTarget::Node { node } => meets.push((*node, out)),
+                RouteTarget::Parallel { branches, join } => {
+                    let mut joined = out.clone();
+                    for b in branches {
+                        meets.push((*b, out.clone()));
+                        joined = runs.with(&joined, *b, true);
+                    }
+                    meets.push((*join, joined));
+                }
+                RouteTarget::Map { worker, join, .. } => {
+                    meets.push((*worker, out.clone()));
+                    meets.push((*join, runs.with(&out, *worker, true)));
+                }
+            }
+            for (target, set) in meets {
+                let t = target.index();
+                if t >= n {
+                    continue;
+                }
+                let mut changed = !reached[t];
+                reached[t] = true;
+                for (have, new) in runs.sets[t].iter_mut().zip(&set) {
+                    let met = *have & new;
+                    changed |= met != *have;
+                    *have = met;
+                }
+                if changed && !queued[t] {
+                    queued[t] = true;
+                    work.insert((order[t], t));
+                }
+            }
+        }
+    }
+    let mut always = vec![0; words];
+    let mut first = true;
+    for (index, role) in workflow.roles() {
+        if !reached[index.index()] {
+            continue;
+        }
+        let mut after = runs.with(&runs.sets[index.index()], index, true);
+        if may_be_invalid(workflow, index, role) {
+            after = runs.sets[index.index()].clone();
+            after = runs.with(&after, index, false);
+        }
+        if first {
+            always = after;
+            first = false;
+        } else {
+            for (a, b) in always.iter_mut().zip(&after) {
+                *a &= b;
+            }
+        }
+    }
+    runs.always = always;
+    runs
+}
+
+/// Each node's position in a reverse postorder of the route graph from `start`
+/// (unreached nodes last). Depth-first with an explicit stack.
+fn reverse_postorder(workflow: &Workflow, start: usize) -> Vec<usize> {
+    let n = workflow.graph.node_count();
+    let successors = |x: usize| -> Vec<usize> {
+        let mut out = Vec::new();
+        for &r in workflow.outgoing.get(x).map_or(&[][..], Vec::as_slice) {
+            let Some(route) = workflow.routes.get(r) else {
+                continue;
+            };
+            match &route.target {
+                RouteTarget::Node { node } => out.push(node.index()),
+                RouteTarget::Parallel { branches, join } => {
+                    out.extend(branches.iter().map(|b| b.index()));
+                    out.push(join.index());
+                }
+                RouteTarget::Map { worker, join, .. } => {
+                    out.push(worker.index());
+                    out.push(join.index());
+                }
+            }
+        }
+        out.retain(|&t| t < n);
+        out
+    };
+    let mut visited = vec![false; n];
+    let mut post = Vec::with_capacity(n);
+    let mut stack: Vec<(usize, Vec<usize>)> = vec![(start, successors(start))];
+    visited[start] = true;
+    while let Some((node, next)) = stack.last_mut() {
+        match next.pop() {
+            Some(t) if !visited[t] => {
+                visited[t] = true;
+                let succ = successors(t);
+                stack.push((t, succ));
+            }
+            Some(_) => {}
+            None => {
+                post.push(*node);
+                stack.pop();
+            }
+        }
+    }
+    let mut order = vec![usize::MAX; n];
+    for (i, &node) in post.iter().rev().enumerate() {
+        order[node] = i;
+    }
+    order
+}
+
+/// A role with an invalid route may end a step with an invalid outcome.
+fn may_be_invalid(workflow: &Workflow, index: NodeIndex, _role: &Role) -> bool {
+    workflow
+        .outgoing
+        .get(index.index())
+        .is_some_and(|routes| routes.iter().any(|&r| workflow.routes[r].on_invalid))
+}
+
+/// Where an expression is evaluated, for the diagnostic.
+enum Site {
+    Route(NodeIndex),
+    Role(NodeIndex),
+    ToolArgs(NodeIndex),
+    Everywhere,
+}
+
+/// The roles with a valid output where an expression is evaluated: the set when `at`
+/// starts, with `at` itself added or removed once it ran, or the set after every step.
+#[derive(Debug, Clone, Copy)]
+enum Avail {
+    At(NodeIndex, Option<bool>),
+    Always,
+}
+
+impl DefiniteRuns {
+    fn available(&self, avail: Avail, role: NodeIndex) -> bool {
+        match avail {
+            Avail::At(at, Some(ran)) if at == role => ran,
+            Avail::At(at, _) => self.has(at, role),
+            Avail::Always => self.has_always(role),
+        }
+    }
+}
+
+/// Reports reads of role outputs that may not be there.
+pub fn check(workflow: &Workflow, runs: &DefiniteRuns, diags: &mut Diagnostics) {
+    let mut exprs: Vec<(&Expr, Avail, Site)> = Vec::new();
+    for route in &workflow.routes {
+        let from = route.from;
+        let avail = match workflow.graph[from].kind {
+            NodeKind::Role(_) => Avail::At(from, Some(!route.on_invalid)),
+            _ => Avail::At(from, None),
+        };
+        if let Condition::When { expr } = &route.condition {
+            exprs.push((expr, avail, Site::Route(from)));
+        }
+        if let RouteTarget::Map { over, .. } = &route.target {
+            exprs.push((over, avail, Site::Route(from)));
+        }
+    }
+    for (index, role) in workflow.roles() {
+        let after = Avail::At(index, Some(true));
+        for update in &role.updates {
+            match update {
+                crate::compile::Update::Set { value, .. } => {
+                    exprs.push((value, after, Site::Role(index)))
+                }
+                crate::compile::Update::Op { args, .. } => {
+                    for a in args {
+                        exprs.push((a, after, Site::Role(index)));
+                    }
+                }
+            }
+        }
+        for artifact in &role.artifacts {
+            exprs.push((&artifact.value, after, Site::Role(index)));
+        }
+        let before = Avail::At(index, None);
+        if let RoleKind::Tool(tool) = &role.kind {
+            match &tool.action {
+                ToolAction::Command { .. } => {}
+                ToolAction::Tool { args, .. } => {
+                    for a in args {
+                        exprs.push((a, before, Site::ToolArgs(index)));
+                    }
+                }
+                ToolAction::Choose {
+                    call, args, argv, ..
+                } => {
+                    for e in std::iter::once(&**call)
+                        .chain(args.as_deref())
+                        .chain(argv.as_deref())
+                    {
+                        exprs.push((e, before, Site::ToolArgs(index)));
+                    }
+                }
+            }
+        }
+    }
+    for (_, guard) in &workflow.exit_guards {
+        exprs.push((guard, Avail::Always, Site::Everywhere));
+    }
+    for artifact in &workflow.artifacts {
+        exprs.push((&artifact.value, Avail::Always, Site::Everywhere));
+    }
+    for (expr, avail, site) in exprs {
+        check_expr(workflow, runs, expr, avail, &site, diags);
+    }
+}
+
+/// Where a value is used: a condition takes null as false, which is what a read of a
+/// role that has not run should mean there; a value (an update, an argument, an ordering)
+/// does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Value,
+    Truth,
+}
+
+fn check_expr(
+    workflow: &Workflow,
+    runs: &DefiniteRuns,
+    expr: &Expr,
+    avail: Avail,
+    site: &Site,
+    diags: &mut Diagnostics,
+) {
+    let root_use = match site {
+        Site::Route(_) | Site::Everywhere => Use::Truth,
+        Site::Role(_) | Site::ToolArgs(_) => Use::Value,
+    };
+    // (expression, roles proven by the `and` chain before it, how its value is used)
+    let mut stack: Vec<(&Expr, Vec<NodeIndex>, Use)> = vec![(expr, Vec::new(), root_use)];
+    while let Some((e, guards, used)) = stack.pop() {
+        match &e.kind {
+            ExprKind::Path {
+                root: Root::Role { node },
+                fields,
+            } => {
+                let Some(first) = fields.first() else {
+                    continue;
+                };
+                if used == Use::Truth
+                    || first == "invalid"
+                    || first == "invalid_reply"
+                    || guards.contains(node)
+                    || runs.available(avail, *node)
+                {
+                    continue;
+                }
+                let declared = workflow
+                    .role(*node)
+                    .and_then(|r| r.output_type.field_path(fields));
+                if declared.is_none_or(|t| t.is_optional()) {
+                    continue;
+                }
+                diags.push(may_not_have_run(workflow, e, *node, site));
+            }
+            ExprKind::Path { .. } | ExprKind::Literal { .. } => {}
+            ExprKind::List { items } => {
+                stack.extend(items.iter().map(|i| (i, guards.clone(), Use::Value)));
+            }
+            ExprKind::Map { entries } => {
+                stack.extend(entries.iter().map(|(_, v)| (v, guards.clone(), Use::Value)));
+            }
+            ExprKind::Call { func, args } => {
+                if matches!(func, Func::Visits | Func::Used) {
+                    continue;
+                }
+                stack.extend(args.iter().map(|a| (a, guards.clone(), Use::Value)));
+            }
+            ExprKind::Get { base, .. } => stack.push((base, guards, Use::Value)),
+            ExprKind::Not { operand } => stack.push((operand, guards, Use::Truth)),
+            ExprKind::Neg { operand } => stack.push((operand, guards, Use::Value)),
+            ExprKind::Binary { op, lhs, rhs } => match op {
+                BinOp::And => {
+                    let mut more = guards.clone();
+                    proven(lhs, &mut more);
+                    stack.push((rhs, more, Use::Truth));
+                    stack.push((lhs, guards, Use::Truth));
+                }
+                BinOp::Or => {
+                    stack.push((rhs, guards.clone(), Use::Truth));
+                    stack.push((lhs, guards, Use::Truth));
+                }
+                // `a ?? b` (when the language has it) takes null on the left.
+                op if op.symbol() == "??" => {
+                    stack.push((rhs, guards.clone(), Use::Value));
+                    stack.push((lhs, guards, Use::Truth));
+                }
+                // `r.x == null` / `!= null` ask on purpose; `r.x == "v"` is false until `r`
+                // ran, which is what it means.
+                BinOp::Eq | BinOp::Ne if is_null(lhs) || is_null(rhs) => {}
+                BinOp::Eq if is_literal(lhs) || is_literal(rhs) => {}
+                _ => {
+                    stack.push((rhs, guards.clone(), Use::Value));
+                    stack.push((lhs, guards, Use::Value));
+                }
+            },
+        }
+    }
+}
+
+fn is_literal(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Literal { .. })
+}
+
+fn is_null(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Literal { value } if value.is_null())
+}
+
+/// Roles an expression proves present when it holds: `visits(r) > 0`, `visits(r) >= 1`,
+/// `visits(r) != 0`, `r != null`, `r.x != null`, a truthy `r.x`, and `and` chains of them.
+fn proven(e: &Expr, out: &mut Vec<NodeIndex>) {
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        match &e.kind {
+            ExprKind::Binary {
+                op: BinOp::And,
+                lhs,
+                rhs,
+            } => {
+                stack.push(lhs);
+                stack.push(rhs);
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let (l, r) = (&**lhs, &**rhs);
+                let found = match op {
+                    BinOp::Gt | BinOp::Ne => visits_of(l)
+                        .filter(|_| number(r) == Some(0.0))
+                        .or_else(|| visits_of(r).filter(|_| number(l) == Some(0.0))),
+                    BinOp::Ge => visits_of(l).filter(|_| number(r) == Some(1.0)),
+                    BinOp::Lt => visits_of(r).filter(|_| number(l) == Some(0.0)),
+                    BinOp::Le => visits_of(r).filter(|_| number(l) == Some(1.0)),
+                    _ => None,
+                };
+                let found = found.or(match op {
+                    BinOp::Ne if is_null(r) => role_of(l),
+                    BinOp::Ne if is_null(l) => role_of(r),
+                    _ => None,
+                });
+                out.extend(found);
+            }
+            ExprKind::Path { .. } => out.extend(role_of(e)),
+            _ => {}
+        }
+    }
+}
+
+fn visits_of(e: &Expr) -> Option<NodeIndex> {
+    match &e.kind {
+        ExprKind::Call {
+            func: Func::Visits,
+            args,
+        } => match args.first().map(|a| &a.kind) {
+            Some(ExprKind::Literal { value }) => value.as_u64().map(|n| NodeIndex::new(n as usize)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn number(e: &Expr) -> Option<f64> {
+    match &e.kind {
+        ExprKind::Literal { value } => value.as_f64(),
+        _ => None,
+    }
+}
+
+fn role_of(e: &Expr) -> Option<NodeIndex> {
+    match &e.kind {
+        ExprKind::Path {
+            root: Root::Role { node },
+            fields,
+        } if fields
+            .first()
+            .is_none_or(|f| f != "invalid" && f != "invalid_reply") =>
+        {
+            Some(*node)
+        }
+        _ => None,
+    }
+}
+
+fn may_not_have_run(workflow: &Workflow, e: &Expr, role: NodeIndex, site: &Site) -> Diagnostic {
+    let name = node_name(workflow, role);
+    let where_ = match site {
+        Site::Route(from) => format!(
+            "when a route from `{}` is tried",
+            node_name(workflow, *from)
+        ),
+        Site::Role(at) => format!(
+            "when `{}` applies its updates and artifacts",
+            node_name(workflow, *at)
+        ),
+        Site::ToolArgs(at) => format!("when `{}` starts", node_name(workflow, *at)),
+        Site::Everywhere => "after every step (exit guards and workflow artifacts)".into(),
+    };
+    let help = match site {
+        Site::Route(_) | Site::Everywhere => format!(
+            "guard the read: `visits({name}) > 0 and ...{}...`, or route so that `{name}` surely runs before; a field typed optional (`T?`) may be read as is",
+            e.text
+        ),
+        Site::Role(at) | Site::ToolArgs(at) => format!(
+            "route so that `{name}` surely runs before `{}`, or read a field typed optional (`T?`), which the reader must handle as null",
+            node_name(workflow, *at)
+        ),
+    };
+    Diagnostic::error(
+        "rondo::expr::may_not_have_run",
+        format!(
+            "`{}` reads `{name}`, which may have no valid output {where_}",
+            e.text
+        ),
+    )
+    .label(
+        e.span,
+        format!("null when `{name}` has not run, or its last reply was invalid"),
+    )
+    .help(help)
+}

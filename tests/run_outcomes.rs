@@ -531,3 +531,50 @@ gather -> done
     );
     assert_eq!(state["path"], serde_json::json!(["dispatch", "gather"]));
 }
+
+/// A map worker cannot route its invalid outcome, so one invalid branch ends the run at
+/// `invalid_output` before the join reads a record that is not of the worker's type.
+#[test]
+fn an_invalid_branch_of_a_map_ends_the_run_at_invalid_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        r#"
+workflow branch_invalid {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory {
+  items: list[string] = ["a", "b"]
+  total: int = 0
+}
+role start_map: builtin { update { set total = 0 } }
+role count: llm {
+  prompt = "count.tera"
+  output json { n: int }
+}
+role gather: builtin {
+  update { set total = len(count) }
+}
+exit done
+start -> start_map
+start_map -> map count over memory.items -> gather max 10
+gather -> done
+"#,
+        &[("count.tera", "Count {{ item }}.\n")],
+        "replies:\n  count:\n    - '{\"n\": 1}'\n    - 'I would rather not.'\n",
+    );
+    let (out, dir) = run(&wf, "r");
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let record = json(dir.join("run.json"));
+    assert_eq!(record["exit"], "invalid_output");
+    assert!(
+        record["reason"]
+            .as_str()
+            .unwrap()
+            .contains("branch `count`"),
+        "{record}"
+    );
+    let state = json(dir.join("state.json"));
+    assert_eq!(state["path"], serde_json::json!(["start_map"]));
+}

@@ -786,6 +786,19 @@ impl<'w> Interpreter<'w> {
         self.checkpoint(state);
         // Every branch finished: their own containers (`per_branch`) are not needed any more.
         self.envs.release_branches().await;
+        // A branch cannot route, so its invalid outcome ends the run (the join's readers
+        // expect every branch's valid output).
+        if let Some(r) = done.values().find(|r| {
+            eval::is_json_llm(self.workflow, r.node) && eval::is_invalid_record(&r.output)
+        }) {
+            let name = self.workflow.node(r.node).name.clone();
+            return Ok(Flow::Exit {
+                node: self.builtin_exit("invalid_output"),
+                reason: format!(
+                    "branch `{name}` gave no valid output, and a branch cannot route it"
+                ),
+            });
+        }
         let mut outputs = Vec::new();
         for (_, r) in done {
             let node = r.node;

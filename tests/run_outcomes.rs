@@ -578,3 +578,35 @@ gather -> done
     let state = json(dir.join("state.json"));
     assert_eq!(state["path"], serde_json::json!(["start_map"]));
 }
+
+/// An ordering with null (an absent optional field) is false, not a failed run: the route
+/// that needs `score > 5` is not taken and `otherwise` is.
+#[test]
+fn an_ordering_with_an_absent_optional_field_is_false() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        r#"
+workflow ordering {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+role grade: llm {
+  prompt = "grade.tera"
+  output json { score: int? }
+}
+exit high
+exit low { code = 5 }
+start -> grade
+grade -> invalid_output when grade.invalid
+grade -> high when grade.score > 5
+grade -> low when not (grade.score > 5)
+grade -> high otherwise
+"#,
+        &[("grade.tera", "Grade it.\n")],
+        "replies:\n  grade: '{}'\n",
+    );
+    let (out, dir) = run(&wf, "r");
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert_eq!(json(dir.join("run.json"))["exit"], "low");
+}

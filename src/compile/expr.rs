@@ -262,6 +262,28 @@ impl Compiler<'_> {
                 Type::Bool
             }
             BinOp::Coalesce => self.coalesce_type(lhs, &lt, rhs, &rt),
+            BinOp::Add | BinOp::Sub if Self::nullable_number(&lt) || Self::nullable_number(&rt) => {
+                let (side, t) = if Self::nullable_number(&lt) {
+                    (lhs, &lt)
+                } else {
+                    (rhs, &rt)
+                };
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::expr::optional_operand",
+                        format!("`{}` needs a number, but this may be null", op.symbol()),
+                    )
+                    .label(side.span, format!("this is {}", t.display()))
+                    .help(format!(
+                        "give it a fallback: `({} ?? 0)`",
+                        self.file
+                            .text
+                            .get(side.span.start..side.span.end)
+                            .unwrap_or("x")
+                    )),
+                );
+                Type::Any
+            }
             BinOp::Add | BinOp::Sub => {
                 if lt.is_numeric() && rt.is_numeric() {
                     if matches!(lt.strip_optional(), Type::Int)
@@ -307,6 +329,12 @@ impl Compiler<'_> {
             },
             ty,
         )
+    }
+
+    /// A number that may be null (`int?`, `float?`): arithmetic on it could fail at run time.
+    fn nullable_number(t: &Type) -> bool {
+        matches!(t, Type::Optional { inner } if matches!(**inner, Type::Int | Type::Float))
+            || matches!(t, Type::Null)
     }
 
     /// `a ?? b`: `T? ?? T` is `T`; the fallback must be a value the left side could hold.

@@ -146,8 +146,10 @@ impl Env<'_> {
             BinOp::Eq => Value::Bool(equal(&l, &r)),
             BinOp::Ne => Value::Bool(!equal(&l, &r)),
             BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                // What cannot be ordered (null, or values of other kinds behind `any`) is
+                // neither less nor greater: the comparison is false, never a failed run.
                 let Some(ord) = compare(&l, &r) else {
-                    return Err(format!("cannot order {} and {}", short(&l), short(&r)));
+                    return Ok(Value::Bool(false));
                 };
                 Value::Bool(match op {
                     BinOp::Lt => ord == Ordering::Less,

@@ -364,7 +364,6 @@ fn judge_text(source: &str, prompts: &[(&str, &str)], replies: &[(&str, &str)]) 
 /// Generator finding 2: `set` accepted any value whose type is *comparable* with the
 /// memory item's, so a float reached an int item and the run ended at `error`.
 #[test]
-#[ignore = "finding 2, not fixed on this branch: `set` needs assignability, not comparability"]
 fn a_float_set_into_an_int_memory_item_is_a_check_error() {
     let source = r#"workflow w {
   prompts = "prompts"

@@ -232,6 +232,10 @@ impl Type {
             (Type::Any, _) | (_, Type::Any) => None,
             (Type::Null, to) => (!to.admits_null())
                 .then(|| format!("{}null does not fit {}", at(path), to.display())),
+            // Each member on its own: a `null` member still meets the target's `?`.
+            (Type::Union { members }, _) => members
+                .iter()
+                .find_map(|m| m.mismatch_at(to, path, depth + 1)),
             (Type::Optional { inner }, Type::Optional { inner: to }) => {
                 inner.mismatch_at(to, path, depth + 1)
             }
@@ -242,9 +246,6 @@ impl Type {
                 Some(format!("{}{} may be null", at(path), self.display()))
             }
             (_, Type::Optional { inner: to }) => self.mismatch_at(to, path, depth + 1),
-            (Type::Union { members }, _) => members
-                .iter()
-                .find_map(|m| m.mismatch_at(to, path, depth + 1)),
             (_, Type::Union { members }) => {
                 if members
                     .iter()
@@ -943,6 +944,11 @@ mod tests {
         assert!(!fits(&Type::list(Type::Int), &Type::list(Type::String)));
         assert!(fits(&Type::list(Type::Int), &Type::list(Type::Float)));
         assert!(fits(&Type::list(Type::Any), &Type::list(Type::String)));
+        let maybe_a = Type::Union {
+            members: vec![Type::Literal { value: "a".into() }, Type::Null],
+        };
+        assert!(fits(&maybe_a, &Type::optional(Type::String)));
+        assert!(!fits(&maybe_a, &Type::String));
     }
 
     #[test]

@@ -220,3 +220,80 @@ fn a_resumed_run_renders_the_same_prompts_as_an_uninterrupted_one() {
     let board = std::fs::read_to_string(run_dir.join("whiteboard.md")).unwrap();
     assert!(board.contains("calc.py"), "{board}");
 }
+
+/// `x.patch(which, changes)` changes the fields of the matching items of a typed list;
+/// `check` has made sure the changes fit the item type, so the list stays valid.
+#[test]
+fn patch_changes_the_matching_items_of_a_typed_list() {
+    let workflow = r#"
+workflow board {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+type Step {
+  id: int
+  status: "todo" | "done"
+  note: string?
+}
+memory {
+  steps: list[Step] = []
+}
+role plan: builtin {
+  update {
+    steps.append({ id: 1, status: "todo" })
+    steps.append({ id: 2, status: "todo" })
+  }
+}
+role judge: llm {
+  prompt = "judge.tera"
+  output json { finished: int, note: string }
+  update { steps.patch({ id: output.finished }, { status: "done", note: output.note }) }
+}
+start -> plan
+plan -> judge
+judge -> invalid_output when judge.invalid
+judge -> done
+exit done
+"#;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("prompts")).unwrap();
+    std::fs::write(dir.join("prompts/judge.tera"), "Which step is done?\n").unwrap();
+    std::fs::write(
+        dir.join("script.yaml"),
+        "replies:\n  judge: '{\"finished\": 2, \"note\": \"tested\"}'\n",
+    )
+    .unwrap();
+    let path = dir.join("w.rondo");
+    std::fs::write(&path, workflow).unwrap();
+    let check = rondo(&["check", "--offline", path.to_str().unwrap()]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let runs = dir.join("runs");
+    let out = rondo(&[
+        "run",
+        "-q",
+        path.to_str().unwrap(),
+        "--run-dir",
+        runs.to_str().unwrap(),
+        "--run-id",
+        "r",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(runs.join("r/state.json")).unwrap()).unwrap();
+    assert_eq!(
+        state["memory"][0],
+        serde_json::json!([
+            {"id": 1, "status": "todo", "note": null},
+            {"id": 2, "status": "done", "note": "tested"}
+        ])
+    );
+}

@@ -364,7 +364,6 @@ fn judge_text(source: &str, prompts: &[(&str, &str)], replies: &[(&str, &str)]) 
 /// Generator finding 2: `set` accepted any value whose type is *comparable* with the
 /// memory item's, so a float reached an int item and the run ended at `error`.
 #[test]
-#[ignore = "finding 2, not fixed on this branch: `set` needs assignability, not comparability"]
 fn a_float_set_into_an_int_memory_item_is_a_check_error() {
     let source = r#"workflow w {
   prompts = "prompts"
@@ -401,10 +400,9 @@ fn a_json_list_between_prose_is_read_as_the_list() {
     );
 }
 
-/// Generator finding 4: an artifact name rendered from model output (`../up`) leaves
-/// the run directory, and the run ends at `error`.
+/// Generator finding 4: an artifact name rendered from model output (`../up`) left the
+/// run directory, and the run ended at `error`; values in names are now made path-safe.
 #[test]
-#[ignore = "finding 4, not fixed: what does an artifact name built from a bad reply become?"]
 fn an_artifact_name_from_model_output_never_ends_the_run_at_error() {
     let source = r#"workflow w {
   prompts = "prompts"
@@ -415,15 +413,16 @@ role r1: llm {
   artifact "named/{{ r1.name }}.txt" = output
 }
 start -> r1
+r1 -> invalid_output when r1.invalid
 r1 -> done
 exit done
 "#;
-    match judge_text(
-        source,
-        &[("r1.tera", "name?\n")],
-        &[("r1", r#"{"name": "../up"}"#)],
-    ) {
-        Verdict::Rejected(..) | Verdict::Ran(_) => {}
-        Verdict::Failed(why) => panic!("check accepted it and the run failed: {why}"),
+    for name in ["../up", "/etc/x", "", "a\\u0000b"] {
+        let reply = format!(r#"{{"name": "{name}"}}"#);
+        match judge_text(source, &[("r1.tera", "name?\n")], &[("r1", &reply)]) {
+            Verdict::Ran(exit) => assert_eq!(exit, "done", "{reply}"),
+            Verdict::Rejected(codes, _) => panic!("check rejected it: {codes:?}"),
+            Verdict::Failed(why) => panic!("check accepted it and the run failed: {why}"),
+        }
     }
 }

@@ -286,7 +286,12 @@ impl Compiler<'_> {
             }
             BinOp::Add | BinOp::Sub => {
                 if lt.is_numeric() && rt.is_numeric() {
-                    if matches!(lt.strip_optional(), Type::Int)
+                    if matches!(lt.strip_optional(), Type::Any)
+                        || matches!(rt.strip_optional(), Type::Any)
+                    {
+                        // Unchecked: an int or a float, as the value turns out.
+                        Type::Any
+                    } else if matches!(lt.strip_optional(), Type::Int)
                         && matches!(rt.strip_optional(), Type::Int)
                     {
                         Type::Int
@@ -301,7 +306,7 @@ impl Compiler<'_> {
                     && !(matches!(lt.strip_optional(), Type::Any)
                         && matches!(rt.strip_optional(), Type::Any))
                 {
-                    lt.clone()
+                    list_join(&lt, &rt)
                 } else {
                     self.diags.push(
                         Diagnostic::error(
@@ -796,6 +801,24 @@ impl Compiler<'_> {
             },
             ty,
         )
+    }
+}
+
+/// The type of `a + b` on lists: the wider side when one fits the other, else a list of
+/// either item, so a store of the result checks both.
+fn list_join(lt: &Type, rt: &Type) -> Type {
+    let (l, r) = (lt.strip_optional(), rt.strip_optional());
+    if l.assignable_to(r) {
+        return r.clone();
+    }
+    if r.assignable_to(l) {
+        return l.clone();
+    }
+    match (l, r) {
+        (Type::List { item: a }, Type::List { item: b }) => Type::list(Type::Union {
+            members: vec![(**a).clone(), (**b).clone()],
+        }),
+        _ => Type::Any,
     }
 }
 

@@ -1102,24 +1102,32 @@ impl<'f> Compiler<'f> {
                             let slot_ty = slot_ty.clone();
                             let what = format!("`{}` holds", target.name);
                             self.optional_value(target, &what, &slot_ty, &value, &ty);
-                        } else if !slot_ty.comparable(&ty) {
-                            self.diags.push(
-                                Diagnostic::error(
-                                    "rondo::update::type_mismatch",
-                                    format!(
-                                        "`{}` holds {}, not {}",
-                                        target.name,
-                                        slot_ty.display(),
-                                        ty.display()
-                                    ),
-                                )
-                                .label(value.span, format!("this is {}", ty.display()))
-                                .help(format!(
-                                    "give `{}` a value of type `{}`",
+                        } else {
+                            let ty = stored_type(&value, &ty);
+                            if let Some(why) = ty.assign_mismatch(slot_ty) {
+                                let message = format!(
+                                    "`{}` holds {}, not {}",
                                     target.name,
-                                    slot_ty.display()
-                                )),
-                            );
+                                    slot_ty.display(),
+                                    ty.display()
+                                );
+                                let help = if matches!(
+                                    (slot_ty.strip_optional(), ty.strip_optional()),
+                                    (Type::Int, Type::Float)
+                                ) {
+                                    format!(
+                                        "a float may have a fraction: declare `{}: float`, or store an int",
+                                        target.name
+                                    )
+                                } else {
+                                    format!(
+                                        "give `{}` a value of type `{}`",
+                                        target.name,
+                                        slot_ty.display()
+                                    )
+                                };
+                                self.not_assignable(message, &value, &ty, &why, help);
+                            }
                         }
                     }
                     other => {
@@ -1250,31 +1258,50 @@ impl<'f> Compiler<'f> {
                     self.optional_value(target, &what, item, e, t);
                     return;
                 }
-                let bad = match op {
-                    MemoryOp::Append => !item.comparable(t),
-                    MemoryOp::Extend => {
-                        !matches!(t.strip_optional(), Type::List { .. } | Type::Any)
+                let stored = stored_type(e, t);
+                // `extend(null)` adds nothing, so an optional list is fine there.
+                let fits = match op {
+                    MemoryOp::Append => Some(stored.assign_mismatch(item)),
+                    MemoryOp::Extend
+                        if matches!(stored.strip_optional(), Type::List { .. } | Type::Any) =>
+                    {
+                        Some(stored.strip_optional().assign_mismatch(base))
                     }
-                    _ => !t.is_numeric(),
+                    MemoryOp::Truncate if t.is_numeric() => Some(None),
+                    _ => None,
                 };
-                if bad {
-                    let expected = match op {
-                        MemoryOp::Append => item.display(),
-                        MemoryOp::Extend => base.display(),
-                        _ => "a step id (a number)".into(),
-                    };
-                    self.diags.push(
-                        Diagnostic::error(
-                            "rondo::update::type_mismatch",
-                            format!("`{}.{}` expects {expected}", target.name, op.name()),
-                        )
-                        .label(e.span, format!("this is {}", t.display()))
-                        .help(format!(
-                            "`{}` is declared as `{}`",
+                match fits {
+                    Some(None) => {}
+                    Some(Some(why)) => {
+                        let expected = if op == MemoryOp::Append { item } else { base };
+                        let message = format!(
+                            "`{}.{}` takes {}, not {}",
                             target.name,
-                            ty.display()
-                        )),
-                    );
+                            op.name(),
+                            expected.display(),
+                            stored.display()
+                        );
+                        let help = format!("`{}` is declared as `{}`", target.name, ty.display());
+                        self.not_assignable(message, e, &stored, &why, help);
+                    }
+                    None => {
+                        let expected = match op {
+                            MemoryOp::Extend => base.display(),
+                            _ => "a step id (a number)".into(),
+                        };
+                        self.diags.push(
+                            Diagnostic::error(
+                                "rondo::update::type_mismatch",
+                                format!("`{}.{}` expects {expected}", target.name, op.name()),
+                            )
+                            .label(e.span, format!("this is {}", t.display()))
+                            .help(format!(
+                                "`{}` is declared as `{}`",
+                                target.name,
+                                ty.display()
+                            )),
+                        );
+                    }
                 }
             }
             MemoryOp::Put => match base {
@@ -1283,6 +1310,18 @@ impl<'f> Compiler<'f> {
                     if maybe_null_into_required(value, t) {
                         let what = format!("`{}.put` takes", target.name);
                         self.optional_value(target, &what, value, e, t);
+                        return;
+                    }
+                    let stored = stored_type(e, t);
+                    if let Some(why) = stored.assign_mismatch(value) {
+                        let message = format!(
+                            "`{}.put` takes {}, not {}",
+                            target.name,
+                            value.display(),
+                            stored.display()
+                        );
+                        let help = format!("`{}` is declared as `{}`", target.name, ty.display());
+                        self.not_assignable(message, e, &stored, &why, help);
                     }
                 }
                 Type::Any => {}
@@ -1291,7 +1330,9 @@ impl<'f> Compiler<'f> {
             MemoryOp::Patch => {
                 if !matches!(base, Type::List { .. } | Type::Any) {
                     mismatch(self, "lists");
+                    return;
                 }
+                let mut objects = true;
                 for (e, t) in args {
                     if !matches!(
                         t.strip_optional(),
@@ -1302,7 +1343,11 @@ impl<'f> Compiler<'f> {
                                 .label(e.span, format!("this is {}", t.display()))
                                 .help(format!("e.g. `{}.patch({{ id: 1 }}, {{ status: \"done\" }})`", target.name)),
                         );
+                        objects = false;
                     }
+                }
+                if let (true, Type::List { item }) = (objects, base) {
+                    self.check_patch(target, ty, item, &args[1]);
                 }
             }
             MemoryOp::Clear
@@ -1312,6 +1357,128 @@ impl<'f> Compiler<'f> {
             }
             _ => {}
         }
+    }
+
+    /// The fields `x.patch(..)` writes into each matching item must be fields of the item
+    /// type, each of its type: the run stores them without validating.
+    fn check_patch(&mut self, target: &Ident, ty: &Type, item: &Type, (e, t): &(Expr, Type)) {
+        let changes = stored_type(e, t);
+        let declared = format!("`{}` is declared as `{}`", target.name, ty.display());
+        let (fields, given) = match (item.strip_optional(), changes.strip_optional()) {
+            (Type::Any, _) | (_, Type::Any) => return,
+            (Type::Object { fields }, Type::Object { fields: given }) => (fields, given),
+            (Type::Map { value }, _) => {
+                let to = Type::Map {
+                    value: value.clone(),
+                };
+                if let Some(why) = changes.strip_optional().assign_mismatch(&to) {
+                    let message = format!(
+                        "`{}.patch` sets fields of {}, not {}",
+                        target.name,
+                        item.display(),
+                        changes.display()
+                    );
+                    self.not_assignable(message, e, &changes, &why, declared);
+                }
+                return;
+            }
+            (Type::Object { .. }, _) => {
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::update::type_mismatch",
+                        format!(
+                            "`{}.patch` needs the changed fields spelled out",
+                            target.name
+                        ),
+                    )
+                    .label(e.span, format!("this is {}", changes.display()))
+                    .help(format!(
+                        "write the fields as an object, e.g. `{{ {}: .. }}`; {declared}",
+                        item.field_names().first().map_or("status", String::as_str)
+                    )),
+                );
+                return;
+            }
+            _ => {
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::update::type_mismatch",
+                        format!(
+                            "`{}.patch` changes fields of object items, and its items are {}",
+                            target.name,
+                            item.display()
+                        ),
+                    )
+                    .label(target.span, format!("a {}", ty.display()))
+                    .help("patch a list of objects; to replace the list, use `set`"),
+                );
+                return;
+            }
+        };
+        let mut written = Vec::new();
+        for g in given {
+            match fields.iter().find(|f| f.name == g.name) {
+                Some(f) => written.push(f.clone()),
+                None => {
+                    let span = match &e.kind {
+                        ExprKind::Map { entries } => entries
+                            .iter()
+                            .find(|(k, _)| *k == g.name)
+                            .map_or(e.span, |(_, v)| v.span),
+                        _ => e.span,
+                    };
+                    let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::update::unknown_field",
+                            format!("the items of `{}` have no field `{}`", target.name, g.name),
+                        )
+                        .label(span, "not a field of the item type")
+                        .help(
+                            did_you_mean(&g.name, names.iter().copied()).unwrap_or_else(|| {
+                                format!("{}; its fields are: {}", declared, names.join(", "))
+                            }),
+                        ),
+                    );
+                    return;
+                }
+            }
+        }
+        // Only the patched fields are required: the others keep their values.
+        let to = Type::Object { fields: written };
+        if maybe_null_into_required(&to, t) {
+            let what = format!("`{}.patch` writes", target.name);
+            self.optional_value(target, &what, &to, e, t);
+        } else if let Some(why) = changes.assign_mismatch(&to) {
+            let message = format!(
+                "`{}.patch` writes fields of {}, not {}",
+                target.name,
+                item.display(),
+                changes.display()
+            );
+            self.not_assignable(message, e, &changes, &why, declared);
+        }
+    }
+
+    fn not_assignable(
+        &mut self,
+        message: String,
+        value: &Expr,
+        ty: &Type,
+        why: &str,
+        help: String,
+    ) {
+        // `why` names the part that does not fit, unless that is the whole value.
+        let label = if why.starts_with(&format!("{} does not fit ", ty.display())) {
+            format!("this is {}", ty.display())
+        } else {
+            format!("this is {}; {why}", ty.display())
+        };
+        self.diags.push(
+            Diagnostic::error("rondo::update::type_mismatch", message)
+                .label(value.span, label)
+                .help(help),
+        );
     }
 
     /// A value that may be null where memory requires one: `set plan = replanner.steps`
@@ -1970,6 +2137,49 @@ fn null_into_required(required: &Type, value: &Type) -> Option<Vec<NullStep>> {
     Some(rest)
 }
 
+/// The type of a value to store, with the string literals an object or list literal
+/// spells out kept as literals (the expression types widen them to `string`), so
+/// `{ status: "done" }` fits a `status: "todo" | "done"` field.
+fn stored_type(expr: &Expr, ty: &Type) -> Type {
+    match (&expr.kind, ty) {
+        (ExprKind::Literal { value }, _) => match value {
+            Value::String(s) => Type::Literal { value: s.clone() },
+            Value::Number(n) if n.is_i64() || n.is_u64() => Type::Int,
+            Value::Number(_) => Type::Float,
+            Value::Bool(_) => Type::Bool,
+            Value::Null => Type::Null,
+            _ => ty.clone(),
+        },
+        (ExprKind::Map { entries }, Type::Object { fields }) if entries.len() == fields.len() => {
+            Type::Object {
+                fields: entries
+                    .iter()
+                    .zip(fields)
+                    .map(|((name, e), f)| types::Field {
+                        name: name.clone(),
+                        ty: stored_type(e, &f.ty),
+                    })
+                    .collect(),
+            }
+        }
+        (ExprKind::List { items }, Type::List { item }) if !items.is_empty() => {
+            let mut members: Vec<Type> = Vec::new();
+            for i in items {
+                let t = stored_type(i, item);
+                if !members.contains(&t) {
+                    members.push(t);
+                }
+            }
+            Type::list(if members.len() == 1 {
+                members.remove(0)
+            } else {
+                Type::Union { members }
+            })
+        }
+        _ => ty.clone(),
+    }
+}
+
 fn maybe_null_into_required(required: &Type, value: &Type) -> bool {
     null_into_required(required, value).is_some()
 }
@@ -2007,6 +2217,7 @@ fn ops_for(kind: &MemoryKind) -> &'static [MemoryOp] {
             MemoryOp::Extend,
             MemoryOp::Truncate,
             MemoryOp::Put,
+            MemoryOp::Patch,
             MemoryOp::Clear,
         ],
         MemoryKind::Whiteboard { .. } => &[MemoryOp::Apply],

@@ -6,6 +6,9 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Nesting past which [`Type::assign_mismatch`] stops looking (types are acyclic).
+const MAX_TYPE_DEPTH: usize = 128;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Type {
@@ -174,6 +177,120 @@ impl Type {
                 members.iter().any(|m| m.comparable(other))
             }
             _ => false,
+        }
+    }
+
+    /// Whether every value of this type may be stored where `to` is declared (the `set`,
+    /// `append`, `put`, `patch` relation; `==` uses [`Self::comparable`]).
+    pub fn assignable_to(&self, to: &Type) -> bool {
+        self.assign_mismatch(to).is_none()
+    }
+
+    /// Why a value of this type may not be stored where `to` is declared: the first part
+    /// that does not fit, with its path (`.field`, `[]` for an item). Object sources may
+    /// carry extra fields: `validate` keeps them when a value is stored.
+    pub fn assign_mismatch(&self, to: &Type) -> Option<String> {
+        let mut path = String::new();
+        self.mismatch_at(to, &mut path, 0)
+    }
+
+    fn admits_null(&self) -> bool {
+        match self {
+            Type::Union { members } => members.iter().any(|m| m.is_optional()),
+            other => other.is_optional(),
+        }
+    }
+
+    fn mismatch_at(&self, to: &Type, path: &mut String, depth: usize) -> Option<String> {
+        // Types are acyclic and written by the author; past this depth nothing is claimed.
+        if depth > MAX_TYPE_DEPTH {
+            return None;
+        }
+        let at = |path: &str| {
+            if path.is_empty() {
+                String::new()
+            } else {
+                format!("`{}`: ", path.trim_start_matches('.'))
+            }
+        };
+        let misfit = |path: &str| {
+            Some(format!(
+                "{}{} does not fit {}",
+                at(path),
+                self.display(),
+                to.display()
+            ))
+        };
+        let nested = |from: &Type, to: &Type, path: &mut String, step: &str| {
+            let len = path.len();
+            path.push_str(step);
+            let out = from.mismatch_at(to, path, depth + 1);
+            path.truncate(len);
+            out
+        };
+        match (self, to) {
+            (Type::Any, _) | (_, Type::Any) => None,
+            (Type::Null, to) => (!to.admits_null())
+                .then(|| format!("{}null does not fit {}", at(path), to.display())),
+            // Each member on its own: a `null` member still meets the target's `?`.
+            (Type::Union { members }, _) => members
+                .iter()
+                .find_map(|m| m.mismatch_at(to, path, depth + 1)),
+            (Type::Optional { inner }, Type::Optional { inner: to }) => {
+                inner.mismatch_at(to, path, depth + 1)
+            }
+            (Type::Optional { inner }, Type::Union { .. }) if to.admits_null() => {
+                inner.mismatch_at(to, path, depth + 1)
+            }
+            (Type::Optional { .. }, _) => {
+                Some(format!("{}{} may be null", at(path), self.display()))
+            }
+            (_, Type::Optional { inner: to }) => self.mismatch_at(to, path, depth + 1),
+            (_, Type::Union { members }) => {
+                if members
+                    .iter()
+                    .any(|m| self.mismatch_at(m, path, depth + 1).is_none())
+                {
+                    None
+                } else {
+                    misfit(path)
+                }
+            }
+            (Type::String, Type::String)
+            | (Type::Literal { .. }, Type::String)
+            | (Type::Int, Type::Int | Type::Float)
+            | (Type::Float, Type::Float)
+            | (Type::Bool, Type::Bool) => None,
+            (Type::Literal { value: a }, Type::Literal { value: b }) if a == b => None,
+            (Type::List { item: a }, Type::List { item: b }) => nested(a, b, path, "[]"),
+            (Type::Map { value: a }, Type::Map { value: b }) => nested(a, b, path, "[]"),
+            (Type::Object { fields }, Type::Map { value }) => fields
+                .iter()
+                .find_map(|f| nested(&f.ty, value, path, &format!(".{}", f.name))),
+            (Type::Map { value }, Type::Object { fields }) => {
+                // A map may lack any key: only all-optional objects take one.
+                match fields.iter().find(|f| !f.ty.is_optional()) {
+                    Some(f) => Some(format!("{}a map may lack the field `{}`", at(path), f.name)),
+                    None => fields.iter().find_map(|f| {
+                        nested(
+                            &Type::optional((**value).clone()),
+                            &f.ty,
+                            path,
+                            &format!(".{}", f.name),
+                        )
+                    }),
+                }
+            }
+            (Type::Object { fields: given }, Type::Object { fields }) => {
+                fields
+                    .iter()
+                    .find_map(|f| match given.iter().find(|g| g.name == f.name) {
+                        Some(g) => nested(&g.ty, &f.ty, path, &format!(".{}", f.name)),
+                        None if f.ty.is_optional() => None,
+                        None => Some(format!("{}the field `{}` is missing", at(path), f.name)),
+                    })
+            }
+            _ => misfit(path),
         }
     }
 
@@ -796,6 +913,91 @@ mod tests {
         let mut v = json!([{"a": 1}, {"a": 2, "b": {}}]);
         ty.fill_absent(&mut v);
         assert_eq!(v, json!([{"a": 1, "b": null}, {"a": 2, "b": {"c": null}}]));
+    }
+
+    fn lits(values: &[&str]) -> Type {
+        Type::Union {
+            members: values
+                .iter()
+                .map(|v| Type::Literal {
+                    value: v.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn assignability_is_stricter_than_comparability() {
+        let fits = |from: &Type, to: &Type| from.assignable_to(to);
+        assert!(fits(&Type::Int, &Type::Float));
+        assert!(!fits(&Type::Float, &Type::Int));
+        assert!(Type::Float.comparable(&Type::Int));
+        assert!(fits(&lits(&["a"]), &Type::String));
+        assert!(!fits(&Type::String, &lits(&["a", "b"])));
+        assert!(fits(&lits(&["a"]), &lits(&["a", "b"])));
+        assert!(!fits(&lits(&["a", "c"]), &lits(&["a", "b"])));
+        assert!(fits(&Type::Any, &Type::Int) && fits(&Type::Int, &Type::Any));
+        assert!(!fits(&Type::optional(Type::Int), &Type::Int));
+        assert!(!fits(&Type::Null, &Type::Int));
+        assert!(fits(&Type::Null, &Type::optional(Type::Int)));
+        assert!(fits(&Type::Int, &Type::optional(Type::Float)));
+        assert!(!fits(&Type::list(Type::Int), &Type::list(Type::String)));
+        assert!(fits(&Type::list(Type::Int), &Type::list(Type::Float)));
+        assert!(fits(&Type::list(Type::Any), &Type::list(Type::String)));
+        let maybe_a = Type::Union {
+            members: vec![Type::Literal { value: "a".into() }, Type::Null],
+        };
+        assert!(fits(&maybe_a, &Type::optional(Type::String)));
+        assert!(!fits(&maybe_a, &Type::String));
+    }
+
+    #[test]
+    fn objects_fit_field_by_field_and_may_carry_extra_fields() {
+        let step = Type::object(vec![
+            ("id", Type::Int),
+            ("status", lits(&["todo", "done"])),
+            ("note", Type::optional(Type::String)),
+        ]);
+        let given = Type::object(vec![
+            ("id", Type::Int),
+            ("status", lits(&["done"])),
+            ("extra", Type::Bool),
+        ]);
+        assert!(given.assignable_to(&step));
+        let loose = Type::object(vec![("id", Type::Int), ("status", Type::String)]);
+        assert_eq!(
+            loose.assign_mismatch(&step).unwrap(),
+            "`status`: string does not fit \"todo\" | \"done\""
+        );
+        let missing = Type::object(vec![("status", lits(&["done"]))]);
+        assert_eq!(
+            Type::list(missing)
+                .assign_mismatch(&Type::list(step.clone()))
+                .unwrap(),
+            "`[]`: the field `id` is missing"
+        );
+        let map = Type::Map {
+            value: Box::new(Type::Int),
+        };
+        assert!(!map.assignable_to(&step));
+        assert!(Type::object(vec![("a", Type::Int)]).assignable_to(&map));
+    }
+
+    #[test]
+    fn deep_types_do_not_overflow_the_assignability_check() {
+        let (mut a, mut b) = (Type::Int, Type::Float);
+        for _ in 0..100_000 {
+            a = Type::list(a);
+            b = Type::list(b);
+        }
+        assert!(a.assignable_to(&b));
+        // Dropping a deep type recurses in Drop; unwind it by hand.
+        for ty in [a, b] {
+            let mut ty = ty;
+            while let Type::List { item } = ty {
+                ty = *item;
+            }
+        }
     }
 
     #[test]

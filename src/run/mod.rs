@@ -1287,12 +1287,17 @@ impl<'w> Interpreter<'w> {
         let mut appended = Vec::new();
         for artifact in artifacts {
             let ctx = self.name_context(state, node.unwrap_or(self.workflow.start), visit, item);
-            let file = render_str(&artifact.name, &ctx).map_err(|e| {
+            // The author's text keeps its folders; a value (a reply, an input, an item)
+            // cannot add one, climb out, or name nothing.
+            let raw = render_str(&artifact.name, &ctx).ok();
+            let file = render_str(&artifact.name, &path_safe_context(ctx)).map_err(|e| {
                 StepError::Failed(format!(
                     "`{role_name}`: artifact name `{}`: {e}",
                     artifact.name
                 ))
             })?;
+            let file = rundir::contained_name(&file);
+            let sanitized = raw.filter(|r| *r != file);
             let prompt = prompt.map(|p| Value::String(p.to_string()));
             let mut env = self.env(state, node, output, item);
             env.prompt = prompt.as_ref();
@@ -1312,6 +1317,15 @@ impl<'w> Interpreter<'w> {
                     "artifact name `{file}` must stay inside the run directory"
                 ))
             })?;
+            if let Some(why) = rundir::unsafe_target(&self.run_dir, &rel) {
+                if self.dir.is_some() {
+                    self.event(
+                        "artifact_refused",
+                        json!({"role": role_name, "file": file, "reason": why}),
+                    );
+                }
+                continue;
+            }
             let path = self.run_dir.join(rel);
             if let Some(parent) = path.parent() {
                 let _ = std::fs::create_dir_all(parent);
@@ -1329,7 +1343,11 @@ impl<'w> Interpreter<'w> {
                 ));
             }
             if self.dir.is_some() {
-                self.event("artifact", json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append}));
+                let mut fields = json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append});
+                if let Some(raw) = &sanitized {
+                    fields["sanitized_from"] = Value::String(raw.clone());
+                }
+                self.event("artifact", fields);
             }
         }
         Ok(appended)
@@ -1394,6 +1412,27 @@ impl<'w> Interpreter<'w> {
         }
         ctx
     }
+}
+
+/// `ctx` with every string in it made a safe path component (see
+/// [`rundir::path_component`]), for rendering artifact names.
+fn path_safe_context(ctx: tera::Context) -> tera::Context {
+    let mut value = ctx.into_json();
+    // Replies nest as deep as serde_json allows: walk with a stack, not recursion.
+    let mut stack = vec![&mut value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => {
+                if let Some(safe) = rundir::path_component(s) {
+                    *s = safe;
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter_mut()),
+            Value::Object(map) => stack.extend(map.values_mut()),
+            _ => {}
+        }
+    }
+    tera::Context::from_value(value).unwrap_or_default()
 }
 
 /// The templates llm roles render.

@@ -146,6 +146,99 @@ pub fn safe_relative(name: &str) -> Option<PathBuf> {
     ok.then(|| path.to_path_buf())
 }
 
+/// Files of the engine at the top of a run directory; an artifact never takes their name.
+const ENGINE_FILES: &[&str] = &["run.json", "state.json", "events.jsonl"];
+
+/// A value interpolated into an artifact name, made one safe path component: no `/`,
+/// backslash, NUL or `..`, not empty, not longer than a file name may be. `None` when it
+/// already is one.
+pub fn path_component(value: &str) -> Option<String> {
+    const MAX: usize = 120;
+    let mut out: String = value
+        .chars()
+        .map(|c| {
+            if matches!(c, '/' | '\\' | '\0') {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    out = out.replace("..", "__");
+    if out.len() > MAX {
+        let mut end = MAX;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    if out.is_empty() {
+        out.push('_');
+    }
+    (out != value).then_some(out)
+}
+
+/// An artifact name made a relative path inside the run directory whatever its parts
+/// are: empty and `.` components dropped, `..` made `__`, NUL made `_`, each component
+/// short enough for the file system, and never the name of an engine file.
+pub fn contained_name(name: &str) -> String {
+    const MAX: usize = 240;
+    let mut parts: Vec<String> = Vec::new();
+    for part in name.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => parts.push("__".into()),
+            other => {
+                let mut part = other.replace('\0', "_");
+                if part.len() > MAX {
+                    let mut end = MAX;
+                    while !part.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    part.truncate(end);
+                }
+                parts.push(part);
+            }
+        }
+    }
+    match parts.as_slice() {
+        [] => "_".into(),
+        [only] if ENGINE_FILES.contains(&only.as_str()) => format!("_{only}"),
+        _ => parts.join("/"),
+    }
+}
+
+/// Why `rel` below `root` must not be written: a folder on the way is a symbolic link
+/// (a tool may have made one) or not a folder, or the target is a folder or a link.
+pub fn unsafe_target(root: &Path, rel: &Path) -> Option<String> {
+    let mut at = root.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let Ok(meta) = std::fs::symlink_metadata(&at) else {
+            return None;
+        };
+        let shown = || {
+            parts[..=i]
+                .iter()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        if meta.file_type().is_symlink() {
+            return Some(format!("`{}` is a symbolic link", shown()));
+        }
+        let last = i + 1 == parts.len();
+        if !last && !meta.is_dir() {
+            return Some(format!("`{}` is not a folder", shown()));
+        }
+        if last && meta.is_dir() {
+            return Some(format!("`{}` is a folder", shown()));
+        }
+    }
+    None
+}
+
 /// Write to a temporary file, fsync it, rename over the target, fsync the folder.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -154,7 +247,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
     ));
     {
-        let mut f = File::create(&tmp)?;
+        // A leftover (or planted) temporary file, possibly a link, is replaced, not followed.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }

@@ -62,8 +62,8 @@ pub struct Features {
     /// two types are comparable, so a float passes into an int memory item).
     pub assignable_set: bool,
     /// Artifact names built from model output (`"named/{{ r1.name }}.txt"`); a reply
-    /// `../up` ends the run at `error` today (finding 4). Not part of [`Features::FINAL`]
-    /// until someone decides what such a name becomes.
+    /// `../up` ended the run at `error` (finding 4) until values in artifact names were
+    /// made path-safe.
     pub model_artifact_names: bool,
 }
 
@@ -86,7 +86,7 @@ impl Features {
         coalesce: true,
         holes_fixed: true,
         assignable_set: true,
-        model_artifact_names: false,
+        model_artifact_names: true,
     };
 
     /// `current`, `final`, or a comma list of switches (`invalid_routes,coercion`).

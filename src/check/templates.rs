@@ -268,15 +268,21 @@ fn check_inline(
         if !text.contains("{{") && !text.contains("{%") {
             continue;
         }
+        let text_start = (span.len() == text.len() + 2).then_some(span.start + 1);
         let mut tera = tera::Tera::default();
         if let Err(e) = tera.add_raw_template("inline", text) {
             if report_parse {
+                let (at, label) = parse_error_at(&crate::compile::tera_error_text(&e), text);
+                let at = match (text_start, at) {
+                    (Some(start), Some(at)) => Span::new(start + at, start + at + 1),
+                    _ => span,
+                };
                 diags.push(
                     Diagnostic::error(
                         "rondo::template::parse",
                         format!("{what} is not a valid template"),
                     )
-                    .label(span, crate::compile::tera_error_text(&e))
+                    .label(at, label)
                     .help("close each `{{ ... }}` and `{% ... %}`; write a literal brace pair as `{{ \"{{\" }}`"),
                 );
             }
@@ -287,7 +293,7 @@ fn check_inline(
         };
         let inline = Inline {
             span,
-            text_start: (span.len() == text.len() + 2).then_some(span.start + 1),
+            text_start,
             what,
             when,
         };
@@ -301,6 +307,35 @@ fn check_inline(
             diags.push(d);
         }
     }
+}
+
+/// Where in `text` a tera parse error points (from its `--> line:col`), and its reason.
+fn parse_error_at(error: &str, text: &str) -> (Option<usize>, String) {
+    let reason = error
+        .rsplit_once("= ")
+        .map_or(error, |(_, r)| r)
+        .trim()
+        .to_string();
+    let at = error.split_once("--> ").and_then(|(_, rest)| {
+        let (line, rest) = rest.split_once(':')?;
+        let col: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let (line, col) = (
+            line.trim().parse::<usize>().ok()?,
+            col.parse::<usize>().ok()?,
+        );
+        let start = text
+            .split_inclusive('\n')
+            .take(line.checked_sub(1)?)
+            .map(str::len)
+            .sum::<usize>();
+        let line_text = text[start..].lines().next().unwrap_or("");
+        let offset = line_text
+            .char_indices()
+            .nth(col.checked_sub(1)?)
+            .map_or(line_text.len(), |(i, _)| i);
+        Some((start + offset).min(text.len()))
+    });
+    (at, reason)
 }
 
 /// How a read fails: rendering fails on a missing value; an `{% if %}` condition, `is
@@ -1409,10 +1444,19 @@ impl<'a> Walker<'a> {
                                     "rondo::template::unknown_memory",
                                     format!("{} reads `memory.{name}`, which {why}", self.what()),
                                     at(*from, *to),
-                                    "no such memory".into(),
+                                    if declared {
+                                        "not a value slot"
+                                    } else {
+                                        "no such memory"
+                                    }
+                                    .into(),
                                 );
-                                let help = suggest(name, names.iter().map(String::as_str))
-                                    .unwrap_or_else(|| "declare it in `memory { ... }`".into());
+                                let help = if declared {
+                                    "copy what it needs into a value slot with an update (`set x = ...`), or render it in a prompt".to_string()
+                                } else {
+                                    suggest(name, names.iter().map(String::as_str))
+                                        .unwrap_or_else(|| "declare it in `memory { ... }`".into())
+                                };
                                 self.help(at_, Some(help));
                                 return Type::Any;
                             }
@@ -1497,7 +1541,14 @@ impl<'a> Walker<'a> {
                         } else {
                             PROMPT_ROOTS
                         };
-                        let help = suggest(&root, candidates.iter().map(String::as_str))
+                        let by_name = (self.inline.is_some() && root == "output").then(|| {
+                            format!(
+                                "read the role's output by its name: `{}`",
+                                normalize(self.role_name, &segs)
+                            )
+                        });
+                        let help = by_name
+                            .or_else(|| suggest(&root, candidates.iter().map(String::as_str)))
                             .unwrap_or_else(|| {
                                 format!(
                                     "templates see: {}, and each role's latest output by role name",

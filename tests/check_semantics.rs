@@ -636,9 +636,21 @@ fn an_inline_template_reads_what_surely_ran_where_it_renders() {
             "{{ round }}",
             "rondo::template::may_not_have_run",
         ),
-        ("{{ d.stdout }}", "{{ q.stdout }}", "rondo::template::may_not_have_run"),
-        ("{{ d.nmae }}", "{{ round }}", "rondo::template::unknown_field"),
-        ("{{ last_error }}", "{{ round }}", "rondo::template::unknown_variable"),
+        (
+            "{{ d.stdout }}",
+            "{{ q.stdout }}",
+            "rondo::template::may_not_have_run",
+        ),
+        (
+            "{{ d.nmae }}",
+            "{{ round }}",
+            "rondo::template::unknown_field",
+        ),
+        (
+            "{{ last_error }}",
+            "{{ round }}",
+            "rondo::template::unknown_variable",
+        ),
     ] {
         let (_, diags, _) = check(&inline_reads(command, artifact));
         assert_eq!(common::codes(&diags), [code], "{command} / {artifact}");
@@ -646,11 +658,24 @@ fn an_inline_template_reads_what_surely_ran_where_it_renders() {
     // Guarded, defaulted, or read where the role surely ran: the fork's role in a branch,
     // a role's own output in its artifact name, the branches at the join.
     for (command, artifact) in [
-        ("{{ d.stdout }} {% if q %}{{ q.stdout }}{% endif %}", "{{ round }}"),
-        ("{{ q.stdout | default(value='') }}", "{{ q.exit_code | default(value=0) }}"),
-        ("{{ input | length }} {{ memory | length }} {{ role }}", "{{ run_id }}_{{ step }}"),
+        (
+            "{{ d.stdout }} {% if q %}{{ q.stdout }}{% endif %}",
+            "{{ round }}",
+        ),
+        (
+            "{{ q.stdout | default(value='') }}",
+            "{{ q.exit_code | default(value=0) }}",
+        ),
+        (
+            "{{ input | length }} {{ memory | length }} {{ role }}",
+            "{{ run_id }}_{{ step }}",
+        ),
     ] {
         let (_, diags, _) = check(&inline_reads(command, artifact));
-        assert!(diags.is_empty(), "{command} / {artifact}: {:?}", common::codes(&diags));
+        assert!(
+            diags.is_empty(),
+            "{command} / {artifact}: {:?}",
+            common::codes(&diags)
+        );
     }
 }

@@ -593,3 +593,89 @@ exit success
     let (_, diags, _) = common::check_source(&file, true);
     assert_eq!(common::codes(&diags), ["rondo::template::too_deep"]);
 }
+
+fn inline_reads(command: &str, artifact: &str) -> String {
+    format!(
+        r#"workflow inline {{}}
+
+artifact "trace/{artifact}.json" = round
+
+role d: tool {{
+  command = ["true"]
+}}
+
+role p: tool {{
+  command = ["sh", "-c", "echo {command}"]
+  log = "logs/p_{{{{ d.exit_code }}}}.log"
+}}
+
+role q: tool {{
+  command = ["true"]
+  artifact "out/q_{{{{ q.exit_code }}}}_{{{{ d.stdout | length }}}}.txt" = q.stdout
+}}
+
+role j: tool {{
+  command = ["echo", "{{{{ p.stdout }}}} {{{{ q.stdout }}}}"]
+}}
+
+start -> d
+d -> parallel [p, q] -> j
+j -> success
+exit success
+"#
+    )
+}
+
+#[test]
+fn an_inline_template_reads_what_surely_ran_where_it_renders() {
+    // A branch's command renders before its sibling ran (seed 0x5eed0023 of the soundness
+    // test); the workflow artifact renders after every step, when `q` may not have run.
+    for (command, artifact, code) in [
+        (
+            "{{ q.stdout }}",
+            "{{ round }}",
+            "rondo::template::may_not_have_run",
+        ),
+        (
+            "{{ d.stdout }}",
+            "{{ q.stdout }}",
+            "rondo::template::may_not_have_run",
+        ),
+        (
+            "{{ d.nmae }}",
+            "{{ round }}",
+            "rondo::template::unknown_field",
+        ),
+        (
+            "{{ last_error }}",
+            "{{ round }}",
+            "rondo::template::unknown_variable",
+        ),
+    ] {
+        let (_, diags, _) = check(&inline_reads(command, artifact));
+        assert_eq!(common::codes(&diags), [code], "{command} / {artifact}");
+    }
+    // Guarded, defaulted, or read where the role surely ran: the fork's role in a branch,
+    // a role's own output in its artifact name, the branches at the join.
+    for (command, artifact) in [
+        (
+            "{{ d.stdout }} {% if q %}{{ q.stdout }}{% endif %}",
+            "{{ round }}",
+        ),
+        (
+            "{{ q.stdout | default(value='') }}",
+            "{{ q.exit_code | default(value=0) }}",
+        ),
+        (
+            "{{ input | length }} {{ memory | length }} {{ role }}",
+            "{{ run_id }}_{{ step }}",
+        ),
+    ] {
+        let (_, diags, _) = check(&inline_reads(command, artifact));
+        assert!(
+            diags.is_empty(),
+            "{command} / {artifact}: {:?}",
+            common::codes(&diags)
+        );
+    }
+}

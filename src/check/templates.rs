@@ -19,7 +19,7 @@ use tera::ast::{Expr, ExprVal, FunctionCall, LogicOperator, Node};
 use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
-use crate::compile::{MemoryKind, RoleKind, RouteTarget, Workflow};
+use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
 use crate::diagnostics::{Diagnostic, Diagnostics, ExternalLabel};
 use crate::prompt::Prompts;
 use crate::source::Span;
@@ -105,7 +105,38 @@ const TESTERS: &[&str] = &[
 ];
 const FUNCTIONS: &[&str] = &["range", "throw", "get_env"];
 
+/// Variables an inline template (a command argument, a log or artifact name) has besides
+/// the role names: the runtime's name context has no `tools` nor `last_error`, and its
+/// `memory` holds only the value slots.
+pub const INLINE_ROOTS: &[&str] = &[
+    "input", "memory", "round", "step", "visit", "item", "run_id", "role",
+];
+
+/// When an inline template renders, which decides the role outputs it surely has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum When {
+    /// Before its role runs (command arguments, the log name).
+    Before,
+    /// After its role ran with a valid outcome (the role's artifact names).
+    After,
+    /// After every step (workflow artifact names).
+    Always,
+}
+
+/// A string of the workflow file that is rendered with tera at run time.
+struct Inline {
+    /// The string literal in the workflow file.
+    span: Span,
+    /// Where the string's text starts in the file, when it maps byte for byte (no escapes).
+    text_start: Option<usize>,
+    /// What the string is, for messages: "the command of `build`".
+    what: String,
+    when: When,
+}
+
 pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagnostics) {
+    let shared = Shared::new(workflow);
+    check_inline(workflow, runs, &shared, diags);
     let has_llm = workflow
         .roles()
         .any(|(_, r)| matches!(r.kind, RoleKind::Llm(_)));
@@ -113,7 +144,6 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
         return;
     }
     let prompts = Prompts::load(&workflow.prompts_dir);
-    let shared = Shared::new(workflow);
     let mut reported_parse = BTreeSet::new();
     let mut found: Vec<Diagnostic> = Vec::new();
     for (index, role) in workflow.roles() {
@@ -181,6 +211,131 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
             diags.push(d);
         }
     }
+}
+
+/// Checks every inline template: command arguments and log names of tool roles (rendered
+/// before the role runs), artifact names (after it ran), workflow artifact names (after
+/// every step), with the context `run` renders them with (`Interpreter::name_context`).
+fn check_inline(
+    workflow: &Workflow,
+    runs: Option<&DefiniteRuns>,
+    shared: &Shared,
+    diags: &mut Diagnostics,
+) {
+    let prompts = Prompts {
+        tera: tera::Tera::default(),
+        dir: workflow.prompts_dir.clone(),
+        errors: HashMap::new(),
+        sources: HashMap::new(),
+    };
+    // (role, text, span, what, when, whether a parse error is reported here)
+    let mut sites: Vec<(NodeIndex, &str, Span, String, When, bool)> = Vec::new();
+    for (index, role) in workflow.roles() {
+        let name = node_name(workflow, index);
+        let role_span = workflow.node(index).span;
+        if let RoleKind::Tool(tool) = &role.kind {
+            if let ToolAction::Command { argv } = &tool.action {
+                for (i, arg) in argv.iter().enumerate() {
+                    let span = tool.argv_spans.get(i).copied().unwrap_or(role_span);
+                    let what = format!("the command of `{name}`");
+                    sites.push((index, arg, span, what, When::Before, true));
+                }
+            }
+            if let Some(log) = &tool.log {
+                let what = format!("the log name of `{name}`");
+                sites.push((index, log, tool.log_span, what, When::Before, true));
+            }
+        }
+        // A name that does not parse is `rondo::artifact::bad_name`, from compile.
+        for a in &role.artifacts {
+            let what = format!("the artifact name of `{name}`");
+            sites.push((index, &a.name, a.name_span, what, When::After, false));
+        }
+    }
+    for a in &workflow.artifacts {
+        let what = "the workflow artifact name".to_string();
+        sites.push((
+            workflow.start,
+            &a.name,
+            a.name_span,
+            what,
+            When::Always,
+            false,
+        ));
+    }
+    for (index, text, span, what, when, report_parse) in sites {
+        // `render_str` leaves a string without tags as it is.
+        if !text.contains("{{") && !text.contains("{%") {
+            continue;
+        }
+        let text_start = (span.len() == text.len() + 2).then_some(span.start + 1);
+        let mut tera = tera::Tera::default();
+        if let Err(e) = tera.add_raw_template("inline", text) {
+            if report_parse {
+                let (at, label) = parse_error_at(&crate::compile::tera_error_text(&e), text);
+                let at = match (text_start, at) {
+                    (Some(start), Some(at)) => Span::new(start + at, start + at + 1),
+                    _ => span,
+                };
+                diags.push(
+                    Diagnostic::error(
+                        "rondo::template::parse",
+                        format!("{what} is not a valid template"),
+                    )
+                    .label(at, label)
+                    .help("close each `{{ ... }}` and `{% ... %}`; write a literal brace pair as `{{ \"{{\" }}`"),
+                );
+            }
+            continue;
+        }
+        let Ok(template) = tera.get_template("inline") else {
+            continue;
+        };
+        let inline = Inline {
+            span,
+            text_start,
+            what,
+            when,
+        };
+        let mut walker = Walker::new(workflow, &prompts, runs, shared, index, "");
+        walker.inline = Some(inline);
+        walker.globals = &shared.inline_globals;
+        walker.memory = &shared.value_memory;
+        walker.files.push(FileCtx::new("", Arc::from(text)));
+        walker.nodes(&template.ast);
+        for d in walker.found {
+            diags.push(d);
+        }
+    }
+}
+
+/// Where in `text` a tera parse error points (from its `--> line:col`), and its reason.
+fn parse_error_at(error: &str, text: &str) -> (Option<usize>, String) {
+    let reason = error
+        .rsplit_once("= ")
+        .map_or(error, |(_, r)| r)
+        .trim()
+        .to_string();
+    let at = error.split_once("--> ").and_then(|(_, rest)| {
+        let (line, rest) = rest.split_once(':')?;
+        let col: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let (line, col) = (
+            line.trim().parse::<usize>().ok()?,
+            col.parse::<usize>().ok()?,
+        );
+        let start = text
+            .split_inclusive('\n')
+            .take(line.checked_sub(1)?)
+            .map(str::len)
+            .sum::<usize>();
+        let line_text = text[start..].lines().next().unwrap_or("");
+        let offset = line_text
+            .char_indices()
+            .nth(col.checked_sub(1)?)
+            .map_or(line_text.len(), |(i, _)| i);
+        Some((start + offset).min(text.len()))
+    });
+    (at, reason)
 }
 
 /// How a read fails: rendering fails on a missing value; an `{% if %}` condition, `is
@@ -374,6 +529,9 @@ struct Shared {
     globals: BTreeMap<String, Global>,
     /// Memory slots by name: (id, type in templates).
     memory: BTreeMap<String, (usize, Type)>,
+    /// What inline templates see: no `tools`, no `last_error`, only value memory.
+    inline_globals: BTreeMap<String, Global>,
+    value_memory: BTreeMap<String, (usize, Type)>,
 }
 
 impl Shared {
@@ -428,7 +586,22 @@ impl Shared {
             .enumerate()
             .map(|(id, m)| (m.name.clone(), (id, memory_type(&m.kind))))
             .collect();
-        Shared { globals, memory }
+        let mut inline_globals = globals.clone();
+        inline_globals.remove("tools");
+        inline_globals.remove("last_error");
+        let value_memory = workflow
+            .memory
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| matches!(m.kind, MemoryKind::Value { .. }))
+            .map(|(id, m)| (m.name.clone(), (id, memory_type(&m.kind))))
+            .collect();
+        Shared {
+            globals,
+            memory,
+            inline_globals,
+            value_memory,
+        }
     }
 }
 
@@ -454,6 +627,8 @@ struct Walker<'a> {
     depth: usize,
     too_deep: bool,
     found: Vec<Diagnostic>,
+    /// Set when the template is a string of the workflow file.
+    inline: Option<Inline>,
 }
 
 impl<'a> Walker<'a> {
@@ -503,6 +678,7 @@ impl<'a> Walker<'a> {
             depth: 0,
             too_deep: false,
             found: Vec::new(),
+            inline: None,
         }
     }
 
@@ -522,12 +698,51 @@ impl<'a> Walker<'a> {
         self.files.last().map_or(self.rendered, |f| f.name.as_str())
     }
 
+    /// The template, as messages name it.
+    fn what(&self) -> String {
+        match &self.inline {
+            Some(i) => i.what.clone(),
+            None => format!("template `{}`", self.file_name()),
+        }
+    }
+
+    /// When the template renders, as messages say it.
+    fn when(&self) -> String {
+        match self.inline.as_ref().map(|i| i.when) {
+            None | Some(When::Before) => format!("when `{}` starts", self.role_name),
+            Some(When::After) => format!("after `{}` ran", self.role_name),
+            Some(When::Always) => "after a step".to_string(),
+        }
+    }
+
+    /// Whether `node` surely has a valid output where the template renders.
+    fn surely_ran(&self, node: NodeIndex) -> bool {
+        let Some(runs) = self.runs else {
+            return true;
+        };
+        match self.inline.as_ref().map(|i| i.when) {
+            None | Some(When::Before) => runs.has(self.role, node),
+            Some(When::After) => runs.has_after(self.role, node),
+            Some(When::Always) => runs.has_always(node),
+        }
+    }
+
     fn locate(&mut self, needle: &str) -> Option<usize> {
         self.files.last_mut().and_then(|f| f.locate(needle))
     }
 
     /// A diagnostic at `span` of the current template file.
     fn report(&mut self, code: &'static str, message: String, span: Span, label: String) -> usize {
+        if let Some(inline) = &self.inline {
+            // Inside the string when it maps byte for byte, else the whole string.
+            let at = match inline.text_start {
+                Some(start) if !span.is_empty() => Span::new(start + span.start, start + span.end),
+                _ => inline.span,
+            };
+            self.found
+                .push(Diagnostic::error(code, message).label(at, label));
+            return self.found.len() - 1;
+        }
         let role_span = self.workflow.node(self.role).span;
         let (path, text) = match self.files.last() {
             Some(f) => (self.prompts.dir.join(&f.name), f.text.clone()),
@@ -565,10 +780,10 @@ impl<'a> Walker<'a> {
         }
         if !self.too_deep {
             self.too_deep = true;
-            let file = self.file_name().to_string();
+            let what = self.what();
             let at = self.report(
                 "rondo::template::too_deep",
-                format!("template `{file}` nests deeper than {MAX_DEPTH} levels"),
+                format!("{what} nests deeper than {MAX_DEPTH} levels"),
                 Span::default(),
                 "checked up to here".into(),
             );
@@ -643,10 +858,7 @@ impl<'a> Walker<'a> {
                 let len = names.first().map_or(0, String::len);
                 let at = self.report(
                     "rondo::template::missing",
-                    format!(
-                        "template `{}` includes `{shown}`, which does not exist",
-                        self.file_name()
-                    ),
+                    format!("{} includes `{shown}`, which does not exist", self.what()),
                     Span::new(start, start + len),
                     format!("no file in {}", self.prompts.dir.display()),
                 );
@@ -1201,8 +1413,8 @@ impl<'a> Walker<'a> {
                             let at_ = self.report(
                                 "rondo::template::unknown_input",
                                 format!(
-                                    "template `{}` reads `input.{name}`, which is not an input",
-                                    self.file_name()
+                                    "{} reads `input.{name}`, which is not an input",
+                                    self.what()
                                 ),
                                 at(*from, *to),
                                 "not declared".into(),
@@ -1222,18 +1434,33 @@ impl<'a> Walker<'a> {
                         match self.memory.get(name).cloned() {
                             None => {
                                 let names: Vec<String> = self.memory.keys().cloned().collect();
+                                let declared = self.workflow.memory.iter().any(|m| &m.name == name);
+                                let why = if declared {
+                                    "is not a value slot (only those are in inline templates)"
+                                } else {
+                                    "is not declared"
+                                };
                                 let at_ = self.report(
-                                "rondo::template::unknown_memory",
-                                format!("template `{}` reads `memory.{name}`, which is not declared", self.file_name()),
-                                at(*from, *to),
-                                "no such memory".into(),
-                            );
-                                let help = suggest(name, names.iter().map(String::as_str))
-                                    .unwrap_or_else(|| "declare it in `memory { ... }`".into());
+                                    "rondo::template::unknown_memory",
+                                    format!("{} reads `memory.{name}`, which {why}", self.what()),
+                                    at(*from, *to),
+                                    if declared {
+                                        "not a value slot"
+                                    } else {
+                                        "no such memory"
+                                    }
+                                    .into(),
+                                );
+                                let help = if declared {
+                                    "copy what it needs into a value slot with an update (`set x = ...`), or render it in a prompt".to_string()
+                                } else {
+                                    suggest(name, names.iter().map(String::as_str))
+                                        .unwrap_or_else(|| "declare it in `memory { ... }`".into())
+                                };
                                 self.help(at_, Some(help));
                                 return Type::Any;
                             }
-                            Some((id, _)) if !self.reads.contains(&id) => {
+                            Some((id, _)) if self.inline.is_none() && !self.reads.contains(&id) => {
                                 let at_ = self.report(
                                 "rondo::template::memory_not_read",
                                 format!(
@@ -1256,18 +1483,18 @@ impl<'a> Walker<'a> {
                         if pseudo {
                             return Type::Any;
                         }
-                        let surely = self.runs.is_none_or(|r| r.has(self.role, node));
+                        let surely = self.surely_ran(node);
                         if mode == Mode::Render && !surely && !self.guarded(&root) {
                             let at_ = self.report(
-                            "rondo::template::may_not_have_run",
-                            format!(
-                                "template `{}` reads `{root}`, which may have no valid output when `{}` starts",
-                                self.file_name(),
-                                self.role_name
-                            ),
-                            root_span,
-                            format!("null until `{root}` runs with a valid reply"),
-                        );
+                                "rondo::template::may_not_have_run",
+                                format!(
+                                    "{} reads `{root}`, which may have no valid output {}",
+                                    self.what(),
+                                    self.when()
+                                ),
+                                root_span,
+                                format!("null until `{root}` runs with a valid reply"),
+                            );
                             self.help(
                             at_,
                             Some(format!(
@@ -1293,21 +1520,39 @@ impl<'a> Walker<'a> {
                                 .filter(|k| !k.starts_with("__") && *k != "role")
                                 .cloned(),
                         );
-                        let at_ = self.report(
-                            "rondo::template::unknown_variable",
-                            format!(
+                        let message = match &self.inline {
+                            Some(i) => {
+                                format!("{} uses `{root}`, which is not defined there", i.what)
+                            }
+                            None => format!(
                                 "template `{}` uses `{root}`, which role `{}` will not have",
                                 self.file_name(),
                                 self.role_name
                             ),
+                        };
+                        let at_ = self.report(
+                            "rondo::template::unknown_variable",
+                            message,
                             root_span,
                             "not defined here".into(),
                         );
-                        let help = suggest(&root, candidates.iter().map(String::as_str))
+                        let roots = if self.inline.is_some() {
+                            INLINE_ROOTS
+                        } else {
+                            PROMPT_ROOTS
+                        };
+                        let by_name = (self.inline.is_some() && root == "output").then(|| {
+                            format!(
+                                "read the role's output by its name: `{}`",
+                                normalize(self.role_name, &segs)
+                            )
+                        });
+                        let help = by_name
+                            .or_else(|| suggest(&root, candidates.iter().map(String::as_str)))
                             .unwrap_or_else(|| {
                                 format!(
                                     "templates see: {}, and each role's latest output by role name",
-                                    PROMPT_ROOTS.join(", ")
+                                    roots.join(", ")
                                 )
                             });
                         self.help(at_, Some(help));

@@ -868,6 +868,7 @@ impl<'f> Compiler<'f> {
             append: a.append,
             value,
             span: a.span,
+            name_span: a.name_span,
         }
     }
 
@@ -991,7 +992,7 @@ impl<'f> Compiler<'f> {
         let diags = &mut self.diags;
         let env = attrs.ident("env", diags);
         let timeout_ms = attrs.duration_ms("timeout", diags).map(|x| x.0);
-        let log = attrs.string("log", diags).map(|x| x.0);
+        let (log, log_span) = attrs.string("log", diags).unzip();
         let command = attrs.string_list("command", diags);
         let run = attrs.ident("run", diags);
         let args = attrs.value("args");
@@ -1013,6 +1014,7 @@ impl<'f> Compiler<'f> {
             }),
         };
         let env = env.and_then(|e| self.lookup_env(&e));
+        let mut argv_spans = Vec::new();
         let action = match (command, run, call) {
             (Some(argv), None, None) => {
                 if argv.is_empty() {
@@ -1022,9 +1024,9 @@ impl<'f> Compiler<'f> {
                             .help("write e.g. `command = [\"python3\", \"script.py\"]`"),
                     );
                 }
-                ToolAction::Command {
-                    argv: argv.into_iter().map(|a| a.0).collect(),
-                }
+                let (argv, spans) = argv.into_iter().unzip();
+                argv_spans = spans;
+                ToolAction::Command { argv }
             }
             (None, Some(tool), None) => {
                 let tool = self.lookup_tool(&tool).unwrap_or(usize::MAX);
@@ -1084,6 +1086,8 @@ impl<'f> Compiler<'f> {
             timeout_ms,
             log,
             show,
+            log_span: log_span.unwrap_or_default(),
+            argv_spans,
         }
     }
 

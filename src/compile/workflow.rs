@@ -253,6 +253,11 @@ pub struct ToolRole {
     /// Log file name template for the full output.
     pub log: Option<String>,
     pub show: Show,
+    /// Where the `log` string and each `command` item are written, for `check`.
+    #[serde(default)]
+    pub log_span: Span,
+    #[serde(default)]
+    pub argv_spans: Vec<Span>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -289,6 +294,9 @@ pub struct Artifact {
     pub append: bool,
     pub value: Expr,
     pub span: Span,
+    /// The name's string literal.
+    #[serde(default)]
+    pub name_span: Span,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -25,7 +25,7 @@ use rondo::source::SourceFile;
 use serde_json::Value;
 
 /// The language on this branch. After the issue-10 branches are merged: `Features::FINAL`.
-const DEFAULT_FEATURES: Features = Features::CURRENT;
+const DEFAULT_FEATURES: Features = Features::FINAL;
 const DEFAULT_CASES: u64 = 300;
 const DEFAULT_SEED: u64 = 0x5EED_0000;
 

@@ -24,6 +24,7 @@ pub struct Envs {
     run_dir: std::path::PathBuf,
     run_id: String,
     keep: bool,
+    redactor: rondo_env::Redactor,
     /// Events produced while roles run concurrently, written when their result is applied.
     pub pending_events: Mutex<Vec<(String, Value)>>,
 }
@@ -74,7 +75,12 @@ pub fn env_tool_spec(spec: &ToolSpec) -> rondo_env::ToolSpec {
 }
 
 impl Envs {
-    pub fn new(workflow: &Workflow, run_dir: &std::path::Path, keep: bool) -> Envs {
+    pub fn new(
+        workflow: &Workflow,
+        run_dir: &std::path::Path,
+        keep: bool,
+        redactor: rondo_env::Redactor,
+    ) -> Envs {
         // Each environment installs the tools it declares plus those its tool roles run.
         let mut specs: Vec<(crate::compile::EnvSpec, Vec<usize>)> = workflow
             .environments
@@ -119,6 +125,7 @@ impl Envs {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             keep,
+            redactor,
             pending_events: Mutex::new(Vec::new()),
         }
     }
@@ -133,6 +140,7 @@ impl Envs {
                     let mut config = LocalConfig::new(run_dir.clone());
                     config.tools = tools.clone();
                     config.env = spec.env.clone();
+                    config.redactor = self.redactor.clone();
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     config.tool_cache_dir = Some(tool_cache_dir());
                     LocalEnv::start(config)
@@ -160,6 +168,7 @@ impl Envs {
                         config.workdir = w.clone();
                     }
                     config.env = spec.env.clone();
+                    config.redactor = self.redactor.clone();
                     config.network = spec.network.clone().filter(|n| n != "none");
                     config.memory_bytes = spec.memory.as_deref().and_then(parse_bytes);
                     config.cpus = spec.cpus;

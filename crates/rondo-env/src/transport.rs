@@ -80,12 +80,6 @@ fn docker_sockets() -> Vec<PathBuf> {
 pub fn refused_mount(host: &Path) -> Option<String> {
     use std::os::unix::fs::FileTypeExt;
     let real = std::fs::canonicalize(host).unwrap_or_else(|_| host.to_path_buf());
-    if std::fs::metadata(&real).is_ok_and(|m| m.file_type().is_socket()) {
-        return Some(format!(
-            "{} is a socket: a sandbox never gets a socket of the host",
-            host.display()
-        ));
-    }
     for socket in docker_sockets() {
         if socket.starts_with(host) || socket.starts_with(&real) {
             return Some(if socket == real || socket == host {
@@ -101,6 +95,12 @@ pub fn refused_mount(host: &Path) -> Option<String> {
                 )
             });
         }
+    }
+    if std::fs::metadata(&real).is_ok_and(|m| m.file_type().is_socket()) {
+        return Some(format!(
+            "{} is a socket: a sandbox never gets a socket of the host",
+            host.display()
+        ));
     }
     None
 }

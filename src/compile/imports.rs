@@ -599,6 +599,20 @@ impl Compiler<'_> {
                 attrs.value("read_only_root").map(|v| &v.kind),
                 Some(ValueKind::Bool(true))
             );
+            if kind == EnvKind::Local {
+                for key in ["user", "read_only_root"] {
+                    if let Some(v) = attrs.value(key) {
+                        diags.push(
+                            Diagnostic::error(
+                                "rondo::environment::docker_only",
+                                format!("`{key}` applies to Docker environments only"),
+                            )
+                            .label(v.span, "a local environment runs as the user running rondo")
+                            .help("write `kind = \"docker\"` and an `image`, or remove it"),
+                        );
+                    }
+                }
+            }
             let mounts: Vec<(String, Span)> =
                 attrs.string_list("mounts", diags).unwrap_or_default();
             for (text, span) in &mounts {

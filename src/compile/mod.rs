@@ -5,6 +5,7 @@
 mod attrs;
 mod expr;
 mod imports;
+pub mod mounts;
 pub mod types;
 pub mod workflow;
 
@@ -201,6 +202,8 @@ impl<'f> Compiler<'f> {
             tools: Vec::new(),
             mounts: Vec::new(),
             per_branch: false,
+            user: None,
+            read_only_root: false,
             span: Span::default(),
         });
         self.env_names.insert("local".into(), 0);

@@ -158,9 +158,14 @@ pub struct EnvSpec {
     pub cpus: Option<f64>,
     pub pids: Option<u64>,
     pub tools: Vec<ToolId>,
+    /// See [`super::mounts::parse_mount`].
     pub mounts: Vec<String>,
     /// Docker: each parallel or map branch gets its own container.
     pub per_branch: bool,
+    /// Docker: `user[:group]` commands run as (default: the image's).
+    pub user: Option<String>,
+    /// Docker: a read-only root file system with a writable tmpfs `/tmp`.
+    pub read_only_root: bool,
     pub span: Span,
 }
 

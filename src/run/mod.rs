@@ -9,6 +9,7 @@ pub mod eval;
 pub mod memory;
 pub mod output;
 pub mod progress;
+pub mod redact;
 pub mod replay;
 pub mod rundir;
 pub mod scripted;
@@ -107,6 +108,8 @@ pub struct Interpreter<'w> {
     interrupted: Arc<AtomicBool>,
     interrupt: Arc<Notify>,
     reporter: Reporter,
+    /// Secret values, replaced in everything recorded, shown or sent.
+    redactor: rondo_env::Redactor,
     started: Instant,
     /// Tokens, cost and calls of LLM attempts not yet added to the state's totals:
     /// `execute` runs with shared access, so every attempt (valid or not) lands here
@@ -194,6 +197,10 @@ impl<'w> Interpreter<'w> {
     ) -> Result<(Self, RunState), StartError> {
         let mut interp = Self::build(workflow, run_dir, options, script)?;
         interp.check_keys()?;
+        let mut inputs = inputs;
+        inputs
+            .iter_mut()
+            .for_each(|v| interp.redactor.redact_json(v));
         let state = RunState::new(workflow, run_id.clone(), inputs);
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir).map_err(|e| {
@@ -328,9 +335,10 @@ impl<'w> Interpreter<'w> {
         }
         let interrupted = Arc::new(AtomicBool::new(false));
         let interrupt = Arc::new(Notify::new());
+        let redactor = redact::for_workflow(workflow);
         Ok(Interpreter {
             workflow,
-            envs: tools::Envs::new(workflow, &run_dir, options.keep_env),
+            envs: tools::Envs::new(workflow, &run_dir, options.keep_env, redactor.clone()),
             run_dir,
             dir: None,
             info: None,
@@ -339,7 +347,8 @@ impl<'w> Interpreter<'w> {
             profile_of,
             interrupted,
             interrupt,
-            reporter: Reporter::new(options.progress),
+            reporter: Reporter::new(options.progress, redactor.clone()),
+            redactor,
             started: Instant::now(),
             spent: Default::default(),
         })
@@ -391,6 +400,8 @@ impl<'w> Interpreter<'w> {
     }
 
     fn event(&mut self, kind: &str, fields: Value) {
+        let mut fields = fields;
+        self.redactor.redact_json(&mut fields);
         self.reporter.event(kind, &fields);
         if let Some(dir) = &mut self.dir
             && let Err(e) = dir.event(kind, fields)
@@ -463,6 +474,7 @@ impl<'w> Interpreter<'w> {
     }
 
     async fn finish(mut self, mut state: RunState, exit: NodeIndex, reason: String) -> Outcome {
+        let reason = self.redactor.redact(&reason).into_owned();
         let name = self.workflow.node(exit).name.clone();
         let code = match &self.workflow.node(exit).kind {
             NodeKind::Exit(spec) => spec.code,
@@ -939,6 +951,7 @@ impl<'w> Interpreter<'w> {
                     .map_err(|e| {
                         StepError::Failed(format!("role `{name}`: system template: {e}"))
                     })?;
+                let text = self.redactor.redact(&text).into_owned();
                 messages.push(Message::system(text));
             }
             let prompt = self
@@ -950,6 +963,8 @@ impl<'w> Interpreter<'w> {
                         llm.prompt.display()
                     ))
                 })?;
+            // A tool's output, a file or an input holding a key never reaches a provider.
+            let prompt = self.redactor.redact(&prompt).into_owned();
             messages.push(Message::user(prompt.clone()));
             let mut request = ChatRequest::new(messages);
             request.context = CallContext {
@@ -1003,7 +1018,10 @@ impl<'w> Interpreter<'w> {
                     )));
                 }
             };
-            let raw = completion.response.content.clone();
+            let raw = self
+                .redactor
+                .redact(&completion.response.content)
+                .into_owned();
             let usage = completion.response.usage;
             if let Ok(mut spent) = self.spent.lock() {
                 spent.llm_calls += 1;
@@ -1109,6 +1127,14 @@ impl<'w> Interpreter<'w> {
             .role(node)
             .ok_or_else(|| StepError::Failed("not a role".into()))?;
         let name = workflow.node(node).name.clone();
+        let mut run = run;
+        self.redactor.redact_json(&mut run.output);
+        if let Some(record) = &mut run.record {
+            self.redactor.redact_json(record);
+        }
+        if let Some(prompt) = &mut run.prompt {
+            *prompt = self.redactor.redact(prompt).into_owned();
+        }
         state.visits[node.index()] += 1;
         state.step += 1;
         state.path.push(name.clone());
@@ -1312,6 +1338,7 @@ impl<'w> Interpreter<'w> {
                     format!("{}\n", serde_json::to_string(other).unwrap_or_default()).into_bytes()
                 }
             };
+            let bytes = self.redactor.redact_bytes(&bytes).into_owned();
             let rel = rundir::safe_relative(&file).ok_or_else(|| {
                 StepError::Failed(format!(
                     "artifact name `{file}` must stay inside the run directory"

@@ -24,6 +24,7 @@ pub struct Envs {
     run_dir: std::path::PathBuf,
     run_id: String,
     keep: bool,
+    redactor: rondo_env::Redactor,
     /// Events produced while roles run concurrently, written when their result is applied.
     pub pending_events: Mutex<Vec<(String, Value)>>,
 }
@@ -74,7 +75,12 @@ pub fn env_tool_spec(spec: &ToolSpec) -> rondo_env::ToolSpec {
 }
 
 impl Envs {
-    pub fn new(workflow: &Workflow, run_dir: &std::path::Path, keep: bool) -> Envs {
+    pub fn new(
+        workflow: &Workflow,
+        run_dir: &std::path::Path,
+        keep: bool,
+        redactor: rondo_env::Redactor,
+    ) -> Envs {
         // Each environment installs the tools it declares plus those its tool roles run.
         let mut specs: Vec<(crate::compile::EnvSpec, Vec<usize>)> = workflow
             .environments
@@ -119,6 +125,7 @@ impl Envs {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             keep,
+            redactor,
             pending_events: Mutex::new(Vec::new()),
         }
     }
@@ -133,6 +140,7 @@ impl Envs {
                     let mut config = LocalConfig::new(run_dir.clone());
                     config.tools = tools.clone();
                     config.env = spec.env.clone();
+                    config.redactor = self.redactor.clone();
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     config.tool_cache_dir = Some(tool_cache_dir());
                     LocalEnv::start(config)
@@ -160,11 +168,14 @@ impl Envs {
                         config.workdir = w.clone();
                     }
                     config.env = spec.env.clone();
+                    config.redactor = self.redactor.clone();
                     config.network = spec.network.clone().filter(|n| n != "none");
                     config.memory_bytes = spec.memory.as_deref().and_then(parse_bytes);
                     config.cpus = spec.cpus;
                     config.pids_limit = spec.pids.map(|p| p as i64);
                     config.keep = self.keep;
+                    config.user = spec.user.clone();
+                    config.read_only_root = spec.read_only_root;
                     config.tools = tools.clone();
                     config.mounts = docker_mounts(&spec.mounts, &run_dir)?;
                     config.install_log_dir = Some(run_dir.join("install_logs"));
@@ -229,36 +240,50 @@ impl Envs {
     }
 }
 
-/// `host:container[:rw]`, the host side relative to the run directory (created if
-/// missing); read-only unless `rw` is declared.
+/// The declared mounts (see [`crate::compile::mounts`]): a workspace folder is created if
+/// missing and must still resolve inside the workspace (a tool may have replaced it by a
+/// link); a host folder must exist. The Docker socket is refused by rondo-env.
 fn docker_mounts(
     specs: &[String],
     run_dir: &std::path::Path,
 ) -> Result<Vec<rondo_env::Mount>, String> {
+    use crate::compile::mounts::{MountSource, parse_mount};
     specs
         .iter()
         .map(|m| {
-            let parts: Vec<&str> = m.split(':').collect();
-            let (host, container, writable) = match parts.as_slice() {
-                [h, c] => (*h, *c, false),
-                [h, c, "rw"] => (*h, *c, true),
-                [h, c, "ro"] => (*h, *c, false),
-                _ => return Err(format!("mount `{m}` is not `host:container[:rw|:ro]`")),
-            };
-            let host = match super::rundir::safe_relative(host) {
-                Some(rel) => run_dir.join(rel),
-                None if host.starts_with('/') => std::path::PathBuf::from(host),
-                None => {
-                    return Err(format!(
-                        "mount `{m}`: the host path may not leave the run directory"
-                    ));
+            let spec = parse_mount(m).map_err(|e| format!("mount `{m}`: {e}"))?;
+            let host = match &spec.source {
+                MountSource::Workspace(rel) => {
+                    let host = run_dir.join(rel);
+                    std::fs::create_dir_all(&host).map_err(|e| format!("mount `{m}`: {e}"))?;
+                    let real =
+                        std::fs::canonicalize(&host).map_err(|e| format!("mount `{m}`: {e}"))?;
+                    if !real.starts_with(run_dir) {
+                        return Err(format!(
+                            "mount `{m}`: {} resolves to {}, outside the run's workspace",
+                            host.display(),
+                            real.display()
+                        ));
+                    }
+                    real
+                }
+                MountSource::Host(path) => {
+                    if let Some(why) = rondo_env::refused_mount(path) {
+                        return Err(format!("mount `{m}`: {why}"));
+                    }
+                    if !path.is_dir() && !path.is_file() {
+                        return Err(format!("mount `{m}`: {} does not exist", path.display()));
+                    }
+                    path.clone()
                 }
             };
-            std::fs::create_dir_all(&host).map_err(|e| format!("mount `{m}`: {e}"))?;
+            if let Some(why) = rondo_env::refused_mount(&host) {
+                return Err(format!("mount `{m}`: {why}"));
+            }
             Ok(rondo_env::Mount {
                 host,
-                container: container.to_string(),
-                writable,
+                container: spec.container,
+                writable: spec.writable,
             })
         })
         .collect()

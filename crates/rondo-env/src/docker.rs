@@ -18,7 +18,10 @@ use tokio::time::sleep_until;
 
 use crate::exec::Collector;
 use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
-use crate::{Command, EnvError, Environment, ExecOutput, ExecRequest, StreamKind, archive};
+use crate::transport::{Mount, Transport, refused_mount};
+use crate::{
+    Command, EnvError, Environment, ExecOutput, ExecRequest, Redactor, StreamKind, archive,
+};
 
 const LABEL_MANAGED: &str = "rondo.managed";
 const LABEL_RUN: &str = "rondo.run_id";
@@ -28,14 +31,6 @@ const LABEL_HOST: &str = "rondo.owner_host";
 /// Set on every exec so a timed-out command and all its descendants can be found and killed.
 const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 pub const TOOLS_REPO: &str = "rondo-tools";
-
-/// A host directory visible in the container. Read-only unless declared writable.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    pub host: PathBuf,
-    pub container: String,
-    pub writable: bool,
-}
 
 /// Settings of a [`DockerEnv`]. The defaults are the hardened ones.
 #[derive(Debug, Clone)]
@@ -51,10 +46,18 @@ pub struct DockerConfig {
     pub memory_bytes: Option<i64>,
     pub cpus: Option<f64>,
     pub pids_limit: Option<i64>,
+    /// Never the Docker socket or a folder holding it, never a socket (refused at start).
     pub mounts: Vec<Mount>,
+    /// How the mounts reach the container.
+    pub transport: Transport,
     /// Capabilities added back after dropping all. Empty by default.
     pub cap_add: Vec<String>,
+    /// `user[:group]` (names or ids) commands run as; `None` keeps the image's.
     pub user: Option<String>,
+    /// A read-only root file system; `/tmp` is then a writable tmpfs.
+    pub read_only_root: bool,
+    /// Secret values replaced in every command's output and log.
+    pub redactor: Redactor,
     /// `--keep-env`: leave the container running on shutdown and drop.
     pub keep: bool,
     /// Interpreter for [`Command::Shell`]: the command line is appended.
@@ -84,8 +87,11 @@ impl DockerConfig {
             cpus: Some(2.0),
             pids_limit: Some(512),
             mounts: Vec::new(),
+            transport: Transport::default(),
             cap_add: Vec::new(),
             user: None,
+            read_only_root: false,
+            redactor: Redactor::default(),
             keep: false,
             shell: vec!["/bin/sh".into(), "-c".into()],
             default_timeout: Duration::from_secs(600),
@@ -221,6 +227,17 @@ impl DockerEnv {
     /// tools are installed once per content hash into an image `rondo-tools:<hash>`
     /// committed from a builder container; later runs start from that image.
     pub async fn start(config: DockerConfig) -> Result<Self, EnvError> {
+        for m in &config.mounts {
+            if let Some(why) = refused_mount(&m.host) {
+                return Err(EnvError::InvalidRequest(format!("refusing mount: {why}")));
+            }
+        }
+        if config.read_only_root && config.transport == Transport::CopyInOut {
+            return Err(EnvError::InvalidRequest(
+                "copying mounts in needs a writable root file system (read_only_root is set)"
+                    .into(),
+            ));
+        }
         let docker = connect().await?;
         let base = docker
             .inspect_image(&config.image)
@@ -396,14 +413,10 @@ async fn create_container(
         (LABEL_PID.to_string(), std::process::id().to_string()),
         (LABEL_HOST.to_string(), hostname()),
     ]);
-    let binds: Vec<String> = config
-        .mounts
-        .iter()
-        .map(|m| {
-            let mode = if m.writable { "rw" } else { "ro" };
-            format!("{}:{}:{mode}", m.host.display(), m.container)
-        })
-        .collect();
+    let binds = config.transport.binds(&config.mounts);
+    // Only the run container gets the root file system read-only: the tool builder
+    // installs into it.
+    let read_only = config.read_only_root && role == "run";
     let mut cap_add = config.cap_add.clone();
     cap_add.retain(|c| !c.is_empty());
     let host_config = HostConfig {
@@ -418,6 +431,13 @@ async fn create_container(
         // An init reaps the orphans of killed commands, so they do not eat the pid limit.
         init: Some(true),
         binds: (!binds.is_empty()).then_some(binds),
+        readonly_rootfs: read_only.then_some(true),
+        tmpfs: read_only.then(|| {
+            HashMap::from([(
+                "/tmp".to_string(),
+                "rw,nosuid,nodev,exec,size=512m,mode=1777".to_string(),
+            )])
+        }),
         ..Default::default()
     };
     let env: Vec<String> = if role == "run" {
@@ -505,17 +525,9 @@ async fn build_tools_image(
     Ok(steps)
 }
 
-#[async_trait::async_trait]
-impl Environment for DockerEnv {
-    fn kind(&self) -> &'static str {
-        "docker"
-    }
-
-    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
-        req.validate()?;
-        if self.removed.load(Ordering::SeqCst) {
-            return Err(EnvError::ShutDown);
-        }
+impl DockerEnv {
+    /// One command in the container, the mounts already in place.
+    async fn run_command(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
         let marker = format!(
             "{}-{}-{}",
             std::process::id(),
@@ -540,7 +552,7 @@ impl Environment for DockerEnv {
             working_dir: req.workdir.as_deref().map(|d| self.resolve(d)),
             ..Default::default()
         };
-        let mut collector = Collector::new(&req, &req.command.to_string())?;
+        let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
         let timeout = req.timeout.unwrap_or(self.config.default_timeout);
         let start = Instant::now();
         if let Some(runner) = self.runner.as_ref().filter(|r| r.alive()) {
@@ -633,6 +645,29 @@ impl Environment for DockerEnv {
             .map_err(|e| EnvError::docker("inspecting an exec", e))?
             .exit_code;
         collector.finish(exit_code, timed_out, start.elapsed())
+    }
+}
+
+#[async_trait::async_trait]
+impl Environment for DockerEnv {
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
+        req.validate()?;
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(EnvError::ShutDown);
+        }
+        let transport = self.config.transport;
+        for m in transport.before_exec(&self.config.mounts) {
+            self.copy_in(&m.host, &m.container).await?;
+        }
+        let out = self.run_command(req).await?;
+        for m in transport.after_exec(&self.config.mounts) {
+            self.copy_out(&m.container, &m.host).await?;
+        }
+        Ok(out)
     }
 
     async fn copy_in(&self, host_path: &Path, target: &str) -> Result<(), EnvError> {

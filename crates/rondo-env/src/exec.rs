@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::EnvError;
+use crate::redact::StreamRedactor;
+use crate::{EnvError, Redactor};
 
 /// What to run: an argument vector (no shell) or a shell command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,10 +196,17 @@ pub(crate) struct Collector {
     partial: [Vec<u8>; 2],
     on_line: Option<LineCallback>,
     log: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+    /// One per stream, so that a secret is replaced before any copy of the output is made.
+    redact: Option<[StreamRedactor; 2]>,
 }
 
 impl Collector {
-    pub(crate) fn new(req: &ExecRequest, shown_command: &str) -> Result<Self, EnvError> {
+    pub(crate) fn new(
+        req: &ExecRequest,
+        shown_command: &str,
+        redactor: &Redactor,
+    ) -> Result<Self, EnvError> {
+        let shown_command = redactor.redact(shown_command);
         let log = match &req.log_path {
             Some(path) => {
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -218,10 +226,21 @@ impl Collector {
             partial: [Vec::new(), Vec::new()],
             on_line: req.on_line.clone(),
             log,
+            redact: (!redactor.is_empty()).then(|| [redactor.stream(), redactor.stream()]),
         })
     }
 
     pub(crate) fn push(&mut self, kind: StreamKind, bytes: &[u8]) {
+        match &mut self.redact {
+            Some(streams) => {
+                let clean = streams[kind as usize].push(bytes);
+                self.push_clean(kind, &clean);
+            }
+            None => self.push_clean(kind, bytes),
+        }
+    }
+
+    fn push_clean(&mut self, kind: StreamKind, bytes: &[u8]) {
         match kind {
             StreamKind::Stdout => self.stdout.extend_from_slice(bytes),
             StreamKind::Stderr => self.stderr.extend_from_slice(bytes),
@@ -248,6 +267,12 @@ impl Collector {
         timed_out: bool,
         duration: Duration,
     ) -> Result<ExecOutput, EnvError> {
+        if let Some(mut streams) = self.redact.take() {
+            for kind in [StreamKind::Stdout, StreamKind::Stderr] {
+                let rest = streams[kind as usize].finish();
+                self.push_clean(kind, &rest);
+            }
+        }
         if let Some(cb) = &self.on_line {
             for (i, kind) in [StreamKind::Stdout, StreamKind::Stderr]
                 .into_iter()

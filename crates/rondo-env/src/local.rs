@@ -12,14 +12,17 @@ use tokio::time::sleep_until;
 
 use crate::exec::Collector;
 use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
-use crate::{Command, EnvError, Environment, ExecOutput, ExecRequest, StreamKind, archive};
+use crate::{
+    Command, EnvError, Environment, ExecOutput, ExecRequest, Redactor, StreamKind, archive,
+};
 
 /// Settings of a [`LocalEnv`].
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
     /// Commands run here unless a request names another directory; created if missing.
     pub run_dir: PathBuf,
-    /// Added to the inherited environment of every command.
+    /// The declared variables, added to [`clean_env`] for every command (nothing else of
+    /// the caller's environment is passed on).
     pub env: BTreeMap<String, String>,
     pub default_timeout: Duration,
     /// Time between SIGTERM and SIGKILL when a command times out.
@@ -33,6 +36,27 @@ pub struct LocalConfig {
     /// Directory of wheels for offline pip installs.
     pub wheelhouse: String,
     pub install_timeout: Duration,
+    /// Secret values replaced in every command's output and log.
+    pub redactor: Redactor,
+}
+
+/// The caller's variables a command may see: everything else (API keys, tokens, the
+/// user's own settings) stays out of a tool's environment.
+const PASSED_ON: &[&str] = &["PATH", "LANG", "TZ"];
+
+/// The environment every local command starts from: `PATH`, `LANG` and `TZ` of the
+/// caller (`PATH` and `LANG` with defaults when unset), and `HOME` set to `home`, the
+/// directory the commands run in.
+pub fn clean_env(home: &Path) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = PASSED_ON
+        .iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .collect();
+    env.entry("PATH".into())
+        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env.entry("LANG".into()).or_insert_with(|| "C.UTF-8".into());
+    env.insert("HOME".into(), home.to_string_lossy().into_owned());
+    env
 }
 
 impl LocalConfig {
@@ -47,6 +71,7 @@ impl LocalConfig {
             install_log_dir: None,
             wheelhouse: tool::DEFAULT_WHEELHOUSE.to_string(),
             install_timeout: Duration::from_secs(600),
+            redactor: Redactor::default(),
         }
     }
 }
@@ -184,6 +209,8 @@ impl Environment for LocalEnv {
             }
         };
         cmd.current_dir(&workdir)
+            .env_clear()
+            .envs(clean_env(&self.config.run_dir))
             .envs(&self.config.env)
             .envs(&req.env)
             .stdin(Stdio::null())
@@ -192,7 +219,7 @@ impl Environment for LocalEnv {
             .process_group(0)
             .kill_on_drop(true);
 
-        let mut collector = Collector::new(&req, &req.command.to_string())?;
+        let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
         let timeout = req.timeout.unwrap_or(self.config.default_timeout);
         let start = Instant::now();
         let mut child = match cmd.spawn() {

@@ -45,6 +45,8 @@ pub struct RunOptions {
     /// Folder holding run directories (`runs/` by default).
     pub runs_root: PathBuf,
     pub run_id: Option<String>,
+    /// `--workspace DIR`: work in this existing folder; records go to `DIR/.rondo/runs/<id>/`.
+    pub workspace: Option<PathBuf>,
     /// `--input key=value`; a value that parses as JSON is taken as JSON unless the input is a string.
     pub inputs: Vec<(String, String)>,
     /// Every llm role uses this profile.
@@ -64,6 +66,7 @@ impl Default for RunOptions {
         RunOptions {
             runs_root: PathBuf::from("runs"),
             run_id: None,
+            workspace: None,
             inputs: Vec::new(),
             provider: None,
             script: None,
@@ -78,7 +81,10 @@ impl Default for RunOptions {
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    /// The run's system area (`run.json`, `events.jsonl`, `state.json`).
     pub run_dir: PathBuf,
+    /// The run's workspace (artifacts, logs, the tools' working directory).
+    pub workspace: PathBuf,
     pub exit: String,
     pub exit_code: i32,
     pub reason: String,
@@ -96,7 +102,10 @@ pub enum StartError {
 
 pub struct Interpreter<'w> {
     workflow: &'w Workflow,
+    /// The system area.
     run_dir: PathBuf,
+    /// Every artifact, log and `exists()` goes through it.
+    workspace: rondo_workspace::Workspace,
     dir: Option<RunDir>,
     info: Option<RunInfo>,
     pool: Arc<ProviderPool>,
@@ -155,13 +164,12 @@ impl<'w> Interpreter<'w> {
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs)?;
-        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
-        let run_dir = options.runs_root.join(&run_id);
-        if run_dir.join("run.json").exists() {
+        let (run_id, layout) = Self::layout(options)?;
+        if layout.system.join("run.json").exists() {
             return Err(StartError::Setup(format!(
                 "{} already holds a run; use `rondo resume {}`",
-                run_dir.display(),
-                run_dir.display()
+                layout.system.display(),
+                layout.system.display()
             )));
         }
         let options = &RunOptions {
@@ -169,7 +177,23 @@ impl<'w> Interpreter<'w> {
             ..options.clone()
         };
         let script = load_script(options)?;
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+    }
+
+    /// The run id (checked, or a new one) and where the run lives.
+    fn layout(options: &RunOptions) -> Result<(String, rundir::Layout), StartError> {
+        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+        rundir::check_run_id(&run_id).map_err(StartError::Input)?;
+        if let Some(dir) = &options.workspace
+            && !dir.is_dir()
+        {
+            return Err(StartError::Input(format!(
+                "--workspace {}: not an existing folder",
+                dir.display()
+            )));
+        }
+        let layout = rundir::Layout::new(&options.runs_root, options.workspace.as_deref(), &run_id);
+        Ok((run_id, layout))
     }
 
     /// [`start`](Self::start) with replies given in code (`test` blocks).
@@ -179,9 +203,8 @@ impl<'w> Interpreter<'w> {
         script: Script,
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs)?;
-        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
-        let run_dir = options.runs_root.join(&run_id);
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
+        let (run_id, layout) = Self::layout(options)?;
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
     }
 
     fn start_with_script_at(
@@ -190,9 +213,9 @@ impl<'w> Interpreter<'w> {
         script: Script,
         inputs: Vec<Value>,
         run_id: String,
-        run_dir: PathBuf,
+        layout: rundir::Layout,
     ) -> Result<(Self, RunState), StartError> {
-        let mut interp = Self::build(workflow, run_dir, options, script)?;
+        let mut interp = Self::build(workflow, &layout, options, script)?;
         interp.check_keys()?;
         let state = RunState::new(workflow, run_id.clone(), inputs);
         if options.checkpoints {
@@ -225,6 +248,7 @@ impl<'w> Interpreter<'w> {
                 exit_code: None,
                 reason: None,
                 totals: Default::default(),
+                workspace: Some(interp.workspace.root().to_path_buf()),
             };
             dir.write_info(&info)
                 .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
@@ -237,7 +261,7 @@ impl<'w> Interpreter<'w> {
         }
         interp.event(
             "run_start",
-            json!({"workflow": workflow.name, "run_dir": interp.run_dir}),
+            json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
         );
         Ok((interp, state))
     }
@@ -269,9 +293,10 @@ impl<'w> Interpreter<'w> {
             ..options.clone()
         };
         let script = load_script(&options)?;
-        let mut interp = Self::build(workflow, run_dir.to_path_buf(), &options, script)?;
+        let layout = rundir::Layout::of(run_dir, &info);
+        let mut interp = Self::build(workflow, &layout, &options, script)?;
         interp.check_keys()?;
-        RunDir::rewind(run_dir, &state)
+        RunDir::rewind(&layout, &state)
             .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
         let dir = RunDir::open(run_dir)
             .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", run_dir.display())))?;
@@ -286,10 +311,18 @@ impl<'w> Interpreter<'w> {
 
     fn build(
         workflow: &'w Workflow,
-        run_dir: PathBuf,
+        layout: &rundir::Layout,
         options: &RunOptions,
         script: Script,
     ) -> Result<Self, StartError> {
+        // The system area first: the workspace may be inside it (`runs/<id>/workspace`).
+        std::fs::create_dir_all(&layout.system).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.system.display()))
+        })?;
+        let workspace = rondo_workspace::Workspace::create(&layout.workspace).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
+        })?;
+        let run_dir = layout.system.clone();
         let profiles = workflow
             .providers
             .iter()
@@ -330,8 +363,9 @@ impl<'w> Interpreter<'w> {
         let interrupt = Arc::new(Notify::new());
         Ok(Interpreter {
             workflow,
-            envs: tools::Envs::new(workflow, &run_dir, options.keep_env),
+            envs: tools::Envs::new(workflow, &run_dir, workspace.root(), options.keep_env),
             run_dir,
+            workspace,
             dir: None,
             info: None,
             pool: Arc::new(pool),
@@ -505,6 +539,7 @@ impl<'w> Interpreter<'w> {
         }
         self.reporter.finish(&name, &reason, &state);
         Outcome {
+            workspace: self.workspace.root().to_path_buf(),
             run_dir: self.run_dir,
             exit: name,
             exit_code: code,
@@ -583,7 +618,7 @@ impl<'w> Interpreter<'w> {
         Env {
             workflow: self.workflow,
             state,
-            run_dir: &self.run_dir,
+            workspace: self.workspace.root(),
             role,
             output,
             item,
@@ -860,7 +895,7 @@ impl<'w> Interpreter<'w> {
             let slot = &self.workflow.memory[id];
             memory.insert(
                 slot.name.clone(),
-                memory::template_view(&slot.kind, &state.memory[id], &self.run_dir),
+                memory::template_view(&slot.kind, &state.memory[id], self.workspace.root()),
             );
         }
         ctx.insert("memory", &memory);
@@ -1197,6 +1232,7 @@ impl<'w> Interpreter<'w> {
                         op,
                         args,
                         &self.run_dir,
+                        self.workspace.root(),
                     )
                     .map_err(|e| {
                         StepError::Failed(format!(
@@ -1216,6 +1252,7 @@ impl<'w> Interpreter<'w> {
                     op,
                     args,
                     &self.run_dir,
+                    self.workspace.root(),
                 )
                 .map_err(|e| {
                     StepError::Failed(format!("role `{name}`: `{}.{}`: {e}", slot.name, op.name()))
@@ -1294,26 +1331,46 @@ impl<'w> Interpreter<'w> {
                     format!("{}\n", serde_json::to_string(other).unwrap_or_default()).into_bytes()
                 }
             };
-            let rel = rundir::safe_relative(&file).ok_or_else(|| {
-                StepError::Failed(format!(
-                    "artifact name `{file}` must stay inside the run directory"
-                ))
-            })?;
-            let path = self.run_dir.join(rel);
-            if let Some(parent) = path.parent() {
-                let _ = std::fs::create_dir_all(parent);
+            if let Err(why) = rondo_workspace::relative_name(&file) {
+                // A templated name the checker could not see: the write is skipped, the run goes on.
+                self.event(
+                    "artifact_rejected",
+                    json!({"role": role_name, "file": file, "reason": why.to_string()}),
+                );
+                continue;
             }
             let written = if artifact.append {
-                rundir::append_line(&path, &bytes)
+                self.workspace.append(&file, &bytes).map(Some)
             } else {
-                rundir::write_atomic(&path, &bytes)
+                self.workspace.write_atomic(&file, &bytes).map(|()| None)
             };
-            written.map_err(|e| StepError::Failed(format!("cannot write artifact {file}: {e}")))?;
-            if artifact.append {
-                appended.push((
-                    file.clone(),
-                    std::fs::metadata(&path).map_or(0, |m| m.len()),
-                ));
+            let len = match written {
+                Ok(len) => len,
+                // Refused by the confinement (a symbolic link out of the workspace or into
+                // its system area), or a failed write: recorded, the run goes on.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::PermissionDenied
+                            | std::io::ErrorKind::InvalidInput
+                            | std::io::ErrorKind::NotADirectory
+                            | std::io::ErrorKind::IsADirectory
+                    ) =>
+                {
+                    self.event(
+                        "artifact_rejected",
+                        json!({"role": role_name, "file": file, "reason": e.to_string()}),
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    return Err(StepError::Failed(format!(
+                        "cannot write artifact {file}: {e}"
+                    )));
+                }
+            };
+            if let Some(len) = len {
+                appended.push((format!("{}{file}", rundir::ARTIFACT_KEY), len));
             }
             if self.dir.is_some() {
                 self.event("artifact", json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append}));

@@ -21,7 +21,10 @@ pub struct Envs {
     started: Vec<OnceCell<Result<Arc<dyn Environment>, String>>>,
     branch_envs:
         tokio::sync::Mutex<std::collections::HashMap<(usize, usize), Arc<dyn Environment>>>,
+    /// The system area: install logs.
     run_dir: std::path::PathBuf,
+    /// The tools' working directory, and the base of relative Docker mounts.
+    workspace: std::path::PathBuf,
     run_id: String,
     keep: bool,
     /// Events produced while roles run concurrently, written when their result is applied.
@@ -74,7 +77,12 @@ pub fn env_tool_spec(spec: &ToolSpec) -> rondo_env::ToolSpec {
 }
 
 impl Envs {
-    pub fn new(workflow: &Workflow, run_dir: &std::path::Path, keep: bool) -> Envs {
+    pub fn new(
+        workflow: &Workflow,
+        run_dir: &std::path::Path,
+        workspace: &std::path::Path,
+        keep: bool,
+    ) -> Envs {
         // Each environment installs the tools it declares plus those its tool roles run.
         let mut specs: Vec<(crate::compile::EnvSpec, Vec<usize>)> = workflow
             .environments
@@ -114,6 +122,7 @@ impl Envs {
             branch_envs: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             specs,
             run_dir: run_dir.to_path_buf(),
+            workspace: workspace.to_path_buf(),
             run_id: run_dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -130,7 +139,7 @@ impl Envs {
             let run_dir = std::fs::canonicalize(&self.run_dir).unwrap_or(self.run_dir.clone());
             match spec.kind {
                 EnvKind::Local => {
-                    let mut config = LocalConfig::new(run_dir.clone());
+                    let mut config = LocalConfig::new(self.workspace.clone());
                     config.tools = tools.clone();
                     config.env = spec.env.clone();
                     config.install_log_dir = Some(run_dir.join("install_logs"));
@@ -166,7 +175,7 @@ impl Envs {
                     config.pids_limit = spec.pids.map(|p| p as i64);
                     config.keep = self.keep;
                     config.tools = tools.clone();
-                    config.mounts = docker_mounts(&spec.mounts, &run_dir)?;
+                    (config.mounts, config.masks) = docker_mounts(&spec.mounts, &self.workspace)?;
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     DockerEnv::start(config)
                         .await
@@ -229,39 +238,49 @@ impl Envs {
     }
 }
 
-/// `host:container[:rw]`, the host side relative to the run directory (created if
-/// missing); read-only unless `rw` is declared.
+/// `host:container[:rw]`, the host side relative to the workspace (created if missing,
+/// beneath it); read-only unless `rw` is declared. With the mounts, the container paths
+/// to cover so a mounted `.rondo/` system area (`--workspace`) stays out of the container.
 fn docker_mounts(
     specs: &[String],
-    run_dir: &std::path::Path,
-) -> Result<Vec<rondo_env::Mount>, String> {
-    specs
-        .iter()
-        .map(|m| {
-            let parts: Vec<&str> = m.split(':').collect();
-            let (host, container, writable) = match parts.as_slice() {
-                [h, c] => (*h, *c, false),
-                [h, c, "rw"] => (*h, *c, true),
-                [h, c, "ro"] => (*h, *c, false),
-                _ => return Err(format!("mount `{m}` is not `host:container[:rw|:ro]`")),
-            };
-            let host = match super::rundir::safe_relative(host) {
-                Some(rel) => run_dir.join(rel),
-                None if host.starts_with('/') => std::path::PathBuf::from(host),
-                None => {
-                    return Err(format!(
-                        "mount `{m}`: the host path may not leave the run directory"
-                    ));
-                }
-            };
-            std::fs::create_dir_all(&host).map_err(|e| format!("mount `{m}`: {e}"))?;
-            Ok(rondo_env::Mount {
-                host,
-                container: container.to_string(),
-                writable,
-            })
-        })
-        .collect()
+    workspace: &std::path::Path,
+) -> Result<(Vec<rondo_env::Mount>, Vec<String>), String> {
+    let root = rondo_workspace::Workspace::open(workspace)
+        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+    let mut masks = Vec::new();
+    let mut mounts = Vec::new();
+    for m in specs {
+        let parts: Vec<&str> = m.split(':').collect();
+        let (host, container, writable) = match parts.as_slice() {
+            [h, c] => (*h, *c, false),
+            [h, c, "rw"] => (*h, *c, true),
+            [h, c, "ro"] => (*h, *c, false),
+            _ => return Err(format!("mount `{m}` is not `host:container[:rw|:ro]`")),
+        };
+        let host = if host.starts_with('/') {
+            std::path::PathBuf::from(host)
+        } else if host.trim_matches(['.', '/']).is_empty() {
+            root.root().to_path_buf()
+        } else {
+            root.subdir(host, true)
+                .map_err(|e| format!("mount `{m}`: {e}"))?
+                .root()
+                .to_path_buf()
+        };
+        if host.join(rondo_workspace::SYSTEM_DIR).is_dir() {
+            masks.push(format!(
+                "{}/{}",
+                container.trim_end_matches('/'),
+                rondo_workspace::SYSTEM_DIR
+            ));
+        }
+        mounts.push(rondo_env::Mount {
+            host,
+            container: container.to_string(),
+            writable,
+        });
+    }
+    Ok((mounts, masks))
 }
 
 /// Installed local tools are reused across runs.
@@ -428,15 +447,24 @@ pub(super) async fn run_tool_role(
         Some(template) => {
             let file = render_str(template, &names)
                 .map_err(|e| StepError::Failed(format!("role `{name}`: log name: {e}")))?;
-            let rel = super::rundir::safe_relative(&file).ok_or_else(|| {
-                StepError::Failed(format!("log `{file}` must stay inside the run directory"))
-            })?;
-            let path = interp.run_dir.join(rel);
-            if let Some(parent) = path.parent() {
-                let _ = std::fs::create_dir_all(parent);
+            match interp.workspace.create_file(&file) {
+                Ok(log_file) => {
+                    request.log_file = Some(std::sync::Arc::new(log_file));
+                    request.log_path = Some(interp.workspace.root().join(&file));
+                    Some(file)
+                }
+                // A name out of the workspace, or a link a tool planted: the tool runs
+                // without its log, and the refusal is recorded.
+                Err(e) => {
+                    if let Ok(mut events) = interp.envs.pending_events.lock() {
+                        events.push((
+                            "log_rejected".into(),
+                            json!({"role": name, "file": file, "reason": e.to_string()}),
+                        ));
+                    }
+                    None
+                }
             }
-            request.log_path = Some(path);
-            Some(file)
         }
         None => None,
     };

@@ -52,6 +52,9 @@ pub struct DockerConfig {
     pub cpus: Option<f64>,
     pub pids_limit: Option<i64>,
     pub mounts: Vec<Mount>,
+    /// Container paths covered by an empty tmpfs: a mounted workspace's `.rondo/` system
+    /// area stays out of the container.
+    pub masks: Vec<String>,
     /// Capabilities added back after dropping all. Empty by default.
     pub cap_add: Vec<String>,
     pub user: Option<String>,
@@ -84,6 +87,7 @@ impl DockerConfig {
             cpus: Some(2.0),
             pids_limit: Some(512),
             mounts: Vec::new(),
+            masks: Vec::new(),
             cap_add: Vec::new(),
             user: None,
             keep: false,
@@ -418,6 +422,13 @@ async fn create_container(
         // An init reaps the orphans of killed commands, so they do not eat the pid limit.
         init: Some(true),
         binds: (!binds.is_empty()).then_some(binds),
+        tmpfs: (!config.masks.is_empty()).then(|| {
+            config
+                .masks
+                .iter()
+                .map(|m| (m.clone(), "ro,size=4k,mode=0555".to_string()))
+                .collect()
+        }),
         ..Default::default()
     };
     let env: Vec<String> = if role == "run" {

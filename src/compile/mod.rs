@@ -863,6 +863,25 @@ impl<'f> Compiler<'f> {
                 .help("names may use `{{ round }}`, `{{ visit }}`, `{{ step }}`, `{{ run_id }}`"),
             );
         }
+        // The part before the first template tag is known now: a literal name, or the
+        // folders a templated one starts with.
+        let fixed = match a.name.find(['{']) {
+            None => Some(a.name.as_str()),
+            Some(at) => a.name[..at].rfind('/').map(|slash| &a.name[..slash]),
+        };
+        if let Some(Err(why)) = fixed
+            .filter(|f| !f.is_empty() || a.name.starts_with('/'))
+            .map(|f| rondo_workspace::relative_name(if f.is_empty() { "/" } else { f }))
+        {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::artifact::outside_workspace",
+                    "the artifact would be written outside the run's workspace",
+                )
+                .label(a.name_span, why.to_string())
+                .help("name it relative to the workspace, e.g. `reports/summary.md`; the run records stay out of reach"),
+            );
+        }
         Artifact {
             name: a.name.clone(),
             append: a.append,

@@ -196,6 +196,7 @@ pub fn main_entry() -> i32 {
                 runs_root: run_dir,
                 run_id,
                 workspace,
+                base_dir: None,
                 inputs,
                 provider,
                 script,

@@ -369,7 +369,16 @@ impl<'f> Compiler<'f> {
                 self.duplicate("input", &input.name, first);
                 continue;
             }
-            let ty = self.resolve_type(&input.ty);
+            let path = is_path_type(&input.ty);
+            let ty = if path {
+                if matches!(input.ty.kind, TypeKind::Optional(_)) {
+                    Type::optional(Type::String)
+                } else {
+                    Type::String
+                }
+            } else {
+                self.resolve_type(&input.ty)
+            };
             let default = input.default.as_ref().and_then(|e| self.const_value(e));
             if let Some(d) = &default
                 && let Err(e) = ty.validate(d)
@@ -392,6 +401,7 @@ impl<'f> Compiler<'f> {
                 name: input.name.name.clone(),
                 ty,
                 default,
+                path,
             });
         }
     }
@@ -2144,4 +2154,13 @@ pub fn tera_error_text(e: &tera::Error) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `input NAME: path` (or `path?`): a string naming a file or folder of the host.
+fn is_path_type(ty: &TypeExpr) -> bool {
+    match &ty.kind {
+        TypeKind::Named(name) => name == "path",
+        TypeKind::Optional(inner) => matches!(&inner.kind, TypeKind::Named(name) if name == "path"),
+        _ => false,
+    }
 }

@@ -47,6 +47,8 @@ pub struct RunOptions {
     pub run_id: Option<String>,
     /// `--workspace DIR`: work in this existing folder; records go to `DIR/.rondo/runs/<id>/`.
     pub workspace: Option<PathBuf>,
+    /// Relative `path` inputs resolve against this folder (default: the current one).
+    pub base_dir: Option<PathBuf>,
     /// `--input key=value`; a value that parses as JSON is taken as JSON unless the input is a string.
     pub inputs: Vec<(String, String)>,
     /// Every llm role uses this profile.
@@ -67,6 +69,7 @@ impl Default for RunOptions {
             runs_root: PathBuf::from("runs"),
             run_id: None,
             workspace: None,
+            base_dir: None,
             inputs: Vec::new(),
             provider: None,
             script: None,
@@ -163,7 +166,7 @@ impl<'w> Interpreter<'w> {
         workflow: &'w Workflow,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
-        let inputs = resolve_inputs(workflow, &options.inputs)?;
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
         if layout.system.join("run.json").exists() {
             return Err(StartError::Setup(format!(
@@ -202,7 +205,7 @@ impl<'w> Interpreter<'w> {
         options: &RunOptions,
         script: Script,
     ) -> Result<(Self, RunState), StartError> {
-        let inputs = resolve_inputs(workflow, &options.inputs)?;
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
         Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
     }
@@ -218,6 +221,7 @@ impl<'w> Interpreter<'w> {
         let mut interp = Self::build(workflow, &layout, options, script)?;
         interp.check_keys()?;
         let state = RunState::new(workflow, run_id.clone(), inputs);
+        interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir).map_err(|e| {
                 StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
@@ -296,6 +300,7 @@ impl<'w> Interpreter<'w> {
         let layout = rundir::Layout::of(run_dir, &info);
         let mut interp = Self::build(workflow, &layout, &options, script)?;
         interp.check_keys()?;
+        interp.envs.input_paths = input_paths(workflow, &state);
         RunDir::rewind(&layout, &state)
             .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
         let dir = RunDir::open(run_dir)
@@ -1473,6 +1478,7 @@ fn load_script(options: &RunOptions) -> Result<Script, StartError> {
 fn resolve_inputs(
     workflow: &Workflow,
     given: &[(String, String)],
+    base_dir: Option<&Path>,
 ) -> Result<Vec<Value>, StartError> {
     let mut values: Vec<Option<Value>> =
         workflow.inputs.iter().map(|i| i.default.clone()).collect();
@@ -1505,6 +1511,11 @@ fn resolve_inputs(
         .map(|(input, v)| match v {
             Some(mut v) => {
                 input.ty.fill_absent(&mut v);
+                if input.path
+                    && let Value::String(text) = &v
+                {
+                    v = Value::String(host_path(text, base_dir)?);
+                }
                 Ok(v)
             }
             None if input.ty.is_optional() => Ok(Value::Null),
@@ -1516,6 +1527,27 @@ fn resolve_inputs(
         .collect()
 }
 
+/// A `path` input as an absolute path: relative to `base` (default: the folder rondo was
+/// started in), never to the run's workspace.
+fn host_path(text: &str, base: Option<&Path>) -> Result<String, StartError> {
+    let given = Path::new(text);
+    let absolute = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        let base = match base {
+            Some(b) => b.to_path_buf(),
+            None => std::env::current_dir()
+                .map_err(|e| StartError::Setup(format!("cannot read the current folder: {e}")))?,
+        };
+        base.join(given)
+    };
+    let absolute = std::fs::canonicalize(&absolute).unwrap_or(absolute);
+    absolute
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| StartError::Input(format!("path `{text}` is not UTF-8")))
+}
+
 fn new_run_id() -> String {
     let ms = clock::unix_ms();
     let stamp = clock::rfc3339(ms).replace(['-', ':'], "").replace('T', "-");
@@ -1524,6 +1556,18 @@ fn new_run_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     format!("{stamp}-{:04x}", (nanos ^ std::process::id()) & 0xffff)
+}
+
+/// The host files and folders the run's `path` inputs name (mounted read-only in Docker).
+fn input_paths(workflow: &Workflow, state: &RunState) -> Vec<PathBuf> {
+    workflow
+        .inputs
+        .iter()
+        .zip(&state.inputs)
+        .filter(|(i, _)| i.path)
+        .filter_map(|(_, v)| v.as_str().map(PathBuf::from))
+        .filter(|p| p.is_absolute() && p.exists())
+        .collect()
 }
 
 fn provider_summaries(workflow: &Workflow) -> Vec<Value> {

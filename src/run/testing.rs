@@ -55,6 +55,10 @@ pub async fn run_test(
             .map(|(id, v)| (workflow.inputs[*id].name.clone(), input_text(v)))
             .collect(),
         provider: Some("scripted".into()),
+        // A test's relative `path` inputs name files beside the workflow.
+        base_dir: std::fs::canonicalize(&workflow.path)
+            .ok()
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf)),
         ..RunOptions::default()
     };
     let run_dir = runs_root.join(options.run_id.clone().unwrap_or_default());

@@ -27,6 +27,8 @@ pub struct Envs {
     workspace: std::path::PathBuf,
     run_id: String,
     keep: bool,
+    /// Host paths named by `path` inputs: mounted read-only, at the same path, in Docker.
+    pub input_paths: Vec<std::path::PathBuf>,
     /// Events produced while roles run concurrently, written when their result is applied.
     pub pending_events: Mutex<Vec<(String, Value)>>,
 }
@@ -128,6 +130,7 @@ impl Envs {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             keep,
+            input_paths: Vec::new(),
             pending_events: Mutex::new(Vec::new()),
         }
     }
@@ -176,6 +179,13 @@ impl Envs {
                     config.keep = self.keep;
                     config.tools = tools.clone();
                     (config.mounts, config.masks) = docker_mounts(&spec.mounts, &self.workspace)?;
+                    config
+                        .mounts
+                        .extend(self.input_paths.iter().map(|p| rondo_env::Mount {
+                            host: p.clone(),
+                            container: p.to_string_lossy().into_owned(),
+                            writable: false,
+                        }));
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     DockerEnv::start(config)
                         .await

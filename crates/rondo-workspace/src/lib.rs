@@ -134,10 +134,11 @@ impl Workspace {
     /// (created first when `create`).
     pub fn subdir(&self, name: &str, create: bool) -> io::Result<Workspace> {
         let rel = relative_name(name).map_err(|e| refused(name, e))?;
-        if create {
-            self.dir.create_dir_all(&rel)?;
-        }
-        let dir = self.dir.open_dir(&rel)?;
+        let dir = if create {
+            self.open_or_create_dir(&rel)?
+        } else {
+            self.dir.open_dir(&rel)?
+        };
         let real = self.visible(name, &dir)?;
         Ok(Workspace { root: real, dir })
     }
@@ -250,14 +251,24 @@ impl Workspace {
                 .ok_or_else(|| refused(name, NameError::Empty))?,
         );
         let parent = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(p) => {
-                self.dir.create_dir_all(p)?;
-                self.dir.open_dir(p)?
-            }
+            Some(p) => self.open_or_create_dir(p)?,
             None => self.dir.try_clone()?,
         };
         self.visible(name, &parent)?;
         Ok((parent, file_name))
+    }
+
+    /// When creating fails because the name exists as a link out of the workspace, the
+    /// open says why (permission denied), not the creation (already exists).
+    fn open_or_create_dir(&self, rel: &Path) -> io::Result<Dir> {
+        match self.dir.create_dir_all(rel) {
+            Ok(()) => self.dir.open_dir(rel),
+            Err(e) => match self.dir.open_dir(rel) {
+                Ok(dir) => Ok(dir),
+                Err(open) if open.kind() == io::ErrorKind::NotFound => Err(e),
+                Err(open) => Err(open),
+            },
+        }
     }
 
     /// The real location of an opened handle, refused when it lies in the system area

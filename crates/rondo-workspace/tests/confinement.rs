@@ -19,7 +19,10 @@ fn setup() -> (tempfile::TempDir, Workspace, std::path::PathBuf) {
 fn writes_through_a_symlinked_folder_stay_inside() {
     let (_tmp, ws, outside) = setup();
     symlink(&outside, ws.root().join("out")).unwrap();
-    assert!(ws.write_atomic("out/planted.txt", b"x").is_err());
+    let refused = ws.write_atomic("out/planted.txt", b"x").unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::PermissionDenied);
+    assert!(ws.write_atomic("out/deeper/planted.txt", b"x").is_err());
+    assert!(ws.subdir("out", true).is_err());
     assert!(ws.append("out/planted.txt", b"x").is_err());
     assert!(ws.create_file("out/planted.log").is_err());
     assert!(!outside.join("planted.txt").exists());

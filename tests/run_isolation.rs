@@ -465,3 +465,72 @@ fn a_relative_path_input_names_the_callers_folder() {
     assert!(descriptions.contains("sales.csv"), "{descriptions}");
     assert!(descriptions.contains("region"), "{descriptions}");
 }
+
+fn docker_available() -> bool {
+    let ok = Command::new("docker")
+        .args(["image", "inspect", "rondo-test-base:latest"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok && std::env::var_os("CI").is_some() {
+        panic!("CI needs Docker and rondo-test-base:latest (scripts/build-test-image.sh)");
+    }
+    ok
+}
+
+/// In Docker the workspace is mounted, its `.rondo/` system area is covered by an empty
+/// read-only tmpfs, and a `path` input is visible read-only at the same path.
+#[test]
+fn a_container_sees_the_workspace_without_its_system_area_and_path_inputs_read_only() {
+    if !docker_available() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::write(project.join("src/main.py"), "print(1)\n").unwrap();
+    std::fs::create_dir_all(tmp.path().join("data")).unwrap();
+    std::fs::write(tmp.path().join("data/input.csv"), "a,b\n1,2\n").unwrap();
+    let wf = write_workflow(
+        tmp.path(),
+        r#"
+workflow boxed {
+  input data: path
+}
+environment box {
+  kind = "docker"
+  image = "rondo-test-base:latest"
+  mounts = [".:/work:rw"]
+}
+role look: tool {
+  env = box
+  command = ["sh", "-c", "ls -A /work/.rondo | wc -l; rm -rf /work/.rondo/runs 2>/dev/null; touch /work/.rondo/x 2>/dev/null || echo masked; cat src/main.py; cat {{ input.data }}/input.csv; touch {{ input.data }}/new 2>/dev/null || echo read-only"]
+}
+start -> look
+look -> success
+exit success
+"#,
+    );
+    let out = run(
+        tmp.path(),
+        &wf,
+        "c1",
+        &[
+            "--workspace",
+            project.to_str().unwrap(),
+            "--input",
+            "data=data",
+        ],
+    );
+    assert_ok(&out);
+    let system = project.join(".rondo/runs/c1");
+    let all = events(&system);
+    let look = of_kind(&all, "tool_call").into_iter().next().unwrap();
+    assert_eq!(
+        look["result"]["stdout"], "0\nmasked\nprint(1)\na,b\n1,2\nread-only\n",
+        "{look:#}"
+    );
+    assert_eq!(all[0]["seq"], 1);
+    assert_eq!(read_json(&system.join("run.json"))["exit"], "success");
+    assert!(!tmp.path().join("data/new").exists());
+}

@@ -272,6 +272,7 @@ fn report_outcome(outcome: &run::Outcome) -> i32 {
         eprintln!("exit `{}`: {}", outcome.exit, outcome.reason);
     }
     eprintln!("run directory: {}", outcome.run_dir.display());
+    eprintln!("workspace: {}", outcome.workspace.display());
     outcome.exit_code
 }
 

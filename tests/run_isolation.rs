@@ -2,7 +2,6 @@
 //! checkpoint, run record) of a run, and the confinement of every path the engine touches
 //! on a workflow's behalf. Real files, real `rondo` processes, real symbolic links.
 
-use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

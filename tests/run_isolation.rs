@@ -295,6 +295,7 @@ exit success
 
 /// Code-context reads and `exists()` stay inside the workspace: a link to /etc/passwd
 /// planted in the repository never puts it into the memory's view (what prompts get).
+/// (Literal paths out of the workspace are check errors; these are computed.)
 #[test]
 fn code_context_and_exists_read_nothing_outside_the_workspace() {
     let tmp = tempfile::tempdir().unwrap();
@@ -316,7 +317,7 @@ role look: builtin {
     code.access({ path: "../../../../etc/passwd", start: 1, end: 3 })
   }
   artifact "view.json" = memory.code
-  artifact "exists.json" = { passwd: exists("/etc/passwd"), up: exists("../events.jsonl"), link: exists("here"), via_dir: exists("repo/etc/passwd"), calc: exists("repo/calc.py") }
+  artifact "exists.json" = { passwd: exists("/" + "etc/passwd"), up: exists(".." + "/events.jsonl"), link: exists("here"), via_dir: exists("repo/etc/passwd"), calc: exists("repo/calc.py") }
 }
 start -> plant
 plant -> look

@@ -569,6 +569,16 @@ impl<'f> Compiler<'f> {
                 let threshold = param("threshold", 0.0, &mut a);
                 let root = a.string("root", diags).map(|x| x.0);
                 a.finish(diags);
+                if let Some(Err(why)) = root.as_deref().map(rondo_workspace::relative_name) {
+                    diags.push(
+                        Diagnostic::error(
+                            "rondo::memory::root_outside_workspace",
+                            "a code context reads only inside the run's workspace",
+                        )
+                        .label(kind.span, why.to_string())
+                        .help("name a folder of the workspace, e.g. `root = \"repo\"`"),
+                    );
+                }
                 if !(0.0..=1.0).contains(&gamma) {
                     diags.push(
                         Diagnostic::error(

@@ -305,9 +305,10 @@ fn code_context_and_exists_read_nothing_outside_the_workspace() {
 workflow reads {}
 memory {
   code: code_context { alpha = 1.0  beta = 0.5  gamma = 0.9  threshold = 0.5  root = "repo" }
+  linked: code_context { alpha = 1.0  beta = 0.5  gamma = 0.9  threshold = 0.5  root = "linked" }
 }
 role plant: tool {
-  command = ["sh", "-c", "mkdir -p repo; printf 'def f():\n    return 1\n' > repo/calc.py; ln -s /etc/passwd repo/leak.py; ln -s /etc repo/etc; ln -s /etc/passwd here"]
+  command = ["sh", "-c", "ln -s /etc linked; mkdir -p repo; printf 'def f():\n    return 1\n' > repo/calc.py; ln -s /etc/passwd repo/leak.py; ln -s /etc repo/etc; ln -s /etc/passwd here"]
 }
 role look: builtin {
   update {
@@ -315,8 +316,10 @@ role look: builtin {
     code.access({ path: "leak.py", start: 1, end: 3 })
     code.access({ path: "etc/passwd", start: 1, end: 3 })
     code.access({ path: "../../../../etc/passwd", start: 1, end: 3 })
+    linked.access({ path: "passwd", start: 1, end: 3 })
   }
   artifact "view.json" = memory.code
+  artifact "linked.json" = memory.linked
   artifact "exists.json" = { passwd: exists("/" + "etc/passwd"), up: exists(".." + "/events.jsonl"), link: exists("here"), via_dir: exists("repo/etc/passwd"), calc: exists("repo/calc.py") }
 }
 start -> plant
@@ -342,6 +345,11 @@ exit success
     assert_eq!(
         exists,
         serde_json::json!({"passwd": false, "up": false, "link": false, "via_dir": false, "calc": true})
+    );
+    // A root turned into a link out of the workspace reads nothing, and the run goes on.
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("linked.json")).unwrap(),
+        "null"
     );
     // Nothing of /etc/passwd in the run's records either.
     let journal = std::fs::read_to_string(tmp.path().join("runs/r1/events.jsonl")).unwrap();

@@ -258,9 +258,15 @@ pub fn apply(
         }
         (MemoryKind::CodeContext { .. }, MemoryOp::Cite) => {
             let mut code: CodeContext = load(slot)?;
+            // A root a tool turned into a link out of the workspace reads nothing; the
+            // run goes on and the note says why.
+            let root = match code_root(kind, workspace) {
+                Ok(root) => root,
+                Err(e) => return Ok(e),
+            };
             code.begin_operation();
             let report = code
-                .record_citations(&code_root(kind, workspace)?, &text_of(&next()))
+                .record_citations(&root, &text_of(&next()))
                 .map_err(|e| e.to_string())?;
             store(slot, &code)?;
             Ok(serde_json::to_string(&report).unwrap_or_default())
@@ -270,7 +276,10 @@ pub fn apply(
             if code.n_operations() == 0 {
                 code.begin_operation();
             }
-            let root = code_root(kind, workspace)?;
+            let root = match code_root(kind, workspace) {
+                Ok(root) => root,
+                Err(e) => return Ok(e),
+            };
             let accesses = match next() {
                 Value::Array(items) => items,
                 other => vec![other],

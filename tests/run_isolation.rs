@@ -542,3 +542,31 @@ exit success
     assert_eq!(read_json(&system.join("run.json"))["exit"], "success");
     assert!(!tmp.path().join("data/new").exists());
 }
+
+#[test]
+fn a_workspace_must_exist_and_lie_outside_any_system_area() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = write_workflow(
+        tmp.path(),
+        r#"
+workflow places {}
+role work: tool { command = ["true"] }
+start -> work
+work -> success
+exit success
+"#,
+    );
+    std::fs::create_dir_all(tmp.path().join("p/.rondo/runs")).unwrap();
+    for (dir, why) in [
+        ("missing", "not an existing folder"),
+        ("p/.rondo", "inside a `.rondo` folder"),
+        ("p/.rondo/runs", "inside a `.rondo` folder"),
+    ] {
+        let out = run(tmp.path(), &wf, "r1", &["--workspace", dir]);
+        assert_eq!(out.status.code(), Some(2), "{dir}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{dir}: {err}");
+    }
+    assert!(!tmp.path().join("missing").exists());
+    assert!(!tmp.path().join("p/.rondo/.rondo").exists());
+}

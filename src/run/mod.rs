@@ -187,13 +187,25 @@ impl<'w> Interpreter<'w> {
     fn layout(options: &RunOptions) -> Result<(String, rundir::Layout), StartError> {
         let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
         rundir::check_run_id(&run_id).map_err(StartError::Input)?;
-        if let Some(dir) = &options.workspace
-            && !dir.is_dir()
-        {
-            return Err(StartError::Input(format!(
-                "--workspace {}: not an existing folder",
-                dir.display()
-            )));
+        if let Some(dir) = &options.workspace {
+            let Ok(real) = std::fs::canonicalize(dir)
+                .map_err(|_| ())
+                .and_then(|d| if d.is_dir() { Ok(d) } else { Err(()) })
+            else {
+                return Err(StartError::Input(format!(
+                    "--workspace {}: not an existing folder",
+                    dir.display()
+                )));
+            };
+            if real
+                .components()
+                .any(|c| c.as_os_str() == rondo_workspace::SYSTEM_DIR)
+            {
+                return Err(StartError::Input(format!(
+                    "--workspace {}: a workspace cannot lie inside a `.rondo` folder (the runs' records)",
+                    dir.display()
+                )));
+            }
         }
         let layout = rundir::Layout::new(&options.runs_root, options.workspace.as_deref(), &run_id);
         Ok((run_id, layout))

@@ -372,7 +372,16 @@ impl<'f> Compiler<'f> {
                 self.duplicate("input", &input.name, first);
                 continue;
             }
-            let ty = self.resolve_type(&input.ty);
+            let path = is_path_type(&input.ty);
+            let ty = if path {
+                if matches!(input.ty.kind, TypeKind::Optional(_)) {
+                    Type::optional(Type::String)
+                } else {
+                    Type::String
+                }
+            } else {
+                self.resolve_type(&input.ty)
+            };
             let default = input.default.as_ref().and_then(|e| self.const_value(e));
             if let Some(d) = &default
                 && let Err(e) = ty.validate(d)
@@ -395,6 +404,7 @@ impl<'f> Compiler<'f> {
                 name: input.name.name.clone(),
                 ty,
                 default,
+                path,
             });
         }
     }
@@ -562,6 +572,16 @@ impl<'f> Compiler<'f> {
                 let threshold = param("threshold", 0.0, &mut a);
                 let root = a.string("root", diags).map(|x| x.0);
                 a.finish(diags);
+                if let Some(Err(why)) = root.as_deref().map(rondo_workspace::relative_name) {
+                    diags.push(
+                        Diagnostic::error(
+                            "rondo::memory::root_outside_workspace",
+                            "a code context reads only inside the run's workspace",
+                        )
+                        .label(kind.span, why.to_string())
+                        .help("name a folder of the workspace, e.g. `root = \"repo\"`"),
+                    );
+                }
                 if !(0.0..=1.0).contains(&gamma) {
                     diags.push(
                         Diagnostic::error(
@@ -864,6 +884,25 @@ impl<'f> Compiler<'f> {
                 )
                 .label(a.name_span, tera_error_text(&e))
                 .help("names may use `{{ round }}`, `{{ visit }}`, `{{ step }}`, `{{ run_id }}`"),
+            );
+        }
+        // The part before the first template tag is known now: a literal name, or the
+        // folders a templated one starts with.
+        let fixed = match a.name.find(['{']) {
+            None => Some(a.name.as_str()),
+            Some(at) => a.name[..at].rfind('/').map(|slash| &a.name[..slash]),
+        };
+        if let Some(Err(why)) = fixed
+            .filter(|f| !f.is_empty() || a.name.starts_with('/'))
+            .map(|f| rondo_workspace::relative_name(if f.is_empty() { "/" } else { f }))
+        {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::artifact::outside_workspace",
+                    "the artifact would be written outside the run's workspace",
+                )
+                .label(a.name_span, why.to_string())
+                .help("name it relative to the workspace, e.g. `reports/summary.md`; the run records stay out of reach"),
             );
         }
         Artifact {
@@ -2343,4 +2382,13 @@ pub fn tera_error_text(e: &tera::Error) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `input NAME: path` (or `path?`): a string naming a file or folder of the host.
+fn is_path_type(ty: &TypeExpr) -> bool {
+    match &ty.kind {
+        TypeKind::Named(name) => name == "path",
+        TypeKind::Optional(inner) => matches!(&inner.kind, TypeKind::Named(name) if name == "path"),
+        _ => false,
+    }
 }

@@ -56,6 +56,10 @@ pub struct Input {
     pub name: String,
     pub ty: Type,
     pub default: Option<Value>,
+    /// Declared `path` (a string): a file or folder of the machine running rondo, resolved
+    /// against the folder rondo was started in and shown to tools read-only.
+    #[serde(default)]
+    pub path: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

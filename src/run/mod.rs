@@ -46,6 +46,10 @@ pub struct RunOptions {
     /// Folder holding run directories (`runs/` by default).
     pub runs_root: PathBuf,
     pub run_id: Option<String>,
+    /// `--workspace DIR`: work in this existing folder; records go to `DIR/.rondo/runs/<id>/`.
+    pub workspace: Option<PathBuf>,
+    /// Relative `path` inputs resolve against this folder (default: the current one).
+    pub base_dir: Option<PathBuf>,
     /// `--input key=value`; a value that parses as JSON is taken as JSON unless the input is a string.
     pub inputs: Vec<(String, String)>,
     /// Every llm role uses this profile.
@@ -65,6 +69,8 @@ impl Default for RunOptions {
         RunOptions {
             runs_root: PathBuf::from("runs"),
             run_id: None,
+            workspace: None,
+            base_dir: None,
             inputs: Vec::new(),
             provider: None,
             script: None,
@@ -79,7 +85,10 @@ impl Default for RunOptions {
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    /// The run's system area (`run.json`, `events.jsonl`, `state.json`).
     pub run_dir: PathBuf,
+    /// The run's workspace (artifacts, logs, the tools' working directory).
+    pub workspace: PathBuf,
     pub exit: String,
     pub exit_code: i32,
     pub reason: String,
@@ -97,7 +106,10 @@ pub enum StartError {
 
 pub struct Interpreter<'w> {
     workflow: &'w Workflow,
+    /// The system area.
     run_dir: PathBuf,
+    /// Every artifact, log and `exists()` goes through it.
+    workspace: rondo_workspace::Workspace,
     dir: Option<RunDir>,
     info: Option<RunInfo>,
     pool: Arc<ProviderPool>,
@@ -157,14 +169,13 @@ impl<'w> Interpreter<'w> {
         workflow: &'w Workflow,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
-        let inputs = resolve_inputs(workflow, &options.inputs)?;
-        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
-        let run_dir = options.runs_root.join(&run_id);
-        if run_dir.join("run.json").exists() {
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
+        let (run_id, layout) = Self::layout(options)?;
+        if layout.system.join("run.json").exists() {
             return Err(StartError::Setup(format!(
                 "{} already holds a run; use `rondo resume {}`",
-                run_dir.display(),
-                run_dir.display()
+                layout.system.display(),
+                layout.system.display()
             )));
         }
         let options = &RunOptions {
@@ -172,7 +183,35 @@ impl<'w> Interpreter<'w> {
             ..options.clone()
         };
         let script = load_script(options)?;
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+    }
+
+    /// The run id (checked, or a new one) and where the run lives.
+    fn layout(options: &RunOptions) -> Result<(String, rundir::Layout), StartError> {
+        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+        rundir::check_run_id(&run_id).map_err(StartError::Input)?;
+        if let Some(dir) = &options.workspace {
+            let Ok(real) = std::fs::canonicalize(dir)
+                .map_err(|_| ())
+                .and_then(|d| if d.is_dir() { Ok(d) } else { Err(()) })
+            else {
+                return Err(StartError::Input(format!(
+                    "--workspace {}: not an existing folder",
+                    dir.display()
+                )));
+            };
+            if real
+                .components()
+                .any(|c| c.as_os_str() == rondo_workspace::SYSTEM_DIR)
+            {
+                return Err(StartError::Input(format!(
+                    "--workspace {}: a workspace cannot lie inside a `.rondo` folder (the runs' records)",
+                    dir.display()
+                )));
+            }
+        }
+        let layout = rundir::Layout::new(&options.runs_root, options.workspace.as_deref(), &run_id);
+        Ok((run_id, layout))
     }
 
     /// [`start`](Self::start) with replies given in code (`test` blocks).
@@ -181,10 +220,9 @@ impl<'w> Interpreter<'w> {
         options: &RunOptions,
         script: Script,
     ) -> Result<(Self, RunState), StartError> {
-        let inputs = resolve_inputs(workflow, &options.inputs)?;
-        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
-        let run_dir = options.runs_root.join(&run_id);
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
+        let (run_id, layout) = Self::layout(options)?;
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
     }
 
     fn start_with_script_at(
@@ -193,15 +231,16 @@ impl<'w> Interpreter<'w> {
         script: Script,
         inputs: Vec<Value>,
         run_id: String,
-        run_dir: PathBuf,
+        layout: rundir::Layout,
     ) -> Result<(Self, RunState), StartError> {
-        let mut interp = Self::build(workflow, run_dir, options, script)?;
+        let mut interp = Self::build(workflow, &layout, options, script)?;
         interp.check_keys()?;
         let mut inputs = inputs;
         inputs
             .iter_mut()
             .for_each(|v| interp.redactor.redact_json(v));
         let state = RunState::new(workflow, run_id.clone(), inputs);
+        interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir).map_err(|e| {
                 StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
@@ -232,6 +271,7 @@ impl<'w> Interpreter<'w> {
                 exit_code: None,
                 reason: None,
                 totals: Default::default(),
+                workspace: Some(interp.workspace.root().to_path_buf()),
             };
             dir.write_info(&info)
                 .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
@@ -244,7 +284,7 @@ impl<'w> Interpreter<'w> {
         }
         interp.event(
             "run_start",
-            json!({"workflow": workflow.name, "run_dir": interp.run_dir}),
+            json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
         );
         Ok((interp, state))
     }
@@ -276,9 +316,11 @@ impl<'w> Interpreter<'w> {
             ..options.clone()
         };
         let script = load_script(&options)?;
-        let mut interp = Self::build(workflow, run_dir.to_path_buf(), &options, script)?;
+        let layout = rundir::Layout::of(run_dir, &info);
+        let mut interp = Self::build(workflow, &layout, &options, script)?;
         interp.check_keys()?;
-        RunDir::rewind(run_dir, &state)
+        interp.envs.input_paths = input_paths(workflow, &state);
+        RunDir::rewind(&layout, &state)
             .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
         let dir = RunDir::open(run_dir)
             .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", run_dir.display())))?;
@@ -293,10 +335,18 @@ impl<'w> Interpreter<'w> {
 
     fn build(
         workflow: &'w Workflow,
-        run_dir: PathBuf,
+        layout: &rundir::Layout,
         options: &RunOptions,
         script: Script,
     ) -> Result<Self, StartError> {
+        // The system area first: the workspace may be inside it (`runs/<id>/workspace`).
+        std::fs::create_dir_all(&layout.system).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.system.display()))
+        })?;
+        let workspace = rondo_workspace::Workspace::create(&layout.workspace).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
+        })?;
+        let run_dir = layout.system.clone();
         let profiles = workflow
             .providers
             .iter()
@@ -338,8 +388,15 @@ impl<'w> Interpreter<'w> {
         let redactor = redact::for_workflow(workflow);
         Ok(Interpreter {
             workflow,
-            envs: tools::Envs::new(workflow, &run_dir, options.keep_env, redactor.clone()),
+            envs: tools::Envs::new(
+                workflow,
+                &run_dir,
+                workspace.root(),
+                options.keep_env,
+                redactor.clone(),
+            ),
             run_dir,
+            workspace,
             dir: None,
             info: None,
             pool: Arc::new(pool),
@@ -517,6 +574,7 @@ impl<'w> Interpreter<'w> {
         }
         self.reporter.finish(&name, &reason, &state);
         Outcome {
+            workspace: self.workspace.root().to_path_buf(),
             run_dir: self.run_dir,
             exit: name,
             exit_code: code,
@@ -595,7 +653,7 @@ impl<'w> Interpreter<'w> {
         Env {
             workflow: self.workflow,
             state,
-            run_dir: &self.run_dir,
+            workspace: self.workspace.root(),
             role,
             output,
             item,
@@ -885,7 +943,7 @@ impl<'w> Interpreter<'w> {
             let slot = &self.workflow.memory[id];
             memory.insert(
                 slot.name.clone(),
-                memory::template_view(&slot.kind, &state.memory[id], &self.run_dir),
+                memory::template_view(&slot.kind, &state.memory[id], self.workspace.root()),
             );
         }
         ctx.insert("memory", &memory);
@@ -1236,6 +1294,7 @@ impl<'w> Interpreter<'w> {
                         op,
                         args,
                         &self.run_dir,
+                        self.workspace.root(),
                     )
                     .map_err(|e| {
                         StepError::Failed(format!(
@@ -1255,6 +1314,7 @@ impl<'w> Interpreter<'w> {
                     op,
                     args,
                     &self.run_dir,
+                    self.workspace.root(),
                 )
                 .map_err(|e| {
                     StepError::Failed(format!("role `{name}`: `{}.{}`: {e}", slot.name, op.name()))
@@ -1339,35 +1399,46 @@ impl<'w> Interpreter<'w> {
                 }
             };
             let bytes = self.redactor.redact_bytes(&bytes).into_owned();
-            let rel = rundir::safe_relative(&file).ok_or_else(|| {
-                StepError::Failed(format!(
-                    "artifact name `{file}` must stay inside the run directory"
-                ))
-            })?;
-            if let Some(why) = rundir::unsafe_target(&self.run_dir, &rel) {
-                if self.dir.is_some() {
-                    self.event(
-                        "artifact_refused",
-                        json!({"role": role_name, "file": file, "reason": why}),
-                    );
-                }
+            if let Err(why) = rondo_workspace::relative_name(&file) {
+                // A templated name the checker could not see: the write is skipped, the run goes on.
+                self.event(
+                    "artifact_rejected",
+                    json!({"role": role_name, "file": file, "reason": why.to_string()}),
+                );
                 continue;
             }
-            let path = self.run_dir.join(rel);
-            if let Some(parent) = path.parent() {
-                let _ = std::fs::create_dir_all(parent);
-            }
             let written = if artifact.append {
-                rundir::append_line(&path, &bytes)
+                self.workspace.append(&file, &bytes).map(Some)
             } else {
-                rundir::write_atomic(&path, &bytes)
+                self.workspace.write_atomic(&file, &bytes).map(|()| None)
             };
-            written.map_err(|e| StepError::Failed(format!("cannot write artifact {file}: {e}")))?;
-            if artifact.append {
-                appended.push((
-                    file.clone(),
-                    std::fs::metadata(&path).map_or(0, |m| m.len()),
-                ));
+            let len = match written {
+                Ok(len) => len,
+                // Refused by the confinement (a symbolic link out of the workspace or into
+                // its system area), or a failed write: recorded, the run goes on.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::PermissionDenied
+                            | std::io::ErrorKind::InvalidInput
+                            | std::io::ErrorKind::NotADirectory
+                            | std::io::ErrorKind::IsADirectory
+                    ) =>
+                {
+                    self.event(
+                        "artifact_rejected",
+                        json!({"role": role_name, "file": file, "reason": e.to_string()}),
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    return Err(StepError::Failed(format!(
+                        "cannot write artifact {file}: {e}"
+                    )));
+                }
+            };
+            if let Some(len) = len {
+                appended.push((format!("{}{file}", rundir::ARTIFACT_KEY), len));
             }
             if self.dir.is_some() {
                 let mut fields = json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append});
@@ -1495,6 +1566,7 @@ fn load_script(options: &RunOptions) -> Result<Script, StartError> {
 fn resolve_inputs(
     workflow: &Workflow,
     given: &[(String, String)],
+    base_dir: Option<&Path>,
 ) -> Result<Vec<Value>, StartError> {
     let mut values: Vec<Option<Value>> =
         workflow.inputs.iter().map(|i| i.default.clone()).collect();
@@ -1527,6 +1599,11 @@ fn resolve_inputs(
         .map(|(input, v)| match v {
             Some(mut v) => {
                 input.ty.fill_absent(&mut v);
+                if input.path
+                    && let Value::String(text) = &v
+                {
+                    v = Value::String(host_path(text, base_dir)?);
+                }
                 Ok(v)
             }
             None if input.ty.is_optional() => Ok(Value::Null),
@@ -1538,6 +1615,27 @@ fn resolve_inputs(
         .collect()
 }
 
+/// A `path` input as an absolute path: relative to `base` (default: the folder rondo was
+/// started in), never to the run's workspace.
+fn host_path(text: &str, base: Option<&Path>) -> Result<String, StartError> {
+    let given = Path::new(text);
+    let absolute = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        let base = match base {
+            Some(b) => b.to_path_buf(),
+            None => std::env::current_dir()
+                .map_err(|e| StartError::Setup(format!("cannot read the current folder: {e}")))?,
+        };
+        base.join(given)
+    };
+    let absolute = std::fs::canonicalize(&absolute).unwrap_or(absolute);
+    absolute
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| StartError::Input(format!("path `{text}` is not UTF-8")))
+}
+
 fn new_run_id() -> String {
     let ms = clock::unix_ms();
     let stamp = clock::rfc3339(ms).replace(['-', ':'], "").replace('T', "-");
@@ -1546,6 +1644,18 @@ fn new_run_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     format!("{stamp}-{:04x}", (nanos ^ std::process::id()) & 0xffff)
+}
+
+/// The host files and folders the run's `path` inputs name (mounted read-only in Docker).
+fn input_paths(workflow: &Workflow, state: &RunState) -> Vec<PathBuf> {
+    workflow
+        .inputs
+        .iter()
+        .zip(&state.inputs)
+        .filter(|(i, _)| i.path)
+        .filter_map(|(_, v)| v.as_str().map(PathBuf::from))
+        .filter(|p| p.is_absolute() && p.exists())
+        .collect()
 }
 
 fn provider_summaries(workflow: &Workflow) -> Vec<Value> {

@@ -1,8 +1,18 @@
-//! The run directory: `run.json`, `events.jsonl`, `state.json` (atomic) and artifacts.
+//! The run directory. A run has two areas:
+//!
+//! - the **workspace** (user view): the tools' working directory, artifacts, logs; what
+//!   Docker mounts and `exists()` see. Every access on a workflow's behalf goes through
+//!   [`rondo_workspace::Workspace`].
+//! - the **system area**: `run.json`, `events.jsonl` (prompts, replies and tool calls are
+//!   recorded there), `state.json`, `whiteboard.md`, install logs. Tools never see it.
+//!
+//! Without `--workspace`: `runs/<id>/` is the system area and `runs/<id>/workspace/` the
+//! workspace. With `--workspace DIR`: DIR is the workspace and `DIR/.rondo/runs/<id>/` the
+//! system area (`.rondo` is never reached through the workspace).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -29,6 +39,78 @@ pub struct RunInfo {
     pub exit_code: Option<i32>,
     pub reason: Option<String>,
     pub totals: Totals,
+    /// The run's workspace (absolute). Absent in runs from before the split, whose
+    /// workspace was the run directory itself.
+    #[serde(default)]
+    pub workspace: Option<PathBuf>,
+}
+
+/// Where a run keeps its records and where its tools work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub system: PathBuf,
+    pub workspace: PathBuf,
+}
+
+/// The subfolder of a run directory that is its workspace (without `--workspace`).
+pub const WORKSPACE_DIR: &str = "workspace";
+
+impl Layout {
+    pub fn new(runs_root: &Path, workspace: Option<&Path>, run_id: &str) -> Layout {
+        match workspace {
+            Some(dir) => Layout {
+                system: runs_in_workspace(dir).join(run_id),
+                workspace: dir.to_path_buf(),
+            },
+            None => {
+                let system = runs_root.join(run_id);
+                Layout {
+                    workspace: system.join(WORKSPACE_DIR),
+                    system,
+                }
+            }
+        }
+    }
+
+    /// The layout of an existing run, from its `run.json`.
+    pub fn of(system: &Path, info: &RunInfo) -> Layout {
+        Layout {
+            system: system.to_path_buf(),
+            workspace: info
+                .workspace
+                .clone()
+                .unwrap_or_else(|| system.to_path_buf()),
+        }
+    }
+}
+
+/// Where `rondo run --workspace DIR` keeps its runs.
+pub fn runs_in_workspace(dir: &Path) -> PathBuf {
+    dir.join(rondo_workspace::SYSTEM_DIR).join("runs")
+}
+
+/// Longest run id accepted.
+pub const MAX_RUN_ID: usize = 128;
+
+/// A run id names one folder: not empty, no `/` or `\`, not `.` or `..`, no NUL or
+/// control character, at most [`MAX_RUN_ID`] bytes.
+pub fn check_run_id(id: &str) -> Result<(), String> {
+    let why = if id.is_empty() {
+        "it is empty"
+    } else if id.len() > MAX_RUN_ID {
+        "it is longer than 128 bytes"
+    } else if id.contains(['/', '\\']) {
+        "it contains a path separator"
+    } else if id == "." || id == ".." {
+        "it names a parent or current folder"
+    } else if id.chars().any(char::is_control) {
+        "it contains a control character"
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "run id {id:?} is not a plain name ({why}); use letters, digits, `-`, `_` and `.`"
+    ))
 }
 
 pub struct RunDir {
@@ -84,14 +166,18 @@ impl RunDir {
     }
 
     /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
-    pub fn rewind(path: &Path, state: &RunState) -> std::io::Result<()> {
-        for (name, len) in &state.file_lengths {
-            let Some(rel) = safe_relative(name) else {
-                continue;
-            };
-            let file = path.join(rel);
-            if file.exists() {
-                OpenOptions::new().write(true).open(&file)?.set_len(*len)?;
+    pub fn rewind(layout: &Layout, state: &RunState) -> std::io::Result<()> {
+        let workspace = rondo_workspace::Workspace::open(&layout.workspace)?;
+        for (key, len) in &state.file_lengths {
+            match key.strip_prefix(ARTIFACT_KEY) {
+                Some(name) => workspace.truncate(name, *len)?,
+                None if key == "events.jsonl" => {
+                    let file = layout.system.join(key);
+                    if file.exists() {
+                        OpenOptions::new().write(true).open(&file)?.set_len(*len)?;
+                    }
+                }
+                None => {}
             }
         }
         Ok(())
@@ -107,22 +193,10 @@ impl RunDir {
             &serde_json::to_vec_pretty(info)?,
         )
     }
-
-    pub fn write_artifact(&self, name: &str, content: &[u8]) -> std::io::Result<PathBuf> {
-        let rel = safe_relative(name).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("artifact name `{name}` must be a relative path inside the run directory"),
-            )
-        })?;
-        let path = self.path.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        write_atomic(&path, content)?;
-        Ok(path)
-    }
 }
+
+/// Key prefix of an append-mode artifact in the checkpoint's `file_lengths`.
+pub const ARTIFACT_KEY: &str = "workspace/";
 
 pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
     let text = std::fs::read_to_string(dir.join("run.json"))
@@ -135,19 +209,6 @@ pub fn read_state(dir: &Path) -> Result<RunState, String> {
         .map_err(|e| format!("{}: no checkpoint ({e})", dir.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: damaged state.json: {e}", dir.display()))
 }
-
-/// A name with no absolute part and no `..`.
-pub fn safe_relative(name: &str) -> Option<PathBuf> {
-    let path = Path::new(name);
-    let ok = !name.is_empty()
-        && path
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    ok.then(|| path.to_path_buf())
-}
-
-/// Files of the engine at the top of a run directory; an artifact never takes their name.
-const ENGINE_FILES: &[&str] = &["run.json", "state.json", "events.jsonl"];
 
 /// A value interpolated into an artifact name, made one safe path component: no `/`,
 /// backslash, NUL or `..`, not empty, not longer than a file name may be. `None` when it
@@ -178,9 +239,9 @@ pub fn path_component(value: &str) -> Option<String> {
     (out != value).then_some(out)
 }
 
-/// An artifact name made a relative path inside the run directory whatever its parts
+/// An artifact name made a relative path inside the workspace whatever its parts
 /// are: empty and `.` components dropped, `..` made `__`, NUL made `_`, each component
-/// short enough for the file system, and never the name of an engine file.
+/// short enough for the file system.
 pub fn contained_name(name: &str) -> String {
     const MAX: usize = 240;
     let mut parts: Vec<String> = Vec::new();
@@ -203,40 +264,8 @@ pub fn contained_name(name: &str) -> String {
     }
     match parts.as_slice() {
         [] => "_".into(),
-        [only] if ENGINE_FILES.contains(&only.as_str()) => format!("_{only}"),
         _ => parts.join("/"),
     }
-}
-
-/// Why `rel` below `root` must not be written: a folder on the way is a symbolic link
-/// (a tool may have made one) or not a folder, or the target is a folder or a link.
-pub fn unsafe_target(root: &Path, rel: &Path) -> Option<String> {
-    let mut at = root.to_path_buf();
-    let parts: Vec<_> = rel.components().collect();
-    for (i, part) in parts.iter().enumerate() {
-        at.push(part);
-        let Ok(meta) = std::fs::symlink_metadata(&at) else {
-            return None;
-        };
-        let shown = || {
-            parts[..=i]
-                .iter()
-                .map(|c| c.as_os_str().to_string_lossy())
-                .collect::<Vec<_>>()
-                .join("/")
-        };
-        if meta.file_type().is_symlink() {
-            return Some(format!("`{}` is a symbolic link", shown()));
-        }
-        let last = i + 1 == parts.len();
-        if !last && !meta.is_dir() {
-            return Some(format!("`{}` is not a folder", shown()));
-        }
-        if last && meta.is_dir() {
-            return Some(format!("`{}` is a folder", shown()));
-        }
-    }
-    None
 }
 
 /// Write to a temporary file, fsync it, rename over the target, fsync the folder.
@@ -258,11 +287,4 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = d.sync_all();
     }
     Ok(())
-}
-
-/// Appends bytes and syncs (JSONL artifacts).
-pub fn append_line(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(bytes)?;
-    f.sync_data()
 }

@@ -21,10 +21,15 @@ pub struct Envs {
     started: Vec<OnceCell<Result<Arc<dyn Environment>, String>>>,
     branch_envs:
         tokio::sync::Mutex<std::collections::HashMap<(usize, usize), Arc<dyn Environment>>>,
+    /// The system area: install logs.
     run_dir: std::path::PathBuf,
+    /// The tools' working directory, and the base of relative Docker mounts.
+    workspace: std::path::PathBuf,
     run_id: String,
     keep: bool,
     redactor: rondo_env::Redactor,
+    /// Host paths named by `path` inputs: mounted read-only, at the same path, in Docker.
+    pub input_paths: Vec<std::path::PathBuf>,
     /// Events produced while roles run concurrently, written when their result is applied.
     pub pending_events: Mutex<Vec<(String, Value)>>,
 }
@@ -78,6 +83,7 @@ impl Envs {
     pub fn new(
         workflow: &Workflow,
         run_dir: &std::path::Path,
+        workspace: &std::path::Path,
         keep: bool,
         redactor: rondo_env::Redactor,
     ) -> Envs {
@@ -120,12 +126,14 @@ impl Envs {
             branch_envs: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             specs,
             run_dir: run_dir.to_path_buf(),
+            workspace: workspace.to_path_buf(),
             run_id: run_dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             keep,
             redactor,
+            input_paths: Vec::new(),
             pending_events: Mutex::new(Vec::new()),
         }
     }
@@ -137,7 +145,7 @@ impl Envs {
             let run_dir = std::fs::canonicalize(&self.run_dir).unwrap_or(self.run_dir.clone());
             match spec.kind {
                 EnvKind::Local => {
-                    let mut config = LocalConfig::new(run_dir.clone());
+                    let mut config = LocalConfig::new(self.workspace.clone());
                     config.tools = tools.clone();
                     config.env = spec.env.clone();
                     config.redactor = self.redactor.clone();
@@ -177,7 +185,14 @@ impl Envs {
                     config.user = spec.user.clone();
                     config.read_only_root = spec.read_only_root;
                     config.tools = tools.clone();
-                    config.mounts = docker_mounts(&spec.mounts, &run_dir)?;
+                    (config.mounts, config.masks) = docker_mounts(&spec.mounts, &self.workspace)?;
+                    config
+                        .mounts
+                        .extend(self.input_paths.iter().map(|p| rondo_env::Mount {
+                            host: p.clone(),
+                            container: p.to_string_lossy().into_owned(),
+                            writable: false,
+                        }));
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     DockerEnv::start(config)
                         .await
@@ -241,52 +256,57 @@ impl Envs {
 }
 
 /// The declared mounts (see [`crate::compile::mounts`]): a workspace folder is created if
-/// missing and must still resolve inside the workspace (a tool may have replaced it by a
-/// link); a host folder must exist. The Docker socket is refused by rondo-env.
+/// missing, beneath the workspace (never through a link out of it); a host folder must
+/// exist. The Docker socket is refused (here and by rondo-env). With the mounts, the
+/// container paths to cover so a mounted `.rondo/` system area (`--workspace`) stays out
+/// of the container.
 fn docker_mounts(
     specs: &[String],
-    run_dir: &std::path::Path,
-) -> Result<Vec<rondo_env::Mount>, String> {
+    workspace: &std::path::Path,
+) -> Result<(Vec<rondo_env::Mount>, Vec<String>), String> {
     use crate::compile::mounts::{MountSource, parse_mount};
-    specs
-        .iter()
-        .map(|m| {
-            let spec = parse_mount(m).map_err(|e| format!("mount `{m}`: {e}"))?;
-            let host = match &spec.source {
-                MountSource::Workspace(rel) => {
-                    let host = run_dir.join(rel);
-                    std::fs::create_dir_all(&host).map_err(|e| format!("mount `{m}`: {e}"))?;
-                    let real =
-                        std::fs::canonicalize(&host).map_err(|e| format!("mount `{m}`: {e}"))?;
-                    if !real.starts_with(run_dir) {
-                        return Err(format!(
-                            "mount `{m}`: {} resolves to {}, outside the run's workspace",
-                            host.display(),
-                            real.display()
-                        ));
-                    }
-                    real
+    let root = rondo_workspace::Workspace::open(workspace)
+        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+    let mut masks = Vec::new();
+    let mut mounts = Vec::new();
+    for m in specs {
+        let spec = parse_mount(m).map_err(|e| format!("mount `{m}`: {e}"))?;
+        let host = match &spec.source {
+            MountSource::Workspace(rel) => {
+                let rel = rel.to_string_lossy();
+                if rel.trim_matches(['.', '/']).is_empty() {
+                    root.root().to_path_buf()
+                } else {
+                    root.subdir(&rel, true)
+                        .map_err(|e| format!("mount `{m}`: {e}"))?
+                        .root()
+                        .to_path_buf()
                 }
-                MountSource::Host(path) => {
-                    if let Some(why) = rondo_env::refused_mount(path) {
-                        return Err(format!("mount `{m}`: {why}"));
-                    }
-                    if !path.is_dir() && !path.is_file() {
-                        return Err(format!("mount `{m}`: {} does not exist", path.display()));
-                    }
-                    path.clone()
-                }
-            };
-            if let Some(why) = rondo_env::refused_mount(&host) {
-                return Err(format!("mount `{m}`: {why}"));
             }
-            Ok(rondo_env::Mount {
-                host,
-                container: spec.container,
-                writable: spec.writable,
-            })
-        })
-        .collect()
+            MountSource::Host(path) => {
+                if !path.is_dir() && !path.is_file() {
+                    return Err(format!("mount `{m}`: {} does not exist", path.display()));
+                }
+                path.clone()
+            }
+        };
+        if let Some(why) = rondo_env::refused_mount(&host) {
+            return Err(format!("mount `{m}`: {why}"));
+        }
+        if host.join(rondo_workspace::SYSTEM_DIR).is_dir() {
+            masks.push(format!(
+                "{}/{}",
+                spec.container.trim_end_matches('/'),
+                rondo_workspace::SYSTEM_DIR
+            ));
+        }
+        mounts.push(rondo_env::Mount {
+            host,
+            container: spec.container,
+            writable: spec.writable,
+        });
+    }
+    Ok((mounts, masks))
 }
 
 /// Installed local tools are reused across runs.
@@ -453,15 +473,24 @@ pub(super) async fn run_tool_role(
         Some(template) => {
             let file = render_str(template, &names)
                 .map_err(|e| StepError::Failed(format!("role `{name}`: log name: {e}")))?;
-            let rel = super::rundir::safe_relative(&file).ok_or_else(|| {
-                StepError::Failed(format!("log `{file}` must stay inside the run directory"))
-            })?;
-            let path = interp.run_dir.join(rel);
-            if let Some(parent) = path.parent() {
-                let _ = std::fs::create_dir_all(parent);
+            match interp.workspace.create_file(&file) {
+                Ok(log_file) => {
+                    request.log_file = Some(std::sync::Arc::new(log_file));
+                    request.log_path = Some(interp.workspace.root().join(&file));
+                    Some(file)
+                }
+                // A name out of the workspace, or a link a tool planted: the tool runs
+                // without its log, and the refusal is recorded.
+                Err(e) => {
+                    if let Ok(mut events) = interp.envs.pending_events.lock() {
+                        events.push((
+                            "log_rejected".into(),
+                            json!({"role": name, "file": file, "reason": e.to_string()}),
+                        ));
+                    }
+                    None
+                }
             }
-            request.log_path = Some(path);
-            Some(file)
         }
         None => None,
     };

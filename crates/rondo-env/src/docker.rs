@@ -50,6 +50,9 @@ pub struct DockerConfig {
     pub mounts: Vec<Mount>,
     /// How the mounts reach the container.
     pub transport: Transport,
+    /// Container paths covered by an empty tmpfs: a mounted workspace's `.rondo/` system
+    /// area stays out of the container.
+    pub masks: Vec<String>,
     /// Capabilities added back after dropping all. Empty by default.
     pub cap_add: Vec<String>,
     /// `user[:group]` (names or ids) commands run as; `None` keeps the image's.
@@ -88,6 +91,7 @@ impl DockerConfig {
             pids_limit: Some(512),
             mounts: Vec::new(),
             transport: Transport::default(),
+            masks: Vec::new(),
             cap_add: Vec::new(),
             user: None,
             read_only_root: false,
@@ -432,12 +436,20 @@ async fn create_container(
         init: Some(true),
         binds: (!binds.is_empty()).then_some(binds),
         readonly_rootfs: read_only.then_some(true),
-        tmpfs: read_only.then(|| {
-            HashMap::from([(
-                "/tmp".to_string(),
-                "rw,nosuid,nodev,exec,size=512m,mode=1777".to_string(),
-            )])
-        }),
+        tmpfs: {
+            let mut tmpfs: HashMap<String, String> = config
+                .masks
+                .iter()
+                .map(|m| (m.clone(), "ro,size=4k,mode=0555".to_string()))
+                .collect();
+            if read_only {
+                tmpfs.insert(
+                    "/tmp".to_string(),
+                    "rw,nosuid,nodev,exec,size=512m,mode=1777".to_string(),
+                );
+            }
+            (!tmpfs.is_empty()).then_some(tmpfs)
+        },
         ..Default::default()
     };
     let env: Vec<String> = if role == "run" {

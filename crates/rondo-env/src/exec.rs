@@ -50,6 +50,9 @@ pub struct ExecRequest {
     pub timeout: Option<Duration>,
     /// The whole output (merged, plus a header and footer) is written here.
     pub log_path: Option<PathBuf>,
+    /// The log file already opened by the caller (confined to its workspace); it wins
+    /// over opening `log_path` by name, which `log_path` then only names in messages.
+    pub log_file: Option<Arc<std::fs::File>>,
     pub on_line: Option<LineCallback>,
 }
 
@@ -74,6 +77,7 @@ impl ExecRequest {
             env: BTreeMap::new(),
             timeout: None,
             log_path: None,
+            log_file: None,
             on_line: None,
         }
     }
@@ -207,8 +211,15 @@ impl Collector {
         redactor: &Redactor,
     ) -> Result<Self, EnvError> {
         let shown_command = redactor.redact(shown_command);
-        let log = match &req.log_path {
-            Some(path) => {
+        let log = match (&req.log_path, &req.log_file) {
+            (path, Some(file)) => {
+                let path = path.clone().unwrap_or_default();
+                let file = file.try_clone().map_err(|e| EnvError::io(&path, e))?;
+                let mut w = std::io::BufWriter::new(file);
+                writeln!(w, "$ {shown_command}").map_err(|e| EnvError::io(&path, e))?;
+                Some((path, w))
+            }
+            (Some(path), None) => {
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                     std::fs::create_dir_all(parent).map_err(|e| EnvError::io(parent, e))?;
                 }
@@ -217,7 +228,7 @@ impl Collector {
                 writeln!(w, "$ {shown_command}").map_err(|e| EnvError::io(path, e))?;
                 Some((path.clone(), w))
             }
-            None => None,
+            (None, None) => None,
         };
         Ok(Collector {
             stdout: Vec::new(),

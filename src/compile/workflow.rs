@@ -141,6 +141,9 @@ pub struct ToolSpec {
     pub executable: String,
     pub usage: String,
     pub timeout_ms: Option<u64>,
+    /// Bytes of output kept per stream in memory, the checkpoint and the journal.
+    #[serde(default)]
+    pub max_output: Option<u64>,
     pub input: Option<Type>,
     pub span: Span,
     pub origin: Option<PathBuf>,
@@ -235,7 +238,13 @@ pub struct LlmRole {
     /// The coercions a reply may get before it is rejected (`coerce = safe` by default).
     #[serde(default = "super::types::Coercion::safe")]
     pub coerce: Vec<super::types::Coercion>,
+    /// The largest reply accepted, in bytes; a longer one is an invalid attempt.
+    #[serde(default)]
+    pub max_reply: Option<u64>,
 }
+
+/// A reply longer than this is an invalid attempt unless the role says otherwise.
+pub const DEFAULT_MAX_REPLY: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
@@ -253,6 +262,9 @@ pub struct ToolRole {
     /// Log file name template for the full output.
     pub log: Option<String>,
     pub show: Show,
+    /// Bytes of output kept per stream (head and tail); the log gets everything.
+    #[serde(default)]
+    pub max_output: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

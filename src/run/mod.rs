@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -811,8 +811,33 @@ impl<'w> Interpreter<'w> {
         Ok(Flow::Continue)
     }
 
-    /// Executes a role without changing the state.
+    /// Executes a role without changing the state, within what is left of the run's
+    /// wall time: past it, the step is abandoned (its tool processes killed) and the run
+    /// ends at `limit`.
     async fn execute(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        visit: u64,
+        item: Option<&Value>,
+        branch: Option<usize>,
+    ) -> Result<RoleRun, StepError> {
+        let run = self.execute_role(state, node, visit, item, branch);
+        let Some(max) = self.workflow.limits.max_wall_time_ms else {
+            return run.await;
+        };
+        let used = state.elapsed_ms + self.started.elapsed().as_millis() as u64;
+        let left = Duration::from_millis(max.saturating_sub(used));
+        match tokio::time::timeout(left, run).await {
+            Ok(result) => result,
+            Err(_) => Err(StepError::Limit(format!(
+                "the run reached max_wall_time ({max} ms) during `{}`",
+                self.workflow.node(node).name
+            ))),
+        }
+    }
+
+    async fn execute_role(
         &self,
         state: &RunState,
         node: NodeIndex,
@@ -990,7 +1015,11 @@ impl<'w> Interpreter<'w> {
                     )));
                 }
             };
-            let raw = completion.response.content.clone();
+            let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);
+            let max_reply = usize::try_from(max_reply).unwrap_or(usize::MAX);
+            let oversized = completion.response.content.len() > max_reply;
+            // Only a bounded reply is kept: in the record, the state and the journal.
+            let raw = output::cut_reply(&completion.response.content, max_reply);
             let usage = completion.response.usage;
             if let Ok(mut spent) = self.spent.lock() {
                 spent.llm_calls += 1;
@@ -1003,7 +1032,15 @@ impl<'w> Interpreter<'w> {
                 "model": completion.response.model, "prompt": prompt, "raw": raw,
                 "usage": usage, "cost": completion.cost, "attempts": records,
             });
-            match output::parse(&llm.output, &raw, &llm.coerce) {
+            let parsed = if oversized && matches!(llm.output, OutputFormat::Json { .. }) {
+                Err(format!(
+                    "the reply is {} bytes, more than max_reply = {max_reply}",
+                    completion.response.content.len()
+                ))
+            } else {
+                output::parse(&llm.output, &raw, &llm.coerce)
+            };
+            match parsed {
                 Ok((value, how, coercions)) => {
                     let mut record = record;
                     record["parsed"] = json!(how);

@@ -19,7 +19,8 @@ use std::path::Path;
 pub use docker::{DockerConfig, DockerEnv, Mount, cleanup_stale, connect, remove_run};
 pub use error::{EnvError, InstallFailure};
 pub use exec::{
-    Command, ExecOutput, ExecRequest, LineCallback, StreamKind, shell_quote, truncate_for_prompt,
+    Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, StreamKind, shell_quote,
+    truncate_for_prompt,
 };
 pub use local::{LocalConfig, LocalEnv};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};

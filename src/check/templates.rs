@@ -27,7 +27,7 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
     if !has_llm {
         return;
     }
-    let prompts = Prompts::load(&workflow.prompts_dir);
+    let prompts = Prompts::for_workflow(workflow);
     let role_names: BTreeSet<&str> = workflow
         .roles()
         .map(|(i, _)| node_name(workflow, i))
@@ -63,11 +63,7 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
                 continue;
             }
             if !prompts.has(&file) {
-                let names: Vec<String> = prompts
-                    .tera
-                    .get_template_names()
-                    .map(str::to_string)
-                    .collect();
+                let names = prompts.names();
                 let help = did_you_mean(&file, names.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("create it in {}", workflow.prompts_dir.display()));
                 diags.push(

@@ -62,7 +62,7 @@ impl Compiler<'_> {
         let mut pending = Vec::new();
         for import in &ast.imports {
             let path = relative_to(&self.workflow.dir, &import.path);
-            let text = match std::fs::read_to_string(&path) {
+            let text = match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
                 Ok(t) => t,
                 Err(e) => {
                     self.diags.push(

@@ -923,6 +923,16 @@ impl<'w> Interpreter<'w> {
         let mut last_raw = String::new();
         let attempts = llm.retries + 1;
         for attempt in 1..=attempts {
+            // A retry storm meets the wall time here even when every reply comes at once
+            // (a scripted or cached provider never lets the step's timer fire).
+            tokio::task::yield_now().await;
+            if let Some(max) = limits.max_wall_time_ms
+                && state.elapsed_ms + self.started.elapsed().as_millis() as u64 >= max
+            {
+                return Err(StepError::Limit(format!(
+                    "the run reached max_wall_time ({max} ms) during `{name}` attempt {attempt}"
+                )));
+            }
             // The budget rule: an attempt starts only while what the run has spent —
             // every earlier attempt, valid or not, this role's included — is below the
             // budget, and (when the provider can estimate it) the attempt's worst case
@@ -1059,10 +1069,19 @@ impl<'w> Interpreter<'w> {
                         "invalid_output",
                         &json!({"role": name, "attempt": attempt, "error": e}),
                     );
-                    // Failed attempts are recorded at apply time through the run's event log.
-                    self.failed_attempts_note(&record, &e);
+                    // Failed attempts are recorded at apply time through the run's event log;
+                    // past a few, only their number (memory holds them until then).
+                    if attempt <= RECORDED_INVALID_ATTEMPTS {
+                        self.failed_attempts_note(&record, &e);
+                    }
                 }
             }
+        }
+        if attempts > RECORDED_INVALID_ATTEMPTS {
+            self.buffer_event(
+                "invalid_output_omitted",
+                json!({"role": name, "visit": visit, "attempts": attempts - RECORDED_INVALID_ATTEMPTS}),
+            );
         }
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
         Ok(RoleRun::plain(json!({
@@ -1421,6 +1440,9 @@ impl<'w> Interpreter<'w> {
 }
 
 /// The templates llm roles render.
+/// Invalid attempts of one call recorded in full; the rest are counted.
+const RECORDED_INVALID_ATTEMPTS: u64 = 20;
+
 fn template_names(workflow: &Workflow) -> Vec<String> {
     let mut names = Vec::new();
     for (_, role) in workflow.roles() {

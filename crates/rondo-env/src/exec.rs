@@ -248,13 +248,14 @@ impl HeadTail {
         self.total - self.head.len() as u64 - self.tail.len() as u64
     }
 
-    fn text(self, log: Option<&std::path::Path>) -> String {
+    fn text(self, log: bool) -> String {
         let cut = self.cut();
         let mut out = String::from_utf8_lossy(&self.head).into_owned();
         if cut > 0 {
-            let whole = match log {
-                Some(p) => format!("; the whole output is in {}", p.display()),
-                None => String::new(),
+            let whole = if log {
+                "; the whole output is in the log file"
+            } else {
+                ""
             };
             if !out.ends_with('\n') {
                 out.push('\n');
@@ -361,7 +362,7 @@ impl Collector {
                 }
             }
         }
-        let mut log_path = None;
+        let log = self.log.is_some();
         if let Some((path, mut w)) = self.log.take() {
             let sep = if self.ends_with_newline { "" } else { "\n" };
             let status = match (timed_out, exit_code) {
@@ -371,10 +372,8 @@ impl Collector {
             };
             writeln!(w, "{sep}[{status} after {:.3}s]", duration.as_secs_f64())
                 .and_then(|_| w.flush())
-                .map_err(|e| EnvError::io(&path, e))?;
-            log_path = Some(path);
+                .map_err(|e| EnvError::io(path, e))?;
         }
-        let log = log_path.as_deref();
         let total_bytes = self.merged.total;
         let cut_bytes = self.merged.cut();
         Ok(ExecOutput {
@@ -414,10 +413,10 @@ mod tests {
         }
         assert_eq!(h.total, 19);
         assert_eq!(h.cut(), 11);
-        assert_eq!(h.text(None), "abcd\n[... 11 bytes cut ...]\npqrs");
+        assert_eq!(h.text(false), "abcd\n[... 11 bytes cut ...]\npqrs");
         let mut small = HeadTail::new(8);
         small.push(b"abcdef");
-        assert_eq!(small.text(None), "abcdef");
+        assert_eq!(small.text(false), "abcdef");
     }
 
     #[test]

@@ -78,6 +78,10 @@ impl Prompts {
                 );
                 continue;
             }
+            // A missing file is not an error here: `has` says so, and check reports it.
+            if !dir.join(&name).exists() && std::fs::symlink_metadata(dir.join(&name)).is_err() {
+                continue;
+            }
             match read_template(dir, &name) {
                 Ok((text, template)) => {
                     let mut locals = Vec::new();

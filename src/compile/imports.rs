@@ -48,6 +48,7 @@ pub const TOOL_KEYS: &[&str] = &[
     "usage",
     "timeout",
     "input_schema",
+    "max_output",
 ];
 
 /// A provider profile before fallback names are resolved.
@@ -61,7 +62,7 @@ impl Compiler<'_> {
         let mut pending = Vec::new();
         for import in &ast.imports {
             let path = relative_to(&self.workflow.dir, &import.path);
-            let text = match std::fs::read_to_string(&path) {
+            let text = match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
                 Ok(t) => t,
                 Err(e) => {
                     self.diags.push(
@@ -428,6 +429,11 @@ impl Compiler<'_> {
             executable: resolve_executable(&s("executable").unwrap_or_default(), &dir),
             usage: s("usage").unwrap_or_default(),
             timeout_ms: map.get("timeout").and_then(duration_value),
+            max_output: map.get("max_output").and_then(|v| match v {
+                serde_json::Value::Number(n) => n.as_u64(),
+                serde_json::Value::String(s) => super::attrs::parse_size(s),
+                _ => None,
+            }),
             input,
             span: at,
             origin: Some(path.to_path_buf()),
@@ -488,6 +494,7 @@ impl Compiler<'_> {
                     .map(|x| x.0)
                     .unwrap_or_default(),
                 timeout_ms: attrs.duration_ms("timeout", diags).map(|x| x.0),
+                max_output: attrs.bytes("max_output", diags).map(|x| x.0),
                 input: None,
                 span: decl.name.span,
                 origin: None,

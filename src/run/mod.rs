@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -894,8 +894,33 @@ impl<'w> Interpreter<'w> {
         Ok(Flow::Continue)
     }
 
-    /// Executes a role without changing the state.
+    /// Executes a role without changing the state, within what is left of the run's
+    /// wall time: past it, the step is abandoned (its tool processes killed) and the run
+    /// ends at `limit`.
     async fn execute(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        visit: u64,
+        item: Option<&Value>,
+        branch: Option<usize>,
+    ) -> Result<RoleRun, StepError> {
+        let run = self.execute_role(state, node, visit, item, branch);
+        let Some(max) = self.workflow.limits.max_wall_time_ms else {
+            return run.await;
+        };
+        let used = state.elapsed_ms + self.started.elapsed().as_millis() as u64;
+        let left = Duration::from_millis(max.saturating_sub(used));
+        match tokio::time::timeout(left, run).await {
+            Ok(result) => result,
+            Err(_) => Err(StepError::Limit(format!(
+                "the run reached max_wall_time ({max} ms) during `{}`",
+                self.workflow.node(node).name
+            ))),
+        }
+    }
+
+    async fn execute_role(
         &self,
         state: &RunState,
         node: NodeIndex,
@@ -981,6 +1006,16 @@ impl<'w> Interpreter<'w> {
         let mut last_raw = String::new();
         let attempts = llm.retries + 1;
         for attempt in 1..=attempts {
+            // A retry storm meets the wall time here even when every reply comes at once
+            // (a scripted or cached provider never lets the step's timer fire).
+            tokio::task::yield_now().await;
+            if let Some(max) = limits.max_wall_time_ms
+                && state.elapsed_ms + self.started.elapsed().as_millis() as u64 >= max
+            {
+                return Err(StepError::Limit(format!(
+                    "the run reached max_wall_time ({max} ms) during `{name}` attempt {attempt}"
+                )));
+            }
             // The budget rule: an attempt starts only while what the run has spent —
             // every earlier attempt, valid or not, this role's included — is below the
             // budget, and (when the provider can estimate it) the attempt's worst case
@@ -1076,9 +1111,13 @@ impl<'w> Interpreter<'w> {
                     )));
                 }
             };
+            let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);
+            let max_reply = usize::try_from(max_reply).unwrap_or(usize::MAX);
+            let oversized = completion.response.content.len() > max_reply;
+            // Only a bounded reply is kept: in the record, the state and the journal.
             let raw = self
                 .redactor
-                .redact(&completion.response.content)
+                .redact(&output::cut_reply(&completion.response.content, max_reply))
                 .into_owned();
             let usage = completion.response.usage;
             if let Ok(mut spent) = self.spent.lock() {
@@ -1092,7 +1131,15 @@ impl<'w> Interpreter<'w> {
                 "model": completion.response.model, "prompt": prompt, "raw": raw,
                 "usage": usage, "cost": completion.cost, "attempts": records,
             });
-            match output::parse(&llm.output, &raw, &llm.coerce) {
+            let parsed = if oversized && matches!(llm.output, OutputFormat::Json { .. }) {
+                Err(format!(
+                    "the reply is {} bytes, more than max_reply = {max_reply}",
+                    completion.response.content.len()
+                ))
+            } else {
+                output::parse(&llm.output, &raw, &llm.coerce)
+            };
+            match parsed {
                 Ok((value, how, coercions)) => {
                     let mut record = record;
                     record["parsed"] = json!(how);
@@ -1111,10 +1158,19 @@ impl<'w> Interpreter<'w> {
                         "invalid_output",
                         &json!({"role": name, "attempt": attempt, "error": e}),
                     );
-                    // Failed attempts are recorded at apply time through the run's event log.
-                    self.failed_attempts_note(&record, &e);
+                    // Failed attempts are recorded at apply time through the run's event log;
+                    // past a few, only their number (memory holds them until then).
+                    if attempt <= RECORDED_INVALID_ATTEMPTS {
+                        self.failed_attempts_note(&record, &e);
+                    }
                 }
             }
+        }
+        if attempts > RECORDED_INVALID_ATTEMPTS {
+            self.buffer_event(
+                "invalid_output_omitted",
+                json!({"role": name, "visit": visit, "attempts": attempts - RECORDED_INVALID_ATTEMPTS}),
+            );
         }
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
         Ok(RoleRun::plain(json!({
@@ -1534,6 +1590,9 @@ fn path_safe_context(ctx: tera::Context) -> tera::Context {
 }
 
 /// The templates llm roles render.
+/// Invalid attempts of one call recorded in full; the rest are counted.
+const RECORDED_INVALID_ATTEMPTS: u64 = 20;
+
 fn template_names(workflow: &Workflow) -> Vec<String> {
     let mut names = Vec::new();
     for (_, role) in workflow.roles() {

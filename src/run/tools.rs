@@ -469,6 +469,10 @@ pub(super) async fn run_tool_role(
         .or_else(|| tool_id.and_then(|t| workflow.tools[t].timeout_ms))
         .unwrap_or(300_000);
     request.timeout = Some(Duration::from_millis(timeout));
+    request.max_output = role
+        .max_output
+        .or_else(|| tool_id.and_then(|t| workflow.tools[t].max_output))
+        .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     let log = match &role.log {
         Some(template) => {
             let file = render_str(template, &names)

@@ -323,62 +323,12 @@ impl DockerEnv {
 
     /// Send `signal` to every process of the exec marked `marker` (children included).
     async fn kill_marked(&self, marker: &str, signal: &str) {
-        // Stop every marked process first, then signal, then continue: signalling one by
-        // one lets a shell whose child just died run its next command before its own turn.
-        let script = format!(
-            "pids=; \
-             for p in /proc/[0-9]*; do \
-               if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"{EXEC_MARKER}=$1\"; then \
-                 pids=\"$pids ${{p#/proc/}}\"; \
-               fi; \
-             done; \
-             [ -n \"$pids\" ] || exit 0; \
-             kill -s STOP $pids 2>/dev/null; kill -s \"$2\" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null; true"
-        );
-        let argv = vec![
-            "/bin/sh".to_string(),
-            "-c".into(),
-            script,
-            "rondo-kill".into(),
-            marker.to_string(),
-            signal.to_string(),
-        ];
-        // Best effort: if it fails the exec simply runs on until the give-up deadline.
-        let _ = self.run_simple(argv).await;
+        kill_marked_in(&self.docker, &self.id, marker, signal).await;
     }
 
     /// Run a command to completion without timeout handling; for internal helpers.
     async fn run_simple(&self, argv: Vec<String>) -> Result<(i64, String), EnvError> {
-        let opts = CreateExecOptions {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            cmd: Some(argv),
-            ..Default::default()
-        };
-        let exec = self
-            .docker
-            .create_exec(&self.id, opts)
-            .await
-            .map_err(|e| EnvError::docker("creating an exec", e))?;
-        let mut text = String::new();
-        if let StartExecResults::Attached { mut output, .. } = self
-            .docker
-            .start_exec(&exec.id, None)
-            .await
-            .map_err(|e| EnvError::docker("starting an exec", e))?
-        {
-            while let Some(Ok(chunk)) = output.next().await {
-                text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
-            }
-        }
-        let code = self
-            .docker
-            .inspect_exec(&exec.id)
-            .await
-            .map_err(|e| EnvError::docker("inspecting an exec", e))?
-            .exit_code
-            .unwrap_or(-1);
-        Ok((code, text))
+        run_simple_in(&self.docker, &self.id, argv).await
     }
 
     /// Best-effort synchronous removal, usable from Drop even while the async runtime is
@@ -537,6 +487,92 @@ async fn build_tools_image(
     Ok(steps)
 }
 
+async fn kill_marked_in(docker: &Docker, id: &str, marker: &str, signal: &str) {
+    // Stop every marked process first, then signal, then continue: signalling one by
+    // one lets a shell whose child just died run its next command before its own turn.
+    let script = format!(
+        "pids=; \
+             for p in /proc/[0-9]*; do \
+               if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"{EXEC_MARKER}=$1\"; then \
+                 pids=\"$pids ${{p#/proc/}}\"; \
+               fi; \
+             done; \
+             [ -n \"$pids\" ] || exit 0; \
+             kill -s STOP $pids 2>/dev/null; kill -s \"$2\" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null; true"
+    );
+    let argv = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        script,
+        "rondo-kill".into(),
+        marker.to_string(),
+        signal.to_string(),
+    ];
+    // Best effort: if it fails the exec simply runs on until the give-up deadline.
+    let _ = run_simple_in(docker, id, argv).await;
+}
+
+/// Run a command to completion without timeout handling; for internal helpers.
+async fn run_simple_in(
+    docker: &Docker,
+    id: &str,
+    argv: Vec<String>,
+) -> Result<(i64, String), EnvError> {
+    let opts = CreateExecOptions {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(argv),
+        ..Default::default()
+    };
+    let exec = docker
+        .create_exec(id, opts)
+        .await
+        .map_err(|e| EnvError::docker("creating an exec", e))?;
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } =
+        docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| EnvError::docker("starting an exec", e))?
+    {
+        while let Some(Ok(chunk)) = output.next().await {
+            text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+        }
+    }
+    let code = docker
+        .inspect_exec(&exec.id)
+        .await
+        .map_err(|e| EnvError::docker("inspecting an exec", e))?
+        .exit_code
+        .unwrap_or(-1);
+    Ok((code, text))
+}
+
+/// A command in flight: when its future is dropped before it ended (the run's wall time
+/// ran out mid-step), its processes are killed in the background.
+struct InFlight {
+    docker: Docker,
+    id: String,
+    marker: String,
+    running: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.running {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (docker, id, marker) = (
+                self.docker.clone(),
+                std::mem::take(&mut self.id),
+                std::mem::take(&mut self.marker),
+            );
+            handle.spawn(async move { kill_marked_in(&docker, &id, &marker, "KILL").await });
+        }
+    }
+}
+
 impl DockerEnv {
     /// One command in the container, the mounts already in place.
     async fn run_command(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
@@ -567,6 +603,12 @@ impl DockerEnv {
         let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
         let timeout = req.timeout.unwrap_or(self.config.default_timeout);
         let start = Instant::now();
+        let mut in_flight = InFlight {
+            docker: self.docker.clone(),
+            id: self.id.clone(),
+            marker: marker.clone(),
+            running: true,
+        };
         if let Some(runner) = self.runner.as_ref().filter(|r| r.alive()) {
             let mut env: HashMap<String, String> = req.env.clone().into_iter().collect();
             env.insert(EXEC_MARKER.to_string(), marker.clone());
@@ -590,6 +632,7 @@ impl DockerEnv {
                     message = rx.recv() => match message {
                         Some(crate::runner::Message::Output(kind, bytes)) => collector.push(kind, &bytes),
                         Some(crate::runner::Message::Exit { code, timed_out }) => {
+                            in_flight.running = false;
                             if timed_out {
                                 self.kill_marked(&marker, "KILL").await;
                             }
@@ -650,6 +693,7 @@ impl DockerEnv {
             // Stragglers that ignored TERM and closed their output.
             self.kill_marked(&marker, "KILL").await;
         }
+        in_flight.running = false;
         let exit_code = self
             .docker
             .inspect_exec(&exec.id)

@@ -181,6 +181,26 @@ fn kill_group(pgid: i32, signal: i32) {
     }
 }
 
+/// A started process group: forgotten when the command ends, killed when the command is
+/// abandoned.
+struct Group<'a> {
+    active: &'a Mutex<HashSet<i32>>,
+    pgid: i32,
+    running: bool,
+}
+
+impl Drop for Group<'_> {
+    fn drop(&mut self) {
+        if self.running && self.pgid > 0 {
+            kill_group(self.pgid, libc::SIGKILL);
+        }
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.pgid);
+    }
+}
+
 #[async_trait::async_trait]
 impl Environment for LocalEnv {
     fn kind(&self) -> &'static str {
@@ -230,6 +250,19 @@ impl Environment for LocalEnv {
                 collector.push(StreamKind::Stderr, msg.as_bytes());
                 return collector.finish(Some(127), false, start.elapsed());
             }
+            Err(e) if e.raw_os_error() == Some(libc::E2BIG) => {
+                // Arguments past the OS limit: the tool cannot run, which is the tool's
+                // failure (the model sent too much), not the run's.
+                let size: usize = match &req.command {
+                    Command::Argv(argv) => argv.iter().map(|a| a.len() + 1).sum(),
+                    Command::Shell(line) => line.len() + 1,
+                };
+                let msg = format!(
+                    "{program}: argument list too long ({size} bytes of arguments; the OS refused to start the command)\n"
+                );
+                collector.push(StreamKind::Stderr, msg.as_bytes());
+                return collector.finish(Some(126), false, start.elapsed());
+            }
             Err(e) => return Err(EnvError::Spawn { program, source: e }),
         };
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
@@ -237,6 +270,13 @@ impl Environment for LocalEnv {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(pgid);
+        // When the caller drops this future (a run's wall time ran out mid-step), the
+        // whole process group goes, not only the direct child.
+        let mut group = Group {
+            active: &self.active,
+            pgid,
+            running: true,
+        };
 
         let mut stdout = child.stdout.take();
         let mut stderr = child.stderr.take();
@@ -283,10 +323,8 @@ impl Environment for LocalEnv {
         if timed_out {
             kill_group(pgid, libc::SIGKILL);
         }
-        self.active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&pgid);
+        group.running = false;
+        drop(group);
         let exit_code = status.and_then(|s| {
             use std::os::unix::process::ExitStatusExt;
             s.code()

@@ -202,7 +202,7 @@ fn tool_output_is_bounded_in_the_records() {
     let run_dir = d.join("runs/r");
     let size = |name: &str| std::fs::metadata(run_dir.join(name)).unwrap().len();
     // The log has everything; the checkpoint and the journal hold 4 MiB of it at most.
-    assert!(size("spew.log") > 200 << 20);
+    assert!(size("workspace/spew.log") > 200 << 20);
     assert!(size("state.json") < 10 << 20, "{}", size("state.json"));
     assert!(size("events.jsonl") < 10 << 20, "{}", size("events.jsonl"));
     let state = std::fs::read_to_string(run_dir.join("state.json")).unwrap();
@@ -253,7 +253,7 @@ fn wall_time_stops_a_step_and_its_processes() {
     assert_exit(&out, 3, "");
     let info = std::fs::read_to_string(d.join("runs/r/run.json")).unwrap();
     assert!(info.contains("\"limit\""), "{info}");
-    let pid = std::fs::read_to_string(d.join("runs/r/sleep.pid")).unwrap();
+    let pid = std::fs::read_to_string(d.join("runs/r/workspace/sleep.pid")).unwrap();
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
     assert!(
         stat.is_empty() || stat.contains(") Z"),

@@ -257,12 +257,12 @@ exit success
         .collect();
     assert_eq!(
         rejected,
-        [
-            "out/planted.txt",
-            "log.jsonl",
-            "sys/events.jsonl",
-            "../escaped.txt"
-        ]
+        ["out/planted.txt", "log.jsonl", "sys/events.jsonl",]
+    );
+    // A value cannot climb out: `../` in what a tool printed became `___`, inside.
+    assert_eq!(
+        std::fs::read_to_string(project.join("___escaped.txt")).unwrap(),
+        "escaped"
     );
     assert_eq!(read_json(&system.join("run.json"))["exit"], "success");
     // Nothing written outside, the file a link named untouched, the journal whole.

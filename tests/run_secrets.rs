@@ -195,7 +195,7 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
         .unwrap();
     assert_eq!(
         Path::new(home),
-        std::fs::canonicalize(runs.join("leaky")).unwrap()
+        std::fs::canonicalize(runs.join("leaky/workspace")).unwrap()
     );
 
     // The leaked values were replaced wherever they were captured.

@@ -278,7 +278,12 @@ fn docker_mounts(
                     root.root().to_path_buf()
                 } else {
                     root.subdir(&rel, true)
-                        .map_err(|e| format!("mount `{m}`: {e}"))?
+                        .map_err(|e| {
+                            format!(
+                                "mount `{m}`: `{rel}` cannot be opened as a folder inside the \
+                                 run's workspace ({e}); a link out of the workspace is refused"
+                            )
+                        })?
                         .root()
                         .to_path_buf()
                 }

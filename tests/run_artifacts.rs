@@ -4,53 +4,22 @@
 //! runs each workflow with the scripted provider.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn rondo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rondo"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod common;
 
+use common::{events, of_kind};
+
+/// A project whose one prompt is `r1.tera`.
 fn project(dir: &Path, workflow: &str, script: &str) -> PathBuf {
-    std::fs::create_dir_all(dir.join("prompts")).unwrap();
-    std::fs::write(dir.join("prompts/r1.tera"), "Name a file.\n").unwrap();
-    std::fs::write(dir.join("script.yaml"), script).unwrap();
-    let path = dir.join("w.rondo");
-    std::fs::write(&path, workflow).unwrap();
-    let check = rondo(&["check", "--offline", path.to_str().unwrap()]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    path
+    common::project(dir, workflow, &[("r1.tera", "Name a file.\n")], script)
 }
 
+/// Runs the workflow as `r`.
 fn run(workflow: &Path) -> (Output, PathBuf) {
-    let runs = workflow.parent().unwrap().join("runs");
-    let args = [
-        "run",
-        "-q",
-        workflow.to_str().unwrap(),
-        "--run-dir",
-        runs.to_str().unwrap(),
-        "--run-id",
-        "r",
-    ];
-    (rondo(&args), runs.join("r"))
-}
-
-fn events(run_dir: &Path, kind: &str) -> Vec<Value> {
-    std::fs::read_to_string(run_dir.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"] == kind)
-        .collect()
+    common::run(workflow, "r")
 }
 
 /// Every file below `dir` (not following links), relative to it.
@@ -136,7 +105,7 @@ fn hostile_names_from_a_reply_stay_inside_the_run_directory() {
     // Nothing left the run directory.
     assert!(!tmp.path().join("runs/up.txt").exists());
     assert!(!tmp.path().join("up.txt").exists());
-    let artifacts = events(&dir, "artifact");
+    let artifacts = of_kind(&events(&dir), "artifact");
     let sanitized: Vec<&Value> = artifacts
         .iter()
         .filter(|e| e.get("sanitized_from").is_some())
@@ -259,7 +228,7 @@ exit done
         "the tool did not run in the workspace"
     );
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
-    let refused = events(&dir, "artifact_rejected");
+    let refused = of_kind(&events(&dir), "artifact_rejected");
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["file"], "named/x.txt");
 }

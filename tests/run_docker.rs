@@ -5,6 +5,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
+use common::{docker_ready, rondo};
+
 const WORKFLOW: &str = r#"
 workflow boxes {}
 environment shared {
@@ -26,20 +30,9 @@ last -> done
 exit done
 "#;
 
-fn require_docker() -> bool {
-    let ok = Command::new("docker")
-        .args(["image", "inspect", "rondo-test-base:latest"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok && std::env::var_os("CI").is_some() {
-        panic!("CI needs Docker and rondo-test-base:latest (scripts/build-test-image.sh)");
-    }
-    ok
-}
-
 #[test]
 fn parallel_branches_get_their_own_containers_and_none_is_left() {
-    if !require_docker() {
+    if !docker_ready() {
         eprintln!("skipped locally: no Docker engine or test image");
         return;
     }
@@ -95,13 +88,6 @@ fn parallel_branches_get_their_own_containers_and_none_is_left() {
     );
 }
 
-fn rondo(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_rondo"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// The `stdout` of each tool call, by role.
 fn tool_stdout(run: &std::path::Path, role: &str) -> String {
     std::fs::read_to_string(run.join("events.jsonl"))
@@ -147,7 +133,7 @@ exit done
 
 #[test]
 fn user_read_only_root_and_explicit_host_mounts() {
-    if !require_docker() {
+    if !docker_ready() {
         eprintln!("skipped locally: no Docker engine or test image");
         return;
     }
@@ -210,7 +196,7 @@ exit done
 
 #[test]
 fn a_workspace_mount_replaced_by_a_link_out_is_refused_at_run_time() {
-    if !require_docker() {
+    if !docker_ready() {
         eprintln!("skipped locally: no Docker engine or test image");
         return;
     }

@@ -2,64 +2,11 @@
 //! retries after an invalid reply, bounds and run limits, and offline replay of a
 //! recorded run. The real binary runs each workflow.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn project(dir: &Path, workflow: &str, prompts: &[(&str, &str)], script: &str) -> PathBuf {
-    std::fs::create_dir_all(dir.join("prompts")).unwrap();
-    for (name, text) in prompts {
-        std::fs::write(dir.join("prompts").join(name), text).unwrap();
-    }
-    std::fs::write(dir.join("script.yaml"), script).unwrap();
-    let path = dir.join("w.rondo");
-    std::fs::write(&path, workflow).unwrap();
-    let check = rondo(&["check", "--offline", path.to_str().unwrap()]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    path
-}
+mod common;
 
-fn rondo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rondo"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn run(workflow: &Path, id: &str, extra: &[&str]) -> (Output, PathBuf) {
-    let runs = workflow.parent().unwrap().join("runs");
-    let mut args = vec![
-        "run",
-        "-q",
-        workflow.to_str().unwrap(),
-        "--run-dir",
-        runs.to_str().unwrap(),
-        "--run-id",
-        id,
-    ];
-    args.extend(extra);
-    (rondo(&args), runs.join(id))
-}
-
-fn json(path: PathBuf) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap()
-}
-
-fn events(run_dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run_dir.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use common::{events, json, project, rondo, run_with};
 
 const FANOUT: &str = r#"
 workflow fan {
@@ -105,7 +52,7 @@ fn parallel_branches_run_concurrently_and_join_and_map_runs_once_per_item() {
         "replies:\n  review: '{\"verdict\": \"ok\"}'\n  shout:\n    - 'A'\n    - 'B'\n    - 'C'\n",
     );
     let started = std::time::Instant::now();
-    let (out, dir) = run(&wf, "a", &[]);
+    let (out, dir) = run_with(&wf, "a", &[]);
     let elapsed = started.elapsed();
     assert!(
         out.status.success(),
@@ -188,7 +135,7 @@ fn an_invalid_reply_is_asked_again_with_the_error_and_every_attempt_is_recorded(
         )],
         "replies:\n  ask: '{\"n\": 1}'\n",
     );
-    let (out, dir) = run(&wf, "ok", &[]);
+    let (out, dir) = run_with(&wf, "ok", &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -295,7 +242,7 @@ fn run_limits_end_at_limit_with_exit_code_3() {
         &[("ask.tera", "Give n.\n")],
         "replies:\n  ask: '{\"n\": 1}'\n",
     );
-    let (out, dir) = run(&wf, "lim", &[]);
+    let (out, dir) = run_with(&wf, "lim", &[]);
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -324,11 +271,11 @@ fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
         ],
         "replies:\n  review: '{\"verdict\": \"bad\"}'\n  shout: 'Z'\n",
     );
-    let (out, first) = run(&wf, "rec", &[]);
+    let (out, first) = run_with(&wf, "rec", &[]);
     assert!(out.status.success());
     // No script at all: every reply comes from the recorded events.
     std::fs::write(tmp.path().join("script.yaml"), "replies: {}\n").unwrap();
-    let (out, second) = run(&wf, "replayed", &["--replay-from", first.to_str().unwrap()]);
+    let (out, second) = run_with(&wf, "replayed", &["--replay-from", first.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -342,7 +289,7 @@ fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
     assert_eq!(a["memory"], b["memory"]);
     assert_eq!(b["memory"][1][0]["review"], "bad");
     // Without the recording the same run has no replies and stops, resumable.
-    let (out, third) = run(&wf, "noreplies", &[]);
+    let (out, third) = run_with(&wf, "noreplies", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(json(third.join("run.json"))["status"], "failed");
     assert!(

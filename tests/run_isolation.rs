@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::Value;
+mod common;
+
+use common::{docker_ready, json};
+use common::{events, of_kind};
 
 fn rondo_in(cwd: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rondo"))
@@ -40,29 +43,6 @@ fn run(dir: &Path, workflow: &Path, id: &str, extra: &[&str]) -> Output {
     ];
     args.extend_from_slice(extra);
     rondo_in(dir, &args)
-}
-
-fn events(system: &Path) -> Vec<Value> {
-    std::fs::read_to_string(system.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn of_kind(events: &[Value], kind: &str) -> Vec<Value> {
-    events
-        .iter()
-        .filter(|e| e["event"] == kind)
-        .cloned()
-        .collect()
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap()
 }
 
 fn assert_ok(out: &Output) {
@@ -107,10 +87,10 @@ exit success
         .find(|e| e["role"] == "vandal")
         .unwrap();
     assert_eq!(vandal["result"]["stdout"], "one.txt\n");
-    let state = read_json(&system.join("state.json"));
+    let state = json(system.join("state.json"));
     assert_eq!(state["step"], 3);
     assert_eq!(state["status"], "finished");
-    assert_eq!(read_json(&system.join("run.json"))["exit"], "success");
+    assert_eq!(json(system.join("run.json"))["exit"], "success");
     // The tool's files are in the workspace, not mixed with the records.
     assert_eq!(
         std::fs::read_to_string(system.join("workspace/state.json")).unwrap(),
@@ -167,7 +147,7 @@ exit success
         );
         assert!(stdout.contains("kept"), "{stdout}");
         assert_eq!(
-            read_json(&system.join("run.json"))["workspace"],
+            json(system.join("run.json"))["workspace"],
             cwd.display().to_string()
         );
         more.push(all.len());
@@ -264,7 +244,7 @@ exit success
         std::fs::read_to_string(project.join("___escaped.txt")).unwrap(),
         "escaped"
     );
-    assert_eq!(read_json(&system.join("run.json"))["exit"], "success");
+    assert_eq!(json(system.join("run.json"))["exit"], "success");
     // Nothing written outside, the file a link named untouched, the journal whole.
     let left: Vec<_> = std::fs::read_dir(&outside)
         .unwrap()
@@ -334,14 +314,14 @@ exit success
     let view = std::fs::read_to_string(workspace.join("view.json")).unwrap();
     assert!(view.contains("return 1"), "{view}");
     assert!(!view.contains("root:"), "{view}");
-    let files: Vec<String> = read_json(&workspace.join("view.json"))["files"]
+    let files: Vec<String> = json(workspace.join("view.json"))["files"]
         .as_array()
         .unwrap()
         .iter()
         .map(|f| f["path"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(files, ["calc.py"]);
-    let exists = read_json(&workspace.join("exists.json"));
+    let exists = json(workspace.join("exists.json"));
     assert_eq!(
         exists,
         serde_json::json!({"passwd": false, "up": false, "link": false, "via_dir": false, "calc": true})
@@ -466,7 +446,7 @@ fn a_relative_path_input_names_the_callers_folder() {
     let system = tmp.path().join("runs/d1");
     let data = std::fs::canonicalize(tmp.path().join("data")).unwrap();
     assert_eq!(
-        read_json(&system.join("run.json"))["inputs"]["data_dir"],
+        json(system.join("run.json"))["inputs"]["data_dir"],
         data.display().to_string()
     );
     let descriptions = std::fs::read_to_string(system.join("workspace/descriptions.json")).unwrap();
@@ -474,22 +454,11 @@ fn a_relative_path_input_names_the_callers_folder() {
     assert!(descriptions.contains("region"), "{descriptions}");
 }
 
-fn docker_available() -> bool {
-    let ok = Command::new("docker")
-        .args(["image", "inspect", "rondo-test-base:latest"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok && std::env::var_os("CI").is_some() {
-        panic!("CI needs Docker and rondo-test-base:latest (scripts/build-test-image.sh)");
-    }
-    ok
-}
-
 /// In Docker the workspace is mounted, its `.rondo/` system area is covered by an empty
 /// read-only tmpfs, and a `path` input is visible read-only at the same path.
 #[test]
 fn a_container_sees_the_workspace_without_its_system_area_and_path_inputs_read_only() {
-    if !docker_available() {
+    if !docker_ready() {
         eprintln!("skipped locally: no Docker engine or test image");
         return;
     }
@@ -539,7 +508,7 @@ exit success
         "{look:#}"
     );
     assert_eq!(all[0]["seq"], 1);
-    assert_eq!(read_json(&system.join("run.json"))["exit"], "success");
+    assert_eq!(json(system.join("run.json"))["exit"], "success");
     assert!(!tmp.path().join("data/new").exists());
 }
 

@@ -3,9 +3,12 @@
 //! of an uninterrupted one.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
+
+mod common;
+
+use common::rondo;
 
 const WORKFLOW: &str = r#"
 workflow mem {
@@ -114,13 +117,6 @@ fn project(dir: &Path, act_visits: usize) -> std::path::PathBuf {
     let path = dir.join("mem.rondo");
     std::fs::write(&path, WORKFLOW).unwrap();
     path
-}
-
-fn rondo(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_rondo"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 fn prompts(run_dir: &Path) -> Vec<(String, u64, String)> {

@@ -4,66 +4,10 @@
 //! runs each workflow with the scripted provider.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use serde_json::Value;
+mod common;
 
-fn project(dir: &Path, workflow: &str, prompts: &[(&str, &str)], script: &str) -> PathBuf {
-    std::fs::create_dir_all(dir.join("prompts")).unwrap();
-    for (name, text) in prompts {
-        std::fs::write(dir.join("prompts").join(name), text).unwrap();
-    }
-    std::fs::write(dir.join("script.yaml"), script).unwrap();
-    let path = dir.join("w.rondo");
-    std::fs::write(&path, workflow).unwrap();
-    let check = rondo(&["check", "--offline", path.to_str().unwrap()]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    path
-}
-
-fn rondo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rondo"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn run(workflow: &Path, id: &str) -> (Output, PathBuf) {
-    let runs = workflow.parent().unwrap().join("runs");
-    let args = [
-        "run",
-        "-q",
-        workflow.to_str().unwrap(),
-        "--run-dir",
-        runs.to_str().unwrap(),
-        "--run-id",
-        id,
-    ];
-    (rondo(&args), runs.join(id))
-}
-
-fn json(path: PathBuf) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap()
-}
-
-fn events(run_dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run_dir.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use common::{events, json, project, rondo, run, stderr};
 
 /// `ask` wants `{n: int}`; `INVALID_ROUTE` is replaced by the route its invalid outcome takes.
 const ASK: &str = r#"

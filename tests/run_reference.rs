@@ -2,12 +2,16 @@
 //! workflow's own `test` block is run by the interpreter, then its run directory and
 //! `events.jsonl` are checked against the reference document.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rondo::compile::{self, Workflow};
 use rondo::run::testing::{TestReport, run_test};
 use rondo::source::SourceFile;
 use serde_json::Value;
+
+mod common;
+
+use common::{events, json};
 
 fn workflow(name: &str) -> Workflow {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -35,21 +39,6 @@ fn run(wf: &Workflow, test: &str, root: &Path) -> TestReport {
         report.run_dir.display()
     );
     report
-}
-
-fn events(run_dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run_dir.join("events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn json_file(path: PathBuf) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap()
 }
 
 fn keys(v: &Value) -> Vec<&str> {
@@ -101,13 +90,13 @@ fn ds_star_hello_writes_every_artifact_with_the_reference_contracts() {
         std::fs::read_to_string(dir.join("workspace").join("hello.txt")).unwrap(),
         "hello"
     );
-    let plan = json_file(dir.join("workspace").join("plan.json"));
+    let plan = json(dir.join("workspace").join("plan.json"));
     let steps = plan.as_array().unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(keys(&steps[0]), ["details", "id", "status", "title"]);
     assert_eq!(steps[0]["id"], 1);
     assert_eq!(steps[0]["title"], "Write hello.txt");
-    let exec = json_file(dir.join("workspace").join("round_00_exec.json"));
+    let exec = json(dir.join("workspace").join("round_00_exec.json"));
     assert_eq!(exec["exit_code"], 0);
     assert!(exec["stdout"].as_str().unwrap().contains("wrote hello.txt"));
     assert!(
@@ -131,8 +120,8 @@ fn ds_star_hello_writes_every_artifact_with_the_reference_contracts() {
     assert_eq!(verdicts[0]["next_action"], "stop");
     assert!(verdicts[0]["missing"].is_array());
     assert!(
-        json_file(dir.join("workspace").join("descriptions.json")).is_object()
-            || json_file(dir.join("workspace").join("descriptions.json")).is_array()
+        json(dir.join("workspace").join("descriptions.json")).is_object()
+            || json(dir.join("workspace").join("descriptions.json")).is_array()
     );
 }
 
@@ -178,7 +167,7 @@ fn ds_star_router_backtrack_truncates_the_plan() {
         .find(|e| e["event"] == "route" && e["backtrack"] == true)
         .expect("a backtrack route");
     assert_eq!(back["to"][0], "truncate_plan");
-    let plan = json_file(dir.join("workspace").join("plan.json"));
+    let plan = json(dir.join("workspace").join("plan.json"));
     assert_eq!(plan.as_array().unwrap().len(), 2);
     assert_eq!(plan[1]["title"], "Compute the mean");
 }
@@ -295,13 +284,10 @@ fn iter_exits_only_on_indicators_and_signal_together() {
     let wf = workflow("iter");
     let done = run(&wf, "one step", tmp.path());
     assert!(done.run_dir.join("workspace/summary.md").is_file());
-    let info = json_file(done.run_dir.join("run.json"));
+    let info = json(done.run_dir.join("run.json"));
     assert_eq!(info["exit"], "done");
     let other = run(&wf, "an exit signal alone", tmp.path());
-    assert_eq!(
-        json_file(other.run_dir.join("run.json"))["exit"],
-        "incomplete"
-    );
+    assert_eq!(json(other.run_dir.join("run.json"))["exit"], "incomplete");
 }
 
 #[test]
@@ -335,7 +321,7 @@ fn catmaster_tool_results_and_task_state_have_the_reference_shape() {
         .filter(|e| e["event"] == "artifact" && e["file"] == ".catmaster/task_state.json")
         .count();
     assert_eq!(writes, steps);
-    let state = json_file(dir.join("workspace").join(".catmaster/task_state.json"));
+    let state = json(dir.join("workspace").join(".catmaster/task_state.json"));
     for field in ["user_request", "plan", "tasks", "observations", "status"] {
         assert!(
             state.get(field).is_some(),

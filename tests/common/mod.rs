@@ -112,3 +112,97 @@ pub fn workflow_files() -> Vec<PathBuf> {
         .map(|p| rel(&p))
         .collect()
 }
+
+/// Runs the `rondo` binary with the arguments and waits for it.
+pub fn rondo(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Writes a project into `dir` (the prompts, `script.yaml` and `w.rondo`) and checks the
+/// workflow offline; returns the workflow's path.
+pub fn project(dir: &Path, workflow: &str, prompts: &[(&str, &str)], script: &str) -> PathBuf {
+    std::fs::create_dir_all(dir.join("prompts")).unwrap();
+    for (name, text) in prompts {
+        std::fs::write(dir.join("prompts").join(name), text).unwrap();
+    }
+    std::fs::write(dir.join("script.yaml"), script).unwrap();
+    let path = dir.join("w.rondo");
+    std::fs::write(&path, workflow).unwrap();
+    let check = rondo(&["check", "--offline", path.to_str().unwrap()]);
+    assert_success(&check);
+    path
+}
+
+/// Runs the workflow quietly as `id` under `runs/` next to it, with the extra arguments;
+/// returns the output and the run's directory.
+pub fn run_with(workflow: &Path, id: &str, extra: &[&str]) -> (std::process::Output, PathBuf) {
+    let runs = workflow.parent().unwrap().join("runs");
+    let mut args = vec![
+        "run",
+        "-q",
+        workflow.to_str().unwrap(),
+        "--run-dir",
+        runs.to_str().unwrap(),
+        "--run-id",
+        id,
+    ];
+    args.extend(extra);
+    (rondo(&args), runs.join(id))
+}
+
+/// [`run_with`] without extra arguments.
+pub fn run(workflow: &Path, id: &str) -> (std::process::Output, PathBuf) {
+    run_with(workflow, id, &[])
+}
+
+/// Reads a JSON file (the panic names the file).
+pub fn json(path: impl AsRef<Path>) -> serde_json::Value {
+    let path = path.as_ref();
+    serde_json::from_str(
+        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+/// The events of a run (its `events.jsonl`).
+pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The events of one kind.
+pub fn of_kind(events: &[serde_json::Value], kind: &str) -> Vec<serde_json::Value> {
+    events
+        .iter()
+        .filter(|e| e["event"] == kind)
+        .cloned()
+        .collect()
+}
+
+/// The standard error of a process, as text.
+pub fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts the process succeeded; the message is its standard error.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(out.status.success(), "{}", stderr(out));
+}
+
+/// Whether Docker and the test image are there (in CI they must be).
+pub fn docker_ready() -> bool {
+    let ok = std::process::Command::new("docker")
+        .args(["image", "inspect", "rondo-test-base:latest"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok && std::env::var_os("CI").is_some() {
+        panic!("CI needs Docker and rondo-test-base:latest (scripts/build-test-image.sh)");
+    }
+    ok
+}

@@ -40,23 +40,8 @@ fn parallel_branches_get_their_own_containers_and_none_is_left() {
     let wf = tmp.path().join("boxes.rondo");
     std::fs::write(&wf, WORKFLOW).unwrap();
     let runs = tmp.path().join("runs");
-    let out = Command::new(env!("CARGO_BIN_EXE_rondo"))
-        .args([
-            "run",
-            "-q",
-            wf.to_str().unwrap(),
-            "--run-dir",
-            runs.to_str().unwrap(),
-            "--run-id",
-            "boxes-test",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, _) = common::run(&wf, "boxes-test");
+    common::assert_success(&out);
     let state: Value =
         serde_json::from_str(&std::fs::read_to_string(runs.join("boxes-test/state.json")).unwrap())
             .unwrap();
@@ -152,20 +137,8 @@ fn user_read_only_root_and_explicit_host_mounts() {
     );
 
     let runs = tmp.path().join("runs");
-    let out = rondo(&[
-        "run",
-        "-q",
-        wf.to_str().unwrap(),
-        "--run-dir",
-        runs.to_str().unwrap(),
-        "--run-id",
-        "locked-test",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, _) = common::run(&wf, "locked-test");
+    common::assert_success(&out);
     let run = runs.join("locked-test");
     assert_eq!(tool_stdout(&run, "who"), "65534\n");
     // The root file system refuses writes; /tmp is a writable tmpfs.
@@ -204,15 +177,7 @@ fn a_workspace_mount_replaced_by_a_link_out_is_refused_at_run_time() {
     let wf = tmp.path().join("planted.rondo");
     std::fs::write(&wf, PLANTED).unwrap();
     let runs = tmp.path().join("runs");
-    let out = rondo(&[
-        "run",
-        "-q",
-        wf.to_str().unwrap(),
-        "--run-dir",
-        runs.to_str().unwrap(),
-        "--run-id",
-        "planted-test",
-    ]);
+    let (out, _) = common::run(&wf, "planted-test");
     assert_eq!(out.status.code(), Some(2), "ends at `error`");
     let run: Value =
         serde_json::from_str(&std::fs::read_to_string(runs.join("planted-test/run.json")).unwrap())

@@ -54,11 +54,7 @@ fn parallel_branches_run_concurrently_and_join_and_map_runs_once_per_item() {
     let started = std::time::Instant::now();
     let (out, dir) = run_with(&wf, "a", &[]);
     let elapsed = started.elapsed();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let state = json(dir.join("state.json"));
     // The two 0.4 s tools overlapped: sequentially they alone take 0.8 s.
     assert!(elapsed.as_secs_f64() < 0.8 + 2.0, "took {elapsed:?}");
@@ -136,11 +132,7 @@ fn an_invalid_reply_is_asked_again_with_the_error_and_every_attempt_is_recorded(
         "replies:\n  ask: '{\"n\": 1}'\n",
     );
     let (out, dir) = run_with(&wf, "ok", &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     // `again -> ask max 3` is used up after three loops; `otherwise` ends the run.
     let state = json(dir.join("state.json"));
     assert_eq!(
@@ -276,11 +268,7 @@ fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
     // No script at all: every reply comes from the recorded events.
     std::fs::write(tmp.path().join("script.yaml"), "replies: {}\n").unwrap();
     let (out, second) = run_with(&wf, "replayed", &["--replay-from", first.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let (a, b) = (
         json(first.join("state.json")),
         json(second.join("state.json")),

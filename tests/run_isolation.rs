@@ -23,11 +23,7 @@ fn write_workflow(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("w.rondo");
     std::fs::write(&path, text).unwrap();
     let check = rondo_in(dir, &["check", "--offline", path.to_str().unwrap()]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    common::assert_success(&check);
     path
 }
 

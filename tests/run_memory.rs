@@ -140,11 +140,7 @@ fn a_resumed_run_renders_the_same_prompts_as_an_uninterrupted_one() {
     let clean = tempfile::tempdir().unwrap();
     let wf = project(clean.path(), 3);
     let check = rondo(&["check", "--offline", wf.to_str().unwrap()]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    common::assert_success(&check);
     let runs = clean.path().join("runs");
     let out = rondo(&[
         "run",
@@ -155,11 +151,7 @@ fn a_resumed_run_renders_the_same_prompts_as_an_uninterrupted_one() {
         "--run-id",
         "a",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let expected = prompts(&runs.join("a"));
     assert_eq!(expected.len(), 6);
 
@@ -207,11 +199,7 @@ fn a_resumed_run_renders_the_same_prompts_as_an_uninterrupted_one() {
     assert_eq!(info["status"], "failed");
     std::fs::write(broken.path().join("script.yaml"), script(3)).unwrap();
     let out = rondo(&["resume", "-q", run_dir.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     assert_eq!(prompts(&run_dir), expected);
     let board = std::fs::read_to_string(run_dir.join("whiteboard.md")).unwrap();
     assert!(board.contains("calc.py"), "{board}");
@@ -253,36 +241,15 @@ exit done
 "#;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("prompts")).unwrap();
-    std::fs::write(dir.join("prompts/judge.tera"), "Which step is done?\n").unwrap();
-    std::fs::write(
-        dir.join("script.yaml"),
+    let path = common::project(
+        dir,
+        workflow,
+        &[("judge.tera", "Which step is done?\n")],
         "replies:\n  judge: '{\"finished\": 2, \"note\": \"tested\"}'\n",
-    )
-    .unwrap();
-    let path = dir.join("w.rondo");
-    std::fs::write(&path, workflow).unwrap();
-    let check = rondo(&["check", "--offline", path.to_str().unwrap()]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
     );
     let runs = dir.join("runs");
-    let out = rondo(&[
-        "run",
-        "-q",
-        path.to_str().unwrap(),
-        "--run-dir",
-        runs.to_str().unwrap(),
-        "--run-id",
-        "r",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, _) = common::run(&path, "r");
+    common::assert_success(&out);
     let state: Value =
         serde_json::from_str(&std::fs::read_to_string(runs.join("r/state.json")).unwrap()).unwrap();
     assert_eq!(

@@ -226,15 +226,29 @@ impl<'w> Interpreter<'w> {
                 reason: None,
                 totals: Default::default(),
             };
-            dir.write_info(&info)
-                .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
             interp.dir = Some(dir);
+            interp.event(
+                "run_start",
+                json!({"workflow": workflow.name, "run_dir": interp.run_dir}),
+            );
+            // Resumable from here on: the checkpoint is durable before `run.json` says a
+            // run exists, so a kill before this point leaves a run id that can be reused.
+            let mut state = state;
+            interp
+                .dir
+                .as_mut()
+                .map_or(Ok(()), |d| d.checkpoint(&mut state))
+                .map_err(|e| StartError::Setup(format!("cannot write the checkpoint: {e}")))?;
+            if let Some(dir) = &interp.dir {
+                dir.write_info(&info)
+                    .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
+            }
             interp.info = Some(info);
-        } else {
-            std::fs::create_dir_all(&interp.run_dir).map_err(|e| {
-                StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
-            })?;
+            return Ok((interp, state));
         }
+        std::fs::create_dir_all(&interp.run_dir).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
+        })?;
         interp.event(
             "run_start",
             json!({"workflow": workflow.name, "run_dir": interp.run_dir}),
@@ -256,7 +270,9 @@ impl<'w> Interpreter<'w> {
             )));
         }
         let mut state = rundir::read_state(run_dir).map_err(StartError::Setup)?;
-        if state.status == Status::Finished {
+        // A run killed between its final checkpoint and its final `run.json` is finished
+        // again (no role runs: the position is its exit) so the record is complete.
+        if state.status == Status::Finished && info.ended_at.is_some() {
             return Err(StartError::Setup(format!(
                 "run {} has already finished",
                 info.run_id
@@ -279,8 +295,10 @@ impl<'w> Interpreter<'w> {
         let mut info = info;
         info.status = "running".into();
         interp.info = Some(info);
-        state.status = Status::Running;
-        interp.event("run_resumed", json!({"step": state.step}));
+        if state.status != Status::Finished {
+            state.status = Status::Running;
+            interp.event("run_resumed", json!({"step": state.step}));
+        }
         Ok((interp, state))
     }
 
@@ -468,6 +486,7 @@ impl<'w> Interpreter<'w> {
             NodeKind::Exit(spec) => spec.code,
             _ => 2,
         };
+        let already_finished = state.status == Status::Finished;
         if state.status != Status::Interrupted {
             // An error exit keeps the position of the failed step, so `resume` retries it.
             if name == "error" {
@@ -480,10 +499,12 @@ impl<'w> Interpreter<'w> {
                 };
             }
         }
-        self.flush_buffered_events();
-        self.settle(&mut state);
-        self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
-        self.checkpoint(&mut state);
+        if !already_finished {
+            self.flush_buffered_events();
+            self.settle(&mut state);
+            self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
+            self.checkpoint(&mut state);
+        }
         self.envs.shutdown().await;
         if let Some(mut info) = self.info.take() {
             info.ended_at = Some(clock::now_rfc3339());
@@ -551,10 +572,12 @@ impl<'w> Interpreter<'w> {
         let run = self.execute(state, node, visit, None, None).await?;
         self.apply(state, node, run, None)?;
         if let Some(flow) = self.exit_guards(state)? {
+            mark_exit(state, &flow);
             self.checkpoint(state);
             return Ok(flow);
         }
         let flow = self.route(state, node)?;
+        mark_exit(state, &flow);
         self.checkpoint(state);
         Ok(flow)
     }
@@ -816,6 +839,7 @@ impl<'w> Interpreter<'w> {
             state.outputs.insert(worker.index(), Value::Array(outputs));
         }
         if let Some(flow) = self.exit_guards(state)? {
+            mark_exit(state, &flow);
             self.checkpoint(state);
             return Ok(flow);
         }
@@ -1411,6 +1435,17 @@ impl<'w> Interpreter<'w> {
             ctx.insert(self.workflow.node(index).name.as_str(), &value);
         }
         ctx
+    }
+}
+
+/// A route into an exit is part of the step's checkpoint: a resume after it goes
+/// straight to the exit and never runs the role again.
+fn mark_exit(state: &mut RunState, flow: &Flow) {
+    if let Flow::Exit { node, reason } = flow {
+        state.position = Position::Exited {
+            node: *node,
+            reason: reason.clone(),
+        };
     }
 }
 

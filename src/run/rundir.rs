@@ -38,8 +38,14 @@ pub struct RunDir {
 }
 
 impl RunDir {
+    /// A new run. A journal left by a start-up that was killed before `run.json` was
+    /// written belongs to no run and is discarded.
     pub fn create(path: &Path) -> std::io::Result<RunDir> {
         std::fs::create_dir_all(path)?;
+        let stale = path.join("events.jsonl");
+        if stale.exists() {
+            OpenOptions::new().write(true).open(&stale)?.set_len(0)?;
+        }
         Self::open(path)
     }
 

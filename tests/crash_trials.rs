@@ -224,3 +224,144 @@ fn killed_runs_resume_to_the_same_end() {
         "crash trials: {trials} (seed {seed}, uninterrupted run {duration:?}): killed before the run existed {before_start}, killed mid-run {mid_run}, killed after the run ended {after_end}, ended before the kill {not_killed}; {resumes} resumes ({resume_kills} of them killed); all {trials} ended at `success` with the uninterrupted run's path and artifacts"
     );
 }
+
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < Duration::from_secs(60), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A tool killed mid-way runs again on resume, with the same `RONDO_STEP_ID`.
+#[test]
+fn a_tool_step_run_again_sees_the_same_step_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = tmp.path().join("twice.rondo");
+    std::fs::write(
+        &wf,
+        r#"
+workflow twice {}
+role first: tool { command = ["sh", "-c", "echo $RONDO_STEP_ID >> ids.txt"] }
+role slow: tool { command = ["sh", "-c", "echo $RONDO_STEP_ID >> ids.txt; [ -e started ] || { touch started; sleep 60; }"] }
+start -> first
+first -> slow
+slow -> done
+exit done
+"#,
+    )
+    .unwrap();
+    let runs = tmp.path().join("runs");
+    let dir = runs.join("twice");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .arg("run")
+        .arg(&wf)
+        .arg("--run-dir")
+        .arg(&runs)
+        .args(["--run-id", "twice", "-q"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the slow step starts", || dir.join("started").exists());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!run_killed(resume_cmd(&dir, tmp.path()), None));
+    let ids = std::fs::read_to_string(dir.join("ids.txt")).unwrap();
+    let ids: Vec<&str> = ids.lines().collect();
+    assert_eq!(ids, ["twice-1", "twice-2", "twice-2"], "{ids:?}");
+    let info = rundir::read_info(&dir).unwrap();
+    assert_eq!(info.exit.as_deref(), Some("done"));
+}
+
+/// After SIGKILL the run's container outlives `rondo`; the resume removes it first, even
+/// when what is left of the run never starts a Docker environment again.
+#[test]
+fn resume_removes_the_orphaned_container_first() {
+    let docker = Command::new("docker")
+        .args(["image", "inspect", "rondo-test-base:latest"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !docker {
+        assert!(std::env::var_os("CI").is_none(), "CI needs Docker");
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = tmp.path().join("boxed.rondo");
+    std::fs::write(
+        &wf,
+        r#"
+workflow boxed {}
+environment box {
+  kind = "docker"
+  image = "rondo-test-base:latest"
+}
+environment here { kind = "local" }
+role boxed: tool { env = box  command = ["true"] }
+role slow: tool { env = here  command = ["sh", "-c", "[ -e started ] || { touch started; sleep 60; }"] }
+start -> boxed
+boxed -> slow
+slow -> done
+exit done
+"#,
+    )
+    .unwrap();
+    let runs = tmp.path().join("runs");
+    let id = format!("orphan-{}", std::process::id());
+    let dir = runs.join(&id);
+    let containers = || {
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--no-trunc", "--filter"])
+            .arg(format!("label=rondo.run_id={id}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .arg("run")
+        .arg(&wf)
+        .arg("--run-dir")
+        .arg(&runs)
+        .args(["--run-id", &id, "-q"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the local step starts after the Docker one", || {
+        dir.join("started").exists()
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let orphans = containers();
+    assert_eq!(
+        orphans.len(),
+        1,
+        "the killed run's container is still there"
+    );
+    assert!(!run_killed(resume_cmd(&dir, tmp.path()), None));
+    assert!(
+        containers().is_empty(),
+        "containers left: {:?}",
+        containers()
+    );
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let after_resume: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .skip_while(|e: &serde_json::Value| e["event"] != "run_resumed")
+        .collect();
+    assert_eq!(after_resume[1]["event"], "stale_containers_removed");
+    assert!(
+        after_resume[1]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str() == Some(orphans[0].as_str()))
+    );
+    assert_eq!(
+        rundir::read_info(&dir).unwrap().exit.as_deref(),
+        Some("done")
+    );
+}

@@ -112,6 +112,8 @@ pub struct Interpreter<'w> {
     /// `execute` runs with shared access, so every attempt (valid or not) lands here
     /// first and [`Self::settle`] moves it into the totals.
     spent: std::sync::Mutex<state::Totals>,
+    /// Continues a run another process left (`rondo resume`).
+    resumed: bool,
 }
 
 enum Flow {
@@ -292,6 +294,7 @@ impl<'w> Interpreter<'w> {
         let dir = RunDir::open(run_dir)
             .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", run_dir.display())))?;
         interp.dir = Some(dir);
+        interp.resumed = true;
         let mut info = info;
         info.status = "running".into();
         interp.info = Some(info);
@@ -360,6 +363,7 @@ impl<'w> Interpreter<'w> {
             reporter: Reporter::new(options.progress),
             started: Instant::now(),
             spent: Default::default(),
+            resumed: false,
         })
     }
 
@@ -434,6 +438,12 @@ impl<'w> Interpreter<'w> {
 
     /// Runs until an exit, a limit, an error or an interrupt.
     pub async fn drive(mut self, mut state: RunState) -> Outcome {
+        if self.resumed {
+            let removed = self.envs.remove_orphans().await;
+            if !removed.is_empty() {
+                self.event("stale_containers_removed", json!({"containers": removed}));
+            }
+        }
         let (exit, reason) = loop {
             if self.interrupted.load(Ordering::SeqCst) {
                 break self.stop_interrupted(&mut state);

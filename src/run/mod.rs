@@ -1364,12 +1364,16 @@ impl<'w> Interpreter<'w> {
             if let Some(parent) = path.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
+            // Durable with the step's journal record (see `RunDir::checkpoint`).
             let written = if artifact.append {
-                rundir::append_line(&path, &bytes)
+                rundir::append(&path, &bytes)
             } else {
-                rundir::write_atomic(&path, &bytes)
+                rundir::write_replace(&path, &bytes)
             };
             written.map_err(|e| StepError::Failed(format!("cannot write artifact {file}: {e}")))?;
+            if let Some(dir) = &mut self.dir {
+                dir.written(path.clone());
+            }
             if artifact.append {
                 appended.push((
                     file.clone(),

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::clock;
-use super::state::{RunState, Totals};
+use super::state::{RunState, Status, Totals};
 
 /// `run.json`: what ran, with which inputs and providers (never keys), and how it ended.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,18 +31,32 @@ pub struct RunInfo {
     pub totals: Totals,
 }
 
+/// The run's records. The journal (`events.jsonl`) is the source of truth: every step
+/// appends its events and a `checkpoint` record (what the step changed in the state), then
+/// one `fdatasync`. `state.json` is a snapshot the journal is replayed from, rewritten at
+/// start, every [`SNAPSHOT_EVERY`] steps and when the run stops.
 pub struct RunDir {
     pub path: PathBuf,
     events: BufWriter<File>,
     seq: u64,
+    /// The state of the last checkpoint record (journal offset left out).
+    last: Option<Value>,
+    since_snapshot: u64,
+    /// Artifacts written (without fsync) since the last snapshot: synced before it.
+    unsynced: Vec<PathBuf>,
 }
+
+/// Checkpoint records between two snapshots: bounds what a resume replays.
+pub const SNAPSHOT_EVERY: u64 = 256;
+
+const JOURNAL: &str = "events.jsonl";
 
 impl RunDir {
     /// A new run. A journal left by a start-up that was killed before `run.json` was
     /// written belongs to no run and is discarded.
     pub fn create(path: &Path) -> std::io::Result<RunDir> {
         std::fs::create_dir_all(path)?;
-        let stale = path.join("events.jsonl");
+        let stale = path.join(JOURNAL);
         if stale.exists() {
             OpenOptions::new().write(true).open(&stale)?.set_len(0)?;
         }
@@ -54,13 +68,16 @@ impl RunDir {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(path.join("events.jsonl"))?;
-        let seq = std::fs::read_to_string(path.join("events.jsonl"))
-            .map_or(0, |t| t.lines().count() as u64);
+            .open(path.join(JOURNAL))?;
+        let seq =
+            std::fs::read_to_string(path.join(JOURNAL)).map_or(0, |t| t.lines().count() as u64);
         Ok(RunDir {
             path: path.to_path_buf(),
-            events: BufWriter::new(file),
+            events: BufWriter::with_capacity(64 * 1024, file),
             seq,
+            last: None,
+            since_snapshot: 0,
+            unsynced: Vec::new(),
         })
     }
 
@@ -77,16 +94,52 @@ impl RunDir {
         self.events.write_all(b"\n")
     }
 
-    /// Events first, then the state: a state on disk never refers to a missing event.
+    /// An artifact written without fsync: the journal record of its step is what makes
+    /// the step durable; the file is synced before the next snapshot.
+    pub fn written(&mut self, path: PathBuf) {
+        if !self.unsynced.contains(&path) {
+            self.unsynced.push(path);
+        }
+    }
+
+    /// Makes the step durable: one append and one `fdatasync` of the journal; from time
+    /// to time (and when the run is not running) a snapshot instead.
     pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<()> {
-        self.events.flush()?;
-        self.events.get_ref().sync_data()?;
-        let events_len = self.events.get_ref().metadata()?.len();
-        state.file_lengths.insert("events.jsonl".into(), events_len);
-        write_atomic(
-            &self.path.join("state.json"),
-            &serde_json::to_vec_pretty(state)?,
-        )
+        let mut now = serde_json::to_value(&*state)?;
+        if let Some(lengths) = now.get_mut("file_lengths").and_then(Value::as_object_mut) {
+            lengths.remove(JOURNAL);
+        }
+        let snapshot = state.status != Status::Running || self.since_snapshot >= SNAPSHOT_EVERY;
+        match self.last.take() {
+            Some(last) if !snapshot => {
+                let delta = diff(&last, &now);
+                self.event("checkpoint", serde_json::json!({ "delta": delta }))?;
+                self.events.flush()?;
+                self.events.get_ref().sync_data()?;
+                self.since_snapshot += 1;
+            }
+            _ => {
+                self.events.flush()?;
+                self.events.get_ref().sync_data()?;
+                for path in std::mem::take(&mut self.unsynced) {
+                    if let Ok(f) = File::open(&path) {
+                        f.sync_all()?;
+                    }
+                    if let Some(d) = path.parent().and_then(|d| File::open(d).ok()) {
+                        let _ = d.sync_all();
+                    }
+                }
+                let events_len = self.events.get_ref().metadata()?.len();
+                state.file_lengths.insert(JOURNAL.into(), events_len);
+                write_atomic(
+                    &self.path.join("state.json"),
+                    &serde_json::to_vec_pretty(state)?,
+                )?;
+                self.since_snapshot = 0;
+            }
+        }
+        self.last = Some(now);
+        Ok(())
     }
 
     /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
@@ -96,7 +149,9 @@ impl RunDir {
                 continue;
             };
             let file = path.join(rel);
-            if file.exists() {
+            // Only ever cut: a file shorter than recorded (lost with the page cache in a
+            // power failure) is not padded with zeros.
+            if std::fs::metadata(&file).is_ok_and(|m| m.len() > *len) {
                 OpenOptions::new().write(true).open(&file)?.set_len(*len)?;
             }
         }
@@ -136,10 +191,118 @@ pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: damaged run.json: {e}", dir.display()))
 }
 
+/// The state at the last checkpoint: the snapshot (`state.json`) with the journal's
+/// checkpoint records after it applied. Its `events.jsonl` length is the end of the last
+/// complete checkpoint record; anything after it belongs to an unfinished step.
 pub fn read_state(dir: &Path) -> Result<RunState, String> {
     let text = std::fs::read_to_string(dir.join("state.json"))
         .map_err(|e| format!("{}: no checkpoint ({e})", dir.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: damaged state.json: {e}", dir.display()))
+    let damaged = |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
+    let mut state: Value = serde_json::from_str(&text).map_err(damaged)?;
+    if let Some(start) = state["file_lengths"][JOURNAL].as_u64() {
+        let mut end = start;
+        if let Ok(mut file) = File::open(dir.join(JOURNAL)) {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut tail = Vec::new();
+            file.seek(SeekFrom::Start(start))
+                .and_then(|_| file.read_to_end(&mut tail))
+                .map_err(|e| format!("{}: cannot read the journal: {e}", dir.display()))?;
+            let mut at = 0;
+            while let Some(n) = tail[at..].iter().position(|&b| b == b'\n') {
+                let line = &tail[at..at + n];
+                at += n + 1;
+                let Ok(record) = serde_json::from_slice::<Value>(line) else {
+                    break;
+                };
+                if record["event"] == "checkpoint" {
+                    apply_delta(&mut state, &record["delta"]);
+                    end = start + at as u64;
+                }
+            }
+        }
+        state["file_lengths"][JOURNAL] = Value::from(end);
+    }
+    serde_json::from_value(state).map_err(damaged)
+}
+
+/// What changed between two states, field by field; a field that is a map or a list
+/// of the same length records only its changed entries (`~field`), and the path only
+/// the roles appended to it (`+path`).
+fn diff(old: &Value, new: &Value) -> Value {
+    let (Value::Object(old), Value::Object(new)) = (old, new) else {
+        return new.clone();
+    };
+    let mut delta = serde_json::Map::new();
+    for (key, now) in new {
+        let Some(before) = old.get(key) else {
+            delta.insert(key.clone(), now.clone());
+            continue;
+        };
+        if before == now {
+            continue;
+        }
+        match (before, now) {
+            (Value::Array(a), Value::Array(b)) if key == "path" && b.starts_with(a) => {
+                delta.insert("+path".into(), Value::Array(b[a.len()..].to_vec()));
+            }
+            (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+                let changed: serde_json::Map<String, Value> = a
+                    .iter()
+                    .zip(b)
+                    .enumerate()
+                    .filter(|(_, (x, y))| x != y)
+                    .map(|(i, (_, y))| (i.to_string(), y.clone()))
+                    .collect();
+                delta.insert(format!("~{key}"), Value::Object(changed));
+            }
+            (Value::Object(a), Value::Object(b)) if a.keys().all(|k| b.contains_key(k)) => {
+                let changed: serde_json::Map<String, Value> = b
+                    .iter()
+                    .filter(|(k, v)| a.get(*k) != Some(*v))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                delta.insert(format!("~{key}"), Value::Object(changed));
+            }
+            _ => {
+                delta.insert(key.clone(), now.clone());
+            }
+        }
+    }
+    Value::Object(delta)
+}
+
+fn apply_delta(state: &mut Value, delta: &Value) {
+    let (Value::Object(state), Value::Object(delta)) = (state, delta) else {
+        return;
+    };
+    for (key, change) in delta {
+        if let Some(field) = key.strip_prefix('+') {
+            if let (Some(Value::Array(list)), Value::Array(more)) = (state.get_mut(field), change) {
+                list.extend(more.iter().cloned());
+            }
+        } else if let Some(field) = key.strip_prefix('~') {
+            let Value::Object(entries) = change else {
+                continue;
+            };
+            match state.get_mut(field) {
+                Some(Value::Array(list)) => {
+                    for (i, v) in entries {
+                        if let Some(slot) = i.parse::<usize>().ok().and_then(|i| list.get_mut(i)) {
+                            *slot = v.clone();
+                        }
+                    }
+                }
+                Some(Value::Object(map)) => {
+                    for (k, v) in entries {
+                        map.insert(k.clone(), v.clone());
+                    }
+                }
+                _ => {}
+            }
+        } else {
+            state.insert(key.clone(), change.clone());
+        }
+    }
 }
 
 /// A name with no absolute part and no `..`.
@@ -264,6 +427,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Replaces a file through a temporary file and a rename, without fsync: a reader (or a
+/// crashed process) sees the old or the new content, never a part.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// Appends bytes without fsync (JSONL artifacts; synced with the run's next snapshot).
+pub fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    f.write_all(bytes)
 }
 
 /// Appends bytes and syncs (JSONL artifacts).

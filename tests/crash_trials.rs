@@ -365,3 +365,88 @@ exit done
         Some("done")
     );
 }
+
+const LOOP: &str = r#"
+workflow ticks {
+  limits { max_steps = 2000 }
+}
+memory {
+  counter: int = 0
+  seen: list[int] = []
+}
+role tick: builtin {
+  max_visits = 700
+  update {
+    set counter = memory.counter + 1
+    seen.append(memory.counter)
+  }
+  artifact "ticks.jsonl" += { n: memory.counter, step: step }
+  artifact "{% if memory.counter > 300 %}late{% else %}early{% endif %}.jsonl" += memory.counter
+  artifact "last.txt" = "{{ memory.counter }}"
+}
+role check: builtin {
+  max_visits = 1
+  artifact "summary.json" = { count: len(memory.seen), last: memory.counter }
+}
+start -> tick
+tick -> tick when memory.counter < 600
+tick -> check otherwise
+check -> done
+exit done
+"#;
+
+/// A long run (600 steps: several journal snapshots) with append-mode artifacts, some
+/// first created mid-run: killed at random moments, resumed, no line written twice.
+#[test]
+fn killed_long_runs_replay_the_journal_past_snapshots() {
+    let trials: u64 = std::env::var("RONDO_CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(6, |t| t.div_ceil(4));
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let wf = cwd.join("ticks.rondo");
+    std::fs::write(&wf, LOOP).unwrap();
+    let runs = cwd.join("runs");
+    let cmd = |id: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+        cmd.current_dir(cwd)
+            .arg("run")
+            .arg(&wf)
+            .arg("--run-dir")
+            .arg(&runs)
+            .args(["--run-id", id, "-q"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    };
+    let started = Instant::now();
+    assert!(!run_killed(cmd("base"), None));
+    let span = started.elapsed().as_micros() as u64;
+    let expected = result_of(&runs.join("base"));
+    assert_eq!(expected.exit.as_deref(), Some("done"));
+    assert_eq!(expected.path.len(), 601);
+    let mut rng = Rng(7);
+    let mut killed = 0;
+    for trial in 0..trials {
+        let id = format!("l{trial}");
+        let dir = runs.join(&id);
+        if run_killed(cmd(&id), Some(Duration::from_micros(rng.below(span)))) {
+            killed += 1;
+        }
+        if rundir::read_info(&dir).is_err() {
+            assert!(!run_killed(cmd(&id), None));
+        }
+        let mut attempt = 0;
+        while rundir::read_info(&dir).map(|i| i.ended_at.is_none()) == Ok(true) {
+            let kill = (attempt == 0).then(|| Duration::from_micros(rng.below(span)));
+            run_killed(resume_cmd(&dir, cwd), kill);
+            attempt += 1;
+            assert!(attempt < 10, "{id}: resume does not end the run");
+        }
+        assert_eq!(result_of(&dir), expected, "trial {id}");
+    }
+    eprintln!(
+        "long-run trials: {trials}, {killed} killed mid-run; all ended like the uninterrupted run"
+    );
+}

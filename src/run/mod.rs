@@ -1364,6 +1364,14 @@ impl<'w> Interpreter<'w> {
             if let Some(parent) = path.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
+            if artifact.append
+                && !state.file_lengths.contains_key(&file)
+                && let Some(dir) = &mut self.dir
+            {
+                let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+                dir.append_opened(&file, len)
+                    .map_err(|e| StepError::Failed(format!("cannot write events.jsonl: {e}")))?;
+            }
             // Durable with the step's journal record (see `RunDir::checkpoint`).
             let written = if artifact.append {
                 rundir::append(&path, &bytes)

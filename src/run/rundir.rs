@@ -102,6 +102,17 @@ impl RunDir {
         }
     }
 
+    /// Before the first append to a file the checkpoint does not know: its length now,
+    /// durable before the append, so a resume can cut a re-run step's line away.
+    pub fn append_opened(&mut self, name: &str, len: u64) -> std::io::Result<()> {
+        self.event(
+            "append_opened",
+            serde_json::json!({ "file": name, "len": len }),
+        )?;
+        self.events.flush()?;
+        self.events.get_ref().sync_data()
+    }
+
     /// Makes the step durable: one append and one `fdatasync` of the journal; from time
     /// to time (and when the run is not running) a snapshot instead.
     pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<()> {
@@ -144,7 +155,22 @@ impl RunDir {
 
     /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
     pub fn rewind(path: &Path, state: &RunState) -> std::io::Result<()> {
-        for (name, len) in &state.file_lengths {
+        let mut lengths = state.file_lengths.clone();
+        // Files first appended to by the unfinished step: cut back to their length then.
+        if let Some(&start) = state.file_lengths.get(JOURNAL)
+            && let Ok(text) = std::fs::read(path.join(JOURNAL))
+            && let Some(tail) = text.get(start as usize..)
+        {
+            for line in tail.split(|&b| b == b'\n') {
+                if let Ok(e) = serde_json::from_slice::<Value>(line)
+                    && e["event"] == "append_opened"
+                    && let (Some(file), Some(len)) = (e["file"].as_str(), e["len"].as_u64())
+                {
+                    lengths.entry(file.to_string()).or_insert(len);
+                }
+            }
+        }
+        for (name, len) in &lengths {
             let Some(rel) = safe_relative(name) else {
                 continue;
             };

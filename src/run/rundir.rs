@@ -39,11 +39,44 @@ pub struct RunDir {
     pub path: PathBuf,
     events: BufWriter<File>,
     seq: u64,
-    /// The state of the last checkpoint record (journal offset left out).
-    last: Option<Value>,
+    /// The state of the last checkpoint record, to journal only what changed.
+    last: Option<Last>,
     since_snapshot: u64,
     /// Artifacts written (without fsync) since the last snapshot: synced before it.
     unsynced: Vec<PathBuf>,
+}
+
+struct Last {
+    /// Every field but the four below, serialized (journal offset left out).
+    small: Value,
+    path_len: usize,
+    memory: Vec<Value>,
+    outputs: std::collections::BTreeMap<usize, Value>,
+    inputs: Vec<Value>,
+}
+
+impl Last {
+    fn remember(&mut self, state: &RunState, small: Value) {
+        self.small = small;
+        self.path_len = state.path.len();
+        if self.memory.len() != state.memory.len() {
+            self.memory = state.memory.clone();
+        }
+        if self.inputs != state.inputs {
+            self.inputs = state.inputs.clone();
+        }
+        for (i, v) in state.memory.iter().enumerate() {
+            if self.memory.get(i) != Some(v) {
+                self.memory[i] = v.clone();
+            }
+        }
+        self.outputs.retain(|k, _| state.outputs.contains_key(k));
+        for (k, v) in &state.outputs {
+            if self.outputs.get(k) != Some(v) {
+                self.outputs.insert(*k, v.clone());
+            }
+        }
+    }
 }
 
 /// Checkpoint records between two snapshots: bounds what a resume replays.
@@ -116,40 +149,103 @@ impl RunDir {
     /// Makes the step durable: one append and one `fdatasync` of the journal; from time
     /// to time (and when the run is not running) a snapshot instead.
     pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<()> {
-        let mut now = serde_json::to_value(&*state)?;
-        if let Some(lengths) = now.get_mut("file_lengths").and_then(Value::as_object_mut) {
+        // The growing and the large parts (path, memory, outputs, inputs) are compared in
+        // place, never serialized whole: a step costs what it changed, not the run's size.
+        let path = std::mem::take(&mut state.path);
+        let memory = std::mem::take(&mut state.memory);
+        let outputs = std::mem::take(&mut state.outputs);
+        let inputs = std::mem::take(&mut state.inputs);
+        let small = serde_json::to_value(&*state);
+        state.path = path;
+        state.memory = memory;
+        state.outputs = outputs;
+        state.inputs = inputs;
+        let mut small = small?;
+        for key in ["path", "memory", "outputs", "inputs"] {
+            small.as_object_mut().map(|o| o.remove(key));
+        }
+        if let Some(lengths) = small.get_mut("file_lengths").and_then(Value::as_object_mut) {
             lengths.remove(JOURNAL);
         }
         let snapshot = state.status != Status::Running || self.since_snapshot >= SNAPSHOT_EVERY;
-        match self.last.take() {
-            Some(last) if !snapshot => {
-                let delta = diff(&last, &now);
-                self.event("checkpoint", serde_json::json!({ "delta": delta }))?;
-                self.events.flush()?;
-                self.events.get_ref().sync_data()?;
-                self.since_snapshot += 1;
-            }
-            _ => {
-                self.events.flush()?;
-                self.events.get_ref().sync_data()?;
-                for path in std::mem::take(&mut self.unsynced) {
-                    if let Ok(f) = File::open(&path) {
-                        f.sync_all()?;
-                    }
-                    if let Some(d) = path.parent().and_then(|d| File::open(d).ok()) {
-                        let _ = d.sync_all();
+        let delta = match self.last.as_ref() {
+            Some(last) if !snapshot && state.path.len() >= last.path_len => {
+                let mut delta = match diff(&last.small, &small) {
+                    Value::Object(d) => d,
+                    _ => serde_json::Map::new(),
+                };
+                if state.path.len() > last.path_len {
+                    delta.insert(
+                        "+path".into(),
+                        serde_json::json!(state.path[last.path_len..]),
+                    );
+                }
+                let changed: serde_json::Map<String, Value> = state
+                    .memory
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, v)| last.memory.get(*i) != Some(*v))
+                    .map(|(i, v)| (i.to_string(), v.clone()))
+                    .collect();
+                if !changed.is_empty() || state.memory.len() != last.memory.len() {
+                    if state.memory.len() == last.memory.len() {
+                        delta.insert("~memory".into(), Value::Object(changed));
+                    } else {
+                        delta.insert("memory".into(), serde_json::to_value(&state.memory)?);
                     }
                 }
-                let events_len = self.events.get_ref().metadata()?.len();
-                state.file_lengths.insert(JOURNAL.into(), events_len);
-                write_atomic(
-                    &self.path.join("state.json"),
-                    &serde_json::to_vec_pretty(state)?,
-                )?;
-                self.since_snapshot = 0;
+                let changed: serde_json::Map<String, Value> = state
+                    .outputs
+                    .iter()
+                    .filter(|(k, v)| last.outputs.get(*k) != Some(*v))
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect();
+                if last.outputs.keys().any(|k| !state.outputs.contains_key(k)) {
+                    delta.insert("outputs".into(), serde_json::to_value(&state.outputs)?);
+                } else if !changed.is_empty() {
+                    delta.insert("~outputs".into(), Value::Object(changed));
+                }
+                if state.inputs != last.inputs {
+                    delta.insert("inputs".into(), serde_json::to_value(&state.inputs)?);
+                }
+                Some(delta)
+            }
+            _ => None,
+        };
+        if let Some(delta) = delta {
+            self.event("checkpoint", serde_json::json!({ "delta": delta }))?;
+            self.events.flush()?;
+            self.events.get_ref().sync_data()?;
+            self.since_snapshot += 1;
+            if let Some(last) = self.last.as_mut() {
+                last.remember(state, small);
+            }
+            return Ok(());
+        }
+        self.events.flush()?;
+        self.events.get_ref().sync_data()?;
+        for path in std::mem::take(&mut self.unsynced) {
+            if let Ok(f) = File::open(&path) {
+                f.sync_all()?;
+            }
+            if let Some(d) = path.parent().and_then(|d| File::open(d).ok()) {
+                let _ = d.sync_all();
             }
         }
-        self.last = Some(now);
+        let events_len = self.events.get_ref().metadata()?.len();
+        state.file_lengths.insert(JOURNAL.into(), events_len);
+        write_atomic(
+            &self.path.join("state.json"),
+            &serde_json::to_vec_pretty(state)?,
+        )?;
+        self.since_snapshot = 0;
+        self.last = Some(Last {
+            small,
+            path_len: state.path.len(),
+            memory: state.memory.clone(),
+            outputs: state.outputs.clone(),
+            inputs: state.inputs.clone(),
+        });
         Ok(())
     }
 

@@ -120,6 +120,27 @@ fn expected(workload: &str) -> (i64, u64) {
     }
 }
 
+/// `steps` appends of `bytes` (newline-terminated) to a new file, each followed by `fdatasync`.
+fn append_sync(path: &std::path::Path, steps: usize, bytes: usize) -> Result<(), String> {
+    use std::io::Write;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let mut line = vec![b'x'; bytes.max(1)];
+    if let Some(last) = line.last_mut() {
+        *last = b'\n';
+    }
+    for _ in 0..steps {
+        f.write_all(&line).map_err(|e| e.to_string())?;
+        f.sync_data().map_err(|e| e.to_string())?;
+    }
+    drop(f);
+    std::fs::remove_file(path).map_err(|e| e.to_string())
+}
+
 /// The machine's own floor for a durable step, measured in the same run and the same
 /// folder as the checkpointed runs: `steps` appends of `bytes` to one file, each followed
 /// by `fdatasync` (what one journalled step must at least cost).
@@ -197,6 +218,7 @@ fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
     let mut steps = 0;
     let mut first = 0.0;
     let mut journal_bytes = 0;
+    let mut floors = Vec::new();
     for i in 0..=args.repeats {
         let options = RunOptions {
             runs_root: root.clone(),
@@ -233,6 +255,17 @@ fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
         } else {
             runs.push(total);
             drives.push(drive);
+            if checkpoints {
+                // Paired with this run, in the same folder: the machine's floor for as
+                // many durable appends of the journal's bytes per step.
+                let t = Instant::now();
+                append_sync(
+                    &root.join("floor"),
+                    steps as usize,
+                    journal_bytes as usize / steps.max(1) as usize,
+                )?;
+                floors.push(t.elapsed().as_secs_f64());
+            }
         }
         drop(outcome);
         // Keep the disk footprint of checkpointed runs to one run directory.
@@ -247,6 +280,11 @@ fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
         "checkpoints": checkpoints,
         "steps": steps,
         "journal_bytes_per_step": journal_bytes / steps.max(1),
+        "paired_floor_per_step_us": (median(&floors) / steps.max(1) as f64 * 1e6 * 100.0).round() / 100.0,
+        "paired_floor_ratio": if floors.is_empty() { Value::Null } else {
+            let ratios: Vec<f64> = runs.iter().zip(&floors).map(|(r, f)| r / f).collect();
+            json!((median(&ratios) * 100.0).round() / 100.0)
+        },
         "seconds": round6(med),
         "min_s": round6(min),
         "median_s": round6(med),

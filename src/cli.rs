@@ -76,9 +76,13 @@ pub enum Command {
         /// Folder holding run directories.
         #[arg(long, default_value = "runs")]
         run_dir: PathBuf,
-        /// Name of the run (default: a timestamp).
-        #[arg(long)]
+        /// Name of the run (default: a timestamp): a plain folder name.
+        #[arg(long, value_parser = parse_run_id)]
         run_id: Option<String>,
+        /// Work in this existing folder (it outlives the run); the run's records go to
+        /// `DIR/.rondo/runs/<run-id>/`, out of the tools' reach.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
         /// Keep Docker containers after the run, for debugging.
         #[arg(long)]
         keep_env: bool,
@@ -107,10 +111,15 @@ pub enum Command {
         full: bool,
     },
     /// List runs with their status.
-    #[command(after_help = "Example:\n  rondo runs --run-dir runs")]
+    #[command(
+        after_help = "Examples:\n  rondo runs --run-dir runs\n  rondo runs --workspace ./project"
+    )]
     Runs {
         #[arg(long, default_value = "runs")]
         run_dir: PathBuf,
+        /// List the runs made with `rondo run --workspace DIR` (kept in `DIR/.rondo/runs`).
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
     },
     /// Run the `test` blocks of workflow files.
     #[command(
@@ -178,6 +187,7 @@ pub fn main_entry() -> i32 {
             replay_from,
             run_dir,
             run_id,
+            workspace,
             keep_env,
             no_checkpoint,
             quiet,
@@ -185,6 +195,8 @@ pub fn main_entry() -> i32 {
             let options = RunOptions {
                 runs_root: run_dir,
                 run_id,
+                workspace,
+                base_dir: None,
                 inputs,
                 provider,
                 script,
@@ -197,7 +209,11 @@ pub fn main_entry() -> i32 {
         }
         Command::Resume { run, quiet } => cmd_resume(&run, progress_mode(quiet)),
         Command::Replay { run, full } => cmd_replay(&run, full),
-        Command::Runs { run_dir } => cmd_runs(&run_dir),
+        Command::Runs { run_dir, workspace } => cmd_runs(
+            &workspace
+                .as_deref()
+                .map_or(run_dir, run::rundir::runs_in_workspace),
+        ),
         Command::Test {
             files,
             filter,
@@ -211,6 +227,10 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
         _ => Err(format!("`{text}` is not `name=value`")),
     }
+}
+
+fn parse_run_id(text: &str) -> Result<String, String> {
+    run::rundir::check_run_id(text).map(|()| text.to_string())
 }
 
 fn progress_mode(quiet: bool) -> progress::Mode {
@@ -252,6 +272,7 @@ fn report_outcome(outcome: &run::Outcome) -> i32 {
         eprintln!("exit `{}`: {}", outcome.exit, outcome.reason);
     }
     eprintln!("run directory: {}", outcome.run_dir.display());
+    eprintln!("workspace: {}", outcome.workspace.display());
     outcome.exit_code
 }
 

@@ -18,41 +18,44 @@ pub struct Prompts {
     pub sources: HashMap<String, Arc<str>>,
 }
 
+/// A template file larger than this is refused.
+pub const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
+/// Templates read for one workflow at most: the named ones and what they pull in.
+const MAX_TEMPLATES: usize = 1000;
+/// Blocks (`{% if %}`, `{% for %}`, ...) plus brackets nested deeper than this are refused
+/// before tera parses the template: its parser and ours recurse once per level.
+const MAX_TEMPLATE_DEPTH: usize = 64;
+/// Entries looked at when listing the folder for "did you mean" suggestions.
+const MAX_LISTED: usize = 10_000;
+
 impl Prompts {
+    /// Every template in the folder, for tools that show them all. The listing follows
+    /// no symbolic link and is bounded; each file is read only if it is a regular file
+    /// within [`MAX_TEMPLATE_BYTES`] (others are in `errors`).
     pub fn load(dir: &Path) -> Prompts {
-        let mut tera = Tera::default();
-        tera.autoescape_on(vec![]);
-        register(&mut tera);
-        let mut errors = HashMap::new();
-        let mut sources = HashMap::new();
-        let mut files = Vec::new();
-        collect_files(dir, dir, &mut files);
-        files.sort();
-        // Add one by one so one bad file does not hide the others.
-        for (name, path) in &files {
-            match std::fs::read_to_string(path) {
-                Ok(text) => match tera.add_raw_template(name, &text) {
-                    Ok(()) => {
-                        sources.insert(name.clone(), Arc::from(text));
-                    }
-                    Err(e) => {
-                        errors.insert(name.clone(), crate::compile::tera_error_text(&e));
-                    }
-                },
-                Err(e) => {
-                    errors.insert(name.clone(), e.to_string());
-                }
-            }
-        }
-        Prompts {
-            tera,
-            dir: dir.to_path_buf(),
-            errors,
-            sources,
-        }
+        Self::load_named(dir, &list_names(dir))
     }
 
-    /// Only the named templates and what they include: a run reads no other file.
+    /// The templates a workflow's llm roles name, and what they include, extend or import.
+    pub fn for_workflow(workflow: &crate::compile::Workflow) -> Prompts {
+        let mut names = Vec::new();
+        for (_, role) in workflow.roles() {
+            if let crate::compile::RoleKind::Llm(l) = &role.kind {
+                names.extend(
+                    l.system
+                        .iter()
+                        .chain(std::iter::once(&l.prompt))
+                        .map(|p| p.to_string_lossy().replace('\\', "/"))
+                        .filter(|n| !n.is_empty()),
+                );
+            }
+        }
+        Self::load_named(&workflow.prompts_dir, &names)
+    }
+
+    /// Only the named templates and what they include, extend or import: no other file
+    /// is read. A file that is not a regular file, is too large or nests too deeply is
+    /// an entry in `errors`, never a hang or a crash.
     pub fn load_named(dir: &Path, names: &[String]) -> Prompts {
         let mut tera = Tera::default();
         tera.autoescape_on(vec![]);
@@ -63,35 +66,88 @@ impl Prompts {
             errors: HashMap::new(),
             sources: HashMap::new(),
         };
+        // Parsed first, then added parents and imported macro files first: tera refuses a
+        // template whose parent it does not have yet.
+        let mut parsed: Vec<(String, String, Vec<String>)> = Vec::new();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut queue: Vec<String> = names.to_vec();
         while let Some(name) = queue.pop() {
-            if prompts.tera.get_template(&name).is_ok() || prompts.errors.contains_key(&name) {
+            if !seen.insert(name.clone()) {
                 continue;
             }
-            let added = std::fs::read_to_string(dir.join(&name))
-                .map_err(|e| e.to_string())
-                .and_then(|text| {
-                    prompts
-                        .tera
-                        .add_raw_template(&name, &text)
-                        .map_err(|e| crate::compile::tera_error_text(&e))
-                });
-            match added {
-                Ok(()) => {
-                    if let Ok(t) = prompts.tera.get_template(&name) {
-                        let mut locals = Vec::new();
-                        let mut vars = BTreeSet::new();
-                        let mut includes = Vec::new();
-                        walk_nodes(&t.ast, &mut locals, &mut vars, &mut includes);
-                        queue.extend(includes);
-                    }
+            if seen.len() > MAX_TEMPLATES {
+                prompts.errors.insert(
+                    name,
+                    format!("more than {MAX_TEMPLATES} templates are included"),
+                );
+                continue;
+            }
+            // A missing file is not an error here: `has` says so, and check reports it.
+            if !dir.join(&name).exists() && std::fs::symlink_metadata(dir.join(&name)).is_err() {
+                continue;
+            }
+            match read_template(dir, &name) {
+                Ok((text, template)) => {
+                    let mut locals = Vec::new();
+                    let mut vars = BTreeSet::new();
+                    let mut includes = Vec::new();
+                    walk_nodes(&template.ast, &mut locals, &mut vars, &mut includes);
+                    let mut needs: Vec<String> = template.parent.iter().cloned().collect();
+                    needs.extend(template.imported_macro_files.iter().map(|(f, _)| f.clone()));
+                    queue.extend(includes);
+                    queue.extend(needs.iter().cloned());
+                    parsed.push((name, text, needs));
                 }
                 Err(e) => {
                     prompts.errors.insert(name, e);
                 }
             }
         }
+        loop {
+            let before = parsed.len();
+            let mut waiting = Vec::new();
+            for (name, text, needs) in parsed {
+                if needs.iter().all(|n| prompts.has(n)) {
+                    match prompts.tera.add_raw_template(&name, &text) {
+                        Ok(()) => {
+                            prompts.sources.insert(name, Arc::from(text));
+                        }
+                        Err(e) => {
+                            prompts
+                                .errors
+                                .insert(name, crate::compile::tera_error_text(&e));
+                        }
+                    }
+                } else {
+                    waiting.push((name, text, needs));
+                }
+            }
+            parsed = waiting;
+            if parsed.is_empty() || parsed.len() == before {
+                break;
+            }
+        }
+        for (name, _, needs) in parsed {
+            let missing: Vec<&str> = needs
+                .iter()
+                .filter(|n| !prompts.has(n))
+                .map(String::as_str)
+                .collect();
+            prompts.errors.insert(
+                name,
+                format!(
+                    "it needs {}, which is missing, broken or circular",
+                    missing.join(", ")
+                ),
+            );
+        }
         prompts
+    }
+
+    /// The template files in the folder (bounded listing, no symbolic link followed),
+    /// for suggestions: nothing is read.
+    pub fn names(&self) -> Vec<String> {
+        list_names(&self.dir)
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -148,18 +204,111 @@ pub fn render_str(text: &str, context: &tera::Context) -> Result<String, String>
         .map_err(|e| crate::compile::tera_error_text(&e))
 }
 
-fn collect_files(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect_files(root, &path, out);
-        } else if let Ok(rel) = path.strip_prefix(root) {
-            out.push((rel.to_string_lossy().replace('\\', "/"), path));
+/// Reads and parses one template of the folder.
+fn read_template(dir: &Path, name: &str) -> Result<(String, tera::Template), String> {
+    let rel = Path::new(name);
+    if rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(format!("`{name}` is not a path inside the prompts folder"));
+    }
+    let text = crate::source::read_regular(&dir.join(rel), MAX_TEMPLATE_BYTES)
+        .map_err(|e| e.to_string())?;
+    let depth = template_depth(&text);
+    if depth > MAX_TEMPLATE_DEPTH {
+        return Err(format!(
+            "it nests blocks and brackets {depth} levels deep, more than {MAX_TEMPLATE_DEPTH}"
+        ));
+    }
+    let template =
+        tera::Template::new(name, None, &text).map_err(|e| crate::compile::tera_error_text(&e))?;
+    Ok((text, template))
+}
+
+/// How deep a template nests `{% if/for/block/macro/filter %}` blocks plus the brackets
+/// inside its tags, in one pass without recursion (an upper estimate).
+fn template_depth(text: &str) -> usize {
+    let (mut blocks, mut deepest) = (0usize, 0usize);
+    let mut rest = text;
+    while let Some(i) = rest.find('{') {
+        let after = &rest[i + 1..];
+        let close = match after.as_bytes().first() {
+            Some(b'%') => "%}",
+            Some(b'{') => "}}",
+            Some(b'#') => "#}",
+            _ => {
+                rest = after;
+                continue;
+            }
+        };
+        let Some(end) = after[1..].find(close) else {
+            break;
+        };
+        let body = &after[1..1 + end];
+        rest = &after[1 + end + 2..];
+        if close == "#}" {
+            continue;
+        }
+        if close == "%}" {
+            let word = body.trim_start_matches('-').split_whitespace().next();
+            match word {
+                Some("if" | "for" | "block" | "macro" | "filter") => blocks += 1,
+                Some("endif" | "endfor" | "endblock" | "endmacro" | "endfilter") => {
+                    blocks = blocks.saturating_sub(1)
+                }
+                Some("raw") => {
+                    rest = rest.find("endraw").map_or("", |j| &rest[j..]);
+                }
+                _ => {}
+            }
+        }
+        let mut brackets = 0usize;
+        for c in body.chars() {
+            match c {
+                '(' | '[' | '{' => {
+                    brackets += 1;
+                    deepest = deepest.max(blocks + brackets);
+                }
+                ')' | ']' | '}' => brackets = brackets.saturating_sub(1),
+                _ => {}
+            }
+        }
+        deepest = deepest.max(blocks);
+    }
+    deepest
+}
+
+/// Relative names of the files under `root`, breadth first, without following symbolic
+/// links and within [`MAX_LISTED`] entries.
+fn list_names(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dirs = std::collections::VecDeque::from([root.to_path_buf()]);
+    let mut looked = 0;
+    while let Some(dir) = dirs.pop_front() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            looked += 1;
+            if looked > MAX_LISTED {
+                out.sort();
+                return out;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let path = entry.path();
+            if kind.is_dir() {
+                dirs.push_back(path);
+            } else if let Ok(rel) = path.strip_prefix(root) {
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
         }
     }
+    out.sort();
+    out
 }
 
 fn register(tera: &mut Tera) {
@@ -308,5 +457,21 @@ fn walk_expr(e: &Expr, locals: &[String], out: &mut BTreeSet<(String, Option<Str
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_counts_blocks_and_brackets() {
+        assert_eq!(template_depth("{% if a %}{{ (b) }}{% endif %}"), 2);
+        assert_eq!(
+            template_depth("{# {% if %} #}{% raw %}{% if %}{% endraw %}"),
+            0
+        );
+        let deep = "{% if x %}".repeat(5000) + &"{% endif %}".repeat(5000);
+        assert_eq!(template_depth(&deep), 5000);
     }
 }

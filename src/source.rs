@@ -54,7 +54,7 @@ impl SourceFile {
     }
 
     pub fn read(path: &Path) -> std::io::Result<Self> {
-        Ok(SourceFile::new(path, std::fs::read_to_string(path)?))
+        Ok(SourceFile::new(path, read_regular(path, MAX_SOURCE_BYTES)?))
     }
 
     /// The folder relative paths inside the file are resolved against.
@@ -77,4 +77,41 @@ impl SourceFile {
     pub fn named(&self) -> miette::NamedSource<Arc<str>> {
         miette::NamedSource::new(self.path.display().to_string(), self.text.clone())
     }
+}
+
+/// The largest workflow, import or script file read.
+pub const MAX_SOURCE_BYTES: u64 = 16 << 20;
+
+/// Reads a regular file of at most `max` bytes as UTF-8. Anything else (a FIFO, a device,
+/// a folder, a symbolic-link loop, a huge data file) is an error, never a hang: the file
+/// is opened without blocking and checked before a byte is read.
+pub fn read_regular(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a folder, FIFO, socket or device)",
+        ));
+    }
+    let too_big = |size: u64| {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("{size} bytes, more than the {max} bytes allowed"),
+        )
+    };
+    if meta.len() > max {
+        return Err(too_big(meta.len()));
+    }
+    let mut text = String::new();
+    file.take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(too_big(text.len() as u64));
+    }
+    Ok(text)
 }

@@ -591,7 +591,10 @@ exit success
 "#;
     let file = SourceFile::new(dir.path().join("deep.rondo"), text);
     let (_, diags, _) = common::check_source(&file, true);
-    assert_eq!(common::codes(&diags), ["rondo::template::too_deep"]);
+    // Refused before tera parses it (tera's parser recurses), as one diagnostic.
+    assert_eq!(common::codes(&diags), ["rondo::template::parse"]);
+    let text = format!("{diags:?}");
+    assert!(text.contains("levels deep"), "{text}");
 }
 
 fn inline_reads(command: &str, artifact: &str) -> String {
@@ -678,4 +681,37 @@ fn an_inline_template_reads_what_surely_ran_where_it_renders() {
             common::codes(&diags)
         );
     }
+}
+
+/// Found by the generative soundness test (seed 0x5eed02ea): a bare role read (the whole
+/// output) stored before the role ran put nulls into a `list[T]` and crashed a later
+/// prompt. It is checked like a field read.
+#[test]
+fn a_whole_output_stored_before_its_role_ran_is_an_error() {
+    let text = r#"workflow w {
+  prompts = "_support/prompts"
+  input question: string
+}
+type Step { title: string }
+memory { plan: list[Step] = [] }
+role early: builtin {
+  update { plan.extend([late]) }
+}
+role late: llm {
+  prompt = "ask.tera"
+  output json Step
+}
+role after: builtin {
+  update { plan.append(late) }
+}
+start -> early
+early -> late
+late -> invalid_output when late.invalid
+late -> after
+after -> done
+exit done
+"#;
+    let (_, diags, _) = check(text);
+    let codes = common::codes(&diags);
+    assert_eq!(codes, vec!["rondo::expr::may_not_have_run"], "{codes:?}");
 }

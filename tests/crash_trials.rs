@@ -135,9 +135,12 @@ fn files(dir: &Path, base: &Path, out: &mut BTreeMap<String, String>, temps: &mu
 fn result_of(dir: &Path) -> Result {
     let info = rundir::read_info(dir).expect("run.json");
     let state = rundir::read_state(dir).expect("checkpoint");
+    // Artifacts are the workspace's; temporary files are looked for in both areas.
     let mut artifacts = BTreeMap::new();
     let mut temps = Vec::new();
-    files(dir, dir, &mut artifacts, &mut temps);
+    let workspace = dir.join("workspace");
+    files(&workspace, &workspace, &mut artifacts, &mut temps);
+    files(dir, dir, &mut BTreeMap::new(), &mut temps);
     assert!(
         temps.is_empty(),
         "{}: temporary files left: {temps:?}",
@@ -253,6 +256,7 @@ exit done
     .unwrap();
     let runs = tmp.path().join("runs");
     let dir = runs.join("twice");
+    let workspace = dir.join("workspace");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
         .arg("run")
         .arg(&wf)
@@ -262,11 +266,13 @@ exit done
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for("the slow step starts", || dir.join("started").exists());
+    wait_for("the slow step starts", || {
+        workspace.join("started").exists()
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(!run_killed(resume_cmd(&dir, tmp.path()), None));
-    let ids = std::fs::read_to_string(dir.join("ids.txt")).unwrap();
+    let ids = std::fs::read_to_string(workspace.join("ids.txt")).unwrap();
     let ids: Vec<&str> = ids.lines().collect();
     assert_eq!(ids, ["twice-1", "twice-2", "twice-2"], "{ids:?}");
     let info = rundir::read_info(&dir).unwrap();
@@ -330,7 +336,7 @@ exit done
         .spawn()
         .unwrap();
     wait_for("the local step starts after the Docker one", || {
-        dir.join("started").exists()
+        dir.join("workspace/started").exists()
     });
     child.kill().unwrap();
     child.wait().unwrap();

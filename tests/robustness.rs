@@ -277,7 +277,12 @@ fn nesting(text: &str) -> usize {
         }
         deepest = deepest.max(depth);
     }
-    deepest + text.matches("not").count()
+    // A chain's operators count as nesting too (`a and b and ...`).
+    let chained = [" and ", " or ", "+", "??", "==", "<", ">"]
+        .iter()
+        .map(|op| text.matches(op).count())
+        .sum::<usize>();
+    deepest + text.matches("not").count() + chained
 }
 
 #[test]

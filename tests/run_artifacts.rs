@@ -126,7 +126,7 @@ fn hostile_names_from_a_reply_stay_inside_the_run_directory() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let written = files(&dir);
+    let written = files(&dir.join("workspace"));
     for (reply, file) in cases {
         assert!(
             written.contains(&file.to_string()),
@@ -158,7 +158,7 @@ fn hostile_names_from_a_reply_stay_inside_the_run_directory() {
 }
 
 #[test]
-fn a_name_that_is_only_a_value_never_takes_an_engine_file_or_the_run_folder() {
+fn a_name_that_is_only_a_value_never_reaches_the_records_or_the_workspace_itself() {
     let tmp = tempfile::tempdir().unwrap();
     let workflow = NAMED
         .replace("named/{{ r1.name }}.txt", "{{ r1.name }}")
@@ -176,15 +176,21 @@ fn a_name_that_is_only_a_value_never_takes_an_engine_file_or_the_run_folder() {
     let info: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["exit"], "done");
+    // The records live in the system area: a workspace file of the same name is the
+    // artifact, and the record beside it is intact.
+    let workspace = dir.join("workspace");
     assert_eq!(
-        std::fs::read_to_string(dir.join("_run.json")).unwrap(),
+        std::fs::read_to_string(workspace.join("run.json")).unwrap(),
         "run.json"
     );
     assert_eq!(
-        std::fs::read_to_string(dir.join("_state.json")).unwrap(),
+        std::fs::read_to_string(workspace.join("state.json")).unwrap(),
         "state.json"
     );
-    assert_eq!(std::fs::read_to_string(dir.join("_")).unwrap(), ".");
+    assert_eq!(std::fs::read_to_string(workspace.join("_")).unwrap(), ".");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["status"], "finished", "{state}");
 }
 
 #[test]
@@ -201,7 +207,7 @@ fn a_long_name_is_cut_to_fit_the_file_system() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let written = files(&dir.join("named"));
+    let written = files(&dir.join("workspace/named"));
     assert_eq!(written.len(), 1, "{written:?}");
     assert!(written[0].len() < 255 && written[0].starts_with("xxx"));
 }
@@ -246,11 +252,14 @@ exit done
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        dir.join("named").symlink_metadata().unwrap().is_symlink(),
-        "the tool did not run in the run directory"
+        dir.join("workspace/named")
+            .symlink_metadata()
+            .unwrap()
+            .is_symlink(),
+        "the tool did not run in the workspace"
     );
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
-    let refused = events(&dir, "artifact_refused");
+    let refused = events(&dir, "artifact_rejected");
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["file"], "named/x.txt");
 }

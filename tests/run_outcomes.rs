@@ -161,7 +161,7 @@ fn an_invalid_reply_is_routed_to_a_handler_that_reads_invalid_reply() {
     let state = json(dir.join("state.json"));
     assert_eq!(state["path"], serde_json::json!(["ask", "fix"]));
     assert_eq!(state["memory"][1], "Sure! The number is seven.");
-    let artifact = json(dir.join("invalid.json"));
+    let artifact = json(dir.join("workspace/invalid.json"));
     assert_eq!(artifact["raw"], "Sure! The number is seven.");
     assert_eq!(artifact["attempts"], 3);
 
@@ -478,7 +478,7 @@ report -> done
         .unwrap()
         .to_string();
     assert_eq!(prompt, "Reason: [] first/[]\n");
-    let artifact = json(dir.join("supervisor.json"));
+    let artifact = json(dir.join("workspace/supervisor.json"));
     assert_eq!(
         artifact,
         serde_json::json!({"reason": null, "is_null": true})
@@ -526,7 +526,7 @@ gather -> done
     let state = json(dir.join("state.json"));
     assert_eq!(state["memory"][1], serde_json::json!([]));
     assert_eq!(
-        json(dir.join("joined.json")),
+        json(dir.join("workspace/joined.json")),
         serde_json::json!({"shout": [], "count": 0})
     );
     assert_eq!(state["path"], serde_json::json!(["dispatch", "gather"]));

@@ -790,7 +790,7 @@ impl Case {
     }
 
     fn artifact(&self, id: &str, name: &str) -> String {
-        std::fs::read_to_string(self.run_dir(id).join(name))
+        std::fs::read_to_string(self.run_dir(id).join("workspace").join(name))
             .unwrap_or_else(|e| panic!("artifact {name}: {e}"))
     }
 
@@ -1325,7 +1325,7 @@ async fn retries_used_up_stop_the_run_resumably_and_resume_succeeds() {
     assert!(failed[0]["attempts"][0]["retry_delay_ms"].is_u64());
     assert!(failed[0]["attempts"][1].get("retry_delay_ms").is_none());
     assert!(case.events_of("r1", "llm_response").is_empty());
-    assert!(!case.run_dir("r1").join("answer.txt").exists());
+    assert!(!case.run_dir("r1").join("workspace/answer.txt").exists());
     assert_eq!(srv.count(), 2);
 
     // The server recovers; resuming without the key is refused up front...
@@ -1585,7 +1585,7 @@ async fn max_cost_stops_before_the_call_that_could_exceed_it() {
         "{info:#}"
     );
     assert_eq!(case.events_of("r1", "llm_response").len(), 1);
-    assert!(!case.run_dir("r1").join("second.txt").exists());
+    assert!(!case.run_dir("r1").join("workspace/second.txt").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

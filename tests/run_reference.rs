@@ -94,29 +94,29 @@ fn ds_star_hello_writes_every_artifact_with_the_reference_contracts() {
         "round_00_exec.json",
         "final_answer.md",
     ] {
-        assert!(dir.join(file).is_file(), "missing {file}");
+        assert!(dir.join("workspace").join(file).is_file(), "missing {file}");
     }
     // The coder's script ran for real with python3 in the run directory.
     assert_eq!(
-        std::fs::read_to_string(dir.join("hello.txt")).unwrap(),
+        std::fs::read_to_string(dir.join("workspace").join("hello.txt")).unwrap(),
         "hello"
     );
-    let plan = json_file(dir.join("plan.json"));
+    let plan = json_file(dir.join("workspace").join("plan.json"));
     let steps = plan.as_array().unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(keys(&steps[0]), ["details", "id", "status", "title"]);
     assert_eq!(steps[0]["id"], 1);
     assert_eq!(steps[0]["title"], "Write hello.txt");
-    let exec = json_file(dir.join("round_00_exec.json"));
+    let exec = json_file(dir.join("workspace").join("round_00_exec.json"));
     assert_eq!(exec["exit_code"], 0);
     assert!(exec["stdout"].as_str().unwrap().contains("wrote hello.txt"));
     assert!(
-        std::fs::read_to_string(dir.join("round_00_code.py"))
+        std::fs::read_to_string(dir.join("workspace").join("round_00_code.py"))
             .unwrap()
             .contains("write_text('hello'")
     );
     assert!(
-        std::fs::read_to_string(dir.join("round_00_prompt.txt"))
+        std::fs::read_to_string(dir.join("workspace").join("round_00_prompt.txt"))
             .unwrap()
             .contains("Write hello.txt")
     );
@@ -131,8 +131,8 @@ fn ds_star_hello_writes_every_artifact_with_the_reference_contracts() {
     assert_eq!(verdicts[0]["next_action"], "stop");
     assert!(verdicts[0]["missing"].is_array());
     assert!(
-        json_file(dir.join("descriptions.json")).is_object()
-            || json_file(dir.join("descriptions.json")).is_array()
+        json_file(dir.join("workspace").join("descriptions.json")).is_object()
+            || json_file(dir.join("workspace").join("descriptions.json")).is_array()
     );
 }
 
@@ -178,13 +178,13 @@ fn ds_star_router_backtrack_truncates_the_plan() {
         .find(|e| e["event"] == "route" && e["backtrack"] == true)
         .expect("a backtrack route");
     assert_eq!(back["to"][0], "truncate_plan");
-    let plan = json_file(dir.join("plan.json"));
+    let plan = json_file(dir.join("workspace").join("plan.json"));
     assert_eq!(plan.as_array().unwrap().len(), 2);
     assert_eq!(plan[1]["title"], "Compute the mean");
 }
 
 fn micro_trace(dir: &Path) -> Vec<Value> {
-    let traces = std::fs::read_dir(dir.join("traces"))
+    let traces = std::fs::read_dir(dir.join("workspace").join("traces"))
         .unwrap()
         .next()
         .unwrap()
@@ -268,7 +268,7 @@ fn iter_uses_its_profiles_rejects_by_default_and_shows_only_the_log_tail() {
     assert!(!builds.is_empty());
     for b in &builds {
         let log = b["result"]["log"].as_str().expect("a log file");
-        assert!(dir.join(log).is_file(), "{log}");
+        assert!(dir.join("workspace").join(log).is_file(), "{log}");
         let shown = b["result"]["shown"].as_str().unwrap();
         assert!(
             shown.starts_with("PASS") || shown.starts_with("FAIL"),
@@ -294,7 +294,7 @@ fn iter_exits_only_on_indicators_and_signal_together() {
     let tmp = tempfile::tempdir().unwrap();
     let wf = workflow("iter");
     let done = run(&wf, "one step", tmp.path());
-    assert!(done.run_dir.join("summary.md").is_file());
+    assert!(done.run_dir.join("workspace/summary.md").is_file());
     let info = json_file(done.run_dir.join("run.json"));
     assert_eq!(info["exit"], "done");
     let other = run(&wf, "an exit signal alone", tmp.path());
@@ -335,7 +335,7 @@ fn catmaster_tool_results_and_task_state_have_the_reference_shape() {
         .filter(|e| e["event"] == "artifact" && e["file"] == ".catmaster/task_state.json")
         .count();
     assert_eq!(writes, steps);
-    let state = json_file(dir.join(".catmaster/task_state.json"));
+    let state = json_file(dir.join("workspace").join(".catmaster/task_state.json"));
     for field in ["user_request", "plan", "tasks", "observations", "status"] {
         assert!(
             state.get(field).is_some(),
@@ -343,7 +343,8 @@ fn catmaster_tool_results_and_task_state_have_the_reference_shape() {
         );
     }
     assert_eq!(state["status"], "completed");
-    let board = std::fs::read_to_string(dir.join(".catmaster/whiteboard.md")).unwrap();
+    let board =
+        std::fs::read_to_string(dir.join("workspace").join(".catmaster/whiteboard.md")).unwrap();
     assert!(board.contains("structures/molecules/CO.xyz"));
 }
 

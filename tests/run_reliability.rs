@@ -133,7 +133,7 @@ fn essence(run_dir: &Path) -> Value {
         "outputs": state["outputs"].as_object().map(|o| o.iter().filter(|(_, v)| v.get("execution_time").is_none()).map(|(k, v)| (k.clone(), v.clone())).collect::<serde_json::Map<_, _>>()),
         "tokens": state["totals"]["input_tokens"],
         "llm_calls": state["totals"]["llm_calls"],
-        "trace": std::fs::read_to_string(run_dir.join("trace.jsonl")).unwrap_or_default(),
+        "trace": std::fs::read_to_string(run_dir.join("workspace/trace.jsonl")).unwrap_or_default(),
         "role_starts": steps,
     })
 }
@@ -281,7 +281,7 @@ fn ctrl_c_checkpoints_marks_interrupted_and_resumes() {
     assert_eq!(state["status"], "finished");
     assert_eq!(state["step"], 3 * ROUNDS);
     assert_eq!(state["memory"][0], ROUNDS);
-    let trace = std::fs::read_to_string(run_dir.join("trace.jsonl")).unwrap();
+    let trace = std::fs::read_to_string(run_dir.join("workspace/trace.jsonl")).unwrap();
     assert_eq!(trace.lines().count() as u64, ROUNDS, "{trace}");
     assert_eq!(read_json(&run_dir.join("run.json"))["status"], "finished");
 }

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use petgraph::Direction;
-use petgraph::algo::tarjan_scc;
 use petgraph::graph::{EdgeIndex, NodeIndex};
 use petgraph::visit::EdgeRef;
 
@@ -636,5 +635,113 @@ impl NodeSet {
 
     fn contains(&self, node: NodeIndex) -> bool {
         self.0[node.index()]
+    }
+}
+
+/// petgraph's `tarjan_scc` (Pearce's variant) without recursion: the same components in
+/// the same order, but a chain of 100,000 roles does not overflow the stack.
+fn tarjan_scc<N, E>(g: &petgraph::Graph<N, E>) -> Vec<Vec<NodeIndex>> {
+    struct Frame<'a, E> {
+        v: NodeIndex,
+        next: petgraph::graph::Neighbors<'a, E>,
+        local_root: bool,
+        child: Option<NodeIndex>,
+    }
+    // 0 = not visited yet, as petgraph's `None`.
+    let mut root = vec![0usize; g.node_count()];
+    let mut index = 1usize;
+    let mut count = usize::MAX;
+    let mut stack: Vec<NodeIndex> = Vec::new();
+    let mut components = Vec::new();
+    let mut frames: Vec<Frame<'_, E>> = Vec::new();
+    for first in g.node_indices() {
+        if root[first.index()] != 0 {
+            continue;
+        }
+        root[first.index()] = index;
+        index += 1;
+        frames.push(Frame {
+            v: first,
+            next: g.neighbors(first),
+            local_root: true,
+            child: None,
+        });
+        while let Some(frame) = frames.last_mut() {
+            let v = frame.v;
+            if let Some(w) = frame.child.take()
+                && root[w.index()] < root[v.index()]
+            {
+                root[v.index()] = root[w.index()];
+                frame.local_root = false;
+            }
+            if let Some(w) = frame.next.next() {
+                if root[w.index()] == 0 {
+                    frame.child = Some(w);
+                    root[w.index()] = index;
+                    index += 1;
+                    frames.push(Frame {
+                        v: w,
+                        next: g.neighbors(w),
+                        local_root: true,
+                        child: None,
+                    });
+                } else if root[w.index()] < root[v.index()] {
+                    root[v.index()] = root[w.index()];
+                    frame.local_root = false;
+                }
+                continue;
+            }
+            let local_root = frame.local_root;
+            frames.pop();
+            if local_root {
+                let mut adjustment = 1;
+                let rv = root[v.index()];
+                let start = stack
+                    .iter()
+                    .rposition(|&w| {
+                        if rv > root[w.index()] {
+                            true
+                        } else {
+                            root[w.index()] = count;
+                            adjustment += 1;
+                            false
+                        }
+                    })
+                    .map_or(0, |x| x + 1);
+                root[v.index()] = count;
+                stack.push(v);
+                components.push(stack[start..].to_vec());
+                stack.truncate(start);
+                index -= adjustment;
+                count -= 1;
+            } else {
+                stack.push(v);
+            }
+        }
+    }
+    components
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn iterative_scc_matches_petgraph() {
+        let mut seed = 7u64;
+        let mut rand = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..300 {
+            let nodes = 1 + rand(12) as usize;
+            let mut g: petgraph::Graph<(), ()> = petgraph::Graph::new();
+            let ids: Vec<_> = (0..nodes).map(|_| g.add_node(())).collect();
+            for _ in 0..rand(3 * nodes as u64 + 1) {
+                let (a, b) = (rand(nodes as u64) as usize, rand(nodes as u64) as usize);
+                g.add_edge(ids[a], ids[b], ());
+            }
+            assert_eq!(super::tarjan_scc(&g), petgraph::algo::tarjan_scc(&g));
+        }
     }
 }

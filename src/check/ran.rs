@@ -347,12 +347,10 @@ fn check_expr(
                 root: Root::Role { node },
                 fields,
             } => {
-                let Some(first) = fields.first() else {
-                    continue;
-                };
+                // A bare `r` (the whole output) is read like any of its fields.
+                let first = fields.first().map(String::as_str);
                 if used == Use::Truth
-                    || first == "invalid"
-                    || first == "invalid_reply"
+                    || matches!(first, Some("invalid" | "invalid_reply"))
                     || guards.contains(node)
                     || runs.available(avail, *node)
                 {

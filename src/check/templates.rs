@@ -143,7 +143,7 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
     if !has_llm {
         return;
     }
-    let prompts = Prompts::load(&workflow.prompts_dir);
+    let prompts = Prompts::for_workflow(workflow);
     let mut reported_parse = BTreeSet::new();
     let mut found: Vec<Diagnostic> = Vec::new();
     for (index, role) in workflow.roles() {
@@ -174,11 +174,7 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
                 continue;
             }
             if !prompts.has(&file) {
-                let names: Vec<String> = prompts
-                    .tera
-                    .get_template_names()
-                    .map(str::to_string)
-                    .collect();
+                let names = prompts.names();
                 let help = suggest(&file, names.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("create it in {}", workflow.prompts_dir.display()));
                 diags.push(

@@ -89,6 +89,23 @@ impl<'a> Attrs<'a> {
         }
     }
 
+    /// A size in bytes: a whole number, or a string such as `"4MB"`, `"512k"`, `"1GiB"`.
+    pub fn bytes(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(u64, Span)> {
+        let attr = self.get(key)?;
+        let parsed = match &attr.value.kind {
+            ValueKind::Number(n) if *n >= 0.0 && n.fract() == 0.0 => Some(*n as u64),
+            ValueKind::String(s) => parse_size(s),
+            _ => None,
+        };
+        if parsed.is_none() {
+            diags.push(wrong_kind(
+                attr,
+                "a size such as `\"4MB\"`, `\"512KB\"` or a number of bytes",
+            ));
+        }
+        parsed.map(|n| (n, attr.value.span))
+    }
+
     pub fn ident(&mut self, key: &str, diags: &mut Diagnostics) -> Option<Ident> {
         let attr = self.get(key)?;
         match &attr.value.kind {
@@ -224,4 +241,19 @@ fn wrong_kind(attr: &Attr, expected: &str) -> Diagnostic {
         "write e.g. `{} = ...` with {expected}",
         attr.key.name
     ))
+}
+
+/// `"4MB"`, `"4 MiB"`, `"512k"`, `"1g"`, `"100"`: binary multiples.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_lowercase();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let n: u64 = t[..digits].parse().ok()?;
+    let shift = match t[digits..].trim() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
 }

@@ -771,6 +771,19 @@ impl Compiler<'_> {
                 if !typed[0].1.is_stringy() {
                     bad(self, 0, "a string");
                 }
+                if func == Func::Exists
+                    && let syntax::ExprKind::String(path) = &args[0].kind
+                    && let Err(why) = rondo_workspace::relative_name(path)
+                {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::expr::path_outside_workspace",
+                            "`exists` only looks inside the run's workspace",
+                        )
+                        .label(args[0].span, why.to_string())
+                        .help("give a path relative to the workspace, e.g. `exists(\"reports/summary.md\")`"),
+                    );
+                }
                 if func == Func::Exists {
                     Type::Bool
                 } else {

@@ -9,7 +9,7 @@ use super::attrs::Attrs;
 use super::types::{Field, Type};
 use super::workflow::{EnvKind, EnvSpec, ProviderSpec, ToolSpec};
 use super::{Compiler, relative_to};
-use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::diagnostics::{Diagnostic, Diagnostics, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{self, Ast, ImportKind, ValueKind};
 
@@ -48,6 +48,7 @@ pub const TOOL_KEYS: &[&str] = &[
     "usage",
     "timeout",
     "input_schema",
+    "max_output",
 ];
 
 /// A provider profile before fallback names are resolved.
@@ -61,7 +62,7 @@ impl Compiler<'_> {
         let mut pending = Vec::new();
         for import in &ast.imports {
             let path = relative_to(&self.workflow.dir, &import.path);
-            let text = match std::fs::read_to_string(&path) {
+            let text = match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
                 Ok(t) => t,
                 Err(e) => {
                     self.diags.push(
@@ -428,6 +429,11 @@ impl Compiler<'_> {
             executable: resolve_executable(&s("executable").unwrap_or_default(), &dir),
             usage: s("usage").unwrap_or_default(),
             timeout_ms: map.get("timeout").and_then(duration_value),
+            max_output: map.get("max_output").and_then(|v| match v {
+                serde_json::Value::Number(n) => n.as_u64(),
+                serde_json::Value::String(s) => super::attrs::parse_size(s),
+                _ => None,
+            }),
             input,
             span: at,
             origin: Some(path.to_path_buf()),
@@ -488,6 +494,7 @@ impl Compiler<'_> {
                     .map(|x| x.0)
                     .unwrap_or_default(),
                 timeout_ms: attrs.duration_ms("timeout", diags).map(|x| x.0),
+                max_output: attrs.bytes("max_output", diags).map(|x| x.0),
                 input: None,
                 span: decl.name.span,
                 origin: None,
@@ -528,6 +535,8 @@ impl Compiler<'_> {
                     "tools",
                     "mounts",
                     "per_branch",
+                    "user",
+                    "read_only_root",
                 ],
                 format!("environment `{}`", decl.name.name),
             );
@@ -592,12 +601,31 @@ impl Compiler<'_> {
                 attrs.value("per_branch").map(|v| &v.kind),
                 Some(ValueKind::Bool(true))
             );
-            let mounts = attrs
-                .string_list("mounts", diags)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|m| m.0)
-                .collect();
+            let user = attrs.string("user", diags).map(|x| x.0);
+            let read_only_root = matches!(
+                attrs.value("read_only_root").map(|v| &v.kind),
+                Some(ValueKind::Bool(true))
+            );
+            if kind == EnvKind::Local {
+                for key in ["user", "read_only_root"] {
+                    if let Some(v) = attrs.value(key) {
+                        diags.push(
+                            Diagnostic::error(
+                                "rondo::environment::docker_only",
+                                format!("`{key}` applies to Docker environments only"),
+                            )
+                            .label(v.span, "a local environment runs as the user running rondo")
+                            .help("write `kind = \"docker\"` and an `image`, or remove it"),
+                        );
+                    }
+                }
+            }
+            let mounts: Vec<(String, Span)> =
+                attrs.string_list("mounts", diags).unwrap_or_default();
+            for (text, span) in &mounts {
+                check_mount(text, *span, diags);
+            }
+            let mounts = mounts.into_iter().map(|m| m.0).collect();
             attrs.finish(&mut self.diags);
             if kind == EnvKind::Docker && image.is_none() {
                 self.diags.push(
@@ -627,8 +655,46 @@ impl Compiler<'_> {
                 tools,
                 mounts,
                 per_branch,
+                user,
+                read_only_root,
                 span: decl.name.span,
             });
+        }
+    }
+}
+
+/// A mount must parse; a host folder is worth a warning; the Docker socket is refused.
+fn check_mount(text: &str, span: Span, diags: &mut Diagnostics) {
+    use super::mounts::{MountSource, parse_mount};
+    match parse_mount(text) {
+        Err(e) => diags.push(
+            Diagnostic::error("rondo::environment::bad_mount", format!("mount `{text}`: {e}"))
+                .label(span, "not a mount")
+                .help("`dir:/container[:ro|:rw]` with `dir` inside the run's workspace, or `host:/abs/path:/container[:ro|:rw]`"),
+        ),
+        Ok(m) => {
+            if let MountSource::Host(path) = &m.source {
+                if let Some(why) = rondo_env::refused_mount(path) {
+                    diags.push(
+                        Diagnostic::error(
+                            "rondo::environment::docker_socket",
+                            format!("mount `{text}` can never be allowed"),
+                        )
+                        .label(span, why)
+                        .help("a container that holds the Docker socket controls the host; give the tool what it needs through the workspace"),
+                    );
+                } else {
+                    let mode = if m.writable { "read-write" } else { "read-only" };
+                    diags.push(
+                        Diagnostic::warning(
+                            "rondo::environment::host_mount",
+                            format!("mount `{text}` gives the container a host folder outside the run's workspace"),
+                        )
+                        .label(span, format!("{} is visible {mode} in the container", path.display()))
+                        .help("the tool sees (and may keep) whatever this folder holds; mount a folder of the workspace instead when you can"),
+                    );
+                }
+            }
         }
     }
 }

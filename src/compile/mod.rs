@@ -5,6 +5,7 @@
 mod attrs;
 mod expr;
 mod imports;
+pub mod mounts;
 pub mod types;
 pub mod workflow;
 
@@ -78,7 +79,16 @@ struct Compiler<'f> {
     tool_result: Option<Arc<Type>>,
     /// Llm roles with `output json`: they have the `invalid` pseudo-fields.
     json_llm: std::collections::HashSet<NodeIndex>,
+    /// Nesting and size of the type being resolved: named types are expanded in place,
+    /// and every later pass walks types recursively.
+    type_depth: usize,
+    type_nodes: usize,
 }
+
+/// Deeper types (named types within named types, lists of lists ...) are refused.
+const MAX_TYPE_DEPTH: usize = 64;
+/// A type expanding to more parts than this (`type B { x: A, y: A }` doubles A) is refused.
+const MAX_TYPE_NODES: usize = 100_000;
 
 impl<'f> Compiler<'f> {
     fn new(file: &'f SourceFile) -> Self {
@@ -91,6 +101,8 @@ impl<'f> Compiler<'f> {
         let hash = hex::encode(Sha256::digest(file.text.as_bytes()));
         let dir = file.dir();
         Compiler {
+            type_depth: 0,
+            type_nodes: 0,
             file,
             diags: Diagnostics::default(),
             workflow: Workflow {
@@ -201,6 +213,8 @@ impl<'f> Compiler<'f> {
             tools: Vec::new(),
             mounts: Vec::new(),
             per_branch: false,
+            user: None,
+            read_only_root: false,
             span: Span::default(),
         });
         self.env_names.insert("local".into(), 0);
@@ -245,6 +259,7 @@ impl<'f> Compiler<'f> {
         }
         for decl in &ast.types {
             let mut visiting = vec![decl.name.name.clone()];
+            self.type_nodes = 0;
             let ty = self.resolve_type_in(&decl.ty, ast, &mut visiting);
             if let Some(entry) = self.types.get_mut(&decl.name.name) {
                 entry.0 = ty;
@@ -254,6 +269,7 @@ impl<'f> Compiler<'f> {
 
     fn resolve_type(&mut self, ty: &TypeExpr) -> Type {
         let mut visiting = Vec::new();
+        self.type_nodes = 0;
         self.resolve_type_inner(ty, None, &mut visiting)
     }
 
@@ -262,6 +278,38 @@ impl<'f> Compiler<'f> {
     }
 
     fn resolve_type_inner(
+        &mut self,
+        ty: &TypeExpr,
+        ast: Option<&Ast>,
+        visiting: &mut Vec<String>,
+    ) -> Type {
+        self.type_nodes = self.type_nodes.saturating_add(1);
+        if self.type_depth >= MAX_TYPE_DEPTH || self.type_nodes > MAX_TYPE_NODES {
+            // Reported once per declaration: the rest of it is not resolved.
+            if self.type_nodes != usize::MAX
+                && !self.diags.iter().any(|d| d.code == "rondo::type::too_deep")
+            {
+                let message = if self.type_depth >= MAX_TYPE_DEPTH {
+                    format!("this type nests more than {MAX_TYPE_DEPTH} levels deep")
+                } else {
+                    format!("this type expands to more than {MAX_TYPE_NODES} parts")
+                };
+                self.diags.push(
+                    Diagnostic::error("rondo::type::too_deep", message)
+                        .label(ty.span, "the limit is reached here")
+                        .help("flatten the type, or use `any` for the deeply nested part"),
+                );
+                self.type_nodes = usize::MAX;
+            }
+            return Type::Any;
+        }
+        self.type_depth += 1;
+        let t = self.resolve_type_node(ty, ast, visiting);
+        self.type_depth -= 1;
+        t
+    }
+
+    fn resolve_type_node(
         &mut self,
         ty: &TypeExpr,
         ast: Option<&Ast>,
@@ -369,7 +417,16 @@ impl<'f> Compiler<'f> {
                 self.duplicate("input", &input.name, first);
                 continue;
             }
-            let ty = self.resolve_type(&input.ty);
+            let path = is_path_type(&input.ty);
+            let ty = if path {
+                if matches!(input.ty.kind, TypeKind::Optional(_)) {
+                    Type::optional(Type::String)
+                } else {
+                    Type::String
+                }
+            } else {
+                self.resolve_type(&input.ty)
+            };
             let default = input.default.as_ref().and_then(|e| self.const_value(e));
             if let Some(d) = &default
                 && let Err(e) = ty.validate(d)
@@ -392,6 +449,7 @@ impl<'f> Compiler<'f> {
                 name: input.name.name.clone(),
                 ty,
                 default,
+                path,
             });
         }
     }
@@ -559,6 +617,16 @@ impl<'f> Compiler<'f> {
                 let threshold = param("threshold", 0.0, &mut a);
                 let root = a.string("root", diags).map(|x| x.0);
                 a.finish(diags);
+                if let Some(Err(why)) = root.as_deref().map(rondo_workspace::relative_name) {
+                    diags.push(
+                        Diagnostic::error(
+                            "rondo::memory::root_outside_workspace",
+                            "a code context reads only inside the run's workspace",
+                        )
+                        .label(kind.span, why.to_string())
+                        .help("name a folder of the workspace, e.g. `root = \"repo\"`"),
+                    );
+                }
                 if !(0.0..=1.0).contains(&gamma) {
                     diags.push(
                         Diagnostic::error(
@@ -733,6 +801,7 @@ impl<'f> Compiler<'f> {
                 "retries",
                 "coerce",
                 "max_visits",
+                "max_reply",
             ],
             "tool" => &[
                 "env",
@@ -747,6 +816,7 @@ impl<'f> Compiler<'f> {
                 "show",
                 "reads",
                 "max_visits",
+                "max_output",
             ],
             _ => &["reads", "max_visits"],
         };
@@ -863,6 +933,25 @@ impl<'f> Compiler<'f> {
                 .help("names may use `{{ round }}`, `{{ visit }}`, `{{ step }}`, `{{ run_id }}`"),
             );
         }
+        // The part before the first template tag is known now: a literal name, or the
+        // folders a templated one starts with.
+        let fixed = match a.name.find(['{']) {
+            None => Some(a.name.as_str()),
+            Some(at) => a.name[..at].rfind('/').map(|slash| &a.name[..slash]),
+        };
+        if let Some(Err(why)) = fixed
+            .filter(|f| !f.is_empty() || a.name.starts_with('/'))
+            .map(|f| rondo_workspace::relative_name(if f.is_empty() { "/" } else { f }))
+        {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::artifact::outside_workspace",
+                    "the artifact would be written outside the run's workspace",
+                )
+                .label(a.name_span, why.to_string())
+                .help("name it relative to the workspace, e.g. `reports/summary.md`; the run records stay out of reach"),
+            );
+        }
         Artifact {
             name: a.name.clone(),
             append: a.append,
@@ -888,6 +977,7 @@ impl<'f> Compiler<'f> {
         let system = attrs.string("system", diags);
         let retries = attrs.count("retries", diags).map_or(2, |x| x.0);
         let tools = attrs.ident_list("tools", diags);
+        let max_reply = attrs.bytes("max_reply", diags).map(|x| x.0);
         let provider = match provider {
             Some(p) => self
                 .lookup_provider(&p)
@@ -931,6 +1021,7 @@ impl<'f> Compiler<'f> {
             retries,
             tools: tools.iter().filter_map(|t| self.lookup_tool(t)).collect(),
             coerce,
+            max_reply,
         }
     }
 
@@ -993,6 +1084,7 @@ impl<'f> Compiler<'f> {
         let env = attrs.ident("env", diags);
         let timeout_ms = attrs.duration_ms("timeout", diags).map(|x| x.0);
         let (log, log_span) = attrs.string("log", diags).unzip();
+        let max_output = attrs.bytes("max_output", diags).map(|x| x.0);
         let command = attrs.string_list("command", diags);
         let run = attrs.ident("run", diags);
         let args = attrs.value("args");
@@ -1088,6 +1180,7 @@ impl<'f> Compiler<'f> {
             show,
             log_span: log_span.unwrap_or_default(),
             argv_spans,
+            max_output,
         }
     }
 
@@ -2340,4 +2433,13 @@ pub fn tera_error_text(e: &tera::Error) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `input NAME: path` (or `path?`): a string naming a file or folder of the host.
+fn is_path_type(ty: &TypeExpr) -> bool {
+    match &ty.kind {
+        TypeKind::Named(name) => name == "path",
+        TypeKind::Optional(inner) => matches!(&inner.kind, TypeKind::Named(name) if name == "path"),
+        _ => false,
+    }
 }

@@ -56,6 +56,10 @@ pub struct Input {
     pub name: String,
     pub ty: Type,
     pub default: Option<Value>,
+    /// Declared `path` (a string): a file or folder of the machine running rondo, resolved
+    /// against the folder rondo was started in and shown to tools read-only.
+    #[serde(default)]
+    pub path: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -141,6 +145,9 @@ pub struct ToolSpec {
     pub executable: String,
     pub usage: String,
     pub timeout_ms: Option<u64>,
+    /// Bytes of output kept per stream in memory, the checkpoint and the journal.
+    #[serde(default)]
+    pub max_output: Option<u64>,
     pub input: Option<Type>,
     pub span: Span,
     pub origin: Option<PathBuf>,
@@ -158,9 +165,14 @@ pub struct EnvSpec {
     pub cpus: Option<f64>,
     pub pids: Option<u64>,
     pub tools: Vec<ToolId>,
+    /// See [`super::mounts::parse_mount`].
     pub mounts: Vec<String>,
     /// Docker: each parallel or map branch gets its own container.
     pub per_branch: bool,
+    /// Docker: `user[:group]` commands run as (default: the image's).
+    pub user: Option<String>,
+    /// Docker: a read-only root file system with a writable tmpfs `/tmp`.
+    pub read_only_root: bool,
     pub span: Span,
 }
 
@@ -235,7 +247,13 @@ pub struct LlmRole {
     /// The coercions a reply may get before it is rejected (`coerce = safe` by default).
     #[serde(default = "super::types::Coercion::safe")]
     pub coerce: Vec<super::types::Coercion>,
+    /// The largest reply accepted, in bytes; a longer one is an invalid attempt.
+    #[serde(default)]
+    pub max_reply: Option<u64>,
 }
+
+/// A reply longer than this is an invalid attempt unless the role says otherwise.
+pub const DEFAULT_MAX_REPLY: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
@@ -258,6 +276,9 @@ pub struct ToolRole {
     pub log_span: Span,
     #[serde(default)]
     pub argv_spans: Vec<Span>,
+    /// Bytes of output kept per stream (head and tail); the log gets everything.
+    #[serde(default)]
+    pub max_output: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

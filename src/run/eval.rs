@@ -16,7 +16,8 @@ use crate::syntax::BinOp;
 pub struct Env<'a> {
     pub workflow: &'a Workflow,
     pub state: &'a RunState,
-    pub run_dir: &'a Path,
+    /// The run's workspace: `exists()` and code-context views read here, confined.
+    pub workspace: &'a Path,
     pub role: Option<NodeIndex>,
     pub output: Option<&'a Value>,
     pub item: Option<&'a Value>,
@@ -46,8 +47,11 @@ impl Env<'_> {
                 fields,
             } if !matches!(self.workflow.memory[*id].kind, MemoryKind::Value { .. }) => {
                 let slot = &self.workflow.memory[*id];
-                let view =
-                    super::memory::template_view(&slot.kind, &self.state.memory[*id], self.run_dir);
+                let view = super::memory::template_view(
+                    &slot.kind,
+                    &self.state.memory[*id],
+                    self.workspace,
+                );
                 let mut v = &view;
                 for f in fields {
                     v = v.get(f).unwrap_or(&NULL);
@@ -215,8 +219,10 @@ impl Env<'_> {
             Func::Exists => {
                 let name = arg(0)?;
                 let rel = name.as_str().unwrap_or("");
+                // Only inside the workspace: never an absolute path, `..`, a symbolic link
+                // out of it or the system area.
                 Value::Bool(
-                    !rel.is_empty() && !rel.contains("..") && self.run_dir.join(rel).exists(),
+                    rondo_workspace::Workspace::open(self.workspace).is_ok_and(|w| w.exists(rel)),
                 )
             }
             Func::First => match arg(0)? {

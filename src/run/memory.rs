@@ -69,13 +69,18 @@ fn whiteboard(sections: &[String]) -> Result<Whiteboard, String> {
     Whiteboard::new(specs, vec![".rondo".into(), ".catmaster".into()]).map_err(|e| e.to_string())
 }
 
-/// Where the files of a code context are read from.
-pub fn code_root(kind: &MemoryKind, run_dir: &Path) -> std::path::PathBuf {
+/// Where the files of a code context are read from: the workspace, or a folder of it
+/// (`root = "repo"`, created if missing) resolved beneath it, never through a symbolic
+/// link out of it.
+pub fn code_root(kind: &MemoryKind, workspace: &Path) -> Result<std::path::PathBuf, String> {
     match kind {
         MemoryKind::CodeContext {
             root: Some(root), ..
-        } => run_dir.join(root),
-        _ => run_dir.to_path_buf(),
+        } => rondo_workspace::Workspace::open(workspace)
+            .and_then(|w| w.subdir(root, true))
+            .map(|sub| sub.root().to_path_buf())
+            .map_err(|e| format!("code context root `{root}`: {e}")),
+        _ => Ok(workspace.to_path_buf()),
     }
 }
 
@@ -96,13 +101,15 @@ fn text_of(v: &Value) -> String {
     }
 }
 
-/// Applies one operation. `run_dir` is where whiteboard.md is written and code is read.
+/// Applies one operation. `run_dir` (the system area) is where whiteboard.md is written;
+/// code is read from the `workspace`.
 pub fn apply(
     kind: &MemoryKind,
     slot: &mut Value,
     op: MemoryOp,
     args: Vec<Value>,
     run_dir: &Path,
+    workspace: &Path,
 ) -> Result<String, String> {
     let mut args = args.into_iter();
     let mut next = || args.next().unwrap_or(Value::Null);
@@ -251,9 +258,15 @@ pub fn apply(
         }
         (MemoryKind::CodeContext { .. }, MemoryOp::Cite) => {
             let mut code: CodeContext = load(slot)?;
+            // A root a tool turned into a link out of the workspace reads nothing; the
+            // run goes on and the note says why.
+            let root = match code_root(kind, workspace) {
+                Ok(root) => root,
+                Err(e) => return Ok(e),
+            };
             code.begin_operation();
             let report = code
-                .record_citations(&code_root(kind, run_dir), &text_of(&next()))
+                .record_citations(&root, &text_of(&next()))
                 .map_err(|e| e.to_string())?;
             store(slot, &code)?;
             Ok(serde_json::to_string(&report).unwrap_or_default())
@@ -263,7 +276,10 @@ pub fn apply(
             if code.n_operations() == 0 {
                 code.begin_operation();
             }
-            let root = code_root(kind, run_dir);
+            let root = match code_root(kind, workspace) {
+                Ok(root) => root,
+                Err(e) => return Ok(e),
+            };
             let accesses = match next() {
                 Value::Array(items) => items,
                 other => vec![other],
@@ -322,15 +338,17 @@ fn as_list(slot: &mut Value) -> Result<&mut Vec<Value>, String> {
 
 /// What `memory.NAME` is in a template: plain values as they are; structured kinds as
 /// their views (`code.files`, `ops.chain`, `ops.lessons`, `board.sections`).
-pub fn template_view(kind: &MemoryKind, slot: &Value, run_dir: &Path) -> Value {
+pub fn template_view(kind: &MemoryKind, slot: &Value, workspace: &Path) -> Value {
     match kind {
         MemoryKind::Value { .. } => slot.clone(),
-        MemoryKind::CodeContext { .. } => match load::<CodeContext>(slot) {
-            Ok(mut code) => {
-                serde_json::to_value(code.render(&code_root(kind, run_dir))).unwrap_or(Value::Null)
+        MemoryKind::CodeContext { .. } => {
+            match (load::<CodeContext>(slot), code_root(kind, workspace)) {
+                (Ok(mut code), Ok(root)) => {
+                    serde_json::to_value(code.render(&root)).unwrap_or(Value::Null)
+                }
+                _ => Value::Null,
             }
-            Err(_) => Value::Null,
-        },
+        }
         MemoryKind::History => match load::<OperationHistory>(slot) {
             Ok(history) => serde_json::to_value(history.view()).unwrap_or(Value::Null),
             Err(_) => Value::Null,

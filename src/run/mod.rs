@@ -9,6 +9,7 @@ pub mod eval;
 pub mod memory;
 pub mod output;
 pub mod progress;
+pub mod redact;
 pub mod replay;
 pub mod rundir;
 pub mod scripted;
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -45,6 +46,10 @@ pub struct RunOptions {
     /// Folder holding run directories (`runs/` by default).
     pub runs_root: PathBuf,
     pub run_id: Option<String>,
+    /// `--workspace DIR`: work in this existing folder; records go to `DIR/.rondo/runs/<id>/`.
+    pub workspace: Option<PathBuf>,
+    /// Relative `path` inputs resolve against this folder (default: the current one).
+    pub base_dir: Option<PathBuf>,
     /// `--input key=value`; a value that parses as JSON is taken as JSON unless the input is a string.
     pub inputs: Vec<(String, String)>,
     /// Every llm role uses this profile.
@@ -64,6 +69,8 @@ impl Default for RunOptions {
         RunOptions {
             runs_root: PathBuf::from("runs"),
             run_id: None,
+            workspace: None,
+            base_dir: None,
             inputs: Vec::new(),
             provider: None,
             script: None,
@@ -78,7 +85,10 @@ impl Default for RunOptions {
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    /// The run's system area (`run.json`, `events.jsonl`, `state.json`).
     pub run_dir: PathBuf,
+    /// The run's workspace (artifacts, logs, the tools' working directory).
+    pub workspace: PathBuf,
     pub exit: String,
     pub exit_code: i32,
     pub reason: String,
@@ -96,7 +106,10 @@ pub enum StartError {
 
 pub struct Interpreter<'w> {
     workflow: &'w Workflow,
+    /// The system area.
     run_dir: PathBuf,
+    /// Every artifact, log and `exists()` goes through it.
+    workspace: rondo_workspace::Workspace,
     dir: Option<RunDir>,
     info: Option<RunInfo>,
     pool: Arc<ProviderPool>,
@@ -107,6 +120,8 @@ pub struct Interpreter<'w> {
     interrupted: Arc<AtomicBool>,
     interrupt: Arc<Notify>,
     reporter: Reporter,
+    /// Secret values, replaced in everything recorded, shown or sent.
+    redactor: rondo_env::Redactor,
     started: Instant,
     /// Tokens, cost and calls of LLM attempts not yet added to the state's totals:
     /// `execute` runs with shared access, so every attempt (valid or not) lands here
@@ -156,14 +171,13 @@ impl<'w> Interpreter<'w> {
         workflow: &'w Workflow,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
-        let inputs = resolve_inputs(workflow, &options.inputs)?;
-        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
-        let run_dir = options.runs_root.join(&run_id);
-        if run_dir.join("run.json").exists() {
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
+        let (run_id, layout) = Self::layout(options)?;
+        if layout.system.join("run.json").exists() {
             return Err(StartError::Setup(format!(
                 "{} already holds a run; use `rondo resume {}`",
-                run_dir.display(),
-                run_dir.display()
+                layout.system.display(),
+                layout.system.display()
             )));
         }
         let options = &RunOptions {
@@ -171,7 +185,35 @@ impl<'w> Interpreter<'w> {
             ..options.clone()
         };
         let script = load_script(options)?;
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+    }
+
+    /// The run id (checked, or a new one) and where the run lives.
+    fn layout(options: &RunOptions) -> Result<(String, rundir::Layout), StartError> {
+        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+        rundir::check_run_id(&run_id).map_err(StartError::Input)?;
+        if let Some(dir) = &options.workspace {
+            let Ok(real) = std::fs::canonicalize(dir)
+                .map_err(|_| ())
+                .and_then(|d| if d.is_dir() { Ok(d) } else { Err(()) })
+            else {
+                return Err(StartError::Input(format!(
+                    "--workspace {}: not an existing folder",
+                    dir.display()
+                )));
+            };
+            if real
+                .components()
+                .any(|c| c.as_os_str() == rondo_workspace::SYSTEM_DIR)
+            {
+                return Err(StartError::Input(format!(
+                    "--workspace {}: a workspace cannot lie inside a `.rondo` folder (the runs' records)",
+                    dir.display()
+                )));
+            }
+        }
+        let layout = rundir::Layout::new(&options.runs_root, options.workspace.as_deref(), &run_id);
+        Ok((run_id, layout))
     }
 
     /// [`start`](Self::start) with replies given in code (`test` blocks).
@@ -180,10 +222,9 @@ impl<'w> Interpreter<'w> {
         options: &RunOptions,
         script: Script,
     ) -> Result<(Self, RunState), StartError> {
-        let inputs = resolve_inputs(workflow, &options.inputs)?;
-        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
-        let run_dir = options.runs_root.join(&run_id);
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, run_dir)
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
+        let (run_id, layout) = Self::layout(options)?;
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
     }
 
     fn start_with_script_at(
@@ -192,13 +233,18 @@ impl<'w> Interpreter<'w> {
         script: Script,
         inputs: Vec<Value>,
         run_id: String,
-        run_dir: PathBuf,
+        layout: rundir::Layout,
     ) -> Result<(Self, RunState), StartError> {
-        let mut interp = Self::build(workflow, run_dir, options, script)?;
+        let mut interp = Self::build(workflow, &layout, options, script)?;
         interp.check_keys()?;
+        let mut inputs = inputs;
+        inputs
+            .iter_mut()
+            .for_each(|v| interp.redactor.redact_json(v));
         let state = RunState::new(workflow, run_id.clone(), inputs);
+        interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
-            let dir = RunDir::create(&interp.run_dir).map_err(|e| {
+            let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
                 StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
             })?;
             let info = RunInfo {
@@ -227,11 +273,12 @@ impl<'w> Interpreter<'w> {
                 exit_code: None,
                 reason: None,
                 totals: Default::default(),
+                workspace: Some(interp.workspace.root().to_path_buf()),
             };
             interp.dir = Some(dir);
             interp.event(
                 "run_start",
-                json!({"workflow": workflow.name, "run_dir": interp.run_dir}),
+                json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
             );
             // Resumable from here on: the checkpoint is durable before `run.json` says a
             // run exists, so a kill before this point leaves a run id that can be reused.
@@ -253,7 +300,7 @@ impl<'w> Interpreter<'w> {
         })?;
         interp.event(
             "run_start",
-            json!({"workflow": workflow.name, "run_dir": interp.run_dir}),
+            json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
         );
         Ok((interp, state))
     }
@@ -287,11 +334,13 @@ impl<'w> Interpreter<'w> {
             ..options.clone()
         };
         let script = load_script(&options)?;
-        let mut interp = Self::build(workflow, run_dir.to_path_buf(), &options, script)?;
+        let layout = rundir::Layout::of(run_dir, &info);
+        let mut interp = Self::build(workflow, &layout, &options, script)?;
         interp.check_keys()?;
-        RunDir::rewind(run_dir, &state)
+        interp.envs.input_paths = input_paths(workflow, &state);
+        RunDir::rewind(&layout, &state)
             .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
-        let dir = RunDir::open(run_dir)
+        let dir = RunDir::open(run_dir, &layout.workspace)
             .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", run_dir.display())))?;
         interp.dir = Some(dir);
         interp.resumed = true;
@@ -307,10 +356,18 @@ impl<'w> Interpreter<'w> {
 
     fn build(
         workflow: &'w Workflow,
-        run_dir: PathBuf,
+        layout: &rundir::Layout,
         options: &RunOptions,
         script: Script,
     ) -> Result<Self, StartError> {
+        // The system area first: the workspace may be inside it (`runs/<id>/workspace`).
+        std::fs::create_dir_all(&layout.system).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.system.display()))
+        })?;
+        let workspace = rondo_workspace::Workspace::create(&layout.workspace).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
+        })?;
+        let run_dir = layout.system.clone();
         let profiles = workflow
             .providers
             .iter()
@@ -349,10 +406,18 @@ impl<'w> Interpreter<'w> {
         }
         let interrupted = Arc::new(AtomicBool::new(false));
         let interrupt = Arc::new(Notify::new());
+        let redactor = redact::for_workflow(workflow);
         Ok(Interpreter {
             workflow,
-            envs: tools::Envs::new(workflow, &run_dir, options.keep_env),
+            envs: tools::Envs::new(
+                workflow,
+                &run_dir,
+                workspace.root(),
+                options.keep_env,
+                redactor.clone(),
+            ),
             run_dir,
+            workspace,
             dir: None,
             info: None,
             pool: Arc::new(pool),
@@ -360,7 +425,8 @@ impl<'w> Interpreter<'w> {
             profile_of,
             interrupted,
             interrupt,
-            reporter: Reporter::new(options.progress),
+            reporter: Reporter::new(options.progress, redactor.clone()),
+            redactor,
             started: Instant::now(),
             spent: Default::default(),
             resumed: false,
@@ -413,6 +479,8 @@ impl<'w> Interpreter<'w> {
     }
 
     fn event(&mut self, kind: &str, fields: Value) {
+        let mut fields = fields;
+        self.redactor.redact_json(&mut fields);
         self.reporter.event(kind, &fields);
         if let Some(dir) = &mut self.dir
             && let Err(e) = dir.event(kind, fields)
@@ -491,6 +559,7 @@ impl<'w> Interpreter<'w> {
     }
 
     async fn finish(mut self, mut state: RunState, exit: NodeIndex, reason: String) -> Outcome {
+        let reason = self.redactor.redact(&reason).into_owned();
         let name = self.workflow.node(exit).name.clone();
         let code = match &self.workflow.node(exit).kind {
             NodeKind::Exit(spec) => spec.code,
@@ -536,6 +605,7 @@ impl<'w> Interpreter<'w> {
         }
         self.reporter.finish(&name, &reason, &state);
         Outcome {
+            workspace: self.workspace.root().to_path_buf(),
             run_dir: self.run_dir,
             exit: name,
             exit_code: code,
@@ -616,7 +686,7 @@ impl<'w> Interpreter<'w> {
         Env {
             workflow: self.workflow,
             state,
-            run_dir: &self.run_dir,
+            workspace: self.workspace.root(),
             role,
             output,
             item,
@@ -858,8 +928,33 @@ impl<'w> Interpreter<'w> {
         Ok(Flow::Continue)
     }
 
-    /// Executes a role without changing the state.
+    /// Executes a role without changing the state, within what is left of the run's
+    /// wall time: past it, the step is abandoned (its tool processes killed) and the run
+    /// ends at `limit`.
     async fn execute(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        visit: u64,
+        item: Option<&Value>,
+        branch: Option<usize>,
+    ) -> Result<RoleRun, StepError> {
+        let run = self.execute_role(state, node, visit, item, branch);
+        let Some(max) = self.workflow.limits.max_wall_time_ms else {
+            return run.await;
+        };
+        let used = state.elapsed_ms + self.started.elapsed().as_millis() as u64;
+        let left = Duration::from_millis(max.saturating_sub(used));
+        match tokio::time::timeout(left, run).await {
+            Ok(result) => result,
+            Err(_) => Err(StepError::Limit(format!(
+                "the run reached max_wall_time ({max} ms) during `{}`",
+                self.workflow.node(node).name
+            ))),
+        }
+    }
+
+    async fn execute_role(
         &self,
         state: &RunState,
         node: NodeIndex,
@@ -907,7 +1002,7 @@ impl<'w> Interpreter<'w> {
             let slot = &self.workflow.memory[id];
             memory.insert(
                 slot.name.clone(),
-                memory::template_view(&slot.kind, &state.memory[id], &self.run_dir),
+                memory::template_view(&slot.kind, &state.memory[id], self.workspace.root()),
             );
         }
         ctx.insert("memory", &memory);
@@ -945,6 +1040,16 @@ impl<'w> Interpreter<'w> {
         let mut last_raw = String::new();
         let attempts = llm.retries + 1;
         for attempt in 1..=attempts {
+            // A retry storm meets the wall time here even when every reply comes at once
+            // (a scripted or cached provider never lets the step's timer fire).
+            tokio::task::yield_now().await;
+            if let Some(max) = limits.max_wall_time_ms
+                && state.elapsed_ms + self.started.elapsed().as_millis() as u64 >= max
+            {
+                return Err(StepError::Limit(format!(
+                    "the run reached max_wall_time ({max} ms) during `{name}` attempt {attempt}"
+                )));
+            }
             // The budget rule: an attempt starts only while what the run has spent —
             // every earlier attempt, valid or not, this role's included — is below the
             // budget, and (when the provider can estimate it) the attempt's worst case
@@ -973,6 +1078,7 @@ impl<'w> Interpreter<'w> {
                     .map_err(|e| {
                         StepError::Failed(format!("role `{name}`: system template: {e}"))
                     })?;
+                let text = self.redactor.redact(&text).into_owned();
                 messages.push(Message::system(text));
             }
             let prompt = self
@@ -984,6 +1090,8 @@ impl<'w> Interpreter<'w> {
                         llm.prompt.display()
                     ))
                 })?;
+            // A tool's output, a file or an input holding a key never reaches a provider.
+            let prompt = self.redactor.redact(&prompt).into_owned();
             messages.push(Message::user(prompt.clone()));
             let mut request = ChatRequest::new(messages);
             request.context = CallContext {
@@ -1037,7 +1145,14 @@ impl<'w> Interpreter<'w> {
                     )));
                 }
             };
-            let raw = completion.response.content.clone();
+            let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);
+            let max_reply = usize::try_from(max_reply).unwrap_or(usize::MAX);
+            let oversized = completion.response.content.len() > max_reply;
+            // Only a bounded reply is kept: in the record, the state and the journal.
+            let raw = self
+                .redactor
+                .redact(&output::cut_reply(&completion.response.content, max_reply))
+                .into_owned();
             let usage = completion.response.usage;
             if let Ok(mut spent) = self.spent.lock() {
                 spent.llm_calls += 1;
@@ -1050,7 +1165,15 @@ impl<'w> Interpreter<'w> {
                 "model": completion.response.model, "prompt": prompt, "raw": raw,
                 "usage": usage, "cost": completion.cost, "attempts": records,
             });
-            match output::parse(&llm.output, &raw, &llm.coerce) {
+            let parsed = if oversized && matches!(llm.output, OutputFormat::Json { .. }) {
+                Err(format!(
+                    "the reply is {} bytes, more than max_reply = {max_reply}",
+                    completion.response.content.len()
+                ))
+            } else {
+                output::parse(&llm.output, &raw, &llm.coerce)
+            };
+            match parsed {
                 Ok((value, how, coercions)) => {
                     let mut record = record;
                     record["parsed"] = json!(how);
@@ -1069,10 +1192,19 @@ impl<'w> Interpreter<'w> {
                         "invalid_output",
                         &json!({"role": name, "attempt": attempt, "error": e}),
                     );
-                    // Failed attempts are recorded at apply time through the run's event log.
-                    self.failed_attempts_note(&record, &e);
+                    // Failed attempts are recorded at apply time through the run's event log;
+                    // past a few, only their number (memory holds them until then).
+                    if attempt <= RECORDED_INVALID_ATTEMPTS {
+                        self.failed_attempts_note(&record, &e);
+                    }
                 }
             }
+        }
+        if attempts > RECORDED_INVALID_ATTEMPTS {
+            self.buffer_event(
+                "invalid_output_omitted",
+                json!({"role": name, "visit": visit, "attempts": attempts - RECORDED_INVALID_ATTEMPTS}),
+            );
         }
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
         Ok(RoleRun::plain(json!({
@@ -1143,6 +1275,14 @@ impl<'w> Interpreter<'w> {
             .role(node)
             .ok_or_else(|| StepError::Failed("not a role".into()))?;
         let name = workflow.node(node).name.clone();
+        let mut run = run;
+        self.redactor.redact_json(&mut run.output);
+        if let Some(record) = &mut run.record {
+            self.redactor.redact_json(record);
+        }
+        if let Some(prompt) = &mut run.prompt {
+            *prompt = self.redactor.redact(prompt).into_owned();
+        }
         state.visits[node.index()] += 1;
         state.step += 1;
         state.path.push(name.clone());
@@ -1244,6 +1384,7 @@ impl<'w> Interpreter<'w> {
                         op,
                         args,
                         &self.run_dir,
+                        self.workspace.root(),
                     )
                     .map_err(|e| {
                         StepError::Failed(format!(
@@ -1263,6 +1404,7 @@ impl<'w> Interpreter<'w> {
                     op,
                     args,
                     &self.run_dir,
+                    self.workspace.root(),
                 )
                 .map_err(|e| {
                     StepError::Failed(format!("role `{name}`: `{}.{}`: {e}", slot.name, op.name()))
@@ -1346,47 +1488,66 @@ impl<'w> Interpreter<'w> {
                     format!("{}\n", serde_json::to_string(other).unwrap_or_default()).into_bytes()
                 }
             };
-            let rel = rundir::safe_relative(&file).ok_or_else(|| {
-                StepError::Failed(format!(
-                    "artifact name `{file}` must stay inside the run directory"
-                ))
-            })?;
-            if let Some(why) = rundir::unsafe_target(&self.run_dir, &rel) {
-                if self.dir.is_some() {
-                    self.event(
-                        "artifact_refused",
-                        json!({"role": role_name, "file": file, "reason": why}),
-                    );
-                }
+            let bytes = self.redactor.redact_bytes(&bytes).into_owned();
+            if let Err(why) = rondo_workspace::relative_name(&file) {
+                // A templated name the checker could not see: the write is skipped, the run goes on.
+                self.event(
+                    "artifact_rejected",
+                    json!({"role": role_name, "file": file, "reason": why.to_string()}),
+                );
                 continue;
             }
-            let path = self.run_dir.join(rel);
-            if let Some(parent) = path.parent() {
-                let _ = std::fs::create_dir_all(parent);
-            }
-            if artifact.append
-                && !state.file_lengths.contains_key(&file)
-                && let Some(dir) = &mut self.dir
-            {
-                let len = std::fs::metadata(&path).map_or(0, |m| m.len());
-                dir.append_opened(&file, len)
-                    .map_err(|e| StepError::Failed(format!("cannot write events.jsonl: {e}")))?;
-            }
-            // Durable with the step's journal record (see `RunDir::checkpoint`).
-            let written = if artifact.append {
-                rundir::append(&path, &bytes)
-            } else {
-                rundir::write_replace(&path, &bytes)
+            let key = format!("{}{file}", rundir::ARTIFACT_KEY);
+            // Before the first append to a file the checkpoint does not know, its length
+            // is journaled (see `RunDir::append_opened`): a resume cuts a re-run step's line.
+            let opened =
+                (artifact.append && self.dir.is_some() && !state.file_lengths.contains_key(&key))
+                    .then(|| self.workspace.file_len(&file));
+            // Without fsync: durable with the step's journal record, synced at the next
+            // snapshot (see `RunDir::checkpoint`).
+            let written = match opened {
+                Some(Err(e)) => Err(e),
+                Some(Ok(len)) => {
+                    if let Some(dir) = &mut self.dir {
+                        dir.append_opened(&key, len).map_err(|e| {
+                            StepError::Failed(format!("cannot write events.jsonl: {e}"))
+                        })?;
+                    }
+                    self.workspace.append_unsynced(&file, &bytes).map(Some)
+                }
+                None if artifact.append => self.workspace.append_unsynced(&file, &bytes).map(Some),
+                None => self.workspace.write_replace(&file, &bytes).map(|()| None),
             };
-            written.map_err(|e| StepError::Failed(format!("cannot write artifact {file}: {e}")))?;
+            let len = match written {
+                Ok(len) => len,
+                // Refused by the confinement (a symbolic link out of the workspace or into
+                // its system area), or a failed write: recorded, the run goes on.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::PermissionDenied
+                            | std::io::ErrorKind::InvalidInput
+                            | std::io::ErrorKind::NotADirectory
+                            | std::io::ErrorKind::IsADirectory
+                    ) =>
+                {
+                    self.event(
+                        "artifact_rejected",
+                        json!({"role": role_name, "file": file, "reason": e.to_string()}),
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    return Err(StepError::Failed(format!(
+                        "cannot write artifact {file}: {e}"
+                    )));
+                }
+            };
             if let Some(dir) = &mut self.dir {
-                dir.written(path.clone());
+                dir.written(&file);
             }
-            if artifact.append {
-                appended.push((
-                    file.clone(),
-                    std::fs::metadata(&path).map_or(0, |m| m.len()),
-                ));
+            if let Some(len) = len {
+                appended.push((key, len));
             }
             if self.dir.is_some() {
                 let mut fields = json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append});
@@ -1493,6 +1654,9 @@ fn path_safe_context(ctx: tera::Context) -> tera::Context {
 }
 
 /// The templates llm roles render.
+/// Invalid attempts of one call recorded in full; the rest are counted.
+const RECORDED_INVALID_ATTEMPTS: u64 = 20;
+
 fn template_names(workflow: &Workflow) -> Vec<String> {
     let mut names = Vec::new();
     for (_, role) in workflow.roles() {
@@ -1525,6 +1689,7 @@ fn load_script(options: &RunOptions) -> Result<Script, StartError> {
 fn resolve_inputs(
     workflow: &Workflow,
     given: &[(String, String)],
+    base_dir: Option<&Path>,
 ) -> Result<Vec<Value>, StartError> {
     let mut values: Vec<Option<Value>> =
         workflow.inputs.iter().map(|i| i.default.clone()).collect();
@@ -1557,6 +1722,11 @@ fn resolve_inputs(
         .map(|(input, v)| match v {
             Some(mut v) => {
                 input.ty.fill_absent(&mut v);
+                if input.path
+                    && let Value::String(text) = &v
+                {
+                    v = Value::String(host_path(text, base_dir)?);
+                }
                 Ok(v)
             }
             None if input.ty.is_optional() => Ok(Value::Null),
@@ -1568,6 +1738,27 @@ fn resolve_inputs(
         .collect()
 }
 
+/// A `path` input as an absolute path: relative to `base` (default: the folder rondo was
+/// started in), never to the run's workspace.
+fn host_path(text: &str, base: Option<&Path>) -> Result<String, StartError> {
+    let given = Path::new(text);
+    let absolute = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        let base = match base {
+            Some(b) => b.to_path_buf(),
+            None => std::env::current_dir()
+                .map_err(|e| StartError::Setup(format!("cannot read the current folder: {e}")))?,
+        };
+        base.join(given)
+    };
+    let absolute = std::fs::canonicalize(&absolute).unwrap_or(absolute);
+    absolute
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| StartError::Input(format!("path `{text}` is not UTF-8")))
+}
+
 fn new_run_id() -> String {
     let ms = clock::unix_ms();
     let stamp = clock::rfc3339(ms).replace(['-', ':'], "").replace('T', "-");
@@ -1576,6 +1767,18 @@ fn new_run_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     format!("{stamp}-{:04x}", (nanos ^ std::process::id()) & 0xffff)
+}
+
+/// The host files and folders the run's `path` inputs name (mounted read-only in Docker).
+fn input_paths(workflow: &Workflow, state: &RunState) -> Vec<PathBuf> {
+    workflow
+        .inputs
+        .iter()
+        .zip(&state.inputs)
+        .filter(|(i, _)| i.path)
+        .filter_map(|(_, v)| v.as_str().map(PathBuf::from))
+        .filter(|p| p.is_absolute() && p.exists())
+        .collect()
 }
 
 fn provider_summaries(workflow: &Workflow) -> Vec<Value> {

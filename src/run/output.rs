@@ -41,6 +41,62 @@ pub fn parse(
     }
 }
 
+/// Deeper JSON is refused before repair: the repairer recurses once per level, and
+/// serde_json stops at 128 anyway.
+pub const MAX_DEPTH: usize = 128;
+
+/// The reply cut to `max` bytes (on a character boundary) with a line saying how much
+/// was left out; a reply that fits is returned as is.
+pub fn cut_reply(raw: &str, max: usize) -> String {
+    if raw.len() <= max {
+        return raw.to_string();
+    }
+    let mut end = max;
+    while !raw.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[... {} bytes cut: the reply is longer than max_reply = {max} ...]",
+        &raw[..end],
+        raw.len() - end
+    )
+}
+
+/// An upper estimate of how deep `text` nests brackets, in one pass without recursion:
+/// the larger of the depth outside quoted strings (either quote) and the depth counting
+/// every bracket.
+pub fn nesting_depth(text: &str) -> usize {
+    let (mut quoted, mut plain, mut max) = (0usize, 0usize, 0usize);
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in text.chars() {
+        match c {
+            '{' | '[' => plain += 1,
+            '}' | ']' => plain = plain.saturating_sub(1),
+            _ => {}
+        }
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '{' | '[' => quoted += 1,
+                '}' | ']' => quoted = quoted.saturating_sub(1),
+                _ => {}
+            },
+        }
+        max = max.max(quoted).max(plain);
+    }
+    max
+}
+
 pub fn parse_json(raw: &str) -> Result<(Value, Parsed), String> {
     let trimmed = raw.trim();
     if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
@@ -65,7 +121,13 @@ pub fn parse_json(raw: &str) -> Result<(Value, Parsed), String> {
     {
         return Ok((v, Parsed::Repaired));
     }
-    match llm_json::repair_json(candidate, &Default::default()) {
+    let depth = nesting_depth(candidate);
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "the reply nests brackets {depth} levels deep, more than {MAX_DEPTH}: not valid JSON and not repaired"
+        ));
+    }
+    match repair(candidate) {
         Ok(text) => match serde_json::from_str::<Value>(&text) {
             Ok(v) if v.is_object() || v.is_array() => Ok((v, Parsed::Repaired)),
             _ => Err("the reply is not valid JSON and could not be repaired".into()),
@@ -74,6 +136,30 @@ pub fn parse_json(raw: &str) -> Result<(Value, Parsed), String> {
             "the reply is not valid JSON and could not be repaired: {e}"
         )),
     }
+}
+
+/// llm_json's repair, on a thread with a generous stack when the input has many
+/// brackets: its recursion is bounded by the depth check above, and this is the margin
+/// should its idea of a string differ from `nesting_depth`'s.
+fn repair(candidate: &str) -> Result<String, String> {
+    let brackets = candidate
+        .bytes()
+        .filter(|b| matches!(b, b'{' | b'['))
+        .count();
+    if brackets <= MAX_DEPTH {
+        return llm_json::repair_json(candidate, &Default::default()).map_err(|e| e.to_string());
+    }
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("json-repair".into())
+            .stack_size(256 << 20)
+            .spawn_scoped(scope, || {
+                llm_json::repair_json(candidate, &Default::default()).map_err(|e| e.to_string())
+            })
+            .map_err(|e| format!("cannot start the repair: {e}"))?
+            .join()
+            .map_err(|_| "the repair failed".to_string())?
+    })
 }
 
 /// The body of the first ``` fence (optionally of a given language).
@@ -121,6 +207,26 @@ mod tests {
         assert_eq!(how, Parsed::Repaired);
         assert_eq!(v, serde_json::json!({"name": "John", "tags": ["a", "b"]}));
         assert!(parse_json("no json here").is_err());
+    }
+
+    #[test]
+    fn deep_replies_are_refused_without_recursion() {
+        for open in ["[", "{\"a\":", "'x' ["] {
+            let reply = open.repeat(90_000);
+            let err = parse_json(&reply).unwrap_err();
+            assert!(err.contains("levels deep"), "{err}");
+        }
+        // Shallow JSON with brackets in its strings is still repaired.
+        let ok = format!("{{\"a\": \"{}\", b: 1}}", "[".repeat(100));
+        assert_eq!(parse_json(&ok).unwrap().1, Parsed::Repaired);
+        assert_eq!(nesting_depth("[[1], {\"a\": [2]}]"), 3);
+    }
+
+    #[test]
+    fn cut_keeps_char_boundaries() {
+        assert_eq!(cut_reply("short", 10), "short");
+        let cut = cut_reply("ééé", 3);
+        assert!(cut.starts_with("é\n[... 4 bytes cut"), "{cut}");
     }
 
     #[test]

@@ -19,17 +19,20 @@ pub enum Mode {
 pub struct Reporter {
     mode: Mode,
     line_open: Mutex<bool>,
+    redactor: rondo_env::Redactor,
 }
 
 impl Reporter {
-    pub fn new(mode: Mode) -> Self {
+    pub fn new(mode: Mode, redactor: rondo_env::Redactor) -> Self {
         Reporter {
             mode,
             line_open: Mutex::new(false),
+            redactor,
         }
     }
 
     fn print(&self, text: &str) {
+        let text = self.redactor.redact(text);
         let mut err = std::io::stderr().lock();
         if let Ok(mut open) = self.line_open.lock()
             && *open
@@ -147,7 +150,8 @@ impl Reporter {
             let _ = write!(err, "\r\x1b[2K\x1b[2m{role}> ");
             *open = false;
         }
-        let _ = write!(err, "{text}");
+        // A value cut between two pieces is not caught here; the recorded reply is.
+        let _ = write!(err, "{}", self.redactor.redact(text));
         let _ = err.flush();
     }
 

@@ -1,8 +1,18 @@
-//! The run directory: `run.json`, `events.jsonl`, `state.json` (atomic) and artifacts.
+//! The run directory. A run has two areas:
+//!
+//! - the **workspace** (user view): the tools' working directory, artifacts, logs; what
+//!   Docker mounts and `exists()` see. Every access on a workflow's behalf goes through
+//!   [`rondo_workspace::Workspace`].
+//! - the **system area**: `run.json`, `events.jsonl` (prompts, replies and tool calls are
+//!   recorded there), `state.json`, `whiteboard.md`, install logs. Tools never see it.
+//!
+//! Without `--workspace`: `runs/<id>/` is the system area and `runs/<id>/workspace/` the
+//! workspace. With `--workspace DIR`: DIR is the workspace and `DIR/.rondo/runs/<id>/` the
+//! system area (`.rondo` is never reached through the workspace).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -29,6 +39,78 @@ pub struct RunInfo {
     pub exit_code: Option<i32>,
     pub reason: Option<String>,
     pub totals: Totals,
+    /// The run's workspace (absolute). Absent in runs from before the split, whose
+    /// workspace was the run directory itself.
+    #[serde(default)]
+    pub workspace: Option<PathBuf>,
+}
+
+/// Where a run keeps its records and where its tools work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub system: PathBuf,
+    pub workspace: PathBuf,
+}
+
+/// The subfolder of a run directory that is its workspace (without `--workspace`).
+pub const WORKSPACE_DIR: &str = "workspace";
+
+impl Layout {
+    pub fn new(runs_root: &Path, workspace: Option<&Path>, run_id: &str) -> Layout {
+        match workspace {
+            Some(dir) => Layout {
+                system: runs_in_workspace(dir).join(run_id),
+                workspace: dir.to_path_buf(),
+            },
+            None => {
+                let system = runs_root.join(run_id);
+                Layout {
+                    workspace: system.join(WORKSPACE_DIR),
+                    system,
+                }
+            }
+        }
+    }
+
+    /// The layout of an existing run, from its `run.json`.
+    pub fn of(system: &Path, info: &RunInfo) -> Layout {
+        Layout {
+            system: system.to_path_buf(),
+            workspace: info
+                .workspace
+                .clone()
+                .unwrap_or_else(|| system.to_path_buf()),
+        }
+    }
+}
+
+/// Where `rondo run --workspace DIR` keeps its runs.
+pub fn runs_in_workspace(dir: &Path) -> PathBuf {
+    dir.join(rondo_workspace::SYSTEM_DIR).join("runs")
+}
+
+/// Longest run id accepted.
+pub const MAX_RUN_ID: usize = 128;
+
+/// A run id names one folder: not empty, no `/` or `\`, not `.` or `..`, no NUL or
+/// control character, at most [`MAX_RUN_ID`] bytes.
+pub fn check_run_id(id: &str) -> Result<(), String> {
+    let why = if id.is_empty() {
+        "it is empty"
+    } else if id.len() > MAX_RUN_ID {
+        "it is longer than 128 bytes"
+    } else if id.contains(['/', '\\']) {
+        "it contains a path separator"
+    } else if id == "." || id == ".." {
+        "it names a parent or current folder"
+    } else if id.chars().any(char::is_control) {
+        "it contains a control character"
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "run id {id:?} is not a plain name ({why}); use letters, digits, `-`, `_` and `.`"
+    ))
 }
 
 /// The run's records. The journal (`events.jsonl`) is the source of truth: every step
@@ -42,8 +124,10 @@ pub struct RunDir {
     /// The state of the last checkpoint record, to journal only what changed.
     last: Option<Last>,
     since_snapshot: u64,
-    /// Artifacts written (without fsync) since the last snapshot: synced before it.
-    unsynced: Vec<PathBuf>,
+    /// Artifacts (names in the workspace) written without fsync since the last snapshot:
+    /// synced before it, through the workspace's confinement.
+    unsynced: Vec<String>,
+    workspace: rondo_workspace::Workspace,
 }
 
 struct Last {
@@ -87,17 +171,17 @@ const JOURNAL: &str = "events.jsonl";
 impl RunDir {
     /// A new run. A journal left by a start-up that was killed before `run.json` was
     /// written belongs to no run and is discarded.
-    pub fn create(path: &Path) -> std::io::Result<RunDir> {
+    pub fn create(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
         std::fs::create_dir_all(path)?;
         let stale = path.join(JOURNAL);
         if stale.exists() {
             OpenOptions::new().write(true).open(&stale)?.set_len(0)?;
         }
-        Self::open(path)
+        Self::open(path, workspace)
     }
 
     /// Opens an existing run directory to append to it (resume).
-    pub fn open(path: &Path) -> std::io::Result<RunDir> {
+    pub fn open(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -111,6 +195,7 @@ impl RunDir {
             last: None,
             since_snapshot: 0,
             unsynced: Vec::new(),
+            workspace: rondo_workspace::Workspace::open(workspace)?,
         })
     }
 
@@ -129,9 +214,9 @@ impl RunDir {
 
     /// An artifact written without fsync: the journal record of its step is what makes
     /// the step durable; the file is synced before the next snapshot.
-    pub fn written(&mut self, path: PathBuf) {
-        if !self.unsynced.contains(&path) {
-            self.unsynced.push(path);
+    pub fn written(&mut self, name: &str) {
+        if !self.unsynced.iter().any(|n| n == name) {
+            self.unsynced.push(name.to_string());
         }
     }
 
@@ -224,13 +309,8 @@ impl RunDir {
         }
         self.events.flush()?;
         self.events.get_ref().sync_data()?;
-        for path in std::mem::take(&mut self.unsynced) {
-            if let Ok(f) = File::open(&path) {
-                f.sync_all()?;
-            }
-            if let Some(d) = path.parent().and_then(|d| File::open(d).ok()) {
-                let _ = d.sync_all();
-            }
+        for name in std::mem::take(&mut self.unsynced) {
+            self.workspace.sync(&name)?;
         }
         let events_len = self.events.get_ref().metadata()?.len();
         state.file_lengths.insert(JOURNAL.into(), events_len);
@@ -250,11 +330,12 @@ impl RunDir {
     }
 
     /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
-    pub fn rewind(path: &Path, state: &RunState) -> std::io::Result<()> {
+    pub fn rewind(layout: &Layout, state: &RunState) -> std::io::Result<()> {
         let mut lengths = state.file_lengths.clone();
+        let journal = layout.system.join(JOURNAL);
         // Files first appended to by the unfinished step: cut back to their length then.
         if let Some(&start) = state.file_lengths.get(JOURNAL)
-            && let Ok(text) = std::fs::read(path.join(JOURNAL))
+            && let Ok(text) = std::fs::read(&journal)
             && let Some(tail) = text.get(start as usize..)
         {
             for line in tail.split(|&b| b == b'\n') {
@@ -266,15 +347,23 @@ impl RunDir {
                 }
             }
         }
-        for (name, len) in &lengths {
-            let Some(rel) = safe_relative(name) else {
-                continue;
-            };
-            let file = path.join(rel);
+        let workspace = rondo_workspace::Workspace::open(&layout.workspace)?;
+        for (key, len) in &lengths {
             // Only ever cut: a file shorter than recorded (lost with the page cache in a
             // power failure) is not padded with zeros.
-            if std::fs::metadata(&file).is_ok_and(|m| m.len() > *len) {
-                OpenOptions::new().write(true).open(&file)?.set_len(*len)?;
+            match key.strip_prefix(ARTIFACT_KEY) {
+                Some(name) if workspace.file_len(name).is_ok_and(|now| now > *len) => {
+                    workspace.truncate(name, *len)?;
+                }
+                None if key == JOURNAL
+                    && std::fs::metadata(&journal).is_ok_and(|m| m.len() > *len) =>
+                {
+                    OpenOptions::new()
+                        .write(true)
+                        .open(&journal)?
+                        .set_len(*len)?;
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -290,22 +379,10 @@ impl RunDir {
             &serde_json::to_vec_pretty(info)?,
         )
     }
-
-    pub fn write_artifact(&self, name: &str, content: &[u8]) -> std::io::Result<PathBuf> {
-        let rel = safe_relative(name).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("artifact name `{name}` must be a relative path inside the run directory"),
-            )
-        })?;
-        let path = self.path.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        write_atomic(&path, content)?;
-        Ok(path)
-    }
 }
+
+/// Key prefix of an append-mode artifact in the checkpoint's `file_lengths`.
+pub const ARTIFACT_KEY: &str = "workspace/";
 
 pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
     let text = std::fs::read_to_string(dir.join("run.json"))
@@ -427,19 +504,6 @@ fn apply_delta(state: &mut Value, delta: &Value) {
     }
 }
 
-/// A name with no absolute part and no `..`.
-pub fn safe_relative(name: &str) -> Option<PathBuf> {
-    let path = Path::new(name);
-    let ok = !name.is_empty()
-        && path
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    ok.then(|| path.to_path_buf())
-}
-
-/// Files of the engine at the top of a run directory; an artifact never takes their name.
-const ENGINE_FILES: &[&str] = &["run.json", "state.json", "events.jsonl"];
-
 /// A value interpolated into an artifact name, made one safe path component: no `/`,
 /// backslash, NUL or `..`, not empty, not longer than a file name may be. `None` when it
 /// already is one.
@@ -469,9 +533,9 @@ pub fn path_component(value: &str) -> Option<String> {
     (out != value).then_some(out)
 }
 
-/// An artifact name made a relative path inside the run directory whatever its parts
+/// An artifact name made a relative path inside the workspace whatever its parts
 /// are: empty and `.` components dropped, `..` made `__`, NUL made `_`, each component
-/// short enough for the file system, and never the name of an engine file.
+/// short enough for the file system.
 pub fn contained_name(name: &str) -> String {
     const MAX: usize = 240;
     let mut parts: Vec<String> = Vec::new();
@@ -494,40 +558,8 @@ pub fn contained_name(name: &str) -> String {
     }
     match parts.as_slice() {
         [] => "_".into(),
-        [only] if ENGINE_FILES.contains(&only.as_str()) => format!("_{only}"),
         _ => parts.join("/"),
     }
-}
-
-/// Why `rel` below `root` must not be written: a folder on the way is a symbolic link
-/// (a tool may have made one) or not a folder, or the target is a folder or a link.
-pub fn unsafe_target(root: &Path, rel: &Path) -> Option<String> {
-    let mut at = root.to_path_buf();
-    let parts: Vec<_> = rel.components().collect();
-    for (i, part) in parts.iter().enumerate() {
-        at.push(part);
-        let Ok(meta) = std::fs::symlink_metadata(&at) else {
-            return None;
-        };
-        let shown = || {
-            parts[..=i]
-                .iter()
-                .map(|c| c.as_os_str().to_string_lossy())
-                .collect::<Vec<_>>()
-                .join("/")
-        };
-        if meta.file_type().is_symlink() {
-            return Some(format!("`{}` is a symbolic link", shown()));
-        }
-        let last = i + 1 == parts.len();
-        if !last && !meta.is_dir() {
-            return Some(format!("`{}` is not a folder", shown()));
-        }
-        if last && meta.is_dir() {
-            return Some(format!("`{}` is a folder", shown()));
-        }
-    }
-    None
 }
 
 /// Write to a temporary file, fsync it, rename over the target, fsync the folder.
@@ -549,33 +581,4 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = d.sync_all();
     }
     Ok(())
-}
-
-/// Replaces a file through a temporary file and a rename, without fsync: a reader (or a
-/// crashed process) sees the old or the new content, never a part.
-pub fn write_replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
-    ));
-    let _ = std::fs::remove_file(&tmp);
-    {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-    }
-    std::fs::rename(&tmp, path)
-}
-
-/// Appends bytes without fsync (JSONL artifacts; synced with the run's next snapshot).
-pub fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(bytes)
-}
-
-/// Appends bytes and syncs (JSONL artifacts).
-pub fn append_line(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(bytes)?;
-    f.sync_data()
 }

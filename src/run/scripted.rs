@@ -71,7 +71,7 @@ impl Script {
 
     /// A YAML script: `replies: {role: "text" | [visit1, visit2, ...] | {"2": "text", default: "text"}}`.
     pub fn from_yaml(path: &Path) -> Result<Script, String> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::source::read_regular(path, crate::source::MAX_SOURCE_BYTES)
             .map_err(|e| format!("cannot read script {}: {e}", path.display()))?;
         let parsed: YamlScript =
             serde_saphyr::from_str(&text).map_err(|e| format!("script {}: {e}", path.display()))?;

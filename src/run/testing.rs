@@ -55,6 +55,10 @@ pub async fn run_test(
             .map(|(id, v)| (workflow.inputs[*id].name.clone(), input_text(v)))
             .collect(),
         provider: Some("scripted".into()),
+        // A test's relative `path` inputs name files beside the workflow.
+        base_dir: std::fs::canonicalize(&workflow.path)
+            .ok()
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf)),
         ..RunOptions::default()
     };
     let run_dir = runs_root.join(options.run_id.clone().unwrap_or_default());
@@ -106,9 +110,11 @@ pub async fn run_test(
                 let mut ctx = tera::Context::new();
                 ctx.insert("run_id", &state.run_id);
                 let name = &crate::prompt::render_str(name, &ctx).unwrap_or_else(|_| name.clone());
-                let path = outcome.run_dir.join(name);
-                match std::fs::read_to_string(&path) {
-                    Err(_) if !path.exists() => report
+                let read = rondo_workspace::Workspace::open(&outcome.workspace)
+                    .and_then(|w| w.read(name))
+                    .map(|b| String::from_utf8_lossy(&b).into_owned());
+                match read {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => report
                         .failures
                         .push(format!("expected artifact `{name}`, which was not written")),
                     Err(e) => report.failures.push(format!("artifact `{name}`: {e}")),
@@ -127,7 +133,7 @@ pub async fn run_test(
                 let env = Env {
                     workflow,
                     state,
-                    run_dir: &outcome.run_dir,
+                    workspace: &outcome.workspace,
                     role: None,
                     output: None,
                     item: None,

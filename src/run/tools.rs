@@ -21,9 +21,15 @@ pub struct Envs {
     started: Vec<OnceCell<Result<Arc<dyn Environment>, String>>>,
     branch_envs:
         tokio::sync::Mutex<std::collections::HashMap<(usize, usize), Arc<dyn Environment>>>,
+    /// The system area: install logs.
     run_dir: std::path::PathBuf,
+    /// The tools' working directory, and the base of relative Docker mounts.
+    workspace: std::path::PathBuf,
     run_id: String,
     keep: bool,
+    redactor: rondo_env::Redactor,
+    /// Host paths named by `path` inputs: mounted read-only, at the same path, in Docker.
+    pub input_paths: Vec<std::path::PathBuf>,
     /// Events produced while roles run concurrently, written when their result is applied.
     pub pending_events: Mutex<Vec<(String, Value)>>,
 }
@@ -74,7 +80,13 @@ pub fn env_tool_spec(spec: &ToolSpec) -> rondo_env::ToolSpec {
 }
 
 impl Envs {
-    pub fn new(workflow: &Workflow, run_dir: &std::path::Path, keep: bool) -> Envs {
+    pub fn new(
+        workflow: &Workflow,
+        run_dir: &std::path::Path,
+        workspace: &std::path::Path,
+        keep: bool,
+        redactor: rondo_env::Redactor,
+    ) -> Envs {
         // Each environment installs the tools it declares plus those its tool roles run.
         let mut specs: Vec<(crate::compile::EnvSpec, Vec<usize>)> = workflow
             .environments
@@ -114,11 +126,14 @@ impl Envs {
             branch_envs: tokio::sync::Mutex::new(std::collections::HashMap::new()),
             specs,
             run_dir: run_dir.to_path_buf(),
+            workspace: workspace.to_path_buf(),
             run_id: run_dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             keep,
+            redactor,
+            input_paths: Vec::new(),
             pending_events: Mutex::new(Vec::new()),
         }
     }
@@ -142,9 +157,10 @@ impl Envs {
             let run_dir = std::fs::canonicalize(&self.run_dir).unwrap_or(self.run_dir.clone());
             match spec.kind {
                 EnvKind::Local => {
-                    let mut config = LocalConfig::new(run_dir.clone());
+                    let mut config = LocalConfig::new(self.workspace.clone());
                     config.tools = tools.clone();
                     config.env = spec.env.clone();
+                    config.redactor = self.redactor.clone();
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     config.tool_cache_dir = Some(tool_cache_dir());
                     LocalEnv::start(config)
@@ -172,13 +188,23 @@ impl Envs {
                         config.workdir = w.clone();
                     }
                     config.env = spec.env.clone();
+                    config.redactor = self.redactor.clone();
                     config.network = spec.network.clone().filter(|n| n != "none");
                     config.memory_bytes = spec.memory.as_deref().and_then(parse_bytes);
                     config.cpus = spec.cpus;
                     config.pids_limit = spec.pids.map(|p| p as i64);
                     config.keep = self.keep;
+                    config.user = spec.user.clone();
+                    config.read_only_root = spec.read_only_root;
                     config.tools = tools.clone();
-                    config.mounts = docker_mounts(&spec.mounts, &run_dir)?;
+                    (config.mounts, config.masks) = docker_mounts(&spec.mounts, &self.workspace)?;
+                    config
+                        .mounts
+                        .extend(self.input_paths.iter().map(|p| rondo_env::Mount {
+                            host: p.clone(),
+                            container: p.to_string_lossy().into_owned(),
+                            writable: false,
+                        }));
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     DockerEnv::start(config)
                         .await
@@ -241,39 +267,63 @@ impl Envs {
     }
 }
 
-/// `host:container[:rw]`, the host side relative to the run directory (created if
-/// missing); read-only unless `rw` is declared.
+/// The declared mounts (see [`crate::compile::mounts`]): a workspace folder is created if
+/// missing, beneath the workspace (never through a link out of it); a host folder must
+/// exist. The Docker socket is refused (here and by rondo-env). With the mounts, the
+/// container paths to cover so a mounted `.rondo/` system area (`--workspace`) stays out
+/// of the container.
 fn docker_mounts(
     specs: &[String],
-    run_dir: &std::path::Path,
-) -> Result<Vec<rondo_env::Mount>, String> {
-    specs
-        .iter()
-        .map(|m| {
-            let parts: Vec<&str> = m.split(':').collect();
-            let (host, container, writable) = match parts.as_slice() {
-                [h, c] => (*h, *c, false),
-                [h, c, "rw"] => (*h, *c, true),
-                [h, c, "ro"] => (*h, *c, false),
-                _ => return Err(format!("mount `{m}` is not `host:container[:rw|:ro]`")),
-            };
-            let host = match super::rundir::safe_relative(host) {
-                Some(rel) => run_dir.join(rel),
-                None if host.starts_with('/') => std::path::PathBuf::from(host),
-                None => {
-                    return Err(format!(
-                        "mount `{m}`: the host path may not leave the run directory"
-                    ));
+    workspace: &std::path::Path,
+) -> Result<(Vec<rondo_env::Mount>, Vec<String>), String> {
+    use crate::compile::mounts::{MountSource, parse_mount};
+    let root = rondo_workspace::Workspace::open(workspace)
+        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+    let mut masks = Vec::new();
+    let mut mounts = Vec::new();
+    for m in specs {
+        let spec = parse_mount(m).map_err(|e| format!("mount `{m}`: {e}"))?;
+        let host = match &spec.source {
+            MountSource::Workspace(rel) => {
+                let rel = rel.to_string_lossy();
+                if rel.trim_matches(['.', '/']).is_empty() {
+                    root.root().to_path_buf()
+                } else {
+                    root.subdir(&rel, true)
+                        .map_err(|e| {
+                            format!(
+                                "mount `{m}`: `{rel}` cannot be opened as a folder inside the \
+                                 run's workspace ({e}); a link out of the workspace is refused"
+                            )
+                        })?
+                        .root()
+                        .to_path_buf()
                 }
-            };
-            std::fs::create_dir_all(&host).map_err(|e| format!("mount `{m}`: {e}"))?;
-            Ok(rondo_env::Mount {
-                host,
-                container: container.to_string(),
-                writable,
-            })
-        })
-        .collect()
+            }
+            MountSource::Host(path) => {
+                if !path.is_dir() && !path.is_file() {
+                    return Err(format!("mount `{m}`: {} does not exist", path.display()));
+                }
+                path.clone()
+            }
+        };
+        if let Some(why) = rondo_env::refused_mount(&host) {
+            return Err(format!("mount `{m}`: {why}"));
+        }
+        if host.join(rondo_workspace::SYSTEM_DIR).is_dir() {
+            masks.push(format!(
+                "{}/{}",
+                spec.container.trim_end_matches('/'),
+                rondo_workspace::SYSTEM_DIR
+            ));
+        }
+        mounts.push(rondo_env::Mount {
+            host,
+            container: spec.container,
+            writable: spec.writable,
+        });
+    }
+    Ok((mounts, masks))
 }
 
 /// Installed local tools are reused across runs.
@@ -442,19 +492,32 @@ pub(super) async fn run_tool_role(
         None => format!("{}-{}", state.run_id, state.step + 1),
     };
     request.env.insert("RONDO_STEP_ID".into(), step_id);
+    request.max_output = role
+        .max_output
+        .or_else(|| tool_id.and_then(|t| workflow.tools[t].max_output))
+        .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     let log = match &role.log {
         Some(template) => {
             let file = render_str(template, &names)
                 .map_err(|e| StepError::Failed(format!("role `{name}`: log name: {e}")))?;
-            let rel = super::rundir::safe_relative(&file).ok_or_else(|| {
-                StepError::Failed(format!("log `{file}` must stay inside the run directory"))
-            })?;
-            let path = interp.run_dir.join(rel);
-            if let Some(parent) = path.parent() {
-                let _ = std::fs::create_dir_all(parent);
+            match interp.workspace.create_file(&file) {
+                Ok(log_file) => {
+                    request.log_file = Some(std::sync::Arc::new(log_file));
+                    request.log_path = Some(interp.workspace.root().join(&file));
+                    Some(file)
+                }
+                // A name out of the workspace, or a link a tool planted: the tool runs
+                // without its log, and the refusal is recorded.
+                Err(e) => {
+                    if let Ok(mut events) = interp.envs.pending_events.lock() {
+                        events.push((
+                            "log_rejected".into(),
+                            json!({"role": name, "file": file, "reason": e.to_string()}),
+                        ));
+                    }
+                    None
+                }
             }
-            request.log_path = Some(path);
-            Some(file)
         }
         None => None,
     };

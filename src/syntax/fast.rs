@@ -1322,6 +1322,12 @@ impl<'a> Parser<'a> {
                 break;
             };
             self.pieces.push(ExprPiece::Infix(op));
+            // The pest builder counts a chain's operators as nesting: a long chain
+            // goes to it for the diagnostic.
+            self.depth += 1;
+            if self.depth > MAX_DEPTH {
+                return None;
+            }
             self.skip();
             self.prefixes();
             self.skip();

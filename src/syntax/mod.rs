@@ -1153,21 +1153,37 @@ fn climb<P>(
     min_prec: u8,
 ) -> Option<Expr> {
     let mut lhs = unary(operands, pieces)?;
-    while let Some(ExprPiece::Infix(op)) = pieces.peek() {
+    // Every operator of a chain (`a and b and c ...`) deepens the tree by one, and
+    // everything after the parser walks it recursively: a chain counts as nesting.
+    let mut spine = 0;
+    let result = loop {
+        let Some(ExprPiece::Infix(op)) = pieces.peek() else {
+            break Some(lhs);
+        };
         let op = *op;
         let prec = precedence(op);
         if prec < min_prec {
-            break;
+            break Some(lhs);
         }
+        if !operands.enter(Span::new(lhs.span.end.saturating_sub(1), lhs.span.end)) {
+            pieces.for_each(drop);
+            break None;
+        }
+        spine += 1;
         pieces.next();
-        let rhs = climb(operands, pieces, prec + 1)?;
+        let Some(rhs) = climb(operands, pieces, prec + 1) else {
+            break None;
+        };
         let span = Span::new(lhs.span.start, rhs.span.end);
         lhs = Expr {
             kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
             span,
         };
+    };
+    for _ in 0..spine {
+        operands.leave();
     }
-    Some(lhs)
+    result
 }
 
 fn unary<P>(operands: &mut impl Operands<P>, pieces: &mut Pieces<'_, P>) -> Option<Expr> {

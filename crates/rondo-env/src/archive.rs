@@ -119,6 +119,19 @@ pub(crate) fn unpack_as(data: &[u8], dest: &Path) -> Result<(), EnvError> {
             )));
         }
         let target = rest.iter().fold(dest.to_path_buf(), |p, c| p.join(c));
+        // An earlier entry (or the destination) must not turn a folder into a link that
+        // leads out of `dest`: copies out of a sandbox are untrusted.
+        let mut at = dest.to_path_buf();
+        for c in rest.iter().take(rest.len().saturating_sub(1)) {
+            at.push(c);
+            if fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(EnvError::InvalidRequest(format!(
+                    "refusing archive entry {}: {} is a symbolic link",
+                    path.display(),
+                    at.display()
+                )));
+            }
+        }
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(|e| EnvError::io(parent, e))?;
         }

@@ -18,7 +18,10 @@ use tokio::time::sleep_until;
 
 use crate::exec::Collector;
 use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
-use crate::{Command, EnvError, Environment, ExecOutput, ExecRequest, StreamKind, archive};
+use crate::transport::{Mount, Transport, refused_mount};
+use crate::{
+    Command, EnvError, Environment, ExecOutput, ExecRequest, Redactor, StreamKind, archive,
+};
 
 const LABEL_MANAGED: &str = "rondo.managed";
 const LABEL_RUN: &str = "rondo.run_id";
@@ -28,14 +31,6 @@ const LABEL_HOST: &str = "rondo.owner_host";
 /// Set on every exec so a timed-out command and all its descendants can be found and killed.
 const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 pub const TOOLS_REPO: &str = "rondo-tools";
-
-/// A host directory visible in the container. Read-only unless declared writable.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    pub host: PathBuf,
-    pub container: String,
-    pub writable: bool,
-}
 
 /// Settings of a [`DockerEnv`]. The defaults are the hardened ones.
 #[derive(Debug, Clone)]
@@ -51,10 +46,21 @@ pub struct DockerConfig {
     pub memory_bytes: Option<i64>,
     pub cpus: Option<f64>,
     pub pids_limit: Option<i64>,
+    /// Never the Docker socket or a folder holding it, never a socket (refused at start).
     pub mounts: Vec<Mount>,
+    /// How the mounts reach the container.
+    pub transport: Transport,
+    /// Container paths covered by an empty tmpfs: a mounted workspace's `.rondo/` system
+    /// area stays out of the container.
+    pub masks: Vec<String>,
     /// Capabilities added back after dropping all. Empty by default.
     pub cap_add: Vec<String>,
+    /// `user[:group]` (names or ids) commands run as; `None` keeps the image's.
     pub user: Option<String>,
+    /// A read-only root file system; `/tmp` is then a writable tmpfs.
+    pub read_only_root: bool,
+    /// Secret values replaced in every command's output and log.
+    pub redactor: Redactor,
     /// `--keep-env`: leave the container running on shutdown and drop.
     pub keep: bool,
     /// Interpreter for [`Command::Shell`]: the command line is appended.
@@ -84,8 +90,12 @@ impl DockerConfig {
             cpus: Some(2.0),
             pids_limit: Some(512),
             mounts: Vec::new(),
+            transport: Transport::default(),
+            masks: Vec::new(),
             cap_add: Vec::new(),
             user: None,
+            read_only_root: false,
+            redactor: Redactor::default(),
             keep: false,
             shell: vec!["/bin/sh".into(), "-c".into()],
             default_timeout: Duration::from_secs(600),
@@ -221,6 +231,17 @@ impl DockerEnv {
     /// tools are installed once per content hash into an image `rondo-tools:<hash>`
     /// committed from a builder container; later runs start from that image.
     pub async fn start(config: DockerConfig) -> Result<Self, EnvError> {
+        for m in &config.mounts {
+            if let Some(why) = refused_mount(&m.host) {
+                return Err(EnvError::InvalidRequest(format!("refusing mount: {why}")));
+            }
+        }
+        if config.read_only_root && config.transport == Transport::CopyInOut {
+            return Err(EnvError::InvalidRequest(
+                "copying mounts in needs a writable root file system (read_only_root is set)"
+                    .into(),
+            ));
+        }
         let docker = connect().await?;
         let base = docker
             .inspect_image(&config.image)
@@ -302,62 +323,12 @@ impl DockerEnv {
 
     /// Send `signal` to every process of the exec marked `marker` (children included).
     async fn kill_marked(&self, marker: &str, signal: &str) {
-        // Stop every marked process first, then signal, then continue: signalling one by
-        // one lets a shell whose child just died run its next command before its own turn.
-        let script = format!(
-            "pids=; \
-             for p in /proc/[0-9]*; do \
-               if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"{EXEC_MARKER}=$1\"; then \
-                 pids=\"$pids ${{p#/proc/}}\"; \
-               fi; \
-             done; \
-             [ -n \"$pids\" ] || exit 0; \
-             kill -s STOP $pids 2>/dev/null; kill -s \"$2\" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null; true"
-        );
-        let argv = vec![
-            "/bin/sh".to_string(),
-            "-c".into(),
-            script,
-            "rondo-kill".into(),
-            marker.to_string(),
-            signal.to_string(),
-        ];
-        // Best effort: if it fails the exec simply runs on until the give-up deadline.
-        let _ = self.run_simple(argv).await;
+        kill_marked_in(&self.docker, &self.id, marker, signal).await;
     }
 
     /// Run a command to completion without timeout handling; for internal helpers.
     async fn run_simple(&self, argv: Vec<String>) -> Result<(i64, String), EnvError> {
-        let opts = CreateExecOptions {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            cmd: Some(argv),
-            ..Default::default()
-        };
-        let exec = self
-            .docker
-            .create_exec(&self.id, opts)
-            .await
-            .map_err(|e| EnvError::docker("creating an exec", e))?;
-        let mut text = String::new();
-        if let StartExecResults::Attached { mut output, .. } = self
-            .docker
-            .start_exec(&exec.id, None)
-            .await
-            .map_err(|e| EnvError::docker("starting an exec", e))?
-        {
-            while let Some(Ok(chunk)) = output.next().await {
-                text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
-            }
-        }
-        let code = self
-            .docker
-            .inspect_exec(&exec.id)
-            .await
-            .map_err(|e| EnvError::docker("inspecting an exec", e))?
-            .exit_code
-            .unwrap_or(-1);
-        Ok((code, text))
+        run_simple_in(&self.docker, &self.id, argv).await
     }
 
     /// Best-effort synchronous removal, usable from Drop even while the async runtime is
@@ -396,14 +367,10 @@ async fn create_container(
         (LABEL_PID.to_string(), std::process::id().to_string()),
         (LABEL_HOST.to_string(), hostname()),
     ]);
-    let binds: Vec<String> = config
-        .mounts
-        .iter()
-        .map(|m| {
-            let mode = if m.writable { "rw" } else { "ro" };
-            format!("{}:{}:{mode}", m.host.display(), m.container)
-        })
-        .collect();
+    let binds = config.transport.binds(&config.mounts);
+    // Only the run container gets the root file system read-only: the tool builder
+    // installs into it.
+    let read_only = config.read_only_root && role == "run";
     let mut cap_add = config.cap_add.clone();
     cap_add.retain(|c| !c.is_empty());
     let host_config = HostConfig {
@@ -418,6 +385,21 @@ async fn create_container(
         // An init reaps the orphans of killed commands, so they do not eat the pid limit.
         init: Some(true),
         binds: (!binds.is_empty()).then_some(binds),
+        readonly_rootfs: read_only.then_some(true),
+        tmpfs: {
+            let mut tmpfs: HashMap<String, String> = config
+                .masks
+                .iter()
+                .map(|m| (m.clone(), "ro,size=4k,mode=0555".to_string()))
+                .collect();
+            if read_only {
+                tmpfs.insert(
+                    "/tmp".to_string(),
+                    "rw,nosuid,nodev,exec,size=512m,mode=1777".to_string(),
+                );
+            }
+            (!tmpfs.is_empty()).then_some(tmpfs)
+        },
         ..Default::default()
     };
     let env: Vec<String> = if role == "run" {
@@ -505,17 +487,95 @@ async fn build_tools_image(
     Ok(steps)
 }
 
-#[async_trait::async_trait]
-impl Environment for DockerEnv {
-    fn kind(&self) -> &'static str {
-        "docker"
-    }
+async fn kill_marked_in(docker: &Docker, id: &str, marker: &str, signal: &str) {
+    // Stop every marked process first, then signal, then continue: signalling one by
+    // one lets a shell whose child just died run its next command before its own turn.
+    let script = format!(
+        "pids=; \
+             for p in /proc/[0-9]*; do \
+               if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"{EXEC_MARKER}=$1\"; then \
+                 pids=\"$pids ${{p#/proc/}}\"; \
+               fi; \
+             done; \
+             [ -n \"$pids\" ] || exit 0; \
+             kill -s STOP $pids 2>/dev/null; kill -s \"$2\" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null; true"
+    );
+    let argv = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        script,
+        "rondo-kill".into(),
+        marker.to_string(),
+        signal.to_string(),
+    ];
+    // Best effort: if it fails the exec simply runs on until the give-up deadline.
+    let _ = run_simple_in(docker, id, argv).await;
+}
 
-    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
-        req.validate()?;
-        if self.removed.load(Ordering::SeqCst) {
-            return Err(EnvError::ShutDown);
+/// Run a command to completion without timeout handling; for internal helpers.
+async fn run_simple_in(
+    docker: &Docker,
+    id: &str,
+    argv: Vec<String>,
+) -> Result<(i64, String), EnvError> {
+    let opts = CreateExecOptions {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(argv),
+        ..Default::default()
+    };
+    let exec = docker
+        .create_exec(id, opts)
+        .await
+        .map_err(|e| EnvError::docker("creating an exec", e))?;
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } =
+        docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| EnvError::docker("starting an exec", e))?
+    {
+        while let Some(Ok(chunk)) = output.next().await {
+            text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
         }
+    }
+    let code = docker
+        .inspect_exec(&exec.id)
+        .await
+        .map_err(|e| EnvError::docker("inspecting an exec", e))?
+        .exit_code
+        .unwrap_or(-1);
+    Ok((code, text))
+}
+
+/// A command in flight: when its future is dropped before it ended (the run's wall time
+/// ran out mid-step), its processes are killed in the background.
+struct InFlight {
+    docker: Docker,
+    id: String,
+    marker: String,
+    running: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.running {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (docker, id, marker) = (
+                self.docker.clone(),
+                std::mem::take(&mut self.id),
+                std::mem::take(&mut self.marker),
+            );
+            handle.spawn(async move { kill_marked_in(&docker, &id, &marker, "KILL").await });
+        }
+    }
+}
+
+impl DockerEnv {
+    /// One command in the container, the mounts already in place.
+    async fn run_command(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
         let marker = format!(
             "{}-{}-{}",
             std::process::id(),
@@ -540,9 +600,15 @@ impl Environment for DockerEnv {
             working_dir: req.workdir.as_deref().map(|d| self.resolve(d)),
             ..Default::default()
         };
-        let mut collector = Collector::new(&req, &req.command.to_string())?;
+        let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
         let timeout = req.timeout.unwrap_or(self.config.default_timeout);
         let start = Instant::now();
+        let mut in_flight = InFlight {
+            docker: self.docker.clone(),
+            id: self.id.clone(),
+            marker: marker.clone(),
+            running: true,
+        };
         if let Some(runner) = self.runner.as_ref().filter(|r| r.alive()) {
             let mut env: HashMap<String, String> = req.env.clone().into_iter().collect();
             env.insert(EXEC_MARKER.to_string(), marker.clone());
@@ -566,6 +632,7 @@ impl Environment for DockerEnv {
                     message = rx.recv() => match message {
                         Some(crate::runner::Message::Output(kind, bytes)) => collector.push(kind, &bytes),
                         Some(crate::runner::Message::Exit { code, timed_out }) => {
+                            in_flight.running = false;
                             if timed_out {
                                 self.kill_marked(&marker, "KILL").await;
                             }
@@ -626,6 +693,7 @@ impl Environment for DockerEnv {
             // Stragglers that ignored TERM and closed their output.
             self.kill_marked(&marker, "KILL").await;
         }
+        in_flight.running = false;
         let exit_code = self
             .docker
             .inspect_exec(&exec.id)
@@ -633,6 +701,29 @@ impl Environment for DockerEnv {
             .map_err(|e| EnvError::docker("inspecting an exec", e))?
             .exit_code;
         collector.finish(exit_code, timed_out, start.elapsed())
+    }
+}
+
+#[async_trait::async_trait]
+impl Environment for DockerEnv {
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
+        req.validate()?;
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(EnvError::ShutDown);
+        }
+        let transport = self.config.transport;
+        for m in transport.before_exec(&self.config.mounts) {
+            self.copy_in(&m.host, &m.container).await?;
+        }
+        let out = self.run_command(req).await?;
+        for m in transport.after_exec(&self.config.mounts) {
+            self.copy_out(&m.container, &m.host).await?;
+        }
+        Ok(out)
     }
 
     async fn copy_in(&self, host_path: &Path, target: &str) -> Result<(), EnvError> {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::EnvError;
+use crate::redact::StreamRedactor;
+use crate::{EnvError, Redactor};
 
 /// What to run: an argument vector (no shell) or a shell command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +50,20 @@ pub struct ExecRequest {
     pub timeout: Option<Duration>,
     /// The whole output (merged, plus a header and footer) is written here.
     pub log_path: Option<PathBuf>,
+    /// The log file already opened by the caller (confined to its workspace); it wins
+    /// over opening `log_path` by name, which `log_path` then only names in messages.
+    pub log_file: Option<Arc<std::fs::File>>,
     pub on_line: Option<LineCallback>,
+    /// Bytes of each stream kept in memory (half head, half tail); `None` uses
+    /// [`DEFAULT_MAX_OUTPUT`]. The log file always gets everything.
+    pub max_output: Option<usize>,
 }
+
+/// Bytes of output kept in memory per stream when a request does not say: 4 MiB.
+pub const DEFAULT_MAX_OUTPUT: usize = 4 << 20;
+
+/// A line longer than this is delivered to the line callback in pieces.
+const MAX_LINE: usize = 64 << 10;
 
 impl fmt::Debug for ExecRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -61,6 +74,7 @@ impl fmt::Debug for ExecRequest {
             .field("timeout", &self.timeout)
             .field("log_path", &self.log_path)
             .field("on_line", &self.on_line.is_some())
+            .field("max_output", &self.max_output)
             .finish()
     }
 }
@@ -73,7 +87,9 @@ impl ExecRequest {
             env: BTreeMap::new(),
             timeout: None,
             log_path: None,
+            log_file: None,
             on_line: None,
+            max_output: None,
         }
     }
 
@@ -110,6 +126,11 @@ impl ExecRequest {
         self
     }
 
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.max_output = Some(bytes);
+        self
+    }
+
     pub fn on_line(mut self, callback: impl Fn(StreamKind, &str) + Send + Sync + 'static) -> Self {
         self.on_line = Some(Arc::new(callback));
         self
@@ -137,6 +158,10 @@ pub struct ExecOutput {
     pub merged: String,
     pub timed_out: bool,
     pub duration: Duration,
+    /// Bytes the command wrote (both streams), including those cut from the fields above.
+    pub total_bytes: u64,
+    /// Bytes left out of `merged` (its middle, replaced by a `[... N bytes cut ...]` line).
+    pub cut_bytes: u64,
 }
 
 impl ExecOutput {
@@ -186,21 +211,102 @@ pub fn shell_quote(word: &str) -> String {
     }
 }
 
-/// Accumulates output from both streams: separate and merged buffers, line callbacks,
-/// and the log file.
+/// The first and last bytes of a stream, within a fixed budget, and how many it saw.
+struct HeadTail {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    head_max: usize,
+    tail_max: usize,
+    total: u64,
+}
+
+impl HeadTail {
+    fn new(budget: usize) -> Self {
+        HeadTail {
+            head: Vec::new(),
+            tail: std::collections::VecDeque::new(),
+            head_max: budget / 2,
+            tail_max: budget - budget / 2,
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let room = self.head_max - self.head.len();
+        if room > 0 {
+            let n = room.min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        if bytes.len() >= self.tail_max {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - self.tail_max..]);
+        } else {
+            let overflow = (self.tail.len() + bytes.len()).saturating_sub(self.tail_max);
+            self.tail.drain(..overflow);
+            self.tail.extend(bytes);
+        }
+    }
+
+    fn cut(&self) -> u64 {
+        self.total - self.head.len() as u64 - self.tail.len() as u64
+    }
+
+    fn text(self, log: bool) -> String {
+        let cut = self.cut();
+        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        if cut > 0 {
+            let whole = if log {
+                "; the whole output is in the log file"
+            } else {
+                ""
+            };
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&format!("[... {cut} bytes cut{whole} ...]\n"));
+        }
+        let (a, b) = self.tail.as_slices();
+        if b.is_empty() {
+            out.push_str(&String::from_utf8_lossy(a));
+        } else {
+            out.push_str(&String::from_utf8_lossy(&[a, b].concat()));
+        }
+        out
+    }
+}
+
+/// Accumulates output from both streams: bounded separate and merged captures, line
+/// callbacks, and the log file, which gets everything.
 pub(crate) struct Collector {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    merged: Vec<u8>,
+    stdout: HeadTail,
+    stderr: HeadTail,
+    merged: HeadTail,
     partial: [Vec<u8>; 2],
     on_line: Option<LineCallback>,
     log: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+    /// One per stream, so that a secret is replaced before any copy of the output is made.
+    redact: Option<[StreamRedactor; 2]>,
+    ends_with_newline: bool,
 }
 
 impl Collector {
-    pub(crate) fn new(req: &ExecRequest, shown_command: &str) -> Result<Self, EnvError> {
-        let log = match &req.log_path {
-            Some(path) => {
+    pub(crate) fn new(
+        req: &ExecRequest,
+        shown_command: &str,
+        redactor: &Redactor,
+    ) -> Result<Self, EnvError> {
+        let shown_command = redactor.redact(shown_command);
+        let log = match (&req.log_path, &req.log_file) {
+            (path, Some(file)) => {
+                let path = path.clone().unwrap_or_default();
+                let file = file.try_clone().map_err(|e| EnvError::io(&path, e))?;
+                let mut w = std::io::BufWriter::new(file);
+                writeln!(w, "$ {shown_command}").map_err(|e| EnvError::io(&path, e))?;
+                Some((path, w))
+            }
+            (Some(path), None) => {
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                     std::fs::create_dir_all(parent).map_err(|e| EnvError::io(parent, e))?;
                 }
@@ -209,35 +315,63 @@ impl Collector {
                 writeln!(w, "$ {shown_command}").map_err(|e| EnvError::io(path, e))?;
                 Some((path.clone(), w))
             }
-            None => None,
+            (None, None) => None,
         };
+        let budget = req.max_output.unwrap_or(DEFAULT_MAX_OUTPUT);
         Ok(Collector {
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-            merged: Vec::new(),
+            stdout: HeadTail::new(budget),
+            stderr: HeadTail::new(budget),
+            merged: HeadTail::new(budget),
             partial: [Vec::new(), Vec::new()],
             on_line: req.on_line.clone(),
             log,
+            redact: (!redactor.is_empty()).then(|| [redactor.stream(), redactor.stream()]),
+            ends_with_newline: true,
         })
     }
 
     pub(crate) fn push(&mut self, kind: StreamKind, bytes: &[u8]) {
-        match kind {
-            StreamKind::Stdout => self.stdout.extend_from_slice(bytes),
-            StreamKind::Stderr => self.stderr.extend_from_slice(bytes),
+        match &mut self.redact {
+            Some(streams) => {
+                let clean = streams[kind as usize].push(bytes);
+                self.push_clean(kind, &clean);
+            }
+            None => self.push_clean(kind, bytes),
         }
-        self.merged.extend_from_slice(bytes);
+    }
+
+    fn push_clean(&mut self, kind: StreamKind, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        match kind {
+            StreamKind::Stdout => self.stdout.push(bytes),
+            StreamKind::Stderr => self.stderr.push(bytes),
+        }
+        self.merged.push(bytes);
+        self.ends_with_newline = bytes.ends_with(b"\n");
         if let Some((_, w)) = &mut self.log {
             // A full disk should not abort the command; the in-memory output is still kept.
             let _ = w.write_all(bytes);
         }
         if let Some(cb) = &self.on_line {
             let buf = &mut self.partial[kind as usize];
-            buf.extend_from_slice(bytes);
-            while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=pos).collect();
-                let text = String::from_utf8_lossy(&line[..line.len() - 1]);
-                cb(kind, text.trim_end_matches('\r'));
+            let mut rest = bytes;
+            while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
+                let line = if buf.is_empty() {
+                    String::from_utf8_lossy(&rest[..pos])
+                } else {
+                    buf.extend_from_slice(&rest[..pos]);
+                    std::borrow::Cow::Owned(String::from_utf8_lossy(buf).into_owned())
+                };
+                cb(kind, line.trim_end_matches('\r'));
+                buf.clear();
+                rest = &rest[pos + 1..];
+            }
+            buf.extend_from_slice(rest);
+            if buf.len() >= MAX_LINE {
+                cb(kind, &String::from_utf8_lossy(buf));
+                buf.clear();
             }
         }
     }
@@ -248,6 +382,12 @@ impl Collector {
         timed_out: bool,
         duration: Duration,
     ) -> Result<ExecOutput, EnvError> {
+        if let Some(mut streams) = self.redact.take() {
+            for kind in [StreamKind::Stdout, StreamKind::Stderr] {
+                let rest = streams[kind as usize].finish();
+                self.push_clean(kind, &rest);
+            }
+        }
         if let Some(cb) = &self.on_line {
             for (i, kind) in [StreamKind::Stdout, StreamKind::Stderr]
                 .into_iter()
@@ -258,12 +398,9 @@ impl Collector {
                 }
             }
         }
+        let log = self.log.is_some();
         if let Some((path, mut w)) = self.log.take() {
-            let sep = if self.merged.is_empty() || self.merged.ends_with(b"\n") {
-                ""
-            } else {
-                "\n"
-            };
+            let sep = if self.ends_with_newline { "" } else { "\n" };
             let status = match (timed_out, exit_code) {
                 (true, _) => "timed out, killed".to_string(),
                 (false, Some(c)) => format!("exit code {c}"),
@@ -273,13 +410,17 @@ impl Collector {
                 .and_then(|_| w.flush())
                 .map_err(|e| EnvError::io(path, e))?;
         }
+        let total_bytes = self.merged.total;
+        let cut_bytes = self.merged.cut();
         Ok(ExecOutput {
             exit_code,
-            stdout: String::from_utf8_lossy(&self.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&self.stderr).into_owned(),
-            merged: String::from_utf8_lossy(&self.merged).into_owned(),
+            stdout: self.stdout.text(log),
+            stderr: self.stderr.text(log),
+            merged: self.merged.text(log),
             timed_out,
             duration,
+            total_bytes,
+            cut_bytes,
         })
     }
 }
@@ -298,6 +439,20 @@ mod tests {
             truncate_for_prompt("ééééé", 1, 0),
             "é\n[... 4 characters elided ...]\n"
         );
+    }
+
+    #[test]
+    fn capture_keeps_head_and_tail_within_budget() {
+        let mut h = HeadTail::new(8);
+        for chunk in [&b"abc"[..], b"defgh", b"ijklmnopq", b"rs"] {
+            h.push(chunk);
+        }
+        assert_eq!(h.total, 19);
+        assert_eq!(h.cut(), 11);
+        assert_eq!(h.text(false), "abcd\n[... 11 bytes cut ...]\npqrs");
+        let mut small = HeadTail::new(8);
+        small.push(b"abcdef");
+        assert_eq!(small.text(false), "abcdef");
     }
 
     #[test]

@@ -11,18 +11,23 @@ mod docker;
 mod error;
 mod exec;
 mod local;
+mod redact;
 mod runner;
 pub mod tool;
+mod transport;
 
 use std::path::Path;
 
-pub use docker::{DockerConfig, DockerEnv, Mount, cleanup_stale, connect, remove_run};
+pub use docker::{DockerConfig, DockerEnv, cleanup_stale, connect, remove_run};
 pub use error::{EnvError, InstallFailure};
 pub use exec::{
-    Command, ExecOutput, ExecRequest, LineCallback, StreamKind, shell_quote, truncate_for_prompt,
+    Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, StreamKind, shell_quote,
+    truncate_for_prompt,
 };
-pub use local::{LocalConfig, LocalEnv};
+pub use local::{LocalConfig, LocalEnv, clean_env};
+pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
+pub use transport::{Mount, Transport, refused_mount};
 
 /// What the interpreter needs from an environment. Implementations are shared between
 /// concurrent roles (`Arc<dyn Environment>`), hence `&self` everywhere.

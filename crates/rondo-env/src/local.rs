@@ -12,14 +12,17 @@ use tokio::time::sleep_until;
 
 use crate::exec::Collector;
 use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
-use crate::{Command, EnvError, Environment, ExecOutput, ExecRequest, StreamKind, archive};
+use crate::{
+    Command, EnvError, Environment, ExecOutput, ExecRequest, Redactor, StreamKind, archive,
+};
 
 /// Settings of a [`LocalEnv`].
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
     /// Commands run here unless a request names another directory; created if missing.
     pub run_dir: PathBuf,
-    /// Added to the inherited environment of every command.
+    /// The declared variables, added to [`clean_env`] for every command (nothing else of
+    /// the caller's environment is passed on).
     pub env: BTreeMap<String, String>,
     pub default_timeout: Duration,
     /// Time between SIGTERM and SIGKILL when a command times out.
@@ -33,6 +36,27 @@ pub struct LocalConfig {
     /// Directory of wheels for offline pip installs.
     pub wheelhouse: String,
     pub install_timeout: Duration,
+    /// Secret values replaced in every command's output and log.
+    pub redactor: Redactor,
+}
+
+/// The caller's variables a command may see: everything else (API keys, tokens, the
+/// user's own settings) stays out of a tool's environment.
+const PASSED_ON: &[&str] = &["PATH", "LANG", "TZ"];
+
+/// The environment every local command starts from: `PATH`, `LANG` and `TZ` of the
+/// caller (`PATH` and `LANG` with defaults when unset), and `HOME` set to `home`, the
+/// directory the commands run in.
+pub fn clean_env(home: &Path) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = PASSED_ON
+        .iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .collect();
+    env.entry("PATH".into())
+        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env.entry("LANG".into()).or_insert_with(|| "C.UTF-8".into());
+    env.insert("HOME".into(), home.to_string_lossy().into_owned());
+    env
 }
 
 impl LocalConfig {
@@ -47,6 +71,7 @@ impl LocalConfig {
             install_log_dir: None,
             wheelhouse: tool::DEFAULT_WHEELHOUSE.to_string(),
             install_timeout: Duration::from_secs(600),
+            redactor: Redactor::default(),
         }
     }
 }
@@ -156,6 +181,26 @@ fn kill_group(pgid: i32, signal: i32) {
     }
 }
 
+/// A started process group: forgotten when the command ends, killed when the command is
+/// abandoned.
+struct Group<'a> {
+    active: &'a Mutex<HashSet<i32>>,
+    pgid: i32,
+    running: bool,
+}
+
+impl Drop for Group<'_> {
+    fn drop(&mut self) {
+        if self.running && self.pgid > 0 {
+            kill_group(self.pgid, libc::SIGKILL);
+        }
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.pgid);
+    }
+}
+
 #[async_trait::async_trait]
 impl Environment for LocalEnv {
     fn kind(&self) -> &'static str {
@@ -184,6 +229,8 @@ impl Environment for LocalEnv {
             }
         };
         cmd.current_dir(&workdir)
+            .env_clear()
+            .envs(clean_env(&self.config.run_dir))
             .envs(&self.config.env)
             .envs(&req.env)
             .stdin(Stdio::null())
@@ -192,7 +239,7 @@ impl Environment for LocalEnv {
             .process_group(0)
             .kill_on_drop(true);
 
-        let mut collector = Collector::new(&req, &req.command.to_string())?;
+        let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
         let timeout = req.timeout.unwrap_or(self.config.default_timeout);
         let start = Instant::now();
         let mut child = match cmd.spawn() {
@@ -203,6 +250,19 @@ impl Environment for LocalEnv {
                 collector.push(StreamKind::Stderr, msg.as_bytes());
                 return collector.finish(Some(127), false, start.elapsed());
             }
+            Err(e) if e.raw_os_error() == Some(libc::E2BIG) => {
+                // Arguments past the OS limit: the tool cannot run, which is the tool's
+                // failure (the model sent too much), not the run's.
+                let size: usize = match &req.command {
+                    Command::Argv(argv) => argv.iter().map(|a| a.len() + 1).sum(),
+                    Command::Shell(line) => line.len() + 1,
+                };
+                let msg = format!(
+                    "{program}: argument list too long ({size} bytes of arguments; the OS refused to start the command)\n"
+                );
+                collector.push(StreamKind::Stderr, msg.as_bytes());
+                return collector.finish(Some(126), false, start.elapsed());
+            }
             Err(e) => return Err(EnvError::Spawn { program, source: e }),
         };
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
@@ -210,6 +270,13 @@ impl Environment for LocalEnv {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(pgid);
+        // When the caller drops this future (a run's wall time ran out mid-step), the
+        // whole process group goes, not only the direct child.
+        let mut group = Group {
+            active: &self.active,
+            pgid,
+            running: true,
+        };
 
         let mut stdout = child.stdout.take();
         let mut stderr = child.stderr.take();
@@ -256,10 +323,8 @@ impl Environment for LocalEnv {
         if timed_out {
             kill_group(pgid, libc::SIGKILL);
         }
-        self.active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&pgid);
+        group.running = false;
+        drop(group);
         let exit_code = status.and_then(|s| {
             use std::os::unix::process::ExitStatusExt;
             s.code()

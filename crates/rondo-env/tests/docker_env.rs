@@ -487,3 +487,80 @@ async fn failing_setup_script_fails_the_start_cleanly() {
     );
     assert!(containers_of(&docker, &run_id).await.is_empty());
 }
+
+#[tokio::test]
+async fn both_transports_give_the_same_workspace_contract() {
+    use rondo_env::{Mount, Transport};
+    if !common::docker_ready().await {
+        return;
+    }
+    for transport in [Transport::BindMount, Transport::CopyInOut] {
+        let dir = tempfile::tempdir().unwrap();
+        let (ws, data) = (dir.path().join("ws"), dir.path().join("data"));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(ws.join("in.txt"), "one\n").unwrap();
+        std::fs::write(data.join("d.txt"), "data\n").unwrap();
+        let mut config = DockerConfig::new(IMAGE, common::unique("transport"));
+        config.transport = transport;
+        config.mounts = vec![
+            Mount {
+                host: ws.clone(),
+                container: "/work".into(),
+                writable: true,
+            },
+            Mount {
+                host: data.clone(),
+                container: "/data".into(),
+                writable: false,
+            },
+        ];
+        let env = DockerEnv::start(config).await.unwrap();
+        let out = env
+            .exec(ExecRequest::shell(
+                "cat in.txt /data/d.txt; echo two > out.txt; mkdir -p sub; echo three > sub/s.txt",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(out.stdout, "one\ndata\n", "{transport:?}: {out:?}");
+        // What the command wrote is on the host when exec returns.
+        assert_eq!(
+            std::fs::read_to_string(ws.join("out.txt")).unwrap(),
+            "two\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("sub/s.txt")).unwrap(),
+            "three\n"
+        );
+        // And what the host changes is there for the next command.
+        std::fs::write(ws.join("in.txt"), "changed\n").unwrap();
+        let out = env.exec(ExecRequest::shell("cat in.txt")).await.unwrap();
+        assert_eq!(out.stdout, "changed\n", "{transport:?}");
+        // A read-only mount is never written back.
+        env.exec(ExecRequest::shell(
+            "echo x > /data/new.txt 2>/dev/null; true",
+        ))
+        .await
+        .unwrap();
+        assert!(!data.join("new.txt").exists(), "{transport:?}");
+        env.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_docker_socket_is_never_mounted() {
+    use rondo_env::Mount;
+    for host in ["/var/run/docker.sock", "/run", "/var/run", "/"] {
+        let mut config = DockerConfig::new(IMAGE, common::unique("socket"));
+        config.mounts = vec![Mount {
+            host: host.into(),
+            container: "/x".into(),
+            writable: false,
+        }];
+        let err = DockerEnv::start(config)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{host} was mounted"));
+        assert!(err.to_string().contains("Docker socket"), "{host}: {err}");
+    }
+}

@@ -329,9 +329,10 @@ struct SharedCache {
 
 impl SyntaxCache {
     /// Reads `root/rel` and returns it parsed, from a cache when unchanged.
+    /// The read is confined to `root`: a symbolic link out of it (or into `.rondo/`) fails.
     pub fn load(&mut self, root: &Path, rel: &str) -> std::io::Result<&SourceFile> {
         let full = root.join(rel);
-        let bytes = std::fs::read(&full)?;
+        let bytes = rondo_workspace::Workspace::open(root)?.read(rel)?;
         let mut hasher = DefaultHasher::new();
         bytes.hash(&mut hasher);
         let hash = hasher.finish();

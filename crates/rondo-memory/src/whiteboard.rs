@@ -534,11 +534,9 @@ impl Whiteboard {
     /// Writes `whiteboard.md` into `run_dir` (through a temporary file and a
     /// rename, so readers never see half a file) and returns its path.
     pub fn write_markdown(&self, run_dir: &Path) -> std::io::Result<PathBuf> {
-        let path = run_dir.join(WHITEBOARD_FILE);
-        let tmp = run_dir.join(format!("{WHITEBOARD_FILE}.tmp"));
-        std::fs::write(&tmp, self.render_markdown())?;
-        std::fs::rename(&tmp, &path)?;
-        Ok(path)
+        let dir = rondo_workspace::Workspace::open(run_dir)?;
+        dir.write_atomic(WHITEBOARD_FILE, self.render_markdown().as_bytes())?;
+        Ok(dir.root().join(WHITEBOARD_FILE))
     }
 }
 

@@ -159,6 +159,8 @@ pub(crate) fn tools_hash(specs: &[ToolSpec], base: &str) -> Result<String, EnvEr
 const PIP_ENV: &[(&str, &str)] = &[
     ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
     ("PIP_NO_INPUT", "1"),
+    // HOME is the run's workspace locally: no cache there.
+    ("PIP_NO_CACHE_DIR", "1"),
     // Without py_standalone the tool goes into the image's own Python, which Debian marks
     // externally managed; the container is disposable, so that is allowed.
     ("PIP_BREAK_SYSTEM_PACKAGES", "1"),

@@ -1,0 +1,413 @@
+//! The one confinement mechanism for every path Rondo touches on a workflow's behalf:
+//! artifacts and their temporary files, tool logs, the whiteboard, code-context reads,
+//! `exists()`.
+//!
+//! A [`Workspace`] is a directory handle ([`cap_std::fs::Dir`]); every open goes through
+//! it, so a path is resolved *beneath* the handle by the kernel, not checked as a string
+//! and then opened by name. On Linux cap-std resolves with `openat2(RESOLVE_BENEATH)`
+//! when the kernel has it and otherwise walks the path one `openat` at a time, refusing
+//! `..` above the root, absolute paths and symbolic links that lead out. Because the
+//! check and the open are the same system call, a tool that swaps a directory for a
+//! symbolic link between the two cannot win a race (no TOCTOU), which a
+//! `canonicalize` + `starts_with` sanitiser cannot promise.
+//!
+//! On top of that, nothing is reached *through* a folder named [`SYSTEM_DIR`] (`.rondo`,
+//! where `rondo run --workspace DIR` keeps its journal and checkpoints): a name starting
+//! with it is refused before any open ([`relative_name`]), and a symbolic link inside the
+//! workspace pointing into it is caught after the open, from the real location of the
+//! opened handle.
+
+use std::io::{self, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions};
+
+/// The folder inside a `--workspace` directory that holds the runs' system areas.
+pub const SYSTEM_DIR: &str = ".rondo";
+
+/// Longest workspace-relative name accepted (bytes).
+pub const MAX_NAME: usize = 4096;
+
+/// Why a name is not a workspace-relative path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameError {
+    Empty,
+    Absolute,
+    Climbs,
+    System,
+    Nul,
+    TooLong,
+}
+
+impl std::fmt::Display for NameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NameError::Empty => "the name is empty",
+            NameError::Absolute => "the name is an absolute path",
+            NameError::Climbs => "the name climbs out of the workspace with `..`",
+            NameError::System => {
+                "the name is inside `.rondo/`, the runs' system area, which tools and artifacts never reach"
+            }
+            NameError::Nul => "the name contains a NUL byte",
+            NameError::TooLong => "the name is longer than 4096 bytes",
+        })
+    }
+}
+
+impl std::error::Error for NameError {}
+
+/// A name relative to the workspace: not empty, not absolute, no `..`, no component
+/// named [`SYSTEM_DIR`]. `.` components are dropped.
+pub fn relative_name(name: &str) -> Result<PathBuf, NameError> {
+    if name.len() > MAX_NAME {
+        return Err(NameError::TooLong);
+    }
+    if name.contains('\0') {
+        return Err(NameError::Nul);
+    }
+    let mut out = PathBuf::new();
+    for component in Path::new(name).components() {
+        match component {
+            Component::Normal(part) => {
+                if is_system(part) {
+                    return Err(NameError::System);
+                }
+                out.push(part);
+            }
+            Component::CurDir => {}
+            Component::ParentDir => return Err(NameError::Climbs),
+            Component::RootDir | Component::Prefix(_) => return Err(NameError::Absolute),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        return Err(NameError::Empty);
+    }
+    Ok(out)
+}
+
+fn is_system(part: &std::ffi::OsStr) -> bool {
+    // Case-insensitive: on a case-insensitive file system `.RONDO` is the same folder.
+    part.to_str()
+        .is_some_and(|p| p.eq_ignore_ascii_case(SYSTEM_DIR))
+}
+
+fn refused(name: &str, e: NameError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("`{name}`: {e}"))
+}
+
+fn hidden(name: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("`{name}` leads into the system area `{SYSTEM_DIR}/`"),
+    )
+}
+
+/// A directory every access is confined to.
+#[derive(Debug)]
+pub struct Workspace {
+    root: PathBuf,
+    dir: Dir,
+}
+
+impl Workspace {
+    /// Opens an existing directory as a workspace.
+    pub fn open(root: &Path) -> io::Result<Workspace> {
+        let root = std::fs::canonicalize(root)?;
+        let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
+        Ok(Workspace { root, dir })
+    }
+
+    /// Creates the directory (and its parents) if needed, then opens it.
+    pub fn create(root: &Path) -> io::Result<Workspace> {
+        std::fs::create_dir_all(root)?;
+        Self::open(root)
+    }
+
+    /// The workspace's absolute, canonical path (a tool's working directory).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A sub-folder as a workspace of its own, confined like any other access
+    /// (created first when `create`).
+    pub fn subdir(&self, name: &str, create: bool) -> io::Result<Workspace> {
+        let rel = relative_name(name).map_err(|e| refused(name, e))?;
+        let dir = if create {
+            self.open_or_create_dir(&rel)?
+        } else {
+            self.dir.open_dir(&rel)?
+        };
+        let real = self.visible(name, &dir)?;
+        Ok(Workspace { root: real, dir })
+    }
+
+    /// Reads a regular file.
+    pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        let rel = relative_name(name).map_err(|e| refused(name, e))?;
+        let mut options = OpenOptions::new();
+        options.read(true);
+        nonblocking(&mut options);
+        let file = self.dir.open_with(&rel, &options)?;
+        self.visible(name, &file)?;
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{name}` is not a regular file"),
+            ));
+        }
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(&mut file.into_std(), &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Whether `name` names something inside the workspace (never outside it, never in
+    /// the system area). Invalid names are simply absent.
+    pub fn exists(&self, name: &str) -> bool {
+        let Ok(rel) = relative_name(name) else {
+            return false;
+        };
+        match self.dir.canonicalize(&rel) {
+            Ok(real) => relative_name(&real.to_string_lossy()).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// Writes through a temporary file in the same folder and a rename: readers never
+    /// see half a file, and a symbolic link at `name` is replaced, not followed.
+    pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.replace(name, bytes, true)
+    }
+
+    /// [`write_atomic`](Self::write_atomic) without fsync: a reader, or a process killed
+    /// at any point, sees the old or the new content. Durable after [`sync`](Self::sync).
+    pub fn write_replace(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.replace(name, bytes, false)
+    }
+
+    fn replace(&self, name: &str, bytes: &[u8], sync: bool) -> io::Result<()> {
+        let (parent, file_name) = self.parent_of(name)?;
+        let tmp = temp_name(&file_name);
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        let written = (|| {
+            let mut f = parent.open_with(&tmp, &options)?.into_std();
+            f.write_all(bytes)?;
+            if sync {
+                f.sync_all()?;
+            }
+            parent.rename(&tmp, &parent, &file_name)
+        })();
+        if written.is_err() {
+            let _ = parent.remove_file(&tmp);
+        }
+        written?;
+        if sync && let Ok(d) = parent.open(".") {
+            let _ = d.into_std().sync_all();
+        }
+        Ok(())
+    }
+
+    /// Appends bytes, syncs, and returns the file's new length.
+    pub fn append(&self, name: &str, bytes: &[u8]) -> io::Result<u64> {
+        self.append_with(name, bytes, true)
+    }
+
+    /// [`append`](Self::append) without fsync. Durable after [`sync`](Self::sync).
+    pub fn append_unsynced(&self, name: &str, bytes: &[u8]) -> io::Result<u64> {
+        self.append_with(name, bytes, false)
+    }
+
+    fn append_with(&self, name: &str, bytes: &[u8], sync: bool) -> io::Result<u64> {
+        let (parent, file_name) = self.parent_of(name)?;
+        let mut options = OpenOptions::new();
+        options.append(true).create(true);
+        nonblocking(&mut options);
+        let file = parent.open_with(&file_name, &options)?;
+        self.visible(name, &file)?;
+        regular(name, &file)?;
+        let mut file = file.into_std();
+        file.write_all(bytes)?;
+        if sync {
+            file.sync_data()?;
+        }
+        Ok(file.metadata()?.len())
+    }
+
+    /// The length of a regular file, 0 when there is none.
+    pub fn file_len(&self, name: &str) -> io::Result<u64> {
+        let rel = relative_name(name).map_err(|e| refused(name, e))?;
+        let mut options = OpenOptions::new();
+        options.read(true);
+        nonblocking(&mut options);
+        let file = match self.dir.open_with(&rel, &options) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        self.visible(name, &file)?;
+        regular(name, &file)?;
+        Ok(file.metadata()?.len())
+    }
+
+    /// Syncs a file written by [`write_replace`](Self::write_replace) or
+    /// [`append_unsynced`](Self::append_unsynced), and its folder (the rename). A file
+    /// no longer there, or no longer a regular file inside the workspace, is skipped.
+    pub fn sync(&self, name: &str) -> io::Result<()> {
+        let Ok((parent, file_name)) = self.parent_of(name) else {
+            return Ok(());
+        };
+        let mut options = OpenOptions::new();
+        options.read(true);
+        nonblocking(&mut options);
+        if let Ok(file) = parent.open_with(&file_name, &options)
+            && self.visible(name, &file).is_ok()
+            && regular(name, &file).is_ok()
+        {
+            file.into_std().sync_all()?;
+        }
+        if let Ok(d) = parent.open(".") {
+            d.into_std().sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Creates (or empties) a file for writing, e.g. a tool's log.
+    pub fn create_file(&self, name: &str) -> io::Result<std::fs::File> {
+        let (parent, file_name) = self.parent_of(name)?;
+        let mut options = OpenOptions::new();
+        options.write(true).create(true);
+        nonblocking(&mut options);
+        let file = parent.open_with(&file_name, &options)?;
+        // Checked before it is emptied: a link into the system area is refused untouched.
+        self.visible(name, &file)?;
+        regular(name, &file)?;
+        let file = file.into_std();
+        file.set_len(0)?;
+        Ok(file)
+    }
+
+    /// Cuts an existing file back to `len` bytes (an append-mode artifact on resume).
+    pub fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
+        let rel = relative_name(name).map_err(|e| refused(name, e))?;
+        let mut options = OpenOptions::new();
+        options.write(true);
+        nonblocking(&mut options);
+        let file = match self.dir.open_with(&rel, &options) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.visible(name, &file)?;
+        regular(name, &file)?;
+        file.into_std().set_len(len)
+    }
+
+    /// The folder holding `name` (created if missing) and the file name.
+    fn parent_of(&self, name: &str) -> io::Result<(Dir, PathBuf)> {
+        let rel = relative_name(name).map_err(|e| refused(name, e))?;
+        let file_name = PathBuf::from(
+            rel.file_name()
+                .ok_or_else(|| refused(name, NameError::Empty))?,
+        );
+        let parent = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => self.open_or_create_dir(p)?,
+            None => self.dir.try_clone()?,
+        };
+        self.visible(name, &parent)?;
+        Ok((parent, file_name))
+    }
+
+    /// When creating fails because the name exists as a link out of the workspace, the
+    /// open says why (permission denied), not the creation (already exists).
+    fn open_or_create_dir(&self, rel: &Path) -> io::Result<Dir> {
+        match self.dir.create_dir_all(rel) {
+            Ok(()) => self.dir.open_dir(rel),
+            Err(e) => match self.dir.open_dir(rel) {
+                Ok(dir) => Ok(dir),
+                Err(open) if open.kind() == io::ErrorKind::NotFound => Err(e),
+                Err(open) => Err(open),
+            },
+        }
+    }
+
+    /// The real location of an opened handle, refused when it lies in the system area
+    /// (reached through a symbolic link inside the workspace).
+    fn visible<F: std::os::fd::AsRawFd>(&self, name: &str, handle: &F) -> io::Result<PathBuf> {
+        let real = real_path(handle)?;
+        let Ok(below) = real.strip_prefix(&self.root) else {
+            return Err(hidden(name));
+        };
+        if below
+            .components()
+            .any(|c| matches!(c, Component::Normal(p) if is_system(p)))
+        {
+            return Err(hidden(name));
+        }
+        Ok(real)
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn real_path<F: std::os::fd::AsRawFd>(handle: &F) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", handle.as_raw_fd()))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn real_path<F: std::os::fd::AsRawFd>(_handle: &F) -> io::Result<PathBuf> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the real location of a handle is only known on Linux",
+    ))
+}
+
+/// A FIFO planted in the workspace must not block the engine on open.
+fn nonblocking(options: &mut OpenOptions) {
+    use cap_std::fs::OpenOptionsExt;
+    options.custom_flags(libc::O_NONBLOCK);
+}
+
+fn regular(name: &str, file: &cap_std::fs::File) -> io::Result<()> {
+    if file.metadata()?.is_file() {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("`{name}` is not a regular file"),
+        ))
+    }
+}
+
+fn temp_name(file_name: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    PathBuf::from(format!(
+        ".{}.{}-{n}.tmp",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            relative_name("./a/b.txt").unwrap(),
+            PathBuf::from("a/b.txt")
+        );
+        assert_eq!(relative_name("/etc/passwd"), Err(NameError::Absolute));
+        assert_eq!(relative_name("a/../../x"), Err(NameError::Climbs));
+        assert_eq!(
+            relative_name(".rondo/runs/x/events.jsonl"),
+            Err(NameError::System)
+        );
+        assert_eq!(relative_name("./.RONDO/x"), Err(NameError::System));
+        assert_eq!(relative_name("."), Err(NameError::Empty));
+        assert_eq!(relative_name("a\0b"), Err(NameError::Nul));
+        assert_eq!(relative_name("sub/.rondo/x"), Err(NameError::System));
+    }
+}

@@ -1,0 +1,302 @@
+//! Bounded resources, through the real binary: deep check inputs give diagnostics (a
+//! stack overflow would show as a signal), the prompts folder is read only as far as the
+//! workflow names it, tool output and replies are bounded in the run's records, the wall
+//! time stops a step in the middle, and an over-long tool argument is the tool's failure.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn rondo(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    // A hang guard, not a timing assertion: a FIFO or a symlink loop used to block forever.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(cmd.output().expect("run rondo")));
+    rx.recv_timeout(Duration::from_secs(300))
+        .unwrap_or_else(|_| panic!("rondo {args:?} did not finish"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Exited on its own (no signal) with `code`, and said `needle`.
+fn assert_exit(out: &Output, code: i32, needle: &str) {
+    let all = text(out);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "status {:?}\n{}",
+        out.status,
+        &all[..all.len().min(4000)]
+    );
+    assert!(
+        all.contains(needle),
+        "`{needle}` not in:\n{}",
+        &all[..all.len().min(4000)]
+    );
+}
+
+fn workflow(head: &str, body: &str) -> String {
+    format!("workflow w {{\n{head}\n}}\n{body}\nexit success\nexit failed {{ code = 1 }}\n")
+}
+
+const TOOL: &str = "role work: tool {\n  command = [\"true\"]\n}\nstart -> work\n";
+
+#[test]
+fn deep_check_inputs_give_diagnostics() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ands = vec!["work.ok"; 4000].join(" and ");
+    let cases: Vec<(&str, String, i32, &str)> = vec![
+        (
+            "ands.rondo",
+            workflow(
+                "",
+                &format!("{TOOL}work -> success when {ands}\nwork -> failed otherwise"),
+            ),
+            1,
+            "rondo::syntax::too_deep",
+        ),
+        (
+            "sums.rondo",
+            workflow(
+                "",
+                &format!(
+                    "{TOOL}work -> success when {} > 0\nwork -> failed otherwise",
+                    vec!["1"; 4000].join(" + ")
+                ),
+            ),
+            1,
+            "rondo::syntax::too_deep",
+        ),
+        (
+            "types.rondo",
+            workflow(
+                "",
+                &format!(
+                    "{}\ntype T2000 {{ x: int }}\n{TOOL}work -> success when work.ok\nwork -> failed otherwise",
+                    (0..2000)
+                        .map(|i| format!("type T{i} {{ next: T{} }}", i + 1))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+            ),
+            1,
+            "rondo::type::too_deep",
+        ),
+    ];
+    for (name, source, code, needle) in &cases {
+        std::fs::write(d.join(name), source).unwrap();
+        let out = rondo(d, &["check", "--offline", name]);
+        assert_exit(&out, *code, needle);
+    }
+
+    // 100,000 roles in a chain: checked, no diagnostic needed.
+    let n = 100_000;
+    let mut body = String::from("memory {\n  n: int = 0\n}\n");
+    body.push_str(TOOL);
+    body.push_str("work -> success when work.ok\nwork -> r0 otherwise\n");
+    for i in 0..n {
+        body.push_str(&format!(
+            "role r{i}: builtin {{ update {{ set n = 1 }} }}\n"
+        ));
+        if i + 1 < n {
+            body.push_str(&format!("r{i} -> r{}\n", i + 1));
+        }
+    }
+    body.push_str(&format!("r{} -> failed\n", n - 1));
+    std::fs::write(d.join("roles.rondo"), workflow("", &body)).unwrap();
+    let out = rondo(d, &["check", "--offline", "roles.rondo"]);
+    assert_exit(&out, 0, "100001 roles");
+
+    // 5,000 nested `{% if %}` in a prompt.
+    std::fs::create_dir(d.join("prompts")).unwrap();
+    let deep = "{% if input.q %}".repeat(5000) + "x" + &"{% endif %}".repeat(5000);
+    std::fs::write(d.join("prompts/deep.tera"), deep).unwrap();
+    let source = workflow(
+        "  prompts = \"prompts\"\n  input q: string",
+        "role answer: llm {\n  prompt = \"deep.tera\"\n}\nstart -> answer\nanswer -> success",
+    );
+    std::fs::write(d.join("ifs.rondo"), source).unwrap();
+    let out = rondo(d, &["check", "--offline", "ifs.rondo"]);
+    assert_exit(&out, 1, "levels deep");
+}
+
+#[test]
+fn prompts_folder_is_read_only_as_far_as_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let prompts = d.join("prompts");
+    std::fs::create_dir_all(prompts.join("sub")).unwrap();
+    std::fs::write(prompts.join("ask.tera"), "{% include \"_part.tera\" %}").unwrap();
+    std::fs::write(prompts.join("_part.tera"), "Question: {{ input.q }}").unwrap();
+    // Beside them: a FIFO nobody writes to, a 1 GB (sparse) data file, symlink loops.
+    let fifo = prompts.join("pipe.tera");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    std::fs::File::create(prompts.join("data.csv"))
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    std::os::unix::fs::symlink("loop.tera", prompts.join("loop.tera")).unwrap();
+    std::os::unix::fs::symlink("..", prompts.join("sub/up")).unwrap();
+    let named = |prompt: &str| {
+        workflow(
+            "  prompts = \"prompts\"\n  input q: string",
+            &format!(
+                "role answer: llm {{\n  prompt = \"{prompt}\"\n}}\nstart -> answer\nanswer -> success"
+            ),
+        )
+    };
+    std::fs::write(d.join("ok.rondo"), named("ask.tera")).unwrap();
+    let out = rondo(d, &["check", "--offline", "ok.rondo"]);
+    assert_exit(&out, 0, "1 roles");
+
+    for (prompt, needle) in [
+        ("pipe.tera", "not a regular file"),
+        ("data.csv", "bytes allowed"),
+        ("loop.tera", "symbolic links"),
+        ("../ok.rondo", "not a path inside the prompts folder"),
+    ] {
+        std::fs::write(d.join("bad.rondo"), named(prompt)).unwrap();
+        let out = rondo(d, &["check", "--offline", "bad.rondo"]);
+        assert_exit(&out, 1, needle);
+    }
+
+    // An import that is a FIFO.
+    let source = format!(
+        "import tool \"prompts/pipe.tera\"\n{}",
+        workflow("", &format!("{TOOL}work -> success"))
+    );
+    std::fs::write(d.join("import.rondo"), source).unwrap();
+    let out = rondo(d, &["check", "--offline", "import.rondo"]);
+    assert_exit(&out, 1, "not a regular file");
+}
+
+fn run(dir: &Path, file: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["run", file, "--run-dir", "runs", "--run-id", "r", "-q"];
+    args.extend_from_slice(extra);
+    rondo(dir, &args)
+}
+
+#[test]
+fn tool_output_is_bounded_in_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let source = workflow(
+        "",
+        "role spew: tool {\n  command = [\"sh\", \"-c\", \"head -c 200M /dev/zero | tr '\\\\0' 'y'; echo; echo done\"]\n  log = \"spew.log\"\n  show = tail(2)\n}\nstart -> spew\nspew -> success when spew.ok\nspew -> failed otherwise",
+    );
+    std::fs::write(d.join("spew.rondo"), source).unwrap();
+    let out = run(d, "spew.rondo", &[]);
+    assert_exit(&out, 0, "");
+    let run_dir = d.join("runs/r");
+    let size = |name: &str| std::fs::metadata(run_dir.join(name)).unwrap().len();
+    // The log has everything; the checkpoint and the journal hold 4 MiB of it at most.
+    assert!(size("workspace/spew.log") > 200 << 20);
+    assert!(size("state.json") < 10 << 20, "{}", size("state.json"));
+    assert!(size("events.jsonl") < 10 << 20, "{}", size("events.jsonl"));
+    let state = std::fs::read_to_string(run_dir.join("state.json")).unwrap();
+    assert!(state.contains("bytes cut; the whole output is in the log file"));
+    assert!(state.contains("\"shown\":\"PASS\"") || state.contains("\"shown\": \"PASS\""));
+}
+
+#[test]
+fn replies_are_bounded_and_never_recurse() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("prompts")).unwrap();
+    std::fs::write(d.join("prompts/ask.tera"), "Answer {{ input.q }}").unwrap();
+    let source = workflow(
+        "  prompts = \"prompts\"\n  input q: string = \"x\"",
+        "type A { a: int }\nrole answer: llm {\n  prompt = \"ask.tera\"\n  retries = 1\n  output json A\n}\nstart -> answer\nanswer -> failed when answer.invalid\nanswer -> success otherwise",
+    );
+    std::fs::write(d.join("reply.rondo"), source).unwrap();
+    for (reply, needle) in [
+        ("[".repeat(1_000_000), "levels deep"),
+        ("{\"a\": 1}".repeat(300_000), "more than max_reply"),
+    ] {
+        let script = serde_json::json!({"replies": {"answer": reply}}).to_string();
+        std::fs::write(d.join("script.yaml"), script).unwrap();
+        let _ = std::fs::remove_dir_all(d.join("runs"));
+        let out = run(
+            d,
+            "reply.rondo",
+            &["--provider", "scripted", "--script", "script.yaml"],
+        );
+        assert_exit(&out, 1, "");
+        let events = std::fs::read_to_string(d.join("runs/r/events.jsonl")).unwrap();
+        assert!(events.contains(needle), "{needle}");
+        assert!(events.len() < 8 << 20, "{}", events.len());
+    }
+}
+
+#[test]
+fn wall_time_stops_a_step_and_its_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let source = workflow(
+        "  limits {\n    max_wall_time = 1s\n  }",
+        "role slow: tool {\n  command = [\"sh\", \"-c\", \"sleep 30 & echo $! > sleep.pid; wait\"]\n}\nstart -> slow\nslow -> success",
+    );
+    std::fs::write(d.join("slow.rondo"), source).unwrap();
+    let out = run(d, "slow.rondo", &[]);
+    assert_exit(&out, 3, "");
+    let info = std::fs::read_to_string(d.join("runs/r/run.json")).unwrap();
+    assert!(info.contains("\"limit\""), "{info}");
+    let pid = std::fs::read_to_string(d.join("runs/r/workspace/sleep.pid")).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z"),
+        "the tool's `sleep` still runs: {stat}"
+    );
+}
+
+#[test]
+fn a_retry_storm_is_stopped_by_the_run_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("prompts")).unwrap();
+    std::fs::write(d.join("prompts/ask.tera"), "Answer").unwrap();
+    let source = workflow(
+        "  prompts = \"prompts\"\n  limits {\n    max_wall_time = 2s\n  }",
+        "type A { a: int }\nrole answer: llm {\n  prompt = \"ask.tera\"\n  retries = 1000000\n  output json A\n}\nstart -> answer\nanswer -> failed when answer.invalid\nanswer -> success otherwise",
+    );
+    std::fs::write(d.join("storm.rondo"), source).unwrap();
+    std::fs::write(d.join("script.yaml"), "replies:\n  answer: \"no\"\n").unwrap();
+    let out = run(
+        d,
+        "storm.rondo",
+        &["--provider", "scripted", "--script", "script.yaml"],
+    );
+    assert_exit(&out, 3, "");
+    let events = std::fs::read_to_string(d.join("runs/r/events.jsonl")).unwrap();
+    assert!(events.contains("max_wall_time"));
+}
+
+#[test]
+fn an_over_long_tool_argument_is_a_failed_tool_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let source = workflow(
+        "  input a: string\n  input b: string",
+        "role echo: tool {\n  command = [\"echo\", \"{{ input.a }}{{ input.b }}\"]\n}\nstart -> echo\necho -> success when echo.ok\necho -> failed otherwise",
+    );
+    std::fs::write(d.join("long.rondo"), source).unwrap();
+    // Each half fits in one argument of ours; together they pass the OS limit of one argument.
+    let half = "x".repeat(100_000);
+    let (a, b) = (format!("a={half}"), format!("b={half}"));
+    let out = run(d, "long.rondo", &["--input", &a, "--input", &b]);
+    assert_exit(&out, 1, "");
+    let state = std::fs::read_to_string(d.join("runs/r/state.json")).unwrap();
+    assert!(state.contains("argument list too long"));
+}

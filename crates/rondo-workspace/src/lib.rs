@@ -109,6 +109,8 @@ fn hidden(name: &str) -> io::Error {
 pub struct Workspace {
     root: PathBuf,
     dir: Dir,
+    /// Files whose folder was searched for temporary files of killed processes.
+    swept: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl Workspace {
@@ -116,7 +118,11 @@ impl Workspace {
     pub fn open(root: &Path) -> io::Result<Workspace> {
         let root = std::fs::canonicalize(root)?;
         let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
-        Ok(Workspace { root, dir })
+        Ok(Workspace {
+            root,
+            dir,
+            swept: Default::default(),
+        })
     }
 
     /// Creates the directory (and its parents) if needed, then opens it.
@@ -140,7 +146,11 @@ impl Workspace {
             self.dir.open_dir(&rel)?
         };
         let real = self.visible(name, &dir)?;
-        Ok(Workspace { root: real, dir })
+        Ok(Workspace {
+            root: real,
+            dir,
+            swept: Default::default(),
+        })
     }
 
     /// Reads a regular file.
@@ -188,6 +198,7 @@ impl Workspace {
 
     fn replace(&self, name: &str, bytes: &[u8], sync: bool) -> io::Result<()> {
         let (parent, file_name) = self.parent_of(name)?;
+        self.sweep(name, &parent, &file_name);
         let tmp = temp_name(&file_name);
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
@@ -304,6 +315,38 @@ impl Workspace {
         file.into_std().set_len(len)
     }
 
+    /// The first time a process replaces `name`, removes the temporary files of it that
+    /// processes no longer running left (a run killed mid-write, then resumed: the step
+    /// writes the same file again). Temporary names carry the writer's pid, so a write in
+    /// progress in another process sharing the workspace is left alone.
+    fn sweep(&self, name: &str, parent: &Dir, file_name: &Path) {
+        let Ok(mut swept) = self.swept.lock() else {
+            return;
+        };
+        if !swept.insert(PathBuf::from(name)) {
+            return;
+        }
+        let prefix = format!(".{}.", file_name.to_string_lossy());
+        let Ok(entries) = parent.entries() else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let entry_name = entry.file_name();
+            let Some(pid) = entry_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|n| n.strip_suffix(".tmp"))
+                .and_then(|n| n.split_once('-'))
+                .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
+            else {
+                continue;
+            };
+            if pid != std::process::id() && !process_alive(pid) {
+                let _ = parent.remove_file(&entry_name);
+            }
+        }
+    }
+
     /// The folder holding `name` (created if missing) and the file name.
     fn parent_of(&self, name: &str) -> io::Result<(Dir, PathBuf)> {
         let rel = relative_name(name).map_err(|e| refused(name, e))?;
@@ -360,6 +403,17 @@ fn real_path<F: std::os::fd::AsRawFd>(_handle: &F) -> io::Result<PathBuf> {
         io::ErrorKind::Unsupported,
         "the real location of a handle is only known on Linux",
     ))
+}
+
+#[cfg(target_os = "linux")]
+fn process_alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Without `/proc`, a leftover is never taken for a dead process's.
+#[cfg(not(target_os = "linux"))]
+fn process_alive(_pid: u32) -> bool {
+    true
 }
 
 /// A FIFO planted in the workspace must not block the engine on open.

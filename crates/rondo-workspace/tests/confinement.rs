@@ -137,3 +137,20 @@ fn unsynced_writes_and_their_sync_stay_inside() {
     let left: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().collect();
     assert_eq!(left.len(), 1);
 }
+
+/// A temporary file left by a killed writer is removed by the next replacement of the
+/// same file; one of a running process (this one) is left alone.
+#[test]
+fn a_dead_writers_temporary_file_is_removed_by_the_next_write() {
+    let (_tmp, ws, _outside) = setup();
+    let dead = ws.root().join(".report.md.4294967295-3.tmp");
+    let live = ws
+        .root()
+        .join(format!(".report.md.{}-99999.tmp", std::process::id()));
+    std::fs::write(&dead, "half").unwrap();
+    std::fs::write(&live, "in progress").unwrap();
+    ws.write_replace("report.md", b"new").unwrap();
+    assert!(!dead.exists());
+    assert!(live.exists());
+    assert_eq!(std::fs::read(ws.root().join("report.md")).unwrap(), b"new");
+}

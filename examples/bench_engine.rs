@@ -26,7 +26,7 @@ use rondo::run::{Interpreter, RunOptions};
 use rondo::source::SourceFile;
 use serde_json::{Value, json};
 
-const WORKLOADS: &[&str] = &["chain", "loop", "loop_llm"];
+const WORKLOADS: &[&str] = &["chain", "loop", "loop_llm", "fsync_floor"];
 
 struct Args {
     workloads: Vec<String>,
@@ -120,7 +120,68 @@ fn expected(workload: &str) -> (i64, u64) {
     }
 }
 
+/// `steps` appends of `bytes` (newline-terminated) to a new file, each followed by `fdatasync`.
+fn append_sync(path: &std::path::Path, steps: usize, bytes: usize) -> Result<(), String> {
+    use std::io::Write;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let mut line = vec![b'x'; bytes.max(1)];
+    if let Some(last) = line.last_mut() {
+        *last = b'\n';
+    }
+    for _ in 0..steps {
+        f.write_all(&line).map_err(|e| e.to_string())?;
+        f.sync_data().map_err(|e| e.to_string())?;
+    }
+    drop(f);
+    std::fs::remove_file(path).map_err(|e| e.to_string())
+}
+
+/// The machine's own floor for a durable step, measured in the same run and the same
+/// folder as the checkpointed runs: `steps` appends of `bytes` to one file, each followed
+/// by `fdatasync` (what one journalled step must at least cost).
+fn fsync_floor(args: &Args, steps: usize, bytes: usize) -> Result<Value, String> {
+    use std::io::Write;
+    std::fs::create_dir_all(&args.tmp).map_err(|e| e.to_string())?;
+    let path = args.tmp.join(format!("floor-{}", std::process::id()));
+    let line = vec![b'x'; bytes.saturating_sub(1)];
+    let mut runs = Vec::new();
+    for i in 0..=args.repeats {
+        let _ = std::fs::remove_file(&path);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        for _ in 0..steps {
+            f.write_all(&line).map_err(|e| e.to_string())?;
+            f.write_all(b"\n").map_err(|e| e.to_string())?;
+            f.sync_data().map_err(|e| e.to_string())?;
+        }
+        if i > 0 {
+            runs.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    let med = median(&runs);
+    Ok(json!({
+        "workload": "fsync_floor", "engine": "machine", "steps": steps, "bytes_per_step": bytes,
+        "seconds": round6(med), "median_s": round6(med),
+        "min_s": round6(runs.iter().copied().fold(f64::INFINITY, f64::min)),
+        "per_step_us": (med / steps as f64 * 1e6 * 100.0).round() / 100.0,
+    }))
+}
+
 fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
+    if workload == "fsync_floor" {
+        // The loop's journal: about 600 bytes a step (5 lines), measured in `loop_ckpt`.
+        return fsync_floor(args, 3000, 640);
+    }
     let rss_start = status_mb("VmHWM:");
     let path = args.dir.join(workload).join(format!("{workload}.rondo"));
     let source = SourceFile::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -156,6 +217,8 @@ fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
     let mut drives = Vec::new();
     let mut steps = 0;
     let mut first = 0.0;
+    let mut journal_bytes = 0;
+    let mut floors = Vec::new();
     for i in 0..=args.repeats {
         let options = RunOptions {
             runs_root: root.clone(),
@@ -176,6 +239,10 @@ fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
             ))
         })?;
         let got = outcome.state.memory[counter].as_i64();
+        if checkpoints && i == 0 {
+            let journal = root.join(format!("run{i}")).join("events.jsonl");
+            journal_bytes = std::fs::metadata(journal).map_or(0, |m| m.len());
+        }
         if outcome.exit != "done" || got != Some(want_counter) || outcome.state.step != want_steps {
             return Err(format!(
                 "{workload}: run ended at `{}` ({}) with counter {got:?} after {} steps",
@@ -188,6 +255,17 @@ fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
         } else {
             runs.push(total);
             drives.push(drive);
+            if checkpoints {
+                // Paired with this run, in the same folder: the machine's floor for as
+                // many durable appends of the journal's bytes per step.
+                let t = Instant::now();
+                append_sync(
+                    &root.join("floor"),
+                    steps as usize,
+                    journal_bytes as usize / steps.max(1) as usize,
+                )?;
+                floors.push(t.elapsed().as_secs_f64());
+            }
         }
         drop(outcome);
         // Keep the disk footprint of checkpointed runs to one run directory.
@@ -201,6 +279,12 @@ fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
         "engine": "rondo",
         "checkpoints": checkpoints,
         "steps": steps,
+        "journal_bytes_per_step": journal_bytes / steps.max(1),
+        "paired_floor_per_step_us": (median(&floors) / steps.max(1) as f64 * 1e6 * 100.0).round() / 100.0,
+        "paired_floor_ratio": if floors.is_empty() { Value::Null } else {
+            let ratios: Vec<f64> = runs.iter().zip(&floors).map(|(r, f)| r / f).collect();
+            json!((median(&ratios) * 100.0).round() / 100.0)
+        },
         "seconds": round6(med),
         "min_s": round6(min),
         "median_s": round6(med),
@@ -238,7 +322,12 @@ fn main() {
     );
     let mut failed = false;
     for workload in &args.workloads {
-        for mode in &args.modes {
+        let modes = if workload == "fsync_floor" {
+            vec!["on".to_string()]
+        } else {
+            args.modes.clone()
+        };
+        for mode in &modes {
             let out = Command::new(&exe)
                 .args(["--workload", workload, "--mode", mode])
                 .args(["--repeats", &args.repeats.to_string()])

@@ -182,7 +182,8 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
         .lines()
         .filter_map(|l| l.split_once('=').map(|(k, _)| k))
         .collect();
-    let mut expected = vec!["HOME", "LANG", "PATH"];
+    // RONDO_STEP_ID is the engine's own (a step's idempotency key), not the caller's.
+    let mut expected = vec!["HOME", "LANG", "PATH", "RONDO_STEP_ID"];
     if std::env::var_os("TZ").is_some() {
         expected.push("TZ");
     }
@@ -225,6 +226,6 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
         );
         assert!(bodies[0].contains("[REDACTED:"), "{}", bodies[0]);
     }
-    let log = std::fs::read_to_string(run.join("logs/leak.log")).unwrap();
+    let log = std::fs::read_to_string(run.join("workspace/logs/leak.log")).unwrap();
     assert!(log.contains(&format!("[REDACTED:{key_var}]")), "{log}");
 }

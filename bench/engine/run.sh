@@ -5,7 +5,9 @@
 # 2. regenerates and checks the Rondo workloads (gen.py, `rondo check`),
 # 3. builds `rondo` and examples/bench_engine (release),
 # 4. runs LangGraph's chain,loop (bench_langgraph.py, each workload in a fresh child),
-#    then ours (bench_engine: chain, loop, loop_llm; checkpoints off, then on),
+#    then LangGraph's loop with SqliteSaver (langgraph_sqlite.py, durability sync and async),
+#    then ours (bench_engine: chain, loop, loop_llm; checkpoints off, then on; and the
+#    machine's append + fdatasync floor in the same folder),
 #    then `rondo run` of the loop as a whole process (hyperfine, /usr/bin/time for RSS),
 # 5. prints the side-by-side Markdown table (summarize.py).
 # Outputs go to $OUT_DIR (default /tmp/rondo-bench-engine/out).
@@ -35,6 +37,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -r "$LG/results/pip-freeze.txt"
 fi
+if ! "$VENV/bin/python" -c "import langgraph.checkpoint.sqlite" 2>/dev/null; then
+  "$VENV/bin/pip" install -q langgraph-checkpoint-sqlite
+fi
 
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 (cd "$ROOT" && cargo build -q --release --bin rondo --example bench_engine)
@@ -60,7 +65,14 @@ echo "LangGraph (chain, loop)..." >&2
 (cd "$LG" && "$VENV/bin/python" bench_langgraph.py --workloads chain,loop --repeats "$REPEATS" \
   --port "$PORT" --out "$OUT/langgraph.jsonl" >/dev/null)
 
-echo "Rondo (chain, loop, loop_llm; checkpoints off and on)..." >&2
+echo "LangGraph + SqliteSaver (loop; durability sync, then async)..." >&2
+: > "$OUT/langgraph-sqlite.jsonl"
+for d in sync async; do
+  "$VENV/bin/python" "$HERE/langgraph_sqlite.py" --lg-dir "$LG" --tmp "$TMP/lg-sqlite" \
+    --repeats "$REPEATS" --durability "$d" >> "$OUT/langgraph-sqlite.jsonl"
+done
+
+echo "Rondo (chain, loop, loop_llm; checkpoints off and on; the fsync floor)..." >&2
 "$BIN" --repeats "$REPEATS" --tmp "$TMP/runs" > "$OUT/rondo.jsonl"
 
 echo "rondo run (whole process, hyperfine)..." >&2
@@ -72,4 +84,5 @@ rm -rf "$TMP/cli-runs"
 
 cat "$OUT/machine.md"
 echo
-python3 "$HERE/summarize.py" "$OUT/rondo.jsonl" "$OUT/langgraph.jsonl" "$OUT/hyperfine.json" "$RSS_KB"
+python3 "$HERE/summarize.py" "$OUT/rondo.jsonl" "$OUT/langgraph.jsonl" "$OUT/hyperfine.json" "$RSS_KB" \
+  "$OUT/langgraph-sqlite.jsonl"

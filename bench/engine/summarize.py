@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side Markdown table of bench/engine/run.sh's results.
 
-  summarize.py RONDO.jsonl LANGGRAPH.jsonl [HYPERFINE.json] [TIME_RSS_KB]
+  summarize.py RONDO.jsonl LANGGRAPH.jsonl [HYPERFINE.json] [TIME_RSS_KB] [LG_SQLITE.jsonl]
 
 RONDO.jsonl comes from examples/bench_engine.rs, LANGGRAPH.jsonl from
 ../shared/bench/langgraph/bench_langgraph.py --workloads chain,loop, HYPERFINE.json from
@@ -13,6 +13,8 @@ import sys
 TARGET_US = 5.0
 TARGET_RATIO = 50.0
 TARGET_RSS_MB = 30.0
+TARGET_FLOOR = 1.3      # durable step / the machine's write + fdatasync
+TARGET_SQLITE = 3.0     # LangGraph + SqliteSaver / durable step
 
 
 def load(path):
@@ -42,6 +44,7 @@ def main():
     lg = load(sys.argv[2])
     hf = json.load(open(sys.argv[3])) if len(sys.argv) > 3 else None
     time_rss_kb = float(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[4] else None
+    lg_sqlite = load(sys.argv[5]) if len(sys.argv) > 5 else {}
 
     print("| workload | steps | LangGraph min / median s | Rondo min / median s | LangGraph µs/step "
           "| Rondo µs/step (drive only) | ratio | LangGraph peak RSS MB | Rondo peak RSS MB |")
@@ -82,6 +85,35 @@ def main():
         print()
         print(f"Whole process (hyperfine, {len(times)} runs after 1 warm-up): `{res['command']}`: "
               f"mean {res['mean']:.4f} s ± {res['stddev']:.4f}, min {res['min']:.4f}, median {med:.4f} s{rss}.")
+    ck, floor = rondo.get("loop_ckpt"), rondo.get("fsync_floor")
+    if ck and floor:
+        print()
+        print("Durable steps (loop, 3000 steps, same run):")
+        print()
+        print("| what | µs/step (median) | min s / median s | × the fsync floor |")
+        print("|---|---:|---:|---:|")
+        f_us = us(floor)
+        print(f"| machine floor: append {floor['bytes_per_step']} B + `fdatasync` | {f_us:.0f} "
+              f"| {floor['min_s']:.3f} / {floor['median_s']:.3f} | 1.00 |")
+        print(f"| **Rondo**, checkpoints on ({ck.get('journal_bytes_per_step', '?')} B journal/step) "
+              f"| **{us(ck):.0f}** | {ck['min_s']:.3f} / {ck['median_s']:.3f} | {us(ck) / f_us:.2f} |")
+        for w in ("loop_sqlite_sync", "loop_sqlite_async"):
+            l = lg_sqlite.get(w)
+            if l:
+                print(f"| LangGraph {l['langgraph']} + SqliteSaver ({l['checkpoint_sqlite']}), "
+                      f"`durability=\"{l['durability']}\"` | {us(l):.0f} "
+                      f"| {l['min_s']:.3f} / {l['median_s']:.3f} | {us(l) / f_us:.2f} |")
+        paired = ck.get("paired_floor_ratio")
+        if paired:
+            print(f"| floor paired with each Rondo run (same child, right after it) "
+                  f"| {ck['paired_floor_per_step_us']:.0f} | | Rondo / paired floor: **{paired:.2f}** |")
+        ratio = paired or us(ck) / f_us
+        verdict.append((f"durable step ≤ {TARGET_FLOOR:g}× the fsync floor (paired runs)", ratio <= TARGET_FLOOR,
+                        f"{ratio:.2f}×"))
+        l = lg_sqlite.get("loop_sqlite_sync")
+        if l:
+            verdict.append((f"durable step ≥ {TARGET_SQLITE:g}× faster than LangGraph + SqliteSaver (sync)",
+                            us(l) / us(ck) >= TARGET_SQLITE, f"{us(l) / us(ck):.2f}×"))
     print()
     print("Targets:")
     print()

@@ -127,6 +127,8 @@ pub struct Interpreter<'w> {
     /// `execute` runs with shared access, so every attempt (valid or not) lands here
     /// first and [`Self::settle`] moves it into the totals.
     spent: std::sync::Mutex<state::Totals>,
+    /// Continues a run another process left (`rondo resume`).
+    resumed: bool,
 }
 
 enum Flow {
@@ -242,7 +244,7 @@ impl<'w> Interpreter<'w> {
         let state = RunState::new(workflow, run_id.clone(), inputs);
         interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
-            let dir = RunDir::create(&interp.run_dir).map_err(|e| {
+            let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
                 StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
             })?;
             let info = RunInfo {
@@ -273,15 +275,29 @@ impl<'w> Interpreter<'w> {
                 totals: Default::default(),
                 workspace: Some(interp.workspace.root().to_path_buf()),
             };
-            dir.write_info(&info)
-                .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
             interp.dir = Some(dir);
+            interp.event(
+                "run_start",
+                json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
+            );
+            // Resumable from here on: the checkpoint is durable before `run.json` says a
+            // run exists, so a kill before this point leaves a run id that can be reused.
+            let mut state = state;
+            interp
+                .dir
+                .as_mut()
+                .map_or(Ok(()), |d| d.checkpoint(&mut state))
+                .map_err(|e| StartError::Setup(format!("cannot write the checkpoint: {e}")))?;
+            if let Some(dir) = &interp.dir {
+                dir.write_info(&info)
+                    .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
+            }
             interp.info = Some(info);
-        } else {
-            std::fs::create_dir_all(&interp.run_dir).map_err(|e| {
-                StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
-            })?;
+            return Ok((interp, state));
         }
+        std::fs::create_dir_all(&interp.run_dir).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
+        })?;
         interp.event(
             "run_start",
             json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
@@ -303,7 +319,9 @@ impl<'w> Interpreter<'w> {
             )));
         }
         let mut state = rundir::read_state(run_dir).map_err(StartError::Setup)?;
-        if state.status == Status::Finished {
+        // A run killed between its final checkpoint and its final `run.json` is finished
+        // again (no role runs: the position is its exit) so the record is complete.
+        if state.status == Status::Finished && info.ended_at.is_some() {
             return Err(StartError::Setup(format!(
                 "run {} has already finished",
                 info.run_id
@@ -322,14 +340,17 @@ impl<'w> Interpreter<'w> {
         interp.envs.input_paths = input_paths(workflow, &state);
         RunDir::rewind(&layout, &state)
             .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
-        let dir = RunDir::open(run_dir)
+        let dir = RunDir::open(run_dir, &layout.workspace)
             .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", run_dir.display())))?;
         interp.dir = Some(dir);
+        interp.resumed = true;
         let mut info = info;
         info.status = "running".into();
         interp.info = Some(info);
-        state.status = Status::Running;
-        interp.event("run_resumed", json!({"step": state.step}));
+        if state.status != Status::Finished {
+            state.status = Status::Running;
+            interp.event("run_resumed", json!({"step": state.step}));
+        }
         Ok((interp, state))
     }
 
@@ -408,6 +429,7 @@ impl<'w> Interpreter<'w> {
             redactor,
             started: Instant::now(),
             spent: Default::default(),
+            resumed: false,
         })
     }
 
@@ -484,6 +506,12 @@ impl<'w> Interpreter<'w> {
 
     /// Runs until an exit, a limit, an error or an interrupt.
     pub async fn drive(mut self, mut state: RunState) -> Outcome {
+        if self.resumed {
+            let removed = self.envs.remove_orphans().await;
+            if !removed.is_empty() {
+                self.event("stale_containers_removed", json!({"containers": removed}));
+            }
+        }
         let (exit, reason) = loop {
             if self.interrupted.load(Ordering::SeqCst) {
                 break self.stop_interrupted(&mut state);
@@ -537,6 +565,7 @@ impl<'w> Interpreter<'w> {
             NodeKind::Exit(spec) => spec.code,
             _ => 2,
         };
+        let already_finished = state.status == Status::Finished;
         if state.status != Status::Interrupted {
             // An error exit keeps the position of the failed step, so `resume` retries it.
             if name == "error" {
@@ -549,10 +578,12 @@ impl<'w> Interpreter<'w> {
                 };
             }
         }
-        self.flush_buffered_events();
-        self.settle(&mut state);
-        self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
-        self.checkpoint(&mut state);
+        if !already_finished {
+            self.flush_buffered_events();
+            self.settle(&mut state);
+            self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
+            self.checkpoint(&mut state);
+        }
         self.envs.shutdown().await;
         if let Some(mut info) = self.info.take() {
             info.ended_at = Some(clock::now_rfc3339());
@@ -621,10 +652,12 @@ impl<'w> Interpreter<'w> {
         let run = self.execute(state, node, visit, None, None).await?;
         self.apply(state, node, run, None)?;
         if let Some(flow) = self.exit_guards(state)? {
+            mark_exit(state, &flow);
             self.checkpoint(state);
             return Ok(flow);
         }
         let flow = self.route(state, node)?;
+        mark_exit(state, &flow);
         self.checkpoint(state);
         Ok(flow)
     }
@@ -886,6 +919,7 @@ impl<'w> Interpreter<'w> {
             state.outputs.insert(worker.index(), Value::Array(outputs));
         }
         if let Some(flow) = self.exit_guards(state)? {
+            mark_exit(state, &flow);
             self.checkpoint(state);
             return Ok(flow);
         }
@@ -1463,10 +1497,26 @@ impl<'w> Interpreter<'w> {
                 );
                 continue;
             }
-            let written = if artifact.append {
-                self.workspace.append(&file, &bytes).map(Some)
-            } else {
-                self.workspace.write_atomic(&file, &bytes).map(|()| None)
+            let key = format!("{}{file}", rundir::ARTIFACT_KEY);
+            // Before the first append to a file the checkpoint does not know, its length
+            // is journaled (see `RunDir::append_opened`): a resume cuts a re-run step's line.
+            let opened =
+                (artifact.append && self.dir.is_some() && !state.file_lengths.contains_key(&key))
+                    .then(|| self.workspace.file_len(&file));
+            // Without fsync: durable with the step's journal record, synced at the next
+            // snapshot (see `RunDir::checkpoint`).
+            let written = match opened {
+                Some(Err(e)) => Err(e),
+                Some(Ok(len)) => {
+                    if let Some(dir) = &mut self.dir {
+                        dir.append_opened(&key, len).map_err(|e| {
+                            StepError::Failed(format!("cannot write events.jsonl: {e}"))
+                        })?;
+                    }
+                    self.workspace.append_unsynced(&file, &bytes).map(Some)
+                }
+                None if artifact.append => self.workspace.append_unsynced(&file, &bytes).map(Some),
+                None => self.workspace.write_replace(&file, &bytes).map(|()| None),
             };
             let len = match written {
                 Ok(len) => len,
@@ -1493,8 +1543,11 @@ impl<'w> Interpreter<'w> {
                     )));
                 }
             };
+            if let Some(dir) = &mut self.dir {
+                dir.written(&file);
+            }
             if let Some(len) = len {
-                appended.push((format!("{}{file}", rundir::ARTIFACT_KEY), len));
+                appended.push((key, len));
             }
             if self.dir.is_some() {
                 let mut fields = json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append});
@@ -1565,6 +1618,17 @@ impl<'w> Interpreter<'w> {
             ctx.insert(self.workflow.node(index).name.as_str(), &value);
         }
         ctx
+    }
+}
+
+/// A route into an exit is part of the step's checkpoint: a resume after it goes
+/// straight to the exit and never runs the role again.
+fn mark_exit(state: &mut RunState, flow: &Flow) {
+    if let Flow::Exit { node, reason } = flow {
+        state.position = Position::Exited {
+            node: *node,
+            reason: reason.clone(),
+        };
     }
 }
 

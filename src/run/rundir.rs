@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::clock;
-use super::state::{RunState, Totals};
+use super::state::{RunState, Status, Totals};
 
 /// `run.json`: what ran, with which inputs and providers (never keys), and how it ended.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -113,30 +113,89 @@ pub fn check_run_id(id: &str) -> Result<(), String> {
     ))
 }
 
+/// The run's records. The journal (`events.jsonl`) is the source of truth: every step
+/// appends its events and a `checkpoint` record (what the step changed in the state), then
+/// one `fdatasync`. `state.json` is a snapshot the journal is replayed from, rewritten at
+/// start, every [`SNAPSHOT_EVERY`] steps and when the run stops.
 pub struct RunDir {
     pub path: PathBuf,
     events: BufWriter<File>,
     seq: u64,
+    /// The state of the last checkpoint record, to journal only what changed.
+    last: Option<Last>,
+    since_snapshot: u64,
+    /// Artifacts (names in the workspace) written without fsync since the last snapshot:
+    /// synced before it, through the workspace's confinement.
+    unsynced: Vec<String>,
+    workspace: rondo_workspace::Workspace,
 }
 
+struct Last {
+    /// Every field but the four below, serialized (journal offset left out).
+    small: Value,
+    path_len: usize,
+    memory: Vec<Value>,
+    outputs: std::collections::BTreeMap<usize, Value>,
+    inputs: Vec<Value>,
+}
+
+impl Last {
+    fn remember(&mut self, state: &RunState, small: Value) {
+        self.small = small;
+        self.path_len = state.path.len();
+        if self.memory.len() != state.memory.len() {
+            self.memory = state.memory.clone();
+        }
+        if self.inputs != state.inputs {
+            self.inputs = state.inputs.clone();
+        }
+        for (i, v) in state.memory.iter().enumerate() {
+            if self.memory.get(i) != Some(v) {
+                self.memory[i] = v.clone();
+            }
+        }
+        self.outputs.retain(|k, _| state.outputs.contains_key(k));
+        for (k, v) in &state.outputs {
+            if self.outputs.get(k) != Some(v) {
+                self.outputs.insert(*k, v.clone());
+            }
+        }
+    }
+}
+
+/// Checkpoint records between two snapshots: bounds what a resume replays.
+pub const SNAPSHOT_EVERY: u64 = 256;
+
+const JOURNAL: &str = "events.jsonl";
+
 impl RunDir {
-    pub fn create(path: &Path) -> std::io::Result<RunDir> {
+    /// A new run. A journal left by a start-up that was killed before `run.json` was
+    /// written belongs to no run and is discarded.
+    pub fn create(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
         std::fs::create_dir_all(path)?;
-        Self::open(path)
+        let stale = path.join(JOURNAL);
+        if stale.exists() {
+            OpenOptions::new().write(true).open(&stale)?.set_len(0)?;
+        }
+        Self::open(path, workspace)
     }
 
     /// Opens an existing run directory to append to it (resume).
-    pub fn open(path: &Path) -> std::io::Result<RunDir> {
+    pub fn open(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(path.join("events.jsonl"))?;
-        let seq = std::fs::read_to_string(path.join("events.jsonl"))
-            .map_or(0, |t| t.lines().count() as u64);
+            .open(path.join(JOURNAL))?;
+        let seq =
+            std::fs::read_to_string(path.join(JOURNAL)).map_or(0, |t| t.lines().count() as u64);
         Ok(RunDir {
             path: path.to_path_buf(),
-            events: BufWriter::new(file),
+            events: BufWriter::with_capacity(64 * 1024, file),
             seq,
+            last: None,
+            since_snapshot: 0,
+            unsynced: Vec::new(),
+            workspace: rondo_workspace::Workspace::open(workspace)?,
         })
     }
 
@@ -153,31 +212,158 @@ impl RunDir {
         self.events.write_all(b"\n")
     }
 
-    /// Events first, then the state: a state on disk never refers to a missing event.
+    /// An artifact written without fsync: the journal record of its step is what makes
+    /// the step durable; the file is synced before the next snapshot.
+    pub fn written(&mut self, name: &str) {
+        if !self.unsynced.iter().any(|n| n == name) {
+            self.unsynced.push(name.to_string());
+        }
+    }
+
+    /// Before the first append to a file the checkpoint does not know: its length now,
+    /// durable before the append, so a resume can cut a re-run step's line away.
+    pub fn append_opened(&mut self, name: &str, len: u64) -> std::io::Result<()> {
+        self.event(
+            "append_opened",
+            serde_json::json!({ "file": name, "len": len }),
+        )?;
+        self.events.flush()?;
+        self.events.get_ref().sync_data()
+    }
+
+    /// Makes the step durable: one append and one `fdatasync` of the journal; from time
+    /// to time (and when the run is not running) a snapshot instead.
     pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<()> {
+        // The growing and the large parts (path, memory, outputs, inputs) are compared in
+        // place, never serialized whole: a step costs what it changed, not the run's size.
+        let path = std::mem::take(&mut state.path);
+        let memory = std::mem::take(&mut state.memory);
+        let outputs = std::mem::take(&mut state.outputs);
+        let inputs = std::mem::take(&mut state.inputs);
+        let small = serde_json::to_value(&*state);
+        state.path = path;
+        state.memory = memory;
+        state.outputs = outputs;
+        state.inputs = inputs;
+        let mut small = small?;
+        for key in ["path", "memory", "outputs", "inputs"] {
+            small.as_object_mut().map(|o| o.remove(key));
+        }
+        if let Some(lengths) = small.get_mut("file_lengths").and_then(Value::as_object_mut) {
+            lengths.remove(JOURNAL);
+        }
+        let snapshot = state.status != Status::Running || self.since_snapshot >= SNAPSHOT_EVERY;
+        let delta = match self.last.as_ref() {
+            Some(last) if !snapshot && state.path.len() >= last.path_len => {
+                let mut delta = match diff(&last.small, &small) {
+                    Value::Object(d) => d,
+                    _ => serde_json::Map::new(),
+                };
+                if state.path.len() > last.path_len {
+                    delta.insert(
+                        "+path".into(),
+                        serde_json::json!(state.path[last.path_len..]),
+                    );
+                }
+                let changed: serde_json::Map<String, Value> = state
+                    .memory
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, v)| last.memory.get(*i) != Some(*v))
+                    .map(|(i, v)| (i.to_string(), v.clone()))
+                    .collect();
+                if !changed.is_empty() || state.memory.len() != last.memory.len() {
+                    if state.memory.len() == last.memory.len() {
+                        delta.insert("~memory".into(), Value::Object(changed));
+                    } else {
+                        delta.insert("memory".into(), serde_json::to_value(&state.memory)?);
+                    }
+                }
+                let changed: serde_json::Map<String, Value> = state
+                    .outputs
+                    .iter()
+                    .filter(|(k, v)| last.outputs.get(*k) != Some(*v))
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect();
+                if last.outputs.keys().any(|k| !state.outputs.contains_key(k)) {
+                    delta.insert("outputs".into(), serde_json::to_value(&state.outputs)?);
+                } else if !changed.is_empty() {
+                    delta.insert("~outputs".into(), Value::Object(changed));
+                }
+                if state.inputs != last.inputs {
+                    delta.insert("inputs".into(), serde_json::to_value(&state.inputs)?);
+                }
+                Some(delta)
+            }
+            _ => None,
+        };
+        if let Some(delta) = delta {
+            self.event("checkpoint", serde_json::json!({ "delta": delta }))?;
+            self.events.flush()?;
+            self.events.get_ref().sync_data()?;
+            self.since_snapshot += 1;
+            if let Some(last) = self.last.as_mut() {
+                last.remember(state, small);
+            }
+            return Ok(());
+        }
         self.events.flush()?;
         self.events.get_ref().sync_data()?;
+        for name in std::mem::take(&mut self.unsynced) {
+            self.workspace.sync(&name)?;
+        }
         let events_len = self.events.get_ref().metadata()?.len();
-        state.file_lengths.insert("events.jsonl".into(), events_len);
+        state.file_lengths.insert(JOURNAL.into(), events_len);
         write_atomic(
             &self.path.join("state.json"),
             &serde_json::to_vec_pretty(state)?,
-        )
+        )?;
+        self.since_snapshot = 0;
+        self.last = Some(Last {
+            small,
+            path_len: state.path.len(),
+            memory: state.memory.clone(),
+            outputs: state.outputs.clone(),
+            inputs: state.inputs.clone(),
+        });
+        Ok(())
     }
 
     /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
     pub fn rewind(layout: &Layout, state: &RunState) -> std::io::Result<()> {
-        let workspace = rondo_workspace::Workspace::open(&layout.workspace)?;
-        for (key, len) in &state.file_lengths {
-            match key.strip_prefix(ARTIFACT_KEY) {
-                Some(name) => workspace.truncate(name, *len)?,
-                None if key == "events.jsonl" => {
-                    let file = layout.system.join(key);
-                    if file.exists() {
-                        OpenOptions::new().write(true).open(&file)?.set_len(*len)?;
-                    }
+        let mut lengths = state.file_lengths.clone();
+        let journal = layout.system.join(JOURNAL);
+        // Files first appended to by the unfinished step: cut back to their length then.
+        if let Some(&start) = state.file_lengths.get(JOURNAL)
+            && let Ok(text) = std::fs::read(&journal)
+            && let Some(tail) = text.get(start as usize..)
+        {
+            for line in tail.split(|&b| b == b'\n') {
+                if let Ok(e) = serde_json::from_slice::<Value>(line)
+                    && e["event"] == "append_opened"
+                    && let (Some(file), Some(len)) = (e["file"].as_str(), e["len"].as_u64())
+                {
+                    lengths.entry(file.to_string()).or_insert(len);
                 }
-                None => {}
+            }
+        }
+        let workspace = rondo_workspace::Workspace::open(&layout.workspace)?;
+        for (key, len) in &lengths {
+            // Only ever cut: a file shorter than recorded (lost with the page cache in a
+            // power failure) is not padded with zeros.
+            match key.strip_prefix(ARTIFACT_KEY) {
+                Some(name) if workspace.file_len(name).is_ok_and(|now| now > *len) => {
+                    workspace.truncate(name, *len)?;
+                }
+                None if key == JOURNAL
+                    && std::fs::metadata(&journal).is_ok_and(|m| m.len() > *len) =>
+                {
+                    OpenOptions::new()
+                        .write(true)
+                        .open(&journal)?
+                        .set_len(*len)?;
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -204,10 +390,118 @@ pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: damaged run.json: {e}", dir.display()))
 }
 
+/// The state at the last checkpoint: the snapshot (`state.json`) with the journal's
+/// checkpoint records after it applied. Its `events.jsonl` length is the end of the last
+/// complete checkpoint record; anything after it belongs to an unfinished step.
 pub fn read_state(dir: &Path) -> Result<RunState, String> {
     let text = std::fs::read_to_string(dir.join("state.json"))
         .map_err(|e| format!("{}: no checkpoint ({e})", dir.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: damaged state.json: {e}", dir.display()))
+    let damaged = |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
+    let mut state: Value = serde_json::from_str(&text).map_err(damaged)?;
+    if let Some(start) = state["file_lengths"][JOURNAL].as_u64() {
+        let mut end = start;
+        if let Ok(mut file) = File::open(dir.join(JOURNAL)) {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut tail = Vec::new();
+            file.seek(SeekFrom::Start(start))
+                .and_then(|_| file.read_to_end(&mut tail))
+                .map_err(|e| format!("{}: cannot read the journal: {e}", dir.display()))?;
+            let mut at = 0;
+            while let Some(n) = tail[at..].iter().position(|&b| b == b'\n') {
+                let line = &tail[at..at + n];
+                at += n + 1;
+                let Ok(record) = serde_json::from_slice::<Value>(line) else {
+                    break;
+                };
+                if record["event"] == "checkpoint" {
+                    apply_delta(&mut state, &record["delta"]);
+                    end = start + at as u64;
+                }
+            }
+        }
+        state["file_lengths"][JOURNAL] = Value::from(end);
+    }
+    serde_json::from_value(state).map_err(damaged)
+}
+
+/// What changed between two states, field by field; a field that is a map or a list
+/// of the same length records only its changed entries (`~field`), and the path only
+/// the roles appended to it (`+path`).
+fn diff(old: &Value, new: &Value) -> Value {
+    let (Value::Object(old), Value::Object(new)) = (old, new) else {
+        return new.clone();
+    };
+    let mut delta = serde_json::Map::new();
+    for (key, now) in new {
+        let Some(before) = old.get(key) else {
+            delta.insert(key.clone(), now.clone());
+            continue;
+        };
+        if before == now {
+            continue;
+        }
+        match (before, now) {
+            (Value::Array(a), Value::Array(b)) if key == "path" && b.starts_with(a) => {
+                delta.insert("+path".into(), Value::Array(b[a.len()..].to_vec()));
+            }
+            (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+                let changed: serde_json::Map<String, Value> = a
+                    .iter()
+                    .zip(b)
+                    .enumerate()
+                    .filter(|(_, (x, y))| x != y)
+                    .map(|(i, (_, y))| (i.to_string(), y.clone()))
+                    .collect();
+                delta.insert(format!("~{key}"), Value::Object(changed));
+            }
+            (Value::Object(a), Value::Object(b)) if a.keys().all(|k| b.contains_key(k)) => {
+                let changed: serde_json::Map<String, Value> = b
+                    .iter()
+                    .filter(|(k, v)| a.get(*k) != Some(*v))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                delta.insert(format!("~{key}"), Value::Object(changed));
+            }
+            _ => {
+                delta.insert(key.clone(), now.clone());
+            }
+        }
+    }
+    Value::Object(delta)
+}
+
+fn apply_delta(state: &mut Value, delta: &Value) {
+    let (Value::Object(state), Value::Object(delta)) = (state, delta) else {
+        return;
+    };
+    for (key, change) in delta {
+        if let Some(field) = key.strip_prefix('+') {
+            if let (Some(Value::Array(list)), Value::Array(more)) = (state.get_mut(field), change) {
+                list.extend(more.iter().cloned());
+            }
+        } else if let Some(field) = key.strip_prefix('~') {
+            let Value::Object(entries) = change else {
+                continue;
+            };
+            match state.get_mut(field) {
+                Some(Value::Array(list)) => {
+                    for (i, v) in entries {
+                        if let Some(slot) = i.parse::<usize>().ok().and_then(|i| list.get_mut(i)) {
+                            *slot = v.clone();
+                        }
+                    }
+                }
+                Some(Value::Object(map)) => {
+                    for (k, v) in entries {
+                        map.insert(k.clone(), v.clone());
+                    }
+                }
+                _ => {}
+            }
+        } else {
+            state.insert(key.clone(), change.clone());
+        }
+    }
 }
 
 /// A value interpolated into an artifact name, made one safe path component: no `/`,

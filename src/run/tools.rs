@@ -138,6 +138,18 @@ impl Envs {
         }
     }
 
+    /// Containers of crashed runs (their owner process is gone), this run's after a
+    /// SIGKILL among them: removed before a resumed run does anything else.
+    pub(super) async fn remove_orphans(&self) -> Vec<String> {
+        if !self.specs.iter().any(|(s, _)| s.kind == EnvKind::Docker) {
+            return Vec::new();
+        }
+        match rondo_env::connect().await {
+            Ok(docker) => rondo_env::cleanup_stale(&docker).await.unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Starts environment `id`: the run's, or a branch's own container.
     async fn start(&self, id: usize) -> Result<Arc<dyn Environment>, String> {
         let (spec, tools) = self.specs.get(id).ok_or("unknown environment")?;
@@ -474,6 +486,12 @@ pub(super) async fn run_tool_role(
         .or_else(|| tool_id.and_then(|t| workflow.tools[t].timeout_ms))
         .unwrap_or(300_000);
     request.timeout = Some(Duration::from_millis(timeout));
+    // The same for a step run again after a crash: a tool can make itself idempotent.
+    let step_id = match branch {
+        Some(b) => format!("{}-{}.{b}", state.run_id, state.step + 1),
+        None => format!("{}-{}", state.run_id, state.step + 1),
+    };
+    request.env.insert("RONDO_STEP_ID".into(), step_id);
     request.max_output = role
         .max_output
         .or_else(|| tool_id.and_then(|t| workflow.tools[t].max_output))

@@ -109,6 +109,8 @@ fn hidden(name: &str) -> io::Error {
 pub struct Workspace {
     root: PathBuf,
     dir: Dir,
+    /// Files whose folder was searched for temporary files of killed processes.
+    swept: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl Workspace {
@@ -116,7 +118,11 @@ impl Workspace {
     pub fn open(root: &Path) -> io::Result<Workspace> {
         let root = std::fs::canonicalize(root)?;
         let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
-        Ok(Workspace { root, dir })
+        Ok(Workspace {
+            root,
+            dir,
+            swept: Default::default(),
+        })
     }
 
     /// Creates the directory (and its parents) if needed, then opens it.
@@ -140,7 +146,11 @@ impl Workspace {
             self.dir.open_dir(&rel)?
         };
         let real = self.visible(name, &dir)?;
-        Ok(Workspace { root: real, dir })
+        Ok(Workspace {
+            root: real,
+            dir,
+            swept: Default::default(),
+        })
     }
 
     /// Reads a regular file.
@@ -177,21 +187,34 @@ impl Workspace {
     /// Writes through a temporary file in the same folder and a rename: readers never
     /// see half a file, and a symbolic link at `name` is replaced, not followed.
     pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.replace(name, bytes, true)
+    }
+
+    /// [`write_atomic`](Self::write_atomic) without fsync: a reader, or a process killed
+    /// at any point, sees the old or the new content. Durable after [`sync`](Self::sync).
+    pub fn write_replace(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.replace(name, bytes, false)
+    }
+
+    fn replace(&self, name: &str, bytes: &[u8], sync: bool) -> io::Result<()> {
         let (parent, file_name) = self.parent_of(name)?;
+        self.sweep(name, &parent, &file_name);
         let tmp = temp_name(&file_name);
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
         let written = (|| {
             let mut f = parent.open_with(&tmp, &options)?.into_std();
             f.write_all(bytes)?;
-            f.sync_all()?;
+            if sync {
+                f.sync_all()?;
+            }
             parent.rename(&tmp, &parent, &file_name)
         })();
         if written.is_err() {
             let _ = parent.remove_file(&tmp);
         }
         written?;
-        if let Ok(d) = parent.open(".") {
+        if sync && let Ok(d) = parent.open(".") {
             let _ = d.into_std().sync_all();
         }
         Ok(())
@@ -199,6 +222,15 @@ impl Workspace {
 
     /// Appends bytes, syncs, and returns the file's new length.
     pub fn append(&self, name: &str, bytes: &[u8]) -> io::Result<u64> {
+        self.append_with(name, bytes, true)
+    }
+
+    /// [`append`](Self::append) without fsync. Durable after [`sync`](Self::sync).
+    pub fn append_unsynced(&self, name: &str, bytes: &[u8]) -> io::Result<u64> {
+        self.append_with(name, bytes, false)
+    }
+
+    fn append_with(&self, name: &str, bytes: &[u8], sync: bool) -> io::Result<u64> {
         let (parent, file_name) = self.parent_of(name)?;
         let mut options = OpenOptions::new();
         options.append(true).create(true);
@@ -208,8 +240,48 @@ impl Workspace {
         regular(name, &file)?;
         let mut file = file.into_std();
         file.write_all(bytes)?;
-        file.sync_data()?;
+        if sync {
+            file.sync_data()?;
+        }
         Ok(file.metadata()?.len())
+    }
+
+    /// The length of a regular file, 0 when there is none.
+    pub fn file_len(&self, name: &str) -> io::Result<u64> {
+        let rel = relative_name(name).map_err(|e| refused(name, e))?;
+        let mut options = OpenOptions::new();
+        options.read(true);
+        nonblocking(&mut options);
+        let file = match self.dir.open_with(&rel, &options) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        self.visible(name, &file)?;
+        regular(name, &file)?;
+        Ok(file.metadata()?.len())
+    }
+
+    /// Syncs a file written by [`write_replace`](Self::write_replace) or
+    /// [`append_unsynced`](Self::append_unsynced), and its folder (the rename). A file
+    /// no longer there, or no longer a regular file inside the workspace, is skipped.
+    pub fn sync(&self, name: &str) -> io::Result<()> {
+        let Ok((parent, file_name)) = self.parent_of(name) else {
+            return Ok(());
+        };
+        let mut options = OpenOptions::new();
+        options.read(true);
+        nonblocking(&mut options);
+        if let Ok(file) = parent.open_with(&file_name, &options)
+            && self.visible(name, &file).is_ok()
+            && regular(name, &file).is_ok()
+        {
+            file.into_std().sync_all()?;
+        }
+        if let Ok(d) = parent.open(".") {
+            d.into_std().sync_all()?;
+        }
+        Ok(())
     }
 
     /// Creates (or empties) a file for writing, e.g. a tool's log.
@@ -241,6 +313,38 @@ impl Workspace {
         self.visible(name, &file)?;
         regular(name, &file)?;
         file.into_std().set_len(len)
+    }
+
+    /// The first time a process replaces `name`, removes the temporary files of it that
+    /// processes no longer running left (a run killed mid-write, then resumed: the step
+    /// writes the same file again). Temporary names carry the writer's pid, so a write in
+    /// progress in another process sharing the workspace is left alone.
+    fn sweep(&self, name: &str, parent: &Dir, file_name: &Path) {
+        let Ok(mut swept) = self.swept.lock() else {
+            return;
+        };
+        if !swept.insert(PathBuf::from(name)) {
+            return;
+        }
+        let prefix = format!(".{}.", file_name.to_string_lossy());
+        let Ok(entries) = parent.entries() else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let entry_name = entry.file_name();
+            let Some(pid) = entry_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|n| n.strip_suffix(".tmp"))
+                .and_then(|n| n.split_once('-'))
+                .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
+            else {
+                continue;
+            };
+            if pid != std::process::id() && !process_alive(pid) {
+                let _ = parent.remove_file(&entry_name);
+            }
+        }
     }
 
     /// The folder holding `name` (created if missing) and the file name.
@@ -299,6 +403,17 @@ fn real_path<F: std::os::fd::AsRawFd>(_handle: &F) -> io::Result<PathBuf> {
         io::ErrorKind::Unsupported,
         "the real location of a handle is only known on Linux",
     ))
+}
+
+#[cfg(target_os = "linux")]
+fn process_alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Without `/proc`, a leftover is never taken for a dead process's.
+#[cfg(not(target_os = "linux"))]
+fn process_alive(_pid: u32) -> bool {
+    true
 }
 
 /// A FIFO planted in the workspace must not block the engine on open.

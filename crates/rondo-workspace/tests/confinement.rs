@@ -107,3 +107,50 @@ fn a_fifo_does_not_block_a_read() {
     assert!(ws.read("pipe").is_err());
     assert!(ws.append("pipe", b"x").is_err());
 }
+
+/// The unsynced writes (synced later, at a run's snapshot) are confined like the others,
+/// and the later sync never follows a link planted in the meantime.
+#[test]
+fn unsynced_writes_and_their_sync_stay_inside() {
+    let (_tmp, ws, outside) = setup();
+    symlink(&outside, ws.root().join("out")).unwrap();
+    assert!(ws.write_replace("out/planted.txt", b"x").is_err());
+    assert!(ws.append_unsynced("out/planted.txt", b"x").is_err());
+    assert!(!outside.join("planted.txt").exists());
+    symlink(outside.join("secret.txt"), ws.root().join("report.md")).unwrap();
+    ws.write_replace("report.md", b"new").unwrap();
+    assert_eq!(std::fs::read(ws.root().join("report.md")).unwrap(), b"new");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "secret"
+    );
+    assert_eq!(ws.append_unsynced("log.jsonl", b"1\n").unwrap(), 2);
+    assert_eq!(ws.append_unsynced("log.jsonl", b"2\n").unwrap(), 4);
+    assert_eq!(ws.file_len("log.jsonl").unwrap(), 4);
+    assert_eq!(ws.file_len("missing.jsonl").unwrap(), 0);
+    ws.sync("log.jsonl").unwrap();
+    std::fs::remove_file(ws.root().join("log.jsonl")).unwrap();
+    symlink(outside.join("secret.txt"), ws.root().join("log.jsonl")).unwrap();
+    // Skipped, not followed; the length of a link out is refused.
+    ws.sync("log.jsonl").unwrap();
+    assert!(ws.file_len("log.jsonl").is_err());
+    let left: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1);
+}
+
+/// A temporary file left by a killed writer is removed by the next replacement of the
+/// same file; one of a running process (this one) is left alone.
+#[test]
+fn a_dead_writers_temporary_file_is_removed_by_the_next_write() {
+    let (_tmp, ws, _outside) = setup();
+    let dead = ws.root().join(".report.md.4294967295-3.tmp");
+    let live = ws
+        .root()
+        .join(format!(".report.md.{}-99999.tmp", std::process::id()));
+    std::fs::write(&dead, "half").unwrap();
+    std::fs::write(&live, "in progress").unwrap();
+    ws.write_replace("report.md", b"new").unwrap();
+    assert!(!dead.exists());
+    assert!(live.exists());
+    assert_eq!(std::fs::read(ws.root().join("report.md")).unwrap(), b"new");
+}

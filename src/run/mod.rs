@@ -1377,7 +1377,7 @@ impl<'w> Interpreter<'w> {
                     state.memory[memory_id] = value;
                     String::new()
                 }
-                Some(op) if matches!(slot.kind, MemoryKind::Value { .. }) => {
+                Some(op) => {
                     let note = memory::apply(
                         &slot.kind,
                         &mut state.memory[memory_id],
@@ -1398,17 +1398,6 @@ impl<'w> Interpreter<'w> {
                     }
                     note
                 }
-                Some(op) => memory::apply(
-                    &slot.kind,
-                    &mut state.memory[memory_id],
-                    op,
-                    args,
-                    &self.run_dir,
-                    self.workspace.root(),
-                )
-                .map_err(|e| {
-                    StepError::Failed(format!("role `{name}`: `{}.{}`: {e}", slot.name, op.name()))
-                })?,
             };
             if self.dir.is_some() {
                 self.event("memory", json!({"role": name, "memory": slot.name, "op": op.map_or("set", |o| o.name()), "note": note}));

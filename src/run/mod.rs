@@ -490,12 +490,16 @@ impl<'w> Interpreter<'w> {
         }
     }
 
+    /// Wall time the run has used: earlier sessions (before a resume) and this one.
+    fn elapsed_ms(&self, state: &RunState) -> u64 {
+        state.elapsed_ms + self.started.elapsed().as_millis() as u64
+    }
+
     fn checkpoint(&mut self, state: &mut RunState) {
+        let elapsed = self.elapsed_ms(state);
         if let Some(dir) = &mut self.dir {
-            let mut snapshot_elapsed = state.elapsed_ms;
-            snapshot_elapsed += self.started.elapsed().as_millis() as u64;
             let saved = state.elapsed_ms;
-            state.elapsed_ms = snapshot_elapsed;
+            state.elapsed_ms = elapsed;
             let result = dir.checkpoint(state);
             state.elapsed_ms = saved;
             if let Err(e) = result {
@@ -624,7 +628,7 @@ impl<'w> Interpreter<'w> {
             )));
         }
         if let Some(max) = limits.max_wall_time_ms
-            && state.elapsed_ms + self.started.elapsed().as_millis() as u64 >= max
+            && self.elapsed_ms(state) >= max
         {
             return Err(StepError::Limit(format!(
                 "the run reached max_wall_time ({max} ms)"
@@ -943,7 +947,7 @@ impl<'w> Interpreter<'w> {
         let Some(max) = self.workflow.limits.max_wall_time_ms else {
             return run.await;
         };
-        let used = state.elapsed_ms + self.started.elapsed().as_millis() as u64;
+        let used = self.elapsed_ms(state);
         let left = Duration::from_millis(max.saturating_sub(used));
         match tokio::time::timeout(left, run).await {
             Ok(result) => result,
@@ -1044,7 +1048,7 @@ impl<'w> Interpreter<'w> {
             // (a scripted or cached provider never lets the step's timer fire).
             tokio::task::yield_now().await;
             if let Some(max) = limits.max_wall_time_ms
-                && state.elapsed_ms + self.started.elapsed().as_millis() as u64 >= max
+                && self.elapsed_ms(state) >= max
             {
                 return Err(StepError::Limit(format!(
                     "the run reached max_wall_time ({max} ms) during `{name}` attempt {attempt}"

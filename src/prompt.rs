@@ -29,13 +29,6 @@ const MAX_TEMPLATE_DEPTH: usize = 64;
 const MAX_LISTED: usize = 10_000;
 
 impl Prompts {
-    /// Every template in the folder, for tools that show them all. The listing follows
-    /// no symbolic link and is bounded; each file is read only if it is a regular file
-    /// within [`MAX_TEMPLATE_BYTES`] (others are in `errors`).
-    pub fn load(dir: &Path) -> Prompts {
-        Self::load_named(dir, &list_names(dir))
-    }
-
     /// The templates a workflow's llm roles name, and what they include, extend or import.
     pub fn for_workflow(workflow: &crate::compile::Workflow) -> Prompts {
         let mut names = Vec::new();

@@ -19,6 +19,7 @@ fi
 # The Docker tests need the local base image (no registry is reachable).
 bash scripts/build-test-image.sh
 
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo build --workspace --quiet
 cargo test --workspace
 # The `test` blocks inside the five reference workflows.

@@ -4,7 +4,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::{Value, json};
 
 use super::eval;
-use super::memory;
+use super::memory::{self, MemoryValue};
 use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
 use crate::compile::{MemoryKind, RoleKind, Update};
@@ -114,15 +114,19 @@ impl<'w> Interpreter<'w> {
             let slot = &workflow.memory[memory_id];
             let note = match op {
                 None => {
-                    let value = args.into_iter().next().unwrap_or(Value::Null);
-                    let mut value = value;
-                    if let MemoryKind::Value { ty, .. } = &slot.kind {
-                        ty.validate(&value).map_err(|e| {
-                            StepError::Failed(format!("role `{name}`: `set {}`: {e}", slot.name))
-                        })?;
-                        ty.fill_absent(&mut value);
-                    }
-                    state.memory[memory_id] = value;
+                    let mut value = args.into_iter().next().unwrap_or(Value::Null);
+                    let set_failed = |e: String| {
+                        StepError::Failed(format!("role `{name}`: `set {}`: {e}", slot.name))
+                    };
+                    let MemoryKind::Value { ty, .. } = &slot.kind else {
+                        return Err(set_failed(format!(
+                            "a {} cannot be set",
+                            slot.kind.kind_name()
+                        )));
+                    };
+                    ty.validate(&value).map_err(set_failed)?;
+                    ty.fill_absent(&mut value);
+                    state.memory[memory_id] = MemoryValue::Plain(value);
                     String::new()
                 }
                 Some(op) => {
@@ -141,8 +145,10 @@ impl<'w> Interpreter<'w> {
                             op.name()
                         ))
                     })?;
-                    if let MemoryKind::Value { ty, .. } = &slot.kind {
-                        ty.fill_absent(&mut state.memory[memory_id]);
+                    if let (MemoryKind::Value { ty, .. }, MemoryValue::Plain(v)) =
+                        (&slot.kind, &mut state.memory[memory_id])
+                    {
+                        ty.fill_absent(v);
                     }
                     note
                 }

@@ -1,4 +1,5 @@
-//! Stage 4: runs a compiled [`Workflow`]. The interpreter never sees the syntax tree.
+//! Stage 4: runs a [`Checked`](crate::check::Checked) workflow. The interpreter never sees
+//! the syntax tree.
 //!
 //! A step is one role execution: render and call (llm), run (tool) or nothing
 //! (builtin); then the output is stored, memory updated, artifacts written, exit
@@ -22,6 +23,7 @@ pub mod state;
 mod step;
 pub mod testing;
 mod tools;
+pub mod value;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

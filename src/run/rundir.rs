@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::clock;
+use super::memory::MemoryValue;
 use super::state::{RunState, Status, Totals};
+use crate::compile::Workflow;
 
 /// `run.json`: what ran, with which inputs and providers (never keys), and how it ended.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -134,7 +136,7 @@ struct Last {
     /// Every field but the four below, serialized (journal offset left out).
     small: Value,
     path_len: usize,
-    memory: Vec<Value>,
+    memory: Vec<MemoryValue>,
     outputs: std::collections::BTreeMap<usize, Value>,
     inputs: Vec<Value>,
 }
@@ -270,8 +272,8 @@ impl RunDir {
                     .iter()
                     .enumerate()
                     .filter(|(i, v)| last.memory.get(*i) != Some(*v))
-                    .map(|(i, v)| (i.to_string(), v.clone()))
-                    .collect();
+                    .map(|(i, v)| Ok((i.to_string(), serde_json::to_value(v)?)))
+                    .collect::<serde_json::Result<_>>()?;
                 if !changed.is_empty() || state.memory.len() != last.memory.len() {
                     if state.memory.len() == last.memory.len() {
                         delta.insert("~memory".into(), Value::Object(changed));
@@ -390,10 +392,17 @@ pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: damaged run.json: {e}", dir.display()))
 }
 
-/// The state at the last checkpoint: the snapshot (`state.json`) with the journal's
-/// checkpoint records after it applied. Its `events.jsonl` length is the end of the last
-/// complete checkpoint record; anything after it belongs to an unfinished step.
-pub fn read_state(dir: &Path) -> Result<RunState, String> {
+/// The state at the last checkpoint, its memory typed by `workflow`'s declarations.
+pub fn read_state(dir: &Path, workflow: &Workflow) -> Result<RunState, String> {
+    RunState::restore(read_checkpoint(dir)?, workflow)
+        .map_err(|e| format!("{}: damaged state.json: {e}", dir.display()))
+}
+
+/// The state at the last checkpoint as JSON: the snapshot (`state.json`) with the
+/// journal's checkpoint records after it applied. Its `events.jsonl` length is the end
+/// of the last complete checkpoint record; anything after it belongs to an unfinished
+/// step.
+pub fn read_checkpoint(dir: &Path) -> Result<Value, String> {
     let text = std::fs::read_to_string(dir.join("state.json"))
         .map_err(|e| format!("{}: no checkpoint ({e})", dir.display()))?;
     let damaged = |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
@@ -421,7 +430,7 @@ pub fn read_state(dir: &Path) -> Result<RunState, String> {
         }
         state["file_lengths"][JOURNAL] = Value::from(end);
     }
-    serde_json::from_value(state).map_err(damaged)
+    Ok(state)
 }
 
 /// What changed between two states, field by field; a field that is a map or a list

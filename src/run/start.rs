@@ -19,13 +19,14 @@ use super::scripted::{Script, ScriptedModel};
 use super::state::{RunState, Status};
 use super::tools;
 use super::{Interpreter, RunOptions, StartError};
+use crate::check::Checked;
 use crate::compile::{RoleKind, Workflow};
 use crate::prompt::Prompts;
 
 impl<'w> Interpreter<'w> {
     /// Prepares a new run: inputs, providers, run directory.
     pub fn start(
-        workflow: &'w Workflow,
+        workflow: &'w Checked,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
@@ -75,7 +76,7 @@ impl<'w> Interpreter<'w> {
 
     /// [`start`](Self::start) with replies given in code (`test` blocks).
     pub fn start_with_script(
-        workflow: &'w Workflow,
+        workflow: &'w Checked,
         options: &RunOptions,
         script: Script,
     ) -> Result<(Self, RunState), StartError> {
@@ -98,7 +99,7 @@ impl<'w> Interpreter<'w> {
         inputs
             .iter_mut()
             .for_each(|v| interp.redactor.redact_json(v));
-        let state = RunState::new(workflow, run_id.clone(), inputs);
+        let state = RunState::new(workflow, run_id.clone(), inputs).map_err(StartError::Setup)?;
         interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
@@ -164,7 +165,7 @@ impl<'w> Interpreter<'w> {
 
     /// Continues a stopped or crashed run from its last checkpoint.
     pub fn resume(
-        workflow: &'w Workflow,
+        workflow: &'w Checked,
         run_dir: &Path,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
@@ -175,7 +176,7 @@ impl<'w> Interpreter<'w> {
                 workflow.path.display()
             )));
         }
-        let mut state = rundir::read_state(run_dir).map_err(StartError::Setup)?;
+        let mut state = rundir::read_state(run_dir, workflow).map_err(StartError::Setup)?;
         // A run killed between its final checkpoint and its final `run.json` is finished
         // again (no role runs: the position is its exit) so the record is complete.
         if state.status == Status::Finished && info.ended_at.is_some() {
@@ -240,15 +241,10 @@ impl<'w> Interpreter<'w> {
         let mut profile_of = HashMap::new();
         for (index, role) in workflow.roles() {
             if let RoleKind::Llm(l) = &role.kind {
-                let id = if l.provider == usize::MAX {
-                    workflow.default_provider
-                } else {
-                    l.provider
-                };
                 let name = options
                     .provider
                     .clone()
-                    .unwrap_or_else(|| workflow.providers[id].name.clone());
+                    .unwrap_or_else(|| workflow.providers[l.provider].name.clone());
                 profile_of.insert(index.index(), name);
             }
         }

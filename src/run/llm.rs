@@ -5,6 +5,7 @@ use petgraph::graph::NodeIndex;
 use rondo_provider::{AttemptRecord, CallContext, ChatRequest, Message};
 use serde_json::{Value, json};
 
+use super::events::{Event, LlmCall, LlmResponse};
 use super::output;
 use super::state::{self, RunState};
 use super::{Interpreter, RoleRun, StepError};
@@ -129,7 +130,13 @@ impl<'w> Interpreter<'w> {
             let completion = match completion {
                 Ok(c) => c,
                 Err(e) => {
-                    self.buffer_event("llm_failed", json!({"role": name, "visit": visit, "profile": profile, "error": e.to_string(), "attempts": records}));
+                    self.buffer_event(Event::LlmFailed {
+                        role: name.clone(),
+                        visit,
+                        profile: profile.clone(),
+                        error: e.to_string(),
+                        attempts: records,
+                    });
                     return Err(StepError::Failed(format!(
                         "role `{name}`: the provider call failed: {e}"
                     )));
@@ -150,11 +157,18 @@ impl<'w> Interpreter<'w> {
                 spent.output_tokens += usage.output_tokens;
                 spent.cost += completion.cost;
             }
-            let record = json!({
-                "role": name, "visit": visit, "attempt": attempt, "profile": completion.profile,
-                "model": completion.response.model, "prompt": prompt, "raw": raw,
-                "usage": usage, "cost": completion.cost, "attempts": records,
-            });
+            let call = LlmCall {
+                role: name.clone(),
+                visit,
+                attempt,
+                profile: completion.profile,
+                model: completion.response.model,
+                prompt: prompt.clone(),
+                raw: raw.clone(),
+                usage,
+                cost: completion.cost,
+                attempts: records,
+            };
             let parsed = if oversized && matches!(llm.output, OutputFormat::Json { .. }) {
                 Err(format!(
                     "the reply is {} bytes, more than max_reply = {max_reply}",
@@ -164,37 +178,39 @@ impl<'w> Interpreter<'w> {
                 output::parse(&llm.output, &raw, &llm.coerce)
             };
             match parsed {
-                Ok((value, how, coercions)) => {
-                    let mut record = record;
-                    record["parsed"] = json!(how);
-                    record["coercions"] = json!(coercions);
+                Ok((value, parsed, coercions)) => {
                     return Ok(RoleRun {
                         output: value,
                         tool: None,
                         prompt: Some(prompt),
-                        record: Some(record),
+                        record: Some(LlmResponse {
+                            call,
+                            parsed,
+                            coercions,
+                        }),
                     });
                 }
                 Err(e) => {
-                    last_error = Some(e.clone());
-                    last_raw = raw;
-                    self.reporter.event(
-                        "invalid_output",
-                        &json!({"role": name, "attempt": attempt, "error": e}),
-                    );
+                    self.reporter.invalid_reply(&name, attempt, &e);
                     // Failed attempts are recorded at apply time through the run's event log;
                     // past a few, only their number (memory holds them until then).
                     if attempt <= RECORDED_INVALID_ATTEMPTS {
-                        self.failed_attempts_note(&record, &e);
+                        self.buffer_event(Event::InvalidOutput {
+                            call,
+                            error: e.clone(),
+                        });
                     }
+                    last_error = Some(e);
+                    last_raw = raw;
                 }
             }
         }
         if attempts > RECORDED_INVALID_ATTEMPTS {
-            self.buffer_event(
-                "invalid_output_omitted",
-                json!({"role": name, "visit": visit, "attempts": attempts - RECORDED_INVALID_ATTEMPTS}),
-            );
+            self.buffer_event(Event::InvalidOutputOmitted {
+                role: name,
+                visit,
+                attempts: attempts - RECORDED_INVALID_ATTEMPTS,
+            });
         }
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
         Ok(RoleRun::plain(json!({
@@ -224,12 +240,6 @@ impl<'w> Interpreter<'w> {
         state.totals.input_tokens += p.input_tokens;
         state.totals.output_tokens += p.output_tokens;
         state.totals.cost += p.cost;
-    }
-
-    fn failed_attempts_note(&self, record: &Value, error: &str) {
-        let mut r = record.clone();
-        r["error"] = Value::String(error.to_string());
-        self.buffer_event("invalid_output", r);
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use super::clock;
+use super::events::Event;
 use super::progress::Reporter;
 use super::redact;
 use super::rundir::{self, RunDir, RunInfo};
@@ -134,10 +135,7 @@ impl<'w> Interpreter<'w> {
                 workspace: Some(interp.workspace.root().to_path_buf()),
             };
             interp.dir = Some(dir);
-            interp.event(
-                "run_start",
-                json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
-            );
+            interp.event(interp.run_start());
             // Resumable from here on: the checkpoint is durable before `run.json` says a
             // run exists, so a kill before this point leaves a run id that can be reused.
             let mut state = state;
@@ -156,11 +154,16 @@ impl<'w> Interpreter<'w> {
         std::fs::create_dir_all(&interp.run_dir).map_err(|e| {
             StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
         })?;
-        interp.event(
-            "run_start",
-            json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
-        );
+        interp.event(interp.run_start());
         Ok((interp, state))
+    }
+
+    fn run_start(&self) -> Event {
+        Event::RunStart {
+            workflow: self.workflow.name.clone(),
+            run_dir: self.run_dir.clone(),
+            workspace: self.workspace.root().to_path_buf(),
+        }
     }
 
     /// Continues a stopped or crashed run from its last checkpoint.
@@ -207,7 +210,7 @@ impl<'w> Interpreter<'w> {
         interp.info = Some(info);
         if state.status != Status::Finished {
             state.status = Status::Running;
-            interp.event("run_resumed", json!({"step": state.step}));
+            interp.event(Event::RunResumed { step: state.step });
         }
         Ok((interp, state))
     }

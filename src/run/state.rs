@@ -6,6 +6,7 @@ use petgraph::graph::NodeIndex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::events::LlmResponse;
 use super::memory::MemoryValue;
 use crate::compile::Workflow;
 
@@ -45,7 +46,7 @@ pub struct BranchResult {
     pub item: Option<Value>,
     pub tool: Option<usize>,
     pub prompt: Option<String>,
-    pub record: Option<Value>,
+    pub record: Option<LlmResponse>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -130,7 +130,7 @@ pub struct Interpreter<'w> {
     /// Tokens, cost and calls of LLM attempts not yet added to the state's totals:
     /// `execute` runs with shared access, so every attempt (valid or not) lands here
     /// first and [`Self::settle`] moves it into the totals.
-    spent: std::sync::Mutex<state::Totals>,
+    spent: std::sync::Mutex<rondo_provider::Spend>,
     /// Continues a run another process left (`rondo resume`).
     resumed: bool,
 }

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use petgraph::graph::NodeIndex;
+use rondo_provider::{Spend, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -86,6 +87,27 @@ pub struct RunState {
     /// resume cuts them back, so a step interrupted half-way leaves no trace.
     #[serde(default)]
     pub file_lengths: BTreeMap<String, u64>,
+}
+
+impl Totals {
+    /// What the LLM calls spent, as the budget checks take it.
+    pub fn spend(&self) -> Spend {
+        Spend {
+            calls: self.llm_calls,
+            usage: Usage {
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+            },
+            cost: self.cost,
+        }
+    }
+
+    pub fn add(&mut self, spend: Spend) {
+        self.llm_calls += spend.calls;
+        self.input_tokens += spend.usage.input_tokens;
+        self.output_tokens += spend.usage.output_tokens;
+        self.cost += spend.cost;
+    }
 }
 
 impl RunState {

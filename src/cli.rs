@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::check::{self, CheckOptions};
-use crate::compile;
-use crate::diagnostics::{self, Diagnostics};
+use crate::diagnostics;
 use crate::render;
 use crate::run::{self, Interpreter, RunOptions, progress};
 use crate::source::SourceFile;
@@ -347,8 +346,9 @@ fn cmd_runs(root: &std::path::Path) -> i32 {
         "run", "workflow", "status", "exit", "steps", "tokens"
     );
     for info in rows {
-        let steps = run::rundir::read_state(&root.join(&info.run_id))
-            .map(|s| s.step)
+        let steps = run::rundir::read_checkpoint(&root.join(&info.run_id))
+            .ok()
+            .and_then(|s| s["step"].as_u64())
             .unwrap_or(0);
         let status = if info.status == "running" {
             "crashed?".to_string()
@@ -409,15 +409,11 @@ fn cmd_test(files: &[PathBuf], filter: Option<&str>, run_dir: Option<PathBuf>) -
 pub fn load_checked(
     path: &std::path::Path,
     options: &CheckOptions,
-) -> Result<(SourceFile, compile::Workflow, Diagnostics, check::Summary), String> {
+) -> Result<(SourceFile, check::Loaded), String> {
     let file =
         SourceFile::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let (ast, workflow, mut diags) = compile::load_keeping_ast(&file);
-    // Every caller only needs the workflow; the tree is left for the process exit.
-    std::mem::forget(ast);
-    let (more, summary) = check::check(&workflow, diags.has_errors(), options);
-    diags.extend(more);
-    Ok((file, workflow, diags, summary))
+    let loaded = check::load(&file, options);
+    Ok((file, loaded))
 }
 
 fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offline: bool) -> i32 {
@@ -427,11 +423,12 @@ fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offli
     let mut json_out = Vec::new();
     for path in files {
         let (file, diags, summary) = match load_checked(path, &options) {
-            Ok((file, workflow, diags, summary)) => {
-                // Freeing a large graph node by node only delays the exit: the process
-                // ends right after reporting, and the OS takes the memory back at once.
-                std::mem::forget(workflow);
-                (file, diags, summary)
+            Ok((file, loaded)) => {
+                // Freeing a large tree and graph node by node only delays the exit: the
+                // process ends right after reporting, and the OS takes the memory back at once.
+                std::mem::forget(loaded.ast);
+                std::mem::forget(loaded.checked);
+                (file, loaded.diagnostics, loaded.summary)
             }
             Err(e) => {
                 eprintln!("error: {e}");
@@ -486,23 +483,24 @@ fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offli
     code
 }
 
-fn compiled_or_report(path: &std::path::Path) -> Result<compile::Workflow, i32> {
+fn compiled_or_report(path: &std::path::Path) -> Result<check::Checked, i32> {
     let options = CheckOptions { offline: true };
     match load_checked(path, &options) {
-        Ok((file, workflow, diags, _)) => {
-            if diags.has_errors() {
+        Ok((file, loaded)) => {
+            // Every caller only needs the workflow; the tree is left for the process exit.
+            std::mem::forget(loaded.ast);
+            loaded.checked.map_err(|_| {
                 let color = std::io::stderr().is_terminal();
                 eprint!(
                     "{}",
-                    diagnostics::render_human(&file, &diags.sorted(), color, 100)
+                    diagnostics::render_human(&file, &loaded.diagnostics.sorted(), color, 100)
                 );
                 eprintln!(
                     "x {}: fix the errors above first (rondo check)",
                     path.display()
                 );
-                return Err(1);
-            }
-            Ok(workflow)
+                1
+            })
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -547,7 +545,7 @@ fn cmd_dump(path: &std::path::Path) -> i32 {
         Ok(workflow) => {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&workflow).unwrap_or_default()
+                serde_json::to_string_pretty(&*workflow).unwrap_or_default()
             );
             0
         }

@@ -1,8 +1,9 @@
 //! Writing artifacts into the workspace: names rendered and confined, appends journaled.
 
 use petgraph::graph::NodeIndex;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::events::Event;
 use super::rundir;
 use super::state::RunState;
 use super::{Interpreter, StepError};
@@ -58,10 +59,11 @@ impl<'w> Interpreter<'w> {
             let bytes = self.redactor.redact_bytes(&bytes).into_owned();
             if let Err(why) = rondo_workspace::relative_name(&file) {
                 // A templated name the checker could not see: the write is skipped, the run goes on.
-                self.event(
-                    "artifact_rejected",
-                    json!({"role": role_name, "file": file, "reason": why.to_string()}),
-                );
+                self.event(Event::ArtifactRejected {
+                    role: role_name.clone(),
+                    file,
+                    reason: why.to_string(),
+                });
                 continue;
             }
             let key = format!("{}{file}", rundir::ARTIFACT_KEY);
@@ -98,10 +100,11 @@ impl<'w> Interpreter<'w> {
                             | std::io::ErrorKind::IsADirectory
                     ) =>
                 {
-                    self.event(
-                        "artifact_rejected",
-                        json!({"role": role_name, "file": file, "reason": e.to_string()}),
-                    );
+                    self.event(Event::ArtifactRejected {
+                        role: role_name.clone(),
+                        file,
+                        reason: e.to_string(),
+                    });
                     continue;
                 }
                 Err(e) => {
@@ -117,11 +120,13 @@ impl<'w> Interpreter<'w> {
                 appended.push((key, len));
             }
             if self.dir.is_some() {
-                let mut fields = json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append});
-                if let Some(raw) = &sanitized {
-                    fields["sanitized_from"] = Value::String(raw.clone());
-                }
-                self.event("artifact", fields);
+                self.event(Event::Artifact {
+                    role: role_name.clone(),
+                    file,
+                    bytes: bytes.len(),
+                    append: artifact.append,
+                    sanitized_from: sanitized,
+                });
             }
         }
         Ok(appended)

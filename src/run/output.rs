@@ -7,7 +7,7 @@ use crate::compile::OutputFormat;
 use crate::compile::types::{Coerced, Coercion};
 
 /// How the value was obtained, for the event log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Parsed {
     Strict,

@@ -11,6 +11,7 @@ use rondo_env::{
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+use super::events::Event;
 use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
 use crate::compile::{EnvKind, Show, ToolAction, ToolRole, ToolSpec, Workflow};
@@ -31,7 +32,7 @@ pub struct Envs {
     /// Host paths named by `path` inputs: mounted read-only, at the same path, in Docker.
     pub input_paths: Vec<std::path::PathBuf>,
     /// Events produced while roles run concurrently, written when their result is applied.
-    pub pending_events: Mutex<Vec<(String, Value)>>,
+    pub pending_events: Mutex<Vec<Event>>,
 }
 
 pub fn needs_install(spec: &ToolSpec) -> bool {
@@ -175,10 +176,9 @@ impl Envs {
                         && !removed.is_empty()
                         && let Ok(mut events) = self.pending_events.lock()
                     {
-                        events.push((
-                            "stale_containers_removed".into(),
-                            json!({"containers": removed}),
-                        ));
+                        events.push(Event::StaleContainersRemoved {
+                            containers: removed,
+                        });
                     }
                     let mut config = DockerConfig::new(
                         spec.image.clone().unwrap_or_default(),
@@ -510,10 +510,11 @@ pub(super) async fn run_tool_role(
                 // without its log, and the refusal is recorded.
                 Err(e) => {
                     if let Ok(mut events) = interp.envs.pending_events.lock() {
-                        events.push((
-                            "log_rejected".into(),
-                            json!({"role": name, "file": file, "reason": e.to_string()}),
-                        ));
+                        events.push(Event::LogRejected {
+                            role: name.clone(),
+                            file,
+                            reason: e.to_string(),
+                        });
                     }
                     None
                 }

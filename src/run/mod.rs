@@ -62,6 +62,8 @@ pub struct RunOptions {
     pub checkpoints: bool,
     pub progress: progress::Mode,
     pub keep_env: bool,
+    /// Run local tools unconfined when the kernel has no Landlock (instead of refusing).
+    pub unconfined_tools: bool,
 }
 
 impl Default for RunOptions {
@@ -78,6 +80,7 @@ impl Default for RunOptions {
             checkpoints: true,
             progress: progress::Mode::Quiet,
             keep_env: false,
+            unconfined_tools: false,
         }
     }
 }
@@ -414,6 +417,7 @@ impl<'w> Interpreter<'w> {
                 &run_dir,
                 workspace.root(),
                 options.keep_env,
+                options.unconfined_tools,
                 redactor.clone(),
             ),
             run_dir,

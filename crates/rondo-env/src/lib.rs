@@ -13,6 +13,7 @@ mod exec;
 mod local;
 mod redact;
 mod runner;
+mod sandbox;
 pub mod tool;
 mod transport;
 
@@ -26,6 +27,7 @@ pub use exec::{
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor};
+pub use sandbox::landlock_abi;
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};
 

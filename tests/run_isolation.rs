@@ -600,7 +600,15 @@ fn a_local_tool_cannot_write_the_system_area_or_outside_its_workspace() {
     let (script, home) = attack_kit(tmp.path());
     let wf = write_workflow(tmp.path(), SANDBOXED);
     let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
-        .args(["run", "-q", wf.to_str().unwrap(), "--run-dir", "runs", "--run-id", "r"])
+        .args([
+            "run",
+            "-q",
+            wf.to_str().unwrap(),
+            "--run-dir",
+            "runs",
+            "--run-id",
+            "r",
+        ])
         .args(["--input", &format!("script={}", script.display())])
         .args(["--input", &format!("home={}", home.display())])
         .args(["--input", "sys=..", "--input", "hold=60"])
@@ -611,13 +619,20 @@ fn a_local_tool_cannot_write_the_system_area_or_outside_its_workspace() {
     let pid_file = system.join("workspace/hold.pid");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while std::fs::read_to_string(&pid_file).map_or(true, |p| !p.ends_with('\n')) {
-        assert!(std::time::Instant::now() < deadline, "the hold step never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hold step never started"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // A crash in the step after the attack.
     child.kill().unwrap();
     child.wait().unwrap();
-    let hold: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let hold: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     // SAFETY: signalling a process group has no memory-safety preconditions.
     unsafe { libc::killpg(hold, libc::SIGKILL) };
 
@@ -692,10 +707,30 @@ fn rondo_without_landlock(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Ou
     use std::os::unix::process::CommandExt;
     let filter = [
         // A = the system call number
-        libc::sock_filter { code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, jt: 0, jf: 0, k: 0 },
-        libc::sock_filter { code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16, jt: 0, jf: 1, k: libc::SYS_landlock_create_ruleset as u32 },
-        libc::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32 },
-        libc::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k: libc::SECCOMP_RET_ALLOW },
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_landlock_create_ruleset as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
     ];
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
     cmd.args(args).current_dir(cwd).env("NO_COLOR", "1");
@@ -743,16 +778,33 @@ exit success
         &["run", "-q", w, "--run-dir", "runs", "--run-id", "no"],
         &[],
     );
-    assert_eq!(refused.status.code(), Some(2), "{}", common::stderr(&refused));
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "{}",
+        common::stderr(&refused)
+    );
     let err = common::stderr(&refused);
     assert!(err.contains("no Landlock"), "{err}");
     assert!(err.contains("--unconfined-tools"), "{err}");
-    assert!(!tmp.path().join("runs/no/workspace/ran.txt").exists(), "the tool ran");
+    assert!(
+        !tmp.path().join("runs/no/workspace/ran.txt").exists(),
+        "the tool ran"
+    );
     assert!(!tmp.path().join("runs/no/escaped.txt").exists());
 
     let flag = rondo_without_landlock(
         tmp.path(),
-        &["run", "-q", w, "--run-dir", "runs", "--run-id", "flag", "--unconfined-tools"],
+        &[
+            "run",
+            "-q",
+            w,
+            "--run-dir",
+            "runs",
+            "--run-id",
+            "flag",
+            "--unconfined-tools",
+        ],
         &[],
     );
     assert_ok(&flag);

@@ -191,6 +191,7 @@ impl ChatModel for ScriptedModel {
                 },
                 model: "scripted".into(),
                 raw: Value::Null,
+                truncated: false,
             })
         })
     }

@@ -170,10 +170,12 @@ impl Envs {
                     config.unconfined = self.unconfined;
                     // In a `--workspace` folder the records are beneath the workspace:
                     // tools see that folder read-only.
-                    let workspace = std::fs::canonicalize(&self.workspace)
-                        .unwrap_or(self.workspace.clone());
+                    let workspace =
+                        std::fs::canonicalize(&self.workspace).unwrap_or(self.workspace.clone());
                     if run_dir.starts_with(&workspace) {
-                        config.read_only.push(workspace.join(rondo_workspace::SYSTEM_DIR));
+                        config
+                            .read_only
+                            .push(workspace.join(rondo_workspace::SYSTEM_DIR));
                     }
                     LocalEnv::start(config)
                         .await

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt;
@@ -186,7 +186,10 @@ impl LocalEnv {
         } else {
             self.config.run_dir.join(cache)
         };
-        let hash = tool::tools_hash(&self.config.tools, &format!("local:{}", self.config.wheelhouse))?;
+        let hash = tool::tools_hash(
+            &self.config.tools,
+            &format!("local:{}", self.config.wheelhouse),
+        )?;
         Ok((cache.join(&hash[..16]), hash))
     }
 

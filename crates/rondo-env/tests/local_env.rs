@@ -275,7 +275,10 @@ async fn commands_write_only_their_folder_and_their_tmpdir() {
         std::fs::read_to_string(d.join("events.jsonl")).unwrap(),
         "{\"seq\":1}\n"
     );
-    assert_eq!(std::fs::read_to_string(d.join("state.json")).unwrap(), "{}\n");
+    assert_eq!(
+        std::fs::read_to_string(d.join("state.json")).unwrap(),
+        "{}\n"
+    );
     assert!(!d.join("home/.bashrc").exists());
     assert!(!d.join("sub").exists());
     assert!(!std::path::Path::new("/tmp/rondo-escape-test").exists());
@@ -297,7 +300,10 @@ async fn commands_write_only_their_folder_and_their_tmpdir() {
         "b\n"
     );
     drop(env);
-    assert!(!std::path::Path::new(&tmp).exists(), "TMPDIR is removed with the environment");
+    assert!(
+        !std::path::Path::new(&tmp).exists(),
+        "TMPDIR is removed with the environment"
+    );
 }
 
 /// A folder beneath the run directory declared read-only (the records of a run made in a
@@ -328,7 +334,11 @@ async fn a_read_only_folder_beneath_the_run_dir_stays_whole() {
         "{\"seq\":1}\n"
     );
     assert!(!records.join("new").exists());
-    let (ok, out) = sh(&env, "cat .rondo/runs/r/events.jsonl && echo y > beside.txt").await;
+    let (ok, out) = sh(
+        &env,
+        "cat .rondo/runs/r/events.jsonl && echo y > beside.txt",
+    )
+    .await;
     assert!(ok, "{out}");
     assert_eq!(out, "{\"seq\":1}\n");
     assert!(run.join("beside.txt").exists());

@@ -341,17 +341,7 @@ impl Environment for LocalEnv {
                 return collector.finish(Some(127), false, start.elapsed());
             }
             Err(e) if e.raw_os_error() == Some(libc::E2BIG) => {
-                // Arguments past the OS limit: the tool cannot run, which is the tool's
-                // failure (the model sent too much), not the run's.
-                let size: usize = match &req.command {
-                    Command::Argv(argv) => argv.iter().map(|a| a.len() + 1).sum(),
-                    Command::Shell(line) => line.len() + 1,
-                };
-                let msg = format!(
-                    "{program}: argument list too long ({size} bytes of arguments; the OS refused to start the command)\n"
-                );
-                collector.push(StreamKind::Stderr, msg.as_bytes());
-                return collector.finish(Some(126), false, start.elapsed());
+                return collector.too_long(&program, &req.command, start.elapsed());
             }
             Err(e) => return Err(EnvError::Spawn { program, source: e }),
         };

@@ -27,7 +27,6 @@ pub use exec::{
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor};
-pub use sandbox::landlock_abi;
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};
 

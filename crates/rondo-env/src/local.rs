@@ -11,7 +11,7 @@ use tokio::io::AsyncReadExt;
 use tokio::time::sleep_until;
 
 use crate::exec::Collector;
-use crate::sandbox::{PrivateTmp, Sandbox, landlock_abi};
+use crate::sandbox::{PrivateTmp, Sandbox};
 use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
 use crate::{
     Command, EnvError, Environment, ExecOutput, ExecRequest, Redactor, StreamKind, archive,
@@ -115,14 +115,26 @@ impl LocalEnv {
             tmp: PrivateTmp::new()?,
             config,
         };
-        env.sandbox = env.confine(None)?;
-        env.probe().await?;
+        // What the kernel cannot confine runs unconfined only when the user said so.
+        match env.confine(None) {
+            Ok(sandbox) => env.sandbox = Some(sandbox),
+            Err(_) if env.config.unconfined => {}
+            Err(e) => return Err(e),
+        }
+        if let Err(e) = env.probe().await {
+            if !env.config.unconfined {
+                return Err(e);
+            }
+            env.sandbox = None;
+        }
         if !env.config.tools.is_empty() {
             let (root, hash) = env.tool_root()?;
             std::fs::create_dir_all(&root).map_err(|e| EnvError::io(&root, e))?;
             // Installs also write the tool cache; the commands of the run only read it.
-            let install_sandbox = env.confine(Some(&root))?;
-            let run_sandbox = std::mem::replace(&mut env.sandbox, install_sandbox);
+            let run_sandbox = env.sandbox.clone();
+            if run_sandbox.is_some() {
+                env.sandbox = Some(env.confine(Some(&root))?);
+            }
             let installed = env.install_tools(root, hash).await;
             env.sandbox = run_sandbox;
             env.tools = installed?;
@@ -132,14 +144,10 @@ impl LocalEnv {
 
     /// The sandbox of the commands: writes beneath the run directory, the private
     /// `TMPDIR` and `extra`.
-    fn confine(&self, extra: Option<&Path>) -> Result<Option<Arc<Sandbox>>, EnvError> {
+    fn confine(&self, extra: Option<&Path>) -> Result<Arc<Sandbox>, EnvError> {
         let mut writable = vec![self.config.run_dir.as_path(), self.tmp.path()];
         writable.extend(extra);
-        match Sandbox::new(&writable, &self.config.read_only) {
-            Ok(s) => Ok(Some(Arc::new(s))),
-            Err(_) if self.config.unconfined && landlock_abi() == 0 => Ok(None),
-            Err(e) => Err(e),
-        }
+        Sandbox::new(&writable, &self.config.read_only).map(Arc::new)
     }
 
     /// Start one confined command, so that a sandbox the kernel refuses (no user

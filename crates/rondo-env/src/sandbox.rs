@@ -59,7 +59,7 @@ struct PathBeneathAttr {
 
 /// The Landlock ABI version of the running kernel; 0 when it has none (not built in,
 /// or disabled at boot).
-pub fn landlock_abi() -> u32 {
+fn landlock_abi() -> u32 {
     // SAFETY: with a null attribute and size 0, the call only reports the ABI version.
     let v = unsafe {
         libc::syscall(

@@ -85,6 +85,10 @@ pub enum Command {
         /// Keep Docker containers after the run, for debugging.
         #[arg(long)]
         keep_env: bool,
+        /// Run local tools even where the kernel cannot confine them (no Landlock): they
+        /// can then write anything you can, the run's records included.
+        #[arg(long, env = "RONDO_UNCONFINED_TOOLS", value_parser = clap::builder::FalseyValueParser::new())]
+        unconfined_tools: bool,
         /// Write no run directory files (benchmarks).
         #[arg(long)]
         no_checkpoint: bool,
@@ -98,6 +102,9 @@ pub enum Command {
         run: PathBuf,
         #[arg(long, short)]
         quiet: bool,
+        /// Run local tools even where the kernel cannot confine them (see `rondo run --help`).
+        #[arg(long, env = "RONDO_UNCONFINED_TOOLS", value_parser = clap::builder::FalseyValueParser::new())]
+        unconfined_tools: bool,
     },
     /// Show a finished or stopped run step by step.
     #[command(
@@ -188,6 +195,7 @@ pub fn main_entry() -> i32 {
             run_id,
             workspace,
             keep_env,
+            unconfined_tools,
             no_checkpoint,
             quiet,
         } => {
@@ -203,10 +211,22 @@ pub fn main_entry() -> i32 {
                 checkpoints: !no_checkpoint,
                 progress: progress_mode(quiet),
                 keep_env,
+                unconfined_tools,
             };
             cmd_run(&file, options)
         }
-        Command::Resume { run, quiet } => cmd_resume(&run, progress_mode(quiet)),
+        Command::Resume {
+            run,
+            quiet,
+            unconfined_tools,
+        } => cmd_resume(
+            &run,
+            RunOptions {
+                progress: progress_mode(quiet),
+                unconfined_tools,
+                ..RunOptions::default()
+            },
+        ),
         Command::Replay { run, full } => cmd_replay(&run, full),
         Command::Runs { run_dir, workspace } => cmd_runs(
             &workspace
@@ -291,7 +311,7 @@ fn cmd_run(path: &std::path::Path, options: RunOptions) -> i32 {
     })
 }
 
-fn cmd_resume(run_path: &std::path::Path, mode: progress::Mode) -> i32 {
+fn cmd_resume(run_path: &std::path::Path, options: RunOptions) -> i32 {
     let info = match run::rundir::read_info(run_path) {
         Ok(i) => i,
         Err(e) => {
@@ -302,10 +322,6 @@ fn cmd_resume(run_path: &std::path::Path, mode: progress::Mode) -> i32 {
     let workflow = match compiled_or_report(&info.workflow_path) {
         Ok(w) => w,
         Err(code) => return code,
-    };
-    let options = RunOptions {
-        progress: mode,
-        ..RunOptions::default()
     };
     runtime().block_on(async {
         match Interpreter::resume(&workflow, run_path, &options) {

@@ -40,7 +40,7 @@ impl<'w> Interpreter<'w> {
                     artifact.name
                 ))
             })?;
-            let file = rundir::contained_name(&file);
+            let file = rondo_workspace::contained_name(&file);
             let sanitized = raw.filter(|r| *r != file);
             let prompt = prompt.map(|p| Value::String(p.to_string()));
             let mut env = self.env(state, node, output, item);
@@ -134,7 +134,7 @@ impl<'w> Interpreter<'w> {
 }
 
 /// `ctx` with every string in it made a safe path component (see
-/// [`rundir::path_component`]), for rendering artifact names.
+/// [`rondo_workspace::path_component`]), for rendering artifact names.
 fn path_safe_context(ctx: tera::Context) -> tera::Context {
     let mut value = ctx.into_json();
     // Replies nest as deep as serde_json allows: walk with a stack, not recursion.
@@ -142,7 +142,7 @@ fn path_safe_context(ctx: tera::Context) -> tera::Context {
     while let Some(v) = stack.pop() {
         match v {
             Value::String(s) => {
-                if let Some(safe) = rundir::path_component(s) {
+                if let Some(safe) = rondo_workspace::path_component(s) {
                     *s = safe;
                 }
             }

@@ -80,7 +80,10 @@ impl<'w> Interpreter<'w> {
             // A tool's output, a file or an input holding a key never reaches a provider.
             let prompt = self.redactor.redact(&prompt).into_owned();
             messages.push(Message::user(prompt.clone()));
+            let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);
+            let max_reply = usize::try_from(max_reply).unwrap_or(usize::MAX);
             let mut request = ChatRequest::new(messages);
+            request.max_reply = Some(max_reply);
             request.context = CallContext {
                 role: name.clone(),
                 visit: visit as u32,
@@ -131,14 +134,11 @@ impl<'w> Interpreter<'w> {
                     )));
                 }
             };
-            let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);
-            let max_reply = usize::try_from(max_reply).unwrap_or(usize::MAX);
-            let oversized = completion.response.content.len() > max_reply;
+            let response = &completion.response;
+            let oversized = response.truncated || response.content.len() > max_reply;
             // Only a bounded reply is kept: in the record, the state and the journal.
-            let raw = self
-                .redactor
-                .redact(&output::cut_reply(&completion.response.content, max_reply))
-                .into_owned();
+            let raw = output::cut_reply(&response.content, max_reply, response.truncated);
+            let raw = self.redactor.redact(&raw).into_owned();
             let usage = completion.response.usage;
             if let Ok(mut spent) = self.spent.lock() {
                 *spent += Spend {
@@ -161,8 +161,7 @@ impl<'w> Interpreter<'w> {
             };
             let parsed = if oversized && matches!(llm.output, OutputFormat::Json { .. }) {
                 Err(format!(
-                    "the reply is {} bytes, more than max_reply = {max_reply}",
-                    completion.response.content.len()
+                    "the reply is longer than max_reply = {max_reply} bytes"
                 ))
             } else {
                 output::parse(&llm.output, &raw, &llm.coerce)

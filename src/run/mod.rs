@@ -66,6 +66,8 @@ pub struct RunOptions {
     pub checkpoints: bool,
     pub progress: progress::Mode,
     pub keep_env: bool,
+    /// Run local tools unconfined when the kernel has no Landlock (instead of refusing).
+    pub unconfined_tools: bool,
 }
 
 impl Default for RunOptions {
@@ -82,6 +84,7 @@ impl Default for RunOptions {
             checkpoints: true,
             progress: progress::Mode::Quiet,
             keep_env: false,
+            unconfined_tools: false,
         }
     }
 }

@@ -517,64 +517,6 @@ fn apply_delta(state: &mut Value, delta: &serde_json::Map<String, Value>) {
     }
 }
 
-/// A value interpolated into an artifact name, made one safe path component: no `/`,
-/// backslash, NUL or `..`, not empty, not longer than a file name may be. `None` when it
-/// already is one.
-pub fn path_component(value: &str) -> Option<String> {
-    const MAX: usize = 120;
-    let mut out: String = value
-        .chars()
-        .map(|c| {
-            if matches!(c, '/' | '\\' | '\0') {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
-    out = out.replace("..", "__");
-    if out.len() > MAX {
-        let mut end = MAX;
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-    }
-    if out.is_empty() {
-        out.push('_');
-    }
-    (out != value).then_some(out)
-}
-
-/// An artifact name made a relative path inside the workspace whatever its parts
-/// are: empty and `.` components dropped, `..` made `__`, NUL made `_`, each component
-/// short enough for the file system.
-pub fn contained_name(name: &str) -> String {
-    const MAX: usize = 240;
-    let mut parts: Vec<String> = Vec::new();
-    for part in name.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => parts.push("__".into()),
-            other => {
-                let mut part = other.replace('\0', "_");
-                if part.len() > MAX {
-                    let mut end = MAX;
-                    while !part.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    part.truncate(end);
-                }
-                parts.push(part);
-            }
-        }
-    }
-    match parts.as_slice() {
-        [] => "_".into(),
-        _ => parts.join("/"),
-    }
-}
-
 /// Write to a temporary file, fsync it, rename over the target, fsync the folder.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));

@@ -186,6 +186,7 @@ impl ChatModel for ScriptedModel {
                 },
                 model: "scripted".into(),
                 raw: Value::Null,
+                truncated: false,
             })
         })
     }

@@ -270,6 +270,7 @@ impl<'w> Interpreter<'w> {
                 &run_dir,
                 workspace.root(),
                 options.keep_env,
+                options.unconfined_tools,
                 redactor.clone(),
             ),
             run_dir,

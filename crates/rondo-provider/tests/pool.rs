@@ -69,6 +69,7 @@ impl ChatModel for Scripted {
                 },
                 model: "scripted".into(),
                 raw: json!({}),
+                truncated: false,
             })
         })
     }

@@ -1,7 +1,7 @@
 //! Source files and byte spans.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +43,9 @@ impl From<Span> for miette::SourceSpan {
 pub struct SourceFile {
     pub path: PathBuf,
     pub text: Arc<str>,
+    /// Where each line starts, built on first use: positions are then found by binary
+    /// search, so reporting 20,000 diagnostics does not rescan the text 20,000 times.
+    line_starts: OnceLock<Arc<[usize]>>,
 }
 
 impl SourceFile {
@@ -50,6 +53,7 @@ impl SourceFile {
         SourceFile {
             path: path.into(),
             text: text.into(),
+            line_starts: OnceLock::new(),
         }
     }
 
@@ -65,13 +69,42 @@ impl SourceFile {
         }
     }
 
-    /// 1-based line and column of a byte offset.
+    /// 1-based line and column (in bytes) of a byte offset.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
-        let before = &self.text[..offset];
-        let line = before.matches('\n').count() + 1;
-        let col = before.rfind('\n').map_or(offset, |i| offset - i - 1) + 1;
-        (line, col)
+        let line = self.line_index(offset);
+        (line + 1, offset - self.line_starts()[line] + 1)
+    }
+
+    /// The 0-based line holding a byte offset (past the end: the last line).
+    pub fn line_index(&self, offset: usize) -> usize {
+        self.line_starts()
+            .partition_point(|&start| start <= offset)
+            .saturating_sub(1)
+    }
+
+    /// How many lines the text has (an empty text, or text after the last newline, is one).
+    pub fn line_count(&self) -> usize {
+        self.line_starts().len()
+    }
+
+    /// The bytes of a 0-based line: where it starts, where its text ends (before `\r\n` or
+    /// `\n`) and where the next line starts.
+    pub fn line_bounds(&self, line: usize) -> (usize, usize, usize) {
+        let starts = self.line_starts();
+        let start = starts[line.min(starts.len() - 1)];
+        let next = starts.get(line + 1).copied().unwrap_or(self.text.len());
+        let text = &self.text[start..next];
+        let content = text.strip_suffix('\n').map_or(text, |t| t.strip_suffix('\r').unwrap_or(t));
+        (start, start + content.len(), next)
+    }
+
+    fn line_starts(&self) -> &[usize] {
+        self.line_starts.get_or_init(|| {
+            std::iter::once(0)
+                .chain(self.text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect()
+        })
     }
 
     pub fn named(&self) -> miette::NamedSource<Arc<str>> {

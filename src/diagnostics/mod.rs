@@ -1,14 +1,16 @@
 //! Diagnostics: every user error of every stage, accumulated rather than stopping at the
 //! first, rendered with miette (human) or as JSON (editors and CI).
 
-use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceCode};
 use serde::Serialize;
 
 use crate::source::{SourceFile, Span};
+
+mod render;
+
+pub use render::render_human;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -195,173 +197,6 @@ impl Diagnostics {
     pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
         self.items.iter()
     }
-}
-
-/// A diagnostic bound to its source so miette can draw it.
-struct Report<'a> {
-    diagnostic: &'a Diagnostic,
-    source: NamedSource<Arc<str>>,
-    /// The labels drawn on `source`; for an external diagnostic, its one label.
-    labels: Vec<Label>,
-    /// For an external diagnostic: the workflow's side, drawn after it.
-    related: Vec<Related>,
-}
-
-/// The workflow labels of a diagnostic reported in a template.
-struct Related {
-    source: NamedSource<Arc<str>>,
-    labels: Vec<Label>,
-}
-
-impl fmt::Debug for Related {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("in the workflow")
-    }
-}
-
-impl fmt::Display for Related {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("in the workflow")
-    }
-}
-
-impl std::error::Error for Related {}
-
-impl miette::Diagnostic for Related {
-    fn severity(&self) -> Option<miette::Severity> {
-        Some(miette::Severity::Advice)
-    }
-
-    fn source_code(&self) -> Option<&dyn SourceCode> {
-        Some(&self.source)
-    }
-
-    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        Some(Box::new(labeled_spans(&self.labels)))
-    }
-}
-
-fn labeled_spans(labels: &[Label]) -> impl Iterator<Item = LabeledSpan> + '_ {
-    labels.iter().enumerate().map(|(i, l)| {
-        let text = (!l.text.is_empty()).then(|| l.text.clone());
-        if i == 0 {
-            LabeledSpan::new_primary_with_span(text, l.span)
-        } else {
-            LabeledSpan::new_with_span(text, l.span)
-        }
-    })
-}
-
-impl fmt::Debug for Report<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.diagnostic.message)
-    }
-}
-
-impl fmt::Display for Report<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.diagnostic.message)
-    }
-}
-
-impl std::error::Error for Report<'_> {}
-
-impl miette::Diagnostic for Report<'_> {
-    fn code<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
-        Some(Box::new(self.diagnostic.code))
-    }
-
-    fn severity(&self) -> Option<miette::Severity> {
-        Some(match self.diagnostic.severity {
-            Severity::Error => miette::Severity::Error,
-            Severity::Warning => miette::Severity::Warning,
-        })
-    }
-
-    fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
-        self.diagnostic
-            .help
-            .as_ref()
-            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
-    }
-
-    fn source_code(&self) -> Option<&dyn SourceCode> {
-        Some(&self.source)
-    }
-
-    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        Some(Box::new(labeled_spans(&self.labels)))
-    }
-
-    fn related<'b>(&'b self) -> Option<Box<dyn Iterator<Item = &'b dyn miette::Diagnostic> + 'b>> {
-        if self.related.is_empty() {
-            return None;
-        }
-        Some(Box::new(
-            self.related.iter().map(|r| r as &dyn miette::Diagnostic),
-        ))
-    }
-}
-
-/// Renders diagnostics as text; `color` off gives stable, snapshot-friendly output.
-pub fn render_human(
-    file: &SourceFile,
-    diagnostics: &[Diagnostic],
-    color: bool,
-    width: usize,
-) -> String {
-    let theme = if color {
-        GraphicalTheme::unicode()
-    } else {
-        GraphicalTheme::unicode_nocolor()
-    };
-    let handler = GraphicalReportHandler::new_themed(theme)
-        .with_width(width)
-        .with_links(false);
-    let source = file.named();
-    let mut out = String::new();
-    for diagnostic in diagnostics {
-        let (report, (path, line, col)) = match &diagnostic.external {
-            None => (
-                Report {
-                    diagnostic,
-                    source: source.clone(),
-                    labels: diagnostic.labels.clone(),
-                    related: Vec::new(),
-                },
-                position(file, diagnostic.primary_span()),
-            ),
-            Some(external) => {
-                let ext_file = external.file();
-                let related = if diagnostic.labels.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![Related {
-                        source: source.clone(),
-                        labels: diagnostic.labels.clone(),
-                    }]
-                };
-                (
-                    Report {
-                        diagnostic,
-                        source: ext_file.named(),
-                        labels: vec![Label {
-                            span: external.span,
-                            text: external.label.clone(),
-                        }],
-                        related,
-                    },
-                    position(&ext_file, external.span),
-                )
-            }
-        };
-        out.push_str(&format!("{path}:{line}:{col}\n"));
-        if handler.render_report(&mut out, &report).is_err() {
-            out.push_str(&diagnostic.message);
-        }
-        out.push('\n');
-    }
-    out
 }
 
 fn position(file: &SourceFile, span: Span) -> (String, usize, usize) {

@@ -95,7 +95,9 @@ impl SourceFile {
         let start = starts[line.min(starts.len() - 1)];
         let next = starts.get(line + 1).copied().unwrap_or(self.text.len());
         let text = &self.text[start..next];
-        let content = text.strip_suffix('\n').map_or(text, |t| t.strip_suffix('\r').unwrap_or(t));
+        let content = text
+            .strip_suffix('\n')
+            .map_or(text, |t| t.strip_suffix('\r').unwrap_or(t));
         (start, start + content.len(), next)
     }
 

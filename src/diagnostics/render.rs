@@ -104,7 +104,10 @@ pub fn render_human(
             text = diagnostic.message.clone();
         }
         let (wl, wc) = file.line_col(diagnostic.primary_span().start);
-        let primaries = [format!("{path}:{line}:{col}"), format!("{}:{wl}:{wc}", file.path.display())];
+        let primaries = [
+            format!("{path}:{line}:{col}"),
+            format!("{}:{wl}:{wc}", file.path.display()),
+        ];
         out.push_str(&join_excerpts(&text, &primaries));
         out.push('\n');
     }
@@ -296,7 +299,10 @@ impl Excerpt {
         let mut hidden: Vec<usize> = Vec::new();
         for i in order {
             let p = &placed[i];
-            let range = (p.first.saturating_sub(CONTEXT), (p.last + CONTEXT).min(last_line));
+            let range = (
+                p.first.saturating_sub(CONTEXT),
+                (p.last + CONTEXT).min(last_line),
+            );
             let mut with = ranges.clone();
             with.push(range);
             let with = merge(with);
@@ -324,7 +330,10 @@ impl Excerpt {
                     text,
                     file_start,
                     file_end,
-                    chosen.iter().map(|&i| &placed[i]).filter(|p| p.first <= line && line <= p.last),
+                    chosen
+                        .iter()
+                        .map(|&i| &placed[i])
+                        .filter(|p| p.first <= line && line <= p.last),
                 );
                 let start = excerpt.text.len();
                 let mut parts = Vec::new();
@@ -565,9 +574,7 @@ impl SourceCode for Excerpt {
         }
         let first = self.index_of(offset);
         let run = self.lines[first].run;
-        let last = self
-            .index_of(offset + len.saturating_sub(1))
-            .max(first);
+        let last = self.index_of(offset + len.saturating_sub(1)).max(first);
         // A context stays within its run of consecutive lines.
         let run_start = self.lines[..first].partition_point(|s| s.run < run);
         let run_end = first + self.lines[first..].partition_point(|s| s.run == run) - 1;
@@ -626,8 +633,7 @@ fn join_excerpts(rendered: &str, primaries: &[String]) -> String {
     }
     let mut joined_to_next = vec![false; boxes.len()];
     for k in 1..boxes.len() {
-        joined_to_next[k - 1] =
-            boxes[k - 1].1 + 1 == boxes[k].0 && boxes[k - 1].3 == boxes[k].3;
+        joined_to_next[k - 1] = boxes[k - 1].1 + 1 == boxes[k].0 && boxes[k - 1].3 == boxes[k].3;
     }
     let mut out = String::with_capacity(rendered.len());
     let mut next_line = 0;
@@ -652,7 +658,11 @@ fn join_excerpts(rendered: &str, primaries: &[String]) -> String {
         for (j, &(header, footer, w, _, _)) in group.iter().enumerate() {
             let pad = " ".repeat(width - w);
             let from = header + 1;
-            let to = if j + 1 == group.len() { footer } else { footer - 1 };
+            let to = if j + 1 == group.len() {
+                footer
+            } else {
+                footer - 1
+            };
             for line in &lines[from..=to] {
                 out.push_str(&pad);
                 out.push_str(line);
@@ -692,4 +702,170 @@ fn box_location(header: &str) -> (String, String) {
         _ => name.to_string(),
     };
     (file, name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostics::Diagnostic;
+
+    /// The source lines a rendering draws (`  12 │ text`), by number.
+    fn drawn_lines(rendered: &str) -> Vec<usize> {
+        rendered
+            .lines()
+            .filter_map(|l| {
+                let (number, rest) = l.trim_start().split_once(' ')?;
+                rest.starts_with('│').then(|| number.parse().ok())?
+            })
+            .collect()
+    }
+
+    fn span_of(file: &SourceFile, needle: &str, nth: usize) -> Span {
+        let start = file
+            .text
+            .match_indices(needle)
+            .nth(nth)
+            .map(|(i, _)| i)
+            .expect("needle in text");
+        Span::new(start, start + needle.len())
+    }
+
+    #[test]
+    fn twenty_thousand_diagnostics_each_drawn_from_its_own_lines() {
+        let n = 20_000;
+        let mut text = String::new();
+        let mut diags = Vec::new();
+        for i in 0..n {
+            let start = text.len() + "a -> ".len();
+            text.push_str(&format!("a -> b{i} when x\n"));
+            let span = Span::new(start, start + format!("b{i}").len());
+            diags.push(
+                Diagnostic::error("rondo::route::unknown_target", format!("unknown `b{i}`"))
+                    .label(span, "not declared"),
+            );
+        }
+        let file = SourceFile::new("big.rondo", text);
+        // What one diagnostic costs is its excerpt, bounded whatever the file's size: so
+        // the whole rendering is linear in the number of diagnostics.
+        let mut excerpt_bytes = 0;
+        for d in &diags {
+            let (excerpt, labels, hidden) = Excerpt::new(&file, &d.labels);
+            assert_eq!((labels.len(), hidden.len()), (1, 0));
+            assert!(excerpt.lines.len() <= 3, "{} lines", excerpt.lines.len());
+            excerpt_bytes += excerpt.text.len();
+        }
+        assert!(
+            excerpt_bytes <= n * 3 * 20,
+            "{excerpt_bytes} bytes of excerpts"
+        );
+        let out = render_human(&file, &diags, false, 100);
+        let headers: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("big.rondo:"))
+            .collect();
+        assert_eq!(headers.len(), n);
+        for (i, header) in headers.iter().enumerate() {
+            assert_eq!(*header, format!("big.rondo:{}:6", i + 1));
+        }
+        assert_eq!(out.matches("not declared").count(), n);
+    }
+
+    #[test]
+    fn a_label_past_column_65535_is_drawn_on_a_cut_line() {
+        let text = format!(
+            "start -> a\na -> done when{} input.nope\nexit done\n",
+            " ".repeat(70_000)
+        );
+        let file = SourceFile::new("long.rondo", text);
+        let span = span_of(&file, "input.nope", 0);
+        let d = Diagnostic::error("rondo::expr::unknown_input", "unknown input `nope`")
+            .label(span, "not an input");
+        let out = render_human(&file, &[d], false, 100);
+        assert!(out.starts_with("long.rondo:2:70016\n"), "{out}");
+        assert!(out.contains("[long.rondo:2:70016]"), "{out}");
+        let line = out
+            .lines()
+            .find(|l| l.contains("input.nope"))
+            .expect("the labelled text is drawn");
+        assert!(line.contains(CUT), "{line}");
+        assert!(out.contains("╰── not an input"));
+        let widest = out.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        assert!(widest < 200, "a line of {widest} characters");
+        assert_eq!(drawn_lines(&out), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_long_label_on_a_long_line_is_cut_both_ways() {
+        let long = "x".repeat(100_000);
+        let text = format!("a = \"{long}\"\n");
+        let file = SourceFile::new("w.rondo", text);
+        let d = Diagnostic::error("rondo::attr::wrong_kind", "too long")
+            .label(span_of(&file, &long, 0), "this string");
+        let out = render_human(&file, &[d], false, 100);
+        assert!(out.lines().all(|l| l.chars().count() < 200), "{out}");
+        assert!(out.contains("this string"));
+    }
+
+    #[test]
+    fn far_apart_labels_are_joined_with_a_mark_and_the_excerpt_stays_short() {
+        let text: String = (1..=1000).map(|i| format!("line {i}\n")).collect();
+        let file = SourceFile::new("w.rondo", text);
+        let mut d = Diagnostic::error("rondo::loop::unbounded", "unbounded loop");
+        for (i, line) in [500, 10, 900, 300, 700, 100].iter().enumerate() {
+            d = d.label(
+                span_of(&file, &format!("line {line}\n"), 0),
+                format!("label {i}"),
+            );
+        }
+        let out = render_human(&file, &[d], false, 100);
+        let drawn = drawn_lines(&out);
+        assert!(drawn.len() <= MAX_LINES, "{drawn:?}\n{out}");
+        // The primary label first, then the others in file order while they fit.
+        assert_eq!(drawn, vec![9, 10, 11, 99, 100, 101, 499, 500, 501], "{out}");
+        assert_eq!(out.matches('⋮').count(), 2, "{out}");
+        assert_eq!(out.matches("╭─[").count(), 1, "one box: {out}");
+        assert!(
+            out.contains("╭─[w.rondo:500:1]"),
+            "headed by the primary label: {out}"
+        );
+        assert!(out.contains("also at lines 300, 700 and 900"), "{out}");
+    }
+
+    #[test]
+    fn a_label_over_many_lines_is_drawn_on_its_first() {
+        let body: String = (0..40).map(|i| format!("  expect x == {i}\n")).collect();
+        let text = format!("workflow w {{}}\n\ntest \"t\" {{\n{body}}}\n");
+        let file = SourceFile::new("w.rondo", text);
+        let start = span_of(&file, "test", 0).start;
+        let d = Diagnostic::error("rondo::test::duplicate", "two tests")
+            .label(Span::new(start, file.text.len() - 1), "this test");
+        let out = render_human(&file, &[d], false, 100);
+        assert_eq!(drawn_lines(&out), vec![2, 3, 4], "{out}");
+        assert!(out.contains("this test"));
+    }
+
+    #[test]
+    fn thousands_of_labels_draw_a_few_and_count_the_rest() {
+        let text: String = (0..5000).map(|_| "a -> nowhere\n").collect();
+        let file = SourceFile::new("w.rondo", text);
+        let mut d = Diagnostic::error("rondo::route::unknown_target", "`nowhere` is not declared");
+        for i in 0..5000 {
+            d = d.label(span_of(&file, "nowhere", i), "");
+        }
+        let out = render_human(&file, &[d], false, 100);
+        assert!(drawn_lines(&out).len() <= MAX_LINES, "{out}");
+        assert!(out.contains("and 4984 more"), "{out}");
+    }
+
+    #[test]
+    fn labels_in_a_file_with_crlf_and_multibyte_text_keep_their_columns() {
+        let text = "é é\r\nrole x: llm {}\r\n";
+        let file = SourceFile::new("w.rondo", text);
+        let d = Diagnostic::error("rondo::role::no_prompt", "no prompt")
+            .label(span_of(&file, "x", 0), "here");
+        let out = render_human(&file, &[d], false, 100);
+        assert!(out.starts_with("w.rondo:2:6\n"), "{out}");
+        assert!(out.contains("[w.rondo:2:6]"), "{out}");
+        assert!(out.contains(" 2 │ role x: llm {}\n"), "{out}");
+    }
 }

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::check::{self, CheckOptions};
 use crate::compile;
-use crate::diagnostics::{self, Diagnostics};
+use crate::diagnostics::{self, Diagnostic, Diagnostics};
 use crate::render;
 use crate::run::{self, Interpreter, RunOptions, progress};
 use crate::source::SourceFile;
@@ -410,8 +410,23 @@ pub fn load_checked(
     path: &std::path::Path,
     options: &CheckOptions,
 ) -> Result<(SourceFile, compile::Workflow, Diagnostics, check::Summary), String> {
-    let file =
-        SourceFile::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = match SourceFile::read(path) {
+        Ok(file) => file,
+        Err(e) => {
+            let Some((text, span, label)) = e.bad_byte() else {
+                return Err(format!("cannot read {}: {e}", path.display()));
+            };
+            // Nothing else is checked: what the other stages would say of the mangled text
+            // follows from this one fault.
+            let mut diags = Diagnostics::default();
+            diags.push(
+                Diagnostic::not_utf8(format_args!("`{}`", path.display())).label(span, label),
+            );
+            let (nothing, _) = compile::load(&SourceFile::new(path, ""));
+            let file = SourceFile::new(path, text);
+            return Ok((file, nothing, diags, check::Summary::default()));
+        }
+    };
     let (ast, workflow, mut diags) = compile::load_keeping_ast(&file);
     // Every caller only needs the workflow; the tree is left for the process exit.
     std::mem::forget(ast);

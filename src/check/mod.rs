@@ -21,7 +21,7 @@ pub struct CheckOptions {
 }
 
 /// What `check` found out about a sound workflow.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     pub roles: usize,
     pub llm_roles: usize,

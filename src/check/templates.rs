@@ -20,8 +20,8 @@ use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
 use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics, ExternalLabel};
-use crate::prompt::Prompts;
+use crate::diagnostics::{Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
+use crate::prompt::{Prompts, TemplateError, tera_error_at};
 use crate::source::Span;
 
 /// Variables every prompt has besides the role names.
@@ -159,23 +159,14 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
             }
             if let Some(error) = prompts.errors.get(&file) {
                 if reported_parse.insert(file.clone()) {
-                    diags.push(
-                        Diagnostic::error(
-                            "rondo::template::parse",
-                            format!("template `{file}` does not parse"),
-                        )
-                        .label(span, error.clone())
-                        .help(format!(
-                            "fix {}",
-                            workflow.prompts_dir.join(&file).display()
-                        )),
-                    );
+                    let renders = format!("role `{name}` renders `{file}`");
+                    diags.push(template_error(workflow, &file, span, renders, error));
                 }
                 continue;
             }
             if !prompts.has(&file) {
                 let names = prompts.names();
-                let help = suggest(&file, names.iter().map(String::as_str))
+                let help = did_you_mean(&file, names.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("create it in {}", workflow.prompts_dir.display()));
                 diags.push(
                     Diagnostic::error(
@@ -208,6 +199,54 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
         }
     }
 }
+
+/// A template that cannot be used: at its own line and column when the error names one,
+/// with the role that renders it.
+fn template_error(
+    workflow: &Workflow,
+    file: &str,
+    role_span: Span,
+    renders: String,
+    error: &TemplateError,
+) -> Diagnostic {
+    let path = workflow.prompts_dir.join(file);
+    let Some((text, at)) = &error.at else {
+        return Diagnostic::error(
+            "rondo::template::parse",
+            format!("template `{file}` cannot be used: {}", error.reason),
+        )
+        .label(role_span, renders)
+        .help(format!("fix {}", path.display()));
+    };
+    let at = *at;
+    let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+    let (diagnostic, help) = if error.not_utf8 {
+        (
+            Diagnostic::not_utf8(format_args!("template `{file}`")),
+            None,
+        )
+    } else {
+        (
+            Diagnostic::error(
+                "rondo::template::parse",
+                format!("template `{file}` does not parse"),
+            ),
+            Some(TAG_HELP),
+        )
+    };
+    diagnostic
+        .label(role_span, renders)
+        .external(ExternalLabel::new(
+            &path,
+            text.clone(),
+            Span::new(at, end),
+            error.reason.clone(),
+        ))
+        .maybe_help(help.map(str::to_string))
+}
+
+/// How to write tera tags, for a template that does not parse.
+const TAG_HELP: &str = "tera tags: `{{ value | filter }}`, `{% if x %}...{% endif %}`, `{% for x in xs %}...{% endfor %}`; close each `{{` and `{%`, and write a literal brace pair as `{{ \"{{\" }}`";
 
 /// Checks every inline template: command arguments and log names of tool roles (rendered
 /// before the role runs), artifact names (after it ran), workflow artifact names (after
@@ -268,7 +307,7 @@ fn check_inline(
         let mut tera = tera::Tera::default();
         if let Err(e) = tera.add_raw_template("inline", text) {
             if report_parse {
-                let (at, label) = parse_error_at(&crate::compile::tera_error_text(&e), text);
+                let (at, label) = tera_error_at(&crate::compile::tera_error_text(&e), text);
                 let at = match (text_start, at) {
                     (Some(start), Some(at)) => Span::new(start + at, start + at + 1),
                     _ => span,
@@ -279,7 +318,7 @@ fn check_inline(
                         format!("{what} is not a valid template"),
                     )
                     .label(at, label)
-                    .help("close each `{{ ... }}` and `{% ... %}`; write a literal brace pair as `{{ \"{{\" }}`"),
+                    .help(TAG_HELP),
                 );
             }
             continue;
@@ -303,35 +342,6 @@ fn check_inline(
             diags.push(d);
         }
     }
-}
-
-/// Where in `text` a tera parse error points (from its `--> line:col`), and its reason.
-fn parse_error_at(error: &str, text: &str) -> (Option<usize>, String) {
-    let reason = error
-        .rsplit_once("= ")
-        .map_or(error, |(_, r)| r)
-        .trim()
-        .to_string();
-    let at = error.split_once("--> ").and_then(|(_, rest)| {
-        let (line, rest) = rest.split_once(':')?;
-        let col: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        let (line, col) = (
-            line.trim().parse::<usize>().ok()?,
-            col.parse::<usize>().ok()?,
-        );
-        let start = text
-            .split_inclusive('\n')
-            .take(line.checked_sub(1)?)
-            .map(str::len)
-            .sum::<usize>();
-        let line_text = text[start..].lines().next().unwrap_or("");
-        let offset = line_text
-            .char_indices()
-            .nth(col.checked_sub(1)?)
-            .map_or(line_text.len(), |(i, _)| i);
-        Some((start + offset).min(text.len()))
-    });
-    (at, reason)
 }
 
 /// How a read fails: rendering fails on a missing value; an `{% if %}` condition, `is
@@ -847,6 +857,20 @@ impl<'a> Walker<'a> {
     }
 
     fn include(&mut self, names: &[String], ignore_missing: bool) {
+        let broken = names
+            .iter()
+            .find_map(|n| self.prompts.errors.get(n).map(|e| (n, e)));
+        if let (Some((name, error)), None) = (broken, self.inline.as_ref()) {
+            let renders = format!(
+                "role `{}` renders `{}`, which includes `{name}`",
+                self.role_name,
+                self.file_name()
+            );
+            let role_span = self.workflow.node(self.role).span;
+            let d = template_error(self.workflow, name, role_span, renders, error);
+            self.found.push(d);
+            return;
+        }
         let Some(name) = names.iter().find(|n| self.prompts.has(n)) else {
             if !ignore_missing {
                 let shown = names.join("`, `");
@@ -866,7 +890,7 @@ impl<'a> Walker<'a> {
                     .collect();
                 let help = names
                     .first()
-                    .and_then(|_| suggest(&shown, names.iter().map(String::as_str)));
+                    .and_then(|_| did_you_mean(&shown, names.iter().map(String::as_str)));
                 self.help(at, help);
             }
             return;
@@ -1074,7 +1098,7 @@ impl<'a> Walker<'a> {
             Span::new(start, start + name.len()),
             format!("no {what} of this name"),
         );
-        let help = suggest(name, known.iter().copied())
+        let help = did_you_mean(name, known.iter().copied())
             .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
         self.help(at, Some(help));
     }
@@ -1326,7 +1350,7 @@ impl<'a> Walker<'a> {
             span,
             format!("no {what} of this name"),
         );
-        let help = suggest(name, known.iter().copied())
+        let help = did_you_mean(name, known.iter().copied())
             .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
         self.help(at, Some(help));
     }
@@ -1352,7 +1376,7 @@ impl<'a> Walker<'a> {
                         format!("items are {}", short(&inner)),
                     );
                     let names = inner.field_names();
-                    let help = suggest(name, names.iter().map(String::as_str))
+                    let help = did_you_mean(name, names.iter().map(String::as_str))
                         .or_else(|| fields_help(&names));
                     self.help(at, help);
                     return;
@@ -1415,7 +1439,7 @@ impl<'a> Walker<'a> {
                                 at(*from, *to),
                                 "not declared".into(),
                             );
-                            let help = suggest(name, names.iter().map(String::as_str))
+                            let help = did_you_mean(name, names.iter().map(String::as_str))
                                 .unwrap_or_else(|| "declare it: `input NAME: type`".into());
                             self.help(at_, Some(help));
                             return Type::Any;
@@ -1450,7 +1474,7 @@ impl<'a> Walker<'a> {
                                 let help = if declared {
                                     "copy what it needs into a value slot with an update (`set x = ...`), or render it in a prompt".to_string()
                                 } else {
-                                    suggest(name, names.iter().map(String::as_str))
+                                    did_you_mean(name, names.iter().map(String::as_str))
                                         .unwrap_or_else(|| "declare it in `memory { ... }`".into())
                                 };
                                 self.help(at_, Some(help));
@@ -1544,7 +1568,7 @@ impl<'a> Walker<'a> {
                             )
                         });
                         let help = by_name
-                            .or_else(|| suggest(&root, candidates.iter().map(String::as_str)))
+                            .or_else(|| did_you_mean(&root, candidates.iter().map(String::as_str)))
                             .unwrap_or_else(|| {
                                 format!(
                                     "templates see: {}, and each role's latest output by role name",
@@ -1645,23 +1669,11 @@ impl<'a> Walker<'a> {
             format!("`{owner}` is {}", short(ty)),
         );
         let names = ty.field_names();
-        let help = suggest(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
+        let help =
+            did_you_mean(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
         self.help(at, help);
         Type::Any
     }
-}
-
-/// "did you mean" that also counts a swap of two letters (`nmae`) as one edit.
-fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
-    let mut best: Option<(usize, &str)> = None;
-    for candidate in candidates {
-        let distance = strsim::osa_distance(name, candidate);
-        let limit = (name.len().max(candidate.len()) / 3).max(1);
-        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
-            best = Some((distance, candidate));
-        }
-    }
-    best.map(|(_, c)| format!("did you mean `{c}`?"))
 }
 
 fn fields_help(names: &[String]) -> Option<String> {

@@ -1,6 +1,7 @@
 //! Diagnostics: every user error of every stage, accumulated rather than stopping at the
 //! first, rendered with miette (human) or as JSON (editors and CI).
 
+use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -125,6 +126,13 @@ impl Diagnostic {
             Some(h) => self.help(h),
             None => self,
         }
+    }
+
+    /// A file (the workflow, an import, a template) whose bytes are not UTF-8; the caller
+    /// labels the first bad byte ([`ReadError::bad_byte`]) in that file.
+    pub fn not_utf8(what: impl fmt::Display) -> Self {
+        Diagnostic::error("rondo::file::not_utf8", format!("{what} is not UTF-8 text"))
+            .help("save it as UTF-8 (from Latin-1: `iconv -f latin1 -t utf-8 FILE > NEW`)")
     }
 
     pub fn primary_span(&self) -> Span {
@@ -279,18 +287,52 @@ pub fn to_json<'a>(file: &SourceFile, diagnostics: &'a [Diagnostic]) -> Vec<serd
         .collect()
 }
 
-/// "did you mean `x`?" for the closest candidate within a small edit distance.
+/// "did you mean `x`?" for the closest candidate within a small edit distance (a swap
+/// of two letters, `nmae`, is one edit); of equally close ones, the first by name, so the
+/// answer does not depend on the order candidates come in.
 pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
-    let mut best: Option<(usize, &str)> = None;
-    for candidate in candidates {
-        let distance = strsim::levenshtein(name, candidate);
-        let limit = (name.len().max(candidate.len()) / 3).max(1);
-        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
-            best = Some((distance, candidate));
+    candidates
+        .into_iter()
+        .filter_map(|candidate| {
+            let distance = strsim::osa_distance(name, candidate);
+            let limit = (name.len().max(candidate.len()) / 3).max(1);
+            (distance <= limit).then_some((distance, candidate))
+        })
+        .min()
+        .map(|(_, c)| format!("did you mean `{c}`?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn did_you_mean_breaks_ties_by_name_whatever_the_order() {
+        let names = ["coder", "c", "a", "ab", "cb"];
+        for rotation in 0..names.len() {
+            let mut order = names.to_vec();
+            order.rotate_left(rotation);
+            assert_eq!(
+                did_you_mean("b", order.iter().copied()).as_deref(),
+                Some("did you mean `a`?")
+            );
+            order.reverse();
+            assert_eq!(
+                did_you_mean("b", order.iter().copied()).as_deref(),
+                Some("did you mean `a`?")
+            );
         }
     }
-    best.map(|(_, c)| format!("did you mean `{c}`?"))
+
+    #[test]
+    fn did_you_mean_counts_a_swap_as_one_edit_and_stays_close() {
+        assert_eq!(
+            did_you_mean("nmae", ["name", "none"]).as_deref(),
+            Some("did you mean `name`?")
+        );
+        assert_eq!(did_you_mean("planner", ["executor", "verifier"]), None);
+    }
 }

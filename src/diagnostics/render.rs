@@ -446,9 +446,15 @@ impl Excerpt {
 /// lines is cut to its first line.
 fn place(file: &SourceFile, span: Span) -> Placed {
     let text = &*file.text;
-    let start = text.floor_char_boundary(span.start.min(text.len()));
+    let mut start = text.floor_char_boundary(span.start.min(text.len()));
     let mut end = text.ceil_char_boundary(span.end.clamp(start, text.len()));
-    let first = file.line_index(start);
+    let mut first = file.line_index(start);
+    if start == end && start == text.len() && first > 0 && file.line_bounds(first).0 == start {
+        // At the end of a text ending in a line break: that empty line is not drawn, so
+        // the label goes to the end of the line before.
+        first -= 1;
+        (start, end) = (file.line_bounds(first).1, file.line_bounds(first).1);
+    }
     let mut last = if end > start {
         file.line_index(end - 1)
     } else {

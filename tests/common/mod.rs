@@ -26,12 +26,11 @@ pub fn check_source(file: &SourceFile, offline: bool) -> (Workflow, Diagnostics,
     (workflow, diags, summary)
 }
 
-/// Reads a file by its path relative to the package root and checks it.
+/// Reads a file by its path relative to the package root and checks it, as `rondo check`
+/// does.
 pub fn check_path(path: &Path, offline: bool) -> (SourceFile, Workflow, Diagnostics, Summary) {
-    let file =
-        SourceFile::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let (workflow, diags, summary) = check_source(&file, offline);
-    (file, workflow, diags, summary)
+    rondo::cli::load_checked(path, &CheckOptions { offline })
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
 /// The codes of the diagnostics, in sorted order.

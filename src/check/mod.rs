@@ -89,10 +89,12 @@ fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
         if let (true, Some(var)) = (profile.key_required(), profile.key_env())
             && std::env::var_os(var).is_none_or(|v| v.is_empty())
         {
+            // The file is sound; only this machine is not ready: a warning, and `rondo run`
+            // refuses to start until the key is set.
             diags.push(
-                Diagnostic::error("rondo::env::missing_key", format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
+                Diagnostic::warning("rondo::env::missing_key", format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
                     .label(p.span, "declared here")
-                    .help(format!("export {var}=... before running, or run with `--provider scripted`; `rondo check --offline` skips this check")),
+                    .help(format!("export {var}=... before `rondo run` (it will not start without it), or run with `--provider scripted`; `rondo check --offline` skips this check, `--deny-warnings` fails on it")),
             );
         }
     }

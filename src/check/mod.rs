@@ -12,7 +12,7 @@ use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
 use crate::compile::{RoleKind, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 
 #[derive(Debug, Clone, Default)]
 pub struct CheckOptions {
@@ -92,7 +92,7 @@ fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
             // The file is sound; only this machine is not ready: a warning, and `rondo run`
             // refuses to start until the key is set.
             diags.push(
-                Diagnostic::warning("rondo::env::missing_key", format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
+                Diagnostic::warning(Code::EnvMissingKey, format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
                     .label(p.span, "declared here")
                     .help(format!("export {var}=... before `rondo run` (it will not start without it), or run with `--provider scripted`; `rondo check --offline` skips this check, `--deny-warnings` fails on it")),
             );

@@ -7,7 +7,7 @@ use petgraph::graph::NodeIndex;
 
 use super::node_name;
 use crate::compile::{OutputFormat, RoleKind, RouteTarget, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 
 pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
     // A branch of a parallel or map route has no routes; the join reads `X.invalid`.
@@ -34,7 +34,7 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
         let name = node_name(workflow, index);
         diags.push(
             Diagnostic::error(
-                "rondo::route::invalid_not_routed",
+                Code::RouteInvalidNotRouted,
                 format!("`{name}` can give a reply that stays invalid after its retries, and no route takes it"),
             )
             .label(workflow.node(index).span, "an llm role with `output json`")

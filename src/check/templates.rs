@@ -20,7 +20,7 @@ use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
 use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
 use crate::prompt::{Prompts, TemplateError, tera_error_at};
 use crate::source::Span;
 
@@ -170,7 +170,7 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
                     .unwrap_or_else(|| format!("create it in {}", workflow.prompts_dir.display()));
                 diags.push(
                     Diagnostic::error(
-                        "rondo::template::missing",
+                        Code::TemplateMissing,
                         format!("role `{name}` uses template `{file}`, which does not exist"),
                     )
                     .label(
@@ -212,7 +212,7 @@ fn template_error(
     let path = workflow.prompts_dir.join(file);
     let Some((text, at)) = &error.at else {
         return Diagnostic::error(
-            "rondo::template::parse",
+            Code::TemplateParse,
             format!("template `{file}` cannot be used: {}", error.reason),
         )
         .label(role_span, renders)
@@ -228,7 +228,7 @@ fn template_error(
     } else {
         (
             Diagnostic::error(
-                "rondo::template::parse",
+                Code::TemplateParse,
                 format!("template `{file}` does not parse"),
             ),
             Some(TAG_HELP),
@@ -314,7 +314,7 @@ fn check_inline(
                 };
                 diags.push(
                     Diagnostic::error(
-                        "rondo::template::parse",
+                        Code::TemplateParse,
                         format!("{what} is not a valid template"),
                     )
                     .label(at, label)
@@ -738,7 +738,7 @@ impl<'a> Walker<'a> {
     }
 
     /// A diagnostic at `span` of the current template file.
-    fn report(&mut self, code: &'static str, message: String, span: Span, label: String) -> usize {
+    fn report(&mut self, code: Code, message: String, span: Span, label: String) -> usize {
         if let Some(inline) = &self.inline {
             // Inside the string when it maps byte for byte, else the whole string.
             let at = match inline.text_start {
@@ -788,7 +788,7 @@ impl<'a> Walker<'a> {
             self.too_deep = true;
             let what = self.what();
             let at = self.report(
-                "rondo::template::too_deep",
+                Code::TemplateTooDeep,
                 format!("{what} nests deeper than {MAX_DEPTH} levels"),
                 Span::default(),
                 "checked up to here".into(),
@@ -877,7 +877,7 @@ impl<'a> Walker<'a> {
                 let start = names.first().and_then(|n| self.locate(n)).unwrap_or(0);
                 let len = names.first().map_or(0, String::len);
                 let at = self.report(
-                    "rondo::template::missing",
+                    Code::TemplateMissing,
                     format!("{} includes `{shown}`, which does not exist", self.what()),
                     Span::new(start, start + len),
                     format!("no file in {}", self.prompts.dir.display()),
@@ -899,7 +899,7 @@ impl<'a> Walker<'a> {
         if self.files.iter().any(|f| &f.name == name) {
             let file = self.file_name().to_string();
             let at = self.report(
-                "rondo::template::too_deep",
+                Code::TemplateTooDeep,
                 format!("template `{file}` includes `{name}`, which includes it again"),
                 Span::new(start, start + name.len()),
                 "include cycle".into(),
@@ -933,7 +933,7 @@ impl<'a> Walker<'a> {
         {
             let start = self.container_start(f);
             let at = self.report(
-                "rondo::template::maybe_null",
+                Code::TemplateMaybeNull,
                 format!("`{{% for %}}` loops over `{shown}`, which may be null"),
                 Span::new(start, start + shown.len()),
                 format!("`{shown}` is {}", short(&container)),
@@ -974,7 +974,7 @@ impl<'a> Walker<'a> {
                 };
                 let start = self.container_start(f);
                 let at = self.report(
-                    "rondo::template::loop_target",
+                    Code::TemplateLoopTarget,
                     format!(
                         "`{{% for %}}` loops over `{shown}`, which is {}",
                         short(&container)
@@ -1093,7 +1093,7 @@ impl<'a> Walker<'a> {
     fn unknown_callable(&mut self, what: &str, name: &str, known: &[&str]) {
         let start = self.locate(name).unwrap_or(0);
         let at = self.report(
-            "rondo::template::unknown_filter",
+            Code::TemplateUnknownFilter,
             format!("unknown {what} `{name}`"),
             Span::new(start, start + name.len()),
             format!("no {what} of this name"),
@@ -1266,7 +1266,7 @@ impl<'a> Walker<'a> {
             let known = !matches!(inner, Type::Any | Type::Union { .. } | Type::Null);
             if known && !ok(&inner) {
                 let at = self.report(
-                    "rondo::template::filter_input",
+                    Code::TemplateFilterInput,
                     format!(
                         "filter `{name}` needs {kind}, but `{shown}` is {}",
                         short(&input)
@@ -1285,7 +1285,7 @@ impl<'a> Walker<'a> {
                 && !path.as_ref().is_some_and(|p| self.guards.contains(p))
             {
                 let at = self.report(
-                    "rondo::template::maybe_null",
+                    Code::TemplateMaybeNull,
                     format!("`{shown} | {name}` fails when `{shown}` is null"),
                     span,
                     format!("`{shown}` is {}", short(&input)),
@@ -1345,7 +1345,7 @@ impl<'a> Walker<'a> {
 
     fn unknown_callable_at(&mut self, what: &str, name: &str, known: &[&str], span: Span) {
         let at = self.report(
-            "rondo::template::unknown_filter",
+            Code::TemplateUnknownFilter,
             format!("unknown {what} `{name}`"),
             span,
             format!("no {what} of this name"),
@@ -1370,7 +1370,7 @@ impl<'a> Walker<'a> {
                 None => {
                     let begin = start.map_or(0, |s| s + offset);
                     let at = self.report(
-                        "rondo::template::unknown_field",
+                        Code::TemplateUnknownField,
                         format!("the items have no field `{name}` (in `attribute=\"{attr}\"`)"),
                         Span::new(begin, begin + name.len()),
                         format!("items are {}", short(&inner)),
@@ -1431,7 +1431,7 @@ impl<'a> Walker<'a> {
                         {
                             let names = t.field_names();
                             let at_ = self.report(
-                                "rondo::template::unknown_input",
+                                Code::TemplateUnknownInput,
                                 format!(
                                     "{} reads `input.{name}`, which is not an input",
                                     self.what()
@@ -1461,7 +1461,7 @@ impl<'a> Walker<'a> {
                                     "is not declared"
                                 };
                                 let at_ = self.report(
-                                    "rondo::template::unknown_memory",
+                                    Code::TemplateUnknownMemory,
                                     format!("{} reads `memory.{name}`, which {why}", self.what()),
                                     at(*from, *to),
                                     if declared {
@@ -1482,7 +1482,7 @@ impl<'a> Walker<'a> {
                             }
                             Some((id, _)) if self.inline.is_none() && !self.reads.contains(&id) => {
                                 let at_ = self.report(
-                                "rondo::template::memory_not_read",
+                                Code::TemplateMemoryNotRead,
                                 format!(
                                     "template `{}` reads `memory.{name}`, but role `{}` does not declare it",
                                     self.file_name(),
@@ -1506,7 +1506,7 @@ impl<'a> Walker<'a> {
                         let surely = self.surely_ran(node);
                         if mode == Mode::Render && !surely && !self.guarded(&root) {
                             let at_ = self.report(
-                                "rondo::template::may_not_have_run",
+                                Code::TemplateMayNotHaveRun,
                                 format!(
                                     "{} reads `{root}`, which may have no valid output {}",
                                     self.what(),
@@ -1551,7 +1551,7 @@ impl<'a> Walker<'a> {
                             ),
                         };
                         let at_ = self.report(
-                            "rondo::template::unknown_variable",
+                            Code::TemplateUnknownVariable,
                             message,
                             root_span,
                             "not defined here".into(),
@@ -1593,7 +1593,7 @@ impl<'a> Walker<'a> {
                 && !self.guarded(&prefix)
             {
                 let at_ = self.report(
-                    "rondo::template::maybe_null",
+                    Code::TemplateMaybeNull,
                     format!(
                         "`{prefix}` may be null here, so reading `{}` fails",
                         normalize(&root, &segs[..done])
@@ -1623,7 +1623,7 @@ impl<'a> Walker<'a> {
                     let safe = (n == &0 && self.guarded(&prefix)) || self.guarded(&whole);
                     if mode == Mode::Render && !safe {
                         let at_ = self.report(
-                            "rondo::template::maybe_null",
+                            Code::TemplateMaybeNull,
                             format!("`{whole}` may be past the end of `{prefix}`"),
                             at(0, *to),
                             format!("`{prefix}` may have fewer than {} items", n + 1),
@@ -1663,7 +1663,7 @@ impl<'a> Walker<'a> {
         }
         let owner = normalize(root, &upto[..upto.len() - 1]);
         let at = self.report(
-            "rondo::template::unknown_field",
+            Code::TemplateUnknownField,
             format!("`{owner}` has no field `{name}`"),
             span,
             format!("`{owner}` is {}", short(ty)),

@@ -1,6 +1,7 @@
 //! Diagnostics: every user error of every stage, accumulated rather than stopping at the
 //! first, rendered with miette (human) or as JSON (editors and CI).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -9,8 +10,10 @@ use serde::Serialize;
 
 use crate::source::{SourceFile, Span};
 
+mod code;
 mod render;
 
+pub use code::Code;
 pub use render::render_human;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -30,8 +33,7 @@ pub struct Label {
 #[derive(Debug, Clone, Serialize)]
 pub struct Diagnostic {
     pub severity: Severity,
-    /// A stable code such as `rondo::route::unknown_target`.
-    pub code: &'static str,
+    pub code: Code,
     pub message: String,
     pub labels: Vec<Label>,
     pub help: Option<String>,
@@ -84,7 +86,7 @@ fn normalize(path: &Path) -> PathBuf {
 }
 
 impl Diagnostic {
-    pub fn error(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn error(code: Code, message: impl Into<String>) -> Self {
         Diagnostic {
             severity: Severity::Error,
             code,
@@ -95,7 +97,7 @@ impl Diagnostic {
         }
     }
 
-    pub fn warning(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn warning(code: Code, message: impl Into<String>) -> Self {
         Diagnostic {
             severity: Severity::Warning,
             ..Diagnostic::error(code, message)
@@ -131,8 +133,23 @@ impl Diagnostic {
     /// A file (the workflow, an import, a template) whose bytes are not UTF-8; the caller
     /// labels the first bad byte ([`ReadError::bad_byte`]) in that file.
     pub fn not_utf8(what: impl fmt::Display) -> Self {
-        Diagnostic::error("rondo::file::not_utf8", format!("{what} is not UTF-8 text"))
+        Diagnostic::error(Code::FileNotUtf8, format!("{what} is not UTF-8 text"))
             .help("save it as UTF-8 (from Latin-1: `iconv -f latin1 -t utf-8 FILE > NEW`)")
+    }
+
+    /// The places of the same fault met again: labelled, their text left out when it
+    /// repeats the first label's.
+    fn add_uses(&mut self, labels: Vec<Label>) {
+        let first = self.labels.first().map(|l| l.text.clone());
+        for mut label in labels {
+            if self.labels.iter().any(|l| l.span == label.span) {
+                continue;
+            }
+            if first.as_deref() == Some(label.text.as_str()) {
+                label.text.clear();
+            }
+            self.labels.push(label);
+        }
     }
 
     pub fn primary_span(&self) -> Span {
@@ -148,19 +165,47 @@ impl Diagnostic {
 #[derive(Debug, Clone, Default)]
 pub struct Diagnostics {
     items: Vec<Diagnostic>,
+    /// Where the diagnostic of a fault met in several places is ([`Code::merges_uses`]).
+    repeated: HashMap<RepeatKey, usize>,
+}
+
+/// What makes two diagnostics one fault: code, message and the other file's place.
+type RepeatKey = (Code, String, Option<(PathBuf, Span)>);
+
+fn repeat_key(d: &Diagnostic) -> Option<RepeatKey> {
+    d.code.merges_uses().then(|| {
+        let external = d.external_key().map(|(p, s)| (p.to_path_buf(), s));
+        (d.code, d.message.clone(), external)
+    })
 }
 
 impl Diagnostics {
+    /// Adds a diagnostic; one of a fault already reported only labels its place there.
     pub fn push(&mut self, diagnostic: Diagnostic) {
+        if let Some(key) = repeat_key(&diagnostic) {
+            if let Some(&at) = self.repeated.get(&key) {
+                self.items[at].add_uses(diagnostic.labels);
+                return;
+            }
+            self.repeated.insert(key, self.items.len());
+        }
         self.items.push(diagnostic);
     }
 
     pub fn extend(&mut self, other: Diagnostics) {
-        self.items.extend(other.items);
+        for d in other.items {
+            self.push(d);
+        }
     }
 
     pub fn retain(&mut self, keep: impl FnMut(&Diagnostic) -> bool) {
         self.items.retain(keep);
+        self.repeated = self
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| repeat_key(d).map(|k| (k, i)))
+            .collect();
     }
 
     pub fn has_errors(&self) -> bool {
@@ -275,7 +320,7 @@ pub fn to_json<'a>(file: &SourceFile, diagnostics: &'a [Diagnostic]) -> Vec<serd
             let json = JsonDiagnostic {
                 file: path,
                 severity: d.severity,
-                code: d.code,
+                code: d.code.as_str(),
                 message: &d.message,
                 line,
                 column,
@@ -325,6 +370,48 @@ mod tests {
                 Some("did you mean `a`?")
             );
         }
+    }
+
+    fn unknown(name: &str, at: usize) -> Diagnostic {
+        Diagnostic::error(Code::RouteUnknownTarget, format!("unknown `{name}`"))
+            .label(Span::new(at, at + name.len()), "not declared")
+    }
+
+    #[test]
+    fn one_fault_met_in_several_places_is_one_diagnostic() {
+        let mut diags = Diagnostics::default();
+        diags.push(unknown("done", 10));
+        diags.push(unknown("other", 20));
+        diags.push(unknown("done", 30));
+        diags.push(unknown("done", 30));
+        // Not a code of that kind: two lines not understood are two faults.
+        diags.push(
+            Diagnostic::error(Code::SyntaxInvalidLine, "not understood").label(Span::new(1, 2), ""),
+        );
+        diags.push(
+            Diagnostic::error(Code::SyntaxInvalidLine, "not understood").label(Span::new(3, 4), ""),
+        );
+        assert_eq!(diags.error_count(), 4);
+        let done = diags
+            .iter()
+            .find(|d| d.message == "unknown `done`")
+            .expect("merged");
+        let spans: Vec<(usize, &str)> = done
+            .labels
+            .iter()
+            .map(|l| (l.span.start, l.text.as_str()))
+            .collect();
+        assert_eq!(spans, [(10, "not declared"), (30, "")]);
+        // After a retain, later uses still find their diagnostic.
+        diags.retain(|d| d.message != "unknown `other`");
+        diags.push(unknown("done", 50));
+        diags.push(unknown("other", 60));
+        assert_eq!(diags.error_count(), 4);
+        let done = diags
+            .iter()
+            .find(|d| d.message == "unknown `done`")
+            .expect("merged");
+        assert_eq!(done.labels.len(), 3);
     }
 
     #[test]

@@ -713,7 +713,7 @@ fn box_location(header: &str) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnostics::Diagnostic;
+    use crate::diagnostics::{Code, Diagnostic};
 
     /// The source lines a rendering draws (`  12 │ text`), by number.
     fn drawn_lines(rendered: &str) -> Vec<usize> {
@@ -746,7 +746,7 @@ mod tests {
             text.push_str(&format!("a -> b{i} when x\n"));
             let span = Span::new(start, start + format!("b{i}").len());
             diags.push(
-                Diagnostic::error("rondo::route::unknown_target", format!("unknown `b{i}`"))
+                Diagnostic::error(Code::RouteUnknownTarget, format!("unknown `b{i}`"))
                     .label(span, "not declared"),
             );
         }
@@ -784,7 +784,7 @@ mod tests {
         );
         let file = SourceFile::new("long.rondo", text);
         let span = span_of(&file, "input.nope", 0);
-        let d = Diagnostic::error("rondo::expr::unknown_input", "unknown input `nope`")
+        let d = Diagnostic::error(Code::ExprUnknownInput, "unknown input `nope`")
             .label(span, "not an input");
         let out = render_human(&file, &[d], false, 100);
         assert!(out.starts_with("long.rondo:2:70016\n"), "{out}");
@@ -805,7 +805,7 @@ mod tests {
         let long = "x".repeat(100_000);
         let text = format!("a = \"{long}\"\n");
         let file = SourceFile::new("w.rondo", text);
-        let d = Diagnostic::error("rondo::attr::wrong_kind", "too long")
+        let d = Diagnostic::error(Code::AttrWrongKind, "too long")
             .label(span_of(&file, &long, 0), "this string");
         let out = render_human(&file, &[d], false, 100);
         assert!(out.lines().all(|l| l.chars().count() < 200), "{out}");
@@ -816,7 +816,7 @@ mod tests {
     fn far_apart_labels_are_joined_with_a_mark_and_the_excerpt_stays_short() {
         let text: String = (1..=1000).map(|i| format!("line {i}\n")).collect();
         let file = SourceFile::new("w.rondo", text);
-        let mut d = Diagnostic::error("rondo::loop::unbounded", "unbounded loop");
+        let mut d = Diagnostic::error(Code::LoopUnbounded, "unbounded loop");
         for (i, line) in [500, 10, 900, 300, 700, 100].iter().enumerate() {
             d = d.label(
                 span_of(&file, &format!("line {line}\n"), 0),
@@ -843,7 +843,7 @@ mod tests {
         let text = format!("workflow w {{}}\n\ntest \"t\" {{\n{body}}}\n");
         let file = SourceFile::new("w.rondo", text);
         let start = span_of(&file, "test", 0).start;
-        let d = Diagnostic::error("rondo::test::duplicate", "two tests")
+        let d = Diagnostic::error(Code::TestDuplicate, "two tests")
             .label(Span::new(start, file.text.len() - 1), "this test");
         let out = render_human(&file, &[d], false, 100);
         assert_eq!(drawn_lines(&out), vec![2, 3, 4], "{out}");
@@ -854,7 +854,7 @@ mod tests {
     fn thousands_of_labels_draw_a_few_and_count_the_rest() {
         let text: String = (0..5000).map(|_| "a -> nowhere\n").collect();
         let file = SourceFile::new("w.rondo", text);
-        let mut d = Diagnostic::error("rondo::route::unknown_target", "`nowhere` is not declared");
+        let mut d = Diagnostic::error(Code::RouteUnknownTarget, "`nowhere` is not declared");
         for i in 0..5000 {
             d = d.label(span_of(&file, "nowhere", i), "");
         }
@@ -867,7 +867,7 @@ mod tests {
     fn labels_in_a_file_with_crlf_and_multibyte_text_keep_their_columns() {
         let text = "é é\r\nrole x: llm {}\r\n";
         let file = SourceFile::new("w.rondo", text);
-        let d = Diagnostic::error("rondo::role::no_prompt", "no prompt")
+        let d = Diagnostic::error(Code::RoleNoPrompt, "no prompt")
             .label(span_of(&file, "x", 0), "here");
         let out = render_human(&file, &[d], false, 100);
         assert!(out.starts_with("w.rondo:2:6\n"), "{out}");

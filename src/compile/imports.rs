@@ -9,7 +9,7 @@ use super::attrs::Attrs;
 use super::types::{Field, Type};
 use super::workflow::{EnvKind, EnvSpec, ProviderSpec, ToolSpec};
 use super::{Compiler, relative_to};
-use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{self, Ast, ImportKind, ValueKind};
 
@@ -65,6 +65,14 @@ impl Compiler<'_> {
             let text = match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
                 Ok(t) => t,
                 Err(e) => {
+                    if let Some((text, span, label)) = e.bad_byte() {
+                        self.diags.push(
+                            Diagnostic::not_utf8(format_args!("`{}`", import.path))
+                                .label(import.path_span, "imported here")
+                                .external(ExternalLabel::new(&path, text.into(), span, label)),
+                        );
+                        continue;
+                    }
                     self.diags.push(
                         Diagnostic::error(
                             Code::ImportMissing,

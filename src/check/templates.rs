@@ -164,6 +164,11 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
                 }
                 continue;
             }
+            // A prompts folder that does not exist is reported (by compile), not each
+            // template missing from it.
+            if !prompts.has(&file) && !workflow.prompts_dir.is_dir() {
+                continue;
+            }
             if !prompts.has(&file) {
                 let names = prompts.names();
                 let help = did_you_mean(&file, names.iter().map(String::as_str))

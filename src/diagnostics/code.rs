@@ -180,6 +180,12 @@ impl Code {
                 | Code::EnvironmentUnknown
                 | Code::TestUnknownInput
                 | Code::UpdateUnknownField
+                | Code::TemplateUnknownVariable
+                | Code::TemplateUnknownField
+                | Code::TemplateUnknownInput
+                | Code::TemplateUnknownMemory
+                | Code::TemplateUnknownFilter
+                | Code::TemplateMemoryNotRead
         )
     }
 }

@@ -51,6 +51,9 @@ pub struct ExternalLabel {
     pub text: Arc<str>,
     pub span: Span,
     pub label: String,
+    /// More places in that file with the same fault (the same variable misspelled twice).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Label>,
 }
 
 impl ExternalLabel {
@@ -60,7 +63,18 @@ impl ExternalLabel {
             text,
             span,
             label: label.into(),
+            also: Vec::new(),
         }
+    }
+
+    /// The labels drawn in the other file: its place, then the others.
+    pub fn labels(&self) -> Vec<Label> {
+        let mut out = vec![Label {
+            span: self.span,
+            text: self.label.clone(),
+        }];
+        out.extend(self.also.iter().cloned());
+        out
     }
 
     fn file(&self) -> SourceFile {
@@ -139,16 +153,17 @@ impl Diagnostic {
 
     /// The places of the same fault met again: labelled, their text left out when it
     /// repeats the first label's.
-    fn add_uses(&mut self, labels: Vec<Label>) {
-        let first = self.labels.first().map(|l| l.text.clone());
-        for mut label in labels {
-            if self.labels.iter().any(|l| l.span == label.span) {
-                continue;
-            }
-            if first.as_deref() == Some(label.text.as_str()) {
-                label.text.clear();
-            }
-            self.labels.push(label);
+    fn add_uses(&mut self, other: Diagnostic) {
+        add_labels(&mut self.labels, other.labels);
+        if let (Some(mine), Some(theirs)) = (&mut self.external, other.external) {
+            let first = Label {
+                span: mine.span,
+                text: mine.label.clone(),
+            };
+            let mut all = vec![first];
+            all.append(&mut mine.also);
+            add_labels(&mut all, theirs.labels());
+            mine.also = all.split_off(1);
         }
     }
 
@@ -161,6 +176,21 @@ impl Diagnostic {
     }
 }
 
+/// Adds `more` labels after `labels`, skipping places already labelled; a text that
+/// repeats the first label's is left out.
+fn add_labels(labels: &mut Vec<Label>, more: Vec<Label>) {
+    let first = labels.first().map(|l| l.text.clone());
+    for mut label in more {
+        if labels.iter().any(|l| l.span == label.span) {
+            continue;
+        }
+        if first.as_deref() == Some(label.text.as_str()) {
+            label.text.clear();
+        }
+        labels.push(label);
+    }
+}
+
 /// The diagnostics of one file.
 #[derive(Debug, Clone, Default)]
 pub struct Diagnostics {
@@ -169,12 +199,12 @@ pub struct Diagnostics {
     repeated: HashMap<RepeatKey, usize>,
 }
 
-/// What makes two diagnostics one fault: code, message and the other file's place.
-type RepeatKey = (Code, String, Option<(PathBuf, Span)>);
+/// What makes two diagnostics one fault: code, message and the other file they are in.
+type RepeatKey = (Code, String, Option<PathBuf>);
 
 fn repeat_key(d: &Diagnostic) -> Option<RepeatKey> {
     d.code.merges_uses().then(|| {
-        let external = d.external_key().map(|(p, s)| (p.to_path_buf(), s));
+        let external = d.external.as_ref().map(|e| e.path.clone());
         (d.code, d.message.clone(), external)
     })
 }
@@ -184,7 +214,7 @@ impl Diagnostics {
     pub fn push(&mut self, diagnostic: Diagnostic) {
         if let Some(key) = repeat_key(&diagnostic) {
             if let Some(&at) = self.repeated.get(&key) {
-                self.items[at].add_uses(diagnostic.labels);
+                self.items[at].add_uses(diagnostic);
                 return;
             }
             self.repeated.insert(key, self.items.len());
@@ -310,6 +340,7 @@ pub fn to_json<'a>(file: &SourceFile, diagnostics: &'a [Diagnostic]) -> Vec<serd
             let mut labels: Vec<JsonLabel> = Vec::new();
             if let (Some(e), Some(f)) = (&d.external, &ext_file) {
                 labels.push(json_label(f, &e.label, e.span, true));
+                labels.extend(e.also.iter().map(|l| json_label(f, &l.text, l.span, true)));
             }
             let named = d.external.is_some();
             labels.extend(

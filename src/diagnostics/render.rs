@@ -71,11 +71,7 @@ pub fn render_human(
                 let ext_file = others
                     .entry(external.path.clone())
                     .or_insert_with(|| external.file());
-                let label = Label {
-                    span: external.span,
-                    text: external.label.clone(),
-                };
-                let (source, labels, _) = Excerpt::new(ext_file, std::slice::from_ref(&label));
+                let (source, labels, hidden) = Excerpt::new(ext_file, &external.labels());
                 let related = if diagnostic.labels.is_empty() {
                     Vec::new()
                 } else {
@@ -91,7 +87,7 @@ pub fn render_human(
                         diagnostic,
                         source,
                         labels,
-                        hidden: Vec::new(),
+                        hidden,
                         related,
                     },
                     position(ext_file, external.span),

@@ -15,12 +15,14 @@ use crate::compile::{
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::syntax::BinOp;
 
-pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
+/// `invalid_unrouted`: the roles whose invalid outcome no route takes, already reported.
+pub fn check(workflow: &Workflow, invalid_unrouted: &[NodeIndex], diags: &mut Diagnostics) {
     let branch_of = fork_branches(workflow);
-    // Roles whose routing is already reported (no route, or not every case routed): the
-    // exit they miss is the route they miss, so it is not reported again for them, for
-    // the roles before them, or as an exit nothing reaches.
+    // Roles whose routing is already reported (no route, a case or the invalid outcome
+    // not routed): the exit they miss is the route they miss, so it is not reported again
+    // for them, for the roles before them, or as an exit nothing reaches.
     let mut unrouted = start_and_dead_ends(workflow, &branch_of, diags);
+    unrouted.extend_from_slice(invalid_unrouted);
     unrouted.extend(exhaustive(workflow, diags));
     // With nothing leaving `start`, nothing runs: that one error says it all.
     if !workflow.outgoing[workflow.start.index()].is_empty() {

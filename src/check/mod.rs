@@ -68,8 +68,8 @@ pub fn check(
     templates::check(workflow, runs.as_ref(), &mut diags);
     tools::check(workflow, &mut diags);
     if let Some(runs) = &runs {
-        graph::check(workflow, &mut diags);
-        outcomes::check(workflow, &mut diags);
+        let invalid_unrouted = outcomes::check(workflow, &mut diags);
+        graph::check(workflow, &invalid_unrouted, &mut diags);
         ran::check(workflow, runs, &mut diags);
     }
     if !options.offline {

@@ -9,7 +9,9 @@ use super::node_name;
 use crate::compile::{OutputFormat, RoleKind, RouteTarget, Workflow};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 
-pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
+/// Reports json llm roles whose invalid outcome no route takes; returns them.
+pub fn check(workflow: &Workflow, diags: &mut Diagnostics) -> Vec<NodeIndex> {
+    let mut unrouted = Vec::new();
     // A branch of a parallel or map route has no routes; the join reads `X.invalid`.
     let branches: HashSet<NodeIndex> = workflow
         .routes
@@ -31,6 +33,7 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
         if routes.is_empty() || routes.iter().any(|&id| workflow.routes[id].on_invalid) {
             continue;
         }
+        unrouted.push(index);
         let name = node_name(workflow, index);
         diags.push(
             Diagnostic::error(
@@ -43,4 +46,5 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
             )),
         );
     }
+    unrouted
 }

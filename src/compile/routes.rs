@@ -148,7 +148,7 @@ impl Compiler<'_> {
         self.diags.push(
             Diagnostic::error(
                 Code::RouteUnknownTarget,
-                format!("route refers to unknown role or exit `{n}`"),
+                format!("`{n}` is not a declared role or exit"),
             )
             .label(name.span, "not declared")
             .help(help),

@@ -53,6 +53,18 @@ impl Compiler<'_> {
                     continue;
                 };
                 if let Some(v) = self.const_value(value) {
+                    let input = &self.workflow.inputs[id];
+                    if let Err(e) = input.ty.validate(&v) {
+                        self.diags.push(
+                            Diagnostic::error(
+                                Code::TestBadInput,
+                                format!("the value of input `{}` does not fit its type", name.name),
+                            )
+                            .label(value.span, e)
+                            .help(format!("the input is declared as `{}`", input.ty.display())),
+                        );
+                        continue;
+                    }
                     case.inputs.push((id, v));
                 }
             }

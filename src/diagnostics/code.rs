@@ -126,6 +126,7 @@ codes! {
     TemplateUnknownInput = "rondo::template::unknown_input",
     TemplateUnknownMemory = "rondo::template::unknown_memory",
     TemplateUnknownVariable = "rondo::template::unknown_variable",
+    TestBadInput = "rondo::test::bad_input",
     TestDuplicate = "rondo::test::duplicate",
     TestNotAnExit = "rondo::test::not_an_exit",
     TestReplyNotLlm = "rondo::test::reply_not_llm",

@@ -6,10 +6,50 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::check::{self, CheckOptions};
-use crate::diagnostics;
+use crate::diagnostics::{self, Diagnostic, Diagnostics};
 use crate::render;
 use crate::run::{self, Interpreter, RunOptions, progress};
 use crate::source::SourceFile;
+
+/// Standard output and error of a command-line tool: a reader that goes away early
+/// (`rondo runs | head -1`) ends the process the way it ends any Unix tool, by SIGPIPE,
+/// quietly, instead of a panic. (Rust ignores SIGPIPE, so a write fails with EPIPE.)
+macro_rules! out {
+    ($($arg:tt)*) => { write_or_end(&mut std::io::stdout().lock(), format_args!($($arg)*)) };
+}
+macro_rules! outln {
+    () => { out!("\n") };
+    ($($arg:tt)*) => { out!("{}\n", format_args!($($arg)*)) };
+}
+macro_rules! err {
+    ($($arg:tt)*) => { write_or_end(&mut std::io::stderr().lock(), format_args!($($arg)*)) };
+}
+macro_rules! errln {
+    ($($arg:tt)*) => { err!("{}\n", format_args!($($arg)*)) };
+}
+
+fn write_or_end(stream: &mut impl std::io::Write, args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    match stream.write_fmt(args) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => end_by_closed_pipe(),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: cannot write the output: {e}");
+            std::process::exit(2)
+        }
+    }
+}
+
+/// Ends the process as the default action of SIGPIPE would: the shell sees status 141.
+fn end_by_closed_pipe() -> ! {
+    // SAFETY: restoring a signal's default action and raising it in this thread touch no
+    // memory; the process ends there.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    std::process::exit(128 + libc::SIGPIPE)
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -25,9 +65,10 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Check workflow files: names, types, routing, loops, templates, tools.
+    /// Check workflow files: names, types, routing, loops, templates, tools, and (unless
+    /// --offline) the environment.
     #[command(
-        after_help = "Examples:\n  rondo check workflows/*.rondo\n  rondo check --format json --offline workflows/iter.rondo\n\nExit code: 0 clean, 1 errors (or warnings with --deny-warnings), 2 unreadable file."
+        after_help = "The environment tier checks that the API keys the providers need are set. A key that is not set is a warning: the file is sound, but `rondo run` will not start without the key.\n\nExamples:\n  rondo check workflows/*.rondo                        # keys not set: warnings\n  rondo check --offline workflows/*.rondo              # no environment tier\n  rondo check --deny-warnings workflows/ds_star.rondo  # CI: warnings fail too\n  rondo check --format json --offline workflows/iter.rondo\n\nExit code: 0 clean or warnings only, 1 errors (or warnings with --deny-warnings), 2 unreadable file."
     )]
     Check {
         #[arg(required = true)]
@@ -35,10 +76,10 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = OutputFormat::Human)]
         format: OutputFormat,
-        /// Treat warnings as errors.
+        /// Fail (exit 1) on warnings too, such as an API key that is not set.
         #[arg(long)]
         deny_warnings: bool,
-        /// Skip the environment tier (provider API keys present).
+        /// Skip the environment tier (the API keys the providers need are set).
         #[arg(long)]
         offline: bool,
     },
@@ -267,7 +308,7 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap_or_else(|e| {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             std::process::exit(2)
         })
 }
@@ -288,10 +329,10 @@ async fn drive_with_ctrl_c(interp: Interpreter<'_>, state: run::RunState) -> run
 fn report_outcome(outcome: &run::Outcome) -> i32 {
     // Even with --quiet, a run that did not succeed says why.
     if outcome.exit_code != 0 {
-        eprintln!("exit `{}`: {}", outcome.exit, outcome.reason);
+        errln!("exit `{}`: {}", outcome.exit, outcome.reason);
     }
-    eprintln!("run directory: {}", outcome.run_dir.display());
-    eprintln!("workspace: {}", outcome.workspace.display());
+    errln!("run directory: {}", outcome.run_dir.display());
+    errln!("workspace: {}", outcome.workspace.display());
     outcome.exit_code
 }
 
@@ -304,7 +345,7 @@ fn cmd_run(path: &std::path::Path, options: RunOptions) -> i32 {
         match Interpreter::start(&workflow, &options) {
             Ok((interp, state)) => report_outcome(&drive_with_ctrl_c(interp, state).await),
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 2
             }
         }
@@ -315,7 +356,7 @@ fn cmd_resume(run_path: &std::path::Path, options: RunOptions) -> i32 {
     let info = match run::rundir::read_info(run_path) {
         Ok(i) => i,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return 2;
         }
     };
@@ -327,7 +368,7 @@ fn cmd_resume(run_path: &std::path::Path, options: RunOptions) -> i32 {
         match Interpreter::resume(&workflow, run_path, &options) {
             Ok((interp, state)) => report_outcome(&drive_with_ctrl_c(interp, state).await),
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 2
             }
         }
@@ -337,11 +378,11 @@ fn cmd_resume(run_path: &std::path::Path, options: RunOptions) -> i32 {
 fn cmd_replay(run_path: &std::path::Path, full: bool) -> i32 {
     match run::replay::render(run_path, full) {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             0
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             2
         }
     }
@@ -349,7 +390,7 @@ fn cmd_replay(run_path: &std::path::Path, full: bool) -> i32 {
 
 fn cmd_runs(root: &std::path::Path) -> i32 {
     let Ok(entries) = std::fs::read_dir(root) else {
-        println!("no runs in {}", root.display());
+        outln!("no runs in {}", root.display());
         return 0;
     };
     let mut rows: Vec<run::rundir::RunInfo> = entries
@@ -357,9 +398,14 @@ fn cmd_runs(root: &std::path::Path) -> i32 {
         .filter_map(|e| run::rundir::read_info(&e.path()).ok())
         .collect();
     rows.sort_by(|a, b| a.started_at.cmp(&b.started_at));
-    println!(
+    outln!(
         "{:<28} {:<14} {:<12} {:<12} {:>6} {:>9}  started",
-        "run", "workflow", "status", "exit", "steps", "tokens"
+        "run",
+        "workflow",
+        "status",
+        "exit",
+        "steps",
+        "tokens"
     );
     for info in rows {
         let steps = run::rundir::read_checkpoint(&root.join(&info.run_id))
@@ -371,7 +417,7 @@ fn cmd_runs(root: &std::path::Path) -> i32 {
         } else {
             info.status.clone()
         };
-        println!(
+        outln!(
             "{:<28} {:<14} {:<12} {:<12} {:>6} {:>9}  {}",
             info.run_id,
             info.workflow,
@@ -406,18 +452,18 @@ fn cmd_test(files: &[PathBuf], filter: Option<&str>, run_dir: Option<PathBuf>) -
             let report = rt.block_on(run::testing::run_test(&workflow, case, &root));
             if report.passed() {
                 passed += 1;
-                println!("test {}::{} ... ok", path.display(), report.name);
+                outln!("test {}::{} ... ok", path.display(), report.name);
             } else {
                 failed += 1;
-                println!("test {}::{} ... FAILED", path.display(), report.name);
+                outln!("test {}::{} ... FAILED", path.display(), report.name);
                 for f in &report.failures {
-                    println!("    {f}");
+                    outln!("    {f}");
                 }
-                println!("    run directory: {}", report.run_dir.display());
+                outln!("    run directory: {}", report.run_dir.display());
             }
         }
     }
-    println!("\n{passed} passed, {failed} failed");
+    outln!("\n{passed} passed, {failed} failed");
     i32::from(failed > 0)
 }
 
@@ -426,8 +472,19 @@ pub fn load_checked(
     path: &std::path::Path,
     options: &CheckOptions,
 ) -> Result<(SourceFile, check::Loaded), String> {
-    let file =
-        SourceFile::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = match SourceFile::read(path) {
+        Ok(file) => file,
+        Err(e) => {
+            let Some((text, span, label)) = e.bad_byte() else {
+                return Err(format!("cannot read {}: {e}", path.display()));
+            };
+            let mut diags = Diagnostics::default();
+            diags.push(
+                Diagnostic::not_utf8(format_args!("`{}`", path.display())).label(span, label),
+            );
+            return Ok((SourceFile::new(path, text), check::unreadable(diags)));
+        }
+    };
     let loaded = check::load(&file, options);
     Ok((file, loaded))
 }
@@ -447,7 +504,7 @@ fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offli
                 (file, loaded.diagnostics, loaded.summary)
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 code = code.max(2);
                 continue;
             }
@@ -460,10 +517,10 @@ fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offli
         match format {
             OutputFormat::Human => {
                 if !sorted.is_empty() {
-                    eprint!("{}", diagnostics::render_human(&file, &sorted, color, 100));
+                    err!("{}", diagnostics::render_human(&file, &sorted, color, 100));
                 }
                 if diags.has_errors() {
-                    eprintln!(
+                    errln!(
                         "x {}: {} error(s), {} warning(s)",
                         path.display(),
                         diags.error_count(),
@@ -475,7 +532,7 @@ fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offli
                     } else {
                         "√"
                     };
-                    println!("{mark} {}: {}", path.display(), summary.line());
+                    outln!("{mark} {}: {}", path.display(), summary.line());
                 }
             }
             OutputFormat::Json => {
@@ -491,7 +548,7 @@ fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offli
         }
     }
     if format == OutputFormat::Json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json_out).unwrap_or_default()
         );
@@ -507,11 +564,11 @@ fn compiled_or_report(path: &std::path::Path) -> Result<check::Checked, i32> {
             std::mem::forget(loaded.ast);
             loaded.checked.map_err(|_| {
                 let color = std::io::stderr().is_terminal();
-                eprint!(
+                err!(
                     "{}",
                     diagnostics::render_human(&file, &loaded.diagnostics.sorted(), color, 100)
                 );
-                eprintln!(
+                errln!(
                     "x {}: fix the errors above first (rondo check)",
                     path.display()
                 );
@@ -519,7 +576,7 @@ fn compiled_or_report(path: &std::path::Path) -> Result<check::Checked, i32> {
             })
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             Err(2)
         }
     }
@@ -540,17 +597,17 @@ fn cmd_graph(path: &std::path::Path, format: GraphFormat, output: Option<PathBuf
             Some(out) => match std::fs::write(&out, text) {
                 Ok(()) => 0,
                 Err(e) => {
-                    eprintln!("error: cannot write {}: {e}", out.display());
+                    errln!("error: cannot write {}: {e}", out.display());
                     2
                 }
             },
             None => {
-                print!("{text}");
+                out!("{text}");
                 0
             }
         },
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             2
         }
     }
@@ -559,7 +616,7 @@ fn cmd_graph(path: &std::path::Path, format: GraphFormat, output: Option<PathBuf
 fn cmd_dump(path: &std::path::Path) -> i32 {
     match compiled_or_report(path) {
         Ok(workflow) => {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&*workflow).unwrap_or_default()
             );

@@ -13,9 +13,70 @@ pub struct Prompts {
     pub tera: Tera,
     pub dir: PathBuf,
     /// Files that failed to parse, with the reason.
-    pub errors: HashMap<String, String>,
+    pub errors: HashMap<String, TemplateError>,
     /// The text of each file that parsed, for diagnostics that point into it.
     pub sources: HashMap<String, Arc<str>>,
+}
+
+/// Why a template cannot be used.
+#[derive(Debug, Clone)]
+pub struct TemplateError {
+    pub reason: String,
+    /// The template's text and the byte the reason points at, when it points somewhere.
+    pub at: Option<(Arc<str>, usize)>,
+    /// Its text is not UTF-8 (`text` is then the text read lossily).
+    pub not_utf8: bool,
+}
+
+impl TemplateError {
+    fn new(reason: impl Into<String>) -> Self {
+        TemplateError {
+            reason: reason.into(),
+            at: None,
+            not_utf8: false,
+        }
+    }
+
+    /// A tera error about `text`, at the line and column tera names.
+    fn tera(error: &tera::Error, text: &str) -> Self {
+        let (at, reason) = tera_error_at(&crate::compile::tera_error_text(error), text);
+        TemplateError {
+            reason,
+            at: at.map(|at| (Arc::from(text), at)),
+            not_utf8: false,
+        }
+    }
+}
+
+/// Where in `text` a tera error points (from its `--> line:col`), and its reason.
+pub(crate) fn tera_error_at(error: &str, text: &str) -> (Option<usize>, String) {
+    let reason = error
+        .rsplit_once("= ")
+        .map_or(error, |(_, r)| r)
+        .trim()
+        .to_string();
+    let at = error.split_once("--> ").and_then(|(_, rest)| {
+        let (line, rest) = rest.split_once(':')?;
+        let col: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let (line, col) = (
+            line.trim().parse::<usize>().ok()?,
+            col.parse::<usize>().ok()?,
+        );
+        let start = text
+            .split_inclusive('\n')
+            .take(line.checked_sub(1)?)
+            .map(str::len)
+            .sum::<usize>();
+        let line_text = text[start..].lines().next().unwrap_or("");
+        let offset = line_text
+            .char_indices()
+            .nth(col.checked_sub(1)?)
+            .map_or(line_text.len(), |(i, _)| i);
+        // At the end of the text (an unclosed tag): right after its last word, not on
+        // the empty line past it.
+        Some((start + offset).min(text.trim_end().len()))
+    });
+    (at, reason)
 }
 
 /// A template file larger than this is refused.
@@ -71,7 +132,7 @@ impl Prompts {
             if seen.len() > MAX_TEMPLATES {
                 prompts.errors.insert(
                     name,
-                    format!("more than {MAX_TEMPLATES} templates are included"),
+                    TemplateError::new(format!("more than {MAX_TEMPLATES} templates are included")),
                 );
                 continue;
             }
@@ -106,9 +167,7 @@ impl Prompts {
                             prompts.sources.insert(name, Arc::from(text));
                         }
                         Err(e) => {
-                            prompts
-                                .errors
-                                .insert(name, crate::compile::tera_error_text(&e));
+                            prompts.errors.insert(name, TemplateError::tera(&e, &text));
                         }
                     }
                 } else {
@@ -128,10 +187,10 @@ impl Prompts {
                 .collect();
             prompts.errors.insert(
                 name,
-                format!(
+                TemplateError::new(format!(
                     "it needs {}, which is missing, broken or circular",
                     missing.join(", ")
-                ),
+                )),
             );
         }
         prompts
@@ -198,25 +257,36 @@ pub fn render_str(text: &str, context: &tera::Context) -> Result<String, String>
 }
 
 /// Reads and parses one template of the folder.
-fn read_template(dir: &Path, name: &str) -> Result<(String, tera::Template), String> {
+fn read_template(dir: &Path, name: &str) -> Result<(String, tera::Template), TemplateError> {
     let rel = Path::new(name);
     if rel.is_absolute()
         || rel
             .components()
             .any(|c| !matches!(c, std::path::Component::Normal(_)))
     {
-        return Err(format!("`{name}` is not a path inside the prompts folder"));
+        return Err(TemplateError::new(format!(
+            "`{name}` is not a path inside the prompts folder"
+        )));
     }
-    let text = crate::source::read_regular(&dir.join(rel), MAX_TEMPLATE_BYTES)
-        .map_err(|e| e.to_string())?;
+    let text =
+        crate::source::read_regular(&dir.join(rel), MAX_TEMPLATE_BYTES).map_err(|e| {
+            match e.bad_byte() {
+                Some((text, span, label)) => TemplateError {
+                    reason: label,
+                    at: Some((Arc::from(text), span.start)),
+                    not_utf8: true,
+                },
+                None => TemplateError::new(e.to_string()),
+            }
+        })?;
     let depth = template_depth(&text);
     if depth > MAX_TEMPLATE_DEPTH {
-        return Err(format!(
+        return Err(TemplateError::new(format!(
             "it nests blocks and brackets {depth} levels deep, more than {MAX_TEMPLATE_DEPTH}"
-        ));
+        )));
     }
     let template =
-        tera::Template::new(name, None, &text).map_err(|e| crate::compile::tera_error_text(&e))?;
+        tera::Template::new(name, None, &text).map_err(|e| TemplateError::tera(&e, &text))?;
     Ok((text, template))
 }
 

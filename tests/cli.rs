@@ -23,6 +23,15 @@ fn rondo() -> Command {
     cmd
 }
 
+/// The same, as a std command (for its own standard streams).
+fn std_rondo() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove(KEY_VAR)
+        .env("NO_COLOR", "1");
+    cmd
+}
+
 fn run(args: &[&str]) -> Output {
     rondo().args(args).output().expect("run rondo")
 }
@@ -135,23 +144,88 @@ fn warnings_pass_unless_denied() {
         .code(0);
 }
 
+/// A key that is not set is a warning of the environment tier: the file is sound, so
+/// `check` passes unless warnings are denied; `run` still refuses to start.
 #[test]
-fn offline_skips_the_environment_tier() {
+fn a_missing_key_is_a_warning_of_check_and_an_error_of_run() {
     rondo()
         .args(["check", MISSING_KEY])
         .assert()
-        .code(1)
-        .stderr(predicate::str::contains("rondo::env::missing_key"));
+        .code(0)
+        .stdout(predicate::str::starts_with(format!("~ {MISSING_KEY}: ")))
+        .stderr(predicate::str::contains("rondo::env::missing_key"))
+        .stderr(predicate::str::contains("⚠"));
     rondo()
-        .args(["check", "--offline", MISSING_KEY])
+        .args(["check", "--deny-warnings", MISSING_KEY])
+        .assert()
+        .code(1);
+    let json = json_of(&run(&["check", "--format", "json", MISSING_KEY]));
+    assert_eq!(json[0]["ok"], true);
+    assert_eq!(json[0]["warnings"], 1);
+    assert_eq!(json[0]["diagnostics"][0]["severity"], "warning");
+    rondo()
+        .args(["check", "--offline", "--deny-warnings", MISSING_KEY])
         .assert()
         .code(0);
     // With the variable set, the environment tier passes.
     rondo()
         .env(KEY_VAR, "sk-test")
-        .args(["check", MISSING_KEY])
+        .args(["check", "--deny-warnings", MISSING_KEY])
         .assert()
         .code(0);
+    let runs = tempfile::tempdir().expect("tempdir");
+    rondo()
+        .args([
+            "run",
+            "-q",
+            MISSING_KEY,
+            "--input",
+            "question=hi",
+            "--run-dir",
+        ])
+        .arg(runs.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(KEY_VAR));
+}
+
+/// Every example of `rondo check --help` runs as written, from the project root, with no
+/// API key set.
+#[test]
+fn check_help_examples_work_as_written() {
+    let help = run(&["check", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("`rondo run` will not start without the key"),
+        "{help}"
+    );
+    let examples: Vec<&str> = help
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("rondo check "))
+        .map(|l| l.split(" #").next().unwrap_or(l).trim())
+        .collect();
+    assert!(examples.len() >= 4, "{help}");
+    assert!(examples.iter().any(|e| e.contains("--deny-warnings")));
+    for example in examples {
+        let mut args: Vec<String> = Vec::new();
+        for word in example.split_whitespace().skip(1) {
+            match word.strip_suffix("*.rondo") {
+                // The shell's glob, in the project root.
+                Some(dir) => args.extend(
+                    common::files_with_ext(&common::root().join(dir), "rondo")
+                        .iter()
+                        .map(|p| common::rel(p).display().to_string()),
+                ),
+                None => args.push(word.to_string()),
+            }
+        }
+        let mut cmd = rondo();
+        for var in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"] {
+            cmd.env_remove(var);
+        }
+        cmd.args(&args).assert().code(0);
+    }
 }
 
 #[test]
@@ -378,7 +452,9 @@ fn help_has_examples() {
     rondo()
         .args(["check", "--help"])
         .assert()
-        .stdout(predicate::str::contains("Exit code: 0 clean, 1 errors"));
+        .stdout(predicate::str::contains(
+            "Exit code: 0 clean or warnings only, 1 errors",
+        ));
 }
 
 // ---------- robustness ----------
@@ -429,4 +505,73 @@ fn graph_labels_hold_only_the_condition() {
         .expect("run");
     let mermaid = String::from_utf8_lossy(&output.stdout);
     assert!(!mermaid.contains("finished"), "{mermaid}");
+}
+
+// ---------- closed pipes ----------
+
+/// `rondo runs | head`, `rondo check --format json ... | head -1`: the reader of standard
+/// output is gone (here before the process starts, so every write fails). The process
+/// ends quietly, by SIGPIPE as any Unix tool would (status 141 in a shell), not with a
+/// panic.
+#[test]
+fn a_closed_stdout_ends_the_process_by_sigpipe_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let runs = tempfile::tempdir().expect("tempdir");
+    let runs = runs.path().to_str().expect("utf-8 path");
+    let commands: [&[&str]; 5] = [
+        &["runs", "--run-dir", runs],
+        &["check", "--format", "json", "--offline", CLEAN, ERRORS],
+        &["check", "--offline", CLEAN],
+        &["graph", CLEAN],
+        &["dump", CLEAN],
+    ];
+    for args in commands {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let output = std_rondo()
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run rondo");
+        assert_eq!(
+            output.status.signal(),
+            Some(libc::SIGPIPE),
+            "rondo {args:?}: {:?}",
+            output.status
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "rondo {args:?}: {stderr}");
+    }
+}
+
+/// Diagnostics go to standard error: `rondo check ... 2>&1 | head -1` closes that too.
+#[test]
+fn a_closed_stderr_ends_check_by_sigpipe() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let status = std_rondo()
+        .args(["check", "--offline", ERRORS])
+        .stderr(writer)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run rondo");
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
+}
+
+/// A full disk is not a closed pipe: the output is lost, and the exit code says so.
+#[test]
+fn output_that_cannot_be_written_is_an_error() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let output = std_rondo()
+        .args(["graph", CLEAN])
+        .stdout(full)
+        .output()
+        .expect("run rondo");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot write the output"));
 }

@@ -12,14 +12,22 @@ use crate::compile::types::Type;
 use crate::compile::{
     Condition, EdgeKind, Expr, ExprKind, MemoryKind, NodeKind, Root, RouteTarget, Workflow,
 };
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::syntax::BinOp;
 
-pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
+/// `invalid_unrouted`: the roles whose invalid outcome no route takes, already reported.
+pub fn check(workflow: &Workflow, invalid_unrouted: &[NodeIndex], diags: &mut Diagnostics) {
     let branch_of = fork_branches(workflow);
-    start_and_dead_ends(workflow, &branch_of, diags);
-    reachability(workflow, diags);
-    exhaustive(workflow, diags);
+    // Roles whose routing is already reported (no route, a case or the invalid outcome
+    // not routed): the exit they miss is the route they miss, so it is not reported again
+    // for them, for the roles before them, or as an exit nothing reaches.
+    let mut unrouted = start_and_dead_ends(workflow, &branch_of, diags);
+    unrouted.extend_from_slice(invalid_unrouted);
+    unrouted.extend(exhaustive(workflow, diags));
+    // With nothing leaving `start`, nothing runs: that one error says it all.
+    if !workflow.outgoing[workflow.start.index()].is_empty() {
+        reachability(workflow, &unrouted, diags);
+    }
     unbounded_loops(workflow, diags);
 }
 
@@ -42,18 +50,20 @@ fn fork_branches(workflow: &Workflow) -> HashMap<NodeIndex, crate::source::Span>
     out
 }
 
+/// Reports a `start` with no route, dead ends and routed branches; returns the dead ends.
 fn start_and_dead_ends(
     workflow: &Workflow,
     branch_of: &HashMap<NodeIndex, crate::source::Span>,
     diags: &mut Diagnostics,
-) {
+) -> Vec<NodeIndex> {
+    let mut dead_ends = Vec::new();
     if workflow.outgoing[workflow.start.index()].is_empty() {
         let first_role = workflow
             .roles()
             .next()
             .map(|(i, _)| node_name(workflow, i).to_string());
         diags.push(
-            Diagnostic::error("rondo::graph::no_start", "nothing leaves `start`")
+            Diagnostic::error(Code::GraphNoStart, "nothing leaves `start`")
                 .label(crate::source::Span::new(0, 0), "the run has no first role")
                 .help(format!(
                     "add a route `start -> {}`",
@@ -64,23 +74,26 @@ fn start_and_dead_ends(
     for (index, _) in workflow.roles() {
         let has_routes = !workflow.outgoing[index.index()].is_empty();
         match (branch_of.get(&index), has_routes) {
-            (None, false) => diags.push(
-                Diagnostic::error(
-                    "rondo::route::dead_end",
-                    format!("no route leaves role `{}`", node_name(workflow, index)),
+            (None, false) => {
+                dead_ends.push(index);
+                diags.push(
+                    Diagnostic::error(
+                        Code::RouteDeadEnd,
+                        format!("no route leaves role `{}`", node_name(workflow, index)),
+                    )
+                    .label(
+                        workflow.node(index).span,
+                        "the run would stop here with nowhere to go",
+                    )
+                    .help(format!(
+                        "route it on, e.g. `{} -> success`",
+                        node_name(workflow, index)
+                    )),
                 )
-                .label(
-                    workflow.node(index).span,
-                    "the run would stop here with nowhere to go",
-                )
-                .help(format!(
-                    "route it on, e.g. `{} -> success`",
-                    node_name(workflow, index)
-                )),
-            ),
+            }
             (Some(fork), true) => diags.push(
                 Diagnostic::error(
-                    "rondo::route::branch_has_routes",
+                    Code::RouteBranchHasRoutes,
                     format!(
                         "`{}` runs as a parallel branch, so its own routes are never taken",
                         node_name(workflow, index)
@@ -93,9 +106,10 @@ fn start_and_dead_ends(
             _ => {}
         }
     }
+    dead_ends
 }
 
-fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
+fn reachability(workflow: &Workflow, unrouted: &[NodeIndex], diags: &mut Diagnostics) {
     let graph = &workflow.graph;
     let guarded: BTreeSet<NodeIndex> = workflow.exit_guards.iter().map(|(n, _)| *n).collect();
     // Forward from start.
@@ -115,6 +129,7 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
     if !guarded.is_empty() {
         queue.extend(workflow.roles().map(|(i, _)| i));
     }
+    queue.extend(unrouted.iter().copied());
     while let Some(n) = queue.pop_front() {
         if can_exit.insert(n) {
             queue.extend(graph.neighbors_directed(n, Direction::Incoming));
@@ -125,7 +140,7 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
         if !reached.contains(index) {
             diags.push(
                 Diagnostic::error(
-                    "rondo::graph::unreachable_role",
+                    Code::GraphUnreachableRole,
                     format!("role `{name}` can never run"),
                 )
                 .label(
@@ -137,7 +152,7 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
         } else if !can_exit.contains(index) {
             diags.push(
                 Diagnostic::error(
-                    "rondo::graph::no_exit",
+                    Code::GraphNoExit,
                     format!("no exit can be reached from role `{name}`"),
                 )
                 .label(
@@ -153,10 +168,11 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
             && !spec.builtin
             && !guarded.contains(&index)
             && !reached.contains(index)
+            && unrouted.is_empty()
         {
             let name = node_name(workflow, index);
             diags.push(
-                Diagnostic::warning("rondo::graph::exit_never_reached", format!("exit `{name}` is never reached"))
+                Diagnostic::warning(Code::GraphExitNeverReached, format!("exit `{name}` is never reached"))
                     .label(workflow.node(index).span, "no route leads here")
                     .help(format!("route a role to it (`role -> {name}`), give it a condition (`exit {name} when ...`), or remove it")),
             );
@@ -164,7 +180,9 @@ fn reachability(workflow: &Workflow, diags: &mut Diagnostics) {
     }
 }
 
-fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) {
+/// Reports routing that leaves a case unrouted; returns the roles it does so from.
+fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) -> Vec<NodeIndex> {
+    let mut unrouted = Vec::new();
     for from in workflow.graph.node_indices() {
         // Invalid routes are tried only on an invalid outcome: they route no valid one.
         let routes: Vec<usize> = workflow.outgoing[from.index()]
@@ -181,7 +199,7 @@ fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) {
             if let Some(prev) = closed_by {
                 let prev = &workflow.routes[prev];
                 diags.push(
-                    Diagnostic::warning("rondo::route::never_taken", "this route is never taken")
+                    Diagnostic::warning(Code::RouteNeverTaken, "this route is never taken")
                         .label(route.span, "never taken")
                         .label(prev.span, "an earlier route always holds")
                         .help("routes are tried in order; move this one before the unconditional route or remove it"),
@@ -205,6 +223,7 @@ fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) {
         if covers_everything(workflow, &conditions) {
             continue;
         }
+        unrouted.push(from);
         let name = node_name(workflow, from);
         let uncovered = uncovered_case(workflow, &conditions);
         let message = match &uncovered {
@@ -219,7 +238,7 @@ fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) {
             .last()
             .or(workflow.outgoing[from.index()].last())
             .map_or(&workflow.routes[0], |&id| &workflow.routes[id]);
-        let mut d = Diagnostic::error("rondo::route::non_exhaustive", message)
+        let mut d = Diagnostic::error(Code::RouteNonExhaustive, message)
             .label(workflow.node(from).span, "routes leave here");
         d = d.label(last.span, "last route");
         diags.push(d.help(match uncovered {
@@ -229,6 +248,7 @@ fn exhaustive(workflow: &Workflow, diags: &mut Diagnostics) {
             None => format!("end with `{name} -> TARGET otherwise`"),
         }));
     }
+    unrouted
 }
 
 /// `x` with `not x`, or equality tests that name every member of a literal union.
@@ -380,7 +400,7 @@ fn unbounded_loops(workflow: &Workflow, diags: &mut Diagnostics) {
             .collect();
         let mut path = names.join(" -> ");
         path.push_str(&format!(" -> {}", node_name(workflow, free[first])));
-        let mut d = Diagnostic::error("rondo::loop::unbounded", format!("unbounded loop: {path}"));
+        let mut d = Diagnostic::error(Code::LoopUnbounded, format!("unbounded loop: {path}"));
         if let Some(&node) = cycle.first() {
             d = d.label(workflow.node(free[node]).span, "the loop passes here");
         }

@@ -12,7 +12,7 @@ use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
 use crate::compile::{self, MemoryKind, RoleKind, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::source::SourceFile;
 use crate::syntax::Ast;
 
@@ -23,7 +23,7 @@ pub struct CheckOptions {
 }
 
 /// What `check` found out about a sound workflow.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     pub roles: usize,
     pub llm_roles: usize,
@@ -131,6 +131,18 @@ pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
     }
 }
 
+/// What is known of a file that could not be read as text: only `diagnostics` (nothing
+/// else is checked, since every other report would follow from that one fault).
+pub fn unreadable(diagnostics: Diagnostics) -> Loaded {
+    let (ast, workflow, _) = compile::load_keeping_ast(&SourceFile::new("", ""));
+    Loaded {
+        ast,
+        checked: Err(workflow),
+        diagnostics,
+        summary: Summary::default(),
+    }
+}
+
 /// Runs every pass. Graph passes run only when names resolved, so one mistake does
 /// not cascade into unrelated reports.
 pub fn check(
@@ -146,8 +158,8 @@ pub fn check(
     if let Some(runs) = &runs {
         // After the compiler's own memory errors (gamma, sections): one report each.
         memory(workflow, &mut diags);
-        graph::check(workflow, &mut diags);
-        outcomes::check(workflow, &mut diags);
+        let invalid_unrouted = outcomes::check(workflow, &mut diags);
+        graph::check(workflow, &invalid_unrouted, &mut diags);
         ran::check(workflow, runs, &mut diags);
     }
     if !options.offline {
@@ -164,7 +176,7 @@ fn memory(workflow: &Workflow, diags: &mut Diagnostics) {
         if let Err(e) = crate::run::memory::MemoryValue::initial(&slot.kind) {
             diags.push(
                 Diagnostic::error(
-                    "rondo::memory::cannot_create",
+                    Code::MemoryCannotCreate,
                     format!("memory `{}` cannot be made", slot.name),
                 )
                 .label(slot.span, e)
@@ -190,10 +202,12 @@ fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
         if let (true, Some(var)) = (profile.key_required(), profile.key_env())
             && std::env::var_os(var).is_none_or(|v| v.is_empty())
         {
+            // The file is sound; only this machine is not ready: a warning, and `rondo run`
+            // refuses to start until the key is set.
             diags.push(
-                Diagnostic::error("rondo::env::missing_key", format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
+                Diagnostic::warning(Code::EnvMissingKey, format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
                     .label(p.span, "declared here")
-                    .help(format!("export {var}=... before running, or run with `--provider scripted`; `rondo check --offline` skips this check")),
+                    .help(format!("export {var}=... before `rondo run` (it will not start without it), or run with `--provider scripted`; `rondo check --offline` skips this check, `--deny-warnings` fails on it")),
             );
         }
     }

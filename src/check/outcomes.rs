@@ -7,9 +7,11 @@ use petgraph::graph::NodeIndex;
 
 use super::node_name;
 use crate::compile::{OutputFormat, RoleKind, RouteTarget, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 
-pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
+/// Reports json llm roles whose invalid outcome no route takes; returns them.
+pub fn check(workflow: &Workflow, diags: &mut Diagnostics) -> Vec<NodeIndex> {
+    let mut unrouted = Vec::new();
     // A branch of a parallel or map route has no routes; the join reads `X.invalid`.
     let branches: HashSet<NodeIndex> = workflow
         .routes
@@ -31,10 +33,11 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
         if routes.is_empty() || routes.iter().any(|&id| workflow.routes[id].on_invalid) {
             continue;
         }
+        unrouted.push(index);
         let name = node_name(workflow, index);
         diags.push(
             Diagnostic::error(
-                "rondo::route::invalid_not_routed",
+                Code::RouteInvalidNotRouted,
                 format!("`{name}` can give a reply that stays invalid after its retries, and no route takes it"),
             )
             .label(workflow.node(index).span, "an llm role with `output json`")
@@ -43,4 +46,5 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
             )),
         );
     }
+    unrouted
 }

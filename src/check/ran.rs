@@ -18,7 +18,7 @@ use crate::compile::{
     Condition, Expr, ExprKind, Func, NodeKind, Role, RoleKind, Root, RouteTarget, ToolAction,
     Workflow,
 };
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::syntax::BinOp;
 
 /// The roles with a definitely valid output at each node's start.
@@ -515,7 +515,7 @@ fn may_not_have_run(workflow: &Workflow, e: &Expr, role: NodeIndex, site: &Site)
         ),
     };
     Diagnostic::error(
-        "rondo::expr::may_not_have_run",
+        Code::ExprMayNotHaveRun,
         format!(
             "`{}` reads `{name}`, which may have no valid output {where_}",
             e.text

@@ -20,8 +20,8 @@ use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
 use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics, ExternalLabel};
-use crate::prompt::Prompts;
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
+use crate::prompt::{Prompts, TemplateError, tera_error_at};
 use crate::source::Span;
 
 /// Variables every prompt has besides the role names.
@@ -159,27 +159,23 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
             }
             if let Some(error) = prompts.errors.get(&file) {
                 if reported_parse.insert(file.clone()) {
-                    diags.push(
-                        Diagnostic::error(
-                            "rondo::template::parse",
-                            format!("template `{file}` does not parse"),
-                        )
-                        .label(span, error.clone())
-                        .help(format!(
-                            "fix {}",
-                            workflow.prompts_dir.join(&file).display()
-                        )),
-                    );
+                    let renders = format!("role `{name}` renders `{file}`");
+                    diags.push(template_error(workflow, &file, span, renders, error));
                 }
+                continue;
+            }
+            // A prompts folder that does not exist is reported (by compile), not each
+            // template missing from it.
+            if !prompts.has(&file) && !workflow.prompts_dir.is_dir() {
                 continue;
             }
             if !prompts.has(&file) {
                 let names = prompts.names();
-                let help = suggest(&file, names.iter().map(String::as_str))
+                let help = did_you_mean(&file, names.iter().map(String::as_str))
                     .unwrap_or_else(|| format!("create it in {}", workflow.prompts_dir.display()));
                 diags.push(
                     Diagnostic::error(
-                        "rondo::template::missing",
+                        Code::TemplateMissing,
                         format!("role `{name}` uses template `{file}`, which does not exist"),
                     )
                     .label(
@@ -208,6 +204,54 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
         }
     }
 }
+
+/// A template that cannot be used: at its own line and column when the error names one,
+/// with the role that renders it.
+fn template_error(
+    workflow: &Workflow,
+    file: &str,
+    role_span: Span,
+    renders: String,
+    error: &TemplateError,
+) -> Diagnostic {
+    let path = workflow.prompts_dir.join(file);
+    let Some((text, at)) = &error.at else {
+        return Diagnostic::error(
+            Code::TemplateParse,
+            format!("template `{file}` cannot be used: {}", error.reason),
+        )
+        .label(role_span, renders)
+        .help(format!("fix {}", path.display()));
+    };
+    let at = *at;
+    let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+    let (diagnostic, help) = if error.not_utf8 {
+        (
+            Diagnostic::not_utf8(format_args!("template `{file}`")),
+            None,
+        )
+    } else {
+        (
+            Diagnostic::error(
+                Code::TemplateParse,
+                format!("template `{file}` does not parse"),
+            ),
+            Some(TAG_HELP),
+        )
+    };
+    diagnostic
+        .label(role_span, renders)
+        .external(ExternalLabel::new(
+            &path,
+            text.clone(),
+            Span::new(at, end),
+            error.reason.clone(),
+        ))
+        .maybe_help(help.map(str::to_string))
+}
+
+/// How to write tera tags, for a template that does not parse.
+const TAG_HELP: &str = "tera tags: `{{ value | filter }}`, `{% if x %}...{% endif %}`, `{% for x in xs %}...{% endfor %}`; close each `{{` and `{%`, and write a literal brace pair as `{{ \"{{\" }}`";
 
 /// Checks every inline template: command arguments and log names of tool roles (rendered
 /// before the role runs), artifact names (after it ran), workflow artifact names (after
@@ -268,18 +312,18 @@ fn check_inline(
         let mut tera = tera::Tera::default();
         if let Err(e) = tera.add_raw_template("inline", text) {
             if report_parse {
-                let (at, label) = parse_error_at(&crate::compile::tera_error_text(&e), text);
+                let (at, label) = tera_error_at(&crate::compile::tera_error_text(&e), text);
                 let at = match (text_start, at) {
                     (Some(start), Some(at)) => Span::new(start + at, start + at + 1),
                     _ => span,
                 };
                 diags.push(
                     Diagnostic::error(
-                        "rondo::template::parse",
+                        Code::TemplateParse,
                         format!("{what} is not a valid template"),
                     )
                     .label(at, label)
-                    .help("close each `{{ ... }}` and `{% ... %}`; write a literal brace pair as `{{ \"{{\" }}`"),
+                    .help(TAG_HELP),
                 );
             }
             continue;
@@ -303,35 +347,6 @@ fn check_inline(
             diags.push(d);
         }
     }
-}
-
-/// Where in `text` a tera parse error points (from its `--> line:col`), and its reason.
-fn parse_error_at(error: &str, text: &str) -> (Option<usize>, String) {
-    let reason = error
-        .rsplit_once("= ")
-        .map_or(error, |(_, r)| r)
-        .trim()
-        .to_string();
-    let at = error.split_once("--> ").and_then(|(_, rest)| {
-        let (line, rest) = rest.split_once(':')?;
-        let col: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        let (line, col) = (
-            line.trim().parse::<usize>().ok()?,
-            col.parse::<usize>().ok()?,
-        );
-        let start = text
-            .split_inclusive('\n')
-            .take(line.checked_sub(1)?)
-            .map(str::len)
-            .sum::<usize>();
-        let line_text = text[start..].lines().next().unwrap_or("");
-        let offset = line_text
-            .char_indices()
-            .nth(col.checked_sub(1)?)
-            .map_or(line_text.len(), |(i, _)| i);
-        Some((start + offset).min(text.len()))
-    });
-    (at, reason)
 }
 
 /// How a read fails: rendering fails on a missing value; an `{% if %}` condition, `is
@@ -728,7 +743,7 @@ impl<'a> Walker<'a> {
     }
 
     /// A diagnostic at `span` of the current template file.
-    fn report(&mut self, code: &'static str, message: String, span: Span, label: String) -> usize {
+    fn report(&mut self, code: Code, message: String, span: Span, label: String) -> usize {
         if let Some(inline) = &self.inline {
             // Inside the string when it maps byte for byte, else the whole string.
             let at = match inline.text_start {
@@ -778,7 +793,7 @@ impl<'a> Walker<'a> {
             self.too_deep = true;
             let what = self.what();
             let at = self.report(
-                "rondo::template::too_deep",
+                Code::TemplateTooDeep,
                 format!("{what} nests deeper than {MAX_DEPTH} levels"),
                 Span::default(),
                 "checked up to here".into(),
@@ -847,13 +862,27 @@ impl<'a> Walker<'a> {
     }
 
     fn include(&mut self, names: &[String], ignore_missing: bool) {
+        let broken = names
+            .iter()
+            .find_map(|n| self.prompts.errors.get(n).map(|e| (n, e)));
+        if let (Some((name, error)), None) = (broken, self.inline.as_ref()) {
+            let renders = format!(
+                "role `{}` renders `{}`, which includes `{name}`",
+                self.role_name,
+                self.file_name()
+            );
+            let role_span = self.workflow.node(self.role).span;
+            let d = template_error(self.workflow, name, role_span, renders, error);
+            self.found.push(d);
+            return;
+        }
         let Some(name) = names.iter().find(|n| self.prompts.has(n)) else {
             if !ignore_missing {
                 let shown = names.join("`, `");
                 let start = names.first().and_then(|n| self.locate(n)).unwrap_or(0);
                 let len = names.first().map_or(0, String::len);
                 let at = self.report(
-                    "rondo::template::missing",
+                    Code::TemplateMissing,
                     format!("{} includes `{shown}`, which does not exist", self.what()),
                     Span::new(start, start + len),
                     format!("no file in {}", self.prompts.dir.display()),
@@ -866,7 +895,7 @@ impl<'a> Walker<'a> {
                     .collect();
                 let help = names
                     .first()
-                    .and_then(|_| suggest(&shown, names.iter().map(String::as_str)));
+                    .and_then(|_| did_you_mean(&shown, names.iter().map(String::as_str)));
                 self.help(at, help);
             }
             return;
@@ -875,7 +904,7 @@ impl<'a> Walker<'a> {
         if self.files.iter().any(|f| &f.name == name) {
             let file = self.file_name().to_string();
             let at = self.report(
-                "rondo::template::too_deep",
+                Code::TemplateTooDeep,
                 format!("template `{file}` includes `{name}`, which includes it again"),
                 Span::new(start, start + name.len()),
                 "include cycle".into(),
@@ -909,7 +938,7 @@ impl<'a> Walker<'a> {
         {
             let start = self.container_start(f);
             let at = self.report(
-                "rondo::template::maybe_null",
+                Code::TemplateMaybeNull,
                 format!("`{{% for %}}` loops over `{shown}`, which may be null"),
                 Span::new(start, start + shown.len()),
                 format!("`{shown}` is {}", short(&container)),
@@ -950,7 +979,7 @@ impl<'a> Walker<'a> {
                 };
                 let start = self.container_start(f);
                 let at = self.report(
-                    "rondo::template::loop_target",
+                    Code::TemplateLoopTarget,
                     format!(
                         "`{{% for %}}` loops over `{shown}`, which is {}",
                         short(&container)
@@ -1069,12 +1098,12 @@ impl<'a> Walker<'a> {
     fn unknown_callable(&mut self, what: &str, name: &str, known: &[&str]) {
         let start = self.locate(name).unwrap_or(0);
         let at = self.report(
-            "rondo::template::unknown_filter",
+            Code::TemplateUnknownFilter,
             format!("unknown {what} `{name}`"),
             Span::new(start, start + name.len()),
             format!("no {what} of this name"),
         );
-        let help = suggest(name, known.iter().copied())
+        let help = did_you_mean(name, known.iter().copied())
             .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
         self.help(at, Some(help));
     }
@@ -1242,7 +1271,7 @@ impl<'a> Walker<'a> {
             let known = !matches!(inner, Type::Any | Type::Union { .. } | Type::Null);
             if known && !ok(&inner) {
                 let at = self.report(
-                    "rondo::template::filter_input",
+                    Code::TemplateFilterInput,
                     format!(
                         "filter `{name}` needs {kind}, but `{shown}` is {}",
                         short(&input)
@@ -1261,7 +1290,7 @@ impl<'a> Walker<'a> {
                 && !path.as_ref().is_some_and(|p| self.guards.contains(p))
             {
                 let at = self.report(
-                    "rondo::template::maybe_null",
+                    Code::TemplateMaybeNull,
                     format!("`{shown} | {name}` fails when `{shown}` is null"),
                     span,
                     format!("`{shown}` is {}", short(&input)),
@@ -1321,12 +1350,12 @@ impl<'a> Walker<'a> {
 
     fn unknown_callable_at(&mut self, what: &str, name: &str, known: &[&str], span: Span) {
         let at = self.report(
-            "rondo::template::unknown_filter",
+            Code::TemplateUnknownFilter,
             format!("unknown {what} `{name}`"),
             span,
             format!("no {what} of this name"),
         );
-        let help = suggest(name, known.iter().copied())
+        let help = did_you_mean(name, known.iter().copied())
             .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
         self.help(at, Some(help));
     }
@@ -1346,13 +1375,13 @@ impl<'a> Walker<'a> {
                 None => {
                     let begin = start.map_or(0, |s| s + offset);
                     let at = self.report(
-                        "rondo::template::unknown_field",
+                        Code::TemplateUnknownField,
                         format!("the items have no field `{name}` (in `attribute=\"{attr}\"`)"),
                         Span::new(begin, begin + name.len()),
                         format!("items are {}", short(&inner)),
                     );
                     let names = inner.field_names();
-                    let help = suggest(name, names.iter().map(String::as_str))
+                    let help = did_you_mean(name, names.iter().map(String::as_str))
                         .or_else(|| fields_help(&names));
                     self.help(at, help);
                     return;
@@ -1407,7 +1436,7 @@ impl<'a> Walker<'a> {
                         {
                             let names = t.field_names();
                             let at_ = self.report(
-                                "rondo::template::unknown_input",
+                                Code::TemplateUnknownInput,
                                 format!(
                                     "{} reads `input.{name}`, which is not an input",
                                     self.what()
@@ -1415,7 +1444,7 @@ impl<'a> Walker<'a> {
                                 at(*from, *to),
                                 "not declared".into(),
                             );
-                            let help = suggest(name, names.iter().map(String::as_str))
+                            let help = did_you_mean(name, names.iter().map(String::as_str))
                                 .unwrap_or_else(|| "declare it: `input NAME: type`".into());
                             self.help(at_, Some(help));
                             return Type::Any;
@@ -1437,7 +1466,7 @@ impl<'a> Walker<'a> {
                                     "is not declared"
                                 };
                                 let at_ = self.report(
-                                    "rondo::template::unknown_memory",
+                                    Code::TemplateUnknownMemory,
                                     format!("{} reads `memory.{name}`, which {why}", self.what()),
                                     at(*from, *to),
                                     if declared {
@@ -1450,7 +1479,7 @@ impl<'a> Walker<'a> {
                                 let help = if declared {
                                     "copy what it needs into a value slot with an update (`set x = ...`), or render it in a prompt".to_string()
                                 } else {
-                                    suggest(name, names.iter().map(String::as_str))
+                                    did_you_mean(name, names.iter().map(String::as_str))
                                         .unwrap_or_else(|| "declare it in `memory { ... }`".into())
                                 };
                                 self.help(at_, Some(help));
@@ -1458,7 +1487,7 @@ impl<'a> Walker<'a> {
                             }
                             Some((id, _)) if self.inline.is_none() && !self.reads.contains(&id) => {
                                 let at_ = self.report(
-                                "rondo::template::memory_not_read",
+                                Code::TemplateMemoryNotRead,
                                 format!(
                                     "template `{}` reads `memory.{name}`, but role `{}` does not declare it",
                                     self.file_name(),
@@ -1482,7 +1511,7 @@ impl<'a> Walker<'a> {
                         let surely = self.surely_ran(node);
                         if mode == Mode::Render && !surely && !self.guarded(&root) {
                             let at_ = self.report(
-                                "rondo::template::may_not_have_run",
+                                Code::TemplateMayNotHaveRun,
                                 format!(
                                     "{} reads `{root}`, which may have no valid output {}",
                                     self.what(),
@@ -1527,7 +1556,7 @@ impl<'a> Walker<'a> {
                             ),
                         };
                         let at_ = self.report(
-                            "rondo::template::unknown_variable",
+                            Code::TemplateUnknownVariable,
                             message,
                             root_span,
                             "not defined here".into(),
@@ -1544,7 +1573,7 @@ impl<'a> Walker<'a> {
                             )
                         });
                         let help = by_name
-                            .or_else(|| suggest(&root, candidates.iter().map(String::as_str)))
+                            .or_else(|| did_you_mean(&root, candidates.iter().map(String::as_str)))
                             .unwrap_or_else(|| {
                                 format!(
                                     "templates see: {}, and each role's latest output by role name",
@@ -1569,7 +1598,7 @@ impl<'a> Walker<'a> {
                 && !self.guarded(&prefix)
             {
                 let at_ = self.report(
-                    "rondo::template::maybe_null",
+                    Code::TemplateMaybeNull,
                     format!(
                         "`{prefix}` may be null here, so reading `{}` fails",
                         normalize(&root, &segs[..done])
@@ -1599,7 +1628,7 @@ impl<'a> Walker<'a> {
                     let safe = (n == &0 && self.guarded(&prefix)) || self.guarded(&whole);
                     if mode == Mode::Render && !safe {
                         let at_ = self.report(
-                            "rondo::template::maybe_null",
+                            Code::TemplateMaybeNull,
                             format!("`{whole}` may be past the end of `{prefix}`"),
                             at(0, *to),
                             format!("`{prefix}` may have fewer than {} items", n + 1),
@@ -1639,29 +1668,17 @@ impl<'a> Walker<'a> {
         }
         let owner = normalize(root, &upto[..upto.len() - 1]);
         let at = self.report(
-            "rondo::template::unknown_field",
+            Code::TemplateUnknownField,
             format!("`{owner}` has no field `{name}`"),
             span,
             format!("`{owner}` is {}", short(ty)),
         );
         let names = ty.field_names();
-        let help = suggest(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
+        let help =
+            did_you_mean(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
         self.help(at, help);
         Type::Any
     }
-}
-
-/// "did you mean" that also counts a swap of two letters (`nmae`) as one edit.
-fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
-    let mut best: Option<(usize, &str)> = None;
-    for candidate in candidates {
-        let distance = strsim::osa_distance(name, candidate);
-        let limit = (name.len().max(candidate.len()) / 3).max(1);
-        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
-            best = Some((distance, candidate));
-        }
-    }
-    best.map(|(_, c)| format!("did you mean `{c}`?"))
 }
 
 fn fields_help(names: &[String]) -> Option<String> {

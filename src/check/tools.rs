@@ -1,7 +1,7 @@
 //! Tool specs against the install rules of the LLM-IDE reference ("Tools").
 
 use crate::compile::{ToolSpec, Workflow};
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 
 pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
     for tool in &workflow.tools {
@@ -11,7 +11,7 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
 
 fn field_error(
     tool: &ToolSpec,
-    code: &'static str,
+    code: Code,
     field: &str,
     problem: String,
     help: &str,
@@ -42,7 +42,7 @@ pub fn check_tool(tool: &ToolSpec, diags: &mut Diagnostics) {
     {
         diags.push(field_error(
             tool,
-            "rondo::tool::bad_installation",
+            Code::ToolBadInstallation,
             "installation",
             format!("is `{installation}`; only `pip` is supported"),
             "write `installation: pip`, or leave it out for a tool that needs no install",
@@ -51,7 +51,7 @@ pub fn check_tool(tool: &ToolSpec, diags: &mut Diagnostics) {
     if let Some(source) = &tool.source
         && !source.is_dir()
     {
-        diags.push(field_error(tool, "rondo::tool::source_missing", "source", format!("names `{}`, which is not a folder", source.display()), "`source` is a folder on the host, copied to /tools/<tool_name> in the container; paths are relative to the file that declares the tool"));
+        diags.push(field_error(tool, Code::ToolSourceMissing, "source", format!("names `{}`, which is not a folder", source.display()), "`source` is a folder on the host, copied to /tools/<tool_name> in the container; paths are relative to the file that declares the tool"));
     }
     if let Some(py) = &tool.py_standalone {
         let valid = regex::Regex::new(r"^3(\.\d{1,2}){0,2}$")
@@ -60,7 +60,7 @@ pub fn check_tool(tool: &ToolSpec, diags: &mut Diagnostics) {
         if !valid {
             diags.push(field_error(
                 tool,
-                "rondo::tool::bad_python",
+                Code::ToolBadPython,
                 "py_standalone",
                 format!("is `{py}`, not a Python version"),
                 "write a version such as \"3.11\", or leave it out",
@@ -71,7 +71,7 @@ pub fn check_tool(tool: &ToolSpec, diags: &mut Diagnostics) {
         && tool.source.is_none()
         && tool.version.is_none()
     {
-        diags.push(field_error(tool, "rondo::tool::pip_without_package", "installation", "is `pip` but neither `source` nor `version` says what to install".into(), "set `source` (installs `-e .` from it) or `version` (installs `<tool_name>==<version>`)"));
+        diags.push(field_error(tool, Code::ToolPipWithoutPackage, "installation", "is `pip` but neither `source` nor `version` says what to install".into(), "set `source` (installs `-e .` from it) or `version` (installs `<tool_name>==<version>`)"));
     }
     if tool.installation.is_none()
         && (tool.py_standalone.is_some() || tool.setup_script.is_some())
@@ -79,7 +79,7 @@ pub fn check_tool(tool: &ToolSpec, diags: &mut Diagnostics) {
     {
         diags.push(field_error(
             tool,
-            "rondo::tool::no_installation",
+            Code::ToolNoInstallation,
             "installation",
             "is missing though the tool has a source to install".into(),
             "write `installation: pip`",
@@ -88,7 +88,7 @@ pub fn check_tool(tool: &ToolSpec, diags: &mut Diagnostics) {
     if tool.executable.trim().is_empty() {
         diags.push(field_error(
             tool,
-            "rondo::tool::no_executable",
+            Code::ToolNoExecutable,
             "executable",
             "is empty".into(),
             "say how the tool is called, e.g. `executable: pyfind`",
@@ -99,7 +99,7 @@ pub fn check_tool(tool: &ToolSpec, diags: &mut Diagnostics) {
     {
         diags.push(field_error(
             tool,
-            "rondo::tool::bad_setup_script",
+            Code::ToolBadSetupScript,
             "setup_script",
             format!(
                 "is not a valid template: {}",

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::diagnostics::{Diagnostic, Diagnostics, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{Attr, Ident, Value, ValueKind};
 
@@ -141,12 +141,9 @@ impl<'a> Attrs<'a> {
                 }),
                 _ => {
                     diags.push(
-                        Diagnostic::error(
-                            "rondo::attr::wrong_kind",
-                            format!("`{key}` lists names"),
-                        )
-                        .label(v.span, "not a name")
-                        .help("write the names without quotes: `[a, b]`"),
+                        Diagnostic::error(Code::AttrWrongKind, format!("`{key}` lists names"))
+                            .label(v.span, "not a name")
+                            .help("write the names without quotes: `[a, b]`"),
                     );
                     None
                 }
@@ -169,7 +166,7 @@ impl<'a> Attrs<'a> {
             match &v.kind {
                 ValueKind::String(s) => out.push((s.clone(), v.span)),
                 _ => diags.push(
-                    Diagnostic::error("rondo::attr::wrong_kind", format!("`{key}` lists strings"))
+                    Diagnostic::error(Code::AttrWrongKind, format!("`{key}` lists strings"))
                         .label(v.span, "not a string")
                         .help("quote each item: `[\"a\", \"b\"]`"),
                 ),
@@ -194,13 +191,22 @@ impl<'a> Attrs<'a> {
     }
 
     /// Reports attributes nobody asked for, and duplicates.
+    /// Whether an attribute the block does not know looks like a misspelling of one of
+    /// `keys` (`promt` for `prompt`): that attribute's error then says what is missing.
+    pub fn misspells(&self, keys: &[&str]) -> bool {
+        self.attrs.iter().any(|a| {
+            !self.known.contains(&a.key.name.as_str())
+                && did_you_mean(&a.key.name, keys.iter().copied()).is_some()
+        })
+    }
+
     pub fn finish(self, diags: &mut Diagnostics) {
         let mut seen: BTreeSet<&str> = BTreeSet::new();
         for (i, attr) in self.attrs.iter().enumerate() {
             if !seen.insert(&attr.key.name) && self.known.contains(&attr.key.name.as_str()) {
                 diags.push(
                     Diagnostic::error(
-                        "rondo::attr::duplicate",
+                        Code::AttrDuplicate,
                         format!("`{}` is set twice in {}", attr.key.name, self.block),
                     )
                     .label(attr.key.span, "set again here")
@@ -221,7 +227,7 @@ impl<'a> Attrs<'a> {
                 });
             diags.push(
                 Diagnostic::error(
-                    "rondo::attr::unknown",
+                    Code::AttrUnknown,
                     format!("unknown attribute `{}` in {}", attr.key.name, self.block),
                 )
                 .label(attr.key.span, "unknown attribute")
@@ -233,7 +239,7 @@ impl<'a> Attrs<'a> {
 
 fn wrong_kind(attr: &Attr, expected: &str) -> Diagnostic {
     Diagnostic::error(
-        "rondo::attr::wrong_kind",
+        Code::AttrWrongKind,
         format!("`{}` must be {expected}", attr.key.name),
     )
     .label(attr.value.span, format!("expected {expected}"))

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::types::Type;
 use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root};
 use super::{Compiler, number_value};
-use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::syntax::{self, BinOp, UnOp};
 
 /// Where an expression is evaluated: which role (for `output` and `visit`).
@@ -131,7 +131,7 @@ impl Compiler<'_> {
                             let names = ty.field_names();
                             self.diags.push(
                                 Diagnostic::error(
-                                    "rondo::expr::unknown_field",
+                                    Code::ExprUnknownField,
                                     format!("{} has no field `{}`", ty.display(), field.name),
                                 )
                                 .label(field.span, "unknown field")
@@ -161,7 +161,7 @@ impl Compiler<'_> {
                         if !ty.is_bool() {
                             self.diags.push(
                                 Diagnostic::error(
-                                    "rondo::expr::type_mismatch",
+                                    Code::ExprTypeMismatch,
                                     "`not` needs true or false",
                                 )
                                 .label(operand.span, format!("this is {}", ty.display()))
@@ -178,12 +178,9 @@ impl Compiler<'_> {
                     UnOp::Neg => {
                         if !ty.is_numeric() {
                             self.diags.push(
-                                Diagnostic::error(
-                                    "rondo::expr::type_mismatch",
-                                    "`-` needs a number",
-                                )
-                                .label(operand.span, format!("this is {}", ty.display()))
-                                .help("negate a number"),
+                                Diagnostic::error(Code::ExprTypeMismatch, "`-` needs a number")
+                                    .label(operand.span, format!("this is {}", ty.display()))
+                                    .help("negate a number"),
                             );
                         }
                         (
@@ -214,7 +211,7 @@ impl Compiler<'_> {
                     if !t.is_bool() {
                         self.diags.push(
                             Diagnostic::error(
-                                "rondo::expr::type_mismatch",
+                                Code::ExprTypeMismatch,
                                 format!("`{}` joins conditions (true or false)", op.symbol()),
                             )
                             .label(side.span, format!("this is {}", t.display()))
@@ -228,7 +225,7 @@ impl Compiler<'_> {
                 if !lt.comparable(&rt) {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::expr::incomparable",
+                            Code::ExprIncomparable,
                             format!(
                                 "comparing {} with {} is never true",
                                 lt.display(),
@@ -251,7 +248,7 @@ impl Compiler<'_> {
                 if !ok {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::expr::type_mismatch",
+                            Code::ExprTypeMismatch,
                             format!("`{}` orders numbers or strings", op.symbol()),
                         )
                         .label(lhs.span, lt.display())
@@ -270,7 +267,7 @@ impl Compiler<'_> {
                 };
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::expr::optional_operand",
+                        Code::ExprOptionalOperand,
                         format!("`{}` needs a number, but this may be null", op.symbol()),
                     )
                     .label(side.span, format!("this is {}", t.display()))
@@ -310,7 +307,7 @@ impl Compiler<'_> {
                 } else {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::expr::type_mismatch",
+                            Code::ExprTypeMismatch,
                             format!(
                                 "`{}` does not apply to {} and {}",
                                 op.symbol(),
@@ -360,7 +357,7 @@ impl Compiler<'_> {
         if !base.comparable(rt) {
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::expr::type_mismatch",
+                    Code::ExprTypeMismatch,
                     format!(
                         "the fallback of `??` must fit {}, not {}",
                         base.display(),
@@ -419,7 +416,7 @@ impl Compiler<'_> {
                 });
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::expr::literal_outside_union",
+                    Code::ExprLiteralOutsideUnion,
                     format!("{value:?} is not a value this field can hold"),
                 )
                 .label(lit.span, "never equal")
@@ -455,7 +452,7 @@ impl Compiler<'_> {
                         });
                         self.diags.push(
                             Diagnostic::error(
-                                "rondo::expr::unknown_input",
+                                Code::ExprUnknownInput,
                                 format!("unknown input `{}`", name.name),
                             )
                             .label(name.span, "not an input")
@@ -490,7 +487,7 @@ impl Compiler<'_> {
                 None => {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::expr::output_outside_role",
+                            Code::ExprOutputOutsideRole,
                             "`output` exists only inside a role",
                         )
                         .label(root.span, "no current role here")
@@ -528,10 +525,12 @@ impl Compiler<'_> {
                         rest = &rest[1..];
                         (Root::Role { node }, Cow::Owned(ty), Described::Role(name))
                     } else {
-                        let ty = self
-                            .workflow
-                            .role(node)
-                            .map_or(Cow::Owned(Type::Any), |r| Cow::Borrowed(&*r.output_type));
+                        let ty = match self.workflow.role(node) {
+                            Some(r) if !self.twice_declared.contains(name) => {
+                                Cow::Borrowed(&*r.output_type)
+                            }
+                            _ => Cow::Owned(Type::Any),
+                        };
                         (Root::Role { node }, ty, Described::Role(name))
                     }
                 }
@@ -554,7 +553,7 @@ impl Compiler<'_> {
                         help = Some(format!("inputs are read as `input.{name}`"));
                     }
                     self.diags.push(
-                        Diagnostic::error("rondo::expr::unknown_name", format!("unknown name `{name}`"))
+                        Diagnostic::error(Code::ExprUnknownName, format!("unknown name `{name}`"))
                             .label(root.span, "not a role, input, memory or built-in value")
                             .help(help.unwrap_or_else(|| "expressions start with a role name, `input.`, `memory.`, `output`, `item`, `round`, `step` or `visit`".into())),
                     );
@@ -575,21 +574,28 @@ impl Compiler<'_> {
                 }
                 None => {
                     let names = ty.field_names();
-                    let help = did_you_mean(&field.name, names.iter().map(String::as_str))
-                        .unwrap_or_else(|| {
-                            if names.is_empty() {
-                                format!("{described} is {}, which has no fields", ty.display())
-                            } else {
-                                format!("its fields are: {}", names.join(", "))
-                            }
-                        });
-                    self.diags.push(
-                        Diagnostic::error(
-                            "rondo::expr::unknown_field",
-                            format!("{described} has no field `{}`", field.name),
+                    // A value with no fields at all: every field read of it is the one
+                    // fault (one diagnostic, each read labelled).
+                    let (message, help) = if names.is_empty() {
+                        let help = match (&described, &*ty) {
+                            (Described::Role(role), Type::String) => format!(
+                                "a reply has fields when its shape is declared: `output json TYPE` in role `{role}`"
+                            ),
+                            _ => format!("use {described} whole, without `.{}`", field.name),
+                        };
+                        (
+                            format!("{described} is {}, which has no fields", ty.display()),
+                            help,
                         )
-                        .label(field.span, "unknown field")
-                        .help(help),
+                    } else {
+                        let help = did_you_mean(&field.name, names.iter().map(String::as_str))
+                            .unwrap_or_else(|| format!("its fields are: {}", names.join(", ")));
+                        (format!("{described} has no field `{}`", field.name), help)
+                    };
+                    self.diags.push(
+                        Diagnostic::error(Code::ExprUnknownField, message)
+                            .label(field.span, format!("no field `{}`", field.name))
+                            .help(help),
                     );
                     ty = Cow::Owned(Type::Any);
                 }
@@ -613,7 +619,7 @@ impl Compiler<'_> {
     ) -> (ExprKind, Type) {
         self.diags.push(
             Diagnostic::error(
-                "rondo::expr::bare_namespace",
+                Code::ExprBareNamespace,
                 format!("`{what}` needs a name after it"),
             )
             .label(root.span, "which one?")
@@ -639,7 +645,7 @@ impl Compiler<'_> {
                 });
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::expr::unknown_function",
+                    Code::ExprUnknownFunction,
                     format!("unknown function `{}`", name.name),
                 )
                 .label(name.span, "not a function")
@@ -650,7 +656,7 @@ impl Compiler<'_> {
         if args.len() != arity {
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::expr::arity",
+                    Code::ExprArity,
                     format!(
                         "`{}` takes {arity} argument{}",
                         name.name,
@@ -668,7 +674,7 @@ impl Compiler<'_> {
             let syntax::ExprKind::Path(parts) = &arg.kind else {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::expr::bad_argument",
+                        Code::ExprBadArgument,
                         format!("`{}` takes a name", name.name),
                     )
                     .label(arg.span, "not a name")
@@ -684,7 +690,7 @@ impl Compiler<'_> {
                         let help = self.suggest_role(&id.name);
                         self.diags.push(
                             Diagnostic::error(
-                                "rondo::expr::unknown_role",
+                                Code::ExprUnknownRole,
                                 format!("`visits` names `{}`, which is not a role", id.name),
                             )
                             .label(id.span, "not a role")
@@ -721,7 +727,7 @@ impl Compiler<'_> {
         let bad = |this: &mut Self, i: usize, want: &str| {
             this.diags.push(
                 Diagnostic::error(
-                    "rondo::expr::bad_argument",
+                    Code::ExprBadArgument,
                     format!("`{}` expects {want}", name.name),
                 )
                 .label(args[i].span, format!("this is {}", typed[i].1.display()))
@@ -757,7 +763,7 @@ impl Compiler<'_> {
                     syntax::ExprKind::String(re) => {
                         if let Err(e) = regex::Regex::new(re) {
                             self.diags.push(
-                                Diagnostic::error("rondo::expr::bad_regex", "this regular expression does not compile")
+                                Diagnostic::error(Code::ExprBadRegex, "this regular expression does not compile")
                                     .label(args[1].span, first_line(&e.to_string()))
                                     .help("the syntax is Rust's `regex` crate (no look-around or back-references)"),
                             );
@@ -777,7 +783,7 @@ impl Compiler<'_> {
                 {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::expr::path_outside_workspace",
+                            Code::ExprPathOutsideWorkspace,
                             "`exists` only looks inside the run's workspace",
                         )
                         .label(args[0].span, why.to_string())

@@ -7,7 +7,7 @@ use super::Compiler;
 use super::attrs::Attrs;
 use super::types::Type;
 use super::workflow::{Input, Limits};
-use crate::diagnostics::Diagnostic;
+use crate::diagnostics::{Code, Diagnostic};
 use crate::syntax::{Ast, TypeExpr, TypeKind};
 
 impl Compiler<'_> {
@@ -40,7 +40,7 @@ impl Compiler<'_> {
             {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::input::bad_default",
+                        Code::InputBadDefault,
                         format!(
                             "the default of input `{}` does not fit its type",
                             input.name.name
@@ -84,7 +84,7 @@ impl Compiler<'_> {
             if !dir.is_dir() {
                 diags.push(
                     Diagnostic::error(
-                        "rondo::workflow::prompts_missing",
+                        Code::WorkflowPromptsMissing,
                         format!("the prompts folder `{p}` does not exist"),
                     )
                     .label(span, format!("looked for {}", dir.display()))
@@ -97,7 +97,7 @@ impl Compiler<'_> {
             let path = self.workflow.dir.join(&p);
             if !path.is_file() {
                 diags.push(
-                    Diagnostic::error("rondo::workflow::script_missing", format!("the script `{p}` does not exist"))
+                    Diagnostic::error(Code::WorkflowScriptMissing, format!("the script `{p}` does not exist"))
                         .label(span, format!("looked for {}", path.display()))
                         .help("the scripted provider's replies file (YAML); paths are relative to the folder of this file"),
                 );
@@ -135,7 +135,7 @@ impl Compiler<'_> {
                     let help = self.suggest_role(&r.name);
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::workflow::unknown_round_role",
+                            Code::WorkflowUnknownRoundRole,
                             format!("`round` names `{}`, which is not a role", r.name),
                         )
                         .label(r.span, "not a role")

@@ -9,7 +9,7 @@ use super::attrs::Attrs;
 use super::types::{Field, Type};
 use super::workflow::{EnvKind, EnvSpec, ProviderSpec, ToolSpec};
 use super::{Compiler, relative_to};
-use crate::diagnostics::{Diagnostic, Diagnostics, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{self, Ast, ImportKind, ValueKind};
 
@@ -65,9 +65,17 @@ impl Compiler<'_> {
             let text = match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
                 Ok(t) => t,
                 Err(e) => {
+                    if let Some((text, span, label)) = e.bad_byte() {
+                        self.diags.push(
+                            Diagnostic::not_utf8(format_args!("`{}`", import.path))
+                                .label(import.path_span, "imported here")
+                                .external(ExternalLabel::new(&path, text.into(), span, label)),
+                        );
+                        continue;
+                    }
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::import::missing",
+                            Code::ImportMissing,
                             format!("cannot read `{}`", import.path),
                         )
                         .label(import.path_span, format!("{e}"))
@@ -84,7 +92,7 @@ impl Compiler<'_> {
                 Err(e) => {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::import::bad_yaml",
+                            Code::ImportBadYaml,
                             format!("`{}` is not valid YAML", import.path),
                         )
                         .label(import.path_span, super::expr::first_line(&e.to_string()))
@@ -104,7 +112,7 @@ impl Compiler<'_> {
                         ),
                         Err(e) => self.diags.push(
                             Diagnostic::error(
-                                "rondo::import::bad_field",
+                                Code::ImportBadField,
                                 format!("{}: {e}", path.display()),
                             )
                             .label(import.path_span, "imported here")
@@ -187,11 +195,13 @@ impl Compiler<'_> {
                 .into_iter()
                 .map(|i| (i.name, i.span))
                 .collect();
+            let misspelled_kind = attrs.misspells(&["kind"]);
             attrs.finish(diags);
             match kind {
+                None if misspelled_kind => {}
                 None => self.diags.push(
                     Diagnostic::error(
-                        "rondo::provider::no_kind",
+                        Code::ProviderNoKind,
                         format!("provider `{}` has no `kind`", decl.name.name),
                     )
                     .label(decl.name.span, "which API?")
@@ -199,7 +209,7 @@ impl Compiler<'_> {
                 ),
                 Some((k, span)) if !PROVIDER_KINDS.contains(&k.as_str()) => self.diags.push(
                     Diagnostic::error(
-                        "rondo::provider::unknown_kind",
+                        Code::ProviderUnknownKind,
                         format!("unknown provider kind `{k}`"),
                     )
                     .label(span, "not a provider kind")
@@ -237,7 +247,7 @@ impl Compiler<'_> {
                     if f == id {
                         self.diags.push(
                             Diagnostic::error(
-                                "rondo::provider::self_fallback",
+                                Code::ProviderSelfFallback,
                                 format!("provider `{}` falls back to itself", ident.name),
                             )
                             .label(span, "itself")
@@ -276,7 +286,7 @@ impl Compiler<'_> {
             let field_error = |this: &mut Self, key: &str, what: &str| {
                 this.diags.push(
                     Diagnostic::error(
-                        "rondo::import::bad_field",
+                        Code::ImportBadField,
                         format!(
                             "{}: provider `{name}`: field `{key}` {what}",
                             path.display()
@@ -359,7 +369,7 @@ impl Compiler<'_> {
         let Some(map) = yaml.as_object() else {
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::import::bad_field",
+                    Code::ImportBadField,
                     format!("{}: a tool spec is a mapping of fields", path.display()),
                 )
                 .label(at, "imported here")
@@ -373,7 +383,7 @@ impl Compiler<'_> {
                     .unwrap_or_else(|| format!("fields: {}", TOOL_KEYS.join(", ")));
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::tool::unknown_field",
+                        Code::ToolUnknownField,
                         format!("{}: unknown field `{key}`", path.display()),
                     )
                     .label(at, "imported here")
@@ -391,7 +401,7 @@ impl Compiler<'_> {
         let Some(name) = s("tool_name") else {
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::tool::no_name",
+                    Code::ToolNoName,
                     format!("{}: field `tool_name` is missing", path.display()),
                 )
                 .label(at, "imported here")
@@ -406,7 +416,7 @@ impl Compiler<'_> {
                 Err(e) => {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::tool::bad_schema",
+                            Code::ToolBadSchema,
                             format!("{}: field `input_schema`: {e}", path.display()),
                         )
                         .label(at, "imported here")
@@ -465,7 +475,7 @@ impl Compiler<'_> {
             {
                 diags.push(
                     Diagnostic::error(
-                        "rondo::tool::name_mismatch",
+                        Code::ToolNameMismatch,
                         format!(
                             "`tool_name` says `{n}` but the tool is declared as `{}`",
                             decl.name.name
@@ -502,7 +512,7 @@ impl Compiler<'_> {
             if attrs.get("input_schema").is_some() {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::tool::schema_in_file",
+                        Code::ToolSchemaInFile,
                         "inside a .rondo file, write the argument schema as `input { ... }`",
                     )
                     .label(decl.name.span, "has `input_schema`")
@@ -547,7 +557,7 @@ impl Compiler<'_> {
                 Some((k, span)) => {
                     diags.push(
                         Diagnostic::error(
-                            "rondo::environment::unknown_kind",
+                            Code::EnvironmentUnknownKind,
                             format!("unknown environment kind `{k}`"),
                         )
                         .label(span, "not an environment kind")
@@ -574,7 +584,7 @@ impl Compiler<'_> {
                                 }
                                 _ => diags.push(
                                     Diagnostic::error(
-                                        "rondo::attr::wrong_kind",
+                                        Code::AttrWrongKind,
                                         "environment variables are strings",
                                     )
                                     .label(v.span, "not a string")
@@ -584,7 +594,7 @@ impl Compiler<'_> {
                         }
                     }
                     _ => diags.push(
-                        Diagnostic::error("rondo::attr::wrong_kind", "`env` is a map")
+                        Diagnostic::error(Code::AttrWrongKind, "`env` is a map")
                             .label(v.span, "not a map")
                             .help("write `env = { NAME = \"value\" }`"),
                     ),
@@ -611,7 +621,7 @@ impl Compiler<'_> {
                     if let Some(v) = attrs.value(key) {
                         diags.push(
                             Diagnostic::error(
-                                "rondo::environment::docker_only",
+                                Code::EnvironmentDockerOnly,
                                 format!("`{key}` applies to Docker environments only"),
                             )
                             .label(v.span, "a local environment runs as the user running rondo")
@@ -626,10 +636,11 @@ impl Compiler<'_> {
                 check_mount(text, *span, diags);
             }
             let mounts = mounts.into_iter().map(|m| m.0).collect();
+            let misspelled_image = attrs.misspells(&["image"]);
             attrs.finish(&mut self.diags);
-            if kind == EnvKind::Docker && image.is_none() {
+            if kind == EnvKind::Docker && image.is_none() && !misspelled_image {
                 self.diags.push(
-                    Diagnostic::error("rondo::environment::no_image", format!("docker environment `{}` has no image", decl.name.name))
+                    Diagnostic::error(Code::EnvironmentNoImage, format!("docker environment `{}` has no image", decl.name.name))
                         .label(decl.name.span, "which image?")
                         .help("write `image = \"rondo-test-base:latest\"` (built by scripts/build-test-image.sh)"),
                 );
@@ -668,7 +679,7 @@ fn check_mount(text: &str, span: Span, diags: &mut Diagnostics) {
     use super::mounts::{MountSource, parse_mount};
     match parse_mount(text) {
         Err(e) => diags.push(
-            Diagnostic::error("rondo::environment::bad_mount", format!("mount `{text}`: {e}"))
+            Diagnostic::error(Code::EnvironmentBadMount, format!("mount `{text}`: {e}"))
                 .label(span, "not a mount")
                 .help("`dir:/container[:ro|:rw]` with `dir` inside the run's workspace, or `host:/abs/path:/container[:ro|:rw]`"),
         ),
@@ -677,7 +688,7 @@ fn check_mount(text: &str, span: Span, diags: &mut Diagnostics) {
                 if let Some(why) = rondo_env::refused_mount(path) {
                     diags.push(
                         Diagnostic::error(
-                            "rondo::environment::docker_socket",
+                            Code::EnvironmentDockerSocket,
                             format!("mount `{text}` can never be allowed"),
                         )
                         .label(span, why)
@@ -687,7 +698,7 @@ fn check_mount(text: &str, span: Span, diags: &mut Diagnostics) {
                     let mode = if m.writable { "read-write" } else { "read-only" };
                     diags.push(
                         Diagnostic::warning(
-                            "rondo::environment::host_mount",
+                            Code::EnvironmentHostMount,
                             format!("mount `{text}` gives the container a host folder outside the run's workspace"),
                         )
                         .label(span, format!("{} is visible {mode} in the container", path.display()))

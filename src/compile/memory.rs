@@ -6,7 +6,7 @@ use super::Compiler;
 use super::attrs::Attrs;
 use super::types::Type;
 use super::workflow::{MemoryKind, MemorySlot};
-use crate::diagnostics::Diagnostic;
+use crate::diagnostics::{Code, Diagnostic};
 use crate::syntax::{self, Ast, Ident};
 
 impl Compiler<'_> {
@@ -27,7 +27,7 @@ impl Compiler<'_> {
                     if let Err(e) = ty.validate(&default) {
                         self.diags.push(
                             Diagnostic::error(
-                                "rondo::memory::bad_default",
+                                Code::MemoryBadDefault,
                                 format!(
                                     "the initial value of `{}` does not fit its type",
                                     entry.name.name
@@ -61,10 +61,11 @@ impl Compiler<'_> {
             "whiteboard" => {
                 let mut a = Attrs::new(attrs, &["sections"], "a whiteboard");
                 let sections = a.string_list("sections", diags).unwrap_or_default();
+                let misspelled = a.misspells(&["sections"]);
                 a.finish(diags);
-                if sections.is_empty() {
+                if sections.is_empty() && !misspelled {
                     diags.push(
-                        Diagnostic::error("rondo::memory::no_sections", "a whiteboard needs its allowed sections")
+                        Diagnostic::error(Code::MemoryNoSections, "a whiteboard needs its allowed sections")
                             .label(kind.span, "no `sections`")
                             .help("write `whiteboard { sections = [\"Facts\", \"Key Files\", \"Constraints\"] }`"),
                     );
@@ -91,7 +92,7 @@ impl Compiler<'_> {
                 if let Some(Err(why)) = root.as_deref().map(rondo_workspace::relative_name) {
                     diags.push(
                         Diagnostic::error(
-                            "rondo::memory::root_outside_workspace",
+                            Code::MemoryRootOutsideWorkspace,
                             "a code context reads only inside the run's workspace",
                         )
                         .label(kind.span, why.to_string())
@@ -101,7 +102,7 @@ impl Compiler<'_> {
                 if !(0.0..=1.0).contains(&gamma) {
                     diags.push(
                         Diagnostic::error(
-                            "rondo::memory::bad_gamma",
+                            Code::MemoryBadGamma,
                             "the decay factor `gamma` must lie between 0 and 1",
                         )
                         .label(kind.span, format!("gamma = {gamma}"))

@@ -24,7 +24,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::diagnostics::{Diagnostic, Diagnostics, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
 use crate::source::{SourceFile, Span};
 use crate::syntax::{self, Ast, Ident};
 pub use expr::{Scope, invalid_field_type};
@@ -57,7 +57,7 @@ pub fn load_keeping_ast(file: &SourceFile) -> (Ast, Workflow, Diagnostics) {
     let (workflow, mut more) = compile(file, &ast);
     // A file that did not parse is not "empty"; the syntax error says what is wrong.
     if diagnostics.has_errors() {
-        more.retain(|d| d.code != "rondo::workflow::empty");
+        more.retain(|d| d.code != Code::WorkflowEmpty);
     }
     diagnostics.extend(more);
     (ast, workflow, diagnostics)
@@ -79,6 +79,12 @@ struct Compiler<'f> {
     tool_names: HashMap<String, ToolId>,
     env_names: HashMap<String, EnvId>,
     node_names: HashMap<String, NodeIndex>,
+    /// Role and exit names whose declaration was refused (reserved): their uses are not
+    /// reported again.
+    refused_nodes: std::collections::HashSet<String>,
+    /// Role and exit names declared twice: uses resolve to the first declaration, but what
+    /// they read of it is not checked (the author may mean the second).
+    twice_declared: std::collections::HashSet<String>,
     input_names: HashMap<String, InputId>,
     pending_providers: Vec<imports::PendingProvider>,
     /// The result type of tool roles, built once and shared.
@@ -136,6 +142,8 @@ impl<'f> Compiler<'f> {
             tool_names: HashMap::new(),
             env_names: HashMap::new(),
             node_names: HashMap::new(),
+            refused_nodes: Default::default(),
+            twice_declared: Default::default(),
             input_names: HashMap::new(),
             pending_providers: Vec::new(),
             tool_result: None,
@@ -146,7 +154,7 @@ impl<'f> Compiler<'f> {
     fn run(&mut self, ast: &Ast) {
         for span in &ast.extra_headers {
             self.diags.push(
-                Diagnostic::error("rondo::workflow::duplicate", "a file declares one workflow")
+                Diagnostic::error(Code::WorkflowDuplicate, "a file declares one workflow")
                     .label(*span, "second `workflow` header")
                     .help("split the file, or merge the two headers"),
             );
@@ -172,7 +180,7 @@ impl<'f> Compiler<'f> {
             && !self.diags.has_errors()
         {
             self.diags.push(
-                Diagnostic::error("rondo::workflow::empty", "this file declares no workflow")
+                Diagnostic::error(Code::WorkflowEmpty, "this file declares no workflow")
                     .label(Span::new(0, 0), "empty")
                     .help("start with `workflow name { ... }`, declare roles, and route `start -> first_role`"),
             );
@@ -223,7 +231,7 @@ impl<'f> Compiler<'f> {
 
     fn duplicate(&mut self, what: &str, name: &Ident, first: Option<Span>) {
         let mut d = Diagnostic::error(
-            "rondo::name::duplicate",
+            Code::NameDuplicate,
             format!("{what} `{}` is declared twice", name.name),
         )
         .label(name.span, "declared again here");
@@ -239,7 +247,7 @@ impl<'f> Compiler<'f> {
             &self.memory_names,
             name,
             &mut self.diags,
-            "rondo::memory::unknown",
+            Code::MemoryUnknown,
             "memory",
             "declare it in a `memory { ... }` block",
         )
@@ -250,7 +258,7 @@ impl<'f> Compiler<'f> {
             &self.provider_names,
             name,
             &mut self.diags,
-            "rondo::provider::unknown",
+            Code::ProviderUnknown,
             "provider profile",
             "declare it with `provider NAME { ... }` or import a providers file",
         )
@@ -261,7 +269,7 @@ impl<'f> Compiler<'f> {
             &self.tool_names,
             name,
             &mut self.diags,
-            "rondo::tool::unknown",
+            Code::ToolUnknown,
             "tool",
             "declare it with `tool NAME { ... }` or `import tool \"config/tools/NAME.yaml\"`",
         )
@@ -272,7 +280,7 @@ impl<'f> Compiler<'f> {
             &self.env_names,
             name,
             &mut self.diags,
-            "rondo::environment::unknown",
+            Code::EnvironmentUnknown,
             "environment",
             "declare it with `environment NAME { kind = \"docker\" ... }`",
         )
@@ -293,7 +301,7 @@ impl<'f> Compiler<'f> {
         let v = const_eval(e);
         if v.is_none() {
             self.diags.push(
-                Diagnostic::error("rondo::expr::not_constant", "this must be a constant")
+                Diagnostic::error(Code::ExprNotConstant, "this must be a constant")
                     .label(e.span, "refers to something known only at run time")
                     .help("write a literal: a string, number, bool, null, list or map"),
             );
@@ -316,7 +324,7 @@ fn lookup(
     names: &HashMap<String, usize>,
     name: &Ident,
     diags: &mut Diagnostics,
-    code: &'static str,
+    code: Code,
     what: &str,
     how: &str,
 ) -> Option<usize> {

@@ -12,7 +12,7 @@ use super::workflow::{
     ToolRole, Update,
 };
 use super::{BUILTIN_EXITS, Compiler, INVALID_FIELDS, RESERVED_ROOTS, tera_error_text};
-use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{self, Ast, Ident, ValueKind};
 
@@ -75,21 +75,20 @@ impl Compiler<'_> {
 
     fn check_node_name(&mut self, name: &Ident) -> bool {
         if RESERVED_ROOTS.contains(&name.name.as_str()) {
+            self.refused_nodes.insert(name.name.clone());
             self.diags.push(
-                Diagnostic::error(
-                    "rondo::name::reserved",
-                    format!("`{}` is reserved", name.name),
-                )
-                .label(name.span, "reserved name")
-                .help(format!(
-                    "{} have a meaning in expressions; choose another name",
-                    RESERVED_ROOTS.join(", ")
-                )),
+                Diagnostic::error(Code::NameReserved, format!("`{}` is reserved", name.name))
+                    .label(name.span, "reserved name")
+                    .help(format!(
+                        "{} have a meaning in expressions; choose another name",
+                        RESERVED_ROOTS.join(", ")
+                    )),
             );
             return false;
         }
         if let Some(&existing) = self.node_names.get(&name.name) {
             let first = self.workflow.graph[existing].span;
+            self.twice_declared.insert(name.name.clone());
             let what = if BUILTIN_EXITS.iter().any(|(n, _)| *n == name.name) {
                 "the built-in exit"
             } else {
@@ -115,7 +114,9 @@ impl Compiler<'_> {
                 }
                 _ => Type::String,
             }),
-            _ => Arc::new(Type::Null),
+            "builtin" => Arc::new(Type::Null),
+            // An unknown kind is reported; reads of its output are not faults of their own.
+            _ => Arc::new(Type::Any),
         }
     }
 
@@ -125,7 +126,7 @@ impl Compiler<'_> {
             if INVALID_FIELDS.contains(&name.as_str()) {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::role::reserved_output_field",
+                        Code::RoleReservedOutputField,
                         format!("the output type of `{role}` declares a field `{name}`, which is reserved"),
                     )
                     .label(span, format!("declares `{name}`"))
@@ -155,45 +156,31 @@ impl Compiler<'_> {
     fn role_body(&mut self, decl: &syntax::RoleDecl, index: NodeIndex) -> Role {
         let kind_name = decl.kind.name.as_str();
         let known: &'static [&'static str] = match kind_name {
-            "llm" => &[
-                "provider",
-                "prompt",
-                "system",
-                "reads",
-                "tools",
-                "retries",
-                "coerce",
-                "max_visits",
-                "max_reply",
-            ],
-            "tool" => &[
-                "env",
-                "command",
-                "run",
-                "args",
-                "tools",
-                "call",
-                "argv",
-                "timeout",
-                "log",
-                "show",
-                "reads",
-                "max_visits",
-                "max_output",
-            ],
-            _ => &["reads", "max_visits"],
+            "llm" => LLM_KEYS,
+            "tool" => TOOL_KEYS,
+            "builtin" => &["reads", "max_visits"],
+            // Of a role whose kind is unknown, only keys no kind takes are reported.
+            _ => ANY_ROLE_KEYS,
         };
         if !matches!(kind_name, "llm" | "tool" | "builtin") {
+            let keys = || decl.attrs.iter().map(|a| a.key.name.as_str());
+            let looks_like = if keys().any(|k| LLM_KEYS.contains(&k) && !TOOL_KEYS.contains(&k)) {
+                Some("llm")
+            } else if keys().any(|k| TOOL_KEYS.contains(&k) && !LLM_KEYS.contains(&k)) {
+                Some("tool")
+            } else {
+                None
+            };
+            let help = did_you_mean(kind_name, ["llm", "tool", "builtin"])
+                .or_else(|| looks_like.map(|k| format!("from its attributes, did you mean `{k}`?")))
+                .unwrap_or_else(|| "a role is `llm`, `tool` or `builtin`".into());
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::role::unknown_kind",
+                    Code::RoleUnknownKind,
                     format!("unknown role kind `{kind_name}`"),
                 )
                 .label(decl.kind.span, "not a role kind")
-                .help(
-                    did_you_mean(kind_name, ["llm", "tool", "builtin"])
-                        .unwrap_or_else(|| "a role is `llm`, `tool` or `builtin`".into()),
-                ),
+                .help(help),
             );
         }
         let mut attrs = Attrs::new(
@@ -205,7 +192,7 @@ impl Compiler<'_> {
         if max_visits == Some(0) {
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::role::zero_visits",
+                    Code::RoleZeroVisits,
                     "`max_visits = 0` means the role can never run",
                 )
                 .label(decl.span, "never runs")
@@ -232,7 +219,7 @@ impl Compiler<'_> {
         {
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::role::output_on_non_llm",
+                    Code::RoleOutputOnNonLlm,
                     format!(
                         "only llm roles declare an output; `{}` is a {kind_name} role",
                         decl.name.name
@@ -266,7 +253,7 @@ impl Compiler<'_> {
         if kind_name == "builtin" && decl.updates.is_empty() && decl.artifacts.is_empty() {
             self.diags.push(
                 Diagnostic::warning(
-                    "rondo::role::empty_builtin",
+                    Code::RoleEmptyBuiltin,
                     format!("builtin role `{}` does nothing", decl.name.name),
                 )
                 .label(decl.name.span, "no `update` block and no artifact")
@@ -289,7 +276,7 @@ impl Compiler<'_> {
         if let Err(e) = tera::Tera::default().add_raw_template("artifact", &a.name) {
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::artifact::bad_name",
+                    Code::ArtifactBadName,
                     "the artifact name is not a valid template",
                 )
                 .label(a.name_span, tera_error_text(&e))
@@ -308,7 +295,7 @@ impl Compiler<'_> {
         {
             self.diags.push(
                 Diagnostic::error(
-                    "rondo::artifact::outside_workspace",
+                    Code::ArtifactOutsideWorkspace,
                     "the artifact would be written outside the run's workspace",
                 )
                 .label(a.name_span, why.to_string())
@@ -347,10 +334,11 @@ impl Compiler<'_> {
             .unwrap_or(self.workflow.default_provider);
         let prompt = match prompt {
             Some((p, _)) => p.into(),
+            None if attrs.misspells(&["prompt"]) => Default::default(),
             None => {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::role::no_prompt",
+                        Code::RoleNoPrompt,
                         format!("llm role `{}` has no prompt template", decl.name.name),
                     )
                     .label(decl.name.span, "no `prompt = \"...\"`")
@@ -416,7 +404,7 @@ impl Compiler<'_> {
                         .collect();
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::role::unknown_coercion",
+                            Code::RoleUnknownCoercion,
                             format!("`{name}` is not a coercion"),
                         )
                         .label(span, "unknown")
@@ -457,7 +445,7 @@ impl Compiler<'_> {
             Some(v) => parse_show(v).unwrap_or_else(|| {
                 diags.push(
                     Diagnostic::error(
-                        "rondo::role::bad_show",
+                        Code::RoleBadShow,
                         "`show` is `all`, `status`, `tail(N)` or `head_tail(H, T)`",
                     )
                     .label(v.span, "not understood")
@@ -472,7 +460,7 @@ impl Compiler<'_> {
             (Some(argv), None, None) => {
                 if argv.is_empty() {
                     self.diags.push(
-                        Diagnostic::error("rondo::role::empty_command", "the command is empty")
+                        Diagnostic::error(Code::RoleEmptyCommand, "the command is empty")
                             .label(decl.name.span, "no program to run")
                             .help("write e.g. `command = [\"python3\", \"script.py\"]`"),
                     );
@@ -499,7 +487,7 @@ impl Compiler<'_> {
                 if choices.is_empty() {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::role::no_choices",
+                            Code::RoleNoChoices,
                             "`call` chooses among `tools`, which is missing",
                         )
                         .label(call.span, "chooses a tool")
@@ -510,7 +498,7 @@ impl Compiler<'_> {
                 if !call_ty.is_stringy() {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::role::bad_call",
+                            Code::RoleBadCall,
                             "`call` must give a tool name (a string)",
                         )
                         .label(call.span, format!("this is {}", call_ty.display()))
@@ -524,9 +512,12 @@ impl Compiler<'_> {
                     argv: argv.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
                 }
             }
+            _ if attrs.misspells(&["command", "run", "call"]) => {
+                ToolAction::Command { argv: Vec::new() }
+            }
             _ => {
                 self.diags.push(
-                    Diagnostic::error("rondo::role::no_action", format!("tool role `{}` must say what it runs, in one way", decl.name.name))
+                    Diagnostic::error(Code::RoleNoAction, format!("tool role `{}` must say what it runs, in one way", decl.name.name))
                         .label(decl.name.span, "needs exactly one of `command`, `run`, `call`")
                         .help("`command = [\"prog\", \"arg\"]` runs a program; `run = tool` runs a declared tool; `call = expr` with `tools = [..]` runs the tool an LLM chose"),
                 );
@@ -633,3 +624,52 @@ fn value_to_expr(v: &syntax::Value) -> syntax::Expr {
     };
     syntax::Expr { kind, span: v.span }
 }
+
+/// The attributes of each role kind.
+const LLM_KEYS: &[&str] = &[
+    "provider",
+    "prompt",
+    "system",
+    "reads",
+    "tools",
+    "retries",
+    "coerce",
+    "max_visits",
+    "max_reply",
+];
+const TOOL_KEYS: &[&str] = &[
+    "env",
+    "command",
+    "run",
+    "args",
+    "tools",
+    "call",
+    "argv",
+    "timeout",
+    "log",
+    "show",
+    "reads",
+    "max_visits",
+    "max_output",
+];
+const ANY_ROLE_KEYS: &[&str] = &[
+    "provider",
+    "prompt",
+    "system",
+    "reads",
+    "tools",
+    "retries",
+    "coerce",
+    "max_visits",
+    "max_reply",
+    "env",
+    "command",
+    "run",
+    "args",
+    "call",
+    "argv",
+    "timeout",
+    "log",
+    "show",
+    "max_output",
+];

@@ -11,7 +11,7 @@ use super::workflow::{
     Condition, Edge, EdgeKind, Expr, ExprKind, NodeKind, Root, Route, RouteTarget, Workflow,
 };
 use super::{BUILTIN_EXITS, Compiler};
-use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{self, Ast, Ident};
 
@@ -34,7 +34,7 @@ impl Compiler<'_> {
                 if code > 255 {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::exit::code_out_of_range",
+                            Code::ExitCodeOutOfRange,
                             format!("exit code {code} is out of range"),
                         )
                         .label(span, "more than 255")
@@ -83,7 +83,7 @@ impl Compiler<'_> {
                 let free = free();
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::exit::reserved_code",
+                        Code::ExitReservedCode,
                         format!("exit `{name}` uses code {code}, the code of the built-in `{builtin}` exit"),
                     )
                     .label(at, format!("{code} means `{builtin}`"))
@@ -99,7 +99,7 @@ impl Compiler<'_> {
                     let free = free();
                     self.diags.push(
                         Diagnostic::warning(
-                            "rondo::exit::shared_code",
+                            Code::ExitSharedCode,
                             format!("exits `{other}` and `{name}` both end the run with code {code}"),
                         )
                         .label(at, format!("`{name}`: code {code}"))
@@ -116,17 +116,39 @@ impl Compiler<'_> {
         }
     }
 
+    /// The role or exit a name refers to. An undeclared one is an error, reported once
+    /// for all its uses ([`Code::merges_uses`]); a name refused as reserved already is.
     pub(super) fn node_ref(&mut self, name: &Ident) -> Option<NodeIndex> {
+        self.node_use(name, false)
+    }
+
+    /// [`Self::node_ref`] for the role a route leaves from (so not an exit).
+    fn route_source(&mut self, name: &Ident) -> Option<NodeIndex> {
+        self.node_use(name, true)
+    }
+
+    fn node_use(&mut self, name: &Ident, leaves: bool) -> Option<NodeIndex> {
         if let Some(&n) = self.node_names.get(&name.name) {
             return Some(n);
         }
+        if self.refused_nodes.contains(&name.name) {
+            return None;
+        }
+        let n = &name.name;
         let candidates: Vec<&str> = self.node_names.keys().map(String::as_str).collect();
-        let help = did_you_mean(&name.name, candidates)
-            .unwrap_or_else(|| "declare it with `role NAME: kind { ... }` or `exit NAME`".into());
+        let help = did_you_mean(n, candidates).unwrap_or_else(|| {
+            if leaves {
+                format!("declare it: `role {n}: kind {{ ... }}`")
+            } else {
+                format!(
+                    "declare it: `exit {n}` to end the run there, or `role {n}: kind {{ ... }}`"
+                )
+            }
+        });
         self.diags.push(
             Diagnostic::error(
-                "rondo::route::unknown_target",
-                format!("route refers to unknown role or exit `{}`", name.name),
+                Code::RouteUnknownTarget,
+                format!("`{n}` is not a declared role or exit"),
             )
             .label(name.span, "not declared")
             .help(help),
@@ -138,7 +160,7 @@ impl Compiler<'_> {
         for decl in &ast.routes {
             let from = match &decl.from {
                 None => Some(self.workflow.start),
-                Some(name) => self.node_ref(name),
+                Some(name) => self.route_source(name),
             };
             let target = match &decl.target {
                 syntax::RouteTarget::Role(name) if name.name == "start" => {
@@ -167,7 +189,7 @@ impl Compiler<'_> {
                     let (over_expr, ty) = self.expr(over, &scope);
                     if !matches!(ty.strip_optional(), Type::List { .. } | Type::Any) {
                         self.diags.push(
-                            Diagnostic::error("rondo::route::map_not_list", "`map ... over` needs a list")
+                            Diagnostic::error(Code::RouteMapNotList, "`map ... over` needs a list")
                                 .label(over.span, format!("this is {}", ty.display()))
                                 .help("map over a list in memory or in a role output, e.g. `memory.items`"),
                         );
@@ -188,7 +210,7 @@ impl Compiler<'_> {
             if self.workflow.is_exit(from) {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::route::from_exit",
+                        Code::RouteFromExit,
                         format!(
                             "`{}` is an exit; nothing runs after it",
                             self.workflow.graph[from].name
@@ -202,12 +224,9 @@ impl Compiler<'_> {
             for node in target.first_nodes() {
                 if node == self.workflow.start {
                     self.diags.push(
-                        Diagnostic::error(
-                            "rondo::route::to_start",
-                            "no route leads back to `start`",
-                        )
-                        .label(decl.span, "targets start")
-                        .help("route to the first role instead"),
+                        Diagnostic::error(Code::RouteToStart, "no route leads back to `start`")
+                            .label(decl.span, "targets start")
+                            .help("route to the first role instead"),
                     );
                 }
             }
@@ -280,12 +299,9 @@ impl Compiler<'_> {
     pub(super) fn expect_bool(&mut self, expr: &Expr, ty: &Type, what: &str) {
         if !ty.is_bool() {
             self.diags.push(
-                Diagnostic::error(
-                    "rondo::expr::not_bool",
-                    format!("{what} must be true or false"),
-                )
-                .label(expr.span, format!("this is {}", ty.display()))
-                .help("compare it, e.g. `x == \"done\"`, or test a bool field"),
+                Diagnostic::error(Code::ExprNotBool, format!("{what} must be true or false"))
+                    .label(expr.span, format!("this is {}", ty.display()))
+                    .help("compare it, e.g. `x == \"done\"`, or test a bool field"),
             );
         }
     }

@@ -8,7 +8,7 @@ use super::Compiler;
 use super::attrs::Attrs;
 use super::expr::Scope;
 use super::workflow::{RoleKind, TestCase, TestExpectation};
-use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::source::Span;
 use crate::syntax::{self, Ast};
 
@@ -19,7 +19,7 @@ impl Compiler<'_> {
             if let Some(first) = names.insert(&test.name, test.span) {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::test::duplicate",
+                        Code::TestDuplicate,
                         format!("two tests are named {:?}", test.name),
                     )
                     .label(test.span, "second test")
@@ -44,7 +44,7 @@ impl Compiler<'_> {
                     });
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::test::unknown_input",
+                            Code::TestUnknownInput,
                             format!("unknown input `{}`", name.name),
                         )
                         .label(name.span, "not an input of the workflow")
@@ -53,6 +53,18 @@ impl Compiler<'_> {
                     continue;
                 };
                 if let Some(v) = self.const_value(value) {
+                    let input = &self.workflow.inputs[id];
+                    if let Err(e) = input.ty.validate(&v) {
+                        self.diags.push(
+                            Diagnostic::error(
+                                Code::TestBadInput,
+                                format!("the value of input `{}` does not fit its type", name.name),
+                            )
+                            .label(value.span, e)
+                            .help(format!("the input is declared as `{}`", input.ty.display())),
+                        );
+                        continue;
+                    }
                     case.inputs.push((id, v));
                 }
             }
@@ -63,10 +75,11 @@ impl Compiler<'_> {
                 if !matches!(
                     self.workflow.role(node).map(|r| &r.kind),
                     Some(RoleKind::Llm(_))
-                ) {
+                ) && !self.twice_declared.contains(&reply.role.name)
+                {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::test::reply_not_llm",
+                            Code::TestReplyNotLlm,
                             format!(
                                 "`{}` is not an llm role; only llm roles get scripted replies",
                                 reply.role.name
@@ -89,7 +102,7 @@ impl Compiler<'_> {
                         Some(_) => {
                             self.diags.push(
                                 Diagnostic::error(
-                                    "rondo::test::not_an_exit",
+                                    Code::TestNotAnExit,
                                     format!("`{}` is a role, not an exit", name.name),
                                 )
                                 .label(name.span, "not an exit")

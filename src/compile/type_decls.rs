@@ -3,7 +3,7 @@
 
 use super::Compiler;
 use super::types::{Field, Type};
-use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::syntax::{Ast, TypeExpr, TypeKind};
 
 /// Deeper types (named types within named types, lists of lists ...) are refused.
@@ -23,7 +23,7 @@ impl Compiler<'_> {
             if is_builtin_type(&decl.name.name) {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::name::reserved",
+                        Code::NameReserved,
                         format!("`{}` is a built-in type", decl.name.name),
                     )
                     .label(decl.name.span, "reserved name")
@@ -64,7 +64,7 @@ impl Compiler<'_> {
         if self.type_depth >= MAX_TYPE_DEPTH || self.type_nodes > MAX_TYPE_NODES {
             // Reported once per declaration: the rest of it is not resolved.
             if self.type_nodes != usize::MAX
-                && !self.diags.iter().any(|d| d.code == "rondo::type::too_deep")
+                && !self.diags.iter().any(|d| d.code == Code::TypeTooDeep)
             {
                 let message = if self.type_depth >= MAX_TYPE_DEPTH {
                     format!("this type nests more than {MAX_TYPE_DEPTH} levels deep")
@@ -72,7 +72,7 @@ impl Compiler<'_> {
                     format!("this type expands to more than {MAX_TYPE_NODES} parts")
                 };
                 self.diags.push(
-                    Diagnostic::error("rondo::type::too_deep", message)
+                    Diagnostic::error(Code::TypeTooDeep, message)
                         .label(ty.span, "the limit is reached here")
                         .help("flatten the type, or use `any` for the deeply nested part"),
                 );
@@ -105,7 +105,7 @@ impl Compiler<'_> {
                         if visiting.contains(name) {
                             self.diags.push(
                                 Diagnostic::error(
-                                    "rondo::type::recursive",
+                                    Code::TypeRecursive,
                                     format!("type `{name}` contains itself"),
                                 )
                                 .label(ty.span, "refers back to the type being defined")
@@ -125,7 +125,7 @@ impl Compiler<'_> {
                     let mut candidates: Vec<&str> = self.types.keys().map(String::as_str).collect();
                     candidates.extend(["string", "int", "float", "bool", "any"]);
                     self.diags.push(
-                        Diagnostic::error("rondo::type::unknown", format!("unknown type `{name}`"))
+                        Diagnostic::error(Code::TypeUnknown, format!("unknown type `{name}`"))
                             .label(ty.span, "not a declared type")
                             .help(did_you_mean(name, candidates).unwrap_or_else(|| {
                                 "types are string, int, float, bool, any, list[T], map[T], T?, \"a\" | \"b\", { field: T }, or a `type` declared in the file".into()
@@ -160,7 +160,7 @@ impl Compiler<'_> {
                     {
                         self.diags.push(
                             Diagnostic::error(
-                                "rondo::type::duplicate_field",
+                                Code::TypeDuplicateField,
                                 format!("field `{}` is declared twice", f.name.name),
                             )
                             .label(f.name.span, "declared again")

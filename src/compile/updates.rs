@@ -7,7 +7,7 @@ use super::Compiler;
 use super::expr::Scope;
 use super::types::{self, Type};
 use super::workflow::{Expr, ExprKind, MemoryKind, MemoryOp, Update};
-use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::syntax::{self, Ident};
 
 impl Compiler<'_> {
@@ -58,7 +58,7 @@ impl Compiler<'_> {
                         let kind = other.kind_name();
                         self.diags.push(
                             Diagnostic::error(
-                                "rondo::update::set_structured",
+                                Code::UpdateSetStructured,
                                 format!(
                                     "`{}` is a {kind}; it changes only through its operations",
                                     target.name
@@ -94,7 +94,7 @@ impl Compiler<'_> {
                 let Some(memory_op) = allowed.iter().copied().find(|o| o.name() == op.name) else {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::update::unknown_op",
+                            Code::UpdateUnknownOp,
                             format!("a {} has no operation `{}`", kind.kind_name(), op.name),
                         )
                         .label(op.span, "unknown operation")
@@ -123,7 +123,7 @@ impl Compiler<'_> {
                 if typed.len() != arity {
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::update::arity",
+                            Code::UpdateArity,
                             format!(
                                 "`{}` takes {arity} argument{}",
                                 op.name,
@@ -156,7 +156,7 @@ impl Compiler<'_> {
         let mismatch = |this: &mut Self, what: &str| {
             this.diags.push(
                 Diagnostic::error(
-                    "rondo::update::type_mismatch",
+                    Code::UpdateTypeMismatch,
                     format!(
                         "`{}` is `{}`, so `{}` does not apply",
                         target.name,
@@ -215,7 +215,7 @@ impl Compiler<'_> {
                         };
                         self.diags.push(
                             Diagnostic::error(
-                                "rondo::update::type_mismatch",
+                                Code::UpdateTypeMismatch,
                                 format!("`{}.{}` expects {expected}", target.name, op.name()),
                             )
                             .label(e.span, format!("this is {}", t.display()))
@@ -263,7 +263,7 @@ impl Compiler<'_> {
                         Type::Object { .. } | Type::Map { .. } | Type::Any
                     ) {
                         self.diags.push(
-                            Diagnostic::error("rondo::update::type_mismatch", format!("`{}.patch` takes two objects: which items, and the fields to change", target.name))
+                            Diagnostic::error(Code::UpdateTypeMismatch, format!("`{}.patch` takes two objects: which items, and the fields to change", target.name))
                                 .label(e.span, format!("this is {}", t.display()))
                                 .help(format!("e.g. `{}.patch({{ id: 1 }}, {{ status: \"done\" }})`", target.name)),
                         );
@@ -309,7 +309,7 @@ impl Compiler<'_> {
             (Type::Object { .. }, _) => {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::update::type_mismatch",
+                        Code::UpdateTypeMismatch,
                         format!(
                             "`{}.patch` needs the changed fields spelled out",
                             target.name
@@ -326,7 +326,7 @@ impl Compiler<'_> {
             _ => {
                 self.diags.push(
                     Diagnostic::error(
-                        "rondo::update::type_mismatch",
+                        Code::UpdateTypeMismatch,
                         format!(
                             "`{}.patch` changes fields of object items, and its items are {}",
                             target.name,
@@ -354,7 +354,7 @@ impl Compiler<'_> {
                     let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
                     self.diags.push(
                         Diagnostic::error(
-                            "rondo::update::unknown_field",
+                            Code::UpdateUnknownField,
                             format!("the items of `{}` have no field `{}`", target.name, g.name),
                         )
                         .label(span, "not a field of the item type")
@@ -399,7 +399,7 @@ impl Compiler<'_> {
             format!("this is {}; {why}", ty.display())
         };
         self.diags.push(
-            Diagnostic::error("rondo::update::type_mismatch", message)
+            Diagnostic::error(Code::UpdateTypeMismatch, message)
                 .label(value.span, label)
                 .help(help),
         );
@@ -493,7 +493,7 @@ impl Compiler<'_> {
             String::new()
         };
         self.diags.push(
-            Diagnostic::error("rondo::update::optional_value", message)
+            Diagnostic::error(Code::UpdateOptionalValue, message)
                 .label(at.span, format!("this is {}", given.display()))
                 .help(format!("{fix}{declared}")),
         );

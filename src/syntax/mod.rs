@@ -11,7 +11,7 @@ use pest::iterators::Pair;
 
 pub use ast::*;
 
-use crate::diagnostics::{Diagnostic, Diagnostics};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::source::{SourceFile, Span};
 
 // The derive lives here so `Rule` is in scope for every conversion function below.
@@ -42,7 +42,7 @@ pub fn parse_with_pest(text: &str) -> (Ast, Diagnostics) {
         if fixed.error_count() < diagnostics.error_count() {
             fixed.push(
                 Diagnostic::error(
-                    "rondo::syntax::unclosed_block",
+                    Code::SyntaxUnclosedBlock,
                     "unclosed `{`: this block is never closed",
                 )
                 .label(opening, "opened here, no matching `}`")
@@ -74,7 +74,7 @@ fn close_unclosed_block(text: &str, diagnostics: &Diagnostics) -> Option<(Span, 
         let line = text.get(span.start..span.end)?.trim_end();
         let word = line.split_whitespace().next()?;
         let at_line_start = span.start == 0 || text.as_bytes().get(span.start - 1) == Some(&b'\n');
-        (d.code == "rondo::syntax::invalid_line"
+        (d.code == Code::SyntaxInvalidLine
             && at_line_start
             && HEADERS.contains(&word)
             && line.ends_with('{'))
@@ -124,11 +124,11 @@ pub fn parse_expr(text: &str) -> Result<Expr, Diagnostic> {
     let mut pairs = RondoParser::parse(Rule::expr, text).map_err(pest_error)?;
     let pair = pairs
         .next()
-        .ok_or_else(|| Diagnostic::error("rondo::syntax::expression", "empty expression"))?;
+        .ok_or_else(|| Diagnostic::error(Code::SyntaxExpression, "empty expression"))?;
     // pest may have skipped whitespace after the expression; anything else is extra text.
     if !text[pair.as_span().end()..].trim().is_empty() {
         return Err(Diagnostic::error(
-            "rondo::syntax::expression",
+            Code::SyntaxExpression,
             "unexpected text after the expression",
         )
         .label(
@@ -162,7 +162,7 @@ fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
     } else {
         format!("expected {}", expected.join(", "))
     };
-    Diagnostic::error("rondo::syntax::unexpected", format!("syntax error: {text}"))
+    Diagnostic::error(Code::SyntaxUnexpected, format!("syntax error: {text}"))
         .label(span, text)
         .help("an unclosed `{`, `[`, `(` or `\"\"\"` is the usual cause")
 }
@@ -321,7 +321,7 @@ impl Builder {
 
     fn too_large(&mut self, at: Span, message: &str) {
         self.diagnostics.push(
-            Diagnostic::error("rondo::syntax::number_too_large", message)
+            Diagnostic::error(Code::SyntaxNumberTooLarge, message)
                 .label(at, "past the 64-bit range")
                 .help("a number's whole part is at most 18446744073709551615 either side of zero; write a smaller value"),
         );
@@ -347,7 +347,7 @@ impl Builder {
             _ => "this line is not understood here",
         };
         self.diagnostics.push(
-            Diagnostic::error("rondo::syntax::invalid_line", what)
+            Diagnostic::error(Code::SyntaxInvalidLine, what)
                 .label(span(&pair), "not understood")
                 .help(help),
         );
@@ -726,7 +726,7 @@ impl Builder {
                     if let Some((_, previous)) = &role.output {
                         self.diagnostics.push(
                             Diagnostic::error(
-                                "rondo::role::duplicate_output",
+                                Code::RoleDuplicateOutput,
                                 format!("role `{}` declares its output twice", role.name.name),
                             )
                             .label(os, "second output")
@@ -894,7 +894,7 @@ impl Builder {
                     } else if n < 1.0 || n.fract() != 0.0 {
                         self.diagnostics.push(
                             Diagnostic::error(
-                                "rondo::route::bad_bound",
+                                Code::RouteBadBound,
                                 "an edge bound must be a whole number of at least 1",
                             )
                             .label(ps, "not a positive whole number")
@@ -914,12 +914,9 @@ impl Builder {
     fn set_condition(&mut self, previous: &Condition, new: Condition, at: Span) -> Condition {
         if !matches!(previous, Condition::Always) {
             self.diagnostics.push(
-                Diagnostic::error(
-                    "rondo::route::two_conditions",
-                    "this route has two conditions",
-                )
-                .label(at, "second condition")
-                .help("join conditions with `and`, or write two routes"),
+                Diagnostic::error(Code::RouteTwoConditions, "this route has two conditions")
+                    .label(at, "second condition")
+                    .help("join conditions with `and`, or write two routes"),
             );
         }
         new
@@ -1037,15 +1034,12 @@ impl Builder {
         if !self
             .diagnostics
             .iter()
-            .any(|d| d.code == "rondo::syntax::too_deep")
+            .any(|d| d.code == Code::SyntaxTooDeep)
         {
             self.diagnostics.push(
-                Diagnostic::error(
-                    "rondo::syntax::too_deep",
-                    "this expression is nested too deeply",
-                )
-                .label(at, format!("more than {MAX_EXPR_DEPTH} levels"))
-                .help("split it: compute parts in `update` blocks and refer to them"),
+                Diagnostic::error(Code::SyntaxTooDeep, "this expression is nested too deeply")
+                    .label(at, format!("more than {MAX_EXPR_DEPTH} levels"))
+                    .help("split it: compute parts in `update` blocks and refer to them"),
             );
         }
         true

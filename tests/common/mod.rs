@@ -26,17 +26,16 @@ pub fn check_source(file: &SourceFile, offline: bool) -> (Workflow, Diagnostics,
     (workflow, diags, summary)
 }
 
-/// Reads a file by its path relative to the package root and checks it.
+/// Reads a file by its path relative to the package root and checks it, as `rondo check`
+/// does.
 pub fn check_path(path: &Path, offline: bool) -> (SourceFile, Workflow, Diagnostics, Summary) {
-    let file =
-        SourceFile::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let (workflow, diags, summary) = check_source(&file, offline);
-    (file, workflow, diags, summary)
+    rondo::cli::load_checked(path, &CheckOptions { offline })
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
 /// The codes of the diagnostics, in sorted order.
 pub fn codes(diags: &Diagnostics) -> Vec<&'static str> {
-    diags.sorted().iter().map(|d| d.code).collect()
+    diags.sorted().iter().map(|d| d.code.as_str()).collect()
 }
 
 pub fn errors(diags: &Diagnostics) -> Vec<Diagnostic> {
@@ -58,27 +57,6 @@ pub fn expected_text(file: &SourceFile, diags: &Diagnostics) -> String {
 }
 
 pub const JSON_SEPARATOR: &str = "==================== json ====================";
-
-/// Every code `src/` can emit, found by reading the source (`"rondo::area::case"`).
-pub fn codes_in_src() -> std::collections::BTreeSet<String> {
-    let re = regex::Regex::new(r#""(rondo::[a-z_]+::[a-z_]+)""#).expect("regex");
-    let mut out = std::collections::BTreeSet::new();
-    let mut stack = vec![root().join("src")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read src").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).expect("read source file");
-                for cap in re.captures_iter(&text) {
-                    out.insert(cap[1].to_string());
-                }
-            }
-        }
-    }
-    out
-}
 
 /// Files under `dir` (recursively) with the extension, sorted, skipping folders whose
 /// name starts with `_` (support files).

@@ -1,14 +1,20 @@
 //! Diagnostics: every user error of every stage, accumulated rather than stopping at the
 //! first, rendered with miette (human) or as JSON (editors and CI).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceCode};
 use serde::Serialize;
 
 use crate::source::{SourceFile, Span};
+
+mod code;
+mod render;
+
+pub use code::Code;
+pub use render::render_human;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -27,8 +33,7 @@ pub struct Label {
 #[derive(Debug, Clone, Serialize)]
 pub struct Diagnostic {
     pub severity: Severity,
-    /// A stable code such as `rondo::route::unknown_target`.
-    pub code: &'static str,
+    pub code: Code,
     pub message: String,
     pub labels: Vec<Label>,
     pub help: Option<String>,
@@ -46,6 +51,9 @@ pub struct ExternalLabel {
     pub text: Arc<str>,
     pub span: Span,
     pub label: String,
+    /// More places in that file with the same fault (the same variable misspelled twice).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Label>,
 }
 
 impl ExternalLabel {
@@ -55,7 +63,18 @@ impl ExternalLabel {
             text,
             span,
             label: label.into(),
+            also: Vec::new(),
         }
+    }
+
+    /// The labels drawn in the other file: its place, then the others.
+    pub fn labels(&self) -> Vec<Label> {
+        let mut out = vec![Label {
+            span: self.span,
+            text: self.label.clone(),
+        }];
+        out.extend(self.also.iter().cloned());
+        out
     }
 
     fn file(&self) -> SourceFile {
@@ -81,7 +100,7 @@ fn normalize(path: &Path) -> PathBuf {
 }
 
 impl Diagnostic {
-    pub fn error(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn error(code: Code, message: impl Into<String>) -> Self {
         Diagnostic {
             severity: Severity::Error,
             code,
@@ -92,7 +111,7 @@ impl Diagnostic {
         }
     }
 
-    pub fn warning(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn warning(code: Code, message: impl Into<String>) -> Self {
         Diagnostic {
             severity: Severity::Warning,
             ..Diagnostic::error(code, message)
@@ -125,6 +144,29 @@ impl Diagnostic {
         }
     }
 
+    /// A file (the workflow, an import, a template) whose bytes are not UTF-8; the caller
+    /// labels the first bad byte ([`ReadError::bad_byte`]) in that file.
+    pub fn not_utf8(what: impl fmt::Display) -> Self {
+        Diagnostic::error(Code::FileNotUtf8, format!("{what} is not UTF-8 text"))
+            .help("save it as UTF-8 (from Latin-1: `iconv -f latin1 -t utf-8 FILE > NEW`)")
+    }
+
+    /// The places of the same fault met again: labelled, their text left out when it
+    /// repeats the first label's.
+    fn add_uses(&mut self, other: Diagnostic) {
+        add_labels(&mut self.labels, other.labels);
+        if let (Some(mine), Some(theirs)) = (&mut self.external, other.external) {
+            let first = Label {
+                span: mine.span,
+                text: mine.label.clone(),
+            };
+            let mut all = vec![first];
+            all.append(&mut mine.also);
+            add_labels(&mut all, theirs.labels());
+            mine.also = all.split_off(1);
+        }
+    }
+
     pub fn primary_span(&self) -> Span {
         self.labels.first().map(|l| l.span).unwrap_or_default()
     }
@@ -134,23 +176,66 @@ impl Diagnostic {
     }
 }
 
+/// Adds `more` labels after `labels`, skipping places already labelled; a text that
+/// repeats the first label's is left out.
+fn add_labels(labels: &mut Vec<Label>, more: Vec<Label>) {
+    let first = labels.first().map(|l| l.text.clone());
+    for mut label in more {
+        if labels.iter().any(|l| l.span == label.span) {
+            continue;
+        }
+        if first.as_deref() == Some(label.text.as_str()) {
+            label.text.clear();
+        }
+        labels.push(label);
+    }
+}
+
 /// The diagnostics of one file.
 #[derive(Debug, Clone, Default)]
 pub struct Diagnostics {
     items: Vec<Diagnostic>,
+    /// Where the diagnostic of a fault met in several places is ([`Code::merges_uses`]).
+    repeated: HashMap<RepeatKey, usize>,
+}
+
+/// What makes two diagnostics one fault: code, message and the other file they are in.
+type RepeatKey = (Code, String, Option<PathBuf>);
+
+fn repeat_key(d: &Diagnostic) -> Option<RepeatKey> {
+    d.code.merges_uses().then(|| {
+        let external = d.external.as_ref().map(|e| e.path.clone());
+        (d.code, d.message.clone(), external)
+    })
 }
 
 impl Diagnostics {
+    /// Adds a diagnostic; one of a fault already reported only labels its place there.
     pub fn push(&mut self, diagnostic: Diagnostic) {
+        if let Some(key) = repeat_key(&diagnostic) {
+            if let Some(&at) = self.repeated.get(&key) {
+                self.items[at].add_uses(diagnostic);
+                return;
+            }
+            self.repeated.insert(key, self.items.len());
+        }
         self.items.push(diagnostic);
     }
 
     pub fn extend(&mut self, other: Diagnostics) {
-        self.items.extend(other.items);
+        for d in other.items {
+            self.push(d);
+        }
     }
 
     pub fn retain(&mut self, keep: impl FnMut(&Diagnostic) -> bool) {
         self.items.retain(keep);
+        self.repeated = self
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| repeat_key(d).map(|k| (k, i)))
+            .collect();
     }
 
     pub fn has_errors(&self) -> bool {
@@ -195,173 +280,6 @@ impl Diagnostics {
     pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
         self.items.iter()
     }
-}
-
-/// A diagnostic bound to its source so miette can draw it.
-struct Report<'a> {
-    diagnostic: &'a Diagnostic,
-    source: NamedSource<Arc<str>>,
-    /// The labels drawn on `source`; for an external diagnostic, its one label.
-    labels: Vec<Label>,
-    /// For an external diagnostic: the workflow's side, drawn after it.
-    related: Vec<Related>,
-}
-
-/// The workflow labels of a diagnostic reported in a template.
-struct Related {
-    source: NamedSource<Arc<str>>,
-    labels: Vec<Label>,
-}
-
-impl fmt::Debug for Related {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("in the workflow")
-    }
-}
-
-impl fmt::Display for Related {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("in the workflow")
-    }
-}
-
-impl std::error::Error for Related {}
-
-impl miette::Diagnostic for Related {
-    fn severity(&self) -> Option<miette::Severity> {
-        Some(miette::Severity::Advice)
-    }
-
-    fn source_code(&self) -> Option<&dyn SourceCode> {
-        Some(&self.source)
-    }
-
-    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        Some(Box::new(labeled_spans(&self.labels)))
-    }
-}
-
-fn labeled_spans(labels: &[Label]) -> impl Iterator<Item = LabeledSpan> + '_ {
-    labels.iter().enumerate().map(|(i, l)| {
-        let text = (!l.text.is_empty()).then(|| l.text.clone());
-        if i == 0 {
-            LabeledSpan::new_primary_with_span(text, l.span)
-        } else {
-            LabeledSpan::new_with_span(text, l.span)
-        }
-    })
-}
-
-impl fmt::Debug for Report<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.diagnostic.message)
-    }
-}
-
-impl fmt::Display for Report<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.diagnostic.message)
-    }
-}
-
-impl std::error::Error for Report<'_> {}
-
-impl miette::Diagnostic for Report<'_> {
-    fn code<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
-        Some(Box::new(self.diagnostic.code))
-    }
-
-    fn severity(&self) -> Option<miette::Severity> {
-        Some(match self.diagnostic.severity {
-            Severity::Error => miette::Severity::Error,
-            Severity::Warning => miette::Severity::Warning,
-        })
-    }
-
-    fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
-        self.diagnostic
-            .help
-            .as_ref()
-            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
-    }
-
-    fn source_code(&self) -> Option<&dyn SourceCode> {
-        Some(&self.source)
-    }
-
-    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        Some(Box::new(labeled_spans(&self.labels)))
-    }
-
-    fn related<'b>(&'b self) -> Option<Box<dyn Iterator<Item = &'b dyn miette::Diagnostic> + 'b>> {
-        if self.related.is_empty() {
-            return None;
-        }
-        Some(Box::new(
-            self.related.iter().map(|r| r as &dyn miette::Diagnostic),
-        ))
-    }
-}
-
-/// Renders diagnostics as text; `color` off gives stable, snapshot-friendly output.
-pub fn render_human(
-    file: &SourceFile,
-    diagnostics: &[Diagnostic],
-    color: bool,
-    width: usize,
-) -> String {
-    let theme = if color {
-        GraphicalTheme::unicode()
-    } else {
-        GraphicalTheme::unicode_nocolor()
-    };
-    let handler = GraphicalReportHandler::new_themed(theme)
-        .with_width(width)
-        .with_links(false);
-    let source = file.named();
-    let mut out = String::new();
-    for diagnostic in diagnostics {
-        let (report, (path, line, col)) = match &diagnostic.external {
-            None => (
-                Report {
-                    diagnostic,
-                    source: source.clone(),
-                    labels: diagnostic.labels.clone(),
-                    related: Vec::new(),
-                },
-                position(file, diagnostic.primary_span()),
-            ),
-            Some(external) => {
-                let ext_file = external.file();
-                let related = if diagnostic.labels.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![Related {
-                        source: source.clone(),
-                        labels: diagnostic.labels.clone(),
-                    }]
-                };
-                (
-                    Report {
-                        diagnostic,
-                        source: ext_file.named(),
-                        labels: vec![Label {
-                            span: external.span,
-                            text: external.label.clone(),
-                        }],
-                        related,
-                    },
-                    position(&ext_file, external.span),
-                )
-            }
-        };
-        out.push_str(&format!("{path}:{line}:{col}\n"));
-        if handler.render_report(&mut out, &report).is_err() {
-            out.push_str(&diagnostic.message);
-        }
-        out.push('\n');
-    }
-    out
 }
 
 fn position(file: &SourceFile, span: Span) -> (String, usize, usize) {
@@ -422,6 +340,7 @@ pub fn to_json<'a>(file: &SourceFile, diagnostics: &'a [Diagnostic]) -> Vec<serd
             let mut labels: Vec<JsonLabel> = Vec::new();
             if let (Some(e), Some(f)) = (&d.external, &ext_file) {
                 labels.push(json_label(f, &e.label, e.span, true));
+                labels.extend(e.also.iter().map(|l| json_label(f, &l.text, l.span, true)));
             }
             let named = d.external.is_some();
             labels.extend(
@@ -432,7 +351,7 @@ pub fn to_json<'a>(file: &SourceFile, diagnostics: &'a [Diagnostic]) -> Vec<serd
             let json = JsonDiagnostic {
                 file: path,
                 severity: d.severity,
-                code: d.code,
+                code: d.code.as_str(),
                 message: &d.message,
                 line,
                 column,
@@ -444,18 +363,94 @@ pub fn to_json<'a>(file: &SourceFile, diagnostics: &'a [Diagnostic]) -> Vec<serd
         .collect()
 }
 
-/// "did you mean `x`?" for the closest candidate within a small edit distance.
+/// "did you mean `x`?" for the closest candidate within a small edit distance (a swap
+/// of two letters, `nmae`, is one edit); of equally close ones, the first by name, so the
+/// answer does not depend on the order candidates come in.
 pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
-    let mut best: Option<(usize, &str)> = None;
-    for candidate in candidates {
-        let distance = strsim::levenshtein(name, candidate);
-        let limit = (name.len().max(candidate.len()) / 3).max(1);
-        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
-            best = Some((distance, candidate));
+    candidates
+        .into_iter()
+        .filter_map(|candidate| {
+            let distance = strsim::osa_distance(name, candidate);
+            let limit = (name.len().max(candidate.len()) / 3).max(1);
+            (distance <= limit).then_some((distance, candidate))
+        })
+        .min()
+        .map(|(_, c)| format!("did you mean `{c}`?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn did_you_mean_breaks_ties_by_name_whatever_the_order() {
+        let names = ["coder", "c", "a", "ab", "cb"];
+        for rotation in 0..names.len() {
+            let mut order = names.to_vec();
+            order.rotate_left(rotation);
+            assert_eq!(
+                did_you_mean("b", order.iter().copied()).as_deref(),
+                Some("did you mean `a`?")
+            );
+            order.reverse();
+            assert_eq!(
+                did_you_mean("b", order.iter().copied()).as_deref(),
+                Some("did you mean `a`?")
+            );
         }
     }
-    best.map(|(_, c)| format!("did you mean `{c}`?"))
+
+    fn unknown(name: &str, at: usize) -> Diagnostic {
+        Diagnostic::error(Code::RouteUnknownTarget, format!("unknown `{name}`"))
+            .label(Span::new(at, at + name.len()), "not declared")
+    }
+
+    #[test]
+    fn one_fault_met_in_several_places_is_one_diagnostic() {
+        let mut diags = Diagnostics::default();
+        diags.push(unknown("done", 10));
+        diags.push(unknown("other", 20));
+        diags.push(unknown("done", 30));
+        diags.push(unknown("done", 30));
+        // Not a code of that kind: two lines not understood are two faults.
+        diags.push(
+            Diagnostic::error(Code::SyntaxInvalidLine, "not understood").label(Span::new(1, 2), ""),
+        );
+        diags.push(
+            Diagnostic::error(Code::SyntaxInvalidLine, "not understood").label(Span::new(3, 4), ""),
+        );
+        assert_eq!(diags.error_count(), 4);
+        let done = diags
+            .iter()
+            .find(|d| d.message == "unknown `done`")
+            .expect("merged");
+        let spans: Vec<(usize, &str)> = done
+            .labels
+            .iter()
+            .map(|l| (l.span.start, l.text.as_str()))
+            .collect();
+        assert_eq!(spans, [(10, "not declared"), (30, "")]);
+        // After a retain, later uses still find their diagnostic.
+        diags.retain(|d| d.message != "unknown `other`");
+        diags.push(unknown("done", 50));
+        diags.push(unknown("other", 60));
+        assert_eq!(diags.error_count(), 4);
+        let done = diags
+            .iter()
+            .find(|d| d.message == "unknown `done`")
+            .expect("merged");
+        assert_eq!(done.labels.len(), 3);
+    }
+
+    #[test]
+    fn did_you_mean_counts_a_swap_as_one_edit_and_stays_close() {
+        assert_eq!(
+            did_you_mean("nmae", ["name", "none"]).as_deref(),
+            Some("did you mean `name`?")
+        );
+        assert_eq!(did_you_mean("planner", ["executor", "verifier"]), None);
+    }
 }

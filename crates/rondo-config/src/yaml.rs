@@ -107,11 +107,11 @@ impl Fields {
 
     /// The fields whose name is not among `known` (for a nested mapping, the names of its
     /// parent's `nested` entry), in the order written.
-    pub fn unknown<'a>(
+    pub fn unknown<'a, 'k: 'a>(
         &'a self,
-        known: &'a [&'a str],
-        nested: &'a [(&'a str, &'a [&'a str])],
-    ) -> impl Iterator<Item = (&'a FieldPos, &'a [&'a str])> + 'a {
+        known: &'k [&'k str],
+        nested: &'a [(&'a str, &'k [&'k str])],
+    ) -> impl Iterator<Item = (&'a FieldPos, &'k [&'k str])> + 'a {
         self.fields.iter().filter_map(move |f| {
             let (names, name) = match f.path.split_once('.') {
                 None => (known, f.path.as_str()),

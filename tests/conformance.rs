@@ -1,0 +1,11 @@
+//! Each reference system's guide (`../shared/reference/<system>.md`) walked rule by rule on
+//! real runs of its workflow, with scenarios beyond the workflow's own `test` blocks.
+
+mod common;
+
+#[path = "conformance/ds_star.rs"]
+mod ds_star;
+#[path = "conformance/micro_agent.rs"]
+mod micro_agent;
+#[path = "conformance/catmaster.rs"]
+mod catmaster;

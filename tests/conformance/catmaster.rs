@@ -1,0 +1,1 @@
+//! `../shared/reference/catmaster.md`, rule by rule.

@@ -1,0 +1,1 @@
+//! `../shared/reference/ds-star.md`, rule by rule.

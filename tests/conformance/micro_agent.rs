@@ -1,0 +1,1 @@
+//! `../shared/reference/micro-agent.md`, rule by rule.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use petgraph::graph::NodeIndex;
-use rondo_provider::{AttemptRecord, CallContext, ChatRequest, Message, ProviderPool};
+use rondo_provider::{AttemptRecord, CallContext, ChatRequest, Message, ProviderKind, ProviderPool};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -368,17 +368,17 @@ impl<'w> Interpreter<'w> {
             StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
         })?;
         let run_dir = layout.system.clone();
+        let scripted = |p: &&crate::compile::Provider| p.profile.kind == ProviderKind::Scripted;
         let profiles = workflow
             .providers
             .iter()
-            .filter(|p| p.kind != "scripted")
-            .map(|p| crate::compile::provider_profile(workflow, p))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(StartError::Setup)?;
+            .filter(|p| !scripted(p))
+            .map(|p| p.profile.clone())
+            .collect();
         let mut pool = ProviderPool::new(profiles).map_err(|e| StartError::Setup(e.to_string()))?;
-        let scripted: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel::new(script));
-        for p in workflow.providers.iter().filter(|p| p.kind == "scripted") {
-            pool.register_model(&p.name, scripted.clone());
+        let model: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel::new(script));
+        for p in workflow.providers.iter().filter(scripted) {
+            pool.register_model(p.name(), model.clone());
         }
         let mut profile_of = HashMap::new();
         for (index, role) in workflow.roles() {
@@ -391,7 +391,7 @@ impl<'w> Interpreter<'w> {
                 let name = options
                     .provider
                     .clone()
-                    .unwrap_or_else(|| workflow.providers[id].name.clone());
+                    .unwrap_or_else(|| workflow.providers[id].name().to_string());
                 profile_of.insert(index.index(), name);
             }
         }
@@ -1017,7 +1017,7 @@ impl<'w> Interpreter<'w> {
         };
         for id in tool_ids {
             let t = &self.workflow.tools[id];
-            tools.insert(t.name.clone(), json!({"name": t.name, "usage": t.usage, "executable": t.executable, "input_schema": t.input.as_ref().map(|ty| ty.json_schema())}));
+            tools.insert(t.name().to_string(), json!({"name": t.name(), "usage": t.spec.usage, "executable": t.spec.executable, "input_schema": t.input.as_ref().map(|ty| ty.json_schema())}));
         }
         ctx.insert("tools", &tools);
         ctx.insert("step", &(state.step + 1));
@@ -1778,6 +1778,7 @@ fn provider_summaries(workflow: &Workflow) -> Vec<Value> {
     workflow
         .providers
         .iter()
+        .map(|p| &p.profile)
         .map(|p| json!({"name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url, "api_key_env": p.api_key_env}))
         .collect()
 }

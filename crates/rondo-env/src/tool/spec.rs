@@ -270,11 +270,11 @@ impl ToolSpec {
                 "tool_name",
                 "is missing: every spec names its tool".into(),
             );
-        } else if !(self
-            .tool_name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            && !self.tool_name.starts_with('.'))
+        } else if self.tool_name.starts_with('.')
+            || !self
+                .tool_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
             issue(
                 IssueKind::BadName,

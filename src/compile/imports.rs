@@ -76,6 +76,14 @@ impl Place {
         }
     }
 
+    /// `key = "value"` as written here (`key: value` in YAML).
+    fn setting(&self, key: &str, value: &str) -> String {
+        match self.yaml {
+            None => format!("{key} = \"{value}\""),
+            Some(_) => format!("{key}: {value}"),
+        }
+    }
+
     /// `d` labelled at the value of `field`.
     fn field(&self, d: Diagnostic, field: &str, label: impl Into<String>) -> Diagnostic {
         self.at(d, self.fields.value(field), label)
@@ -209,39 +217,28 @@ impl Compiler<'_> {
             }
             Err(issues) => issues,
         };
-        let path = file.yaml.as_ref().map(|y| y.path.display().to_string());
-        let path = path.unwrap_or_default();
         for issue in issues {
             let d = match issue {
-                FileIssue::Yaml(e) => file.at(
-                    Diagnostic::error(
-                        "rondo::import::bad_field",
-                        format!("{path}: {}", e.message),
-                    ),
-                    e.pos,
-                    "here",
-                )
-                .help("see docs/providers.md for the profile fields"),
+                FileIssue::Yaml(e) => file
+                    .at(
+                        Diagnostic::error(
+                            "rondo::import::bad_field",
+                            format!("{}{}", file_prefix(file, e.pos), e.message),
+                        ),
+                        e.pos,
+                        "here",
+                    )
+                    .help("see docs/providers.md for the profile fields"),
                 FileIssue::UnknownField { field, known } => file
                     .at(
                         Diagnostic::error(
                             "rondo::import::bad_field",
-                            format!("{path}: `{}` is not a provider setting", field.path),
+                            format!("`{}` is not a provider setting", field.path),
                         ),
                         Some(field.key),
                         "unknown field",
                     )
                     .help(unknown_field_help(&field.path, known)),
-                FileIssue::Duplicate { name, field } => file
-                    .at(
-                        Diagnostic::error(
-                            "rondo::name::duplicate",
-                            format!("provider `{name}` is declared twice in {path}"),
-                        ),
-                        field.map(|f| f.value),
-                        "declared again here",
-                    )
-                    .help("names must be unique; rename one of them"),
             };
             self.diags.push(d);
         }
@@ -262,11 +259,19 @@ impl Compiler<'_> {
             let name = &p.profile.name;
             if let Some(&id) = self.provider_names.get(name) {
                 let first = self.workflow.providers[id].span;
-                let ident = syntax::Ident {
-                    name: name.clone(),
-                    span: p.place.decl,
-                };
-                self.duplicate("provider", &ident, Some(first));
+                let mut d = p.place.field(
+                    Diagnostic::error(
+                        "rondo::name::duplicate",
+                        format!("provider `{name}` is declared twice"),
+                    ),
+                    "name",
+                    "declared again here",
+                );
+                if !first.is_empty() && first != p.place.decl {
+                    d = d.label(first, "first declared here");
+                }
+                self.diags
+                    .push(d.help("names must be unique; rename one of them"));
                 continue;
             }
             self.provider_names
@@ -397,48 +402,55 @@ impl Compiler<'_> {
     fn yaml_tool(&mut self, text: &str, file: &Place) -> Option<Tool> {
         let path = file.yaml.as_ref().map(|y| y.path.clone()).unwrap_or_default();
         let dir = spec_base_dir(&path);
-        let mut spec = match ToolSpec::from_yaml(text, &path, &dir) {
+        let mut spec = match ToolSpec::parse_yaml(text, &path, &dir) {
             Ok(spec) => spec,
             Err(e) => {
-                let tool = match &e {
-                    rondo_env::SpecError::Invalid { tool, .. } => tool.clone(),
-                    _ => String::new(),
-                };
                 for issue in e.issues() {
-                    let d = tool_issue(&tool, file, issue);
+                    let d = tool_issue("", file, issue);
                     self.diags.push(d);
                 }
-                if e.issues().is_empty() {
-                    self.diags.push(file.at(
-                        Diagnostic::error("rondo::import::bad_field", e.to_string()),
-                        None,
-                        "imported here",
-                    ));
-                }
-                return None;
+                // The tool still exists, so its users are not reported too.
+                let name = rondo_config::yaml::from_str::<Value>(text)
+                    .ok()
+                    .and_then(|v| v.get("tool_name")?.as_str().map(str::to_string))?;
+                return Some(Tool {
+                    spec: ToolSpec::new(name, ""),
+                    input: None,
+                    span: file.decl,
+                });
             }
         };
         let place = Place {
             fields: spec.origin.as_ref().map(|o| o.fields.clone()).unwrap_or_default(),
             ..file.clone()
         };
+        if let Err(e) = spec.validate() {
+            for issue in e.issues() {
+                let d = tool_issue(&spec.tool_name, &place, issue);
+                self.diags.push(d);
+            }
+        }
+        if spec.tool_name.is_empty() {
+            return None;
+        }
         spec.executable = resolve_executable(&spec.executable, &dir);
         let input = match spec.input_schema.as_ref().map(schema_to_type) {
             None => None,
             Some(Ok(t)) => Some(t),
             Some(Err(e)) => {
+                let at = place.fields.get("input_schema").map(|f| f.key);
                 self.diags.push(
                     place
-                        .field(
+                        .at(
                             Diagnostic::error(
                                 "rondo::tool::bad_schema",
                                 format!(
-                                    "{}: tool `{}`: field `input_schema`: {e}",
-                                    path.display(),
+                                    "{}tool `{}`: field `input_schema`: {e}",
+                                    file_prefix(&place, at),
                                     spec.tool_name
                                 ),
                             ),
-                            "input_schema",
+                            at,
                             "not a schema Rondo reads",
                         )
                         .help("use a JSON-Schema object: type, properties, required, enum, items"),
@@ -864,12 +876,15 @@ fn tool_issue(tool: &str, place: &Place, issue: &SpecIssue) -> Diagnostic {
         IssueKind::NoExecutable => (
             "rondo::tool::no_executable",
             "no executable",
-            "say how the tool is called, e.g. `executable: pyfind`".into(),
+            format!(
+                "say how the tool is called, e.g. `{}`",
+                place.setting("executable", "pyfind")
+            ),
         ),
         IssueKind::NoInstallation => (
             "rondo::tool::no_installation",
             "no installation",
-            "write `installation: pip`".into(),
+            format!("write `{}`", place.setting("installation", "pip")),
         ),
         IssueKind::NothingToInstall => (
             "rondo::tool::pip_without_package",
@@ -907,9 +922,9 @@ fn tool_issue(tool: &str, place: &Place, issue: &SpecIssue) -> Diagnostic {
     let message = match issue.kind {
         IssueKind::Yaml => format!("{prefix}{}", issue.message),
         IssueKind::UnknownField => format!("{prefix}unknown field `{}`", issue.field),
-        _ if tool.is_empty() => format!("{prefix}field `{}`: {}", issue.field, issue.message),
+        _ if tool.is_empty() => format!("{prefix}field `{}` {}", issue.field, issue.message),
         _ => format!(
-            "{prefix}tool `{tool}`: field `{}`: {}",
+            "{prefix}tool `{tool}`: field `{}` {}",
             issue.field, issue.message
         ),
     };

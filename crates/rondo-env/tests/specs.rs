@@ -46,7 +46,7 @@ fn missing_source_folder_names_file_field_and_line() {
     let msg = err.to_string();
     assert!(msg.starts_with("config/tools/t.yaml:2:"), "{msg}");
     assert!(msg.contains("field `source`"), "{msg}");
-    assert!(msg.contains("does not exist"), "{msg}");
+    assert!(msg.contains("which is not a folder"), "{msg}");
 }
 
 #[test]

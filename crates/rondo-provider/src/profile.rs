@@ -316,8 +316,6 @@ pub enum FileIssue {
         field: FieldPos,
         known: &'static [&'static str],
     },
-    /// A second profile of the same name.
-    Duplicate { name: String, field: Option<FieldPos> },
 }
 
 impl fmt::Display for FileIssue {
@@ -326,12 +324,6 @@ impl fmt::Display for FileIssue {
             FileIssue::Yaml(e) => e.fmt(f),
             FileIssue::UnknownField { field, .. } => {
                 write!(f, "{}: unknown field `{}`", field.key, field.path)
-            }
-            FileIssue::Duplicate { name, field } => {
-                if let Some(field) = field {
-                    write!(f, "{}: ", field.value)?;
-                }
-                write!(f, "profile `{name}` is defined twice")
             }
         }
     }
@@ -345,7 +337,8 @@ struct FilePositions {
 }
 
 /// Profiles from the text of a providers file, each with the positions of its fields;
-/// every problem found is returned, each with its position.
+/// every problem found is returned, each with its position. Names are not compared: a
+/// caller merging several sources reports duplicates across all of them.
 pub fn read_profiles(yaml: &str) -> Result<Vec<LocatedProfile>, Vec<FileIssue>> {
     let positions: FilePositions =
         rondo_config::yaml::from_str(yaml).map_err(|e| vec![FileIssue::Yaml(e)])?;
@@ -353,7 +346,7 @@ pub fn read_profiles(yaml: &str) -> Result<Vec<LocatedProfile>, Vec<FileIssue>> 
         ("retry", struct_fields::<RetryPolicy>()),
         ("price", struct_fields::<Price>()),
     ];
-    let mut issues: Vec<FileIssue> = positions
+    let issues: Vec<FileIssue> = positions
         .profiles
         .iter()
         .flat_map(|p| p.unknown(struct_fields::<ProviderProfile>(), &nested))
@@ -367,28 +360,31 @@ pub fn read_profiles(yaml: &str) -> Result<Vec<LocatedProfile>, Vec<FileIssue>> 
     }
     let file: ProvidersFile =
         rondo_config::yaml::from_str(yaml).map_err(|e| vec![FileIssue::Yaml(e)])?;
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for (profile, fields) in file.profiles.into_iter().zip(positions.profiles) {
-        if !seen.insert(profile.name.clone()) {
-            issues.push(FileIssue::Duplicate {
-                name: profile.name.clone(),
-                field: fields.get("name").cloned(),
-            });
-        }
-        out.push(LocatedProfile { profile, fields });
-    }
-    if issues.is_empty() {
-        Ok(out)
-    } else {
-        Err(issues)
-    }
+    Ok(file
+        .profiles
+        .into_iter()
+        .zip(positions.profiles)
+        .map(|(profile, fields)| LocatedProfile { profile, fields })
+        .collect())
 }
 
-/// Parse profiles from YAML text.
+/// Parse profiles from YAML text; a name defined twice is an error.
 pub fn parse_profiles(yaml: &str) -> Result<Vec<ProviderProfile>, ProviderError> {
     match read_profiles(yaml) {
-        Ok(profiles) => Ok(profiles.into_iter().map(|p| p.profile).collect()),
+        Ok(profiles) => {
+            let mut seen = BTreeSet::new();
+            for p in &profiles {
+                if !seen.insert(p.profile.name.as_str()) {
+                    let at = p.fields.value("name").map(|p| format!("{p}: "));
+                    return Err(ProviderError::Config(format!(
+                        "{}profile `{}` is defined twice",
+                        at.unwrap_or_default(),
+                        p.profile.name
+                    )));
+                }
+            }
+            Ok(profiles.into_iter().map(|p| p.profile).collect())
+        }
         Err(issues) => {
             let lines: Vec<String> = issues.iter().map(FileIssue::to_string).collect();
             Err(ProviderError::Config(format!(

@@ -151,7 +151,7 @@ fn fmt_invalid(file: Option<&Path>, tool: &str, issues: &[SpecIssue]) -> String 
         .map(|i| match i.kind {
             IssueKind::Yaml => format!("{file}{}: invalid tool spec: {}", fmt_pos(i.pos), i.message),
             _ => format!(
-                "{file}{}: field `{}`: {}",
+                "{file}{}: field `{}` {}",
                 fmt_pos(i.pos),
                 i.field,
                 i.message
@@ -206,6 +206,14 @@ impl ToolSpec {
     /// Parse and validate spec text; `file` is only used in messages. Every problem is
     /// reported, each with its line and column.
     pub fn from_yaml(text: &str, file: &Path, project_root: &Path) -> Result<Self, SpecError> {
+        let spec = Self::parse_yaml(text, file, project_root)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// [`ToolSpec::from_yaml`] without [`ToolSpec::validate`]: a spec of the right shape,
+    /// sound or not, with the positions of its fields.
+    pub fn parse_yaml(text: &str, file: &Path, project_root: &Path) -> Result<Self, SpecError> {
         let invalid = |issues| SpecError::Invalid {
             file: Some(file.to_path_buf()),
             tool: String::new(),
@@ -248,7 +256,6 @@ impl ToolSpec {
             file: file.to_path_buf(),
             fields,
         });
-        spec.validate()?;
         Ok(spec)
     }
 
@@ -268,7 +275,7 @@ impl ToolSpec {
             issue(
                 IssueKind::NoName,
                 "tool_name",
-                "is missing: every spec names its tool".into(),
+                "is missing (every spec names its tool)".into(),
             );
         } else if self.tool_name.starts_with('.')
             || !self
@@ -280,7 +287,7 @@ impl ToolSpec {
                 IssueKind::BadName,
                 "tool_name",
                 format!(
-                    "`{}` is not a valid tool name (letters, digits, `-`, `_`, `.`)",
+                    "is `{}`, not a tool name (letters, digits, `-`, `_`, `.`)",
                     self.tool_name
                 ),
             );
@@ -289,7 +296,7 @@ impl ToolSpec {
             issue(
                 IssueKind::NoExecutable,
                 "executable",
-                "is empty: it says how the tool is called".into(),
+                "is empty".into(),
             );
         }
         let to_install = [
@@ -326,7 +333,7 @@ impl ToolSpec {
             issue(
                 IssueKind::SourceMissing,
                 "source",
-                format!("source folder {} does not exist", src.display()),
+                format!("names `{}`, which is not a folder", src.display()),
             );
         }
         if let Some(v) = &self.py_standalone
@@ -335,7 +342,7 @@ impl ToolSpec {
             issue(
                 IssueKind::BadPython,
                 "py_standalone",
-                format!("`{v}` is not a Python version like \"3.11\" (`3` or `3.N`)"),
+                format!("is `{v}`, not a Python version (`3` or `3.N`, such as \"3.11\")"),
             );
         }
         if self.timeout == Some(Duration::ZERO) {
@@ -357,7 +364,11 @@ impl ToolSpec {
         if let Some(script) = &self.setup_script
             && let Err(msg) = render_template(script, &|_| Some(String::new()))
         {
-            issue(IssueKind::BadSetupScript, "setup_script", msg);
+            issue(
+                IssueKind::BadSetupScript,
+                "setup_script",
+                format!("is not a script the installer can render: {msg}"),
+            );
         }
         if issues.is_empty() {
             Ok(())

@@ -747,14 +747,20 @@ fn check_refuses_what_the_installer_refuses() {
         assert_eq!(at, (7, value_column), "{setting}: the value is labelled");
         // The installer's own validation says no to the compiled spec too.
         let spec = &workflow.tools[0].spec;
-        assert!(spec.validate().is_err(), "{setting}: the installer accepts it");
+        assert!(
+            spec.validate().is_err(),
+            "{setting}: the installer accepts it"
+        );
     }
     // What both accept: a minor version and the variables the installer substitutes.
     let (workflow, diags, _) = check(&tool_with(
         "py_standalone = \"3.11\"\n  setup_script = \"{{ env_python }} -m calc --version\"",
     ));
     assert!(diags.is_empty(), "{:?}", common::codes(&diags));
-    workflow.tools[0].spec.validate().expect("the installer accepts it");
+    workflow.tools[0]
+        .spec
+        .validate()
+        .expect("the installer accepts it");
 }
 
 /// One duration syntax in the file and in YAML: `1.5s` is 1500 ms everywhere, never dropped.
@@ -775,10 +781,16 @@ fn provider_durations_from_yaml_are_kept() {
     let main = profile("main");
     assert_eq!(main.timeout, std::time::Duration::from_millis(1500));
     assert_eq!(main.retry.max_attempts, 2);
-    assert_eq!(main.retry.initial_backoff, std::time::Duration::from_millis(250));
+    assert_eq!(
+        main.retry.initial_backoff,
+        std::time::Duration::from_millis(250)
+    );
     assert_eq!(main.retry.total_budget, std::time::Duration::from_secs(120));
     let local = profile("local");
     assert_eq!(local.timeout, std::time::Duration::from_secs(90));
-    assert_eq!(local.retry.initial_backoff, std::time::Duration::from_millis(500));
+    assert_eq!(
+        local.retry.initial_backoff,
+        std::time::Duration::from_millis(500)
+    );
     assert_eq!(local.fallback, ["main"]);
 }

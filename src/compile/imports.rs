@@ -69,9 +69,9 @@ impl Place {
         let span = pos.map(|p| Span::new(p.offset, p.offset + p.len));
         match (&self.yaml, span) {
             (None, span) => d.label(span.unwrap_or(self.decl), label),
-            (Some(y), Some(span)) => d.label(self.decl, "imported here").external(
-                ExternalLabel::new(&y.path, y.text.clone(), span, label),
-            ),
+            (Some(y), Some(span)) => d
+                .label(self.decl, "imported here")
+                .external(ExternalLabel::new(&y.path, y.text.clone(), span, label)),
             (Some(_), None) => d.label(self.decl, label),
         }
     }
@@ -339,7 +339,10 @@ impl Compiler<'_> {
         let mut p = ProviderProfile::new(
             decl.name.name.clone(),
             kind.unwrap_or(ProviderKind::Scripted),
-            attrs.string("model", diags).map(|x| x.0).unwrap_or_default(),
+            attrs
+                .string("model", diags)
+                .map(|x| x.0)
+                .unwrap_or_default(),
         );
         p.base_url = attrs.string("base_url", diags).map(|x| x.0);
         p.base_url_env = attrs.string("base_url_env", diags).map(|x| x.0);
@@ -400,7 +403,11 @@ impl Compiler<'_> {
 
     /// A tool spec file, read and validated by the environment crate.
     fn yaml_tool(&mut self, text: &str, file: &Place) -> Option<Tool> {
-        let path = file.yaml.as_ref().map(|y| y.path.clone()).unwrap_or_default();
+        let path = file
+            .yaml
+            .as_ref()
+            .map(|y| y.path.clone())
+            .unwrap_or_default();
         let dir = spec_base_dir(&path);
         let mut spec = match ToolSpec::parse_yaml(text, &path, &dir) {
             Ok(spec) => spec,
@@ -421,7 +428,11 @@ impl Compiler<'_> {
             }
         };
         let place = Place {
-            fields: spec.origin.as_ref().map(|o| o.fields.clone()).unwrap_or_default(),
+            fields: spec
+                .origin
+                .as_ref()
+                .map(|o| o.fields.clone())
+                .unwrap_or_default(),
             ..file.clone()
         };
         if let Err(e) = spec.validate() {
@@ -769,7 +780,6 @@ fn check_mount(text: &str, span: Span, diags: &mut Diagnostics) {
     }
 }
 
-
 fn kind_names() -> Vec<&'static str> {
     ProviderKind::ALL.iter().map(|k| k.as_str()).collect()
 }
@@ -1024,4 +1034,3 @@ pub fn resolve_executable(executable: &str, dir: &Path) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
-

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use petgraph::graph::NodeIndex;
-use rondo_provider::{AttemptRecord, CallContext, ChatRequest, Message, ProviderKind, ProviderPool};
+use rondo_provider::{
+    AttemptRecord, CallContext, ChatRequest, Message, ProviderKind, ProviderPool,
+};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 

@@ -61,9 +61,7 @@ fn tool_command(
 /// type as the schema shown to the tool's users.
 fn install_spec(tool: &Tool) -> rondo_env::ToolSpec {
     let mut spec = tool.spec.clone();
-    spec.source = spec
-        .source
-        .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+    spec.source = spec.source.map(|p| std::fs::canonicalize(&p).unwrap_or(p));
     if spec.input_schema.is_none() {
         spec.input_schema = tool.input.as_ref().map(|ty| ty.json_schema());
     }
@@ -414,10 +412,7 @@ pub(super) async fn run_tool_role(
                 .iter()
                 .find(|&&t| workflow.tools[t].name() == chosen_name)
             else {
-                let known: Vec<&str> = choices
-                    .iter()
-                    .map(|&t| workflow.tools[t].name())
-                    .collect();
+                let known: Vec<&str> = choices.iter().map(|&t| workflow.tools[t].name()).collect();
                 let output = failed(
                     &chosen_name,
                     "unknown_tool",

@@ -108,14 +108,14 @@ fn bad_yaml_and_unknown_fields_carry_positions() {
     assert_eq!(err.issues()[0].kind, IssueKind::UnknownField);
     assert_eq!(line_of(&err), Some(5), "{msg}");
 
-    let err = parse("tool_name: x\ninstallation: pip\nversion: '1'\n", dir.path()).unwrap_err();
-    assert_eq!(err.issues()[0].kind, IssueKind::NoExecutable, "{err}");
-
     let err = parse(
-        "tool_name: x\nexecutable: x\ntimeout: 1.5 s\n",
+        "tool_name: x\ninstallation: pip\nversion: '1'\n",
         dir.path(),
     )
     .unwrap_err();
+    assert_eq!(err.issues()[0].kind, IssueKind::NoExecutable, "{err}");
+
+    let err = parse("tool_name: x\nexecutable: x\ntimeout: 1.5 s\n", dir.path()).unwrap_err();
     assert_eq!(err.issues()[0].kind, IssueKind::Yaml, "{err}");
     assert_eq!(line_of(&err), Some(3), "{err}");
 }
@@ -146,7 +146,11 @@ fn template_variables_and_several_issues_at_once() {
     )
     .unwrap_err();
     let fields: Vec<&str> = err.issues().iter().map(|i| i.field.as_str()).collect();
-    assert_eq!(fields, ["tool_name", "installation", "setup_script"], "{err}");
+    assert_eq!(
+        fields,
+        ["tool_name", "installation", "setup_script"],
+        "{err}"
+    );
     assert!(err.to_string().contains("tool_home"));
 }
 

@@ -227,7 +227,10 @@ impl ProviderProfile {
         let limits = [
             ("max_tokens", self.max_tokens.map(u64::from)),
             ("max_concurrency", self.max_concurrency.map(|n| n as u64)),
-            ("requests_per_minute", self.requests_per_minute.map(u64::from)),
+            (
+                "requests_per_minute",
+                self.requests_per_minute.map(u64::from),
+            ),
             (
                 "circuit_breaker_threshold",
                 self.circuit_breaker_threshold.map(u64::from),
@@ -271,9 +274,7 @@ impl ProfileIssue {
         match self {
             ProfileIssue::NoModel => "model",
             ProfileIssue::Zero(field) => field,
-            ProfileIssue::UnknownFallback { .. } | ProfileIssue::SelfFallback { .. } => {
-                "fallback"
-            }
+            ProfileIssue::UnknownFallback { .. } | ProfileIssue::SelfFallback { .. } => "fallback",
         }
     }
 }
@@ -399,8 +400,7 @@ pub fn parse_profiles(yaml: &str) -> Result<Vec<ProviderProfile>, ProviderError>
 pub fn load_profiles(path: &Path) -> Result<Vec<ProviderProfile>, ProviderError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ProviderError::Config(format!("cannot read {}: {e}", path.display())))?;
-    parse_profiles(&text)
-        .map_err(|e| ProviderError::Config(format!("{}: {e}", path.display())))
+    parse_profiles(&text).map_err(|e| ProviderError::Config(format!("{}: {e}", path.display())))
 }
 
 /// A profile whose key env var is not set.

@@ -114,7 +114,10 @@ fn file_issues_are_located() {
     }
     let e = parse_profiles("profiles:\n  - {name: x, kind: ollama}\n  - {name: x, kind: ollama}\n")
         .expect_err("duplicate");
-    assert!(e.to_string().contains("3:11: profile `x` is defined twice"), "{e}");
+    assert!(
+        e.to_string().contains("3:11: profile `x` is defined twice"),
+        "{e}"
+    );
     let ok = read_profiles("profiles:\n  - name: x\n    kind: ollama\n    fallback: [a, b]\n")
         .expect("valid");
     assert_eq!(ok[0].fields.item("fallback", 1).map(|p| p.column), Some(19));

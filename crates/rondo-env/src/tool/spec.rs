@@ -149,7 +149,9 @@ fn fmt_invalid(file: Option<&Path>, tool: &str, issues: &[SpecIssue]) -> String 
     let lines: Vec<String> = issues
         .iter()
         .map(|i| match i.kind {
-            IssueKind::Yaml => format!("{file}{}: invalid tool spec: {}", fmt_pos(i.pos), i.message),
+            IssueKind::Yaml => {
+                format!("{file}{}: invalid tool spec: {}", fmt_pos(i.pos), i.message)
+            }
             _ => format!(
                 "{file}{}: field `{}` {}",
                 fmt_pos(i.pos),
@@ -244,7 +246,10 @@ impl ToolSpec {
             rondo_config::yaml::from_str(text).map_err(|e| invalid(vec![yaml_issue(e)]))?;
         // The reference design's specs write `None` for an absent source or Python.
         for field in [&mut spec.py_standalone, &mut spec.version] {
-            if field.as_deref().is_some_and(|v| v.is_empty() || v == "None") {
+            if field
+                .as_deref()
+                .is_some_and(|v| v.is_empty() || v == "None")
+            {
                 *field = None;
             }
         }
@@ -293,11 +298,7 @@ impl ToolSpec {
             );
         }
         if self.executable.trim().is_empty() {
-            issue(
-                IssueKind::NoExecutable,
-                "executable",
-                "is empty".into(),
-            );
+            issue(IssueKind::NoExecutable, "executable", "is empty".into());
         }
         let to_install = [
             ("source", self.source.is_some()),
@@ -417,7 +418,12 @@ pub(crate) fn render_template(
     template: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, String> {
-    let line_of = |rest: &str| template[..template.len() - rest.len()].matches('\n').count() + 1;
+    let line_of = |rest: &str| {
+        template[..template.len() - rest.len()]
+            .matches('\n')
+            .count()
+            + 1
+    };
     if let Some(at) = template.find("{%") {
         return Err(format!(
             "line {} of the script: `{{%` blocks are not supported; a setup script only \

@@ -1,0 +1,136 @@
+//! Memory slots: their kinds, types and initial values.
+
+use serde_json::Value;
+
+use super::Compiler;
+use super::attrs::Attrs;
+use super::types::Type;
+use super::workflow::{MemoryKind, MemorySlot};
+use crate::diagnostics::Diagnostic;
+use crate::syntax::{self, Ast, Ident};
+
+impl Compiler<'_> {
+    pub(super) fn memory(&mut self, ast: &Ast) {
+        for entry in &ast.memory {
+            if let Some(&id) = self.memory_names.get(&entry.name.name) {
+                let first = self.workflow.memory[id].span;
+                self.duplicate("memory", &entry.name, Some(first));
+                continue;
+            }
+            let kind = match &entry.shape {
+                syntax::MemoryShape::Plain { ty, default } => {
+                    let ty = self.resolve_type(ty);
+                    let default = match default {
+                        Some(e) => self.const_value(e).unwrap_or(Value::Null),
+                        None => default_for(&ty),
+                    };
+                    if let Err(e) = ty.validate(&default) {
+                        self.diags.push(
+                            Diagnostic::error(
+                                "rondo::memory::bad_default",
+                                format!(
+                                    "the initial value of `{}` does not fit its type",
+                                    entry.name.name
+                                ),
+                            )
+                            .label(entry.span, e)
+                            .help(format!(
+                                "`{}` is declared as `{}`",
+                                entry.name.name,
+                                ty.display()
+                            )),
+                        );
+                    }
+                    MemoryKind::Value { ty, default }
+                }
+                syntax::MemoryShape::Kind { kind, attrs } => self.memory_kind(kind, attrs),
+            };
+            self.memory_names
+                .insert(entry.name.name.clone(), self.workflow.memory.len());
+            self.workflow.memory.push(MemorySlot {
+                name: entry.name.name.clone(),
+                kind,
+                span: entry.name.span,
+            });
+        }
+    }
+
+    pub(super) fn memory_kind(&mut self, kind: &Ident, attrs: &[syntax::Attr]) -> MemoryKind {
+        let diags = &mut self.diags;
+        match kind.name.as_str() {
+            "whiteboard" => {
+                let mut a = Attrs::new(attrs, &["sections"], "a whiteboard");
+                let sections = a.string_list("sections", diags).unwrap_or_default();
+                a.finish(diags);
+                if sections.is_empty() {
+                    diags.push(
+                        Diagnostic::error("rondo::memory::no_sections", "a whiteboard needs its allowed sections")
+                            .label(kind.span, "no `sections`")
+                            .help("write `whiteboard { sections = [\"Facts\", \"Key Files\", \"Constraints\"] }`"),
+                    );
+                }
+                MemoryKind::Whiteboard {
+                    sections: sections.into_iter().map(|s| s.0).collect(),
+                }
+            }
+            "code_context" => {
+                let mut a = Attrs::new(
+                    attrs,
+                    &["alpha", "beta", "gamma", "threshold", "root"],
+                    "a code context",
+                );
+                let mut param = |name: &str, default: f64, a: &mut Attrs<'_>| {
+                    a.number(name, diags).map_or(default, |x| x.0)
+                };
+                let alpha = param("alpha", 1.0, &mut a);
+                let beta = param("beta", 1.0, &mut a);
+                let gamma = param("gamma", 0.9, &mut a);
+                let threshold = param("threshold", 0.0, &mut a);
+                let root = a.string("root", diags).map(|x| x.0);
+                a.finish(diags);
+                if let Some(Err(why)) = root.as_deref().map(rondo_workspace::relative_name) {
+                    diags.push(
+                        Diagnostic::error(
+                            "rondo::memory::root_outside_workspace",
+                            "a code context reads only inside the run's workspace",
+                        )
+                        .label(kind.span, why.to_string())
+                        .help("name a folder of the workspace, e.g. `root = \"repo\"`"),
+                    );
+                }
+                if !(0.0..=1.0).contains(&gamma) {
+                    diags.push(
+                        Diagnostic::error(
+                            "rondo::memory::bad_gamma",
+                            "the decay factor `gamma` must lie between 0 and 1",
+                        )
+                        .label(kind.span, format!("gamma = {gamma}"))
+                        .help("older operations weigh γ^(M−i): use e.g. `gamma = 0.9`"),
+                    );
+                }
+                MemoryKind::CodeContext {
+                    alpha,
+                    beta,
+                    gamma,
+                    threshold,
+                    root,
+                }
+            }
+            _ => {
+                Attrs::new(attrs, &[], "a history").finish(diags);
+                MemoryKind::History
+            }
+        }
+    }
+}
+
+fn default_for(ty: &Type) -> Value {
+    match ty {
+        Type::List { .. } => Value::Array(Vec::new()),
+        Type::Map { .. } | Type::Object { .. } => Value::Object(Default::default()),
+        Type::String => Value::String(String::new()),
+        Type::Int | Type::Float => Value::from(0),
+        Type::Bool => Value::Bool(false),
+        _ => Value::Null,
+    }
+}

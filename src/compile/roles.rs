@@ -1,0 +1,637 @@
+//! Roles: names first (with exits), then bodies: llm and tool roles, their outputs and artifacts.
+
+use std::sync::Arc;
+
+use petgraph::graph::NodeIndex;
+
+use super::attrs::Attrs;
+use super::expr::Scope;
+use super::types::{self, Type};
+use super::workflow::{
+    Artifact, ExitSpec, LlmRole, Node, NodeKind, OutputFormat, Role, RoleKind, Show, ToolAction,
+    ToolRole, Update,
+};
+use super::{BUILTIN_EXITS, Compiler, INVALID_FIELDS, RESERVED_ROOTS, tera_error_text};
+use crate::diagnostics::{Diagnostic, did_you_mean};
+use crate::source::Span;
+use crate::syntax::{self, Ast, Ident, ValueKind};
+
+impl Compiler<'_> {
+    pub(super) fn declare_nodes(&mut self, ast: &Ast) {
+        for (name, code) in BUILTIN_EXITS {
+            let index = self.workflow.graph.add_node(Node {
+                name: (*name).into(),
+                kind: NodeKind::Exit(ExitSpec {
+                    code: *code,
+                    builtin: true,
+                }),
+                span: Span::default(),
+            });
+            self.node_names.insert((*name).into(), index);
+        }
+        for role in &ast.roles {
+            if self.check_node_name(&role.name) {
+                let index = self.workflow.graph.add_node(Node {
+                    name: role.name.name.clone(),
+                    kind: NodeKind::Role(Box::new(Role {
+                        kind: RoleKind::Builtin,
+                        max_visits: None,
+                        reads: Vec::new(),
+                        writes: Vec::new(),
+                        updates: Vec::new(),
+                        artifacts: Vec::new(),
+                        output_type: Arc::new(Type::Any),
+                    })),
+                    span: role.name.span,
+                });
+                self.node_names.insert(role.name.name.clone(), index);
+                if role.kind.name == "llm"
+                    && matches!(role.output, Some((syntax::OutputDecl::Json(_), _)))
+                {
+                    self.json_llm.insert(index);
+                }
+                let output_type = self.role_output_type(role);
+                if let NodeKind::Role(r) = &mut self.workflow.graph[index].kind {
+                    r.output_type = output_type;
+                }
+            }
+        }
+        let mut next_code = 0;
+        for exit in &ast.exits {
+            if self.check_node_name(&exit.name) {
+                let index = self.workflow.graph.add_node(Node {
+                    name: exit.name.name.clone(),
+                    kind: NodeKind::Exit(ExitSpec {
+                        code: next_code,
+                        builtin: false,
+                    }),
+                    span: exit.name.span,
+                });
+                next_code = 1;
+                self.node_names.insert(exit.name.name.clone(), index);
+            }
+        }
+    }
+
+    fn check_node_name(&mut self, name: &Ident) -> bool {
+        if RESERVED_ROOTS.contains(&name.name.as_str()) {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::name::reserved",
+                    format!("`{}` is reserved", name.name),
+                )
+                .label(name.span, "reserved name")
+                .help(format!(
+                    "{} have a meaning in expressions; choose another name",
+                    RESERVED_ROOTS.join(", ")
+                )),
+            );
+            return false;
+        }
+        if let Some(&existing) = self.node_names.get(&name.name) {
+            let first = self.workflow.graph[existing].span;
+            let what = if BUILTIN_EXITS.iter().any(|(n, _)| *n == name.name) {
+                "the built-in exit"
+            } else {
+                "role or exit"
+            };
+            self.duplicate(what, name, Some(first));
+            return false;
+        }
+        true
+    }
+
+    fn role_output_type(&mut self, role: &syntax::RoleDecl) -> Arc<Type> {
+        match role.kind.name.as_str() {
+            "tool" => self
+                .tool_result
+                .get_or_insert_with(|| Arc::new(tool_result_type()))
+                .clone(),
+            "llm" => Arc::new(match &role.output {
+                Some((syntax::OutputDecl::Json(ty), span)) => {
+                    let ty = self.resolve_type(ty);
+                    self.reserved_output_fields(&role.name.name, &ty, *span);
+                    ty
+                }
+                _ => Type::String,
+            }),
+            _ => Arc::new(Type::Null),
+        }
+    }
+
+    /// `invalid` and `invalid_reply` are the pseudo-fields of the invalid outcome.
+    fn reserved_output_fields(&mut self, role: &str, ty: &Type, span: Span) {
+        for name in ty.field_names() {
+            if INVALID_FIELDS.contains(&name.as_str()) {
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::role::reserved_output_field",
+                        format!("the output type of `{role}` declares a field `{name}`, which is reserved"),
+                    )
+                    .label(span, format!("declares `{name}`"))
+                    .help(format!(
+                        "`{role}.invalid` and `{role}.invalid_reply` describe a reply that stayed invalid after its retries; rename the field"
+                    )),
+                );
+            }
+        }
+    }
+
+    pub(super) fn role_bodies(&mut self, ast: &Ast) {
+        for decl in &ast.roles {
+            let Some(&index) = self.node_names.get(&decl.name.name) else {
+                continue;
+            };
+            if self.workflow.graph[index].span != decl.name.span {
+                continue;
+            }
+            let role = self.role_body(decl, index);
+            if let NodeKind::Role(r) = &mut self.workflow.graph[index].kind {
+                **r = role;
+            }
+        }
+    }
+
+    fn role_body(&mut self, decl: &syntax::RoleDecl, index: NodeIndex) -> Role {
+        let kind_name = decl.kind.name.as_str();
+        let known: &'static [&'static str] = match kind_name {
+            "llm" => &[
+                "provider",
+                "prompt",
+                "system",
+                "reads",
+                "tools",
+                "retries",
+                "coerce",
+                "max_visits",
+                "max_reply",
+            ],
+            "tool" => &[
+                "env",
+                "command",
+                "run",
+                "args",
+                "tools",
+                "call",
+                "argv",
+                "timeout",
+                "log",
+                "show",
+                "reads",
+                "max_visits",
+                "max_output",
+            ],
+            _ => &["reads", "max_visits"],
+        };
+        if !matches!(kind_name, "llm" | "tool" | "builtin") {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::role::unknown_kind",
+                    format!("unknown role kind `{kind_name}`"),
+                )
+                .label(decl.kind.span, "not a role kind")
+                .help(
+                    did_you_mean(kind_name, ["llm", "tool", "builtin"])
+                        .unwrap_or_else(|| "a role is `llm`, `tool` or `builtin`".into()),
+                ),
+            );
+        }
+        let mut attrs = Attrs::new(
+            &decl.attrs,
+            known,
+            format!("{kind_name} role `{}`", decl.name.name),
+        );
+        let max_visits = attrs.count("max_visits", &mut self.diags).map(|x| x.0);
+        if max_visits == Some(0) {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::role::zero_visits",
+                    "`max_visits = 0` means the role can never run",
+                )
+                .label(decl.span, "never runs")
+                .help("use a bound of at least 1, or remove the role"),
+            );
+        }
+        let reads = attrs
+            .ident_list("reads", &mut self.diags)
+            .iter()
+            .filter_map(|name| self.lookup_memory(name))
+            .collect::<Vec<_>>();
+        let output_type = self
+            .workflow
+            .role(index)
+            .map_or_else(|| Arc::new(Type::Any), |r| r.output_type.clone());
+        let scope = Scope::role(index);
+        let kind = match kind_name {
+            "llm" => RoleKind::Llm(self.llm_role(decl, &mut attrs)),
+            "tool" => RoleKind::Tool(Box::new(self.tool_role(decl, &mut attrs, &scope))),
+            _ => RoleKind::Builtin,
+        };
+        if kind_name != "llm"
+            && let Some((_, span)) = &decl.output
+        {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::role::output_on_non_llm",
+                    format!(
+                        "only llm roles declare an output; `{}` is a {kind_name} role",
+                        decl.name.name
+                    ),
+                )
+                .label(*span, "not allowed here")
+                .help("a tool role's output is the standard tool result; a builtin role has none"),
+            );
+        }
+        attrs.finish(&mut self.diags);
+        let mut writes = Vec::new();
+        let updates = decl
+            .updates
+            .iter()
+            .filter_map(|u| {
+                let update = self.update(u, &scope)?;
+                let m = match &update {
+                    Update::Set { memory, .. } | Update::Op { memory, .. } => *memory,
+                };
+                if !writes.contains(&m) {
+                    writes.push(m);
+                }
+                Some(update)
+            })
+            .collect();
+        let artifacts = decl
+            .artifacts
+            .iter()
+            .map(|a| self.artifact(a, &scope))
+            .collect();
+        if kind_name == "builtin" && decl.updates.is_empty() && decl.artifacts.is_empty() {
+            self.diags.push(
+                Diagnostic::warning(
+                    "rondo::role::empty_builtin",
+                    format!("builtin role `{}` does nothing", decl.name.name),
+                )
+                .label(decl.name.span, "no `update` block and no artifact")
+                .help("a builtin role updates memory: add `update { ... }`"),
+            );
+        }
+        Role {
+            kind,
+            max_visits,
+            reads,
+            writes,
+            updates,
+            artifacts,
+            output_type,
+        }
+    }
+
+    pub(super) fn artifact(&mut self, a: &syntax::ArtifactDecl, scope: &Scope) -> Artifact {
+        let (value, _) = self.expr(&a.value, scope);
+        if let Err(e) = tera::Tera::default().add_raw_template("artifact", &a.name) {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::artifact::bad_name",
+                    "the artifact name is not a valid template",
+                )
+                .label(a.name_span, tera_error_text(&e))
+                .help("names may use `{{ round }}`, `{{ visit }}`, `{{ step }}`, `{{ run_id }}`"),
+            );
+        }
+        // The part before the first template tag is known now: a literal name, or the
+        // folders a templated one starts with.
+        let fixed = match a.name.find(['{']) {
+            None => Some(a.name.as_str()),
+            Some(at) => a.name[..at].rfind('/').map(|slash| &a.name[..slash]),
+        };
+        if let Some(Err(why)) = fixed
+            .filter(|f| !f.is_empty() || a.name.starts_with('/'))
+            .map(|f| rondo_workspace::relative_name(if f.is_empty() { "/" } else { f }))
+        {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::artifact::outside_workspace",
+                    "the artifact would be written outside the run's workspace",
+                )
+                .label(a.name_span, why.to_string())
+                .help("name it relative to the workspace, e.g. `reports/summary.md`; the run records stay out of reach"),
+            );
+        }
+        Artifact {
+            name: a.name.clone(),
+            append: a.append,
+            value,
+            span: a.span,
+            name_span: a.name_span,
+        }
+    }
+
+    pub(super) fn workflow_artifacts(&mut self, ast: &Ast) {
+        let scope = Scope::global();
+        self.workflow.artifacts = ast
+            .artifacts
+            .iter()
+            .map(|a| self.artifact(a, &scope))
+            .collect();
+    }
+
+    fn llm_role(&mut self, decl: &syntax::RoleDecl, attrs: &mut Attrs<'_>) -> LlmRole {
+        let diags = &mut self.diags;
+        let provider = attrs.ident("provider", diags);
+        let prompt = attrs.string("prompt", diags);
+        let system = attrs.string("system", diags);
+        let retries = attrs.count("retries", diags).map_or(2, |x| x.0);
+        let tools = attrs.ident_list("tools", diags);
+        let max_reply = attrs.bytes("max_reply", diags).map(|x| x.0);
+        let provider = match provider {
+            Some(p) => self
+                .lookup_provider(&p)
+                .unwrap_or(self.workflow.default_provider),
+            None => usize::MAX,
+        };
+        let prompt = match prompt {
+            Some((p, _)) => p.into(),
+            None => {
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::role::no_prompt",
+                        format!("llm role `{}` has no prompt template", decl.name.name),
+                    )
+                    .label(decl.name.span, "no `prompt = \"...\"`")
+                    .help(format!(
+                        "add `prompt = \"{}.tera\"` (a file in the prompts folder)",
+                        decl.name.name
+                    )),
+                );
+                Default::default()
+            }
+        };
+        let output = match &decl.output {
+            Some((syntax::OutputDecl::Json(_), _)) => OutputFormat::Json {
+                ty: self
+                    .workflow
+                    .node_output_type(&self.node_names, &decl.name.name),
+            },
+            Some((syntax::OutputDecl::Code(lang), _)) => OutputFormat::Code {
+                language: lang.clone(),
+            },
+            _ => OutputFormat::Text,
+        };
+        let coerce = self.coerce_attr(attrs);
+        LlmRole {
+            provider,
+            system: system.map(|s| s.0.into()),
+            prompt,
+            output,
+            retries,
+            tools: tools.iter().filter_map(|t| self.lookup_tool(t)).collect(),
+            coerce,
+            max_reply,
+        }
+    }
+
+    /// `coerce = safe` (default), `coerce = strict`, or a list of coercion names.
+    fn coerce_attr(&mut self, attrs: &mut Attrs<'_>) -> Vec<types::Coercion> {
+        use types::Coercion;
+        let Some(value) = attrs.value("coerce") else {
+            return Coercion::safe();
+        };
+        let names: Vec<(String, Span)> = match &value.kind {
+            ValueKind::Ident(s) if s == "safe" => return Coercion::safe(),
+            ValueKind::Ident(s) if s == "strict" => return Vec::new(),
+            ValueKind::Ident(s) | ValueKind::String(s) => vec![(s.clone(), value.span)],
+            ValueKind::List(items) => items
+                .iter()
+                .filter_map(|v| match &v.kind {
+                    ValueKind::Ident(s) | ValueKind::String(s) => Some((s.clone(), v.span)),
+                    _ => None,
+                })
+                .collect(),
+            _ => vec![(String::new(), value.span)],
+        };
+        let mut out = Vec::new();
+        for (name, span) in names {
+            match Coercion::from_name(&name) {
+                Some(c) => out.push(c),
+                None => {
+                    let all: Vec<&str> = ["safe", "strict"]
+                        .into_iter()
+                        .chain(Coercion::ALL.iter().map(|c| c.name()))
+                        .collect();
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::role::unknown_coercion",
+                            format!("`{name}` is not a coercion"),
+                        )
+                        .label(span, "unknown")
+                        .help(
+                            did_you_mean(&name, all.iter().copied()).unwrap_or_else(|| {
+                                format!(
+                                    "`coerce` is `safe` (the default), `strict`, or a list of: {}",
+                                    all[2..].join(", ")
+                                )
+                            }),
+                        ),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    fn tool_role(
+        &mut self,
+        decl: &syntax::RoleDecl,
+        attrs: &mut Attrs<'_>,
+        scope: &Scope,
+    ) -> ToolRole {
+        let diags = &mut self.diags;
+        let env = attrs.ident("env", diags);
+        let timeout_ms = attrs.duration_ms("timeout", diags).map(|x| x.0);
+        let (log, log_span) = attrs.string("log", diags).unzip();
+        let max_output = attrs.bytes("max_output", diags).map(|x| x.0);
+        let command = attrs.string_list("command", diags);
+        let run = attrs.ident("run", diags);
+        let args = attrs.value("args");
+        let call = attrs.value("call");
+        let argv = attrs.value("argv");
+        let choices = attrs.ident_list("tools", diags);
+        let show = match attrs.value("show") {
+            None => Show::All,
+            Some(v) => parse_show(v).unwrap_or_else(|| {
+                diags.push(
+                    Diagnostic::error(
+                        "rondo::role::bad_show",
+                        "`show` is `all`, `status`, `tail(N)` or `head_tail(H, T)`",
+                    )
+                    .label(v.span, "not understood")
+                    .help("e.g. `show = tail(30)` shows pass/fail and the last 30 lines"),
+                );
+                Show::All
+            }),
+        };
+        let env = env.and_then(|e| self.lookup_env(&e));
+        let mut argv_spans = Vec::new();
+        let action = match (command, run, call) {
+            (Some(argv), None, None) => {
+                if argv.is_empty() {
+                    self.diags.push(
+                        Diagnostic::error("rondo::role::empty_command", "the command is empty")
+                            .label(decl.name.span, "no program to run")
+                            .help("write e.g. `command = [\"python3\", \"script.py\"]`"),
+                    );
+                }
+                let (argv, spans) = argv.into_iter().unzip();
+                argv_spans = spans;
+                ToolAction::Command { argv }
+            }
+            (None, Some(tool), None) => {
+                let tool = self.lookup_tool(&tool).unwrap_or(usize::MAX);
+                let args = match args {
+                    None => Vec::new(),
+                    Some(v) => match &v.kind {
+                        ValueKind::List(items) => items
+                            .iter()
+                            .map(|i| self.expr(&value_to_expr(i), scope).0)
+                            .collect(),
+                        _ => vec![self.expr(&value_to_expr(v), scope).0],
+                    },
+                };
+                ToolAction::Tool { tool, args }
+            }
+            (None, None, Some(call)) => {
+                if choices.is_empty() {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::role::no_choices",
+                            "`call` chooses among `tools`, which is missing",
+                        )
+                        .label(call.span, "chooses a tool")
+                        .help("list the tools the call may name: `tools = [calculator, now]`"),
+                    );
+                }
+                let (call_expr, call_ty) = self.expr(&value_to_expr(call), scope);
+                if !call_ty.is_stringy() {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "rondo::role::bad_call",
+                            "`call` must give a tool name (a string)",
+                        )
+                        .label(call.span, format!("this is {}", call_ty.display()))
+                        .help("e.g. `call = planner.tool`"),
+                    );
+                }
+                ToolAction::Choose {
+                    choices: choices.iter().filter_map(|t| self.lookup_tool(t)).collect(),
+                    call: Box::new(call_expr),
+                    args: args.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
+                    argv: argv.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
+                }
+            }
+            _ => {
+                self.diags.push(
+                    Diagnostic::error("rondo::role::no_action", format!("tool role `{}` must say what it runs, in one way", decl.name.name))
+                        .label(decl.name.span, "needs exactly one of `command`, `run`, `call`")
+                        .help("`command = [\"prog\", \"arg\"]` runs a program; `run = tool` runs a declared tool; `call = expr` with `tools = [..]` runs the tool an LLM chose"),
+                );
+                ToolAction::Command { argv: Vec::new() }
+            }
+        };
+        ToolRole {
+            env,
+            action,
+            timeout_ms,
+            log,
+            show,
+            log_span: log_span.unwrap_or_default(),
+            argv_spans,
+            max_output,
+        }
+    }
+}
+
+/// The standard result of a tool role: CatMaster's tool output plus the process facts.
+pub fn tool_result_type() -> Type {
+    Type::object(vec![
+        (
+            "status",
+            Type::Union {
+                members: vec![
+                    Type::Literal {
+                        value: "success".into(),
+                    },
+                    Type::Literal {
+                        value: "failed".into(),
+                    },
+                ],
+            },
+        ),
+        ("tool_name", Type::String),
+        ("data", Type::Any),
+        ("warnings", Type::list(Type::String)),
+        ("error", Type::optional(Type::String)),
+        ("error_kind", Type::optional(Type::String)),
+        ("execution_time", Type::Float),
+        ("exit_code", Type::optional(Type::Int)),
+        ("ok", Type::Bool),
+        ("stdout", Type::String),
+        ("stderr", Type::String),
+        ("shown", Type::String),
+        ("log", Type::optional(Type::String)),
+        ("timed_out", Type::Bool),
+        ("args", Type::Any),
+    ])
+}
+
+fn parse_show(v: &syntax::Value) -> Option<Show> {
+    match &v.kind {
+        ValueKind::Ident(s) | ValueKind::String(s) => match s.as_str() {
+            "all" => Some(Show::All),
+            "status" => Some(Show::Status),
+            _ => None,
+        },
+        ValueKind::Call(name, args) => {
+            let nums: Vec<u64> = args
+                .iter()
+                .filter_map(|a| match a.kind {
+                    ValueKind::Number(n) if n >= 0.0 && n.fract() == 0.0 => Some(n as u64),
+                    _ => None,
+                })
+                .collect();
+            match (name.name.as_str(), nums.as_slice()) {
+                ("tail", [n]) if args.len() == 1 => Some(Show::Tail { lines: *n }),
+                ("head_tail", [h, t]) if args.len() == 2 => {
+                    Some(Show::HeadTail { head: *h, tail: *t })
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Attribute values that stand for expressions (`call = planner.tool`, `args = {...}`).
+fn value_to_expr(v: &syntax::Value) -> syntax::Expr {
+    use syntax::ExprKind as K;
+    let kind = match &v.kind {
+        ValueKind::String(s) => K::String(s.clone()),
+        ValueKind::Number(n) => K::Number(*n),
+        ValueKind::Duration(ms) => K::Number(*ms as f64),
+        ValueKind::Bool(b) => K::Bool(*b),
+        ValueKind::Null | ValueKind::Block(_) => K::Null,
+        ValueKind::Ident(s) => K::Path(vec![Ident {
+            name: s.clone(),
+            span: v.span,
+        }]),
+        ValueKind::Path(parts) => K::Path(parts.clone()),
+        ValueKind::List(items) => K::List(items.iter().map(value_to_expr).collect()),
+        ValueKind::Map(entries) => K::Map(
+            entries
+                .iter()
+                .map(|(k, v)| (k.clone(), value_to_expr(v)))
+                .collect(),
+        ),
+        ValueKind::Call(name, args) => {
+            K::Call(name.clone(), args.iter().map(value_to_expr).collect())
+        }
+    };
+    syntax::Expr { kind, span: v.span }
+}

@@ -1,0 +1,150 @@
+//! Writing artifacts into the workspace: names rendered and confined, appends journaled.
+
+use petgraph::graph::NodeIndex;
+use serde_json::{Value, json};
+
+use super::rundir;
+use super::state::RunState;
+use super::{Interpreter, StepError};
+use crate::prompt::render_str;
+
+impl<'w> Interpreter<'w> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn write_artifacts(
+        &mut self,
+        artifacts: &[crate::compile::Artifact],
+        state: &RunState,
+        node: Option<NodeIndex>,
+        output: Option<&Value>,
+        item: Option<&Value>,
+        prompt: Option<&str>,
+        visit: u64,
+    ) -> Result<Vec<(String, u64)>, StepError> {
+        if artifacts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let role_name = node.map_or_else(
+            || "workflow".to_string(),
+            |n| self.workflow.node(n).name.clone(),
+        );
+        let mut appended = Vec::new();
+        for artifact in artifacts {
+            let ctx = self.name_context(state, node.unwrap_or(self.workflow.start), visit, item);
+            // The author's text keeps its folders; a value (a reply, an input, an item)
+            // cannot add one, climb out, or name nothing.
+            let raw = render_str(&artifact.name, &ctx).ok();
+            let file = render_str(&artifact.name, &path_safe_context(ctx)).map_err(|e| {
+                StepError::Failed(format!(
+                    "`{role_name}`: artifact name `{}`: {e}",
+                    artifact.name
+                ))
+            })?;
+            let file = rundir::contained_name(&file);
+            let sanitized = raw.filter(|r| *r != file);
+            let prompt = prompt.map(|p| Value::String(p.to_string()));
+            let mut env = self.env(state, node, output, item);
+            env.prompt = prompt.as_ref();
+            let value = env
+                .eval(&artifact.value)
+                .map_err(|e| StepError::Failed(format!("`{role_name}`: artifact `{file}`: {e}")))?;
+            let bytes = match (&value, artifact.append) {
+                (Value::String(s), false) => s.clone().into_bytes(),
+                (other, false) => serde_json::to_vec_pretty(other).unwrap_or_default(),
+                (Value::String(s), true) => format!("{}\n", s.trim_end_matches('\n')).into_bytes(),
+                (other, true) => {
+                    format!("{}\n", serde_json::to_string(other).unwrap_or_default()).into_bytes()
+                }
+            };
+            let bytes = self.redactor.redact_bytes(&bytes).into_owned();
+            if let Err(why) = rondo_workspace::relative_name(&file) {
+                // A templated name the checker could not see: the write is skipped, the run goes on.
+                self.event(
+                    "artifact_rejected",
+                    json!({"role": role_name, "file": file, "reason": why.to_string()}),
+                );
+                continue;
+            }
+            let key = format!("{}{file}", rundir::ARTIFACT_KEY);
+            // Before the first append to a file the checkpoint does not know, its length
+            // is journaled (see `RunDir::append_opened`): a resume cuts a re-run step's line.
+            let opened =
+                (artifact.append && self.dir.is_some() && !state.file_lengths.contains_key(&key))
+                    .then(|| self.workspace.file_len(&file));
+            // Without fsync: durable with the step's journal record, synced at the next
+            // snapshot (see `RunDir::checkpoint`).
+            let written = match opened {
+                Some(Err(e)) => Err(e),
+                Some(Ok(len)) => {
+                    if let Some(dir) = &mut self.dir {
+                        dir.append_opened(&key, len).map_err(|e| {
+                            StepError::Failed(format!("cannot write events.jsonl: {e}"))
+                        })?;
+                    }
+                    self.workspace.append_unsynced(&file, &bytes).map(Some)
+                }
+                None if artifact.append => self.workspace.append_unsynced(&file, &bytes).map(Some),
+                None => self.workspace.write_replace(&file, &bytes).map(|()| None),
+            };
+            let len = match written {
+                Ok(len) => len,
+                // Refused by the confinement (a symbolic link out of the workspace or into
+                // its system area), or a failed write: recorded, the run goes on.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::PermissionDenied
+                            | std::io::ErrorKind::InvalidInput
+                            | std::io::ErrorKind::NotADirectory
+                            | std::io::ErrorKind::IsADirectory
+                    ) =>
+                {
+                    self.event(
+                        "artifact_rejected",
+                        json!({"role": role_name, "file": file, "reason": e.to_string()}),
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    return Err(StepError::Failed(format!(
+                        "cannot write artifact {file}: {e}"
+                    )));
+                }
+            };
+            if let Some(dir) = &mut self.dir {
+                dir.written(&file);
+            }
+            if let Some(len) = len {
+                appended.push((key, len));
+            }
+            if self.dir.is_some() {
+                let mut fields = json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append});
+                if let Some(raw) = &sanitized {
+                    fields["sanitized_from"] = Value::String(raw.clone());
+                }
+                self.event("artifact", fields);
+            }
+        }
+        Ok(appended)
+    }
+}
+
+/// `ctx` with every string in it made a safe path component (see
+/// [`rundir::path_component`]), for rendering artifact names.
+fn path_safe_context(ctx: tera::Context) -> tera::Context {
+    let mut value = ctx.into_json();
+    // Replies nest as deep as serde_json allows: walk with a stack, not recursion.
+    let mut stack = vec![&mut value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => {
+                if let Some(safe) = rundir::path_component(s) {
+                    *s = safe;
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter_mut()),
+            Value::Object(map) => stack.extend(map.values_mut()),
+            _ => {}
+        }
+    }
+    tera::Context::from_value(value).unwrap_or_default()
+}

@@ -1,0 +1,457 @@
+//! Starting a run (inputs, providers, API keys, the run directory) and resuming one from its
+//! last checkpoint.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use rondo_provider::{ProviderKind, ProviderPool};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use super::clock;
+use super::progress::Reporter;
+use super::redact;
+use super::rundir::{self, RunDir, RunInfo};
+use super::scripted::{Script, ScriptedModel};
+use super::state::{RunState, Status};
+use super::tools;
+use super::{Interpreter, RunOptions, StartError};
+use crate::compile::{RoleKind, Workflow};
+use crate::prompt::Prompts;
+
+impl<'w> Interpreter<'w> {
+    /// Prepares a new run: inputs, providers, run directory.
+    pub fn start(
+        workflow: &'w Workflow,
+        options: &RunOptions,
+    ) -> Result<(Self, RunState), StartError> {
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
+        let (run_id, layout) = Self::layout(options)?;
+        if layout.system.join("run.json").exists() {
+            return Err(StartError::Setup(format!(
+                "{} already holds a run; use `rondo resume {}`",
+                layout.system.display(),
+                layout.system.display()
+            )));
+        }
+        let options = &RunOptions {
+            script: options.script.clone().or_else(|| workflow.script.clone()),
+            ..options.clone()
+        };
+        let script = load_script(options)?;
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+    }
+
+    /// The run id (checked, or a new one) and where the run lives.
+    pub(super) fn layout(options: &RunOptions) -> Result<(String, rundir::Layout), StartError> {
+        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+        rundir::check_run_id(&run_id).map_err(StartError::Input)?;
+        if let Some(dir) = &options.workspace {
+            let Ok(real) = std::fs::canonicalize(dir)
+                .map_err(|_| ())
+                .and_then(|d| if d.is_dir() { Ok(d) } else { Err(()) })
+            else {
+                return Err(StartError::Input(format!(
+                    "--workspace {}: not an existing folder",
+                    dir.display()
+                )));
+            };
+            if real
+                .components()
+                .any(|c| c.as_os_str() == rondo_workspace::SYSTEM_DIR)
+            {
+                return Err(StartError::Input(format!(
+                    "--workspace {}: a workspace cannot lie inside a `.rondo` folder (the runs' records)",
+                    dir.display()
+                )));
+            }
+        }
+        let layout = rundir::Layout::new(&options.runs_root, options.workspace.as_deref(), &run_id);
+        Ok((run_id, layout))
+    }
+
+    /// [`start`](Self::start) with replies given in code (`test` blocks).
+    pub fn start_with_script(
+        workflow: &'w Workflow,
+        options: &RunOptions,
+        script: Script,
+    ) -> Result<(Self, RunState), StartError> {
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
+        let (run_id, layout) = Self::layout(options)?;
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+    }
+
+    fn start_with_script_at(
+        workflow: &'w Workflow,
+        options: &RunOptions,
+        script: Script,
+        inputs: Vec<Value>,
+        run_id: String,
+        layout: rundir::Layout,
+    ) -> Result<(Self, RunState), StartError> {
+        let mut interp = Self::build(workflow, &layout, options, script)?;
+        interp.check_keys()?;
+        let mut inputs = inputs;
+        inputs
+            .iter_mut()
+            .for_each(|v| interp.redactor.redact_json(v));
+        let state = RunState::new(workflow, run_id.clone(), inputs);
+        interp.envs.input_paths = input_paths(workflow, &state);
+        if options.checkpoints {
+            let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
+                StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
+            })?;
+            let info = RunInfo {
+                run_id,
+                workflow: workflow.name.clone(),
+                workflow_path: std::fs::canonicalize(&workflow.path)
+                    .unwrap_or(workflow.path.clone()),
+                workflow_hash: workflow.source_hash.clone(),
+                inputs: workflow
+                    .inputs
+                    .iter()
+                    .zip(&state.inputs)
+                    .map(|(i, v)| (i.name.clone(), v.clone()))
+                    .collect(),
+                providers: provider_summaries(workflow),
+                provider_override: options.provider.clone(),
+                script: options
+                    .script
+                    .as_ref()
+                    .map(|p| std::fs::canonicalize(p).unwrap_or(p.clone())),
+                replay_from: options.replay_from.clone(),
+                started_at: clock::now_rfc3339(),
+                ended_at: None,
+                status: "running".into(),
+                exit: None,
+                exit_code: None,
+                reason: None,
+                totals: Default::default(),
+                workspace: Some(interp.workspace.root().to_path_buf()),
+            };
+            interp.dir = Some(dir);
+            interp.event(
+                "run_start",
+                json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
+            );
+            // Resumable from here on: the checkpoint is durable before `run.json` says a
+            // run exists, so a kill before this point leaves a run id that can be reused.
+            let mut state = state;
+            interp
+                .dir
+                .as_mut()
+                .map_or(Ok(()), |d| d.checkpoint(&mut state))
+                .map_err(|e| StartError::Setup(format!("cannot write the checkpoint: {e}")))?;
+            if let Some(dir) = &interp.dir {
+                dir.write_info(&info)
+                    .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
+            }
+            interp.info = Some(info);
+            return Ok((interp, state));
+        }
+        std::fs::create_dir_all(&interp.run_dir).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
+        })?;
+        interp.event(
+            "run_start",
+            json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
+        );
+        Ok((interp, state))
+    }
+
+    /// Continues a stopped or crashed run from its last checkpoint.
+    pub fn resume(
+        workflow: &'w Workflow,
+        run_dir: &Path,
+        options: &RunOptions,
+    ) -> Result<(Self, RunState), StartError> {
+        let info = rundir::read_info(run_dir).map_err(StartError::Setup)?;
+        if info.workflow_hash != workflow.source_hash {
+            return Err(StartError::Setup(format!(
+                "{} changed since the run started (content hash differs); resuming would mix two workflows",
+                workflow.path.display()
+            )));
+        }
+        let mut state = rundir::read_state(run_dir).map_err(StartError::Setup)?;
+        // A run killed between its final checkpoint and its final `run.json` is finished
+        // again (no role runs: the position is its exit) so the record is complete.
+        if state.status == Status::Finished && info.ended_at.is_some() {
+            return Err(StartError::Setup(format!(
+                "run {} has already finished",
+                info.run_id
+            )));
+        }
+        let options = RunOptions {
+            provider: info.provider_override.clone(),
+            script: info.script.clone(),
+            replay_from: info.replay_from.clone(),
+            ..options.clone()
+        };
+        let script = load_script(&options)?;
+        let layout = rundir::Layout::of(run_dir, &info);
+        let mut interp = Self::build(workflow, &layout, &options, script)?;
+        interp.check_keys()?;
+        interp.envs.input_paths = input_paths(workflow, &state);
+        RunDir::rewind(&layout, &state)
+            .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
+        let dir = RunDir::open(run_dir, &layout.workspace)
+            .map_err(|e| StartError::Setup(format!("cannot open {}: {e}", run_dir.display())))?;
+        interp.dir = Some(dir);
+        interp.resumed = true;
+        let mut info = info;
+        info.status = "running".into();
+        interp.info = Some(info);
+        if state.status != Status::Finished {
+            state.status = Status::Running;
+            interp.event("run_resumed", json!({"step": state.step}));
+        }
+        Ok((interp, state))
+    }
+
+    pub(super) fn build(
+        workflow: &'w Workflow,
+        layout: &rundir::Layout,
+        options: &RunOptions,
+        script: Script,
+    ) -> Result<Self, StartError> {
+        // The system area first: the workspace may be inside it (`runs/<id>/workspace`).
+        std::fs::create_dir_all(&layout.system).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.system.display()))
+        })?;
+        let workspace = rondo_workspace::Workspace::create(&layout.workspace).map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
+        })?;
+        let run_dir = layout.system.clone();
+        let scripted = |p: &&crate::compile::Provider| p.profile.kind == ProviderKind::Scripted;
+        let profiles = workflow
+            .providers
+            .iter()
+            .filter(|p| !scripted(p))
+            .map(|p| p.profile.clone())
+            .collect();
+        let mut pool = ProviderPool::new(profiles).map_err(|e| StartError::Setup(e.to_string()))?;
+        let model: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel::new(script));
+        for p in workflow.providers.iter().filter(scripted) {
+            pool.register_model(p.name(), model.clone());
+        }
+        let mut profile_of = HashMap::new();
+        for (index, role) in workflow.roles() {
+            if let RoleKind::Llm(l) = &role.kind {
+                let id = if l.provider == usize::MAX {
+                    workflow.default_provider
+                } else {
+                    l.provider
+                };
+                let name = options
+                    .provider
+                    .clone()
+                    .unwrap_or_else(|| workflow.providers[id].name().to_string());
+                profile_of.insert(index.index(), name);
+            }
+        }
+        if let Some(name) = &options.provider
+            && pool.profile(name).is_none()
+        {
+            let known: Vec<&str> = pool.profile_names().collect();
+            return Err(StartError::Setup(format!(
+                "--provider `{name}` is not a profile of this workflow (profiles: {})",
+                known.join(", ")
+            )));
+        }
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let interrupt = Arc::new(Notify::new());
+        let redactor = redact::for_workflow(workflow);
+        Ok(Interpreter {
+            workflow,
+            envs: tools::Envs::new(
+                workflow,
+                &run_dir,
+                workspace.root(),
+                options.keep_env,
+                redactor.clone(),
+            ),
+            run_dir,
+            workspace,
+            dir: None,
+            info: None,
+            pool: Arc::new(pool),
+            prompts: Prompts::load_named(&workflow.prompts_dir, &template_names(workflow)),
+            profile_of,
+            interrupted,
+            interrupt,
+            reporter: Reporter::new(options.progress, redactor.clone()),
+            redactor,
+            started: Instant::now(),
+            spent: Default::default(),
+            resumed: false,
+        })
+    }
+
+    /// A missing API key is a start-up error, never a failure in the middle of a run.
+    fn check_keys(&self) -> Result<(), StartError> {
+        let mut missing = Vec::new();
+        let mut names: Vec<&String> = self.profile_of.values().collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            for link in self.pool.chain(name) {
+                if let Some(p) = self.pool.profile(&link)
+                    && p.key_required()
+                    && let Some(var) = p.key_env()
+                    && std::env::var_os(var).is_none_or(|v| v.is_empty())
+                {
+                    missing.push(format!(
+                        "profile `{link}` needs the environment variable {var}"
+                    ));
+                }
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(StartError::Setup(format!(
+                "{}; set it, or run with `--provider scripted`",
+                missing.join("; ")
+            )))
+        }
+    }
+}
+
+/// The templates llm roles render.
+fn template_names(workflow: &Workflow) -> Vec<String> {
+    let mut names = Vec::new();
+    for (_, role) in workflow.roles() {
+        if let RoleKind::Llm(l) = &role.kind {
+            names.extend(
+                l.system
+                    .iter()
+                    .chain(std::iter::once(&l.prompt))
+                    .map(|p| p.to_string_lossy().replace('\\', "/")),
+            );
+        }
+    }
+    names
+}
+
+fn load_script(options: &RunOptions) -> Result<Script, StartError> {
+    let mut script = match &options.script {
+        Some(path) => Script::from_yaml(path).map_err(StartError::Setup)?,
+        None => Script::default(),
+    };
+    if let Some(from) = &options.replay_from {
+        let recorded = Script::from_events(from).map_err(StartError::Setup)?;
+        for (role, replies) in recorded.roles {
+            script.roles.insert(role, replies);
+        }
+    }
+    Ok(script)
+}
+
+fn resolve_inputs(
+    workflow: &Workflow,
+    given: &[(String, String)],
+    base_dir: Option<&Path>,
+) -> Result<Vec<Value>, StartError> {
+    let mut values: Vec<Option<Value>> =
+        workflow.inputs.iter().map(|i| i.default.clone()).collect();
+    for (key, raw) in given {
+        let Some(index) = workflow.inputs.iter().position(|i| &i.name == key) else {
+            let names: Vec<&str> = workflow.inputs.iter().map(|i| i.name.as_str()).collect();
+            let hint = crate::diagnostics::did_you_mean(key, names.iter().copied())
+                .unwrap_or_else(|| format!("inputs: {}", names.join(", ")));
+            return Err(StartError::Input(format!(
+                "`{key}` is not an input of {} ({hint})",
+                workflow.name
+            )));
+        };
+        let ty = &workflow.inputs[index].ty;
+        let value = if ty.is_stringy()
+            && !matches!(ty.strip_optional(), crate::compile::types::Type::Any)
+        {
+            Value::String(raw.clone())
+        } else {
+            serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
+        };
+        ty.validate(&value)
+            .map_err(|e| StartError::Input(format!("input `{key}`: {e}")))?;
+        values[index] = Some(value);
+    }
+    workflow
+        .inputs
+        .iter()
+        .zip(values)
+        .map(|(input, v)| match v {
+            Some(mut v) => {
+                input.ty.fill_absent(&mut v);
+                if input.path
+                    && let Value::String(text) = &v
+                {
+                    v = Value::String(host_path(text, base_dir)?);
+                }
+                Ok(v)
+            }
+            None if input.ty.is_optional() => Ok(Value::Null),
+            None => Err(StartError::Input(format!(
+                "input `{}` is required: pass `--input {}=...`",
+                input.name, input.name
+            ))),
+        })
+        .collect()
+}
+
+/// A `path` input as an absolute path: relative to `base` (default: the folder rondo was
+/// started in), never to the run's workspace.
+fn host_path(text: &str, base: Option<&Path>) -> Result<String, StartError> {
+    let given = Path::new(text);
+    let absolute = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        let base = match base {
+            Some(b) => b.to_path_buf(),
+            None => std::env::current_dir()
+                .map_err(|e| StartError::Setup(format!("cannot read the current folder: {e}")))?,
+        };
+        base.join(given)
+    };
+    let absolute = std::fs::canonicalize(&absolute).unwrap_or(absolute);
+    absolute
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| StartError::Input(format!("path `{text}` is not UTF-8")))
+}
+
+fn new_run_id() -> String {
+    let ms = clock::unix_ms();
+    let stamp = clock::rfc3339(ms).replace(['-', ':'], "").replace('T', "-");
+    let stamp = stamp.split('.').next().unwrap_or("").to_string();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{stamp}-{:04x}", (nanos ^ std::process::id()) & 0xffff)
+}
+
+/// The host files and folders the run's `path` inputs name (mounted read-only in Docker).
+pub(super) fn input_paths(workflow: &Workflow, state: &RunState) -> Vec<PathBuf> {
+    workflow
+        .inputs
+        .iter()
+        .zip(&state.inputs)
+        .filter(|(i, _)| i.path)
+        .filter_map(|(_, v)| v.as_str().map(PathBuf::from))
+        .filter(|p| p.is_absolute() && p.exists())
+        .collect()
+}
+
+fn provider_summaries(workflow: &Workflow) -> Vec<Value> {
+    workflow
+        .providers
+        .iter()
+        .map(|p| &p.profile)
+        .map(|p| json!({"name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url, "api_key_env": p.api_key_env}))
+        .collect()
+}

@@ -1,0 +1,527 @@
+//! The run loop: one step at a time (execute, apply, exit guards, route, checkpoint), forks
+//! of parallel and map routes, limits, and the finish.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use petgraph::graph::NodeIndex;
+use serde_json::{Value, json};
+
+use super::clock;
+use super::eval::{self, Env};
+use super::state::{self, Position, RunState, Status};
+use super::tools;
+use super::{Flow, Interpreter, Outcome, RoleRun, StepError};
+use crate::compile::{Condition, NodeKind, RoleKind, RouteTarget};
+
+impl<'w> Interpreter<'w> {
+    /// Runs until an exit, a limit, an error or an interrupt.
+    pub async fn drive(mut self, mut state: RunState) -> Outcome {
+        if self.resumed {
+            let removed = self.envs.remove_orphans().await;
+            if !removed.is_empty() {
+                self.event("stale_containers_removed", json!({"containers": removed}));
+            }
+        }
+        let (exit, reason) = loop {
+            if self.interrupted.load(Ordering::SeqCst) {
+                break self.stop_interrupted(&mut state);
+            }
+            let position = state.position.clone();
+            let flow = match position {
+                Position::Exited { node, reason } => break (node, reason),
+                Position::Node { node } if node == self.workflow.start => {
+                    self.route(&mut state, node)
+                }
+                Position::Node { node } if self.workflow.is_exit(node) => Ok(Flow::Exit {
+                    node,
+                    reason: "reached".into(),
+                }),
+                Position::Node { node } => self.step(&mut state, node).await,
+                Position::Fork { route, done } => self.fork(&mut state, route, done).await,
+            };
+            match flow {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Exit { node, reason }) => {
+                    state.position = Position::Exited { node, reason };
+                }
+                Err(StepError::Interrupted) => break self.stop_interrupted(&mut state),
+                Err(StepError::Limit(reason)) => {
+                    let node = self.builtin_exit("limit");
+                    state.position = Position::Exited { node, reason };
+                }
+                Err(StepError::Failed(reason)) => break (self.builtin_exit("error"), reason),
+            }
+        };
+        self.finish(state, exit, reason).await
+    }
+
+    fn stop_interrupted(&mut self, state: &mut RunState) -> (NodeIndex, String) {
+        state.status = Status::Interrupted;
+        self.checkpoint(state);
+        (
+            self.builtin_exit("interrupted"),
+            "interrupted; `rondo resume` continues the run".into(),
+        )
+    }
+
+    fn builtin_exit(&self, name: &str) -> NodeIndex {
+        self.workflow.find_node(name).unwrap_or(self.workflow.start)
+    }
+
+    pub(super) async fn finish(
+        mut self,
+        mut state: RunState,
+        exit: NodeIndex,
+        reason: String,
+    ) -> Outcome {
+        let reason = self.redactor.redact(&reason).into_owned();
+        let name = self.workflow.node(exit).name.clone();
+        let code = match &self.workflow.node(exit).kind {
+            NodeKind::Exit(spec) => spec.code,
+            _ => 2,
+        };
+        let already_finished = state.status == Status::Finished;
+        if state.status != Status::Interrupted {
+            // An error exit keeps the position of the failed step, so `resume` retries it.
+            if name == "error" {
+                state.status = Status::Failed;
+            } else {
+                state.status = Status::Finished;
+                state.position = Position::Exited {
+                    node: exit,
+                    reason: reason.clone(),
+                };
+            }
+        }
+        if !already_finished {
+            self.flush_buffered_events();
+            self.settle(&mut state);
+            self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
+            self.checkpoint(&mut state);
+        }
+        self.envs.shutdown().await;
+        if let Some(mut info) = self.info.take() {
+            info.ended_at = Some(clock::now_rfc3339());
+            info.status = match state.status {
+                Status::Interrupted => "interrupted".into(),
+                Status::Failed => "failed".into(),
+                _ => "finished".into(),
+            };
+            info.exit = Some(name.clone());
+            info.exit_code = Some(code);
+            info.reason = Some(reason.clone());
+            info.totals = state.totals.clone();
+            if let Some(dir) = &self.dir {
+                let _ = dir.write_info(&info);
+            }
+        }
+        if let Some(dir) = &mut self.dir {
+            let _ = dir.flush();
+        }
+        self.reporter.finish(&name, &reason, &state);
+        Outcome {
+            workspace: self.workspace.root().to_path_buf(),
+            run_dir: self.run_dir,
+            exit: name,
+            exit_code: code,
+            reason,
+            state,
+        }
+    }
+
+    fn check_limits(&self, state: &RunState) -> Result<(), StepError> {
+        let limits = &self.workflow.limits;
+        if let Some(max) = limits.max_steps
+            && state.step >= max
+        {
+            return Err(StepError::Limit(format!(
+                "the run reached max_steps = {max}"
+            )));
+        }
+        if let Some(max) = limits.max_wall_time_ms
+            && self.elapsed_ms(state) >= max
+        {
+            return Err(StepError::Limit(format!(
+                "the run reached max_wall_time ({max} ms)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One role: execute, apply, check exits, route, checkpoint.
+    pub(super) async fn step(
+        &mut self,
+        state: &mut RunState,
+        node: NodeIndex,
+    ) -> Result<Flow, StepError> {
+        self.check_limits(state)?;
+        let role = self
+            .workflow
+            .role(node)
+            .ok_or_else(|| StepError::Failed("not a role".into()))?;
+        if let Some(max) = role.max_visits
+            && state.visits[node.index()] >= max
+        {
+            return Err(StepError::Limit(format!(
+                "role `{}` reached max_visits = {max}",
+                self.workflow.node(node).name
+            )));
+        }
+        let visit = state.visits[node.index()] + 1;
+        let run = self.execute(state, node, visit, None, None).await?;
+        self.apply(state, node, run, None)?;
+        if let Some(flow) = self.exit_guards(state)? {
+            mark_exit(state, &flow);
+            self.checkpoint(state);
+            return Ok(flow);
+        }
+        let flow = self.route(state, node)?;
+        mark_exit(state, &flow);
+        self.checkpoint(state);
+        Ok(flow)
+    }
+
+    pub(super) fn exit_guards(&mut self, state: &RunState) -> Result<Option<Flow>, StepError> {
+        for (exit, expr) in &self.workflow.exit_guards {
+            let env = self.env(state, None, None, None);
+            if env.condition(expr).map_err(StepError::Failed)? {
+                let reason = format!("`{}` holds", expr.text);
+                return Ok(Some(Flow::Exit {
+                    node: *exit,
+                    reason,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    pub(super) fn env<'a>(
+        &'a self,
+        state: &'a RunState,
+        role: Option<NodeIndex>,
+        output: Option<&'a Value>,
+        item: Option<&'a Value>,
+    ) -> Env<'a> {
+        Env {
+            workflow: self.workflow,
+            state,
+            workspace: self.workspace.root(),
+            role,
+            output,
+            item,
+            prompt: None,
+        }
+    }
+
+    pub(super) fn route(
+        &mut self,
+        state: &mut RunState,
+        from: NodeIndex,
+    ) -> Result<Flow, StepError> {
+        let mut exhausted = false;
+        // An invalid outcome takes only invalid routes; a valid one never does.
+        let invalid = eval::is_json_llm(self.workflow, from)
+            && state
+                .outputs
+                .get(&from.index())
+                .is_some_and(eval::is_invalid_record);
+        let mut any_invalid_route = false;
+        for &id in &self.workflow.outgoing[from.index()] {
+            let route = &self.workflow.routes[id];
+            any_invalid_route |= route.on_invalid;
+            if route.on_invalid != invalid {
+                continue;
+            }
+            if let Some(max) = route.max
+                && state.route_taken[id] >= max
+            {
+                exhausted = true;
+                continue;
+            }
+            let holds = match &route.condition {
+                Condition::Always | Condition::Otherwise => true,
+                Condition::When { expr } => self
+                    .env(state, Some(from), None, None)
+                    .condition(expr)
+                    .map_err(|e| {
+                        StepError::Failed(format!(
+                            "route condition `{}` of `{}` failed: {e}",
+                            expr.text,
+                            self.workflow.node(from).name
+                        ))
+                    })?,
+            };
+            if !holds {
+                continue;
+            }
+            state.route_taken[id] += 1;
+            let condition = match &route.condition {
+                Condition::When { expr } => expr.text.as_str(),
+                Condition::Otherwise => "otherwise",
+                Condition::Always => "",
+            };
+            let from_name = &self.workflow.node(from).name;
+            // Built only when something records or shows it: this is the per-step hot path.
+            if self.wants_events() {
+                let targets: Vec<&str> = route
+                    .target
+                    .first_nodes()
+                    .iter()
+                    .map(|n| self.workflow.node(*n).name.as_str())
+                    .collect();
+                let fields = json!({"from": from_name, "to": targets, "condition": condition, "route": id, "backtrack": route.backtrack});
+                self.event("route", fields);
+            }
+            return Ok(match &route.target {
+                RouteTarget::Node { node } if self.workflow.is_exit(*node) => Flow::Exit {
+                    node: *node,
+                    reason: if condition.is_empty() {
+                        format!("routed from `{from_name}`")
+                    } else {
+                        format!("`{condition}` holds")
+                    },
+                },
+                RouteTarget::Node { node } => {
+                    state.position = Position::Node { node: *node };
+                    Flow::Continue
+                }
+                RouteTarget::Parallel { .. } | RouteTarget::Map { .. } => {
+                    state.position = Position::Fork {
+                        route: id,
+                        done: BTreeMap::new(),
+                    };
+                    Flow::Continue
+                }
+            });
+        }
+        let name = &self.workflow.node(from).name;
+        if invalid && !any_invalid_route {
+            // Only an unchecked workflow gets here: `check` requires an invalid route.
+            return Ok(Flow::Exit {
+                node: self.builtin_exit("invalid_output"),
+                reason: format!("`{name}` gave no valid output and has no invalid route"),
+            });
+        }
+        if exhausted {
+            Err(StepError::Limit(format!(
+                "every route from `{name}` that could be taken has used its `max` bound"
+            )))
+        } else {
+            Err(StepError::Failed(format!("no route from `{name}` holds")))
+        }
+    }
+
+    /// Runs the branches of a parallel or map route concurrently, checkpointing each
+    /// finished branch, then applies them in order and continues at the join.
+    pub(super) async fn fork(
+        &mut self,
+        state: &mut RunState,
+        route_id: usize,
+        mut done: BTreeMap<usize, state::BranchResult>,
+    ) -> Result<Flow, StepError> {
+        self.check_limits(state)?;
+        let route = &self.workflow.routes[route_id];
+        let (branches, join): (Vec<(NodeIndex, Option<Value>)>, NodeIndex) = match &route.target {
+            RouteTarget::Parallel { branches, join } => {
+                (branches.iter().map(|b| (*b, None)).collect(), *join)
+            }
+            RouteTarget::Map { worker, over, join } => {
+                let items = self
+                    .env(state, None, None, None)
+                    .eval(over)
+                    .map_err(StepError::Failed)?;
+                let items = match items {
+                    Value::Array(a) => a,
+                    Value::Null => Vec::new(),
+                    other => {
+                        return Err(StepError::Failed(format!(
+                            "`map ... over {}` needs a list, got {other}",
+                            over.text
+                        )));
+                    }
+                };
+                if let Some(max) = route.max
+                    && items.len() as u64 > max
+                {
+                    return Err(StepError::Limit(format!(
+                        "`map` over {} items exceeds its bound of {max}",
+                        items.len()
+                    )));
+                }
+                (
+                    items.into_iter().map(|i| (*worker, Some(i))).collect(),
+                    *join,
+                )
+            }
+            RouteTarget::Node { .. } => return Err(StepError::Failed("not a fork".into())),
+        };
+        // Branches of one role (a map) are its visits n+1, n+2, ... in item order.
+        let visits: Vec<u64> = branches
+            .iter()
+            .enumerate()
+            .map(|(i, (node, _))| {
+                state.visits[node.index()]
+                    + 1
+                    + branches[..i].iter().filter(|(n, _)| n == node).count() as u64
+            })
+            .collect();
+        {
+            let this = &*self;
+            let snapshot = &*state;
+            let visits = &visits;
+            let mut pending: FuturesUnordered<_> = branches
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !done.contains_key(i))
+                .map(|(i, (node, item))| async move {
+                    (
+                        i,
+                        *node,
+                        item.clone(),
+                        this.execute(snapshot, *node, visits[i], item.as_ref(), Some(i))
+                            .await,
+                    )
+                })
+                .collect();
+            let mut finished = Vec::new();
+            while let Some((i, node, item, result)) = pending.next().await {
+                let run = result?;
+                finished.push((
+                    i,
+                    state::BranchResult {
+                        node,
+                        output: run.output,
+                        item,
+                        tool: run.tool,
+                        prompt: run.prompt,
+                        record: run.record,
+                    },
+                ));
+            }
+            drop(pending);
+            for (i, r) in finished {
+                done.insert(i, r);
+                // Each finished branch is durable before the next one is applied.
+            }
+        }
+        state.position = Position::Fork {
+            route: route_id,
+            done: done.clone(),
+        };
+        self.settle(state);
+        self.checkpoint(state);
+        // Every branch finished: their own containers (`per_branch`) are not needed any more.
+        self.envs.release_branches().await;
+        // A branch cannot route, so its invalid outcome ends the run (the join's readers
+        // expect every branch's valid output).
+        if let Some(r) = done.values().find(|r| {
+            eval::is_json_llm(self.workflow, r.node) && eval::is_invalid_record(&r.output)
+        }) {
+            let name = self.workflow.node(r.node).name.clone();
+            return Ok(Flow::Exit {
+                node: self.builtin_exit("invalid_output"),
+                reason: format!(
+                    "branch `{name}` gave no valid output, and a branch cannot route it"
+                ),
+            });
+        }
+        let mut outputs = Vec::new();
+        for (_, r) in done {
+            let node = r.node;
+            outputs.push(r.output.clone());
+            let run = RoleRun {
+                output: r.output,
+                tool: r.tool,
+                prompt: r.prompt,
+                record: r.record,
+            };
+            self.apply(state, node, run, r.item.as_ref())?;
+        }
+        // A map over an empty list joins to `[]`, never to nothing.
+        if let RouteTarget::Map { worker, .. } = &self.workflow.routes[route_id].target {
+            state.outputs.insert(worker.index(), Value::Array(outputs));
+        }
+        if let Some(flow) = self.exit_guards(state)? {
+            mark_exit(state, &flow);
+            self.checkpoint(state);
+            return Ok(flow);
+        }
+        state.position = Position::Node { node: join };
+        self.checkpoint(state);
+        Ok(Flow::Continue)
+    }
+
+    /// Executes a role without changing the state, within what is left of the run's
+    /// wall time: past it, the step is abandoned (its tool processes killed) and the run
+    /// ends at `limit`.
+    pub(super) async fn execute(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        visit: u64,
+        item: Option<&Value>,
+        branch: Option<usize>,
+    ) -> Result<RoleRun, StepError> {
+        let run = self.execute_role(state, node, visit, item, branch);
+        let Some(max) = self.workflow.limits.max_wall_time_ms else {
+            return run.await;
+        };
+        let used = self.elapsed_ms(state);
+        let left = Duration::from_millis(max.saturating_sub(used));
+        match tokio::time::timeout(left, run).await {
+            Ok(result) => result,
+            Err(_) => Err(StepError::Limit(format!(
+                "the run reached max_wall_time ({max} ms) during `{}`",
+                self.workflow.node(node).name
+            ))),
+        }
+    }
+
+    async fn execute_role(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        visit: u64,
+        item: Option<&Value>,
+        branch: Option<usize>,
+    ) -> Result<RoleRun, StepError> {
+        let role = self
+            .workflow
+            .role(node)
+            .ok_or_else(|| StepError::Failed("not a role".into()))?;
+        let name = &self.workflow.node(node).name;
+        self.reporter.role_start(
+            name,
+            role.kind.name(),
+            state.step + 1,
+            &state.totals,
+            self.started,
+        );
+        match &role.kind {
+            RoleKind::Builtin => Ok(RoleRun::plain(Value::Null)),
+            RoleKind::Llm(llm) => self.call_llm(state, node, llm, visit, item).await,
+            RoleKind::Tool(tool) => {
+                let run = tools::run_tool_role(self, state, node, tool, visit, item, branch);
+                tokio::select! {
+                    r = run => r,
+                    _ = self.interrupt.notified() => Err(StepError::Interrupted),
+                }
+            }
+        }
+    }
+}
+
+/// A route into an exit is part of the step's checkpoint: a resume after it goes
+/// straight to the exit and never runs the role again.
+fn mark_exit(state: &mut RunState, flow: &Flow) {
+    if let Flow::Exit { node, reason } = flow {
+        state.position = Position::Exited {
+            node: *node,
+            reason: reason.clone(),
+        };
+    }
+}

@@ -59,7 +59,7 @@ fn unknown_installation_method() {
     .unwrap_err();
     let msg = err.to_string();
     assert!(msg.starts_with("config/tools/t.yaml:3:15: "), "{msg}");
-    assert!(msg.contains("conda"), "{msg}");
+    assert!(msg.contains("unknown installation method `conda`"), "{msg}");
 }
 
 #[test]

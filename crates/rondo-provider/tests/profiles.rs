@@ -115,9 +115,19 @@ fn file_issues_are_located() {
     let e = parse_profiles("profiles:\n  - {name: x, kind: ollama}\n  - {name: x, kind: ollama}\n")
         .expect_err("duplicate");
     assert!(
-        e.to_string().contains("3:11: profile `x` is defined twice"),
+        e.to_string().contains("3:12: profile `x` is defined twice"),
         "{e}"
     );
+    // One format: a map of profiles by name is not another way to write them.
+    let issues = read_profiles("providers:\n  x: {kind: ollama, model: m}\n")
+        .expect_err("the old second format");
+    match &issues[..] {
+        [FileIssue::Yaml(e)] => {
+            assert_eq!(e.pos.map(|p| (p.line, p.column)), Some((1, 1)), "{e}");
+            assert!(e.message.contains("providers"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
     let ok = read_profiles("profiles:\n  - name: x\n    kind: ollama\n    fallback: [a, b]\n")
         .expect("valid");
     assert_eq!(ok[0].fields.item("fallback", 1).map(|p| p.column), Some(19));

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a tool is installed. Only pip is supported (as in the reference design).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum Installation {
     Pip,
 }
@@ -16,6 +16,16 @@ impl Installation {
     /// The method a spec names (`pip`).
     pub fn parse(name: &str) -> Option<Installation> {
         (name.trim() == "pip").then_some(Installation::Pip)
+    }
+}
+
+impl TryFrom<String> for Installation {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        Installation::parse(&name).ok_or_else(|| {
+            format!("unknown installation method `{name}` (only `pip` is supported)")
+        })
     }
 }
 

@@ -262,6 +262,19 @@ fn fixture_diagnostics_point_into_the_file() {
                     d.code
                 );
             }
+            // A problem of an imported file is shown in that file.
+            if let Some(e) = &d.external {
+                assert!(
+                    e.span.start <= e.span.end
+                        && e.text.is_char_boundary(e.span.start)
+                        && e.text.is_char_boundary(e.span.end),
+                    "{}: {} has a label outside {}: {:?}",
+                    fixture.path.display(),
+                    d.code,
+                    e.path.display(),
+                    e.span
+                );
+            }
         }
     }
 }

@@ -715,3 +715,82 @@ exit done
     let codes = common::codes(&diags);
     assert_eq!(codes, vec!["rondo::expr::may_not_have_run"], "{codes:?}");
 }
+
+/// A tool block with one setting; the workflow around it is sound.
+fn tool_with(setting: &str) -> String {
+    format!(
+        "workflow tools {{}}\n\ntool calc {{\n  executable = \"calc\"\n  version = \"1.0\"\n  installation = \"pip\"\n  {setting}\n}}\n\nrole work: tool {{\n  run = calc\n}}\n\nstart -> work\nwork -> success\nexit success\n"
+    )
+}
+
+/// `check` refuses exactly what the installer refuses: the same validation, the same
+/// renderer, each problem at the line and column of its setting.
+#[test]
+fn check_refuses_what_the_installer_refuses() {
+    for (setting, code) in [
+        ("py_standalone = \"3.11.4\"", "rondo::tool::bad_python"),
+        (
+            "setup_script = \"{{ env_python | default(value='python3') }} -V\"",
+            "rondo::tool::bad_setup_script",
+        ),
+        (
+            "setup_script = \"{% if version %}echo {{ version }}{% endif %}\"",
+            "rondo::tool::bad_setup_script",
+        ),
+    ] {
+        let text = tool_with(setting);
+        let (workflow, diags, _) = check(&text);
+        assert_eq!(common::codes(&diags), [code], "{setting}");
+        let file = SourceFile::new("inline.rondo", text.as_str());
+        let at = file.line_col(diags.iter().next().unwrap().primary_span().start);
+        let value_column = setting.find('"').unwrap() + 3;
+        assert_eq!(at, (7, value_column), "{setting}: the value is labelled");
+        // The installer's own validation says no to the compiled spec too.
+        let spec = &workflow.tools[0].spec;
+        assert!(
+            spec.validate().is_err(),
+            "{setting}: the installer accepts it"
+        );
+    }
+    // What both accept: a minor version and the variables the installer substitutes.
+    let (workflow, diags, _) = check(&tool_with(
+        "py_standalone = \"3.11\"\n  setup_script = \"{{ env_python }} -m calc --version\"",
+    ));
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    workflow.tools[0]
+        .spec
+        .validate()
+        .expect("the installer accepts it");
+}
+
+/// One duration syntax in the file and in YAML: `1.5s` is 1500 ms everywhere, never dropped.
+#[test]
+fn provider_durations_from_yaml_are_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("providers.yaml"),
+        "profiles:\n  - name: main\n    kind: scripted\n    timeout: 1.5s\n    retry: { max_attempts: 2, initial_backoff: 250ms, total_budget: 2m }\n",
+    )
+    .expect("write yaml");
+    let path = dir.path().join("wf.rondo");
+    let text = "import providers \"providers.yaml\"\nworkflow w {}\nprovider local {\n  kind = \"ollama\"\n  model = \"m\"\n  timeout = 90s\n  retry { initial_backoff = 500ms }\n  fallback = [main]\n}\nrole work: tool {\n  command = [\"true\"]\n}\nstart -> work\nwork -> success\nexit success\n";
+    let file = SourceFile::new(&path, text);
+    let (workflow, diags, _) = common::check_source(&file, true);
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    let profile = |name: &str| &workflow.providers[workflow.provider_id(name).unwrap()].profile;
+    let main = profile("main");
+    assert_eq!(main.timeout, std::time::Duration::from_millis(1500));
+    assert_eq!(main.retry.max_attempts, 2);
+    assert_eq!(
+        main.retry.initial_backoff,
+        std::time::Duration::from_millis(250)
+    );
+    assert_eq!(main.retry.total_budget, std::time::Duration::from_secs(120));
+    let local = profile("local");
+    assert_eq!(local.timeout, std::time::Duration::from_secs(90));
+    assert_eq!(
+        local.retry.initial_backoff,
+        std::time::Duration::from_millis(500)
+    );
+    assert_eq!(local.fallback, ["main"]);
+}

@@ -1505,7 +1505,7 @@ async fn an_open_circuit_skips_the_profile_on_the_next_call() {
         "main",
         &primary,
         &secret,
-        "  retry { max_attempts = 3  initial_backoff = 10ms  max_backoff = 20ms }\n  circuit_breaker = 2\n  fallback = [backup]",
+        "  retry { max_attempts = 3  initial_backoff = 10ms  max_backoff = 20ms }\n  circuit_breaker_threshold = 2\n  fallback = [backup]",
     ) + &provider_for("backup", &backup, &secret, "");
     let case = Case::new("two_roles.rondo.tmpl", secret, &providers, "");
     let out = case.run("r1", &[]).await;
@@ -1677,7 +1677,7 @@ async fn a_profile_imported_from_yaml_serves_the_run() {
     let secret = Secret::new();
     let srv = server(Kind::Anthropic, &secret, (1000, 100)).await;
     let yaml = format!(
-        "providers:\n  main:\n    kind: anthropic\n    model: {}\n    base_url: {}\n    api_key_env: {}\n    max_tokens: 256\n    retry: {{ max_attempts: 2, initial_backoff: 10ms, max_backoff: 20ms }}\n    price: {{ input_per_1k: 0.003, output_per_1k: 0.015 }}\n",
+        "profiles:\n  - name: main\n    kind: anthropic\n    model: {}\n    base_url: {}\n    api_key_env: {}\n    max_tokens: 256\n    retry: {{ max_attempts: 2, initial_backoff: 10ms, max_backoff: 20ms }}\n    price: {{ input_per_1k: 0.003, output_per_1k: 0.015 }}\n",
         Kind::Anthropic.model(),
         srv.base_url(),
         secret.var

@@ -243,7 +243,7 @@ fn iter_uses_its_profiles_rejects_by_default_and_shows_only_the_log_tail() {
     let provider_of = |role: &str| {
         let node = wf.find_node(role).unwrap();
         match &wf.role(node).unwrap().kind {
-            compile::RoleKind::Llm(l) => wf.providers[l.provider].name.clone(),
+            compile::RoleKind::Llm(l) => wf.providers[l.provider].name().to_string(),
             _ => unreachable!(),
         }
     };

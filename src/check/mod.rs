@@ -1,12 +1,12 @@
 //! Stage 3: proves a compiled [`Workflow`] sound. Ordered passes over the graph
-//! (reachability, bounded loops, exhaustive routing), the prompt templates, the tool
-//! specs, and — unless offline — the environment (provider keys).
+//! (reachability, bounded loops, exhaustive routing), the prompt templates, and — unless
+//! offline — the environment (provider keys). Provider profiles and tool specs were
+//! validated by their own crates when the workflow was compiled.
 
 mod graph;
 mod outcomes;
 pub mod ran;
 mod templates;
-mod tools;
 
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
@@ -154,7 +154,6 @@ pub fn check(
     // Which roles surely ran is only known on a graph whose names all resolved.
     let runs = (!compile_has_errors).then(|| ran::definitely_valid(workflow));
     templates::check(workflow, runs.as_ref(), &mut diags);
-    tools::check(workflow, &mut diags);
     if let Some(runs) = &runs {
         // After the compiler's own memory errors (gamma, sections): one report each.
         memory(workflow, &mut diags);
@@ -196,16 +195,14 @@ fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
     for id in used_providers(workflow) {
         let p = &workflow.providers[id];
         // The provider crate decides which key a profile needs, as at run start.
-        let Ok(profile) = crate::compile::provider_profile(workflow, p) else {
-            continue;
-        };
+        let profile = &p.profile;
         if let (true, Some(var)) = (profile.key_required(), profile.key_env())
             && std::env::var_os(var).is_none_or(|v| v.is_empty())
         {
             // The file is sound; only this machine is not ready: a warning, and `rondo run`
             // refuses to start until the key is set.
             diags.push(
-                Diagnostic::warning(Code::EnvMissingKey, format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
+                Diagnostic::warning(Code::EnvMissingKey, format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name()))
                     .label(p.span, "declared here")
                     .help(format!("export {var}=... before `rondo run` (it will not start without it), or run with `--provider scripted`; `rondo check --offline` skips this check, `--deny-warnings` fails on it")),
             );
@@ -228,7 +225,8 @@ pub fn used_providers(workflow: &Workflow) -> Vec<usize> {
             continue;
         }
         out.push(id);
-        stack.extend(workflow.providers[id].fallback.iter().copied());
+        let fallback = &workflow.providers[id].profile.fallback;
+        stack.extend(fallback.iter().filter_map(|f| workflow.provider_id(f)));
     }
     out.sort();
     out

@@ -666,7 +666,7 @@ impl<'a> Walker<'a> {
             tools
                 .iter()
                 .filter_map(|&t| workflow.tools.get(t))
-                .map(|t| (t.name.as_str(), tool_type.clone()))
+                .map(|t| (t.name(), tool_type.clone()))
                 .collect(),
         );
         let reads = role_def.map(|r| r.reads.clone()).unwrap_or_default();

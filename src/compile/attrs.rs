@@ -1,6 +1,7 @@
 //! Reading `key = value` attributes with diagnostics for unknown keys and wrong kinds.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
 use crate::source::Span;
@@ -74,19 +75,50 @@ impl<'a> Attrs<'a> {
         }
     }
 
-    pub fn duration_ms(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(u64, Span)> {
+    /// A whole number no larger than `max` (the setting's type).
+    pub fn count_max(
+        &mut self,
+        key: &str,
+        max: u64,
+        diags: &mut Diagnostics,
+    ) -> Option<(u64, Span)> {
         let attr = self.get(key)?;
         match &attr.value.kind {
-            ValueKind::Duration(ms) => Some((*ms, attr.value.span)),
-            ValueKind::Number(n) if *n >= 0.0 => Some(((*n * 1000.0) as u64, attr.value.span)),
+            ValueKind::Number(n) if *n >= 0.0 && n.fract() == 0.0 && *n <= max as f64 => {
+                Some((*n as u64, attr.value.span))
+            }
             _ => {
-                diags.push(wrong_kind(
-                    attr,
-                    "a duration such as `30s`, `500ms` or `5m`",
-                ));
+                diags.push(wrong_kind(attr, &format!("a whole number up to {max}")));
                 None
             }
         }
+    }
+
+    /// A duration literal (`30s`, `500ms`, `5m`) or a number of seconds.
+    pub fn duration(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(Duration, Span)> {
+        let attr = self.get(key)?;
+        let parsed = match &attr.value.kind {
+            ValueKind::Duration(ms) => Ok(Duration::from_millis(*ms)),
+            ValueKind::Number(n) => rondo_config::duration_from_secs(*n).map_err(|e| e.to_string()),
+            _ => Err(String::new()),
+        };
+        match parsed {
+            Ok(d) => Some((d, attr.value.span)),
+            Err(why) => {
+                let mut d = wrong_kind(attr, "a duration such as `30s`, `500ms` or `5m`");
+                if !why.is_empty() {
+                    d.message = format!("`{}`: {why}", attr.key.name);
+                }
+                diags.push(d);
+                None
+            }
+        }
+    }
+
+    /// [`Attrs::duration`] in milliseconds.
+    pub fn duration_ms(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(u64, Span)> {
+        self.duration(key, diags)
+            .map(|(d, span)| (u64::try_from(d.as_millis()).unwrap_or(u64::MAX), span))
     }
 
     /// A size in bytes: a whole number, or a string such as `"4MB"`, `"512k"`, `"1GiB"`.
@@ -94,7 +126,7 @@ impl<'a> Attrs<'a> {
         let attr = self.get(key)?;
         let parsed = match &attr.value.kind {
             ValueKind::Number(n) if *n >= 0.0 && n.fract() == 0.0 => Some(*n as u64),
-            ValueKind::String(s) => parse_size(s),
+            ValueKind::String(s) => rondo_config::parse_size(s),
             _ => None,
         };
         if parsed.is_none() {
@@ -247,19 +279,4 @@ fn wrong_kind(attr: &Attr, expected: &str) -> Diagnostic {
         "write e.g. `{} = ...` with {expected}",
         attr.key.name
     ))
-}
-
-/// `"4MB"`, `"4 MiB"`, `"512k"`, `"1g"`, `"100"`: binary multiples.
-pub fn parse_size(text: &str) -> Option<u64> {
-    let t = text.trim().to_ascii_lowercase();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let n: u64 = t[..digits].parse().ok()?;
-    let shift = match t[digits..].trim() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1 << shift)
 }

@@ -1,60 +1,153 @@
 //! Providers, tools and environments: declared in the file or imported from YAML.
+//! Providers are the provider crate's profiles and tools the environment crate's specs,
+//! checked by those crates' own validation; this file only says where each problem is.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock};
 
+use rondo_config::yaml::{FieldPos, Fields, Pos, struct_fields};
+use rondo_env::tool::{Installation, IssueKind, SpecIssue, SpecOrigin, ToolSpec};
+use rondo_provider::{FileIssue, Price, ProfileIssue, ProviderKind, ProviderProfile, RetryPolicy};
 use serde_json::Value;
 
 use super::attrs::Attrs;
 use super::types::{Field, Type};
-use super::workflow::{EnvKind, EnvSpec, ProviderSpec, ToolSpec};
+use super::workflow::{EnvKind, EnvSpec, Provider, Tool};
 use super::{Compiler, relative_to};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
-use crate::source::Span;
-use crate::syntax::{self, Ast, ImportKind, ValueKind};
+use crate::source::{SourceFile, Span};
+use crate::syntax::{self, Ast, Attr, BlockDecl, ImportKind, ToolDecl, ValueKind};
 
-pub const PROVIDER_KINDS: &[&str] = &[
-    "openai",
-    "openai-compatible",
-    "anthropic",
-    "gemini",
-    "ollama",
-    "scripted",
-];
-const PROVIDER_KEYS: &[&str] = &[
-    "kind",
-    "model",
-    "base_url",
-    "base_url_env",
-    "api_key_env",
-    "temperature",
-    "max_tokens",
-    "timeout",
-    "retry",
-    "fallback",
-    "price",
-    "max_concurrency",
-    "requests_per_minute",
-    "circuit_breaker",
-];
-pub const TOOL_KEYS: &[&str] = &[
-    "tool_name",
-    "version",
-    "source",
-    "py_standalone",
-    "installation",
-    "setup_script",
-    "executable",
-    "usage",
-    "timeout",
-    "input_schema",
-    "max_output",
-];
+/// The settings of a `provider` block: the profile's fields but its name.
+static PROVIDER_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    struct_fields::<ProviderProfile>()
+        .iter()
+        .copied()
+        .filter(|&f| f != "name")
+        .collect()
+});
 
-/// A provider profile before fallback names are resolved.
+/// Where a provider's or a tool's fields are written: in the workflow, or in an imported
+/// YAML file (reported there, with the import line shown in the workflow).
+#[derive(Clone)]
+pub(super) struct Place {
+    fields: Fields,
+    yaml: Option<YamlFile>,
+    /// The declaration's name, or the import line.
+    decl: Span,
+}
+
+#[derive(Clone)]
+struct YamlFile {
+    path: PathBuf,
+    text: Arc<str>,
+}
+
+impl Place {
+    fn workflow(fields: Fields, decl: Span) -> Self {
+        Place {
+            fields,
+            yaml: None,
+            decl,
+        }
+    }
+
+    fn yaml(path: &Path, text: &Arc<str>, fields: Fields, import: Span) -> Self {
+        Place {
+            fields,
+            yaml: Some(YamlFile {
+                path: path.to_path_buf(),
+                text: text.clone(),
+            }),
+            decl: import,
+        }
+    }
+
+    /// `d` labelled at `pos` in this place's file (the declaration when there is none).
+    fn at(&self, d: Diagnostic, pos: Option<Pos>, label: impl Into<String>) -> Diagnostic {
+        let span = pos.map(|p| Span::new(p.offset, p.offset + p.len));
+        match (&self.yaml, span) {
+            (None, span) => d.label(span.unwrap_or(self.decl), label),
+            (Some(y), Some(span)) => d
+                .label(self.decl, "imported here")
+                .external(ExternalLabel::new(&y.path, y.text.clone(), span, label)),
+            (Some(_), None) => d.label(self.decl, label),
+        }
+    }
+
+    /// `key = "value"` as written here (`key: value` in YAML).
+    fn setting(&self, key: &str, value: &str) -> String {
+        match self.yaml {
+            None => format!("{key} = \"{value}\""),
+            Some(_) => format!("{key}: {value}"),
+        }
+    }
+
+    /// `d` labelled at the value of `field`.
+    fn field(&self, d: Diagnostic, field: &str, label: impl Into<String>) -> Diagnostic {
+        self.at(d, self.fields.value(field), label)
+    }
+}
+
+/// Byte offsets of line starts, so positions of many attributes cost a search each.
+struct Lines(Vec<usize>);
+
+impl Lines {
+    fn new(text: &str) -> Self {
+        let starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        Lines(starts)
+    }
+
+    fn pos(&self, file: &SourceFile, span: Span) -> Pos {
+        let line = self.0.partition_point(|&s| s <= span.start).max(1);
+        let start = self.0[line - 1];
+        let column = file
+            .text
+            .get(start..span.start)
+            .map_or(0, |t| t.chars().count())
+            + 1;
+        Pos {
+            line: line as u64,
+            column: column as u64,
+            offset: span.start,
+            len: span.len(),
+        }
+    }
+
+    /// Where each attribute of a block is written (nested blocks as `retry.x`).
+    fn fields(&self, file: &SourceFile, attrs: &[Attr]) -> Fields {
+        let mut fields = Vec::new();
+        let mut push = |path: String, attr: &Attr| {
+            let items = match &attr.value.kind {
+                ValueKind::List(items) => items.iter().map(|i| self.pos(file, i.span)).collect(),
+                _ => Vec::new(),
+            };
+            fields.push(FieldPos {
+                path,
+                key: self.pos(file, attr.key.span),
+                value: self.pos(file, attr.value.span),
+                items,
+            });
+        };
+        for attr in attrs {
+            if let ValueKind::Block(inner) = &attr.value.kind {
+                for a in inner {
+                    push(format!("{}.{}", attr.key.name, a.key.name), a);
+                }
+            }
+            push(attr.key.name.clone(), attr);
+        }
+        Fields { fields }
+    }
+}
+
+/// A provider profile before fallback names are checked.
 pub(super) struct PendingProvider {
-    spec: ProviderSpec,
-    fallback: Vec<(String, Span)>,
+    profile: ProviderProfile,
+    place: Place,
 }
 
 impl Compiler<'_> {
@@ -62,70 +155,52 @@ impl Compiler<'_> {
         let mut pending = Vec::new();
         for import in &ast.imports {
             let path = relative_to(&self.workflow.dir, &import.path);
-            let text = match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
-                Ok(t) => t,
-                Err(e) => {
-                    if let Some((text, span, label)) = e.bad_byte() {
+            let text: Arc<str> =
+                match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
+                    Ok(t) => t.into(),
+                    Err(e) => {
+                        if let Some((text, span, label)) = e.bad_byte() {
+                            self.diags.push(
+                                Diagnostic::not_utf8(format_args!("`{}`", import.path))
+                                    .label(import.path_span, "imported here")
+                                    .external(ExternalLabel::new(&path, text.into(), span, label)),
+                            );
+                            continue;
+                        }
                         self.diags.push(
-                            Diagnostic::not_utf8(format_args!("`{}`", import.path))
-                                .label(import.path_span, "imported here")
-                                .external(ExternalLabel::new(&path, text.into(), span, label)),
+                            Diagnostic::error(
+                                Code::ImportMissing,
+                                format!("cannot read `{}`", import.path),
+                            )
+                            .label(import.path_span, format!("{e}"))
+                            .help(format!(
+                                "looked for {}; paths are relative to the folder of this file",
+                                path.display()
+                            )),
                         );
                         continue;
                     }
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::ImportMissing,
-                            format!("cannot read `{}`", import.path),
-                        )
-                        .label(import.path_span, format!("{e}"))
-                        .help(format!(
-                            "looked for {}; paths are relative to the folder of this file",
-                            path.display()
-                        )),
-                    );
-                    continue;
-                }
-            };
-            let yaml: Value = match serde_saphyr::from_str(&text) {
-                Ok(v) => v,
-                Err(e) => {
-                    self.diags.push(
+                };
+            let file = Place::yaml(&path, &text, Fields::default(), import.path_span);
+            if let Err(e) = rondo_config::yaml::from_str::<serde::de::IgnoredAny>(&text) {
+                self.diags.push(
+                    file.at(
                         Diagnostic::error(
                             Code::ImportBadYaml,
                             format!("`{}` is not valid YAML", import.path),
-                        )
-                        .label(import.path_span, super::expr::first_line(&e.to_string()))
-                        .help(format!("fix {}", path.display())),
-                    );
-                    continue;
-                }
-            };
+                        ),
+                        e.pos,
+                        e.message,
+                    )
+                    .help(format!("fix {}", path.display())),
+                );
+                continue;
+            }
             match import.kind {
-                // The provider crate's own format (`profiles:`), parsed by the crate.
-                ImportKind::Providers if yaml.get("profiles").is_some() => {
-                    match rondo_provider::parse_profiles(&text) {
-                        Ok(profiles) => pending.extend(
-                            profiles
-                                .into_iter()
-                                .map(|p| from_profile(p, &path, import.path_span)),
-                        ),
-                        Err(e) => self.diags.push(
-                            Diagnostic::error(
-                                Code::ImportBadField,
-                                format!("{}: {e}", path.display()),
-                            )
-                            .label(import.path_span, "imported here")
-                            .help("see docs/providers.md for the profile fields"),
-                        ),
-                    }
-                }
-                ImportKind::Providers => {
-                    pending.extend(self.yaml_providers(&yaml, &path, import.path_span))
-                }
+                ImportKind::Providers => pending.extend(self.yaml_providers(&text, &file)),
                 ImportKind::Tool => {
-                    if let Some(tool) = self.yaml_tool(&yaml, &path, import.path_span) {
-                        self.add_tool(tool, import.path_span);
+                    if let Some(tool) = self.yaml_tool(&text, &file) {
+                        self.add_tool(tool);
                     }
                 }
             }
@@ -133,399 +208,405 @@ impl Compiler<'_> {
         self.pending_providers = pending;
     }
 
+    /// The profiles of a providers file (the provider crate's format).
+    fn yaml_providers(&mut self, text: &str, file: &Place) -> Vec<PendingProvider> {
+        let issues = match rondo_provider::read_profiles(text) {
+            Ok(profiles) => {
+                return profiles
+                    .into_iter()
+                    .map(|p| PendingProvider {
+                        profile: p.profile,
+                        place: Place {
+                            fields: p.fields,
+                            ..file.clone()
+                        },
+                    })
+                    .collect();
+            }
+            Err(issues) => issues,
+        };
+        for issue in issues {
+            let d = match issue {
+                FileIssue::Yaml(e) => file
+                    .at(
+                        Diagnostic::error(
+                            Code::ImportBadField,
+                            format!("{}{}", file_prefix(file, e.pos), e.message),
+                        ),
+                        e.pos,
+                        "here",
+                    )
+                    .help("see docs/providers.md for the profile fields"),
+                FileIssue::UnknownField { field, known } => file
+                    .at(
+                        Diagnostic::error(
+                            Code::ImportBadField,
+                            format!("`{}` is not a provider setting", field.path),
+                        ),
+                        Some(field.key),
+                        "unknown field",
+                    )
+                    .help(unknown_field_help(&field.path, known)),
+            };
+            self.diags.push(d);
+        }
+        Vec::new()
+    }
+
     pub(super) fn providers(&mut self, ast: &Ast) {
         let mut pending = std::mem::take(&mut self.pending_providers);
-        for decl in &ast.providers {
-            let mut attrs = Attrs::new(
-                &decl.attrs,
-                PROVIDER_KEYS,
-                format!("provider `{}`", decl.name.name),
-            );
-            let diags = &mut self.diags;
-            let kind = attrs.string("kind", diags);
-            let mut spec = ProviderSpec {
-                name: decl.name.name.clone(),
-                kind: kind.as_ref().map(|k| k.0.clone()).unwrap_or_default(),
-                model: attrs.string("model", diags).map(|x| x.0),
-                base_url: attrs.string("base_url", diags).map(|x| x.0),
-                base_url_env: attrs.string("base_url_env", diags).map(|x| x.0),
-                api_key_env: attrs.string("api_key_env", diags).map(|x| x.0),
-                temperature: attrs.number("temperature", diags).map(|x| x.0),
-                max_tokens: attrs.count("max_tokens", diags).map(|x| x.0),
-                timeout_ms: attrs.duration_ms("timeout", diags).map(|x| x.0),
-                retry: BTreeMap::new(),
-                fallback: Vec::new(),
-                price_input_per_1k: 0.0,
-                price_output_per_1k: 0.0,
-                max_concurrency: attrs.count("max_concurrency", diags).map(|x| x.0),
-                requests_per_minute: attrs.count("requests_per_minute", diags).map(|x| x.0),
-                circuit_breaker: attrs.count("circuit_breaker", diags).map(|x| x.0),
-                span: decl.name.span,
-                origin: None,
-            };
-            if let Some(retry) = attrs.block("retry", diags) {
-                let mut r = Attrs::new(
-                    retry,
-                    &[
-                        "max_attempts",
-                        "initial_backoff",
-                        "max_backoff",
-                        "total_budget",
-                    ],
-                    "`retry`",
+        if !ast.providers.is_empty() {
+            let lines = Lines::new(&self.file.text);
+            for decl in &ast.providers {
+                let p = self.dsl_provider(decl, &lines);
+                pending.push(p);
+            }
+        }
+        let mut registered = Vec::new();
+        for p in pending {
+            let name = &p.profile.name;
+            if let Some(&id) = self.provider_names.get(name) {
+                let first = self.workflow.providers[id].span;
+                let mut d = p.place.field(
+                    Diagnostic::error(
+                        Code::NameDuplicate,
+                        format!("provider `{name}` is declared twice"),
+                    ),
+                    "name",
+                    "declared again here",
                 );
-                if let Some((n, _)) = r.count("max_attempts", diags) {
-                    spec.retry.insert("max_attempts".into(), Value::from(n));
+                if !first.is_empty() && first != p.place.decl {
+                    d = d.label(first, "first declared here");
                 }
-                for key in ["initial_backoff", "max_backoff", "total_budget"] {
-                    if let Some((ms, _)) = r.duration_ms(key, diags) {
-                        spec.retry.insert(format!("{key}_ms"), Value::from(ms));
-                    }
-                }
-                r.finish(diags);
+                self.diags
+                    .push(d.help("names must be unique; rename one of them"));
+                continue;
             }
-            if let Some(price) = attrs.block("price", diags) {
-                let mut p = Attrs::new(price, &["input_per_1k", "output_per_1k"], "`price`");
-                spec.price_input_per_1k = p.number("input_per_1k", diags).map_or(0.0, |x| x.0);
-                spec.price_output_per_1k = p.number("output_per_1k", diags).map_or(0.0, |x| x.0);
-                p.finish(diags);
+            self.provider_names
+                .insert(name.clone(), self.workflow.providers.len());
+            self.workflow.providers.push(Provider {
+                profile: p.profile.clone(),
+                span: p.place.decl,
+            });
+            registered.push(p);
+        }
+        let known: BTreeSet<&str> = self.provider_names.keys().map(String::as_str).collect();
+        let mut diags = Vec::new();
+        for p in &registered {
+            for issue in p.profile.validate(&known) {
+                diags.push(profile_issue(&p.profile, &p.place, &issue, &known));
             }
-            let fallback = attrs
-                .ident_list("fallback", diags)
-                .into_iter()
-                .map(|i| (i.name, i.span))
-                .collect();
-            let misspelled_kind = attrs.misspells(&["kind"]);
-            attrs.finish(diags);
-            match kind {
-                None if misspelled_kind => {}
-                None => self.diags.push(
+        }
+        for d in diags {
+            self.diags.push(d);
+        }
+    }
+
+    /// A `provider` block as the provider crate's profile.
+    fn dsl_provider(&mut self, decl: &BlockDecl, lines: &Lines) -> PendingProvider {
+        let fields = lines.fields(self.file, &decl.attrs);
+        let place = Place::workflow(fields, decl.name.span);
+        let mut attrs = Attrs::new(
+            &decl.attrs,
+            &PROVIDER_KEYS,
+            format!("provider `{}`", decl.name.name),
+        );
+        let misspelled_kind = attrs.misspells(&["kind"]);
+        let diags = &mut self.diags;
+        let kind = match attrs.string("kind", diags) {
+            None if misspelled_kind => None,
+            None => {
+                diags.push(
                     Diagnostic::error(
                         Code::ProviderNoKind,
                         format!("provider `{}` has no `kind`", decl.name.name),
                     )
                     .label(decl.name.span, "which API?")
-                    .help(format!("kinds: {}", PROVIDER_KINDS.join(", "))),
-                ),
-                Some((k, span)) if !PROVIDER_KINDS.contains(&k.as_str()) => self.diags.push(
-                    Diagnostic::error(
-                        Code::ProviderUnknownKind,
-                        format!("unknown provider kind `{k}`"),
-                    )
-                    .label(span, "not a provider kind")
-                    .help(
-                        did_you_mean(&k, PROVIDER_KINDS.iter().copied())
-                            .unwrap_or_else(|| format!("kinds: {}", PROVIDER_KINDS.join(", "))),
-                    ),
-                ),
-                _ => {}
-            }
-            pending.push(PendingProvider { spec, fallback });
-        }
-        for p in &pending {
-            if let Some(&id) = self.provider_names.get(&p.spec.name) {
-                let first = self.workflow.providers[id].span;
-                let name = syntax::Ident {
-                    name: p.spec.name.clone(),
-                    span: p.spec.span,
-                };
-                self.duplicate("provider", &name, Some(first));
-                continue;
-            }
-            self.provider_names
-                .insert(p.spec.name.clone(), self.workflow.providers.len());
-            self.workflow.providers.push(p.spec.clone());
-        }
-        for p in pending {
-            let Some(&id) = self.provider_names.get(&p.spec.name) else {
-                continue;
-            };
-            let mut chain = Vec::new();
-            for (name, span) in p.fallback {
-                let ident = syntax::Ident { name, span };
-                if let Some(f) = self.lookup_provider(&ident) {
-                    if f == id {
-                        self.diags.push(
-                            Diagnostic::error(
-                                Code::ProviderSelfFallback,
-                                format!("provider `{}` falls back to itself", ident.name),
-                            )
-                            .label(span, "itself")
-                            .help("a fallback names another profile"),
-                        );
-                    } else {
-                        chain.push(f);
-                    }
-                }
-            }
-            self.workflow.providers[id].fallback = chain;
-        }
-    }
-
-    fn yaml_providers(&mut self, yaml: &Value, path: &Path, at: Span) -> Vec<PendingProvider> {
-        // Accepts `providers: {name: {...}}`, `{name: {...}}` or a list with `name` fields.
-        let entries: Vec<(String, &Value)> = match yaml.get("providers").unwrap_or(yaml) {
-            Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), v)).collect(),
-            Value::Array(items) => items
-                .iter()
-                .map(|v| {
-                    (
-                        v.get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                        v,
-                    )
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let mut out = Vec::new();
-        for (name, v) in entries {
-            let Some(map) = v.as_object() else { continue };
-            let field_error = |this: &mut Self, key: &str, what: &str| {
-                this.diags.push(
-                    Diagnostic::error(
-                        Code::ImportBadField,
-                        format!(
-                            "{}: provider `{name}`: field `{key}` {what}",
-                            path.display()
-                        ),
-                    )
-                    .label(at, "imported here")
-                    .help(format!("fix `{key}` of `{name}` in {}", path.display())),
+                    .help(format!("kinds: {}", kind_names().join(", "))),
                 );
-            };
-            for key in map.keys() {
-                if key != "name" && !PROVIDER_KEYS.contains(&key.as_str()) {
-                    let help = did_you_mean(key, PROVIDER_KEYS.iter().copied());
-                    field_error(
-                        self,
-                        key,
-                        &format!(
-                            "is not a provider setting{}",
-                            help.map(|h| format!(" ({h})")).unwrap_or_default()
-                        ),
-                    );
-                }
+                None
             }
-            let s = |k: &str| map.get(k).and_then(Value::as_str).map(str::to_string);
-            let n = |k: &str| map.get(k).and_then(Value::as_f64);
-            let kind = s("kind").unwrap_or_default();
-            if !PROVIDER_KINDS.contains(&kind.as_str()) {
-                field_error(
-                    self,
-                    "kind",
-                    &format!("is `{kind}`, not one of {}", PROVIDER_KINDS.join(", ")),
-                );
-            }
-            let mut retry = BTreeMap::new();
-            if let Some(Value::Object(r)) = map.get("retry") {
-                for (k, v) in r {
-                    retry.insert(k.clone(), v.clone());
-                }
-            }
-            let price = map.get("price");
-            let price_of = |k: &str| {
-                price
-                    .and_then(|p| p.get(k))
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0)
-            };
-            let spec = ProviderSpec {
-                name: name.clone(),
-                kind,
-                model: s("model"),
-                base_url: s("base_url"),
-                base_url_env: s("base_url_env"),
-                api_key_env: s("api_key_env"),
-                temperature: n("temperature"),
-                max_tokens: n("max_tokens").map(|x| x as u64),
-                timeout_ms: map.get("timeout").and_then(duration_value),
-                retry,
-                fallback: Vec::new(),
-                price_input_per_1k: price_of("input_per_1k"),
-                price_output_per_1k: price_of("output_per_1k"),
-                max_concurrency: n("max_concurrency").map(|x| x as u64),
-                requests_per_minute: n("requests_per_minute").map(|x| x as u64),
-                circuit_breaker: n("circuit_breaker").map(|x| x as u64),
-                span: at,
-                origin: Some(path.to_path_buf()),
-            };
-            let fallback = match map.get("fallback") {
-                Some(Value::Array(items)) => items
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(|f| (f.to_string(), at))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            out.push(PendingProvider { spec, fallback });
-        }
-        out
-    }
-
-    fn yaml_tool(&mut self, yaml: &Value, path: &Path, at: Span) -> Option<ToolSpec> {
-        let Some(map) = yaml.as_object() else {
-            self.diags.push(
-                Diagnostic::error(
-                    Code::ImportBadField,
-                    format!("{}: a tool spec is a mapping of fields", path.display()),
-                )
-                .label(at, "imported here")
-                .help(format!("fields: {}", TOOL_KEYS.join(", "))),
-            );
-            return None;
-        };
-        for key in map.keys() {
-            if !TOOL_KEYS.contains(&key.as_str()) {
-                let help = did_you_mean(key, TOOL_KEYS.iter().copied())
-                    .unwrap_or_else(|| format!("fields: {}", TOOL_KEYS.join(", ")));
-                self.diags.push(
-                    Diagnostic::error(
-                        Code::ToolUnknownField,
-                        format!("{}: unknown field `{key}`", path.display()),
-                    )
-                    .label(at, "imported here")
-                    .help(help),
-                );
-            }
-        }
-        let s = |k: &str| {
-            map.get(k).and_then(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .or_else(|| v.as_f64().map(|f| f.to_string()))
-            })
-        };
-        let Some(name) = s("tool_name") else {
-            self.diags.push(
-                Diagnostic::error(
-                    Code::ToolNoName,
-                    format!("{}: field `tool_name` is missing", path.display()),
-                )
-                .label(at, "imported here")
-                .help("every tool spec names its tool: `tool_name: mytool`"),
-            );
-            return None;
-        };
-        let dir = spec_base_dir(path);
-        let input = match map.get("input_schema") {
-            Some(schema) => match schema_to_type(schema) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    self.diags.push(
+            Some((k, span)) => {
+                let kind = ProviderKind::parse(&k);
+                if kind.is_none() {
+                    diags.push(
                         Diagnostic::error(
-                            Code::ToolBadSchema,
-                            format!("{}: field `input_schema`: {e}", path.display()),
+                            Code::ProviderUnknownKind,
+                            format!("unknown provider kind `{k}`"),
                         )
-                        .label(at, "imported here")
-                        .help("use a JSON-Schema object: type, properties, required, enum, items"),
+                        .label(span, "not a provider kind")
+                        .help(
+                            did_you_mean(&k, kind_names())
+                                .unwrap_or_else(|| format!("kinds: {}", kind_names().join(", "))),
+                        ),
                     );
-                    None
                 }
-            },
-            None => None,
+                kind
+            }
         };
-        Some(ToolSpec {
-            name,
-            version: s("version"),
-            source: s("source")
-                .filter(|s| !s.is_empty() && s != "None")
-                .map(|p| relative_to(&dir, &p)),
-            py_standalone: s("py_standalone").filter(|s| !s.is_empty() && s != "None"),
-            installation: s("installation"),
-            setup_script: s("setup_script"),
-            executable: resolve_executable(&s("executable").unwrap_or_default(), &dir),
-            usage: s("usage").unwrap_or_default(),
-            timeout_ms: map.get("timeout").and_then(duration_value),
-            max_output: map.get("max_output").and_then(|v| match v {
-                serde_json::Value::Number(n) => n.as_u64(),
-                serde_json::Value::String(s) => super::attrs::parse_size(s),
-                _ => None,
-            }),
+        // A provider whose kind is wrong still exists, so its users are not reported too;
+        // the error above keeps the workflow from running.
+        let mut p = ProviderProfile::new(
+            decl.name.name.clone(),
+            kind.unwrap_or(ProviderKind::Scripted),
+            attrs
+                .string("model", diags)
+                .map(|x| x.0)
+                .unwrap_or_default(),
+        );
+        p.base_url = attrs.string("base_url", diags).map(|x| x.0);
+        p.base_url_env = attrs.string("base_url_env", diags).map(|x| x.0);
+        p.api_key_env = attrs.string("api_key_env", diags).map(|x| x.0);
+        p.temperature = attrs.number("temperature", diags).map(|x| x.0 as f32);
+        let u32_max = u64::from(u32::MAX);
+        p.max_tokens = attrs
+            .count_max("max_tokens", u32_max, diags)
+            .map(|x| x.0 as u32);
+        if let Some((d, _)) = attrs.duration("timeout", diags) {
+            p.timeout = d;
+        }
+        if let Some(block) = attrs.block("retry", diags) {
+            let mut r = Attrs::new(block, struct_fields::<RetryPolicy>(), "`retry`");
+            if let Some((n, _)) = r.count_max("max_attempts", u32_max, diags) {
+                p.retry.max_attempts = n as u32;
+            }
+            let durations = [
+                ("initial_backoff", &mut p.retry.initial_backoff),
+                ("max_backoff", &mut p.retry.max_backoff),
+                ("total_budget", &mut p.retry.total_budget),
+            ];
+            for (key, slot) in durations {
+                if let Some((d, _)) = r.duration(key, diags) {
+                    *slot = d;
+                }
+            }
+            r.finish(diags);
+        }
+        if let Some(block) = attrs.block("price", diags) {
+            let mut r = Attrs::new(block, struct_fields::<Price>(), "`price`");
+            p.price = Some(Price {
+                input_per_1k: r.number("input_per_1k", diags).map_or(0.0, |x| x.0),
+                output_per_1k: r.number("output_per_1k", diags).map_or(0.0, |x| x.0),
+            });
+            r.finish(diags);
+        }
+        p.fallback = attrs
+            .ident_list("fallback", diags)
+            .into_iter()
+            .map(|i| i.name)
+            .collect();
+        p.max_concurrency = attrs
+            .count_max("max_concurrency", u32_max, diags)
+            .map(|x| x.0 as usize);
+        p.requests_per_minute = attrs
+            .count_max("requests_per_minute", u32_max, diags)
+            .map(|x| x.0 as u32);
+        p.circuit_breaker_threshold = attrs
+            .count_max("circuit_breaker_threshold", u32_max, diags)
+            .map(|x| x.0 as u32);
+        if let Some((d, _)) = attrs.duration("circuit_breaker_cooldown", diags) {
+            p.circuit_breaker_cooldown = d;
+        }
+        attrs.finish(diags);
+        PendingProvider { profile: p, place }
+    }
+
+    /// A tool spec file, read and validated by the environment crate.
+    fn yaml_tool(&mut self, text: &str, file: &Place) -> Option<Tool> {
+        let path = file
+            .yaml
+            .as_ref()
+            .map(|y| y.path.clone())
+            .unwrap_or_default();
+        let dir = spec_base_dir(&path);
+        let mut spec = match ToolSpec::parse_yaml(text, &path, &dir) {
+            Ok(spec) => spec,
+            Err(e) => {
+                for issue in e.issues() {
+                    let d = tool_issue("", file, issue);
+                    self.diags.push(d);
+                }
+                // The tool still exists, so its users are not reported too.
+                let name = rondo_config::yaml::from_str::<Value>(text)
+                    .ok()
+                    .and_then(|v| v.get("tool_name")?.as_str().map(str::to_string))?;
+                return Some(Tool {
+                    spec: ToolSpec::new(name, ""),
+                    input: None,
+                    span: file.decl,
+                });
+            }
+        };
+        let place = Place {
+            fields: spec
+                .origin
+                .as_ref()
+                .map(|o| o.fields.clone())
+                .unwrap_or_default(),
+            ..file.clone()
+        };
+        if let Err(e) = spec.validate() {
+            for issue in e.issues() {
+                let d = tool_issue(&spec.tool_name, &place, issue);
+                self.diags.push(d);
+            }
+        }
+        if spec.tool_name.is_empty() {
+            return None;
+        }
+        spec.executable = resolve_executable(&spec.executable, &dir);
+        let input = match spec.input_schema.as_ref().map(schema_to_type) {
+            None => None,
+            Some(Ok(t)) => Some(t),
+            Some(Err(e)) => {
+                let at = place.fields.get("input_schema").map(|f| f.key);
+                self.diags.push(
+                    place
+                        .at(
+                            Diagnostic::error(
+                                Code::ToolBadSchema,
+                                format!(
+                                    "{}tool `{}`: field `input_schema`: {e}",
+                                    file_prefix(&place, at),
+                                    spec.tool_name
+                                ),
+                            ),
+                            at,
+                            "not a schema Rondo reads",
+                        )
+                        .help("use a JSON-Schema object: type, properties, required, enum, items"),
+                );
+                None
+            }
+        };
+        Some(Tool {
+            spec,
             input,
-            span: at,
-            origin: Some(path.to_path_buf()),
+            span: place.decl,
         })
     }
 
-    fn add_tool(&mut self, tool: ToolSpec, span: Span) {
-        if let Some(&id) = self.tool_names.get(&tool.name) {
+    fn add_tool(&mut self, tool: Tool) {
+        if let Some(&id) = self.tool_names.get(tool.name()) {
             let first = self.workflow.tools[id].span;
             let name = syntax::Ident {
-                name: tool.name,
-                span,
+                name: tool.spec.tool_name,
+                span: tool.span,
             };
             self.duplicate("tool", &name, Some(first));
             return;
         }
         self.tool_names
-            .insert(tool.name.clone(), self.workflow.tools.len());
+            .insert(tool.name().to_string(), self.workflow.tools.len());
         self.workflow.tools.push(tool);
     }
 
     pub(super) fn tools(&mut self, ast: &Ast) {
+        if ast.tools.is_empty() {
+            return;
+        }
+        let lines = Lines::new(&self.file.text);
         for decl in &ast.tools {
-            let mut attrs =
-                Attrs::new(&decl.attrs, TOOL_KEYS, format!("tool `{}`", decl.name.name));
-            let diags = &mut self.diags;
-            if let Some((n, span)) = attrs.string("tool_name", diags)
-                && n != decl.name.name
-            {
+            let tool = self.dsl_tool(decl, &lines);
+            self.add_tool(tool);
+        }
+    }
+
+    /// A `tool` block as the environment crate's spec, validated by it.
+    fn dsl_tool(&mut self, decl: &ToolDecl, lines: &Lines) -> Tool {
+        let fields = lines.fields(self.file, &decl.attrs);
+        let place = Place::workflow(fields.clone(), decl.name.span);
+        let mut attrs = Attrs::new(
+            &decl.attrs,
+            struct_fields::<ToolSpec>(),
+            format!("tool `{}`", decl.name.name),
+        );
+        let diags = &mut self.diags;
+        if let Some((n, span)) = attrs.string("tool_name", diags)
+            && n != decl.name.name
+        {
+            diags.push(
+                Diagnostic::error(
+                    Code::ToolNameMismatch,
+                    format!(
+                        "`tool_name` says `{n}` but the tool is declared as `{}`",
+                        decl.name.name
+                    ),
+                )
+                .label(span, "different name")
+                .help("drop `tool_name` in the file; the declaration names the tool"),
+            );
+        }
+        let mut spec = ToolSpec::new(
+            decl.name.name.clone(),
+            resolve_executable(
+                &attrs
+                    .string("executable", diags)
+                    .map(|x| x.0)
+                    .unwrap_or_default(),
+                &self.workflow.dir,
+            ),
+        );
+        spec.version = attrs.string("version", diags).map(|x| x.0);
+        spec.source = attrs
+            .string("source", diags)
+            .map(|x| relative_to(&self.workflow.dir, &x.0));
+        spec.py_standalone = attrs.string("py_standalone", diags).map(|x| x.0);
+        let mut installation_ok = true;
+        if let Some((method, span)) = attrs.string("installation", diags) {
+            spec.installation = Installation::parse(&method);
+            if spec.installation.is_none() {
+                installation_ok = false;
                 diags.push(
                     Diagnostic::error(
-                        Code::ToolNameMismatch,
+                        Code::ToolBadInstallation,
                         format!(
-                            "`tool_name` says `{n}` but the tool is declared as `{}`",
+                            "tool `{}`: field `installation` is `{method}`; only `pip` is supported",
                             decl.name.name
                         ),
                     )
-                    .label(span, "different name")
-                    .help("drop `tool_name` in the file; the declaration names the tool"),
+                    .label(span, "not an installation method")
+                    .help("write `installation = \"pip\"`, or leave it out for a tool that needs no install"),
                 );
             }
-            let executable = attrs.string("executable", diags);
-            let spec = ToolSpec {
-                name: decl.name.name.clone(),
-                version: attrs.string("version", diags).map(|x| x.0),
-                source: attrs
-                    .string("source", diags)
-                    .map(|x| relative_to(&self.workflow.dir, &x.0)),
-                py_standalone: attrs.string("py_standalone", diags).map(|x| x.0),
-                installation: attrs.string("installation", diags).map(|x| x.0),
-                setup_script: attrs.string("setup_script", diags).map(|x| x.0),
-                executable: resolve_executable(
-                    &executable.clone().map(|x| x.0).unwrap_or_default(),
-                    &self.workflow.dir,
-                ),
-                usage: attrs
-                    .string("usage", diags)
-                    .map(|x| x.0)
-                    .unwrap_or_default(),
-                timeout_ms: attrs.duration_ms("timeout", diags).map(|x| x.0),
-                max_output: attrs.bytes("max_output", diags).map(|x| x.0),
-                input: None,
-                span: decl.name.span,
-                origin: None,
-            };
-            if attrs.get("input_schema").is_some() {
-                self.diags.push(
-                    Diagnostic::error(
-                        Code::ToolSchemaInFile,
-                        "inside a .rondo file, write the argument schema as `input { ... }`",
-                    )
-                    .label(decl.name.span, "has `input_schema`")
-                    .help(
-                        "e.g. `input { expression: string }`; `input_schema` is the YAML spelling",
-                    ),
-                );
+        }
+        spec.setup_script = attrs.string("setup_script", diags).map(|x| x.0);
+        spec.usage = attrs
+            .string("usage", diags)
+            .map(|x| x.0)
+            .unwrap_or_default();
+        spec.timeout = attrs.duration("timeout", diags).map(|x| x.0);
+        spec.max_output = attrs.bytes("max_output", diags).map(|x| x.0);
+        if attrs.get("input_schema").is_some() {
+            diags.push(
+                Diagnostic::error(
+                    Code::ToolSchemaInFile,
+                    "inside a .rondo file, write the argument schema as `input { ... }`",
+                )
+                .label(decl.name.span, "has `input_schema`")
+                .help("e.g. `input { expression: string }`; `input_schema` is the YAML spelling"),
+            );
+        }
+        attrs.finish(diags);
+        spec.origin = Some(SpecOrigin {
+            file: self.workflow.path.clone(),
+            fields,
+        });
+        if let Err(e) = spec.validate() {
+            for issue in e.issues() {
+                // A wrong method is reported above; the rule about a missing one would repeat it.
+                if issue.kind == IssueKind::NoInstallation && !installation_ok {
+                    continue;
+                }
+                let d = tool_issue(&spec.tool_name, &place, issue);
+                self.diags.push(d);
             }
-            attrs.finish(&mut self.diags);
-            // A missing `executable` is reported by the checker's tool rules (check/tools.rs).
-            let mut spec = spec;
-            spec.input = decl.input.as_ref().map(|t| self.resolve_type(t));
-            self.add_tool(spec, decl.name.span);
+        }
+        let input = decl.input.as_ref().map(|t| self.resolve_type(t));
+        Tool {
+            spec,
+            input,
+            span: decl.name.span,
         }
     }
 
@@ -603,7 +684,7 @@ impl Compiler<'_> {
             let image = attrs.string("image", diags).map(|x| x.0);
             let workdir = attrs.string("workdir", diags).map(|x| x.0);
             let network = attrs.string("network", diags).map(|x| x.0);
-            let memory = attrs.string("memory", diags).map(|x| x.0);
+            let memory = attrs.bytes("memory", diags).map(|x| x.0);
             let cpus = attrs.number("cpus", diags).map(|x| x.0);
             let pids = attrs.count("pids", diags).map(|x| x.0);
             let tools = attrs.ident_list("tools", diags);
@@ -710,65 +791,167 @@ fn check_mount(text: &str, span: Span, diags: &mut Diagnostics) {
     }
 }
 
-/// A profile from the provider crate's YAML format as a workflow provider.
-fn from_profile(p: rondo_provider::ProviderProfile, path: &Path, at: Span) -> PendingProvider {
-    let ms = |d: std::time::Duration| Value::from(d.as_millis() as u64);
-    let mut retry = BTreeMap::new();
-    retry.insert(
-        "max_attempts".to_string(),
-        Value::from(p.retry.max_attempts),
-    );
-    retry.insert(
-        "initial_backoff_ms".to_string(),
-        ms(p.retry.initial_backoff),
-    );
-    retry.insert("max_backoff_ms".to_string(), ms(p.retry.max_backoff));
-    retry.insert("total_budget_ms".to_string(), ms(p.retry.total_budget));
-    let kind = serde_json::to_value(p.kind)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    PendingProvider {
-        fallback: p.fallback.iter().map(|f| (f.clone(), at)).collect(),
-        spec: ProviderSpec {
-            name: p.name,
-            kind,
-            model: Some(p.model),
-            base_url: p.base_url,
-            base_url_env: None,
-            api_key_env: p.api_key_env,
-            temperature: p.temperature.map(f64::from),
-            max_tokens: p.max_tokens.map(u64::from),
-            timeout_ms: Some(p.timeout.as_millis() as u64),
-            retry,
-            fallback: Vec::new(),
-            price_input_per_1k: p.price.map_or(0.0, |x| x.input_per_1k),
-            price_output_per_1k: p.price.map_or(0.0, |x| x.output_per_1k),
-            max_concurrency: p.max_concurrency.map(|n| n as u64),
-            requests_per_minute: p.requests_per_minute.map(u64::from),
-            circuit_breaker: p.circuit_breaker_threshold.map(u64::from),
-            span: at,
-            origin: Some(path.to_path_buf()),
-        },
+fn kind_names() -> Vec<&'static str> {
+    ProviderKind::ALL.iter().map(|k| k.as_str()).collect()
+}
+
+fn unknown_field_help(path: &str, known: &[&str]) -> String {
+    let name = path.rsplit('.').next().unwrap_or(path);
+    did_you_mean(name, known.iter().copied())
+        .unwrap_or_else(|| format!("fields: {}", known.join(", ")))
+}
+
+/// `path: ` when a problem of a YAML file cannot be shown in it.
+fn file_prefix(place: &Place, pos: Option<Pos>) -> String {
+    match (&place.yaml, pos) {
+        (Some(y), None) => format!("{}: ", y.path.display()),
+        _ => String::new(),
     }
 }
 
-fn duration_value(v: &Value) -> Option<u64> {
-    match v {
-        Value::Number(n) => n.as_f64().map(|s| (s * 1000.0) as u64),
-        Value::String(s) => {
-            let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
-            let n: u64 = digits.parse().ok()?;
-            Some(match &s[digits.len()..] {
-                "ms" => n,
-                "" | "s" => n * 1000,
-                "m" => n * 60_000,
-                "h" => n * 3_600_000,
-                _ => return None,
-            })
-        }
-        _ => None,
+/// A problem the provider crate found with a profile, where it is written.
+fn profile_issue(
+    profile: &ProviderProfile,
+    place: &Place,
+    issue: &ProfileIssue,
+    known: &BTreeSet<&str>,
+) -> Diagnostic {
+    let name = &profile.name;
+    let fallback_at = |index: usize| place.fields.item("fallback", index);
+    match issue {
+        ProfileIssue::NoModel => place
+            .field(
+                Diagnostic::error(
+                    Code::ProviderNoModel,
+                    format!("provider `{name}` has no `model`"),
+                ),
+                "model",
+                "which model?",
+            )
+            .help(format!(
+                "name the model the {} API should run, e.g. `model = \"...\"`; only `scripted` needs none",
+                profile.kind.as_str()
+            )),
+        ProfileIssue::Zero(field) => place
+            .field(
+                Diagnostic::error(
+                    Code::ProviderZeroLimit,
+                    format!("provider `{name}`: `{field}` must be at least 1"),
+                ),
+                field,
+                "0",
+            )
+            .help(if *field == "retry.max_attempts" {
+                "`max_attempts` counts the first attempt: 1 means no retry"
+            } else {
+                "leave the setting out for no limit"
+            }),
+        ProfileIssue::UnknownFallback { index, name: f } => place
+            .at(
+                Diagnostic::error(
+                    Code::ProviderUnknown,
+                    format!("unknown provider profile `{f}`"),
+                ),
+                fallback_at(*index),
+                "not declared",
+            )
+            .help(did_you_mean(f, known.iter().copied()).unwrap_or_else(|| {
+                "declare it with `provider NAME { ... }` or import a providers file".into()
+            })),
+        ProfileIssue::SelfFallback { index } => place
+            .at(
+                Diagnostic::error(
+                    Code::ProviderSelfFallback,
+                    format!("provider `{name}` falls back to itself"),
+                ),
+                fallback_at(*index),
+                "itself",
+            )
+            .help("a fallback names another profile"),
     }
+}
+
+/// A problem the environment crate found with a tool spec, where it is written.
+fn tool_issue(tool: &str, place: &Place, issue: &SpecIssue) -> Diagnostic {
+    let (code, label, help): (Code, &str, String) = match issue.kind {
+        IssueKind::Yaml => (
+            Code::ImportBadField,
+            "here",
+            "see docs/tools.md for the spec fields".into(),
+        ),
+        IssueKind::UnknownField => (
+            Code::ToolUnknownField,
+            "unknown field",
+            unknown_field_help(&issue.field, struct_fields::<ToolSpec>()),
+        ),
+        IssueKind::NoName => (
+            Code::ToolNoName,
+            "no `tool_name`",
+            "every tool spec names its tool: `tool_name: mytool`".into(),
+        ),
+        IssueKind::BadName => (
+            Code::ImportBadField,
+            "not a tool name",
+            "a tool name has letters, digits, `-`, `_` and `.`".into(),
+        ),
+        IssueKind::NoExecutable => (
+            Code::ToolNoExecutable,
+            "no executable",
+            format!(
+                "say how the tool is called, e.g. `{}`",
+                place.setting("executable", "pyfind")
+            ),
+        ),
+        IssueKind::NoInstallation => (
+            Code::ToolNoInstallation,
+            "no installation",
+            format!("write `{}`", place.setting("installation", "pip")),
+        ),
+        IssueKind::NothingToInstall => (
+            Code::ToolPipWithoutPackage,
+            "nothing to install",
+            "set `source` (installs `-e .` from it) or `version` (installs `<tool_name>==<version>`)"
+                .into(),
+        ),
+        IssueKind::SourceMissing => (
+            Code::ToolSourceMissing,
+            "not a folder",
+            "`source` is a folder on the host, copied to /tools/<tool_name> in the container; paths are relative to the file that declares the tool".into(),
+        ),
+        IssueKind::BadPython => (
+            Code::ToolBadPython,
+            "not a Python version",
+            "write a version such as \"3.11\", or leave it out".into(),
+        ),
+        IssueKind::ZeroTimeout => (
+            Code::ToolZeroTimeout,
+            "no time to run",
+            "give calls time to run, e.g. `timeout = 30s`, or leave it out".into(),
+        ),
+        IssueKind::BadSchema => (
+            Code::ToolBadSchema,
+            "not a mapping",
+            "use a JSON-Schema object: type, properties, required, enum, items".into(),
+        ),
+        IssueKind::BadSetupScript => (
+            Code::ToolBadSetupScript,
+            "not a setup script the installer can render",
+            "a setup script substitutes {{ tool_name }}, {{ tool_dir }}, {{ env_dir }}, {{ env_bin }}, {{ env_python }} and {{ version }}, and nothing else".into(),
+        ),
+    };
+    let prefix = file_prefix(place, issue.pos);
+    let message = match issue.kind {
+        IssueKind::Yaml => format!("{prefix}{}", issue.message),
+        IssueKind::UnknownField => format!("{prefix}unknown field `{}`", issue.field),
+        _ if tool.is_empty() => format!("{prefix}field `{}` {}", issue.field, issue.message),
+        _ => format!(
+            "{prefix}tool `{tool}`: field `{}` {}",
+            issue.field, issue.message
+        ),
+    };
+    place
+        .at(Diagnostic::error(code, message), issue.pos, label)
+        .help(help)
 }
 
 /// A JSON-Schema subset (as CatMaster and micro-agent write them) as a Rondo type.
@@ -861,72 +1044,4 @@ pub fn resolve_executable(executable: &str, dir: &Path) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// A workflow's provider as the provider crate's profile (what a run calls, and what
-/// decides which key variable must be set).
-pub fn provider_profile(
-    workflow: &super::Workflow,
-    spec: &ProviderSpec,
-) -> Result<rondo_provider::ProviderProfile, String> {
-    use rondo_provider::{Price, ProviderKind, ProviderProfile};
-    let kind = match spec.kind.as_str() {
-        "openai" => ProviderKind::OpenAi,
-        "openai-compatible" => ProviderKind::OpenAiCompatible,
-        "anthropic" => ProviderKind::Anthropic,
-        "gemini" => ProviderKind::Gemini,
-        "ollama" => ProviderKind::Ollama,
-        "scripted" => ProviderKind::Scripted,
-        other => return Err(format!("provider `{}`: unknown kind `{other}`", spec.name)),
-    };
-    let mut p = ProviderProfile::new(
-        spec.name.clone(),
-        kind,
-        spec.model.clone().unwrap_or_default(),
-    );
-    p.base_url = spec
-        .base_url_env
-        .as_ref()
-        .and_then(|v| std::env::var(v).ok())
-        .filter(|v| !v.is_empty())
-        .or_else(|| spec.base_url.clone());
-    p.api_key_env = spec.api_key_env.clone().or(p.api_key_env);
-    p.temperature = spec.temperature.map(|t| t as f32);
-    p.max_tokens = spec.max_tokens.map(|t| t as u32);
-    if let Some(ms) = spec.timeout_ms {
-        p.timeout = std::time::Duration::from_millis(ms);
-    }
-    let ms = |k: &str| {
-        spec.retry
-            .get(k)
-            .and_then(Value::as_u64)
-            .map(std::time::Duration::from_millis)
-    };
-    if let Some(n) = spec.retry.get("max_attempts").and_then(Value::as_u64) {
-        p.retry.max_attempts = n as u32;
-    }
-    if let Some(d) = ms("initial_backoff_ms") {
-        p.retry.initial_backoff = d;
-    }
-    if let Some(d) = ms("max_backoff_ms") {
-        p.retry.max_backoff = d;
-    }
-    if let Some(d) = ms("total_budget_ms") {
-        p.retry.total_budget = d;
-    }
-    p.fallback = spec
-        .fallback
-        .iter()
-        .map(|&id| workflow.providers[id].name.clone())
-        .collect();
-    if spec.price_input_per_1k > 0.0 || spec.price_output_per_1k > 0.0 {
-        p.price = Some(Price {
-            input_per_1k: spec.price_input_per_1k,
-            output_per_1k: spec.price_output_per_1k,
-        });
-    }
-    p.max_concurrency = spec.max_concurrency.map(|n| n as usize);
-    p.requests_per_minute = spec.requests_per_minute.map(|n| n as u32);
-    p.circuit_breaker_threshold = spec.circuit_breaker.map(|n| n as u32);
-    Ok(p)
 }

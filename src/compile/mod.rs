@@ -28,7 +28,6 @@ use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
 use crate::source::{SourceFile, Span};
 use crate::syntax::{self, Ast, Ident};
 pub use expr::{Scope, invalid_field_type};
-pub use imports::provider_profile;
 use types::Type;
 pub use workflow::*;
 
@@ -188,25 +187,13 @@ impl<'f> Compiler<'f> {
     }
 
     fn builtin_providers_and_envs(&mut self) {
-        self.workflow.providers.push(ProviderSpec {
-            name: "scripted".into(),
-            kind: "scripted".into(),
-            model: Some("scripted".into()),
-            base_url: None,
-            base_url_env: None,
-            api_key_env: None,
-            temperature: None,
-            max_tokens: None,
-            timeout_ms: None,
-            retry: BTreeMap::new(),
-            fallback: Vec::new(),
-            price_input_per_1k: 0.0,
-            price_output_per_1k: 0.0,
-            max_concurrency: None,
-            requests_per_minute: None,
-            circuit_breaker: None,
+        self.workflow.providers.push(Provider {
+            profile: rondo_provider::ProviderProfile::new(
+                "scripted",
+                rondo_provider::ProviderKind::Scripted,
+                "scripted",
+            ),
             span: Span::default(),
-            origin: None,
         });
         self.provider_names.insert("scripted".into(), 0);
         self.workflow.environments.push(EnvSpec {

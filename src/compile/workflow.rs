@@ -31,9 +31,9 @@ pub struct Workflow {
     pub prompts_dir: PathBuf,
     pub inputs: Vec<Input>,
     pub memory: Vec<MemorySlot>,
-    pub providers: Vec<ProviderSpec>,
+    pub providers: Vec<Provider>,
     pub default_provider: ProviderId,
-    pub tools: Vec<ToolSpec>,
+    pub tools: Vec<Tool>,
     pub environments: Vec<EnvSpec>,
     pub graph: DiGraph<Node, Edge>,
     pub start: NodeIndex,
@@ -109,49 +109,36 @@ pub struct Limits {
     pub budget: rondo_provider::Budget,
 }
 
+/// A provider profile of the workflow: declared in the file, imported from YAML, or the
+/// built-in `scripted`. The profile is the provider crate's own type.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProviderSpec {
-    pub name: String,
-    pub kind: String,
-    pub model: Option<String>,
-    pub base_url: Option<String>,
-    /// An environment variable that, when set, overrides `base_url` (e.g. OLLAMA_HOST).
-    pub base_url_env: Option<String>,
-    /// The name of the environment variable holding the key, never the key.
-    pub api_key_env: Option<String>,
-    pub temperature: Option<f64>,
-    pub max_tokens: Option<u64>,
-    pub timeout_ms: Option<u64>,
-    pub retry: BTreeMap<String, Value>,
-    pub fallback: Vec<ProviderId>,
-    pub price_input_per_1k: f64,
-    pub price_output_per_1k: f64,
-    pub max_concurrency: Option<u64>,
-    pub requests_per_minute: Option<u64>,
-    pub circuit_breaker: Option<u64>,
+pub struct Provider {
+    pub profile: rondo_provider::ProviderProfile,
+    /// The declaration's name, or the line importing it.
     pub span: Span,
-    /// Where it was declared when imported from YAML.
-    pub origin: Option<PathBuf>,
 }
 
+impl Provider {
+    pub fn name(&self) -> &str {
+        &self.profile.name
+    }
+}
+
+/// A tool of the workflow: the environment crate's spec (the one tool model), and what the
+/// workflow adds to it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ToolSpec {
-    pub name: String,
-    pub version: Option<String>,
-    /// Host folder copied to `/tools/<name>`, resolved against the declaring file.
-    pub source: Option<PathBuf>,
-    pub py_standalone: Option<String>,
-    pub installation: Option<String>,
-    pub setup_script: Option<String>,
-    pub executable: String,
-    pub usage: String,
-    pub timeout_ms: Option<u64>,
-    /// Bytes of output kept per stream in memory, the checkpoint and the journal.
-    #[serde(default)]
-    pub max_output: Option<u64>,
+pub struct Tool {
+    pub spec: rondo_env::ToolSpec,
+    /// The arguments' type: the `input { ... }` block, or the YAML spec's `input_schema`.
     pub input: Option<Type>,
+    /// The declaration's name, or the line importing it.
     pub span: Span,
-    pub origin: Option<PathBuf>,
+}
+
+impl Tool {
+    pub fn name(&self) -> &str {
+        &self.spec.tool_name
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -162,7 +149,8 @@ pub struct EnvSpec {
     pub workdir: Option<String>,
     pub env: BTreeMap<String, String>,
     pub network: Option<String>,
-    pub memory: Option<String>,
+    /// Bytes.
+    pub memory: Option<u64>,
     pub cpus: Option<f64>,
     pub pids: Option<u64>,
     pub tools: Vec<ToolId>,
@@ -575,6 +563,10 @@ impl Workflow {
 
     pub fn is_exit(&self, index: NodeIndex) -> bool {
         matches!(self.graph[index].kind, NodeKind::Exit(_))
+    }
+
+    pub fn provider_id(&self, name: &str) -> Option<ProviderId> {
+        self.providers.iter().position(|p| p.name() == name)
     }
 
     pub fn find_node(&self, name: &str) -> Option<NodeIndex> {

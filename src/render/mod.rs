@@ -38,10 +38,11 @@ fn role_detail(workflow: &Workflow, index: NodeIndex) -> Vec<String> {
     let mut lines = Vec::new();
     match &role.kind {
         RoleKind::Llm(l) => {
-            let provider = workflow.providers.get(l.provider).map_or_else(
-                || workflow.providers[workflow.default_provider].name.clone(),
-                |p| p.name.clone(),
-            );
+            let provider = workflow
+                .providers
+                .get(l.provider)
+                .unwrap_or(&workflow.providers[workflow.default_provider])
+                .name();
             lines.push(format!("llm · {provider}"));
         }
         RoleKind::Tool(t) => {
@@ -57,12 +58,12 @@ fn role_detail(workflow: &Workflow, index: NodeIndex) -> Vec<String> {
                 ToolAction::Tool { tool, .. } => workflow
                     .tools
                     .get(*tool)
-                    .map(|t| t.name.clone())
+                    .map(|t| t.name().to_string())
                     .unwrap_or_default(),
                 ToolAction::Choose { choices, .. } => choices
                     .iter()
                     .filter_map(|c| workflow.tools.get(*c))
-                    .map(|t| t.name.as_str())
+                    .map(|t| t.name())
                     .collect::<Vec<_>>()
                     .join("|"),
             };

@@ -21,12 +21,9 @@ const STANDARD_KEY_VARS: &[&str] = &["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEM
 pub fn for_workflow(workflow: &Workflow) -> Redactor {
     let mut key_vars: BTreeSet<String> = STANDARD_KEY_VARS.iter().map(|s| s.to_string()).collect();
     let mut url_vars = BTreeSet::new();
-    for spec in &workflow.providers {
-        key_vars.extend(spec.api_key_env.clone());
-        if let Ok(profile) = crate::compile::provider_profile(workflow, spec) {
-            key_vars.extend(profile.key_env().map(str::to_string));
-        }
-        url_vars.extend(spec.base_url_env.clone());
+    for p in &workflow.providers {
+        key_vars.extend(p.profile.key_env().map(str::to_string));
+        url_vars.extend(p.profile.base_url_env.clone());
     }
     let mut secrets: Vec<(String, String)> = key_vars
         .into_iter()

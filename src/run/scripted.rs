@@ -75,8 +75,8 @@ impl Script {
     pub fn from_yaml(path: &Path) -> Result<Script, String> {
         let text = crate::source::read_regular(path, crate::source::MAX_SOURCE_BYTES)
             .map_err(|e| format!("cannot read script {}: {e}", path.display()))?;
-        let parsed: YamlScript =
-            serde_saphyr::from_str(&text).map_err(|e| format!("script {}: {e}", path.display()))?;
+        let parsed: YamlScript = rondo_config::yaml::from_str(&text)
+            .map_err(|e| format!("script {}: {e}", path.display()))?;
         let mut script = Script {
             default: parsed.default,
             ..Script::default()

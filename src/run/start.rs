@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use rondo_provider::ProviderPool;
+use rondo_provider::{ProviderKind, ProviderPool};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -229,17 +229,17 @@ impl<'w> Interpreter<'w> {
             StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
         })?;
         let run_dir = layout.system.clone();
+        let scripted = |p: &&crate::compile::Provider| p.profile.kind == ProviderKind::Scripted;
         let profiles = workflow
             .providers
             .iter()
-            .filter(|p| p.kind != "scripted")
-            .map(|p| crate::compile::provider_profile(workflow, p))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(StartError::Setup)?;
+            .filter(|p| !scripted(p))
+            .map(|p| p.profile.clone())
+            .collect();
         let mut pool = ProviderPool::new(profiles).map_err(|e| StartError::Setup(e.to_string()))?;
-        let scripted: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel::new(script));
-        for p in workflow.providers.iter().filter(|p| p.kind == "scripted") {
-            pool.register_model(&p.name, scripted.clone());
+        let model: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel::new(script));
+        for p in workflow.providers.iter().filter(scripted) {
+            pool.register_model(p.name(), model.clone());
         }
         let mut profile_of = HashMap::new();
         for (index, role) in workflow.roles() {
@@ -247,7 +247,7 @@ impl<'w> Interpreter<'w> {
                 let name = options
                     .provider
                     .clone()
-                    .unwrap_or_else(|| workflow.providers[l.provider].name.clone());
+                    .unwrap_or_else(|| workflow.providers[l.provider].name().to_string());
                 profile_of.insert(index.index(), name);
             }
         }
@@ -451,6 +451,7 @@ fn provider_summaries(workflow: &Workflow) -> Vec<Value> {
     workflow
         .providers
         .iter()
+        .map(|p| &p.profile)
         .map(|p| json!({"name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url, "api_key_env": p.api_key_env}))
         .collect()
 }

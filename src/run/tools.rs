@@ -14,7 +14,7 @@ use tokio::sync::OnceCell;
 use super::events::Event;
 use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
-use crate::compile::{EnvKind, Show, ToolAction, ToolRole, ToolSpec, Workflow};
+use crate::compile::{EnvKind, Show, Tool, ToolAction, ToolRole, Workflow};
 use crate::prompt::render_str;
 
 pub struct Envs {
@@ -37,49 +37,38 @@ pub struct Envs {
     pub pending_events: Mutex<Vec<Event>>,
 }
 
-pub fn needs_install(spec: &ToolSpec) -> bool {
-    spec.source.is_some()
-        || spec.version.is_some()
-        || spec.py_standalone.is_some()
-        || spec.installation.is_some()
-}
-
 /// The command for a tool: through its installed environment, or its executable as is.
 fn tool_command(
     environment: &dyn Environment,
-    spec: &ToolSpec,
+    tool: &Tool,
     args: &[String],
 ) -> Result<ExecRequest, StepError> {
-    if !needs_install(spec) {
-        let mut line = spec.executable.clone();
+    if !tool.spec.needs_install() {
+        let mut line = tool.spec.executable.clone();
         for a in args {
             line.push(' ');
             line.push_str(&rondo_env::shell_quote(a));
         }
         return Ok(ExecRequest::new(Command::Shell(line)));
     }
-    match environment.tools().get(&spec.name) {
+    match environment.tools().get(tool.name()) {
         Some(installed) => Ok(installed.command(args)),
         None => Err(StepError::Failed(format!(
             "tool `{}` is not installed in its environment",
-            spec.name
+            tool.name()
         ))),
     }
 }
 
-pub fn env_tool_spec(spec: &ToolSpec) -> rondo_env::ToolSpec {
-    let mut t = rondo_env::ToolSpec::new(spec.name.clone(), spec.executable.clone());
-    t.version = spec.version.clone();
-    t.source = spec
-        .source
-        .as_ref()
-        .map(|p| std::fs::canonicalize(p).unwrap_or(p.clone()));
-    t.py_standalone = spec.py_standalone.clone();
-    t.setup_script = spec.setup_script.clone();
-    t.usage = spec.usage.clone();
-    t.timeout = spec.timeout_ms.map(|ms| ms.div_ceil(1000));
-    t.input_schema = spec.input.as_ref().map(|ty| ty.json_schema());
-    t
+/// The spec an environment installs: the source as an absolute path, and the argument
+/// type as the schema shown to the tool's users.
+fn install_spec(tool: &Tool) -> rondo_env::ToolSpec {
+    let mut spec = tool.spec.clone();
+    spec.source = spec.source.map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+    if spec.input_schema.is_none() {
+        spec.input_schema = tool.input.as_ref().map(|ty| ty.json_schema());
+    }
+    spec
 }
 
 impl Envs {
@@ -119,8 +108,8 @@ impl Envs {
                 (
                     e,
                     ids.iter()
-                        .filter(|&&i| needs_install(&workflow.tools[i]))
-                        .map(|&i| env_tool_spec(&workflow.tools[i]))
+                        .filter(|&&i| workflow.tools[i].spec.needs_install())
+                        .map(|&i| install_spec(&workflow.tools[i]))
                         .collect(),
                 )
             })
@@ -212,7 +201,7 @@ impl Envs {
                     config.env = spec.env.clone();
                     config.redactor = self.redactor.clone();
                     config.network = spec.network.clone().filter(|n| n != "none");
-                    config.memory_bytes = spec.memory.as_deref().and_then(parse_bytes);
+                    config.memory_bytes = spec.memory.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
                     config.cpus = spec.cpus;
                     config.pids_limit = spec.pids.map(|p| p as i64);
                     config.keep = self.keep;
@@ -357,21 +346,6 @@ fn tool_cache_dir() -> std::path::PathBuf {
     base.join("rondo").join("tools")
 }
 
-/// `512m`, `2g`, `1048576`.
-fn parse_bytes(text: &str) -> Option<i64> {
-    let t = text.trim().to_lowercase();
-    let (num, mult) = match t.chars().last()? {
-        'k' => (&t[..t.len() - 1], 1 << 10),
-        'm' => (&t[..t.len() - 1], 1 << 20),
-        'g' => (&t[..t.len() - 1], 1 << 30),
-        _ => (t.as_str(), 1),
-    };
-    num.trim_end_matches('b')
-        .parse::<i64>()
-        .ok()
-        .map(|n| n * mult)
-}
-
 fn arg_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -435,7 +409,7 @@ pub(super) async fn run_tool_role(
             (
                 request,
                 Some(*tool),
-                spec.name.clone(),
+                spec.name().to_string(),
                 Value::Array(values),
             )
         }
@@ -458,12 +432,9 @@ pub(super) async fn run_tool_role(
             let chosen_name = chosen.as_str().unwrap_or("").to_string();
             let Some(&tool) = choices
                 .iter()
-                .find(|&&t| workflow.tools[t].name == chosen_name)
+                .find(|&&t| workflow.tools[t].name() == chosen_name)
             else {
-                let known: Vec<&str> = choices
-                    .iter()
-                    .map(|&t| workflow.tools[t].name.as_str())
-                    .collect();
+                let known: Vec<&str> = choices.iter().map(|&t| workflow.tools[t].name()).collect();
                 let output = failed(
                     &chosen_name,
                     "unknown_tool",
@@ -480,9 +451,9 @@ pub(super) async fn run_tool_role(
                 && let Err(e) = ty.validate(&arguments)
             {
                 let output = failed(
-                    &spec.name,
+                    spec.name(),
                     "validation",
-                    format!("invalid arguments for `{}`: {e}", spec.name),
+                    format!("invalid arguments for `{}`: {e}", spec.name()),
                     arguments,
                 );
                 return Ok(RoleRun::plain(output));
@@ -499,15 +470,16 @@ pub(super) async fn run_tool_role(
                 other => vec![arg_text(other)],
             };
             let request = tool_command(environment.as_ref(), spec, &argv)?;
-            (request, Some(tool), spec.name.clone(), arguments)
+            (request, Some(tool), spec.name().to_string(), arguments)
         }
     };
     let mut request = request;
     let timeout = role
         .timeout_ms
-        .or_else(|| tool_id.and_then(|t| workflow.tools[t].timeout_ms))
-        .unwrap_or(300_000);
-    request.timeout = Some(Duration::from_millis(timeout));
+        .map(Duration::from_millis)
+        .or_else(|| tool_id.and_then(|t| workflow.tools[t].spec.timeout))
+        .unwrap_or(Duration::from_secs(300));
+    request.timeout = Some(timeout);
     // The same for a step run again after a crash: a tool can make itself idempotent.
     let step_id = match branch {
         Some(b) => format!("{}-{}.{b}", state.run_id, state.step + 1),
@@ -516,7 +488,7 @@ pub(super) async fn run_tool_role(
     request.env.insert("RONDO_STEP_ID".into(), step_id);
     request.max_output = role
         .max_output
-        .or_else(|| tool_id.and_then(|t| workflow.tools[t].max_output))
+        .or_else(|| tool_id.and_then(|t| workflow.tools[t].spec.max_output))
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     let log = match &role.log {
         Some(template) => {

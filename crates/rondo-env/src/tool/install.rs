@@ -56,7 +56,11 @@ impl InstalledTool {
             line.push_str(&shell_quote(a.as_ref()));
         }
         let mut req = ExecRequest::shell(line);
-        req.timeout = self.spec.timeout();
+        req.timeout = self.spec.timeout;
+        req.max_output = self
+            .spec
+            .max_output
+            .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
         req
     }
 
@@ -121,7 +125,7 @@ impl InstalledTools {
 
 pub(crate) fn installed_paths(spec: &ToolSpec, layout: &ToolLayout) -> InstalledTool {
     let name = &spec.tool_name;
-    let env_dir = (spec.py_standalone.is_some() || layout.always_venv)
+    let env_dir = (spec.needs_install() && (spec.py_standalone.is_some() || layout.always_venv))
         .then(|| format!("{}/{name}", layout.envs_root));
     let env_python = match &env_dir {
         Some(dir) => format!("{dir}/bin/python"),
@@ -287,7 +291,7 @@ pub(crate) async fn install_all(
     }
     std::fs::create_dir_all(log_dir).map_err(|e| EnvError::io(log_dir, e))?;
     let mut records = Vec::new();
-    for spec in specs {
+    for spec in specs.iter().filter(|s| s.needs_install()) {
         let tool = installed_paths(spec, layout);
         let name = &spec.tool_name;
         let mut n = 0;

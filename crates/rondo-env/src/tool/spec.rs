@@ -2,70 +2,121 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rondo_config::yaml::{Fields, Pos, struct_fields};
 use serde::{Deserialize, Serialize};
-use serde_saphyr::Spanned;
 
 /// How a tool is installed. Only pip is supported (as in the reference design).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum Installation {
     Pip,
 }
 
-/// A tool that roles can call: how to install it and how to run it.
-///
-/// Loaded from `config/tools/<name>.yaml` ([`ToolSpec::from_file`]) or built in code
-/// (a workflow may declare a tool inline); either way call [`ToolSpec::validate`].
+impl Installation {
+    /// The method a spec names (`pip`).
+    pub fn parse(name: &str) -> Option<Installation> {
+        (name.trim() == "pip").then_some(Installation::Pip)
+    }
+}
+
+impl TryFrom<String> for Installation {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        Installation::parse(&name).ok_or_else(|| {
+            format!("unknown installation method `{name}` (only `pip` is supported)")
+        })
+    }
+}
+
+/// A tool that roles can call: how to install it and how to run it. The one tool model:
+/// read from `config/tools/<name>.yaml` ([`ToolSpec::from_file`]) or built in code (a
+/// workflow's `tool` block); either way [`ToolSpec::validate`] decides whether it is sound.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ToolSpec {
+    #[serde(default)]
     pub tool_name: String,
     /// Only used when there is no `source`: pip installs `<tool_name>==<version>`.
+    #[serde(default)]
     pub version: Option<String>,
     /// A host folder copied to `/tools/<tool_name>`. Relative paths are resolved against the
     /// project root given to [`ToolSpec::from_file`].
+    #[serde(default)]
     pub source: Option<PathBuf>,
     /// A Python version ("3.11"): the tool gets its own virtual environment made with
     /// `python3.11 -m venv` (conda in the reference design).
+    #[serde(default)]
     pub py_standalone: Option<String>,
-    pub installation: Installation,
+    /// `None`: nothing to install; the executable is run as it is.
+    #[serde(default)]
+    pub installation: Option<Installation>,
     /// Shell script run after a successful install; may use `{{tool_name}}`, `{{tool_dir}}`,
-    /// `{{env_dir}}`, `{{env_bin}}`, `{{env_python}}`, `{{version}}`.
+    /// `{{env_dir}}`, `{{env_bin}}`, `{{env_python}}`, `{{version}}`, and nothing else.
+    #[serde(default)]
     pub setup_script: Option<String>,
     /// How the tool is called, run through its environment with the arguments appended.
+    #[serde(default)]
     pub executable: String,
     /// Appended to prompts.
+    #[serde(default)]
     pub usage: String,
-    /// Seconds a call may run.
-    pub timeout: Option<u64>,
+    /// How long a call may run (`30s`, `2m`, or a number of seconds).
+    #[serde(default, with = "rondo_config::duration::serde::option")]
+    pub timeout: Option<Duration>,
+    /// Bytes of output kept per stream (head and tail) of a call (`4MB`, or a number).
+    #[serde(default, with = "rondo_config::size::serde_option")]
+    pub max_output: Option<u64>,
     /// A JSON-Schema-like object describing the tool's arguments.
+    #[serde(default)]
     pub input_schema: Option<serde_json::Value>,
-    /// Where the spec came from, for error messages. `None` for specs built in code.
+    /// Where the spec was written, for error messages. `None` for specs built in code.
     #[serde(skip)]
     pub origin: Option<SpecOrigin>,
 }
 
-/// The spec file and the position of each field in it.
+/// The file a spec was written in and where each of its fields is.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SpecOrigin {
     pub file: PathBuf,
-    pub fields: Vec<(&'static str, u64, u64)>,
+    pub fields: Fields,
 }
 
 impl SpecOrigin {
-    fn position(&self, field: &str) -> Option<(u64, u64)> {
-        self.fields
-            .iter()
-            .find(|(f, _, _)| *f == field)
-            .map(|&(_, l, c)| (l, c))
+    fn position(&self, field: &str) -> Option<Pos> {
+        self.fields.value(field)
     }
+}
+
+/// What is wrong with a spec; each kind is one rule of [`ToolSpec::validate`] (or of reading
+/// the YAML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssueKind {
+    /// Not YAML, or a field of the wrong type.
+    Yaml,
+    UnknownField,
+    NoName,
+    BadName,
+    NoExecutable,
+    /// Something to install (`source`, `version`, `py_standalone`, `setup_script`) but no
+    /// `installation`.
+    NoInstallation,
+    /// `installation: pip` with neither `source` nor `version`.
+    NothingToInstall,
+    SourceMissing,
+    BadPython,
+    ZeroTimeout,
+    BadSchema,
+    BadSetupScript,
 }
 
 /// One problem with one field of a spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecIssue {
-    pub field: &'static str,
-    pub line: Option<u64>,
-    pub column: Option<u64>,
+    pub kind: IssueKind,
+    pub field: String,
+    /// Where the field is written, when the spec came from a file.
+    pub pos: Option<Pos>,
     pub message: String,
 }
 
@@ -76,13 +127,6 @@ pub enum SpecError {
         file: PathBuf,
         #[source]
         source: std::io::Error,
-    },
-    #[error("{}{}: invalid tool spec YAML: {message}", file.display(), fmt_pos(*line, *column))]
-    Yaml {
-        file: PathBuf,
-        line: Option<u64>,
-        column: Option<u64>,
-        message: String,
     },
     #[error("{}", fmt_invalid(file.as_deref(), tool, issues))]
     Invalid {
@@ -103,12 +147,8 @@ impl SpecError {
     }
 }
 
-fn fmt_pos(line: Option<u64>, column: Option<u64>) -> String {
-    match (line, column) {
-        (Some(l), Some(c)) => format!(":{l}:{c}"),
-        (Some(l), None) => format!(":{l}"),
-        _ => String::new(),
-    }
+fn fmt_pos(pos: Option<Pos>) -> String {
+    pos.map(|p| format!(":{p}")).unwrap_or_default()
 }
 
 fn fmt_invalid(file: Option<&Path>, tool: &str, issues: &[SpecIssue]) -> String {
@@ -118,39 +158,19 @@ fn fmt_invalid(file: Option<&Path>, tool: &str, issues: &[SpecIssue]) -> String 
     );
     let lines: Vec<String> = issues
         .iter()
-        .map(|i| {
-            format!(
-                "{file}{}: field `{}`: {}",
-                fmt_pos(i.line, i.column),
+        .map(|i| match i.kind {
+            IssueKind::Yaml => {
+                format!("{file}{}: invalid tool spec: {}", fmt_pos(i.pos), i.message)
+            }
+            _ => format!(
+                "{file}{}: field `{}` {}",
+                fmt_pos(i.pos),
                 i.field,
                 i.message
-            )
+            ),
         })
         .collect();
     lines.join("\n")
-}
-
-/// The YAML shape, with positions for error messages.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSpec {
-    tool_name: Spanned<String>,
-    #[serde(default)]
-    version: Option<Spanned<String>>,
-    #[serde(default)]
-    source: Option<Spanned<String>>,
-    #[serde(default)]
-    py_standalone: Option<Spanned<String>>,
-    installation: Spanned<String>,
-    #[serde(default)]
-    setup_script: Option<Spanned<String>>,
-    executable: Spanned<String>,
-    #[serde(default)]
-    usage: Option<Spanned<String>>,
-    #[serde(default)]
-    timeout: Option<Spanned<u64>>,
-    #[serde(default)]
-    input_schema: Option<Spanned<serde_json::Value>>,
 }
 
 pub(crate) const TEMPLATE_VARS: &[&str] = &[
@@ -163,21 +183,27 @@ pub(crate) const TEMPLATE_VARS: &[&str] = &[
 ];
 
 impl ToolSpec {
-    /// A minimal spec built in code; set the other fields directly.
+    /// A minimal spec built in code (nothing to install); set the other fields directly.
     pub fn new(tool_name: impl Into<String>, executable: impl Into<String>) -> Self {
         ToolSpec {
             tool_name: tool_name.into(),
             version: None,
             source: None,
             py_standalone: None,
-            installation: Installation::Pip,
+            installation: None,
             setup_script: None,
             executable: executable.into(),
             usage: String::new(),
             timeout: None,
+            max_output: None,
             input_schema: None,
             origin: None,
         }
+    }
+
+    /// Whether the tool is installed into its environment before it runs.
+    pub fn needs_install(&self) -> bool {
+        self.installation.is_some()
     }
 
     /// Parse and validate a spec file. A relative `source` is resolved against `project_root`.
@@ -189,141 +215,159 @@ impl ToolSpec {
         Self::from_yaml(&text, path, project_root)
     }
 
-    /// Parse and validate spec text; `file` is only used in messages.
+    /// Parse and validate spec text; `file` is only used in messages. Every problem is
+    /// reported, each with its line and column.
     pub fn from_yaml(text: &str, file: &Path, project_root: &Path) -> Result<Self, SpecError> {
-        let raw: RawSpec = serde_saphyr::from_str(text).map_err(|e| {
-            let loc = e.location();
-            SpecError::Yaml {
-                file: file.to_path_buf(),
-                line: loc.map(|l| l.line()),
-                column: loc.map(|l| l.column()),
-                message: e.to_string(),
-            }
-        })?;
-        let mut origin = SpecOrigin {
-            file: file.to_path_buf(),
-            fields: Vec::new(),
+        let spec = Self::parse_yaml(text, file, project_root)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// [`ToolSpec::from_yaml`] without [`ToolSpec::validate`]: a spec of the right shape,
+    /// sound or not, with the positions of its fields.
+    pub fn parse_yaml(text: &str, file: &Path, project_root: &Path) -> Result<Self, SpecError> {
+        let invalid = |issues| SpecError::Invalid {
+            file: Some(file.to_path_buf()),
+            tool: String::new(),
+            issues,
         };
-        let mut at = |field: &'static str, loc: &serde_saphyr::Location| {
-            origin.fields.push((field, loc.line(), loc.column()));
+        let yaml_issue = |e: rondo_config::YamlError| SpecIssue {
+            kind: IssueKind::Yaml,
+            field: String::new(),
+            pos: e.pos,
+            message: e.message,
         };
-        at("tool_name", &raw.tool_name.referenced);
-        at("installation", &raw.installation.referenced);
-        at("executable", &raw.executable.referenced);
-        let mut issues = Vec::new();
-        let installation = match raw.installation.value.trim() {
-            "pip" => Installation::Pip,
-            other => {
-                issues.push(SpecIssue {
-                    field: "installation",
-                    line: Some(raw.installation.referenced.line()),
-                    column: Some(raw.installation.referenced.column()),
-                    message: format!(
-                        "unknown installation method `{other}` (only `pip` is supported)"
-                    ),
-                });
-                Installation::Pip
-            }
-        };
-        macro_rules! opt {
-            ($field:ident) => {
-                raw.$field.map(|s| {
-                    at(stringify!($field), &s.referenced);
-                    s.value
-                })
-            };
+        let fields: Fields =
+            rondo_config::yaml::from_str(text).map_err(|e| invalid(vec![yaml_issue(e)]))?;
+        let known = struct_fields::<ToolSpec>();
+        let unknown: Vec<SpecIssue> = fields
+            .unknown(known, &[])
+            .map(|(f, _)| SpecIssue {
+                kind: IssueKind::UnknownField,
+                field: f.path.clone(),
+                pos: Some(f.key),
+                message: format!("unknown field (fields: {})", known.join(", ")),
+            })
+            .collect();
+        if !unknown.is_empty() {
+            return Err(invalid(unknown));
         }
-        let version = opt!(version);
-        let source = opt!(source).map(|s| {
-            let p = PathBuf::from(s);
-            if p.is_absolute() {
-                p
-            } else {
-                project_root.join(p)
+        let mut spec: ToolSpec =
+            rondo_config::yaml::from_str(text).map_err(|e| invalid(vec![yaml_issue(e)]))?;
+        // The reference design's specs write `None` for an absent source or Python.
+        for field in [&mut spec.py_standalone, &mut spec.version] {
+            if field
+                .as_deref()
+                .is_some_and(|v| v.is_empty() || v == "None")
+            {
+                *field = None;
             }
+        }
+        spec.source = spec
+            .source
+            .filter(|s| !s.as_os_str().is_empty() && s.as_os_str() != "None")
+            .map(|s| project_root.join(s));
+        spec.origin = Some(SpecOrigin {
+            file: file.to_path_buf(),
+            fields,
         });
-        let py_standalone = opt!(py_standalone);
-        let setup_script = opt!(setup_script);
-        let usage = opt!(usage).unwrap_or_default();
-        let timeout = opt!(timeout);
-        let input_schema = opt!(input_schema);
-        let spec = ToolSpec {
-            tool_name: raw.tool_name.value,
-            version,
-            source,
-            py_standalone,
-            installation,
-            setup_script,
-            executable: raw.executable.value,
-            usage,
-            timeout,
-            input_schema,
-            origin: Some(origin),
-        };
-        spec.check(issues)?;
         Ok(spec)
     }
 
     /// Check the fields (and that `source` exists); every problem is reported at once.
     pub fn validate(&self) -> Result<(), SpecError> {
-        self.check(Vec::new())
-    }
-
-    fn check(&self, mut issues: Vec<SpecIssue>) -> Result<(), SpecError> {
-        let mut issue = |field: &'static str, message: String| {
+        let mut issues = Vec::new();
+        let mut issue = |kind, field: &str, message: String| {
             let pos = self.origin.as_ref().and_then(|o| o.position(field));
             issues.push(SpecIssue {
-                field,
-                line: pos.map(|p| p.0),
-                column: pos.map(|p| p.1),
+                kind,
+                field: field.to_string(),
+                pos,
                 message,
             });
         };
-        let name_ok = !self.tool_name.is_empty()
-            && self
+        if self.tool_name.is_empty() {
+            issue(
+                IssueKind::NoName,
+                "tool_name",
+                "is missing (every spec names its tool)".into(),
+            );
+        } else if self.tool_name.starts_with('.')
+            || !self
                 .tool_name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            && !self.tool_name.starts_with('.');
-        if !name_ok {
+        {
             issue(
+                IssueKind::BadName,
                 "tool_name",
                 format!(
-                    "`{}` is not a valid tool name (letters, digits, `-`, `_`, `.`)",
+                    "is `{}`, not a tool name (letters, digits, `-`, `_`, `.`)",
                     self.tool_name
                 ),
             );
         }
-        match &self.source {
-            Some(src) if !src.is_dir() => issue(
+        if self.executable.trim().is_empty() {
+            issue(IssueKind::NoExecutable, "executable", "is empty".into());
+        }
+        let to_install = [
+            ("source", self.source.is_some()),
+            ("version", self.version.is_some()),
+            ("py_standalone", self.py_standalone.is_some()),
+            ("setup_script", self.setup_script.is_some()),
+        ];
+        match self.installation {
+            None => {
+                if let Some((field, _)) = to_install.iter().find(|(_, set)| *set) {
+                    issue(
+                        IssueKind::NoInstallation,
+                        "installation",
+                        format!("is missing though the tool has a `{field}` to install"),
+                    );
+                }
+            }
+            Some(Installation::Pip) => {
+                if self.source.is_none()
+                    && self.version.as_deref().is_none_or(|v| v.trim().is_empty())
+                {
+                    issue(
+                        IssueKind::NothingToInstall,
+                        "installation",
+                        "is `pip` but neither `source` nor `version` says what to install".into(),
+                    );
+                }
+            }
+        }
+        if let Some(src) = &self.source
+            && !src.is_dir()
+        {
+            issue(
+                IssueKind::SourceMissing,
                 "source",
-                format!("source folder {} does not exist", src.display()),
-            ),
-            None if self.version.as_deref().is_none_or(|v| v.trim().is_empty()) => issue(
-                "version",
-                "a version is required when there is no `source` (pip installs <tool_name>==<version>)"
-                    .into(),
-            ),
-            _ => {}
+                format!("names `{}`, which is not a folder", src.display()),
+            );
         }
         if let Some(v) = &self.py_standalone
             && !is_python_version(v)
         {
             issue(
+                IssueKind::BadPython,
                 "py_standalone",
-                format!("`{v}` is not a Python version like \"3.11\" (quote it in YAML)"),
+                format!("is `{v}`, not a Python version (`3` or `3.N`, such as \"3.11\")"),
             );
         }
-        if self.executable.trim().is_empty() {
-            issue("executable", "must not be empty".into());
-        }
-        if self.timeout == Some(0) {
-            issue("timeout", "must be at least 1 second".into());
+        if self.timeout == Some(Duration::ZERO) {
+            issue(
+                IssueKind::ZeroTimeout,
+                "timeout",
+                "must be more than 0".into(),
+            );
         }
         if let Some(schema) = &self.input_schema
             && !schema.is_object()
         {
             issue(
+                IssueKind::BadSchema,
                 "input_schema",
                 "must be a mapping (a JSON-Schema-like object)".into(),
             );
@@ -331,12 +375,16 @@ impl ToolSpec {
         if let Some(script) = &self.setup_script
             && let Err(msg) = render_template(script, &|_| Some(String::new()))
         {
-            issue("setup_script", msg);
+            issue(
+                IssueKind::BadSetupScript,
+                "setup_script",
+                format!("is not a script the installer can render: {msg}"),
+            );
         }
         if issues.is_empty() {
             Ok(())
         } else {
-            issues.sort_by_key(|i| i.line.unwrap_or(u64::MAX));
+            issues.sort_by_key(|i| i.pos.map_or(u64::MAX, |p| p.line));
             Err(SpecError::Invalid {
                 file: self.origin.as_ref().map(|o| o.file.clone()),
                 tool: self.tool_name.clone(),
@@ -345,22 +393,14 @@ impl ToolSpec {
         }
     }
 
-    /// The call timeout, if the spec sets one.
-    pub fn timeout(&self) -> Option<Duration> {
-        self.timeout.map(Duration::from_secs)
-    }
-
     /// `path:line:column: field `x`` for messages about a field (install failures).
     pub fn locate(&self, field: &str) -> String {
         match &self.origin {
-            Some(o) => {
-                let pos = o.position(field);
-                format!(
-                    "{}{}: field `{field}`",
-                    o.file.display(),
-                    fmt_pos(pos.map(|p| p.0), pos.map(|p| p.1))
-                )
-            }
+            Some(o) => format!(
+                "{}{}: field `{field}`",
+                o.file.display(),
+                fmt_pos(o.position(field))
+            ),
             None => format!("tool `{}` (inline): field `{field}`", self.tool_name),
         }
     }
@@ -381,19 +421,38 @@ fn is_python_version(v: &str) -> bool {
         && parts[0] == "3"
 }
 
-/// Replace `{{ name }}` placeholders; an unknown name or an unclosed `{{` is an error.
+/// The one renderer of `setup_script`: each `{{ name }}` is replaced by a variable of
+/// [`TEMPLATE_VARS`]. Anything else between `{{` and `}}` (a filter, an expression), an
+/// unclosed `{{`, or a `{%` block is an error, so a script is never run other than written.
 pub(crate) fn render_template(
     template: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, String> {
+    let line_of = |rest: &str| {
+        template[..template.len() - rest.len()]
+            .matches('\n')
+            .count()
+            + 1
+    };
+    if let Some(at) = template.find("{%") {
+        return Err(format!(
+            "line {} of the script: `{{%` blocks are not supported; a setup script only \
+             substitutes `{{{{ name }}}}` ({})",
+            line_of(&template[at..]),
+            TEMPLATE_VARS.join(", ")
+        ));
+    }
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(start) = rest.find("{{") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after
-            .find("}}")
-            .ok_or_else(|| "unclosed `{{` in template".to_string())?;
+        let end = after.find("}}").ok_or_else(|| {
+            format!(
+                "line {} of the script: unclosed `{{{{`",
+                line_of(&rest[start..])
+            )
+        })?;
         let name = after[..end].trim();
         let value = TEMPLATE_VARS
             .contains(&name)
@@ -401,7 +460,8 @@ pub(crate) fn render_template(
             .flatten()
             .ok_or_else(|| {
                 format!(
-                    "unknown template variable `{{{{{name}}}}}` (known: {})",
+                    "line {} of the script: `{{{{ {name} }}}}` is not a template variable (known: {})",
+                    line_of(&rest[start..]),
                     TEMPLATE_VARS.join(", ")
                 )
             })?;
@@ -460,6 +520,15 @@ mod tests {
                 .contains("nope")
         );
         assert!(render_template("{{tool_dir", &f).is_err());
+        // What a tera template would do differently is refused, never run as written.
+        let e = render_template("echo\n{{ tool_dir | upper }}", &f).unwrap_err();
+        assert!(e.starts_with("line 2 of the script"), "{e}");
+        assert!(render_template("{% if version %}pip{% endif %}", &f).is_err());
+        // Shell's own braces are left alone.
+        assert_eq!(
+            render_template("n=${#args[@]}; echo ${x%.py}", &f).unwrap(),
+            "n=${#args[@]}; echo ${x%.py}"
+        );
     }
 
     #[test]

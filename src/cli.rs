@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::check::{self, CheckOptions};
-use crate::compile;
 use crate::diagnostics::{self, Diagnostic, Diagnostics};
 use crate::render;
 use crate::run::{self, Interpreter, RunOptions, progress};
@@ -127,6 +126,10 @@ pub enum Command {
         /// Keep Docker containers after the run, for debugging.
         #[arg(long)]
         keep_env: bool,
+        /// Run local tools even where the kernel cannot confine them (no Landlock): they
+        /// can then write anything you can, the run's records included.
+        #[arg(long, env = "RONDO_UNCONFINED_TOOLS", value_parser = clap::builder::FalseyValueParser::new())]
+        unconfined_tools: bool,
         /// Write no run directory files (benchmarks).
         #[arg(long)]
         no_checkpoint: bool,
@@ -140,6 +143,9 @@ pub enum Command {
         run: PathBuf,
         #[arg(long, short)]
         quiet: bool,
+        /// Run local tools even where the kernel cannot confine them (see `rondo run --help`).
+        #[arg(long, env = "RONDO_UNCONFINED_TOOLS", value_parser = clap::builder::FalseyValueParser::new())]
+        unconfined_tools: bool,
     },
     /// Show a finished or stopped run step by step.
     #[command(
@@ -230,6 +236,7 @@ pub fn main_entry() -> i32 {
             run_id,
             workspace,
             keep_env,
+            unconfined_tools,
             no_checkpoint,
             quiet,
         } => {
@@ -245,10 +252,22 @@ pub fn main_entry() -> i32 {
                 checkpoints: !no_checkpoint,
                 progress: progress_mode(quiet),
                 keep_env,
+                unconfined_tools,
             };
             cmd_run(&file, options)
         }
-        Command::Resume { run, quiet } => cmd_resume(&run, progress_mode(quiet)),
+        Command::Resume {
+            run,
+            quiet,
+            unconfined_tools,
+        } => cmd_resume(
+            &run,
+            RunOptions {
+                progress: progress_mode(quiet),
+                unconfined_tools,
+                ..RunOptions::default()
+            },
+        ),
         Command::Replay { run, full } => cmd_replay(&run, full),
         Command::Runs { run_dir, workspace } => cmd_runs(
             &workspace
@@ -333,7 +352,7 @@ fn cmd_run(path: &std::path::Path, options: RunOptions) -> i32 {
     })
 }
 
-fn cmd_resume(run_path: &std::path::Path, mode: progress::Mode) -> i32 {
+fn cmd_resume(run_path: &std::path::Path, options: RunOptions) -> i32 {
     let info = match run::rundir::read_info(run_path) {
         Ok(i) => i,
         Err(e) => {
@@ -344,10 +363,6 @@ fn cmd_resume(run_path: &std::path::Path, mode: progress::Mode) -> i32 {
     let workflow = match compiled_or_report(&info.workflow_path) {
         Ok(w) => w,
         Err(code) => return code,
-    };
-    let options = RunOptions {
-        progress: mode,
-        ..RunOptions::default()
     };
     runtime().block_on(async {
         match Interpreter::resume(&workflow, run_path, &options) {
@@ -393,8 +408,9 @@ fn cmd_runs(root: &std::path::Path) -> i32 {
         "tokens"
     );
     for info in rows {
-        let steps = run::rundir::read_state(&root.join(&info.run_id))
-            .map(|s| s.step)
+        let steps = run::rundir::read_checkpoint(&root.join(&info.run_id))
+            .ok()
+            .and_then(|s| s["step"].as_u64())
             .unwrap_or(0);
         let status = if info.status == "running" {
             "crashed?".to_string()
@@ -455,30 +471,22 @@ fn cmd_test(files: &[PathBuf], filter: Option<&str>, run_dir: Option<PathBuf>) -
 pub fn load_checked(
     path: &std::path::Path,
     options: &CheckOptions,
-) -> Result<(SourceFile, compile::Workflow, Diagnostics, check::Summary), String> {
+) -> Result<(SourceFile, check::Loaded), String> {
     let file = match SourceFile::read(path) {
         Ok(file) => file,
         Err(e) => {
             let Some((text, span, label)) = e.bad_byte() else {
                 return Err(format!("cannot read {}: {e}", path.display()));
             };
-            // Nothing else is checked: what the other stages would say of the mangled text
-            // follows from this one fault.
             let mut diags = Diagnostics::default();
             diags.push(
                 Diagnostic::not_utf8(format_args!("`{}`", path.display())).label(span, label),
             );
-            let (nothing, _) = compile::load(&SourceFile::new(path, ""));
-            let file = SourceFile::new(path, text);
-            return Ok((file, nothing, diags, check::Summary::default()));
+            return Ok((SourceFile::new(path, text), check::unreadable(diags)));
         }
     };
-    let (ast, workflow, mut diags) = compile::load_keeping_ast(&file);
-    // Every caller only needs the workflow; the tree is left for the process exit.
-    std::mem::forget(ast);
-    let (more, summary) = check::check(&workflow, diags.has_errors(), options);
-    diags.extend(more);
-    Ok((file, workflow, diags, summary))
+    let loaded = check::load(&file, options);
+    Ok((file, loaded))
 }
 
 fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offline: bool) -> i32 {
@@ -488,11 +496,12 @@ fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offli
     let mut json_out = Vec::new();
     for path in files {
         let (file, diags, summary) = match load_checked(path, &options) {
-            Ok((file, workflow, diags, summary)) => {
-                // Freeing a large graph node by node only delays the exit: the process
-                // ends right after reporting, and the OS takes the memory back at once.
-                std::mem::forget(workflow);
-                (file, diags, summary)
+            Ok((file, loaded)) => {
+                // Freeing a large tree and graph node by node only delays the exit: the
+                // process ends right after reporting, and the OS takes the memory back at once.
+                std::mem::forget(loaded.ast);
+                std::mem::forget(loaded.checked);
+                (file, loaded.diagnostics, loaded.summary)
             }
             Err(e) => {
                 errln!("error: {e}");
@@ -547,23 +556,24 @@ fn cmd_check(files: &[PathBuf], format: OutputFormat, deny_warnings: bool, offli
     code
 }
 
-fn compiled_or_report(path: &std::path::Path) -> Result<compile::Workflow, i32> {
+fn compiled_or_report(path: &std::path::Path) -> Result<check::Checked, i32> {
     let options = CheckOptions { offline: true };
     match load_checked(path, &options) {
-        Ok((file, workflow, diags, _)) => {
-            if diags.has_errors() {
+        Ok((file, loaded)) => {
+            // Every caller only needs the workflow; the tree is left for the process exit.
+            std::mem::forget(loaded.ast);
+            loaded.checked.map_err(|_| {
                 let color = std::io::stderr().is_terminal();
                 err!(
                     "{}",
-                    diagnostics::render_human(&file, &diags.sorted(), color, 100)
+                    diagnostics::render_human(&file, &loaded.diagnostics.sorted(), color, 100)
                 );
                 errln!(
                     "x {}: fix the errors above first (rondo check)",
                     path.display()
                 );
-                return Err(1);
-            }
-            Ok(workflow)
+                1
+            })
         }
         Err(e) => {
             errln!("error: {e}");
@@ -608,7 +618,7 @@ fn cmd_dump(path: &std::path::Path) -> i32 {
         Ok(workflow) => {
             outln!(
                 "{}",
-                serde_json::to_string_pretty(&workflow).unwrap_or_default()
+                serde_json::to_string_pretty(&*workflow).unwrap_or_default()
             );
             0
         }

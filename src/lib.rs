@@ -1,8 +1,9 @@
 //! Rondo: a workflow engine for LLM-agent systems.
 //!
 //! Pipeline: source → [`syntax`] (Ast with spans) → [`compile`] (Workflow: a petgraph
-//! graph, names resolved to indices) → [`check`] (Diagnostics) → `run` (the
-//! interpreter, which sees only the Workflow). [`render`] draws the compiled graph.
+//! graph, names resolved to indices) → [`check`] (Diagnostics, and a
+//! [`Checked`](check::Checked) workflow when there is no error) → `run` (the
+//! interpreter, which runs only a checked workflow). [`render`] draws the compiled graph.
 
 pub mod check;
 pub mod compile;

@@ -223,7 +223,7 @@ fn replies_are_bounded_and_never_recurse() {
     std::fs::write(d.join("reply.rondo"), source).unwrap();
     for (reply, needle) in [
         ("[".repeat(1_000_000), "levels deep"),
-        ("{\"a\": 1}".repeat(300_000), "more than max_reply"),
+        ("{\"a\": 1}".repeat(300_000), "longer than max_reply"),
     ] {
         let script = serde_json::json!({"replies": {"answer": reply}}).to_string();
         std::fs::write(d.join("script.yaml"), script).unwrap();
@@ -299,4 +299,54 @@ fn an_over_long_tool_argument_is_a_failed_tool_result() {
     assert_exit(&out, 1, "");
     let state = std::fs::read_to_string(d.join("runs/r/state.json")).unwrap();
     assert!(state.contains("argument list too long"));
+}
+
+/// An OpenAI-compatible server whose reply body never ends: `rondo run` stops reading it
+/// soon after the role's `max_reply`, keeps a cut, marked reply and goes on. The server
+/// counts what the client let it send.
+#[test]
+fn an_endless_reply_body_is_read_no_further_than_max_reply() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut sock, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 8192];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = sock.read(&mut buf).unwrap();
+            request.extend_from_slice(&buf[..n]);
+        }
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"id\":\"x\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"";
+        let mut sent = 0u64;
+        let unit = "a".repeat(64 * 1024);
+        let _ = sock.write_all(head.as_bytes());
+        while sent < 1 << 30 && sock.write_all(unit.as_bytes()).is_ok() {
+            sent += unit.len() as u64;
+        }
+        sent
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("prompts")).unwrap();
+    std::fs::write(d.join("prompts/ask.tera"), "Talk").unwrap();
+    let source = format!(
+        "provider local {{\n  kind = \"openai-compatible\"\n  model = \"m\"\n  base_url = \"http://127.0.0.1:{port}/v1\"\n}}\n{}",
+        workflow(
+            "  prompts = \"prompts\"",
+            "role talk: llm {\n  prompt = \"ask.tera\"\n  max_reply = \"256KB\"\n  output text\n}\nstart -> talk\ntalk -> success",
+        )
+    );
+    std::fs::write(d.join("talk.rondo"), source).unwrap();
+    let out = run(d, "talk.rondo", &["--provider", "local"]);
+    assert_exit(&out, 0, "");
+    let sent = server.join().unwrap();
+    // The client's socket buffers hold a few MiB at most; the body was 1 GiB.
+    assert!(sent < 8 << 20, "the server sent {sent} bytes");
+    let events = std::fs::read_to_string(d.join("runs/r/events.jsonl")).unwrap();
+    assert!(
+        events.contains("the rest cut: the reply is longer than max_reply = 262144"),
+        "{}",
+        &events[..events.len().min(4000)]
+    );
 }

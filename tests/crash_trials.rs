@@ -134,7 +134,7 @@ fn files(dir: &Path, base: &Path, out: &mut BTreeMap<String, String>, temps: &mu
 
 fn result_of(dir: &Path) -> Result {
     let info = rundir::read_info(dir).expect("run.json");
-    let state = rundir::read_state(dir).expect("checkpoint");
+    let state = rundir::read_checkpoint(dir).expect("checkpoint");
     // Artifacts are the workspace's; temporary files are looked for in both areas.
     let mut artifacts = BTreeMap::new();
     let mut temps = Vec::new();
@@ -149,7 +149,7 @@ fn result_of(dir: &Path) -> Result {
     Result {
         exit: info.exit,
         status: info.status,
-        path: state.path,
+        path: serde_json::from_value(state["path"].clone()).expect("the checkpoint's path"),
         artifacts,
     }
 }

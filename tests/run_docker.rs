@@ -193,3 +193,124 @@ fn a_workspace_mount_replaced_by_a_link_out_is_refused_at_run_time() {
         .unwrap();
     assert!(String::from_utf8_lossy(&left_over.stdout).trim().is_empty());
 }
+
+const SLOW: &str = r#"
+workflow slow {
+  limits {
+    max_wall_time = 8s
+  }
+}
+environment box {
+  kind = "docker"
+  image = "rondo-test-base:latest"
+  mounts = ["w:/w:rw"]
+}
+role warm: tool { env = box  command = ["true"] }
+role slow: tool { env = box  command = ["sh", "-c", "touch /w/started; sleep 600"] }
+role after: tool { env = box  command = ["true"] }
+start -> warm
+warm -> slow
+slow -> after
+after -> done
+exit done
+"#;
+
+/// The run's wall time runs out in the middle of a long tool step in Docker: the step's
+/// processes in the container are killed (the container is kept here, so it can be
+/// looked into), the run ends at `limit`, and its records are whole.
+#[test]
+fn the_wall_time_kills_a_long_docker_step() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = tmp.path().join("slow.rondo");
+    std::fs::write(&wf, SLOW).unwrap();
+    let (out, run) = common::run_with(&wf, "wall-test", &["--keep-env"]);
+    let containers = Command::new("docker")
+        .args(["ps", "-q", "--filter", "label=rondo.run_id=wall-test"])
+        .output()
+        .unwrap();
+    let containers = String::from_utf8_lossy(&containers.stdout).to_string();
+    let ps = |id: &str| {
+        let top = Command::new("docker").args(["top", id]).output().unwrap();
+        String::from_utf8_lossy(&top.stdout).to_string()
+    };
+    let tops: Vec<String> = containers.lines().map(ps).collect();
+    for id in containers.lines() {
+        let _ = Command::new("docker").args(["rm", "-f", id]).output();
+    }
+    assert_eq!(out.status.code(), Some(3), "{}", common::stderr(&out));
+    assert!(
+        run.join("workspace/w/started").exists(),
+        "the slow step never ran"
+    );
+    assert_eq!(containers.lines().count(), 1, "the kept container");
+    for top in tops {
+        assert!(!top.contains("sleep 600"), "the step still runs:\n{top}");
+    }
+    let info = common::json(run.join("run.json"));
+    assert_eq!(info["exit"], "limit");
+    assert!(
+        info["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("during `slow`")
+            || std::fs::read_to_string(run.join("events.jsonl"))
+                .unwrap()
+                .contains("during `slow`")
+    );
+    let state = common::json(run.join("state.json"));
+    assert_eq!(state["path"].as_array().map(Vec::len), Some(1), "{state}");
+    let replay = rondo(&["replay", run.to_str().unwrap()]);
+    common::assert_success(&replay);
+    assert!(String::from_utf8_lossy(&replay.stdout).contains("warm"));
+}
+
+const LONG_ARG: &str = r#"
+workflow long {
+  input a: string
+  input b: string
+}
+environment box {
+  kind = "docker"
+  image = "rondo-test-base:latest"
+}
+role echo: tool { env = box  command = ["echo", "{{ input.a }}{{ input.b }}"] }
+start -> echo
+echo -> done when echo.ok
+echo -> failed otherwise
+exit done
+exit failed { code = 1 }
+"#;
+
+/// An argument past the OS limit in Docker is the tool's failure, seen like any other
+/// failed tool result, not an error of the run.
+#[test]
+fn an_over_long_argument_in_docker_is_a_failed_tool_result() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = tmp.path().join("long.rondo");
+    std::fs::write(&wf, LONG_ARG).unwrap();
+    let half = "x".repeat(100_000);
+    let (a, b) = (format!("a={half}"), format!("b={half}"));
+    let (out, run) = common::run_with(&wf, "long-test", &["--input", &a, "--input", &b]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    let call = common::of_kind(&common::events(&run), "tool_call")
+        .into_iter()
+        .find(|e| e["role"] == "echo")
+        .unwrap();
+    assert_eq!(call["result"]["exit_code"], 126, "{}", call["result"]);
+    assert!(
+        call["result"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("rgument list too long"),
+        "{}",
+        call["result"]["stderr"]
+    );
+}

@@ -535,3 +535,292 @@ exit success
     assert!(!tmp.path().join("missing").exists());
     assert!(!tmp.path().join("p/.rondo/.rondo").exists());
 }
+
+/// What the attack script (`ATTACK`) reports: one line per write that got through.
+const ATTACK: &str = r#"#!/bin/sh
+# $1: a folder outside the workspace (the user's home); $2: the run's system area,
+# relative to the working directory.
+sys="$2"
+try() { ( eval "$2" ) 2>/dev/null && echo "ESCAPED: $1"; }
+try "overwrite the journal" "echo x > $sys/events.jsonl"
+try "append to the journal" "echo x >> $sys/events.jsonl"
+try "empty the journal" ": > $sys/events.jsonl"
+try "remove the checkpoint" "rm -f $sys/state.json; [ ! -e $sys/state.json ]"
+try "rename the run record" "mv $sys/run.json run.json"
+try "write through a link" "ln -sfn $sys/events.jsonl link && echo x > link"
+try "hard-link the journal" "ln $sys/events.jsonl hard && echo x >> hard"
+try "write the home folder" "echo x > '$1/.profile'"
+try "write /tmp" "echo x > /tmp/rondo-escaped-$$"
+echo mine > mine.txt
+echo tmp > "$TMPDIR/t" && cat "$TMPDIR/t"
+"#;
+
+/// The attack script and a "home" folder beside the workspace, in `dir`.
+fn attack_kit(dir: &Path) -> (PathBuf, PathBuf) {
+    let script = dir.join("attack.sh");
+    std::fs::write(&script, ATTACK).unwrap();
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    (script, home)
+}
+
+/// The `attack` tool's stdout.
+fn attack_report(system: &Path) -> String {
+    of_kind(&events(system), "tool_call")
+        .into_iter()
+        .find(|e| e["role"] == "attack")
+        .map(|e| e["result"]["stdout"].as_str().unwrap().to_string())
+        .unwrap()
+}
+
+const SANDBOXED: &str = r#"
+workflow sandboxed {
+  input script: string
+  input home: string
+  input sys: string
+  input hold: string = "0"
+}
+role attack: tool { command = ["sh", "{{ input.script }}", "{{ input.home }}", "{{ input.sys }}"] }
+role hold: tool { command = ["sh", "-c", "[ -e held ] || { touch held; echo $$ > hold.pid; sleep $0; }", "{{ input.hold }}"] }
+role last: tool { command = ["sh", "-c", "cat mine.txt"] }
+start -> attack
+attack -> hold
+hold -> last
+last -> success
+exit success
+"#;
+
+/// Local tools are confined (Landlock): a tool that climbs out of its working directory
+/// to the run's records, through a link, into the user's home or `/tmp` is denied; the
+/// journal, checkpoint and run record stay whole, and a run killed afterwards resumes
+/// and replays. What the tool writes in the workspace and in its `TMPDIR` is kept.
+#[test]
+fn a_local_tool_cannot_write_the_system_area_or_outside_its_workspace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (script, home) = attack_kit(tmp.path());
+    let wf = write_workflow(tmp.path(), SANDBOXED);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .args([
+            "run",
+            "-q",
+            wf.to_str().unwrap(),
+            "--run-dir",
+            "runs",
+            "--run-id",
+            "r",
+        ])
+        .args(["--input", &format!("script={}", script.display())])
+        .args(["--input", &format!("home={}", home.display())])
+        .args(["--input", "sys=..", "--input", "hold=60"])
+        .current_dir(tmp.path())
+        .spawn()
+        .unwrap();
+    let system = tmp.path().join("runs/r");
+    let pid_file = system.join("workspace/hold.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&pid_file).map_or(true, |p| !p.ends_with('\n')) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hold step never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A crash in the step after the attack.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let hold: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: signalling a process group has no memory-safety preconditions.
+    unsafe { libc::killpg(hold, libc::SIGKILL) };
+
+    assert_eq!(attack_report(&system), "tmp\n", "every escape is denied");
+    let all = events(&system);
+    assert_eq!(all[0]["event"], "run_start");
+    assert!(system.join("state.json").is_file() && system.join("run.json").is_file());
+    assert!(!home.join(".profile").exists());
+    assert_eq!(
+        std::fs::read_to_string(system.join("workspace/mine.txt")).unwrap(),
+        "mine\n"
+    );
+
+    let resumed = rondo_in(tmp.path(), &["resume", "-q", system.to_str().unwrap()]);
+    assert_ok(&resumed);
+    assert_eq!(json(system.join("run.json"))["exit"], "success");
+    let last = of_kind(&events(&system), "tool_call")
+        .into_iter()
+        .find(|e| e["role"] == "last")
+        .unwrap();
+    assert_eq!(last["result"]["stdout"], "mine\n");
+    let replay = rondo_in(tmp.path(), &["replay", system.to_str().unwrap()]);
+    assert_ok(&replay);
+    let text = String::from_utf8_lossy(&replay.stdout);
+    assert!(text.contains("step 1 · attack"), "{text}");
+    assert!(text.contains("step 3 · last"), "{text}");
+}
+
+/// In a `--workspace` folder the system area is beneath the workspace: tools see
+/// `.rondo/` read-only (as root, and as an ordinary user through a user namespace).
+#[test]
+fn a_local_tool_cannot_write_the_records_inside_a_workspace_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (script, home) = attack_kit(tmp.path());
+    let wf = write_workflow(tmp.path(), SANDBOXED);
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    // As root the tool runs in a private mount namespace; as any other user it also
+    // needs a user namespace: both are tried when the tests run as root.
+    let users: &[Option<u32>] = if root { &[None, Some(65534)] } else { &[None] };
+    for (n, user) in users.iter().enumerate() {
+        let project = tmp.path().join(format!("project{n}"));
+        std::fs::create_dir_all(&project).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+        cmd.args(["run", "-q", wf.to_str().unwrap(), "--run-id", "r"])
+            .args(["--workspace", project.to_str().unwrap()])
+            .args(["--input", &format!("script={}", script.display())])
+            .args(["--input", &format!("home={}", home.display())])
+            .args(["--input", "sys=.rondo/runs/r"])
+            .current_dir(tmp.path());
+        if let Some(uid) = user {
+            use std::os::unix::process::CommandExt;
+            for dir in [tmp.path(), &project, &home] {
+                std::os::unix::fs::chown(dir, Some(*uid), Some(*uid)).unwrap();
+            }
+            cmd.uid(*uid).gid(*uid).env("HOME", &home);
+        }
+        let out = cmd.output().unwrap();
+        assert_ok(&out);
+        let system = project.join(".rondo/runs/r");
+        assert_eq!(attack_report(&system), "tmp\n", "as {user:?}");
+        assert_eq!(json(system.join("run.json"))["exit"], "success");
+        assert_eq!(events(&system)[0]["event"], "run_start");
+        let replay = rondo_in(tmp.path(), &["replay", system.to_str().unwrap()]);
+        assert_ok(&replay);
+    }
+}
+
+/// Runs `rondo` in a process where the kernel answers the Landlock system calls with
+/// ENOSYS, as a kernel without Landlock does (a seccomp filter set before `exec`).
+fn rondo_without_landlock(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    use std::os::unix::process::CommandExt;
+    let filter = [
+        // A = the system call number
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_landlock_create_ruleset as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.args(args).current_dir(cwd).env("NO_COLOR", "1");
+    cmd.env_remove("RONDO_UNCONFINED_TOOLS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // SAFETY: only system calls on data that lives until `exec`.
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr().cast_mut(),
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+/// Where the kernel cannot confine local tools, a run refuses to start them (a clear
+/// error, nothing run) unless the user accepts unconfined tools with
+/// `--unconfined-tools` or `RONDO_UNCONFINED_TOOLS=1`.
+#[test]
+fn without_landlock_local_tools_are_refused_unless_the_user_opts_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = write_workflow(
+        tmp.path(),
+        r#"
+workflow plain {}
+role touch: tool { command = ["sh", "-c", "echo ran > ran.txt; echo x > ../escaped.txt"] }
+start -> touch
+touch -> success
+exit success
+"#,
+    );
+    let w = wf.to_str().unwrap();
+    let refused = rondo_without_landlock(
+        tmp.path(),
+        &["run", "-q", w, "--run-dir", "runs", "--run-id", "no"],
+        &[],
+    );
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "{}",
+        common::stderr(&refused)
+    );
+    let err = common::stderr(&refused);
+    assert!(err.contains("no Landlock"), "{err}");
+    assert!(err.contains("--unconfined-tools"), "{err}");
+    assert!(
+        !tmp.path().join("runs/no/workspace/ran.txt").exists(),
+        "the tool ran"
+    );
+    assert!(!tmp.path().join("runs/no/escaped.txt").exists());
+
+    let flag = rondo_without_landlock(
+        tmp.path(),
+        &[
+            "run",
+            "-q",
+            w,
+            "--run-dir",
+            "runs",
+            "--run-id",
+            "flag",
+            "--unconfined-tools",
+        ],
+        &[],
+    );
+    assert_ok(&flag);
+    let by_env = rondo_without_landlock(
+        tmp.path(),
+        &["run", "-q", w, "--run-dir", "runs", "--run-id", "env"],
+        &[("RONDO_UNCONFINED_TOOLS", "1")],
+    );
+    assert_ok(&by_env);
+    for id in ["flag", "env"] {
+        let run = tmp.path().join("runs").join(id);
+        assert!(run.join("workspace/ran.txt").exists());
+        // Unconfined means what it says: the tool wrote beside its workspace.
+        assert!(run.join("escaped.txt").exists());
+    }
+    let help = rondo_in(tmp.path(), &["run", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--unconfined-tools") && help.contains("RONDO_UNCONFINED_TOOLS"));
+}

@@ -260,3 +260,42 @@ exit done
         ])
     );
 }
+
+/// Structured memory is read back typed by its declaration: a checkpoint whose stored
+/// whiteboard is not one stops `resume` with a located message, never a panic or a run
+/// that goes on with an empty board.
+#[test]
+fn a_damaged_structured_memory_in_the_checkpoint_stops_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(tmp.path(), 2);
+    let runs = tmp.path().join("runs");
+    let out = rondo(&[
+        "run",
+        "-q",
+        wf.to_str().unwrap(),
+        "--run-dir",
+        runs.to_str().unwrap(),
+        "--run-id",
+        "a",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_dir = runs.join("a");
+    let state_path = run_dir.join("state.json");
+    let mut state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    // Slot 2 is `board`, whose sections are a list: a map in their place is damage.
+    assert!(state["memory"][2]["sections"].is_array(), "{state}");
+    state["memory"][2]["sections"] = serde_json::json!({"Facts": 1});
+    std::fs::write(&state_path, serde_json::to_vec(&state).unwrap()).unwrap();
+    std::fs::write(tmp.path().join("script.yaml"), script(3)).unwrap();
+    let out = rondo(&["resume", "-q", run_dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("damaged state.json"), "{stderr}");
+    assert!(stderr.contains("memory `board`"), "{stderr}");
+}

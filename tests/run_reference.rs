@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use rondo::compile::{self, Workflow};
+use rondo::check::{self, CheckOptions, Checked};
+use rondo::compile;
 use rondo::run::testing::{TestReport, run_test};
 use rondo::source::SourceFile;
 use serde_json::Value;
@@ -13,17 +14,18 @@ mod common;
 
 use common::{events, json};
 
-fn workflow(name: &str) -> Workflow {
+fn workflow(name: &str) -> Checked {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("workflows")
         .join(format!("{name}.rondo"));
     let file = SourceFile::read(&path).unwrap();
-    let (wf, diags) = compile::load(&file);
-    assert!(!diags.has_errors(), "{name} does not compile");
-    wf
+    match check::load(&file, &CheckOptions { offline: true }).checked {
+        Ok(wf) => wf,
+        Err(_) => panic!("{name} does not pass check"),
+    }
 }
 
-fn run(wf: &Workflow, test: &str, root: &Path) -> TestReport {
+fn run(wf: &Checked, test: &str, root: &Path) -> TestReport {
     let case = wf
         .tests
         .iter()

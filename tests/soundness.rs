@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use generator::{Case, Features};
 use rondo::check::{self, CheckOptions};
-use rondo::compile::{self, NodeKind, Workflow};
+use rondo::compile::{NodeKind, Workflow};
 use rondo::run::scripted::Script;
 use rondo::run::{Interpreter, RunOptions};
 use rondo::source::SourceFile;
@@ -73,14 +73,9 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
     let interrupt = case.seed % 50 == 7;
     let path = write_case(dir, case);
     let file = SourceFile::read(&path).unwrap();
-    let (workflow, mut diags) = compile::load(&file);
-    let (more, _) = check::check(
-        &workflow,
-        diags.has_errors(),
-        &CheckOptions { offline: true },
-    );
-    diags.extend(more);
-    if diags.has_errors() {
+    let loaded = check::load(&file, &CheckOptions { offline: true });
+    let diags = &loaded.diagnostics;
+    let Ok(workflow) = &loaded.checked else {
         let errors: Vec<_> = diags
             .sorted()
             .into_iter()
@@ -89,7 +84,7 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
         let codes = errors.iter().map(|d| d.code.to_string()).collect();
         let text = rondo::diagnostics::render_human(&file, &errors, false, 100);
         return Verdict::Rejected(codes, text);
-    }
+    };
     let runs = dir.join("runs");
     let options = RunOptions {
         runs_root: runs.clone(),
@@ -104,7 +99,7 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
             .build()
             .unwrap();
         rt.block_on(async {
-            let (interp, state) = Interpreter::start_with_script(&workflow, &options, script)
+            let (interp, state) = Interpreter::start_with_script(workflow, &options, script)
                 .map_err(|e| format!("the run did not start: {e}"))?;
             if interrupt {
                 // Ctrl-C before the first step: the records must say `interrupted`.
@@ -130,7 +125,7 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
         Ok(Err(e)) => return Verdict::Failed(e),
         Ok(Ok(o)) => o,
     };
-    let declared = declared_exits(&workflow);
+    let declared = declared_exits(workflow);
     if !declared.iter().any(|(n, _)| n == &outcome.exit)
         && !ALLOWED_BUILTIN.contains(&outcome.exit.as_str())
     {
@@ -139,7 +134,7 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
             outcome.exit, outcome.exit_code, outcome.reason
         ));
     }
-    if let Err(e) = records_agree(&workflow, &outcome) {
+    if let Err(e) = records_agree(workflow, &outcome) {
         return Verdict::Failed(format!("records disagree: {e}"));
     }
     Verdict::Ran(outcome.exit)

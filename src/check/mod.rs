@@ -11,8 +11,10 @@ mod tools;
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
-use crate::compile::{RoleKind, Workflow};
+use crate::compile::{self, MemoryKind, RoleKind, Workflow};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
+use crate::source::SourceFile;
+use crate::syntax::Ast;
 
 #[derive(Debug, Clone, Default)]
 pub struct CheckOptions {
@@ -55,6 +57,92 @@ impl Summary {
     }
 }
 
+/// A workflow that compiled and passed `check` without an error: every name resolved
+/// (no placeholder index is left), every route exhaustive, every loop bounded. Only
+/// [`load`] makes one, and the interpreter runs nothing else:
+///
+/// ```
+/// use rondo::check::{self, CheckOptions};
+/// use rondo::source::SourceFile;
+///
+/// let options = CheckOptions { offline: true };
+/// let file = SourceFile::new("w.rondo", "start -> nowhere\n");
+/// assert!(check::load(&file, &options).checked.is_err());
+/// let file = SourceFile::new("w.rondo", "start -> done\nexit done\n");
+/// let workflow = check::load(&file, &options).checked.expect("sound");
+/// let _start = || rondo::run::Interpreter::start(&workflow, &Default::default());
+/// ```
+///
+/// A workflow straight from the compiler, possibly partial, does not type-check:
+///
+/// ```compile_fail
+/// use rondo::source::SourceFile;
+///
+/// let file = SourceFile::new("w.rondo", "start -> nowhere\n");
+/// let (workflow, _) = rondo::compile::load(&file);
+/// let _start = || rondo::run::Interpreter::start(&workflow, &Default::default());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Checked(Workflow);
+
+impl std::ops::Deref for Checked {
+    type Target = Workflow;
+
+    fn deref(&self) -> &Workflow {
+        &self.0
+    }
+}
+
+/// What compiling and checking one file found.
+pub struct Loaded {
+    /// The syntax tree, handed back so a caller about to exit can skip freeing it.
+    pub ast: Ast,
+    /// `Ok` when neither compiling nor checking found an error; else the partial workflow.
+    pub checked: Result<Checked, Workflow>,
+    pub diagnostics: Diagnostics,
+    pub summary: Summary,
+}
+
+impl Loaded {
+    /// The workflow, checked or not.
+    pub fn workflow(&self) -> &Workflow {
+        match &self.checked {
+            Ok(w) => w,
+            Err(w) => w,
+        }
+    }
+}
+
+/// Parses, compiles and checks a file: the one way to a [`Checked`] workflow.
+pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
+    let (ast, workflow, mut diagnostics) = compile::load_keeping_ast(file);
+    let (more, summary) = check(&workflow, diagnostics.has_errors(), options);
+    diagnostics.extend(more);
+    let checked = if diagnostics.has_errors() {
+        Err(workflow)
+    } else {
+        Ok(Checked(workflow))
+    };
+    Loaded {
+        ast,
+        checked,
+        diagnostics,
+        summary,
+    }
+}
+
+/// What is known of a file that could not be read as text: only `diagnostics` (nothing
+/// else is checked, since every other report would follow from that one fault).
+pub fn unreadable(diagnostics: Diagnostics) -> Loaded {
+    let (ast, workflow, _) = compile::load_keeping_ast(&SourceFile::new("", ""));
+    Loaded {
+        ast,
+        checked: Err(workflow),
+        diagnostics,
+        summary: Summary::default(),
+    }
+}
+
 /// Runs every pass. Graph passes run only when names resolved, so one mistake does
 /// not cascade into unrelated reports.
 pub fn check(
@@ -68,6 +156,8 @@ pub fn check(
     templates::check(workflow, runs.as_ref(), &mut diags);
     tools::check(workflow, &mut diags);
     if let Some(runs) = &runs {
+        // After the compiler's own memory errors (gamma, sections): one report each.
+        memory(workflow, &mut diags);
         let invalid_unrouted = outcomes::check(workflow, &mut diags);
         graph::check(workflow, &invalid_unrouted, &mut diags);
         ran::check(workflow, runs, &mut diags);
@@ -77,6 +167,29 @@ pub fn check(
     }
     let summary = summary(workflow);
     (diags, summary)
+}
+
+/// Each memory slot can be made as the run makes it (whiteboard sections with distinct
+/// id prefixes, code-context weights in range).
+fn memory(workflow: &Workflow, diags: &mut Diagnostics) {
+    for slot in &workflow.memory {
+        if let Err(e) = crate::run::memory::MemoryValue::initial(&slot.kind) {
+            diags.push(
+                Diagnostic::error(
+                    Code::MemoryCannotCreate,
+                    format!("memory `{}` cannot be made", slot.name),
+                )
+                .label(slot.span, e)
+                .help(match slot.kind {
+                    MemoryKind::Whiteboard { .. } => {
+                        "a section's id prefix is the last word of its name (`Key Facts` → \
+                         FACT): give each section a different last word"
+                    }
+                    _ => "alpha and beta weigh accesses and citations: use 0 or more",
+                }),
+            );
+        }
+    }
 }
 
 fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
@@ -106,11 +219,7 @@ pub fn used_providers(workflow: &Workflow) -> Vec<usize> {
     let mut stack: Vec<usize> = workflow
         .roles()
         .filter_map(|(_, r)| match &r.kind {
-            RoleKind::Llm(l) => Some(if l.provider == usize::MAX {
-                workflow.default_provider
-            } else {
-                l.provider
-            }),
+            RoleKind::Llm(l) => Some(l.provider),
             _ => None,
         })
         .collect();

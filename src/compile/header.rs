@@ -1,6 +1,8 @@
 //! The `workflow` header: inputs and attributes (description, prompts, provider, round,
 //! limits, script).
 
+use rondo_provider::Budget;
+
 use super::Compiler;
 use super::attrs::Attrs;
 use super::types::Type;
@@ -113,8 +115,10 @@ impl Compiler<'_> {
             self.workflow.limits = Limits {
                 max_steps: l.count("max_steps", diags).map(|x| x.0),
                 max_wall_time_ms: l.duration_ms("max_wall_time", diags).map(|x| x.0),
-                max_tokens: l.count("max_tokens", diags).map(|x| x.0),
-                max_cost: l.number("max_cost", diags).map(|x| x.0),
+                budget: Budget {
+                    max_tokens: l.count("max_tokens", diags).map(|x| x.0),
+                    max_cost: l.number("max_cost", diags).map(|x| x.0),
+                },
             };
             l.finish(diags);
         }

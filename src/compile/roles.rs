@@ -328,12 +328,10 @@ impl Compiler<'_> {
         let retries = attrs.count("retries", diags).map_or(2, |x| x.0);
         let tools = attrs.ident_list("tools", diags);
         let max_reply = attrs.bytes("max_reply", diags).map(|x| x.0);
-        let provider = match provider {
-            Some(p) => self
-                .lookup_provider(&p)
-                .unwrap_or(self.workflow.default_provider),
-            None => usize::MAX,
-        };
+        // The header, compiled before role bodies, has set the default.
+        let provider = provider
+            .and_then(|p| self.lookup_provider(&p))
+            .unwrap_or(self.workflow.default_provider);
         let prompt = match prompt {
             Some((p, _)) => p.into(),
             None if attrs.misspells(&["prompt"]) => Default::default(),

@@ -542,7 +542,7 @@ impl Coercion {
 }
 
 /// A coercion applied at a path of the reply (`$.final.answer`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Coerced {
     pub flag: Coercion,
     pub path: String,

@@ -104,8 +104,9 @@ impl MemoryKind {
 pub struct Limits {
     pub max_steps: Option<u64>,
     pub max_wall_time_ms: Option<u64>,
-    pub max_tokens: Option<u64>,
-    pub max_cost: Option<f64>,
+    /// `max_tokens` and `max_cost`, checked before every LLM attempt.
+    #[serde(flatten)]
+    pub budget: rondo_provider::Budget,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -74,6 +74,7 @@ codes! {
     LoopUnbounded = "rondo::loop::unbounded",
     MemoryBadDefault = "rondo::memory::bad_default",
     MemoryBadGamma = "rondo::memory::bad_gamma",
+    MemoryCannotCreate = "rondo::memory::cannot_create",
     MemoryNoSections = "rondo::memory::no_sections",
     MemoryRootOutsideWorkspace = "rondo::memory::root_outside_workspace",
     MemoryUnknown = "rondo::memory::unknown",

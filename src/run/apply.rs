@@ -1,10 +1,11 @@
 //! Applying a role's result to the run state: visits, output, events, memory updates.
 
 use petgraph::graph::NodeIndex;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::eval;
-use super::memory;
+use super::events::Event;
+use super::memory::{self, MemoryValue};
 use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
 use crate::compile::{MemoryKind, RoleKind, Update};
@@ -25,9 +26,6 @@ impl<'w> Interpreter<'w> {
         let name = workflow.node(node).name.clone();
         let mut run = run;
         self.redactor.redact_json(&mut run.output);
-        if let Some(record) = &mut run.record {
-            self.redactor.redact_json(record);
-        }
         if let Some(prompt) = &mut run.prompt {
             *prompt = self.redactor.redact(prompt).into_owned();
         }
@@ -39,26 +37,32 @@ impl<'w> Interpreter<'w> {
         self.settle(state);
         let invalid = eval::is_json_llm(workflow, node) && eval::is_invalid_record(&run.output);
         if self.wants_events() {
-            self.event(
-                "role_start",
-                json!({"role": name, "kind": role.kind.name(), "visit": visit, "step": state.step}),
-            );
+            self.event(Event::RoleStart {
+                role: name.clone(),
+                kind: role.kind.name().to_string(),
+                visit,
+                step: state.step,
+            });
         }
         match &role.kind {
             RoleKind::Llm(_) => {
                 if let Some(record) = run.record {
-                    let how = record.get("parsed").cloned();
-                    let coercions = record.get("coercions").cloned();
-                    self.event("llm_response", record);
-                    self.event(
-                        "parsed_output",
-                        json!({"role": name, "visit": visit, "how": how, "coercions": coercions, "output": run.output}),
-                    );
+                    let (how, coercions) = (record.parsed, record.coercions.clone());
+                    self.event(Event::LlmResponse(record));
+                    self.event(Event::ParsedOutput {
+                        role: name.clone(),
+                        visit,
+                        how,
+                        coercions,
+                        output: run.output.clone(),
+                    });
                 } else if invalid {
-                    self.event(
-                        "invalid_outcome",
-                        json!({"role": name, "visit": visit, "attempts": run.output["attempts"], "error": run.output["error"]}),
-                    );
+                    self.event(Event::InvalidOutcome {
+                        role: name.clone(),
+                        visit,
+                        attempts: run.output["attempts"].as_u64().unwrap_or(0),
+                        error: run.output["error"].as_str().unwrap_or("").to_string(),
+                    });
                 }
             }
             RoleKind::Tool(_) => {
@@ -66,10 +70,11 @@ impl<'w> Interpreter<'w> {
                 if let Some(tool) = run.tool {
                     state.tools_used.insert(tool);
                 }
-                self.event(
-                    "tool_call",
-                    json!({"role": name, "visit": visit, "result": run.output}),
-                );
+                self.event(Event::ToolCall {
+                    role: name.clone(),
+                    visit,
+                    result: run.output.clone(),
+                });
             }
             RoleKind::Builtin => {}
         }
@@ -114,15 +119,19 @@ impl<'w> Interpreter<'w> {
             let slot = &workflow.memory[memory_id];
             let note = match op {
                 None => {
-                    let value = args.into_iter().next().unwrap_or(Value::Null);
-                    let mut value = value;
-                    if let MemoryKind::Value { ty, .. } = &slot.kind {
-                        ty.validate(&value).map_err(|e| {
-                            StepError::Failed(format!("role `{name}`: `set {}`: {e}", slot.name))
-                        })?;
-                        ty.fill_absent(&mut value);
-                    }
-                    state.memory[memory_id] = value;
+                    let mut value = args.into_iter().next().unwrap_or(Value::Null);
+                    let set_failed = |e: String| {
+                        StepError::Failed(format!("role `{name}`: `set {}`: {e}", slot.name))
+                    };
+                    let MemoryKind::Value { ty, .. } = &slot.kind else {
+                        return Err(set_failed(format!(
+                            "a {} cannot be set",
+                            slot.kind.kind_name()
+                        )));
+                    };
+                    ty.validate(&value).map_err(set_failed)?;
+                    ty.fill_absent(&mut value);
+                    state.memory[memory_id] = MemoryValue::Plain(value);
                     String::new()
                 }
                 Some(op) => {
@@ -141,14 +150,21 @@ impl<'w> Interpreter<'w> {
                             op.name()
                         ))
                     })?;
-                    if let MemoryKind::Value { ty, .. } = &slot.kind {
-                        ty.fill_absent(&mut state.memory[memory_id]);
+                    if let (MemoryKind::Value { ty, .. }, MemoryValue::Plain(v)) =
+                        (&slot.kind, &mut state.memory[memory_id])
+                    {
+                        ty.fill_absent(v);
                     }
                     note
                 }
             };
             if self.dir.is_some() {
-                self.event("memory", json!({"role": name, "memory": slot.name, "op": op.map_or("set", |o| o.name()), "note": note}));
+                self.event(Event::Memory {
+                    role: name.clone(),
+                    memory: slot.name.clone(),
+                    op: op.map_or("set", |o| o.name()).to_string(),
+                    note,
+                });
             }
         }
         let mut appended = self.write_artifacts(
@@ -171,10 +187,11 @@ impl<'w> Interpreter<'w> {
         )?);
         state.file_lengths.extend(appended);
         if self.wants_events() {
-            self.event(
-                "role_end",
-                json!({"role": name, "visit": visit, "step": state.step}),
-            );
+            self.event(Event::RoleEnd {
+                role: name,
+                visit,
+                step: state.step,
+            });
         }
         Ok(())
     }

@@ -1,8 +1,9 @@
 //! Writing artifacts into the workspace: names rendered and confined, appends journaled.
 
 use petgraph::graph::NodeIndex;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::events::Event;
 use super::rundir;
 use super::state::RunState;
 use super::{Interpreter, StepError};
@@ -39,7 +40,7 @@ impl<'w> Interpreter<'w> {
                     artifact.name
                 ))
             })?;
-            let file = rundir::contained_name(&file);
+            let file = rondo_workspace::contained_name(&file);
             let sanitized = raw.filter(|r| *r != file);
             let prompt = prompt.map(|p| Value::String(p.to_string()));
             let mut env = self.env(state, node, output, item);
@@ -58,10 +59,11 @@ impl<'w> Interpreter<'w> {
             let bytes = self.redactor.redact_bytes(&bytes).into_owned();
             if let Err(why) = rondo_workspace::relative_name(&file) {
                 // A templated name the checker could not see: the write is skipped, the run goes on.
-                self.event(
-                    "artifact_rejected",
-                    json!({"role": role_name, "file": file, "reason": why.to_string()}),
-                );
+                self.event(Event::ArtifactRejected {
+                    role: role_name.clone(),
+                    file,
+                    reason: why.to_string(),
+                });
                 continue;
             }
             let key = format!("{}{file}", rundir::ARTIFACT_KEY);
@@ -98,10 +100,11 @@ impl<'w> Interpreter<'w> {
                             | std::io::ErrorKind::IsADirectory
                     ) =>
                 {
-                    self.event(
-                        "artifact_rejected",
-                        json!({"role": role_name, "file": file, "reason": e.to_string()}),
-                    );
+                    self.event(Event::ArtifactRejected {
+                        role: role_name.clone(),
+                        file,
+                        reason: e.to_string(),
+                    });
                     continue;
                 }
                 Err(e) => {
@@ -117,11 +120,13 @@ impl<'w> Interpreter<'w> {
                 appended.push((key, len));
             }
             if self.dir.is_some() {
-                let mut fields = json!({"role": role_name, "file": file, "bytes": bytes.len(), "append": artifact.append});
-                if let Some(raw) = &sanitized {
-                    fields["sanitized_from"] = Value::String(raw.clone());
-                }
-                self.event("artifact", fields);
+                self.event(Event::Artifact {
+                    role: role_name.clone(),
+                    file,
+                    bytes: bytes.len(),
+                    append: artifact.append,
+                    sanitized_from: sanitized,
+                });
             }
         }
         Ok(appended)
@@ -129,7 +134,7 @@ impl<'w> Interpreter<'w> {
 }
 
 /// `ctx` with every string in it made a safe path component (see
-/// [`rundir::path_component`]), for rendering artifact names.
+/// [`rondo_workspace::path_component`]), for rendering artifact names.
 fn path_safe_context(ctx: tera::Context) -> tera::Context {
     let mut value = ctx.into_json();
     // Replies nest as deep as serde_json allows: walk with a stack, not recursion.
@@ -137,7 +142,7 @@ fn path_safe_context(ctx: tera::Context) -> tera::Context {
     while let Some(v) = stack.pop() {
         match v {
             Value::String(s) => {
-                if let Some(safe) = rundir::path_component(s) {
+                if let Some(safe) = rondo_workspace::path_component(s) {
                     *s = safe;
                 }
             }

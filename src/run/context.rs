@@ -6,9 +6,8 @@ use serde_json::{Value, json};
 
 use super::Interpreter;
 use super::eval;
-use super::memory;
 use super::state::RunState;
-use crate::compile::{MemoryKind, RoleKind};
+use crate::compile::RoleKind;
 
 impl<'w> Interpreter<'w> {
     pub(super) fn template_context(
@@ -26,7 +25,7 @@ impl<'w> Interpreter<'w> {
             let slot = &self.workflow.memory[id];
             memory.insert(
                 slot.name.clone(),
-                memory::template_view(&slot.kind, &state.memory[id], self.workspace.root()),
+                state.memory[id].view(&slot.kind, self.workspace.root()),
             );
         }
         ctx.insert("memory", &memory);
@@ -62,8 +61,7 @@ impl<'w> Interpreter<'w> {
             .memory
             .iter()
             .zip(&state.memory)
-            .filter(|(slot, _)| matches!(slot.kind, MemoryKind::Value { .. }))
-            .map(|(slot, v)| (slot.name.clone(), v.clone()))
+            .filter_map(|(slot, v)| Some((slot.name.clone(), v.plain()?.clone())))
             .collect();
         ctx.insert("memory", &memory);
         ctx

@@ -6,10 +6,10 @@ use std::path::Path;
 use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
+use super::memory::MemoryValue;
 use super::state::RunState;
-use crate::compile::{
-    Expr, ExprKind, Func, MemoryKind, OutputFormat, RoleKind, Root, Workflow, number_value,
-};
+use super::value::{equal, truthy};
+use crate::compile::{Expr, ExprKind, Func, OutputFormat, RoleKind, Root, Workflow, number_value};
 use crate::syntax::BinOp;
 
 /// What an expression can see besides the state.
@@ -45,13 +45,14 @@ impl Env<'_> {
             ExprKind::Path {
                 root: Root::Memory { id },
                 fields,
-            } if !matches!(self.workflow.memory[*id].kind, MemoryKind::Value { .. }) => {
-                let slot = &self.workflow.memory[*id];
-                let view = super::memory::template_view(
-                    &slot.kind,
-                    &self.state.memory[*id],
-                    self.workspace,
-                );
+            } if self
+                .state
+                .memory
+                .get(*id)
+                .is_some_and(|m| m.plain().is_none()) =>
+            {
+                let view =
+                    self.state.memory[*id].view(&self.workflow.memory[*id].kind, self.workspace);
                 let mut v = &view;
                 for f in fields {
                     v = v.get(f).unwrap_or(&NULL);
@@ -114,7 +115,12 @@ impl Env<'_> {
     fn root(&self, root: Root) -> Result<&Value, String> {
         Ok(match root {
             Root::Input { id } => self.state.inputs.get(id).unwrap_or(&NULL),
-            Root::Memory { id } => self.state.memory.get(id).unwrap_or(&NULL),
+            Root::Memory { id } => self
+                .state
+                .memory
+                .get(id)
+                .and_then(MemoryValue::plain)
+                .unwrap_or(&NULL),
             Root::Role { node } => self.state.outputs.get(&node.index()).unwrap_or(&NULL),
             Root::Output => self.output.unwrap_or(&NULL),
             Root::Prompt => self.prompt.unwrap_or(&NULL),
@@ -267,24 +273,6 @@ pub fn is_invalid_record(output: &Value) -> bool {
 pub fn invalid_reply(output: &Value) -> Value {
     let field = |k: &str| output.get(k).cloned().unwrap_or(Value::Null);
     serde_json::json!({"raw": field("raw"), "error": field("error"), "attempts": field("attempts")})
-}
-
-pub fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
-}
-
-pub fn equal(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        _ => a == b,
-    }
 }
 
 fn compare(a: &Value, b: &Value) -> Option<Ordering> {

@@ -2,11 +2,12 @@
 //! the reply, retry an invalid one; the tokens and cost it spent.
 
 use petgraph::graph::NodeIndex;
-use rondo_provider::{AttemptRecord, CallContext, ChatRequest, Message};
+use rondo_provider::{AttemptRecord, CallContext, ChatRequest, LimitExceeded, Message, Spend};
 use serde_json::{Value, json};
 
+use super::events::{Event, LlmCall, LlmResponse};
 use super::output;
-use super::state::{self, RunState};
+use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
 use crate::compile::OutputFormat;
 
@@ -45,20 +46,16 @@ impl<'w> Interpreter<'w> {
             // budget, and (when the provider can estimate it) the attempt's worst case
             // stays within it.
             let spent = self.spent_so_far(state);
-            if let Some(max) = limits.max_tokens
-                && spent.input_tokens + spent.output_tokens >= max
-            {
-                return Err(StepError::Limit(format!(
-                    "the run used its token budget (max_tokens = {max}) before `{name}` attempt {attempt}"
-                )));
-            }
-            if let Some(max) = limits.max_cost
-                && spent.cost >= max
-            {
-                return Err(StepError::Limit(format!(
-                    "the run used its cost budget (max_cost = {max}) before `{name}` attempt {attempt}"
-                )));
-            }
+            limits.budget.check_spent(&spent).map_err(|e| {
+                StepError::Limit(match e {
+                    LimitExceeded::Tokens { limit, .. } => format!(
+                        "the run used its token budget (max_tokens = {limit}) before `{name}` attempt {attempt}"
+                    ),
+                    LimitExceeded::Cost { limit, .. } => format!(
+                        "the run used its cost budget (max_cost = {limit}) before `{name}` attempt {attempt}"
+                    ),
+                })
+            })?;
             let ctx = self.template_context(state, node, visit, item, last_error.as_deref());
             let mut messages = Vec::new();
             if let Some(system) = &llm.system {
@@ -83,7 +80,10 @@ impl<'w> Interpreter<'w> {
             // A tool's output, a file or an input holding a key never reaches a provider.
             let prompt = self.redactor.redact(&prompt).into_owned();
             messages.push(Message::user(prompt.clone()));
+            let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);
+            let max_reply = usize::try_from(max_reply).unwrap_or(usize::MAX);
             let mut request = ChatRequest::new(messages);
+            request.max_reply = Some(max_reply);
             request.context = CallContext {
                 role: name.clone(),
                 visit: visit as u32,
@@ -93,23 +93,16 @@ impl<'w> Interpreter<'w> {
             }
             // Stop before a call whose worst case would exceed a budget.
             if let Some(estimate) = self.pool.estimate(&profile, &request) {
-                if let Some(max) = limits.max_cost
-                    && spent.cost + estimate.max_cost > max
-                {
-                    return Err(StepError::Limit(format!(
-                        "the next call of `{name}` could cost up to ${:.4}, past max_cost = {max}",
-                        estimate.max_cost
-                    )));
-                }
-                let used = spent.input_tokens + spent.output_tokens;
-                if let Some(max) = limits.max_tokens
-                    && used + estimate.max_tokens() > max
-                {
-                    return Err(StepError::Limit(format!(
-                        "the next call of `{name}` could use up to {} tokens, past max_tokens = {max} ({used} used)",
-                        estimate.max_tokens()
-                    )));
-                }
+                limits.budget.check(&spent, &estimate).map_err(|e| {
+                    StepError::Limit(match e {
+                        LimitExceeded::Cost { limit, next, .. } => format!(
+                            "the next call of `{name}` could cost up to ${next:.4}, past max_cost = {limit}"
+                        ),
+                        LimitExceeded::Tokens { limit, spent, next } => format!(
+                            "the next call of `{name}` could use up to {next} tokens, past max_tokens = {limit} ({spent} used)"
+                        ),
+                    })
+                })?;
             }
             let mut records: Vec<AttemptRecord> = Vec::new();
             let mut sink = |r: AttemptRecord| records.push(r);
@@ -129,72 +122,84 @@ impl<'w> Interpreter<'w> {
             let completion = match completion {
                 Ok(c) => c,
                 Err(e) => {
-                    self.buffer_event("llm_failed", json!({"role": name, "visit": visit, "profile": profile, "error": e.to_string(), "attempts": records}));
+                    self.buffer_event(Event::LlmFailed {
+                        role: name.clone(),
+                        visit,
+                        profile: profile.clone(),
+                        error: e.to_string(),
+                        attempts: records,
+                    });
                     return Err(StepError::Failed(format!(
                         "role `{name}`: the provider call failed: {e}"
                     )));
                 }
             };
-            let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);
-            let max_reply = usize::try_from(max_reply).unwrap_or(usize::MAX);
-            let oversized = completion.response.content.len() > max_reply;
+            let response = &completion.response;
+            let oversized = response.truncated || response.content.len() > max_reply;
             // Only a bounded reply is kept: in the record, the state and the journal.
-            let raw = self
-                .redactor
-                .redact(&output::cut_reply(&completion.response.content, max_reply))
-                .into_owned();
+            let raw = output::cut_reply(&response.content, max_reply, response.truncated);
+            let raw = self.redactor.redact(&raw).into_owned();
             let usage = completion.response.usage;
             if let Ok(mut spent) = self.spent.lock() {
-                spent.llm_calls += 1;
-                spent.input_tokens += usage.input_tokens;
-                spent.output_tokens += usage.output_tokens;
-                spent.cost += completion.cost;
+                *spent += Spend {
+                    calls: 1,
+                    usage,
+                    cost: completion.cost,
+                };
             }
-            let record = json!({
-                "role": name, "visit": visit, "attempt": attempt, "profile": completion.profile,
-                "model": completion.response.model, "prompt": prompt, "raw": raw,
-                "usage": usage, "cost": completion.cost, "attempts": records,
-            });
+            let call = LlmCall {
+                role: name.clone(),
+                visit,
+                attempt,
+                profile: completion.profile,
+                model: completion.response.model,
+                prompt: prompt.clone(),
+                raw: raw.clone(),
+                usage,
+                cost: completion.cost,
+                attempts: records,
+            };
             let parsed = if oversized && matches!(llm.output, OutputFormat::Json { .. }) {
                 Err(format!(
-                    "the reply is {} bytes, more than max_reply = {max_reply}",
-                    completion.response.content.len()
+                    "the reply is longer than max_reply = {max_reply} bytes"
                 ))
             } else {
                 output::parse(&llm.output, &raw, &llm.coerce)
             };
             match parsed {
-                Ok((value, how, coercions)) => {
-                    let mut record = record;
-                    record["parsed"] = json!(how);
-                    record["coercions"] = json!(coercions);
+                Ok((value, parsed, coercions)) => {
                     return Ok(RoleRun {
                         output: value,
                         tool: None,
                         prompt: Some(prompt),
-                        record: Some(record),
+                        record: Some(LlmResponse {
+                            call,
+                            parsed,
+                            coercions,
+                        }),
                     });
                 }
                 Err(e) => {
-                    last_error = Some(e.clone());
-                    last_raw = raw;
-                    self.reporter.event(
-                        "invalid_output",
-                        &json!({"role": name, "attempt": attempt, "error": e}),
-                    );
+                    self.reporter.invalid_reply(&name, attempt, &e);
                     // Failed attempts are recorded at apply time through the run's event log;
                     // past a few, only their number (memory holds them until then).
                     if attempt <= RECORDED_INVALID_ATTEMPTS {
-                        self.failed_attempts_note(&record, &e);
+                        self.buffer_event(Event::InvalidOutput {
+                            call,
+                            error: e.clone(),
+                        });
                     }
+                    last_error = Some(e);
+                    last_raw = raw;
                 }
             }
         }
         if attempts > RECORDED_INVALID_ATTEMPTS {
-            self.buffer_event(
-                "invalid_output_omitted",
-                json!({"role": name, "visit": visit, "attempts": attempts - RECORDED_INVALID_ATTEMPTS}),
-            );
+            self.buffer_event(Event::InvalidOutputOmitted {
+                role: name,
+                visit,
+                attempts: attempts - RECORDED_INVALID_ATTEMPTS,
+            });
         }
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
         Ok(RoleRun::plain(json!({
@@ -206,30 +211,18 @@ impl<'w> Interpreter<'w> {
     }
 
     /// The state's totals plus the attempts not settled yet.
-    fn spent_so_far(&self, state: &RunState) -> state::Totals {
-        let mut t = state.totals.clone();
-        if let Ok(p) = self.spent.lock() {
-            t.llm_calls += p.llm_calls;
-            t.input_tokens += p.input_tokens;
-            t.output_tokens += p.output_tokens;
-            t.cost += p.cost;
+    fn spent_so_far(&self, state: &RunState) -> Spend {
+        let mut spent = state.totals.spend();
+        if let Ok(pending) = self.spent.lock() {
+            spent += *pending;
         }
-        t
+        spent
     }
 
     /// Moves the attempts' spending into the state's totals.
     pub(super) fn settle(&mut self, state: &mut RunState) {
-        let p = self.spent.get_mut().map(std::mem::take).unwrap_or_default();
-        state.totals.llm_calls += p.llm_calls;
-        state.totals.input_tokens += p.input_tokens;
-        state.totals.output_tokens += p.output_tokens;
-        state.totals.cost += p.cost;
-    }
-
-    fn failed_attempts_note(&self, record: &Value, error: &str) {
-        let mut r = record.clone();
-        r["error"] = Value::String(error.to_string());
-        self.buffer_event("invalid_output", r);
+        let pending = self.spent.get_mut().map(std::mem::take).unwrap_or_default();
+        state.totals.add(pending);
     }
 }
 

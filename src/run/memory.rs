@@ -1,40 +1,110 @@
-//! Applying `update` statements to memory, and the view of memory templates get.
-//! Structured kinds live in `rondo-memory`; the checkpoint holds them serialized.
+//! Memory slots at run time: their typed values, the `update` operations on them, and
+//! the view templates and expressions get. Structured kinds are `rondo-memory`'s types.
 
 use std::path::Path;
 
 use rondo_memory::{
     CodeContext, OperationHistory, Reflection, ScoreParams, SectionSpec, Whiteboard,
 };
+use serde::{Serialize, Serializer};
 use serde_json::Value;
 
+use super::value::equal;
 use crate::compile::{MemoryKind, MemoryOp};
 
-pub fn initial_structured(kind: &MemoryKind) -> Value {
-    let made = match kind {
-        MemoryKind::Whiteboard { sections } => {
-            whiteboard(sections).and_then(|w| serde_json::to_value(w).map_err(|e| e.to_string()))
+/// The value of one memory slot, of the kind its declaration names. The checkpoint
+/// holds each as its own JSON (a plain value as it is, a structured kind as its store);
+/// [`MemoryValue::restore`] reads it back with the declaration.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemoryValue {
+    /// `memory NAME: TYPE`: a JSON value of that type.
+    Plain(Value),
+    Whiteboard(Whiteboard),
+    CodeContext(CodeContext),
+    History(OperationHistory),
+}
+
+impl Serialize for MemoryValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MemoryValue::Plain(v) => v.serialize(s),
+            MemoryValue::Whiteboard(w) => w.serialize(s),
+            MemoryValue::CodeContext(c) => c.serialize(s),
+            MemoryValue::History(h) => h.serialize(s),
         }
-        MemoryKind::CodeContext {
-            alpha,
-            beta,
-            gamma,
-            threshold,
-            ..
-        } => CodeContext::new(ScoreParams {
-            alpha: *alpha,
-            beta: *beta,
-            gamma: *gamma,
-            threshold: *threshold,
+    }
+}
+
+impl MemoryValue {
+    /// A slot's value when the run starts.
+    pub fn initial(kind: &MemoryKind) -> Result<MemoryValue, String> {
+        Ok(match kind {
+            MemoryKind::Value { default, ty } => {
+                let mut v = default.clone();
+                ty.fill_absent(&mut v);
+                MemoryValue::Plain(v)
+            }
+            MemoryKind::Whiteboard { sections } => MemoryValue::Whiteboard(whiteboard(sections)?),
+            MemoryKind::CodeContext {
+                alpha,
+                beta,
+                gamma,
+                threshold,
+                ..
+            } => MemoryValue::CodeContext(
+                CodeContext::new(ScoreParams {
+                    alpha: *alpha,
+                    beta: *beta,
+                    gamma: *gamma,
+                    threshold: *threshold,
+                })
+                .map_err(|e| e.to_string())?,
+            ),
+            MemoryKind::History => MemoryValue::History(OperationHistory::new()),
         })
-        .map_err(|e| e.to_string())
-        .and_then(|c| serde_json::to_value(c).map_err(|e| e.to_string())),
-        MemoryKind::History => {
-            serde_json::to_value(OperationHistory::new()).map_err(|e| e.to_string())
+    }
+
+    /// A slot's value read back from a checkpoint.
+    pub fn restore(kind: &MemoryKind, stored: Value) -> Result<MemoryValue, String> {
+        fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
+            serde_json::from_value(v).map_err(|e| e.to_string())
         }
-        MemoryKind::Value { default, .. } => Ok(default.clone()),
-    };
-    made.unwrap_or(Value::Null)
+        Ok(match kind {
+            MemoryKind::Value { .. } => MemoryValue::Plain(stored),
+            MemoryKind::Whiteboard { .. } => MemoryValue::Whiteboard(typed(stored)?),
+            MemoryKind::CodeContext { .. } => MemoryValue::CodeContext(typed(stored)?),
+            MemoryKind::History => MemoryValue::History(typed(stored)?),
+        })
+    }
+
+    /// The JSON value of a plain slot (`None` for a structured kind).
+    pub fn plain(&self) -> Option<&Value> {
+        match self {
+            MemoryValue::Plain(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// What `memory.NAME` is in a template or an expression: a plain value as it is;
+    /// a structured kind as its view (`code.files`, `ops.chain`, `ops.lessons`,
+    /// `board.sections`). A code context reads its files in the `workspace`.
+    pub fn view(&self, kind: &MemoryKind, workspace: &Path) -> Value {
+        match self {
+            MemoryValue::Plain(v) => v.clone(),
+            // Rendering fills the parse cache; the run's value keeps the one it has.
+            MemoryValue::CodeContext(code) => match code_root(kind, workspace) {
+                Ok(root) => serde_json::to_value(code.clone().render(&root)).unwrap_or(Value::Null),
+                Err(_) => Value::Null,
+            },
+            MemoryValue::History(history) => {
+                serde_json::to_value(history.view()).unwrap_or(Value::Null)
+            }
+            MemoryValue::Whiteboard(board) => serde_json::json!({
+                "sections": board.sections(),
+                "markdown": board.render_markdown(),
+            }),
+        }
+    }
 }
 
 /// Sections named in the workflow become whiteboard sections: the ID prefix is the last
@@ -84,15 +154,6 @@ pub fn code_root(kind: &MemoryKind, workspace: &Path) -> Result<std::path::PathB
     }
 }
 
-fn load<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
-    serde_json::from_value(v.clone()).map_err(|e| format!("memory checkpoint is damaged: {e}"))
-}
-
-fn store<T: serde::Serialize>(slot: &mut Value, t: &T) -> Result<(), String> {
-    *slot = serde_json::to_value(t).map_err(|e| e.to_string())?;
-    Ok(())
-}
-
 fn text_of(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -105,7 +166,7 @@ fn text_of(v: &Value) -> String {
 /// code is read from the `workspace`.
 pub fn apply(
     kind: &MemoryKind,
-    slot: &mut Value,
+    slot: &mut MemoryValue,
     op: MemoryOp,
     args: Vec<Value>,
     run_dir: &Path,
@@ -113,13 +174,13 @@ pub fn apply(
 ) -> Result<String, String> {
     let mut args = args.into_iter();
     let mut next = || args.next().unwrap_or(Value::Null);
-    match (kind, op) {
-        (MemoryKind::Value { .. }, MemoryOp::Append) => {
+    match (slot, op) {
+        (MemoryValue::Plain(slot), MemoryOp::Append) => {
             let item = next();
             as_list(slot)?.push(item);
             Ok(String::new())
         }
-        (MemoryKind::Value { .. }, MemoryOp::Extend) => match next() {
+        (MemoryValue::Plain(slot), MemoryOp::Extend) => match next() {
             Value::Array(items) => {
                 as_list(slot)?.extend(items);
                 Ok(String::new())
@@ -127,7 +188,7 @@ pub fn apply(
             Value::Null => Ok(String::new()),
             other => Err(format!("extend needs a list, got {other}")),
         },
-        (MemoryKind::Value { .. }, MemoryOp::Truncate) => {
+        (MemoryValue::Plain(slot), MemoryOp::Truncate) => {
             let to = next();
             let list = as_list(slot)?;
             let before = list.len();
@@ -135,7 +196,7 @@ pub fn apply(
             // such item, `to` is a count.
             let keep = match list
                 .iter()
-                .position(|item| item.get("id").is_some_and(|id| super::eval::equal(id, &to)))
+                .position(|item| item.get("id").is_some_and(|id| equal(id, &to)))
             {
                 Some(i) => i + 1,
                 None => to
@@ -145,7 +206,7 @@ pub fn apply(
             list.truncate(keep);
             Ok(format!("kept {keep} of {before}"))
         }
-        (MemoryKind::Value { .. }, MemoryOp::Patch) => {
+        (MemoryValue::Plain(slot), MemoryOp::Patch) => {
             let (pattern, changes) = (next(), next());
             let (Value::Object(pattern), Value::Object(changes)) = (pattern, changes) else {
                 return Err(
@@ -156,7 +217,7 @@ pub fn apply(
             for item in as_list(slot)?.iter_mut() {
                 let matches = pattern
                     .iter()
-                    .all(|(k, v)| item.get(k).is_some_and(|x| super::eval::equal(x, v)));
+                    .all(|(k, v)| item.get(k).is_some_and(|x| equal(x, v)));
                 if let (true, Value::Object(fields)) = (matches, item) {
                     for (k, v) in &changes {
                         fields.insert(k.clone(), v.clone());
@@ -166,7 +227,7 @@ pub fn apply(
             }
             Ok(format!("patched {patched} item(s)"))
         }
-        (MemoryKind::Value { .. }, MemoryOp::Put) => {
+        (MemoryValue::Plain(slot), MemoryOp::Put) => {
             let key = next();
             let value = next();
             let key = key
@@ -185,7 +246,7 @@ pub fn apply(
                 _ => Err("put needs a map".into()),
             }
         }
-        (MemoryKind::Value { .. }, MemoryOp::Clear) => {
+        (MemoryValue::Plain(slot), MemoryOp::Clear) => {
             match slot {
                 Value::Array(a) => a.clear(),
                 Value::Object(o) => o.clear(),
@@ -193,7 +254,7 @@ pub fn apply(
             }
             Ok(String::new())
         }
-        (MemoryKind::Whiteboard { .. }, MemoryOp::Apply) => {
+        (MemoryValue::Whiteboard(board), MemoryOp::Apply) => {
             let ops = next();
             let mut ops = match ops {
                 Value::Object(ref o) if o.contains_key("ops") => o["ops"].clone(),
@@ -205,38 +266,34 @@ pub fn apply(
                     op.retain(|_, v| !v.is_null());
                 }
             }
-            let mut board: Whiteboard = load(slot)?;
             let json = serde_json::to_string(&ops).map_err(|e| e.to_string())?;
-            let report = board.apply_json(&json).map_err(|e| e.to_string())?;
-            board
+            // Committed only once whiteboard.md is written: a failed operation changes nothing.
+            let mut draft = board.clone();
+            let report = draft.apply_json(&json).map_err(|e| e.to_string())?;
+            draft
                 .write_markdown(run_dir)
                 .map_err(|e| format!("cannot write whiteboard.md: {e}"))?;
-            store(slot, &board)?;
+            *board = draft;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
-        (MemoryKind::History, MemoryOp::Push) => {
+        (MemoryValue::History(history), MemoryOp::Push) => {
             let node = next();
-            let mut history: OperationHistory = load(slot)?;
             let params = node.get("action_params").map(text_of).unwrap_or_default();
             history.push(
                 node.get("thought").map(text_of).unwrap_or_default(),
                 node.get("action_type").map(text_of).unwrap_or_default(),
                 params,
             );
-            store(slot, &history)?;
             Ok(String::new())
         }
-        (MemoryKind::History, MemoryOp::Observe) => {
-            let mut history: OperationHistory = load(slot)?;
+        (MemoryValue::History(history), MemoryOp::Observe) => {
             history
                 .set_observation(text_of(&next()))
                 .map_err(|e| e.to_string())?;
-            store(slot, &history)?;
             Ok(String::new())
         }
-        (MemoryKind::History, MemoryOp::Reflect) => {
+        (MemoryValue::History(history), MemoryOp::Reflect) => {
             let r = next();
-            let mut history: OperationHistory = load(slot)?;
             // The first operation has nothing to reflect on.
             if history.last().is_none() {
                 return Ok("nothing to reflect on yet".into());
@@ -253,11 +310,9 @@ pub fn apply(
                     lessons: r.get("lessons").map(text_of).unwrap_or_default(),
                 })
                 .map_err(|e| e.to_string())?;
-            store(slot, &history)?;
             Ok(String::new())
         }
-        (MemoryKind::CodeContext { .. }, MemoryOp::Cite) => {
-            let mut code: CodeContext = load(slot)?;
+        (MemoryValue::CodeContext(code), MemoryOp::Cite) => {
             // A root a tool turned into a link out of the workspace reads nothing; the
             // run goes on and the note says why.
             let root = match code_root(kind, workspace) {
@@ -268,18 +323,16 @@ pub fn apply(
             let report = code
                 .record_citations(&root, &text_of(&next()))
                 .map_err(|e| e.to_string())?;
-            store(slot, &code)?;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
-        (MemoryKind::CodeContext { .. }, MemoryOp::Access) => {
-            let mut code: CodeContext = load(slot)?;
-            if code.n_operations() == 0 {
-                code.begin_operation();
-            }
+        (MemoryValue::CodeContext(code), MemoryOp::Access) => {
             let root = match code_root(kind, workspace) {
                 Ok(root) => root,
                 Err(e) => return Ok(e),
             };
+            if code.n_operations() == 0 {
+                code.begin_operation();
+            }
             let accesses = match next() {
                 Value::Array(items) => items,
                 other => vec![other],
@@ -317,10 +370,9 @@ pub fn apply(
                     Err(e) => notes.push(format!("{path}: {e}")),
                 }
             }
-            store(slot, &code)?;
             Ok(notes.join("; "))
         }
-        (kind, op) => Err(format!(
+        (_, op) => Err(format!(
             "a {} has no operation `{}`",
             kind.kind_name(),
             op.name()
@@ -334,31 +386,4 @@ fn as_list(slot: &mut Value) -> Result<&mut Vec<Value>, String> {
     }
     slot.as_array_mut()
         .ok_or_else(|| "this memory value is not a list".to_string())
-}
-
-/// What `memory.NAME` is in a template: plain values as they are; structured kinds as
-/// their views (`code.files`, `ops.chain`, `ops.lessons`, `board.sections`).
-pub fn template_view(kind: &MemoryKind, slot: &Value, workspace: &Path) -> Value {
-    match kind {
-        MemoryKind::Value { .. } => slot.clone(),
-        MemoryKind::CodeContext { .. } => {
-            match (load::<CodeContext>(slot), code_root(kind, workspace)) {
-                (Ok(mut code), Ok(root)) => {
-                    serde_json::to_value(code.render(&root)).unwrap_or(Value::Null)
-                }
-                _ => Value::Null,
-            }
-        }
-        MemoryKind::History => match load::<OperationHistory>(slot) {
-            Ok(history) => serde_json::to_value(history.view()).unwrap_or(Value::Null),
-            Err(_) => Value::Null,
-        },
-        MemoryKind::Whiteboard { .. } => match load::<Whiteboard>(slot) {
-            Ok(board) => serde_json::json!({
-                "sections": board.sections(),
-                "markdown": board.render_markdown(),
-            }),
-            Err(_) => Value::Null,
-        },
-    }
 }

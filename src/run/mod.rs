@@ -1,4 +1,5 @@
-//! Stage 4: runs a compiled [`Workflow`]. The interpreter never sees the syntax tree.
+//! Stage 4: runs a [`Checked`](crate::check::Checked) workflow. The interpreter never sees
+//! the syntax tree.
 //!
 //! A step is one role execution: render and call (llm), run (tool) or nothing
 //! (builtin); then the output is stored, memory updated, artifacts written, exit
@@ -9,6 +10,7 @@ mod artifacts;
 pub mod clock;
 mod context;
 pub mod eval;
+pub mod events;
 mod llm;
 pub mod memory;
 pub mod output;
@@ -22,6 +24,7 @@ pub mod state;
 mod step;
 pub mod testing;
 mod tools;
+pub mod value;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,6 +39,7 @@ use tokio::sync::Notify;
 
 use crate::compile::Workflow;
 use crate::prompt::Prompts;
+use events::Event;
 use progress::Reporter;
 use rundir::{RunDir, RunInfo};
 pub use state::{Position, RunState, Status};
@@ -62,6 +66,8 @@ pub struct RunOptions {
     pub checkpoints: bool,
     pub progress: progress::Mode,
     pub keep_env: bool,
+    /// Run local tools unconfined when the kernel has no Landlock (instead of refusing).
+    pub unconfined_tools: bool,
 }
 
 impl Default for RunOptions {
@@ -78,6 +84,7 @@ impl Default for RunOptions {
             checkpoints: true,
             progress: progress::Mode::Quiet,
             keep_env: false,
+            unconfined_tools: false,
         }
     }
 }
@@ -126,7 +133,7 @@ pub struct Interpreter<'w> {
     /// Tokens, cost and calls of LLM attempts not yet added to the state's totals:
     /// `execute` runs with shared access, so every attempt (valid or not) lands here
     /// first and [`Self::settle`] moves it into the totals.
-    spent: std::sync::Mutex<state::Totals>,
+    spent: std::sync::Mutex<rondo_provider::Spend>,
     /// Continues a run another process left (`rondo resume`).
     resumed: bool,
 }
@@ -153,8 +160,8 @@ struct RoleRun {
     output: Value,
     tool: Option<usize>,
     prompt: Option<String>,
-    /// The accepted LLM call (`llm_response` event).
-    record: Option<Value>,
+    /// The accepted LLM call.
+    record: Option<events::LlmResponse>,
 }
 
 #[derive(Debug)]
@@ -180,13 +187,19 @@ impl<'w> Interpreter<'w> {
         self.dir.is_some() || self.reporter.shows_events()
     }
 
-    fn event(&mut self, kind: &str, fields: Value) {
-        let mut fields = fields;
-        self.redactor.redact_json(&mut fields);
-        self.reporter.event(kind, &fields);
-        if let Some(dir) = &mut self.dir
-            && let Err(e) = dir.event(kind, fields)
-        {
+    /// Shows an event and records it in `events.jsonl`, secrets replaced.
+    fn event(&mut self, event: Event) {
+        self.reporter.event(&event);
+        let Some(dir) = &mut self.dir else {
+            return;
+        };
+        let written = serde_json::to_value(&event)
+            .map_err(std::io::Error::from)
+            .and_then(|mut record| {
+                self.redactor.redact_json(&mut record);
+                dir.append(record)
+            });
+        if let Err(e) = written {
             self.reporter
                 .warn(&format!("cannot write events.jsonl: {e}"));
         }
@@ -212,21 +225,21 @@ impl<'w> Interpreter<'w> {
 
     /// `execute` runs with shared access (branches run concurrently), so its events
     /// are buffered and written by the next exclusive step (apply or finish).
-    fn buffer_event(&self, kind: &str, fields: Value) {
+    fn buffer_event(&self, event: Event) {
         if let Ok(mut buffer) = self.envs.pending_events.lock() {
-            buffer.push((kind.to_string(), fields));
+            buffer.push(event);
         }
     }
 
     fn flush_buffered_events(&mut self) {
-        let pending: Vec<(String, Value)> = self
+        let pending: Vec<Event> = self
             .envs
             .pending_events
             .lock()
             .map(|mut b| std::mem::take(&mut *b))
             .unwrap_or_default();
-        for (kind, fields) in pending {
-            self.event(&kind, fields);
+        for event in pending {
+            self.event(event);
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::compile::OutputFormat;
 use crate::compile::types::{Coerced, Coercion};
 
 /// How the value was obtained, for the event log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Parsed {
     Strict,
@@ -45,20 +45,25 @@ pub fn parse(
 /// serde_json stops at 128 anyway.
 pub const MAX_DEPTH: usize = 128;
 
-/// The reply cut to `max` bytes (on a character boundary) with a line saying how much
-/// was left out; a reply that fits is returned as is.
-pub fn cut_reply(raw: &str, max: usize) -> String {
-    if raw.len() <= max {
+/// The reply cut to `max` bytes (on a character boundary) with a line saying so; a
+/// reply that fits, and was read whole (`truncated` false), is returned as is.
+/// `truncated`: the provider stopped reading at the cap, so the rest was never seen.
+pub fn cut_reply(raw: &str, max: usize, truncated: bool) -> String {
+    if raw.len() <= max && !truncated {
         return raw.to_string();
     }
-    let mut end = max;
+    let mut end = max.min(raw.len());
     while !raw.is_char_boundary(end) {
         end -= 1;
     }
+    let cut = if truncated {
+        "the rest".to_string()
+    } else {
+        format!("{} bytes", raw.len() - end)
+    };
     format!(
-        "{}\n[... {} bytes cut: the reply is longer than max_reply = {max} ...]",
+        "{}\n[... {cut} cut: the reply is longer than max_reply = {max} ...]",
         &raw[..end],
-        raw.len() - end
     )
 }
 
@@ -224,9 +229,12 @@ mod tests {
 
     #[test]
     fn cut_keeps_char_boundaries() {
-        assert_eq!(cut_reply("short", 10), "short");
-        let cut = cut_reply("ééé", 3);
+        assert_eq!(cut_reply("short", 10, false), "short");
+        let cut = cut_reply("ééé", 3, false);
         assert!(cut.starts_with("é\n[... 4 bytes cut"), "{cut}");
+        // Read only up to the cap by the provider: the rest is unknown, even when empty.
+        let cut = cut_reply("short", 10, true);
+        assert!(cut.starts_with("short\n[... the rest cut"), "{cut}");
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use rondo_provider::AttemptRecord;
-use serde_json::Value;
 
+use super::events::Event;
 use super::state::{RunState, Totals};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,43 +70,24 @@ impl Reporter {
         }
     }
 
-    pub fn event(&self, kind: &str, fields: &Value) {
-        if self.mode == Mode::Quiet {
+    pub fn event(&self, event: &Event) {
+        if self.mode != Mode::Plain {
             return;
         }
-        let s = |k: &str| {
-            fields
-                .get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        match kind {
-            "route" if self.mode == Mode::Plain => {
-                let to: Vec<String> = fields
-                    .get("to")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let cond = s("condition");
-                let cond = if cond.is_empty() {
-                    String::new()
-                } else {
-                    format!("  [{cond}]")
-                };
-                self.print(&format!("            → {}{cond}", to.join(", ")));
-            }
-            "invalid_output" => self.print(&format!(
-                "  ! {} attempt {}: {}",
-                s("role"),
-                fields.get("attempt").unwrap_or(&Value::Null),
-                s("error")
-            )),
-            _ => {}
+        if let Event::Route { to, condition, .. } = event {
+            let cond = if condition.is_empty() {
+                String::new()
+            } else {
+                format!("  [{condition}]")
+            };
+            self.print(&format!("            → {}{cond}", to.join(", ")));
+        }
+    }
+
+    /// A reply that was rejected; the call is asked again (or the role's outcome is invalid).
+    pub fn invalid_reply(&self, role: &str, attempt: u64, error: &str) {
+        if self.mode != Mode::Quiet {
+            self.print(&format!("  ! {role} attempt {attempt}: {error}"));
         }
     }
 

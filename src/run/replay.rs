@@ -5,6 +5,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::events::{Event, LlmResponse};
+
 fn clip(text: &str, full: bool, limit: usize) -> String {
     if full || text.chars().count() <= limit {
         return text.to_string();
@@ -34,56 +36,50 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
         info.run_id, info.workflow, info.status, info.started_at
     );
     for line in text.lines() {
-        let Ok(e) = serde_json::from_str::<Value>(line) else {
+        let Some(event) = serde_json::from_str::<Value>(line)
+            .ok()
+            .as_ref()
+            .and_then(Event::from_line)
+        else {
             continue;
         };
-        let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        match s("event").as_str() {
-            "role_start" => {
-                let _ = writeln!(
-                    out,
-                    "\nstep {} · {} ({}) visit {}",
-                    e["step"],
-                    s("role"),
-                    s("kind"),
-                    e["visit"]
-                );
+        match event {
+            Event::RoleStart {
+                role,
+                kind,
+                visit,
+                step,
+            } => {
+                let _ = writeln!(out, "\nstep {step} · {role} ({kind}) visit {visit}");
             }
-            "llm_response" => {
+            Event::LlmResponse(LlmResponse { call, .. }) => {
                 let _ = writeln!(
                     out,
                     "  prompt ({} via {}):\n{}",
-                    s("model"),
-                    s("profile"),
-                    indent(&clip(&s("prompt"), full, 400))
+                    call.model,
+                    call.profile,
+                    indent(&clip(&call.prompt, full, 400))
                 );
                 let _ = writeln!(
                     out,
                     "  reply (attempt {}, {} tokens):\n{}",
-                    e["attempt"],
-                    e["usage"]["input_tokens"].as_u64().unwrap_or(0)
-                        + e["usage"]["output_tokens"].as_u64().unwrap_or(0),
-                    indent(&clip(&s("raw"), full, 600))
+                    call.attempt,
+                    call.usage.input_tokens + call.usage.output_tokens,
+                    indent(&clip(&call.raw, full, 600))
                 );
             }
-            "invalid_output" => {
+            Event::InvalidOutput { call, error } => {
+                let _ = writeln!(out, "  invalid reply (attempt {}): {error}", call.attempt);
+            }
+            Event::InvalidOutcome {
+                attempts, error, ..
+            } => {
                 let _ = writeln!(
                     out,
-                    "  invalid reply (attempt {}): {}",
-                    e["attempt"],
-                    s("error")
+                    "  no valid reply after {attempts} attempt(s): routed as invalid ({error})"
                 );
             }
-            "invalid_outcome" => {
-                let _ = writeln!(
-                    out,
-                    "  no valid reply after {} attempt(s): routed as invalid ({})",
-                    e["attempts"],
-                    s("error")
-                );
-            }
-            "tool_call" => {
-                let r = &e["result"];
+            Event::ToolCall { result: r, .. } => {
                 let _ = writeln!(
                     out,
                     "  tool {} → {} (exit {}, {:.2}s)",
@@ -97,13 +93,12 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
                     let _ = writeln!(out, "{}", indent(&clip(shown, full, 400)));
                 }
             }
-            "memory" => {
-                let note = s("note");
+            Event::Memory {
+                memory, op, note, ..
+            } => {
                 let _ = writeln!(
                     out,
-                    "  memory {}.{}{}",
-                    s("memory"),
-                    s("op"),
+                    "  memory {memory}.{op}{}",
                     if note.is_empty() {
                         String::new()
                     } else {
@@ -111,42 +106,34 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
                     }
                 );
             }
-            "artifact" => {
-                let _ = writeln!(out, "  wrote {}", s("file"));
+            Event::Artifact { file, .. } => {
+                let _ = writeln!(out, "  wrote {file}");
             }
-            "route" => {
-                let to: Vec<&str> = e["to"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                let cond = s("condition");
+            Event::Route {
+                to,
+                condition,
+                backtrack,
+                ..
+            } => {
                 let _ = writeln!(
                     out,
                     "  → {}{}{}",
                     to.join(", "),
-                    if cond.is_empty() {
+                    if condition.is_empty() {
                         String::new()
                     } else {
-                        format!(" when {cond}")
+                        format!(" when {condition}")
                     },
-                    if e["backtrack"].as_bool() == Some(true) {
-                        " (backtrack)"
-                    } else {
-                        ""
-                    }
+                    if backtrack { " (backtrack)" } else { "" }
                 );
             }
-            "run_resumed" => {
-                let _ = writeln!(out, "\n— resumed at step {} —", e["step"]);
+            Event::RunResumed { step } => {
+                let _ = writeln!(out, "\n— resumed at step {step} —");
             }
-            "exit" => {
-                let _ = writeln!(
-                    out,
-                    "\nexit `{}` (code {}): {}",
-                    s("exit"),
-                    e["code"],
-                    s("reason")
-                );
+            Event::Exit {
+                exit, code, reason, ..
+            } => {
+                let _ = writeln!(out, "\nexit `{exit}` (code {code}): {reason}");
             }
             _ => {}
         }

@@ -18,7 +18,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::clock;
+use super::events::Event;
+use super::memory::MemoryValue;
 use super::state::{RunState, Status, Totals};
+use crate::compile::Workflow;
 
 /// `run.json`: what ran, with which inputs and providers (never keys), and how it ended.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -134,7 +137,7 @@ struct Last {
     /// Every field but the four below, serialized (journal offset left out).
     small: Value,
     path_len: usize,
-    memory: Vec<Value>,
+    memory: Vec<MemoryValue>,
     outputs: std::collections::BTreeMap<usize, Value>,
     inputs: Vec<Value>,
 }
@@ -199,14 +202,18 @@ impl RunDir {
         })
     }
 
-    pub fn event(&mut self, kind: &str, mut fields: Value) -> std::io::Result<()> {
+    pub fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        self.append(serde_json::to_value(event)?)
+    }
+
+    /// Appends a serialized [`Event`] (secrets already replaced) as the next line.
+    pub(super) fn append(&mut self, mut event: Value) -> std::io::Result<()> {
         self.seq += 1;
         let mut line = serde_json::Map::new();
         line.insert("seq".into(), Value::from(self.seq));
         line.insert("ts".into(), Value::String(clock::now_rfc3339()));
-        line.insert("event".into(), Value::String(kind.into()));
-        if let Value::Object(extra) = fields.take() {
-            line.extend(extra);
+        if let Value::Object(fields) = event.take() {
+            line.extend(fields);
         }
         serde_json::to_writer(&mut self.events, &Value::Object(line))?;
         self.events.write_all(b"\n")
@@ -223,10 +230,10 @@ impl RunDir {
     /// Before the first append to a file the checkpoint does not know: its length now,
     /// durable before the append, so a resume can cut a re-run step's line away.
     pub fn append_opened(&mut self, name: &str, len: u64) -> std::io::Result<()> {
-        self.event(
-            "append_opened",
-            serde_json::json!({ "file": name, "len": len }),
-        )?;
+        self.event(&Event::AppendOpened {
+            file: name.to_string(),
+            len,
+        })?;
         self.events.flush()?;
         self.events.get_ref().sync_data()
     }
@@ -270,8 +277,8 @@ impl RunDir {
                     .iter()
                     .enumerate()
                     .filter(|(i, v)| last.memory.get(*i) != Some(*v))
-                    .map(|(i, v)| (i.to_string(), v.clone()))
-                    .collect();
+                    .map(|(i, v)| Ok((i.to_string(), serde_json::to_value(v)?)))
+                    .collect::<serde_json::Result<_>>()?;
                 if !changed.is_empty() || state.memory.len() != last.memory.len() {
                     if state.memory.len() == last.memory.len() {
                         delta.insert("~memory".into(), Value::Object(changed));
@@ -298,7 +305,7 @@ impl RunDir {
             _ => None,
         };
         if let Some(delta) = delta {
-            self.event("checkpoint", serde_json::json!({ "delta": delta }))?;
+            self.event(&Event::Checkpoint { delta })?;
             self.events.flush()?;
             self.events.get_ref().sync_data()?;
             self.since_snapshot += 1;
@@ -340,10 +347,9 @@ impl RunDir {
         {
             for line in tail.split(|&b| b == b'\n') {
                 if let Ok(e) = serde_json::from_slice::<Value>(line)
-                    && e["event"] == "append_opened"
-                    && let (Some(file), Some(len)) = (e["file"].as_str(), e["len"].as_u64())
+                    && let Some(Event::AppendOpened { file, len }) = Event::from_line(&e)
                 {
-                    lengths.entry(file.to_string()).or_insert(len);
+                    lengths.entry(file).or_insert(len);
                 }
             }
         }
@@ -390,10 +396,17 @@ pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: damaged run.json: {e}", dir.display()))
 }
 
-/// The state at the last checkpoint: the snapshot (`state.json`) with the journal's
-/// checkpoint records after it applied. Its `events.jsonl` length is the end of the last
-/// complete checkpoint record; anything after it belongs to an unfinished step.
-pub fn read_state(dir: &Path) -> Result<RunState, String> {
+/// The state at the last checkpoint, its memory typed by `workflow`'s declarations.
+pub fn read_state(dir: &Path, workflow: &Workflow) -> Result<RunState, String> {
+    RunState::restore(read_checkpoint(dir)?, workflow)
+        .map_err(|e| format!("{}: damaged state.json: {e}", dir.display()))
+}
+
+/// The state at the last checkpoint as JSON: the snapshot (`state.json`) with the
+/// journal's checkpoint records after it applied. Its `events.jsonl` length is the end
+/// of the last complete checkpoint record; anything after it belongs to an unfinished
+/// step.
+pub fn read_checkpoint(dir: &Path) -> Result<Value, String> {
     let text = std::fs::read_to_string(dir.join("state.json"))
         .map_err(|e| format!("{}: no checkpoint ({e})", dir.display()))?;
     let damaged = |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
@@ -413,15 +426,15 @@ pub fn read_state(dir: &Path) -> Result<RunState, String> {
                 let Ok(record) = serde_json::from_slice::<Value>(line) else {
                     break;
                 };
-                if record["event"] == "checkpoint" {
-                    apply_delta(&mut state, &record["delta"]);
+                if let Some(Event::Checkpoint { delta }) = Event::from_line(&record) {
+                    apply_delta(&mut state, &delta);
                     end = start + at as u64;
                 }
             }
         }
         state["file_lengths"][JOURNAL] = Value::from(end);
     }
-    serde_json::from_value(state).map_err(damaged)
+    Ok(state)
 }
 
 /// What changed between two states, field by field; a field that is a map or a list
@@ -470,8 +483,8 @@ fn diff(old: &Value, new: &Value) -> Value {
     Value::Object(delta)
 }
 
-fn apply_delta(state: &mut Value, delta: &Value) {
-    let (Value::Object(state), Value::Object(delta)) = (state, delta) else {
+fn apply_delta(state: &mut Value, delta: &serde_json::Map<String, Value>) {
+    let Value::Object(state) = state else {
         return;
     };
     for (key, change) in delta {
@@ -501,64 +514,6 @@ fn apply_delta(state: &mut Value, delta: &Value) {
         } else {
             state.insert(key.clone(), change.clone());
         }
-    }
-}
-
-/// A value interpolated into an artifact name, made one safe path component: no `/`,
-/// backslash, NUL or `..`, not empty, not longer than a file name may be. `None` when it
-/// already is one.
-pub fn path_component(value: &str) -> Option<String> {
-    const MAX: usize = 120;
-    let mut out: String = value
-        .chars()
-        .map(|c| {
-            if matches!(c, '/' | '\\' | '\0') {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
-    out = out.replace("..", "__");
-    if out.len() > MAX {
-        let mut end = MAX;
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.truncate(end);
-    }
-    if out.is_empty() {
-        out.push('_');
-    }
-    (out != value).then_some(out)
-}
-
-/// An artifact name made a relative path inside the workspace whatever its parts
-/// are: empty and `.` components dropped, `..` made `__`, NUL made `_`, each component
-/// short enough for the file system.
-pub fn contained_name(name: &str) -> String {
-    const MAX: usize = 240;
-    let mut parts: Vec<String> = Vec::new();
-    for part in name.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => parts.push("__".into()),
-            other => {
-                let mut part = other.replace('\0', "_");
-                if part.len() > MAX {
-                    let mut end = MAX;
-                    while !part.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    part.truncate(end);
-                }
-                parts.push(part);
-            }
-        }
-    }
-    match parts.as_slice() {
-        [] => "_".into(),
-        _ => parts.join("/"),
     }
 }
 

@@ -11,6 +11,8 @@ use rondo_provider::{
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::events::{Event, LlmResponse};
+
 #[derive(Debug, Clone, Default)]
 pub struct RoleReplies {
     /// Replies for visit 1, 2, ...; the last one repeats.
@@ -115,24 +117,17 @@ impl Script {
             .map_err(|e| format!("cannot read {}: {e}", events.display()))?;
         let mut script = Script::default();
         for line in text.lines() {
-            let Ok(event) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
+            let event = serde_json::from_str::<Value>(line)
+                .ok()
+                .as_ref()
+                .and_then(Event::from_line);
             // Rejected attempts too, in order, so an invalid outcome replays as one.
-            if !matches!(
-                event.get("event").and_then(Value::as_str),
-                Some("llm_response" | "invalid_output")
-            ) {
-                continue;
-            }
-            let (Some(role), Some(visit), Some(raw)) = (
-                event.get("role").and_then(Value::as_str),
-                event.get("visit").and_then(Value::as_u64),
-                event.get("raw").and_then(Value::as_str),
-            ) else {
-                continue;
+            let call = match event {
+                Some(Event::LlmResponse(LlmResponse { call, .. }))
+                | Some(Event::InvalidOutput { call, .. }) => call,
+                _ => continue,
             };
-            script.add(role, Some(visit), raw.to_string());
+            script.add(&call.role, Some(call.visit), call.raw);
         }
         Ok(script)
     }
@@ -191,6 +186,7 @@ impl ChatModel for ScriptedModel {
                 },
                 model: "scripted".into(),
                 raw: Value::Null,
+                truncated: false,
             })
         })
     }

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use super::clock;
+use super::events::Event;
 use super::progress::Reporter;
 use super::redact;
 use super::rundir::{self, RunDir, RunInfo};
@@ -19,13 +20,14 @@ use super::scripted::{Script, ScriptedModel};
 use super::state::{RunState, Status};
 use super::tools;
 use super::{Interpreter, RunOptions, StartError};
+use crate::check::Checked;
 use crate::compile::{RoleKind, Workflow};
 use crate::prompt::Prompts;
 
 impl<'w> Interpreter<'w> {
     /// Prepares a new run: inputs, providers, run directory.
     pub fn start(
-        workflow: &'w Workflow,
+        workflow: &'w Checked,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
@@ -75,7 +77,7 @@ impl<'w> Interpreter<'w> {
 
     /// [`start`](Self::start) with replies given in code (`test` blocks).
     pub fn start_with_script(
-        workflow: &'w Workflow,
+        workflow: &'w Checked,
         options: &RunOptions,
         script: Script,
     ) -> Result<(Self, RunState), StartError> {
@@ -98,7 +100,7 @@ impl<'w> Interpreter<'w> {
         inputs
             .iter_mut()
             .for_each(|v| interp.redactor.redact_json(v));
-        let state = RunState::new(workflow, run_id.clone(), inputs);
+        let state = RunState::new(workflow, run_id.clone(), inputs).map_err(StartError::Setup)?;
         interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
@@ -133,10 +135,7 @@ impl<'w> Interpreter<'w> {
                 workspace: Some(interp.workspace.root().to_path_buf()),
             };
             interp.dir = Some(dir);
-            interp.event(
-                "run_start",
-                json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
-            );
+            interp.event(interp.run_start());
             // Resumable from here on: the checkpoint is durable before `run.json` says a
             // run exists, so a kill before this point leaves a run id that can be reused.
             let mut state = state;
@@ -155,16 +154,21 @@ impl<'w> Interpreter<'w> {
         std::fs::create_dir_all(&interp.run_dir).map_err(|e| {
             StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
         })?;
-        interp.event(
-            "run_start",
-            json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
-        );
+        interp.event(interp.run_start());
         Ok((interp, state))
+    }
+
+    fn run_start(&self) -> Event {
+        Event::RunStart {
+            workflow: self.workflow.name.clone(),
+            run_dir: self.run_dir.clone(),
+            workspace: self.workspace.root().to_path_buf(),
+        }
     }
 
     /// Continues a stopped or crashed run from its last checkpoint.
     pub fn resume(
-        workflow: &'w Workflow,
+        workflow: &'w Checked,
         run_dir: &Path,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
@@ -175,7 +179,7 @@ impl<'w> Interpreter<'w> {
                 workflow.path.display()
             )));
         }
-        let mut state = rundir::read_state(run_dir).map_err(StartError::Setup)?;
+        let mut state = rundir::read_state(run_dir, workflow).map_err(StartError::Setup)?;
         // A run killed between its final checkpoint and its final `run.json` is finished
         // again (no role runs: the position is its exit) so the record is complete.
         if state.status == Status::Finished && info.ended_at.is_some() {
@@ -206,7 +210,7 @@ impl<'w> Interpreter<'w> {
         interp.info = Some(info);
         if state.status != Status::Finished {
             state.status = Status::Running;
-            interp.event("run_resumed", json!({"step": state.step}));
+            interp.event(Event::RunResumed { step: state.step });
         }
         Ok((interp, state))
     }
@@ -240,15 +244,10 @@ impl<'w> Interpreter<'w> {
         let mut profile_of = HashMap::new();
         for (index, role) in workflow.roles() {
             if let RoleKind::Llm(l) = &role.kind {
-                let id = if l.provider == usize::MAX {
-                    workflow.default_provider
-                } else {
-                    l.provider
-                };
                 let name = options
                     .provider
                     .clone()
-                    .unwrap_or_else(|| workflow.providers[id].name.clone());
+                    .unwrap_or_else(|| workflow.providers[l.provider].name.clone());
                 profile_of.insert(index.index(), name);
             }
         }
@@ -271,6 +270,7 @@ impl<'w> Interpreter<'w> {
                 &run_dir,
                 workspace.root(),
                 options.keep_env,
+                options.unconfined_tools,
                 redactor.clone(),
             ),
             run_dir,

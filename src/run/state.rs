@@ -3,10 +3,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use petgraph::graph::NodeIndex;
+use rondo_provider::{Spend, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::compile::{MemoryKind, Workflow};
+use super::events::LlmResponse;
+use super::memory::MemoryValue;
+use crate::compile::Workflow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -44,7 +47,7 @@ pub struct BranchResult {
     pub item: Option<Value>,
     pub tool: Option<usize>,
     pub prompt: Option<String>,
-    pub record: Option<Value>,
+    pub record: Option<LlmResponse>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -68,8 +71,10 @@ pub struct RunState {
     pub route_taken: Vec<u64>,
     /// Latest output of each role, by node index.
     pub outputs: BTreeMap<usize, Value>,
-    /// Memory slots in declaration order; structured kinds hold their serialized store.
-    pub memory: Vec<Value>,
+    /// Memory slots in declaration order. Read back by [`RunState::restore`], which
+    /// knows their kinds.
+    #[serde(skip_deserializing)]
+    pub memory: Vec<MemoryValue>,
     pub inputs: Vec<Value>,
     /// Names of the roles run, in order.
     pub path: Vec<String>,
@@ -84,25 +89,44 @@ pub struct RunState {
     pub file_lengths: BTreeMap<String, u64>,
 }
 
+impl Totals {
+    /// What the LLM calls spent, as the budget checks take it.
+    pub fn spend(&self) -> Spend {
+        Spend {
+            calls: self.llm_calls,
+            usage: Usage {
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+            },
+            cost: self.cost,
+        }
+    }
+
+    pub fn add(&mut self, spend: Spend) {
+        self.llm_calls += spend.calls;
+        self.input_tokens += spend.usage.input_tokens;
+        self.output_tokens += spend.usage.output_tokens;
+        self.cost += spend.cost;
+    }
+}
+
 impl RunState {
-    pub fn new(workflow: &Workflow, run_id: String, inputs: Vec<Value>) -> Self {
+    /// A run's state before its first step; `Err` when a memory slot cannot be made
+    /// (a code context's parameters out of range, whiteboard sections that clash).
+    pub fn new(workflow: &Workflow, run_id: String, inputs: Vec<Value>) -> Result<Self, String> {
         let memory = workflow
             .memory
             .iter()
-            .map(|slot| match &slot.kind {
-                MemoryKind::Value { default, ty } => {
-                    let mut v = default.clone();
-                    ty.fill_absent(&mut v);
-                    v
-                }
-                other => super::memory::initial_structured(other),
+            .map(|slot| {
+                MemoryValue::initial(&slot.kind).map_err(|e| format!("memory `{}`: {e}", slot.name))
             })
-            .collect();
-        let first = workflow.start;
-        RunState {
+            .collect::<Result<_, _>>()?;
+        Ok(RunState {
             run_id,
             step: 0,
-            position: Position::Node { node: first },
+            position: Position::Node {
+                node: workflow.start,
+            },
             visits: vec![0; workflow.graph.node_count()],
             route_taken: vec![0; workflow.routes.len()],
             outputs: BTreeMap::new(),
@@ -114,7 +138,27 @@ impl RunState {
             status: Status::Running,
             elapsed_ms: 0,
             file_lengths: BTreeMap::new(),
-        }
+        })
+    }
+
+    /// A checkpoint (`state.json` with the journal applied) read back for `workflow`,
+    /// each memory slot typed by its declaration.
+    pub fn restore(mut stored: Value, workflow: &Workflow) -> Result<Self, String> {
+        let memory = match stored.get_mut("memory").map(Value::take) {
+            Some(Value::Array(values)) if values.len() == workflow.memory.len() => values,
+            _ => return Err("its memory does not match the workflow's".into()),
+        };
+        let mut state: RunState = serde_json::from_value(stored).map_err(|e| e.to_string())?;
+        state.memory = workflow
+            .memory
+            .iter()
+            .zip(memory)
+            .map(|(slot, v)| {
+                MemoryValue::restore(&slot.kind, v)
+                    .map_err(|e| format!("memory `{}`: {e}", slot.name))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(state)
     }
 
     /// `round`: how many times the workflow's round role has completed (0 in the first

@@ -8,10 +8,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use petgraph::graph::NodeIndex;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::clock;
 use super::eval::{self, Env};
+use super::events::Event;
 use super::state::{self, Position, RunState, Status};
 use super::tools;
 use super::{Flow, Interpreter, Outcome, RoleRun, StepError};
@@ -23,7 +24,9 @@ impl<'w> Interpreter<'w> {
         if self.resumed {
             let removed = self.envs.remove_orphans().await;
             if !removed.is_empty() {
-                self.event("stale_containers_removed", json!({"containers": removed}));
+                self.event(Event::StaleContainersRemoved {
+                    containers: removed,
+                });
             }
         }
         let (exit, reason) = loop {
@@ -100,7 +103,13 @@ impl<'w> Interpreter<'w> {
         if !already_finished {
             self.flush_buffered_events();
             self.settle(&mut state);
-            self.event("exit", json!({"exit": name, "code": code, "reason": reason, "step": state.step, "totals": state.totals}));
+            self.event(Event::Exit {
+                exit: name.clone(),
+                code,
+                reason: reason.clone(),
+                step: state.step,
+                totals: state.totals.clone(),
+            });
             self.checkpoint(&mut state);
         }
         self.envs.shutdown().await;
@@ -267,14 +276,19 @@ impl<'w> Interpreter<'w> {
             let from_name = &self.workflow.node(from).name;
             // Built only when something records or shows it: this is the per-step hot path.
             if self.wants_events() {
-                let targets: Vec<&str> = route
+                let to = route
                     .target
                     .first_nodes()
                     .iter()
-                    .map(|n| self.workflow.node(*n).name.as_str())
+                    .map(|n| self.workflow.node(*n).name.clone())
                     .collect();
-                let fields = json!({"from": from_name, "to": targets, "condition": condition, "route": id, "backtrack": route.backtrack});
-                self.event("route", fields);
+                self.event(Event::Route {
+                    from: from_name.clone(),
+                    to,
+                    condition: condition.to_string(),
+                    route: id,
+                    backtrack: route.backtrack,
+                });
             }
             return Ok(match &route.target {
                 RouteTarget::Node { node } if self.workflow.is_exit(*node) => Flow::Exit {

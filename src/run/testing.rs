@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use super::eval::Env;
 use super::{Interpreter, RunOptions};
-use crate::compile::{TestCase, TestExpectation, Workflow};
+use crate::check::Checked;
+use crate::compile::{TestCase, TestExpectation};
 
 pub struct TestReport {
     pub name: String,
@@ -27,7 +28,7 @@ fn input_text(v: &Value) -> String {
 }
 
 pub async fn run_test(
-    workflow: &Workflow,
+    workflow: &Checked,
     case: &TestCase,
     runs_root: &std::path::Path,
 ) -> TestReport {
@@ -140,7 +141,7 @@ pub async fn run_test(
                     prompt: None,
                 };
                 match env.eval(expr) {
-                    Ok(v) if super::eval::truthy(&v) => {}
+                    Ok(v) if super::value::truthy(&v) => {}
                     Ok(v) => report
                         .failures
                         .push(format!("expected `{}` to hold; it is {v}", expr.text)),

@@ -11,6 +11,7 @@ use rondo_env::{
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+use super::events::Event;
 use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
 use crate::compile::{EnvKind, Show, ToolAction, ToolRole, ToolSpec, Workflow};
@@ -27,11 +28,13 @@ pub struct Envs {
     workspace: std::path::PathBuf,
     run_id: String,
     keep: bool,
+    /// Local tools may run unconfined where the kernel cannot confine them.
+    unconfined: bool,
     redactor: rondo_env::Redactor,
     /// Host paths named by `path` inputs: mounted read-only, at the same path, in Docker.
     pub input_paths: Vec<std::path::PathBuf>,
     /// Events produced while roles run concurrently, written when their result is applied.
-    pub pending_events: Mutex<Vec<(String, Value)>>,
+    pub pending_events: Mutex<Vec<Event>>,
 }
 
 pub fn needs_install(spec: &ToolSpec) -> bool {
@@ -85,6 +88,7 @@ impl Envs {
         run_dir: &std::path::Path,
         workspace: &std::path::Path,
         keep: bool,
+        unconfined: bool,
         redactor: rondo_env::Redactor,
     ) -> Envs {
         // Each environment installs the tools it declares plus those its tool roles run.
@@ -132,6 +136,7 @@ impl Envs {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             keep,
+            unconfined,
             redactor,
             input_paths: Vec::new(),
             pending_events: Mutex::new(Vec::new()),
@@ -163,10 +168,28 @@ impl Envs {
                     config.redactor = self.redactor.clone();
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     config.tool_cache_dir = Some(tool_cache_dir());
+                    config.unconfined = self.unconfined;
+                    // In a `--workspace` folder the records are beneath the workspace:
+                    // tools see that folder read-only.
+                    let workspace =
+                        std::fs::canonicalize(&self.workspace).unwrap_or(self.workspace.clone());
+                    if run_dir.starts_with(&workspace) {
+                        config
+                            .read_only
+                            .push(workspace.join(rondo_workspace::SYSTEM_DIR));
+                    }
                     LocalEnv::start(config)
                         .await
                         .map(|e| Arc::new(e) as Arc<dyn Environment>)
-                        .map_err(|e| format!("environment `{}`: {e}", spec.name))
+                        .map_err(|e| match e {
+                            rondo_env::EnvError::Confinement(_) => format!(
+                                "environment `{}`: {e}; run the tools in Docker, or pass \
+                                 `--unconfined-tools` (or set RONDO_UNCONFINED_TOOLS=1) to \
+                                 run them with all your permissions",
+                                spec.name
+                            ),
+                            e => format!("environment `{}`: {e}", spec.name),
+                        })
                 }
                 EnvKind::Docker => {
                     // Containers left by a crashed run (their owner process is gone) go first.
@@ -175,10 +198,9 @@ impl Envs {
                         && !removed.is_empty()
                         && let Ok(mut events) = self.pending_events.lock()
                     {
-                        events.push((
-                            "stale_containers_removed".into(),
-                            json!({"containers": removed}),
-                        ));
+                        events.push(Event::StaleContainersRemoved {
+                            containers: removed,
+                        });
                     }
                     let mut config = DockerConfig::new(
                         spec.image.clone().unwrap_or_default(),
@@ -510,10 +532,11 @@ pub(super) async fn run_tool_role(
                 // without its log, and the refusal is recorded.
                 Err(e) => {
                     if let Ok(mut events) = interp.envs.pending_events.lock() {
-                        events.push((
-                            "log_rejected".into(),
-                            json!({"role": name, "file": file, "reason": e.to_string()}),
-                        ));
+                        events.push(Event::LogRejected {
+                            role: name.clone(),
+                            file,
+                            reason: e.to_string(),
+                        });
                     }
                     None
                 }

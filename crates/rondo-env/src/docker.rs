@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
@@ -16,7 +17,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use tokio::time::sleep_until;
 
-use crate::exec::Collector;
+use crate::exec::{Collector, MAX_ARG_LEN};
 use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
 use crate::transport::{Mount, Transport, refused_mount};
 use crate::{
@@ -224,6 +225,9 @@ pub struct DockerEnv {
     tools: InstalledTools,
     /// Starts commands without a `docker exec` each; `None` when the image has no python3.
     runner: Option<crate::runner::Runner>,
+    /// Markers of commands abandoned mid-way, killed again at shutdown: the kill started
+    /// on abandon may not finish before the process exits.
+    abandoned: Arc<Mutex<Vec<String>>>,
 }
 
 impl DockerEnv {
@@ -291,6 +295,7 @@ impl DockerEnv {
             exec_seq: AtomicU64::new(0),
             tools,
             runner: None,
+            abandoned: Arc::default(),
         };
         // From here Drop removes the container if starting fails.
         let mut env = env;
@@ -447,6 +452,7 @@ async fn build_tools_image(
         tools: InstalledTools::default(),
         // Installs are few and long; plain execs keep the committed image clean.
         runner: None,
+        abandoned: Arc::default(),
     };
     let result = async {
         docker
@@ -555,6 +561,7 @@ struct InFlight {
     id: String,
     marker: String,
     running: bool,
+    abandoned: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for InFlight {
@@ -562,6 +569,10 @@ impl Drop for InFlight {
         if !self.running {
             return;
         }
+        self.abandoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.marker.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let (docker, id, marker) = (
                 self.docker.clone(),
@@ -603,11 +614,19 @@ impl DockerEnv {
         let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
         let timeout = req.timeout.unwrap_or(self.config.default_timeout);
         let start = Instant::now();
+        // The same failure as on the host, whichever way the container would report it.
+        let argv = opts.cmd.as_deref().unwrap_or_default();
+        let vars = opts.env.as_deref().unwrap_or_default();
+        if argv.iter().chain(vars).any(|a| a.len() >= MAX_ARG_LEN) {
+            let program = argv.first().map_or("", String::as_str);
+            return collector.too_long(program, &req.command, start.elapsed());
+        }
         let mut in_flight = InFlight {
             docker: self.docker.clone(),
             id: self.id.clone(),
             marker: marker.clone(),
             running: true,
+            abandoned: self.abandoned.clone(),
         };
         if let Some(runner) = self.runner.as_ref().filter(|r| r.alive()) {
             let mut env: HashMap<String, String> = req.env.clone().into_iter().collect();
@@ -781,6 +800,12 @@ impl Environment for DockerEnv {
 
     async fn shutdown(&self) -> Result<(), EnvError> {
         if self.config.keep {
+            // A kept container outlives the run, so must no abandoned command.
+            let abandoned =
+                std::mem::take(&mut *self.abandoned.lock().unwrap_or_else(|e| e.into_inner()));
+            for marker in abandoned {
+                self.kill_marked(&marker, "KILL").await;
+            }
             return Ok(());
         }
         if self.removed.swap(true, Ordering::SeqCst) {

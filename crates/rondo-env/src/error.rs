@@ -40,6 +40,10 @@ pub enum EnvError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 
+    /// Local tools cannot be confined (no Landlock, or no private mount namespace).
+    #[error("cannot confine local tool processes: {0}")]
+    Confinement(String),
+
     #[error("environment already shut down")]
     ShutDown,
 

@@ -65,6 +65,10 @@ pub const DEFAULT_MAX_OUTPUT: usize = 4 << 20;
 /// A line longer than this is delivered to the line callback in pieces.
 const MAX_LINE: usize = 64 << 10;
 
+/// Linux refuses to start a program with one argument this long or longer
+/// (`MAX_ARG_STRLEN`, 32 pages), whatever the total size.
+pub(crate) const MAX_ARG_LEN: usize = 32 * 4096;
+
 impl fmt::Debug for ExecRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExecRequest")
@@ -374,6 +378,25 @@ impl Collector {
                 buf.clear();
             }
         }
+    }
+
+    /// The command could not start, its arguments past the OS limit (`E2BIG`): the tool's
+    /// failure (the model sent too much), not the run's. Exit code 126, as a shell gives.
+    pub(crate) fn too_long(
+        mut self,
+        program: &str,
+        command: &Command,
+        duration: Duration,
+    ) -> Result<ExecOutput, EnvError> {
+        let size: usize = match command {
+            Command::Argv(argv) => argv.iter().map(|a| a.len() + 1).sum(),
+            Command::Shell(line) => line.len() + 1,
+        };
+        let msg = format!(
+            "{program}: argument list too long ({size} bytes of arguments; the OS refused to start the command)\n"
+        );
+        self.push(StreamKind::Stderr, msg.as_bytes());
+        self.finish(Some(126), false, duration)
     }
 
     pub(crate) fn finish(

@@ -13,6 +13,7 @@ mod exec;
 mod local;
 mod redact;
 mod runner;
+mod sandbox;
 pub mod tool;
 mod transport;
 

@@ -3,14 +3,15 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt;
 use tokio::time::sleep_until;
 
 use crate::exec::Collector;
+use crate::sandbox::{PrivateTmp, Sandbox};
 use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
 use crate::{
     Command, EnvError, Environment, ExecOutput, ExecRequest, Redactor, StreamKind, archive,
@@ -38,6 +39,12 @@ pub struct LocalConfig {
     pub install_timeout: Duration,
     /// Secret values replaced in every command's output and log.
     pub redactor: Redactor,
+    /// Folders beneath `run_dir` that commands may read but never write (the system
+    /// area of a run made in a `--workspace` folder).
+    pub read_only: Vec<PathBuf>,
+    /// Run commands without Landlock confinement when the kernel cannot confine them,
+    /// instead of refusing to start (the user asked for it).
+    pub unconfined: bool,
 }
 
 /// The caller's variables a command may see: everything else (API keys, tokens, the
@@ -45,9 +52,9 @@ pub struct LocalConfig {
 const PASSED_ON: &[&str] = &["PATH", "LANG", "TZ"];
 
 /// The environment every local command starts from: `PATH`, `LANG` and `TZ` of the
-/// caller (`PATH` and `LANG` with defaults when unset), and `HOME` set to `home`, the
-/// directory the commands run in.
-pub fn clean_env(home: &Path) -> BTreeMap<String, String> {
+/// caller (`PATH` and `LANG` with defaults when unset), `HOME` set to `home`, the
+/// directory the commands run in, and `TMPDIR` set to `tmp`.
+pub fn clean_env(home: &Path, tmp: &Path) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = PASSED_ON
         .iter()
         .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
@@ -56,6 +63,7 @@ pub fn clean_env(home: &Path) -> BTreeMap<String, String> {
         .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
     env.entry("LANG".into()).or_insert_with(|| "C.UTF-8".into());
     env.insert("HOME".into(), home.to_string_lossy().into_owned());
+    env.insert("TMPDIR".into(), tmp.to_string_lossy().into_owned());
     env
 }
 
@@ -72,17 +80,23 @@ impl LocalConfig {
             wheelhouse: tool::DEFAULT_WHEELHOUSE.to_string(),
             install_timeout: Duration::from_secs(600),
             redactor: Redactor::default(),
+            read_only: Vec::new(),
+            unconfined: false,
         }
     }
 }
 
 /// Runs commands as host processes, each in its own process group so that a timeout
-/// kills the command and everything it started.
+/// kills the command and everything it started, each confined by a [`Sandbox`]: it
+/// writes only beneath the run directory and its private `TMPDIR`.
 pub struct LocalEnv {
     config: LocalConfig,
     active: Mutex<HashSet<i32>>,
     closed: AtomicBool,
     tools: InstalledTools,
+    /// `None` only when the kernel cannot confine and the user accepted that.
+    sandbox: Option<Arc<Sandbox>>,
+    tmp: PrivateTmp,
 }
 
 impl LocalEnv {
@@ -97,16 +111,79 @@ impl LocalEnv {
             active: Mutex::new(HashSet::new()),
             closed: AtomicBool::new(false),
             tools: InstalledTools::default(),
+            sandbox: None,
+            tmp: PrivateTmp::new()?,
             config,
         };
+        // What the kernel cannot confine runs unconfined only when the user said so.
+        match env.confine(None) {
+            Ok(sandbox) => env.sandbox = Some(sandbox),
+            Err(_) if env.config.unconfined => {}
+            Err(e) => return Err(e),
+        }
+        if let Err(e) = env.probe().await {
+            if !env.config.unconfined {
+                return Err(e);
+            }
+            env.sandbox = None;
+        }
         if !env.config.tools.is_empty() {
-            env.tools = env.install_tools().await?;
+            let (root, hash) = env.tool_root()?;
+            std::fs::create_dir_all(&root).map_err(|e| EnvError::io(&root, e))?;
+            // Installs also write the tool cache; the commands of the run only read it.
+            let run_sandbox = env.sandbox.clone();
+            if run_sandbox.is_some() {
+                env.sandbox = Some(env.confine(Some(&root))?);
+            }
+            let installed = env.install_tools(root, hash).await;
+            env.sandbox = run_sandbox;
+            env.tools = installed?;
         }
         Ok(env)
     }
 
-    async fn install_tools(&self) -> Result<InstalledTools, EnvError> {
-        let specs = &self.config.tools;
+    /// The sandbox of the commands: writes beneath the run directory, the private
+    /// `TMPDIR` and `extra`.
+    fn confine(&self, extra: Option<&Path>) -> Result<Arc<Sandbox>, EnvError> {
+        let mut writable = vec![self.config.run_dir.as_path(), self.tmp.path()];
+        writable.extend(extra);
+        Sandbox::new(&writable, &self.config.read_only).map(Arc::new)
+    }
+
+    /// Start one confined command, so that a sandbox the kernel refuses (no user
+    /// namespaces for the read-only view, say) is reported here, once and clearly.
+    async fn probe(&self) -> Result<(), EnvError> {
+        let Some(sandbox) = self.sandbox.clone() else {
+            return Ok(());
+        };
+        let mut cmd = tokio::process::Command::new("/bin/sh");
+        cmd.args(["-c", ":"])
+            .current_dir(&self.config.run_dir)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: `enter` only makes system calls.
+        unsafe {
+            cmd.pre_exec(move || sandbox.enter());
+        }
+        let status = cmd.status().await;
+        match status {
+            Ok(_) => Ok(()),
+            Err(e) => Err(EnvError::Confinement(format!(
+                "a confined process cannot start ({e}){}",
+                if self.config.read_only.is_empty() {
+                    ""
+                } else {
+                    "; the read-only view of the run's records needs a private mount namespace \
+                     (root, or unprivileged user namespaces)"
+                }
+            ))),
+        }
+    }
+
+    /// The install folder of the configured tools in the cache, and their content hash.
+    fn tool_root(&self) -> Result<(PathBuf, String), EnvError> {
         let cache = self
             .config
             .tool_cache_dir
@@ -117,8 +194,15 @@ impl LocalEnv {
         } else {
             self.config.run_dir.join(cache)
         };
-        let hash = tool::tools_hash(specs, &format!("local:{}", self.config.wheelhouse))?;
-        let root = cache.join(&hash[..16]);
+        let hash = tool::tools_hash(
+            &self.config.tools,
+            &format!("local:{}", self.config.wheelhouse),
+        )?;
+        Ok((cache.join(&hash[..16]), hash))
+    }
+
+    async fn install_tools(&self, root: PathBuf, hash: String) -> Result<InstalledTools, EnvError> {
+        let specs = &self.config.tools;
         let layout = ToolLayout {
             tools_root: root.join("tools").to_string_lossy().into_owned(),
             envs_root: root.join("envs").to_string_lossy().into_owned(),
@@ -142,8 +226,16 @@ impl LocalEnv {
         if installed.cached {
             return Ok(installed);
         }
-        if root.exists() {
-            std::fs::remove_dir_all(&root).map_err(|e| EnvError::io(&root, e))?;
+        // Empty the folder, not replace it: the install's sandbox allows writes beneath
+        // this very folder.
+        for entry in std::fs::read_dir(&root).map_err(|e| EnvError::io(&root, e))? {
+            let path = entry.map_err(|e| EnvError::io(&root, e))?.path();
+            let removed = if path.is_dir() && !path.is_symlink() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.map_err(|e| EnvError::io(&path, e))?;
         }
         let log_dir = self
             .config
@@ -230,7 +322,7 @@ impl Environment for LocalEnv {
         };
         cmd.current_dir(&workdir)
             .env_clear()
-            .envs(clean_env(&self.config.run_dir))
+            .envs(clean_env(&self.config.run_dir, self.tmp.path()))
             .envs(&self.config.env)
             .envs(&req.env)
             .stdin(Stdio::null())
@@ -238,6 +330,12 @@ impl Environment for LocalEnv {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        if let Some(sandbox) = self.sandbox.clone() {
+            // SAFETY: `enter` only makes system calls, as required between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || sandbox.enter());
+            }
+        }
 
         let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
         let timeout = req.timeout.unwrap_or(self.config.default_timeout);
@@ -251,17 +349,7 @@ impl Environment for LocalEnv {
                 return collector.finish(Some(127), false, start.elapsed());
             }
             Err(e) if e.raw_os_error() == Some(libc::E2BIG) => {
-                // Arguments past the OS limit: the tool cannot run, which is the tool's
-                // failure (the model sent too much), not the run's.
-                let size: usize = match &req.command {
-                    Command::Argv(argv) => argv.iter().map(|a| a.len() + 1).sum(),
-                    Command::Shell(line) => line.len() + 1,
-                };
-                let msg = format!(
-                    "{program}: argument list too long ({size} bytes of arguments; the OS refused to start the command)\n"
-                );
-                collector.push(StreamKind::Stderr, msg.as_bytes());
-                return collector.finish(Some(126), false, start.elapsed());
+                return collector.too_long(&program, &req.command, start.elapsed());
             }
             Err(e) => return Err(EnvError::Spawn { program, source: e }),
         };

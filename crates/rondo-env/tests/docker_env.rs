@@ -564,3 +564,32 @@ async fn the_docker_socket_is_never_mounted() {
         assert!(err.to_string().contains("Docker socket"), "{host}: {err}");
     }
 }
+
+/// An argument past the OS limit (one argument over 128 KiB on Linux) is a failed command
+/// (exit 126, the reason in `stderr`), through the runner and through a plain exec alike.
+#[tokio::test]
+async fn an_over_long_argument_is_a_failed_command() {
+    if !common::docker_ready().await {
+        return;
+    }
+    for use_runner in [true, false] {
+        let mut config = DockerConfig::new(IMAGE, common::unique("e2big"));
+        config.use_runner = use_runner;
+        let env = DockerEnv::start(config).await.unwrap();
+        let long = "x".repeat(200_000);
+        let out = env
+            .exec(ExecRequest::argv(["echo", long.as_str()]))
+            .await
+            .unwrap_or_else(|e| panic!("runner {use_runner}: {e}"));
+        assert_eq!(out.exit_code, Some(126), "runner {use_runner}: {out:?}");
+        assert!(
+            out.stderr.contains("rgument list too long"),
+            "runner {use_runner}: {}",
+            out.stderr
+        );
+        // The environment still works.
+        let ok = env.exec(ExecRequest::argv(["echo", "fine"])).await.unwrap();
+        assert_eq!(ok.stdout, "fine\n");
+        env.shutdown().await.unwrap();
+    }
+}

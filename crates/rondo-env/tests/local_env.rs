@@ -235,3 +235,111 @@ async fn failing_setup_script_names_the_spec_and_field() {
     assert!(err.contains("step `setup-script` (exit code 3"), "{err}");
     assert!(err.contains("about to fail"), "{err}");
 }
+
+/// Runs `line` in `env` and returns (success, merged output).
+async fn sh(env: &LocalEnv, line: &str) -> (bool, String) {
+    let out = env.exec(ExecRequest::shell(line)).await.unwrap();
+    (out.success(), out.merged)
+}
+
+/// A command writes beneath its run directory and its own `TMPDIR`, reads anywhere, and
+/// can write nothing else: not a file beside the run directory (where a run keeps its
+/// journal), not through a link, not the user's home.
+#[tokio::test]
+async fn commands_write_only_their_folder_and_their_tmpdir() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("events.jsonl"), "{\"seq\":1}\n").unwrap();
+    std::fs::write(d.join("state.json"), "{}\n").unwrap();
+    std::fs::create_dir(d.join("home")).unwrap();
+    let env = env(d).await;
+
+    let attacks = [
+        "echo x > ../events.jsonl",
+        "echo x >> ../events.jsonl",
+        ": > ../events.jsonl",
+        "rm ../state.json",
+        "mv ../state.json ./stolen.json",
+        "truncate -s 0 ../events.jsonl",
+        "ln -s ../events.jsonl link; echo x > link",
+        "ln ../events.jsonl hard",
+        "mkdir ../sub",
+        &format!("echo x > {}/home/.bashrc", d.display()),
+        "echo x > /tmp/rondo-escape-test",
+    ];
+    for attack in attacks {
+        let (ok, out) = sh(&env, attack).await;
+        assert!(!ok, "`{attack}` succeeded: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(d.join("events.jsonl")).unwrap(),
+        "{\"seq\":1}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("state.json")).unwrap(),
+        "{}\n"
+    );
+    assert!(!d.join("home/.bashrc").exists());
+    assert!(!d.join("sub").exists());
+    assert!(!std::path::Path::new("/tmp/rondo-escape-test").exists());
+
+    let (ok, out) = sh(
+        &env,
+        "set -e; echo a > in.txt; mkdir -p deep/er; echo b > deep/er/f; rm in.txt; \
+         echo t > \"$TMPDIR/t\"; mv \"$TMPDIR/t\" moved; cat moved; echo x > /dev/null; \
+         cat ../events.jsonl; printf '%s' \"$TMPDIR\"",
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert!(out.starts_with("t\n{\"seq\":1}\n"), "{out}");
+    let tmp = out.lines().last().unwrap().to_string();
+    assert!(!tmp.starts_with(env.run_dir().to_str().unwrap()), "{tmp}");
+    assert!(std::path::Path::new(&tmp).is_dir());
+    assert_eq!(
+        std::fs::read_to_string(env.run_dir().join("deep/er/f")).unwrap(),
+        "b\n"
+    );
+    drop(env);
+    assert!(
+        !std::path::Path::new(&tmp).exists(),
+        "TMPDIR is removed with the environment"
+    );
+}
+
+/// A folder beneath the run directory declared read-only (the records of a run made in a
+/// `--workspace` folder) cannot be written, removed, renamed or unmounted by a command.
+#[tokio::test]
+async fn a_read_only_folder_beneath_the_run_dir_stays_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let records = run.join(".rondo/runs/r");
+    std::fs::create_dir_all(&records).unwrap();
+    std::fs::write(records.join("events.jsonl"), "{\"seq\":1}\n").unwrap();
+    let mut config = LocalConfig::new(&run);
+    config.read_only = vec![run.join(".rondo")];
+    let env = LocalEnv::start(config).await.unwrap();
+    for attack in [
+        "echo x > .rondo/runs/r/events.jsonl",
+        "rm .rondo/runs/r/events.jsonl",
+        "rm -r .rondo",
+        "mv .rondo elsewhere",
+        "umount -l .rondo",
+        "touch .rondo/runs/r/new",
+    ] {
+        let (ok, out) = sh(&env, attack).await;
+        assert!(!ok, "`{attack}` succeeded: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(records.join("events.jsonl")).unwrap(),
+        "{\"seq\":1}\n"
+    );
+    assert!(!records.join("new").exists());
+    let (ok, out) = sh(
+        &env,
+        "cat .rondo/runs/r/events.jsonl && echo y > beside.txt",
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert_eq!(out, "{\"seq\":1}\n");
+    assert!(run.join("beside.txt").exists());
+}

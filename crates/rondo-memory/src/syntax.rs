@@ -315,9 +315,9 @@ impl std::fmt::Debug for SyntaxCache {
     }
 }
 
-/// Process-wide cache by absolute path, shared by all instances: an interpreter
-/// that deserializes its memory for every step would otherwise parse every
-/// file at every step. Bounded by total source size; cleared when full.
+/// Process-wide cache by absolute path, shared by all instances: a code context
+/// restored from a checkpoint, or a copy rendered for one view, starts with an
+/// empty cache of its own. Bounded by total source size; cleared when full.
 static SHARED: LazyLock<Mutex<SharedCache>> = LazyLock::new(Mutex::default);
 const SHARED_MAX_BYTES: usize = 64 << 20;
 

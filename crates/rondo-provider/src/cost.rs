@@ -1,6 +1,5 @@
-//! Cost accounting and budget checks made before a call.
+//! What calls spend, and the budget checks made before a call.
 
-use std::collections::BTreeMap;
 use std::ops::AddAssign;
 
 use serde::{Deserialize, Serialize};
@@ -21,31 +20,6 @@ impl AddAssign for Spend {
         self.calls += o.calls;
         self.usage += o.usage;
         self.cost += o.cost;
-    }
-}
-
-/// Per-run totals, split by workflow role and by profile.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Ledger {
-    pub total: Spend,
-    pub by_role: BTreeMap<String, Spend>,
-    pub by_profile: BTreeMap<String, Spend>,
-}
-
-impl Ledger {
-    pub fn record(&mut self, role: &str, profile: &str, usage: Usage, cost: f64) {
-        let s = Spend {
-            calls: 1,
-            usage,
-            cost,
-        };
-        self.total += s;
-        *self.by_role.entry(role.to_string()).or_default() += s;
-        *self.by_profile.entry(profile.to_string()).or_default() += s;
-    }
-
-    pub fn role(&self, role: &str) -> Spend {
-        self.by_role.get(role).copied().unwrap_or_default()
     }
 }
 
@@ -117,6 +91,29 @@ pub enum LimitExceeded {
 }
 
 impl Budget {
+    /// `Err` when `spent` has reached a limit already: no call may start.
+    pub fn check_spent(&self, spent: &Spend) -> Result<(), LimitExceeded> {
+        if let Some(limit) = self.max_tokens
+            && spent.usage.total() >= limit
+        {
+            return Err(LimitExceeded::Tokens {
+                limit,
+                spent: spent.usage.total(),
+                next: 0,
+            });
+        }
+        if let Some(limit) = self.max_cost
+            && spent.cost >= limit
+        {
+            return Err(LimitExceeded::Cost {
+                limit,
+                spent: spent.cost,
+                next: 0.0,
+            });
+        }
+        Ok(())
+    }
+
     /// `Err` when `spent` plus the worst case of the next call goes over a limit: the
     /// interpreter then stops with a `limit` status instead of calling.
     pub fn check(&self, spent: &Spend, next: &CallEstimate) -> Result<(), LimitExceeded> {

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -142,7 +143,11 @@ pub(crate) async fn post_json<B: Serialize + ?Sized>(
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_retry_after);
-    let text = resp.text().await.unwrap_or_default();
+    // An error body is only a message: its beginning is enough.
+    let text = match read_capped(resp, ERROR_BODY_MAX).await {
+        Ok(Some(bytes)) | Err((_, bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Ok(None) => String::new(),
+    };
     Err(ProviderError::from_status(
         status.as_u16(),
         retry_after,
@@ -150,16 +155,88 @@ pub(crate) async fn post_json<B: Serialize + ?Sized>(
     ))
 }
 
-/// Read and decode a whole JSON body.
+/// What is read of a reply beyond `max_reply` bytes of text: a JSON body's envelope and
+/// escapes, a stream's pending line or event.
+pub(crate) const BODY_SLACK: usize = 64 * 1024;
+
+/// The most of an error body that is read.
+const ERROR_BODY_MAX: usize = 64 * 1024;
+
+/// How much reply text has been read, against a request's `max_reply`. Atomic only to
+/// be shareable by reference inside a `Send` future.
+pub(crate) struct ReplyBudget {
+    max: Option<usize>,
+    used: AtomicUsize,
+}
+
+impl ReplyBudget {
+    pub(crate) fn new(max: Option<usize>) -> Self {
+        ReplyBudget {
+            max,
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    /// Count `n` bytes of reply text (content, tool arguments, reasoning).
+    pub(crate) fn add(&self, n: usize) {
+        self.used.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Mark the reply as past its cap (a line or event too long to hold).
+    fn overflow(&self) {
+        if let Some(max) = self.max {
+            self.used.store(max.saturating_add(1), Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn exceeded(&self) -> bool {
+        self.max
+            .is_some_and(|max| self.used.load(Ordering::Relaxed) > max)
+    }
+
+    /// The most bytes a body read whole, or one line or event of a stream, may take.
+    fn body_limit(&self) -> usize {
+        self.max
+            .map_or(usize::MAX, |max| max.saturating_add(BODY_SLACK))
+    }
+}
+
+/// The body, or `None` when it is longer than `max` bytes (reading stops there; the
+/// connection is dropped with the response). An interrupted body gives what had come.
+async fn read_capped(
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<Option<Vec<u8>>, (reqwest::Error, Vec<u8>)> {
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Ok(None);
+    }
+    let mut bytes = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if bytes.len() + chunk.len() > max {
+                    return Ok(None);
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(Some(bytes)),
+            Err(e) => return Err((e, bytes)),
+        }
+    }
+}
+
+/// Read and decode a whole JSON body; `None` when it passes the budget's cap.
 pub(crate) async fn read_json<T: DeserializeOwned>(
     resp: reqwest::Response,
     key: Option<&ApiKey>,
-) -> Result<(T, serde_json::Value), ProviderError> {
+    budget: &ReplyBudget,
+) -> Result<Option<(T, serde_json::Value)>, ProviderError> {
     // A body cut off mid-transfer is a broken connection (retried), not a malformed reply.
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| ProviderError::Connection(error_chain(&e.without_url())))?;
+    let bytes = match read_capped(resp, budget.body_limit()).await {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err((e, _)) => return Err(ProviderError::Connection(error_chain(&e.without_url()))),
+    };
     let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         ProviderError::MalformedResponse(redact(
             &format!(
@@ -171,14 +248,17 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
     })?;
     let typed = T::deserialize(&value)
         .map_err(|e| ProviderError::MalformedResponse(format!("unexpected body shape: {e}")))?;
-    Ok((typed, value))
+    Ok(Some((typed, value)))
 }
 
-/// Feed every line of the body to `on_line` as it arrives (for NDJSON and SSE).
+/// Feed every line of the body to `on_line` as it arrives (for NDJSON). Stops reading,
+/// returning `true`, as soon as the reply passes the budget (`on_line` counts the text it
+/// takes) or a line grows longer than the budget's cap.
 pub(crate) async fn for_each_line(
     mut resp: reqwest::Response,
+    budget: &ReplyBudget,
     mut on_line: impl FnMut(&str) -> Result<(), ProviderError>,
-) -> Result<(), ProviderError> {
+) -> Result<bool, ProviderError> {
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let chunk = resp.chunk().await.map_err(|e| {
@@ -188,26 +268,57 @@ pub(crate) async fn for_each_line(
             ))
         })?;
         let Some(chunk) = chunk else { break };
+        // Only the new bytes can end the pending line: a long line is scanned once.
+        let scanned = buf.len();
         buf.extend_from_slice(&chunk);
-        let mut start = 0;
-        while let Some(pos) = buf[start..].iter().position(|&b| b == b'\n') {
-            let line = &buf[start..start + pos];
+        let (mut start, mut from) = (0, scanned);
+        while let Some(i) = buf[from..].iter().position(|&b| b == b'\n') {
+            let end = from + i;
+            let line = &buf[start..end];
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             on_line(&String::from_utf8_lossy(line))?;
-            start += pos + 1;
+            if budget.exceeded() {
+                return Ok(true);
+            }
+            (start, from) = (end + 1, end + 1);
         }
         buf.drain(..start);
+        if buf.len() > budget.body_limit() {
+            return Ok(true);
+        }
     }
     if !buf.is_empty() {
         on_line(&String::from_utf8_lossy(&buf))?;
     }
-    on_line("")
+    on_line("")?;
+    Ok(budget.exceeded())
+}
+
+/// Feed every server-sent event of the body to `on_event` as it arrives; stops like
+/// [`for_each_line`], also when one event's data grows past the budget's cap.
+pub(crate) async fn for_each_event(
+    resp: reqwest::Response,
+    budget: &ReplyBudget,
+    mut on_event: impl FnMut(SseEvent) -> Result<(), ProviderError>,
+) -> Result<bool, ProviderError> {
+    let mut sse = SseDecoder::default();
+    let limit = budget.body_limit();
+    for_each_line(resp, budget, |line| {
+        if let Some(event) = sse.line(line) {
+            on_event(event)?;
+        }
+        if sse.data.len() > limit {
+            budget.overflow();
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Server-sent events: collects `event:` and `data:` lines and hands each event over at
 /// the blank line that ends it.
 #[derive(Default)]
-pub(crate) struct SseDecoder {
+struct SseDecoder {
     data: String,
     has_data: bool,
 }

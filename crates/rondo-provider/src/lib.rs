@@ -6,7 +6,7 @@
 //! - [`profile`]: [`ProviderProfile`] (YAML or code), the loader, and the missing-key check.
 //! - [`pool`]: [`ProviderPool`], which adds retries, fallbacks, limits and circuit breakers
 //!   and reports every attempt as an [`AttemptRecord`].
-//! - [`cost`]: [`Ledger`] totals and [`Budget`] checks before a call.
+//! - [`cost`]: [`Spend`] and the [`Budget`] checks before a call.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), rondo_provider::ProviderError> {
@@ -29,7 +29,7 @@ pub mod profile;
 pub mod providers;
 pub mod types;
 
-pub use cost::{Budget, CallEstimate, Ledger, LimitExceeded, Spend, estimate_call};
+pub use cost::{Budget, CallEstimate, LimitExceeded, Spend, estimate_call};
 pub use error::{ErrorKind, ProviderError};
 pub use http::ApiKey;
 pub use pool::{AttemptOutcome, AttemptRecord, AttemptSink, Completion, ProviderPool, backoff};

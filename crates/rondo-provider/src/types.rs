@@ -108,6 +108,11 @@ pub struct ChatRequest {
     pub stop: Vec<String>,
     #[serde(default)]
     pub context: CallContext,
+    /// The longest reply wanted, in bytes of text: the provider stops reading a reply
+    /// (and its HTTP body) soon after it passes this, and marks it
+    /// [`ChatResponse::truncated`]. `None` reads every reply whole.
+    #[serde(default)]
+    pub max_reply: Option<usize>,
 }
 
 impl ChatRequest {
@@ -157,6 +162,25 @@ pub struct ChatResponse {
     pub usage: Usage,
     pub model: String,
     pub raw: Value,
+    /// Reading stopped at the request's `max_reply`: `content` is the reply's beginning
+    /// (empty when the body was not streamed and so could not be decoded), tool calls and
+    /// usage what had arrived.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl ChatResponse {
+    /// A reply whose body passed the cap before it could be decoded.
+    pub fn truncated(model: &str) -> Self {
+        ChatResponse {
+            content: String::new(),
+            tool_calls: Vec::new(),
+            usage: Usage::default(),
+            model: model.to_string(),
+            raw: Value::Null,
+            truncated: true,
+        }
+    }
 }
 
 /// Receives each text delta of a streamed reply.

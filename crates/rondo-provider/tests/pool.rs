@@ -69,6 +69,7 @@ impl ChatModel for Scripted {
                 },
                 model: "scripted".into(),
                 raw: json!({}),
+                truncated: false,
             })
         })
     }
@@ -414,53 +415,25 @@ fn budgets_are_checked_before_a_call() {
     assert_eq!(est.max_output_tokens, 500);
     assert!(est.input_tokens >= 100 && est.input_tokens < 110);
     assert!((est.max_cost - (est.input_tokens as f64 / 1000.0 + 2.0)).abs() < 1e-9);
-    let mut ledger = Ledger::default();
-    ledger.record(
-        "coder",
-        "m",
-        Usage {
-            input_tokens: 1000,
-            output_tokens: 200,
-        },
-        1.8,
-    );
-    ledger.record(
-        "coder",
-        "m",
-        Usage {
-            input_tokens: 10,
-            output_tokens: 20,
-        },
-        0.09,
-    );
-    ledger.record(
-        "critic",
-        "m",
-        Usage {
-            input_tokens: 5,
-            output_tokens: 5,
-        },
-        0.025,
-    );
-    assert_eq!(ledger.role("coder").calls, 2);
-    assert_eq!(
-        ledger.total.usage,
-        Usage {
+    let spent = Spend {
+        calls: 3,
+        usage: Usage {
             input_tokens: 1015,
-            output_tokens: 225
-        }
-    );
+            output_tokens: 225,
+        },
+        cost: 1.915,
+    };
     let ok = Budget {
         max_tokens: Some(10_000),
         max_cost: Some(5.0),
     };
-    assert!(ok.check(&ledger.total, &est).is_ok());
+    assert!(ok.check(&spent, &est).is_ok());
     let tokens = Budget {
         max_tokens: Some(1500),
         max_cost: None,
     };
     assert!(matches!(
-        tokens.check(&ledger.total, &est),
+        tokens.check(&spent, &est),
         Err(LimitExceeded::Tokens { limit: 1500, .. })
     ));
     let cost = Budget {
@@ -468,7 +441,34 @@ fn budgets_are_checked_before_a_call() {
         max_cost: Some(3.0),
     };
     assert!(matches!(
-        cost.check(&ledger.total, &est),
+        cost.check(&spent, &est),
+        Err(LimitExceeded::Cost { .. })
+    ));
+    // What is spent already: a limit reached exactly stops the next call too.
+    assert!(ok.check_spent(&spent).is_ok());
+    let reached = Budget {
+        max_tokens: Some(1240),
+        max_cost: None,
+    };
+    assert!(matches!(
+        reached.check_spent(&spent),
+        Err(LimitExceeded::Tokens {
+            limit: 1240,
+            spent: 1240,
+            next: 0
+        })
+    ));
+    let under = Budget {
+        max_tokens: Some(1241),
+        max_cost: Some(1.92),
+    };
+    assert!(under.check_spent(&spent).is_ok());
+    let spent_cost = Budget {
+        max_tokens: None,
+        max_cost: Some(1.9),
+    };
+    assert!(matches!(
+        spent_cost.check_spent(&spent),
         Err(LimitExceeded::Cost { .. })
     ));
 }

@@ -87,6 +87,57 @@ pub fn relative_name(name: &str) -> Result<PathBuf, NameError> {
     Ok(out)
 }
 
+/// Longest component [`contained_name`] keeps (bytes); file systems allow 255.
+const MAX_COMPONENT: usize = 240;
+
+/// Longest a value becomes in [`path_component`], leaving room for the text around it.
+const MAX_VALUE: usize = 120;
+
+/// `part` with NUL made `_`, cut to `max` bytes on a character boundary, and never empty.
+fn component(part: &str, max: usize) -> String {
+    let mut out = part.replace('\0', "_");
+    if out.len() > max {
+        let mut end = max;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    if out.is_empty() {
+        out.push('_');
+    }
+    out
+}
+
+/// A value interpolated into a name (an artifact's), made one harmless path component:
+/// `/`, backslash and NUL become `_`, `..` becomes `__`, at most 120 bytes, never empty.
+/// `None` when the value already is one.
+pub fn path_component(value: &str) -> Option<String> {
+    let out = component(
+        &value.replace(['/', '\\'], "_").replace("..", "__"),
+        MAX_VALUE,
+    );
+    (out != value).then_some(out)
+}
+
+/// A name made a relative path whatever its parts are: empty and `.` components dropped
+/// (so also a leading `/`), `..` made `__`, NUL made `_`, each component at most 240
+/// bytes. What it names may still be refused by [`relative_name`] (the system area).
+pub fn contained_name(name: &str) -> String {
+    let parts: Vec<String> = name
+        .split('/')
+        .filter(|part| !matches!(*part, "" | "."))
+        .map(|part| match part {
+            ".." => "__".to_string(),
+            other => component(other, MAX_COMPONENT),
+        })
+        .collect();
+    match parts.as_slice() {
+        [] => "_".into(),
+        _ => parts.join("/"),
+    }
+}
+
 fn is_system(part: &std::ffi::OsStr) -> bool {
     // Case-insensitive: on a case-insensitive file system `.RONDO` is the same folder.
     part.to_str()
@@ -463,5 +514,34 @@ mod tests {
         assert_eq!(relative_name("."), Err(NameError::Empty));
         assert_eq!(relative_name("a\0b"), Err(NameError::Nul));
         assert_eq!(relative_name("sub/.rondo/x"), Err(NameError::System));
+    }
+
+    #[test]
+    fn values_become_one_component() {
+        assert_eq!(path_component("report"), None);
+        assert_eq!(path_component("a/b\\c\0d").as_deref(), Some("a_b_c_d"));
+        assert_eq!(path_component("../../etc").as_deref(), Some("______etc"));
+        assert_eq!(path_component("").as_deref(), Some("_"));
+        let long = "é".repeat(100);
+        let cut = path_component(&long).unwrap();
+        assert_eq!(cut.len(), 120);
+        assert!(cut.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn names_are_contained() {
+        assert_eq!(contained_name("out/a.md"), "out/a.md");
+        assert_eq!(contained_name("/etc//./passwd"), "etc/passwd");
+        assert_eq!(contained_name("../../x"), "__/__/x");
+        assert_eq!(contained_name("a\0b"), "a_b");
+        assert_eq!(contained_name("./"), "_");
+        let long = format!("d/{}", "x".repeat(300));
+        assert_eq!(contained_name(&long), format!("d/{}", "x".repeat(240)));
+        // Still named as written, for `relative_name` to refuse.
+        assert_eq!(contained_name(".rondo/runs"), ".rondo/runs");
+        assert_eq!(
+            relative_name(&contained_name("/../.rondo")),
+            Err(NameError::System)
+        );
     }
 }

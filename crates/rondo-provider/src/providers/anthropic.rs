@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ProviderError;
-use crate::http::{self, ApiKey, SseDecoder};
+use crate::http::{self, ApiKey, ReplyBudget};
 use crate::types::{
     BoxFuture, ChatModel, ChatRequest, ChatResponse, Role, StreamCallback, ToolCall, Usage,
 };
@@ -250,6 +250,7 @@ impl TryFrom<Converted<'_>> for ChatResponse {
             },
             model: r.model,
             raw,
+            truncated: false,
         })
     }
 }
@@ -426,8 +427,11 @@ impl AnthropicModel {
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let (body, schema_tool) = self.wire_request(req, false)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
-        let (wire, _) = http::read_json::<Response>(resp, self.key.as_ref()).await?;
-        ChatResponse::try_from(Converted(wire, schema_tool.as_deref()))
+        let budget = ReplyBudget::new(req.max_reply);
+        match http::read_json::<Response>(resp, self.key.as_ref(), &budget).await? {
+            Some((wire, _)) => ChatResponse::try_from(Converted(wire, schema_tool.as_deref())),
+            None => Ok(ChatResponse::truncated(&self.model)),
+        }
     }
 
     async fn complete_stream(
@@ -437,14 +441,11 @@ impl AnthropicModel {
     ) -> Result<ChatResponse, ProviderError> {
         let (body, schema_tool) = self.wire_request(req, true)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
-        let mut sse = SseDecoder::default();
         let mut message: Option<Response> = None;
         let mut partial_json: Vec<String> = Vec::new();
         let mut done = false;
-        http::for_each_line(resp, |line| {
-            let Some(ev) = sse.line(line) else {
-                return Ok(());
-            };
+        let budget = ReplyBudget::new(req.max_reply);
+        let truncated = http::for_each_event(resp, &budget, |ev| {
             if done {
                 return Ok(());
             }
@@ -471,6 +472,7 @@ impl AnthropicModel {
                     }
                     if let Block::Text { text } = &content_block {
                         http::emit(Some(cb), text);
+                        budget.add(text.len());
                     }
                     msg.content.push(content_block);
                     partial_json.push(String::new());
@@ -482,9 +484,11 @@ impl AnthropicModel {
                     match (block, delta) {
                         (Block::Text { text }, BlockDelta::TextDelta { text: d }) => {
                             http::emit(Some(cb), &d);
+                            budget.add(d.len());
                             text.push_str(&d);
                         }
                         (Block::ToolUse { .. }, BlockDelta::InputJsonDelta { partial_json: d }) => {
+                            budget.add(d.len());
                             if let Some(p) = partial_json.get_mut(index) {
                                 p.push_str(&d);
                             }
@@ -492,11 +496,17 @@ impl AnthropicModel {
                         (
                             Block::Thinking { thinking, .. },
                             BlockDelta::ThinkingDelta { thinking: d },
-                        ) => thinking.push_str(&d),
+                        ) => {
+                            budget.add(d.len());
+                            thinking.push_str(&d)
+                        }
                         (
                             Block::Thinking { signature, .. },
                             BlockDelta::SignatureDelta { signature: d },
-                        ) => signature.push_str(&d),
+                        ) => {
+                            budget.add(d.len());
+                            signature.push_str(&d)
+                        }
                         _ => {}
                     }
                 }
@@ -528,8 +538,13 @@ impl AnthropicModel {
             Ok(())
         })
         .await?;
-        match (done, message) {
-            (true, Some(m)) => ChatResponse::try_from(Converted(m, schema_tool.as_deref())),
+        match (done || truncated, message) {
+            (true, Some(m)) => {
+                let mut out = ChatResponse::try_from(Converted(m, schema_tool.as_deref()))?;
+                out.truncated = truncated;
+                Ok(out)
+            }
+            (true, None) => Ok(ChatResponse::truncated(&self.model)),
             _ => Err(ProviderError::Connection(
                 "stream ended before message_stop".into(),
             )),

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::ProviderError;
-use crate::http::{self, ApiKey, SseDecoder};
+use crate::http::{self, ApiKey, ReplyBudget};
 use crate::types::{
     BoxFuture, ChatModel, ChatRequest, ChatResponse, Role, StreamCallback, ToolCall, Usage,
 };
@@ -180,6 +180,7 @@ impl TryFrom<Response> for ChatResponse {
             },
             model: r.model_version.unwrap_or_default(),
             raw,
+            truncated: false,
         })
     }
 }
@@ -408,7 +409,11 @@ impl GeminiModel {
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req)?;
         let resp = http::post_json(self.post("generateContent"), &body, self.key.as_ref()).await?;
-        let (wire, _) = http::read_json::<Response>(resp, self.key.as_ref()).await?;
+        let budget = ReplyBudget::new(req.max_reply);
+        let Some((wire, _)) = http::read_json::<Response>(resp, self.key.as_ref(), &budget).await?
+        else {
+            return Ok(ChatResponse::truncated(&self.model));
+        };
         let mut out = ChatResponse::try_from(wire)?;
         if out.model.is_empty() {
             out.model = self.model.clone();
@@ -428,20 +433,20 @@ impl GeminiModel {
             self.key.as_ref(),
         )
         .await?;
-        let mut sse = SseDecoder::default();
         let mut acc = Assembler::default();
-        http::for_each_line(resp, |line| match sse.line(line) {
-            Some(ev) => acc.chunk(http::decode_frame(&ev.data)?, cb),
-            None => Ok(()),
+        let budget = ReplyBudget::new(req.max_reply);
+        let truncated = http::for_each_event(resp, &budget, |ev| {
+            acc.chunk(http::decode_frame(&ev.data)?, cb, &budget)
         })
         .await?;
         // Gemini has no end-of-stream marker: the last chunk carries the finish reason.
-        if acc.finish_reason.is_none() {
+        if acc.finish_reason.is_none() && !truncated {
             return Err(ProviderError::Connection(
                 "stream ended before a finishReason".into(),
             ));
         }
         let mut out = ChatResponse::try_from(acc.finish())?;
+        out.truncated = truncated;
         if out.model.is_empty() {
             out.model = self.model.clone();
         }
@@ -463,7 +468,12 @@ struct Assembler {
 }
 
 impl Assembler {
-    fn chunk(&mut self, r: Response, cb: StreamCallback<'_>) -> Result<(), ProviderError> {
+    fn chunk(
+        &mut self,
+        r: Response,
+        cb: StreamCallback<'_>,
+        budget: &ReplyBudget,
+    ) -> Result<(), ProviderError> {
         if r.usage_metadata.is_some() {
             self.usage = r.usage_metadata;
         }
@@ -481,9 +491,14 @@ impl Assembler {
                     Some(t) if t.is_empty() => {}
                     Some(t) if part.thought != Some(true) => {
                         http::emit(Some(cb), &t);
+                        budget.add(t.len());
                         self.text.get_or_insert_with(String::new).push_str(&t);
                     }
-                    _ if part.function_call.is_some() => self.calls.push(part),
+                    _ if part.function_call.is_some() => {
+                        let call = part.function_call.as_ref();
+                        budget.add(call.map_or(0, |c| c.name.len() + c.args.to_string().len()));
+                        self.calls.push(part)
+                    }
                     _ => {}
                 }
             }

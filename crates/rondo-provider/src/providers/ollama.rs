@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ProviderError;
-use crate::http::{self, ApiKey};
+use crate::http::{self, ApiKey, ReplyBudget};
 use crate::types::{
     BoxFuture, ChatModel, ChatRequest, ChatResponse, Role, StreamCallback, ToolCall, Usage,
 };
@@ -143,6 +143,7 @@ impl TryFrom<Response> for ChatResponse {
             },
             model: r.model,
             raw,
+            truncated: false,
         })
     }
 }
@@ -272,8 +273,11 @@ impl OllamaModel {
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, false)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
-        let (wire, _) = http::read_json::<Response>(resp, self.key.as_ref()).await?;
-        ChatResponse::try_from(wire)
+        let budget = ReplyBudget::new(req.max_reply);
+        match http::read_json::<Response>(resp, self.key.as_ref(), &budget).await? {
+            Some((wire, _)) => ChatResponse::try_from(wire),
+            None => Ok(ChatResponse::truncated(&self.model)),
+        }
     }
 
     async fn complete_stream(
@@ -287,7 +291,9 @@ impl OllamaModel {
         let mut thinking: Option<String> = None;
         let mut calls: Vec<WireToolCall> = Vec::new();
         let mut last: Option<Response> = None;
-        http::for_each_line(resp, |line| {
+        let mut first: Option<Response> = None;
+        let budget = ReplyBudget::new(req.max_reply);
+        let truncated = http::for_each_line(resp, &budget, |line| {
             if line.trim().is_empty() || last.is_some() {
                 return Ok(());
             }
@@ -299,23 +305,38 @@ impl OllamaModel {
                 });
             }
             http::emit(Some(cb), &chunk.message.content);
+            budget.add(chunk.message.content.len());
             content.push_str(&chunk.message.content);
             if let Some(t) = &chunk.message.thinking {
+                budget.add(t.len());
                 thinking.get_or_insert_with(String::new).push_str(t);
             }
-            calls.extend(chunk.message.tool_calls.iter().flatten().cloned());
+            for call in chunk.message.tool_calls.iter().flatten() {
+                budget.add(call.function.arguments.to_string().len());
+                calls.push(call.clone());
+            }
             if chunk.done {
                 last = Some(chunk);
+            } else if first.is_none() {
+                first = Some(chunk);
             }
             Ok(())
         })
         .await?;
-        let mut r = last
-            .ok_or_else(|| ProviderError::Connection("stream ended before the done line".into()))?;
+        let Some(mut r) = last.or(truncated.then_some(first).flatten()) else {
+            if truncated {
+                return Ok(ChatResponse::truncated(&self.model));
+            }
+            return Err(ProviderError::Connection(
+                "stream ended before the done line".into(),
+            ));
+        };
         r.message.content = content;
         r.message.thinking = thinking;
         r.message.tool_calls = (!calls.is_empty()).then_some(calls);
-        ChatResponse::try_from(r)
+        let mut out = ChatResponse::try_from(r)?;
+        out.truncated = truncated;
+        Ok(out)
     }
 }
 

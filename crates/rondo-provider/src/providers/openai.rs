@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ProviderError;
-use crate::http::{self, ApiKey, SseDecoder};
+use crate::http::{self, ApiKey, ReplyBudget};
 use crate::types::{
     BoxFuture, ChatModel, ChatRequest, ChatResponse, Message, Role, StreamCallback, ToolCall, Usage,
 };
@@ -328,6 +328,7 @@ impl TryFrom<Response> for ChatResponse {
             },
             model: r.model,
             raw,
+            truncated: false,
         })
     }
 }
@@ -444,8 +445,11 @@ impl OpenAiModel {
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, false)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
-        let (wire, _) = http::read_json::<Response>(resp, self.key.as_ref()).await?;
-        ChatResponse::try_from(wire)
+        let budget = ReplyBudget::new(req.max_reply);
+        match http::read_json::<Response>(resp, self.key.as_ref(), &budget).await? {
+            Some((wire, _)) => ChatResponse::try_from(wire),
+            None => Ok(ChatResponse::truncated(&self.model)),
+        }
     }
 
     async fn complete_stream(
@@ -456,23 +460,22 @@ impl OpenAiModel {
         let body = self.wire_request(req, true)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
         let mut acc = StreamAssembler::default();
-        let mut sse = SseDecoder::default();
-        http::for_each_line(resp, |line| {
+        let budget = ReplyBudget::new(req.max_reply);
+        let truncated = http::for_each_event(resp, &budget, |ev| {
             if acc.done {
                 return Ok(());
             }
-            if let Some(ev) = sse.line(line) {
-                acc.event(&ev.data, cb)?;
-            }
-            Ok(())
+            acc.event(&ev.data, cb, &budget)
         })
         .await?;
-        if !acc.done {
+        if !acc.done && !truncated {
             return Err(ProviderError::Connection(
                 "stream ended before [DONE]".to_string(),
             ));
         }
-        ChatResponse::try_from(acc.finish())
+        let mut out = ChatResponse::try_from(acc.finish())?;
+        out.truncated = truncated;
+        Ok(out)
     }
 }
 
@@ -491,7 +494,12 @@ struct StreamAssembler {
 }
 
 impl StreamAssembler {
-    fn event(&mut self, data: &str, cb: StreamCallback<'_>) -> Result<(), ProviderError> {
+    fn event(
+        &mut self,
+        data: &str,
+        cb: StreamCallback<'_>,
+        budget: &ReplyBudget,
+    ) -> Result<(), ProviderError> {
         if data.trim() == "[DONE]" {
             self.done = true;
             return Ok(());
@@ -510,9 +518,11 @@ impl StreamAssembler {
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
             if let Some(text) = choice.delta.content {
                 http::emit(Some(cb), &text);
+                budget.add(text.len());
                 self.content.get_or_insert_with(String::new).push_str(&text);
             }
             if let Some(text) = choice.delta.refusal {
+                budget.add(text.len());
                 self.refusal.get_or_insert_with(String::new).push_str(&text);
             }
             for d in choice.delta.tool_calls.unwrap_or_default() {
@@ -538,9 +548,11 @@ impl StreamAssembler {
                 }
                 if let Some(f) = d.function {
                     if let Some(n) = f.name {
+                        budget.add(n.len());
                         call.function.name.push_str(&n);
                     }
                     if let Some(a) = f.arguments {
+                        budget.add(a.len());
                         call.function.arguments.push_str(&a);
                     }
                 }

@@ -1,0 +1,208 @@
+//! What a run records in `events.jsonl`, one type per event. The field names are the
+//! journal's: replay, `--replay-from` and resume read runs recorded before this type.
+
+use std::path::PathBuf;
+
+use rondo_provider::{AttemptRecord, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::output::Parsed;
+use super::state::Totals;
+use crate::compile::types::Coerced;
+
+/// One line of `events.jsonl` (besides its `seq` and `ts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    RunStart {
+        workflow: String,
+        run_dir: PathBuf,
+        workspace: PathBuf,
+    },
+    RunResumed {
+        step: u64,
+    },
+    /// Containers of crashed runs, removed before this one starts its own.
+    StaleContainersRemoved {
+        containers: Vec<String>,
+    },
+    RoleStart {
+        role: String,
+        kind: String,
+        visit: u64,
+        step: u64,
+    },
+    /// The accepted reply of an llm role.
+    LlmResponse(LlmResponse),
+    ParsedOutput {
+        role: String,
+        visit: u64,
+        how: Parsed,
+        coercions: Vec<Coerced>,
+        output: Value,
+    },
+    /// A reply that did not parse or fit the declared type; the call is asked again.
+    InvalidOutput {
+        #[serde(flatten)]
+        call: LlmCall,
+        error: String,
+    },
+    /// Rejected attempts past the ones recorded in full, counted.
+    InvalidOutputOmitted {
+        role: String,
+        visit: u64,
+        attempts: u64,
+    },
+    /// No valid reply after every attempt: the role's output is the invalid record.
+    InvalidOutcome {
+        role: String,
+        visit: u64,
+        attempts: u64,
+        error: String,
+    },
+    LlmFailed {
+        role: String,
+        visit: u64,
+        profile: String,
+        error: String,
+        attempts: Vec<AttemptRecord>,
+    },
+    ToolCall {
+        role: String,
+        visit: u64,
+        result: Value,
+    },
+    Memory {
+        role: String,
+        memory: String,
+        op: String,
+        note: String,
+    },
+    Artifact {
+        role: String,
+        file: String,
+        bytes: usize,
+        append: bool,
+        /// The name as rendered, when making it a safe path changed it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sanitized_from: Option<String>,
+    },
+    /// An artifact whose name or file the workspace refused; the run goes on.
+    ArtifactRejected {
+        role: String,
+        file: String,
+        reason: String,
+    },
+    /// A tool log whose file the workspace refused; the tool runs without it.
+    LogRejected {
+        role: String,
+        file: String,
+        reason: String,
+    },
+    Route {
+        from: String,
+        to: Vec<String>,
+        condition: String,
+        route: usize,
+        backtrack: bool,
+    },
+    RoleEnd {
+        role: String,
+        visit: u64,
+        step: u64,
+    },
+    Exit {
+        exit: String,
+        code: i32,
+        reason: String,
+        step: u64,
+        totals: Totals,
+    },
+    /// What a step changed in the state (see `RunDir::checkpoint`).
+    Checkpoint {
+        delta: serde_json::Map<String, Value>,
+    },
+    /// The length of a file before its first append since the snapshot (see
+    /// `RunDir::append_opened`).
+    AppendOpened {
+        file: String,
+        len: u64,
+    },
+}
+
+/// One call of an llm role: what was sent, what came back, what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmCall {
+    pub role: String,
+    pub visit: u64,
+    pub attempt: u64,
+    pub profile: String,
+    pub model: String,
+    pub prompt: String,
+    /// The reply, cut to `max_reply`.
+    pub raw: String,
+    pub usage: Usage,
+    pub cost: f64,
+    /// The provider attempts behind it (retries, fallbacks).
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// A call whose reply was accepted, and how it was read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmResponse {
+    #[serde(flatten)]
+    pub call: LlmCall,
+    pub parsed: Parsed,
+    pub coercions: Vec<Coerced>,
+}
+
+impl Event {
+    /// The event of a journal line, when it is one this version knows.
+    pub fn from_line(line: &Value) -> Option<Event> {
+        Event::deserialize(line).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as the journal has always written them read back as their events, and
+    /// write back with the same fields in the same order.
+    #[test]
+    fn journal_lines_read_back_as_typed_events_and_write_the_same_fields() {
+        let lines = [
+            r#"{"event":"llm_response","role":"r","visit":1,"attempt":2,"profile":"scripted","model":"m","prompt":"p","raw":"{}","usage":{"input_tokens":3,"output_tokens":4},"cost":0.5,"attempts":[],"parsed":"strict","coercions":[{"flag":"missing_optional","path":"$.x"}]}"#,
+            r#"{"event":"invalid_output","role":"r","visit":1,"attempt":1,"profile":"scripted","model":"m","prompt":"p","raw":"no","usage":{"input_tokens":0,"output_tokens":0},"cost":0.0,"attempts":[],"error":"not JSON"}"#,
+            r#"{"event":"route","from":"a","to":["b","c"],"condition":"otherwise","route":3,"backtrack":false}"#,
+            r#"{"event":"artifact","role":"a","file":"out.txt","bytes":5,"append":true,"sanitized_from":"../out.txt"}"#,
+            r#"{"event":"artifact","role":"a","file":"out.txt","bytes":5,"append":false}"#,
+            r#"{"event":"checkpoint","delta":{"step":4,"+path":["a"]}}"#,
+            r#"{"event":"exit","exit":"done","code":0,"reason":"reached","step":2,"totals":{"llm_calls":1,"input_tokens":2,"output_tokens":3,"cost":0.25,"tool_calls":0}}"#,
+            r#"{"event":"memory","role":"a","memory":"notes","op":"append","note":""}"#,
+        ];
+        for line in lines {
+            let value: Value = serde_json::from_str(line).unwrap();
+            let event = Event::from_line(&value).unwrap_or_else(|| panic!("unread: {line}"));
+            assert_eq!(serde_json::to_string(&event).unwrap(), line);
+        }
+        let Some(Event::LlmResponse(r)) =
+            Event::from_line(&serde_json::from_str(lines[0]).unwrap())
+        else {
+            panic!("not an llm_response");
+        };
+        assert_eq!((r.call.attempt, r.call.usage.output_tokens), (2, 4));
+    }
+
+    #[test]
+    fn a_line_of_an_unknown_or_damaged_event_is_none() {
+        for line in [
+            r#"{"event":"from_a_later_version","x":1}"#,
+            r#"{"event":"route","from":"a"}"#,
+            r#"{"seq":1}"#,
+        ] {
+            assert_eq!(Event::from_line(&serde_json::from_str(line).unwrap()), None);
+        }
+    }
+}

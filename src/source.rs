@@ -108,10 +108,6 @@ impl SourceFile {
                 .collect()
         })
     }
-
-    pub fn named(&self) -> miette::NamedSource<Arc<str>> {
-        miette::NamedSource::new(self.path.display().to_string(), self.text.clone())
-    }
 }
 
 /// The largest workflow, import or script file read.

@@ -481,7 +481,7 @@ async fn failing_setup_script_fails_the_start_cleanly() {
     let err = DockerEnv::start(config).await.err().unwrap().to_string();
     assert!(
         err.contains(
-            "pyfind.yaml:4:9: field `source`: source folder /nonexistent/pyfind does not exist"
+            "pyfind.yaml:4:9: field `source` names `/nonexistent/pyfind`, which is not a folder"
         ),
         "{err}"
     );

@@ -246,7 +246,7 @@ impl ToolSpec {
                 kind: IssueKind::UnknownField,
                 field: f.path.clone(),
                 pos: Some(f.key),
-                message: format!("unknown field (fields: {})", known.join(", ")),
+                message: format!("is unknown (fields: {})", known.join(", ")),
             })
             .collect();
         if !unknown.is_empty() {

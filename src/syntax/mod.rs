@@ -4,7 +4,6 @@
 //! `bad_line`, so one bad line yields one diagnostic and the rest of the file is parsed.
 
 pub mod ast;
-mod fast;
 
 use pest::Parser;
 use pest::iterators::Pair;
@@ -21,20 +20,7 @@ struct RondoParser;
 
 /// Parses a whole file. Never fails: problems are diagnostics.
 pub fn parse(file: &SourceFile) -> (Ast, Diagnostics) {
-    match parse_fast(&file.text) {
-        Some(ast) => (ast, Diagnostics::default()),
-        None => parse_with_pest(&file.text),
-    }
-}
-
-/// The hand-written fast path: the [`Ast`] of a file without a single problem, `None`
-/// for anything the pest path would report.
-pub fn parse_fast(text: &str) -> Option<Ast> {
-    fast::parse(text)
-}
-
-/// The pest parser, with error recovery and every syntax diagnostic.
-pub fn parse_with_pest(text: &str) -> (Ast, Diagnostics) {
+    let text: &str = &file.text;
     let (ast, diagnostics) = parse_text(text);
     // One missing `}` would otherwise turn every later line into its own error.
     if let Some((opening, closed)) = close_unclosed_block(text, &diagnostics) {

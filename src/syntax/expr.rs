@@ -143,7 +143,8 @@ impl Builder<'_> {
                     match foreign {
                         None => {}
                         Some(Foreign::Logical(meant)) => {
-                            self.foreign_operator(at, item.as_str(), meant, "`a and b`")
+                            let example = format!("`a {meant} b`");
+                            self.foreign_operator(at, item.as_str(), meant, &example)
                         }
                         Some(Foreign::Assign) => self.single_equals(at),
                         Some(Foreign::Is) => {

@@ -1556,3 +1556,25 @@ fn hostile_files_parse_in_one_pass() {
         }
     }
 }
+
+/// A reserved word declared as a name is one diagnostic at the name; the declaration
+/// still counts, so nothing that refers to it is reported again.
+#[test]
+fn a_reserved_word_declared_as_a_name_is_reported_once() {
+    for (text, name) in [
+        ("role when: tool {\n  command = [\"true\"]\n}\n", "when"),
+        ("exit max\n", "max"),
+        ("workflow w {\n  input or: string\n}\n", "or"),
+        ("memory {\n  null: int = 0\n}\n", "null"),
+        ("type start = string\n", "start"),
+    ] {
+        let (ast, found) = mistakes(text);
+        assert_eq!(found, [("rondo::name::reserved", name.to_string())], "{text}");
+        let declared = ast.roles.len()
+            + ast.exits.len()
+            + ast.memory.len()
+            + ast.types.len()
+            + ast.workflow.map_or(0, |w| w.inputs.len());
+        assert_eq!(declared, 1, "{text}");
+    }
+}

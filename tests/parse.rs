@@ -1058,9 +1058,10 @@ fn coalesce_chains_associate_left() {
     assert_eq!(at(text, l.span), "a.b ?? c");
 }
 
-/// Both parsers build the same tree for `??` wherever an expression goes.
+/// `??` parses wherever an expression goes: input defaults, updates, call arguments,
+/// artifacts, route and exit conditions, test expectations.
 #[test]
-fn both_parsers_read_coalesce_alike() {
+fn coalesce_parses_wherever_an_expression_goes() {
     let text = r#"workflow w {
   input steps: list[string]? = null ?? []
 }
@@ -1086,22 +1087,45 @@ test "t" {
   expect memory.plan ?? [] == []
 }
 "#;
-    let fast = syntax::parse_fast(text).expect("the fast parser reads `??`");
-    let (pest, diags) = syntax::parse_with_pest(text);
-    assert!(
-        diags.is_empty(),
-        "{:?}",
-        diags.iter().map(|d| d.code).collect::<Vec<_>>()
-    );
-    assert_eq!(format!("{fast:#?}"), format!("{pest:#?}"));
-    let UpdateStmt::Set { value, .. } = &fast.roles[0].updates[0] else {
+    let ast = parse_ok(text);
+    let coalesce = |e: &Expr| binary(e).0 == BinOp::Coalesce;
+    let workflow = ast.workflow.as_ref().expect("workflow");
+    let default = workflow.inputs[0].default.as_ref().expect("default");
+    assert!(coalesce(default));
+    assert_eq!(at(text, default.span), "null ?? []");
+    let role = &ast.roles[0];
+    let UpdateStmt::Set { value, .. } = &role.updates[0] else {
         panic!("set expected")
     };
-    assert_eq!(binary(value).0, BinOp::Coalesce);
+    assert!(coalesce(value));
+    let UpdateStmt::Call { args, .. } = &role.updates[1] else {
+        panic!("call expected")
+    };
+    assert!(coalesce(&args[0]));
+    assert_eq!(at(text, args[0].span), r#"first(input.steps)??"none""#);
+    assert!(coalesce(&role.artifacts[0].value));
+    // `len(..) > 0 ?? false` is `len(..) > (0 ?? false)`: `??` binds tighter than `>`.
+    let Condition::When(cond) = &ast.routes[1].condition else {
+        panic!("when expected")
+    };
+    let (op, l, r) = binary(cond);
+    assert_eq!(op, BinOp::Gt);
+    assert!(coalesce(r));
+    let ExprKind::Call(_, len_args) = &l.kind else {
+        panic!("call expected")
+    };
+    assert!(coalesce(&len_args[0]));
+    let exit = ast.exits[0].condition.as_ref().expect("exit condition");
+    assert_eq!(binary(exit).0, BinOp::Eq);
+    assert!(coalesce(binary(exit).1));
+    let Expectation::Holds(held) = &ast.tests[0].expectations[0] else {
+        panic!("expectation expected")
+    };
+    assert_eq!(binary(held).0, BinOp::Eq);
+    assert!(coalesce(binary(held).1));
 }
 
-/// A number past the 64-bit range is a diagnostic in both parsers (the fast one hands the
-/// file to pest, which reports it); the edges of the range still parse.
+/// A number past the 64-bit range is a diagnostic; the edges of the range still parse.
 #[test]
 fn numbers_past_64_bits_are_reported() {
     for (value, fits) in [
@@ -1128,10 +1152,8 @@ fn numbers_past_64_bits_are_reported() {
             let codes: Vec<&str> = diags.iter().map(|d| d.code.as_str()).collect();
             if fits {
                 assert!(codes.is_empty(), "{value}: {codes:?}");
-                assert!(syntax::parse_fast(&text).is_some(), "{value}");
             } else {
                 assert_eq!(codes, ["rondo::syntax::number_too_large"], "{value}");
-                assert!(syntax::parse_fast(&text).is_none(), "{value}");
             }
         }
     }
@@ -1142,4 +1164,523 @@ fn numbers_past_64_bits_are_reported() {
         .map(|d| d.code.as_str())
         .collect();
     assert_eq!(codes, ["rondo::syntax::number_too_large"]);
+}
+
+// ---------- keyword boundaries ----------
+
+/// Every keyword of the grammar, reserved or not: words that begin with one are names.
+const KEYWORDS: &[&str] = &[
+    // reserved
+    "and",
+    "or",
+    "not",
+    "true",
+    "false",
+    "null",
+    "start",
+    "when",
+    "otherwise",
+    "backtrack",
+    "max",
+    "parallel",
+    "over",
+    // declarations
+    "workflow",
+    "import",
+    "type",
+    "memory",
+    "provider",
+    "tool",
+    "environment",
+    "role",
+    "exit",
+    "test",
+    "artifact",
+    // inside declarations
+    "input",
+    "output",
+    "json",
+    "text",
+    "code",
+    "update",
+    "set",
+    "reply",
+    "visit",
+    "expect",
+    "path",
+    "contains",
+    "list",
+    "map",
+    "providers",
+    "whiteboard",
+    "code_context",
+    "history",
+    // read as other languages' spellings
+    "is",
+    "True",
+    "False",
+    "None",
+];
+
+/// A file that uses `name` everywhere a name goes, and at the start of every kind of line.
+fn file_naming(name: &str) -> String {
+    format!(
+        r#"workflow w {{
+  input {name}: string
+}}
+memory {{
+  {name}: int = 0
+}}
+role {name}: builtin {{
+  update {{
+    set {name} = {name}.a
+    {name}.append({name})
+  }}
+}}
+start -> {name}
+{name} -> {name} when {name}.ok and {name} max 2
+{name} -> {name} backtrack
+{name} -> {name} otherwise
+{name} -> parallel [{name}, {name}] -> {name}
+{name} -> map {name} over {name} -> {name}
+exit {name} when {name}
+test "t" {{
+  input {name} = {name}
+  reply {name} = "x"
+  expect {name} == {name}
+}}
+"#
+    )
+}
+
+fn check_file_naming(name: &str) {
+    let text = file_naming(name);
+    let file = SourceFile::new("t.rondo", text.as_str());
+    let (ast, diags) = syntax::parse(&file);
+    let found: Vec<String> = diags
+        .iter()
+        .map(|d| format!("{}: {}", d.code, d.message))
+        .collect();
+    assert!(found.is_empty(), "`{name}`: {found:?}");
+    let wf = ast.workflow.as_ref().expect("workflow");
+    assert_eq!(wf.inputs[0].name.name, name);
+    assert_eq!(ast.memory[0].name.name, name);
+    assert_eq!(ast.roles.len(), 1, "`{name}`");
+    assert_eq!(ast.roles[0].name.name, name);
+    let UpdateStmt::Set { target, value, .. } = &ast.roles[0].updates[0] else {
+        panic!("`{name}`: set expected")
+    };
+    assert_eq!((target.name.as_str(), path(value)), (name, vec![name, "a"]));
+    let UpdateStmt::Call { target, args, .. } = &ast.roles[0].updates[1] else {
+        panic!("`{name}`: call expected")
+    };
+    assert_eq!((target.name.as_str(), path(&args[0])), (name, vec![name]));
+
+    let routes = &ast.routes;
+    assert_eq!(routes.len(), 6, "`{name}`: {routes:#?}");
+    assert!(routes[0].from.is_none());
+    assert_eq!(route_target(&routes[0]), name);
+    for route in &routes[1..] {
+        assert_eq!(route.from.as_ref().map(|f| f.name.as_str()), Some(name));
+    }
+    let Condition::When(cond) = &routes[1].condition else {
+        panic!("`{name}`: when expected")
+    };
+    let (op, l, r) = binary(cond);
+    assert_eq!(
+        (op, path(l), path(r)),
+        (BinOp::And, vec![name, "ok"], vec![name])
+    );
+    assert_eq!(routes[1].max.map(|m| m.0), Some(2));
+    assert!(!routes[1].backtrack);
+    assert!(routes[2].backtrack && matches!(routes[2].condition, Condition::Always));
+    assert!(matches!(routes[3].condition, Condition::Otherwise(_)));
+    assert!(!routes[3].backtrack && routes[3].max.is_none());
+    let RouteTarget::Parallel { branches, join } = &routes[4].target else {
+        panic!("`{name}`: parallel expected")
+    };
+    assert_eq!((branches.len(), join.name.as_str()), (2, name));
+    let RouteTarget::Map { worker, over, join } = &routes[5].target else {
+        panic!("`{name}`: map expected")
+    };
+    assert_eq!(
+        (worker.name.as_str(), path(over), join.name.as_str()),
+        (name, vec![name], name)
+    );
+
+    assert_eq!(ast.exits.len(), 1);
+    assert_eq!(ast.exits[0].name.name, name);
+    assert_eq!(
+        path(ast.exits[0].condition.as_ref().expect("condition")),
+        [name]
+    );
+    let t = &ast.tests[0];
+    assert_eq!(t.inputs[0].0.name, name);
+    assert_eq!(t.replies[0].role.name, name);
+    let Expectation::Holds(e) = &t.expectations[0] else {
+        panic!("`{name}`: expectation expected")
+    };
+    assert_eq!(binary(e).0, BinOp::Eq);
+}
+
+/// `exit_review`, `whenever`, `backtracker`, `maxi`, `started`... are names wherever a
+/// name goes, never a keyword followed by the rest of the word.
+#[test]
+fn names_that_begin_with_a_keyword_are_names() {
+    for keyword in KEYWORDS {
+        for suffix in ["_x", "er", "2", "_"] {
+            check_file_naming(&format!("{keyword}{suffix}"));
+        }
+    }
+}
+
+/// Keywords that are not reserved are names too, even at the start of a line.
+#[test]
+fn unreserved_keywords_are_names() {
+    let reserved = [
+        "and",
+        "or",
+        "not",
+        "true",
+        "false",
+        "null",
+        "start",
+        "when",
+        "otherwise",
+        "backtrack",
+        "max",
+        "parallel",
+        "over",
+        "True",
+        "False",
+        "None",
+    ];
+    for keyword in KEYWORDS.iter().filter(|k| !reserved.contains(k)) {
+        check_file_naming(keyword);
+    }
+}
+
+/// The two cases of the issue: a role named `exit_review` at the start of a route line
+/// is not an exit `_review`, and `backtracker -> done` after a route is not a
+/// `backtrack` modifier plus a route `er -> done`.
+#[test]
+fn keyword_prefixes_at_the_start_of_a_route_line() {
+    let text = "start -> exit_review\nexit_review -> done\nreview -> done\nbacktracker -> done\nwhenever -> done\nmax2 -> done\notherwise_x -> done\nexit done\n";
+    let ast = parse_ok(text);
+    assert_eq!(ast.exits.len(), 1);
+    assert_eq!(ast.exits[0].name.name, "done");
+    let sources: Vec<&str> = ast
+        .routes
+        .iter()
+        .map(|r| r.from.as_ref().map_or("start", |f| f.name.as_str()))
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            "start",
+            "exit_review",
+            "review",
+            "backtracker",
+            "whenever",
+            "max2",
+            "otherwise_x"
+        ]
+    );
+    for route in &ast.routes {
+        assert!(!route.backtrack && route.max.is_none());
+        assert!(matches!(route.condition, Condition::Always));
+        assert_eq!(at(text, route.span).lines().count(), 1);
+    }
+}
+
+/// A route's modifiers stay on its line: `when` on the next line is not its condition
+/// but a line of its own, reported.
+#[test]
+fn route_modifiers_do_not_run_across_a_line_end() {
+    for modifier in ["when a.ok", "otherwise", "max 3", "backtrack"] {
+        let text = format!("start -> a\na -> b\n  {modifier}\nexit b\n");
+        let file = SourceFile::new("t.rondo", text.as_str());
+        let (ast, diags) = syntax::parse(&file);
+        let route = &ast.routes[1];
+        assert!(matches!(route.condition, Condition::Always), "{modifier}");
+        assert!(!route.backtrack && route.max.is_none(), "{modifier}");
+        let lines: Vec<(usize, &str)> = diags
+            .iter()
+            .map(|d| (file.line_col(d.primary_span().start).0, d.code))
+            .collect();
+        assert_eq!(lines, [(3, "rondo::syntax::invalid_line")], "{modifier}");
+        assert_eq!(ast.exits.len(), 1);
+    }
+    // On the route's own line they apply.
+    let ast = parse_ok("a -> b when a.ok max 3 backtrack\n");
+    assert!(ast.routes[0].backtrack && ast.routes[0].max.is_some());
+}
+
+/// Text after a route that no modifier takes is reported as such, once.
+#[test]
+fn text_after_a_route_is_one_diagnostic_about_that_line() {
+    let text = "a -> b when a.ok frobnicate\nb -> c\n";
+    let file = SourceFile::new("t.rondo", text);
+    let (ast, diags) = syntax::parse(&file);
+    assert_eq!(ast.routes.len(), 2);
+    let d: Vec<_> = diags.iter().collect();
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].code, "rondo::syntax::invalid_line");
+    assert_eq!(at(text, d[0].primary_span()), "frobnicate");
+    assert_eq!(d[0].message, "unexpected text at the end of this line");
+}
+
+/// An operator at the end of a line continues the expression on the next; an operator at
+/// the start of a line does not.
+#[test]
+fn an_expression_continues_on_the_next_line_only_after_an_operator() {
+    let text = "a -> b when a.ok and\n    b.ok\nexit b when a.ok or\n  (b.ok and\n   c.ok)\n";
+    let ast = parse_ok(text);
+    let Condition::When(cond) = &ast.routes[0].condition else {
+        panic!("when expected")
+    };
+    assert_eq!(binary(cond).0, BinOp::And);
+    let exit = ast.exits[0].condition.as_ref().expect("condition");
+    assert_eq!(binary(exit).0, BinOp::Or);
+
+    let file = SourceFile::new("t.rondo", "a -> b when a.ok\n  and b.ok\n");
+    let (ast, diags) = syntax::parse(&file);
+    let Condition::When(cond) = &ast.routes[0].condition else {
+        panic!("when expected")
+    };
+    assert_eq!(path(cond), ["a", "ok"]);
+    assert_eq!(diags.iter().count(), 1);
+}
+
+// ---------- mistakes from other languages ----------
+
+/// The diagnostics of `text`, as (code, the text of the primary label).
+fn mistakes(text: &str) -> (Ast, Vec<(&'static str, String)>) {
+    let file = SourceFile::new("t.rondo", text);
+    let (ast, diags) = syntax::parse(&file);
+    let found = diags
+        .iter()
+        .map(|d| {
+            assert!(d.help.is_some(), "{}: no help", d.code);
+            assert!(!d.labels.is_empty(), "{}: no label", d.code);
+            (d.code, at(text, d.primary_span()).to_string())
+        })
+        .collect();
+    (ast, found)
+}
+
+fn route_condition(ast: &Ast, i: usize) -> &Expr {
+    match &ast.routes[i].condition {
+        Condition::When(e) => e,
+        other => panic!("when expected, found {other:?}"),
+    }
+}
+
+#[test]
+fn a_single_equals_in_a_condition_is_read_as_a_comparison() {
+    let (ast, found) = mistakes("a -> b when a.status = \"done\"\nexit e when a.n = 1 and a.ok\n");
+    assert_eq!(
+        found,
+        [
+            ("rondo::syntax::single_equals", "=".to_string()),
+            ("rondo::syntax::single_equals", "=".to_string())
+        ]
+    );
+    let (op, l, r) = binary(route_condition(&ast, 0));
+    assert_eq!(
+        (op, path(l), string(r)),
+        (BinOp::Eq, vec!["a", "status"], "done")
+    );
+    let exit = ast.exits[0].condition.as_ref().expect("condition");
+    let (op, l, _) = binary(exit);
+    assert_eq!((op, binary(l).0), (BinOp::And, BinOp::Eq));
+    // `==`, `!=`, `<=` and `>=` are not mistaken for it.
+    parse_ok("a -> b when a.n == 1 or a.n != 2 or a.n <= 3 or a.n >= 4\n");
+}
+
+#[test]
+fn c_style_logical_operators_are_read_as_words() {
+    let (ast, found) = mistakes("a -> b when a.ok && !a.failed || b.ok\n");
+    let codes: Vec<&str> = found.iter().map(|(c, _)| *c).collect();
+    assert_eq!(codes, ["rondo::syntax::c_operator"; 3]);
+    let spans: Vec<&str> = found.iter().map(|(_, s)| s.as_str()).collect();
+    assert_eq!(spans, ["&&", "!", "||"]);
+    // (a.ok and (not a.failed)) or b.ok
+    let (op, l, r) = binary(route_condition(&ast, 0));
+    assert_eq!((op, path(r)), (BinOp::Or, vec!["b", "ok"]));
+    let (op, ok, not) = binary(l);
+    assert_eq!((op, path(ok)), (BinOp::And, vec!["a", "ok"]));
+    assert_eq!(unary(not).0, UnOp::Not);
+}
+
+#[test]
+fn python_literals_are_read_as_rondo_literals() {
+    let (ast, found) =
+        mistakes("a -> b when a.ok == True or a.x == None\nworkflow w {\n  debug = False\n}\n");
+    assert_eq!(
+        found,
+        [
+            ("rondo::syntax::python_literal", "True".to_string()),
+            ("rondo::syntax::python_literal", "None".to_string()),
+            ("rondo::syntax::python_literal", "False".to_string()),
+        ]
+    );
+    let (_, l, r) = binary(route_condition(&ast, 0));
+    assert!(matches!(binary(l).2.kind, ExprKind::Bool(true)));
+    assert!(matches!(binary(r).2.kind, ExprKind::Null));
+    let wf = ast.workflow.as_ref().expect("workflow");
+    assert!(matches!(
+        attr(&wf.attrs, "debug").kind,
+        ValueKind::Bool(false)
+    ));
+    // Names that only begin with them are names; `True.x` is a path.
+    parse_ok("a -> b when Nonesuch.ok and Trueish and True.x\n");
+}
+
+#[test]
+fn is_not_none_is_one_mistake_read_as_not_equal_null() {
+    let (ast, found) =
+        mistakes("a -> b when a.x is not None\nb -> c when b.x is None\nc -> d when c.x is c.y\n");
+    assert_eq!(
+        found,
+        [
+            ("rondo::syntax::is_operator", "is not None".to_string()),
+            ("rondo::syntax::is_operator", "is None".to_string()),
+            ("rondo::syntax::is_operator", "is".to_string()),
+        ]
+    );
+    let (op, l, r) = binary(route_condition(&ast, 0));
+    assert_eq!((op, path(l)), (BinOp::Ne, vec!["a", "x"]));
+    assert!(matches!(r.kind, ExprKind::Null));
+    assert_eq!(binary(route_condition(&ast, 1)).0, BinOp::Eq);
+    let (op, _, r) = binary(route_condition(&ast, 2));
+    assert_eq!((op, path(r)), (BinOp::Eq, vec!["c", "y"]));
+    // `is_done` is a name, not `is`.
+    parse_ok("a -> b when a.ok and is_done\n");
+}
+
+#[test]
+fn a_colon_in_an_attribute_is_read_as_equals() {
+    let text = "role r: llm {\n  prompt: \"p.tera\"\n  limits {\n    max_visits: 3\n  }\n}\n";
+    let (ast, found) = mistakes(text);
+    assert_eq!(
+        found,
+        [
+            ("rondo::syntax::colon_attribute", ":".to_string()),
+            ("rondo::syntax::colon_attribute", ":".to_string())
+        ]
+    );
+    let attrs = &ast.roles[0].attrs;
+    assert_eq!(vstr(attr(attrs, "prompt")), "p.tera");
+    assert_eq!(vnum(attr(vblock(attr(attrs, "limits")), "max_visits")), 3.0);
+    // Where `:` belongs (inputs, memory, fields, maps) it is no mistake.
+    parse_ok(
+        "workflow w {\n  input q: string\n  m = { a: 1 }\n}\nmemory {\n  n: int = 0\n}\ntype T {\n  f: string\n}\n",
+    );
+}
+
+// ---------- unclosed blocks and comments ----------
+
+#[test]
+fn an_unclosed_block_ends_at_the_next_declaration_and_keeps_its_body() {
+    let text = "role a: tool {\n  command = [\"true\"]\n  limits {\n    max_visits = 2\n\nrole b: tool {\n  command = [\"true\"]\n}\nstart -> a\n";
+    let (ast, found) = mistakes(text);
+    let codes: Vec<&str> = found.iter().map(|(c, _)| *c).collect();
+    assert_eq!(codes, ["rondo::syntax::unclosed_block"; 2]);
+    assert_eq!(found[0].1, "limits {");
+    assert_eq!(found[1].1, "role a: tool {");
+    assert_eq!(ast.roles.len(), 2);
+    assert_eq!(vblock(attr(&ast.roles[0].attrs, "limits")).len(), 1);
+    assert_eq!(ast.routes.len(), 1);
+}
+
+#[test]
+fn an_unclosed_comment_is_one_diagnostic_at_its_start() {
+    let text = "role a: tool {\n  command = [\"true\"] /* never closed\n}\nstart -> a\n";
+    let (ast, found) = mistakes(text);
+    assert_eq!(
+        found,
+        [("rondo::syntax::unclosed_comment", "/*".to_string())]
+    );
+    assert_eq!(ast.roles.len(), 1);
+    // A closed one anywhere is just a comment, and `/*` inside a string is text.
+    let ast = parse_ok("role a: tool { /* one\n two */ command = [\"/* x\"] }\n");
+    assert_eq!(ast.roles.len(), 1);
+}
+
+/// Inputs that make a backtracking parser rescan the rest of the file for every line:
+/// each must still parse (this test would run for hours if one did) and report each
+/// problem once.
+#[test]
+fn hostile_files_parse_in_one_pass() {
+    let n = 20_000;
+    let cases: Vec<(String, &str, usize)> = vec![
+        (
+            "role r: tool {\n".repeat(n),
+            "rondo::syntax::unclosed_block",
+            n,
+        ),
+        // The first nested block swallows the rest as lines it does not understand.
+        (
+            format!("role r: tool {{\n{}", "  a {\n".repeat(n)),
+            "rondo::syntax::unclosed_block",
+            2,
+        ),
+        (
+            format!("role r: tool {{\n{}}}\n", "  x = [1, /*\n".repeat(n)),
+            "rondo::syntax::unclosed_comment",
+            1,
+        ),
+        (
+            "a -> b /*\n".repeat(n),
+            "rondo::syntax::unclosed_comment",
+            1,
+        ),
+        (
+            "x = \"\"\"\n".repeat(2 * n + 1),
+            "rondo::syntax::invalid_line",
+            0,
+        ),
+        (
+            "start -> a when (((\n".repeat(n),
+            "rondo::syntax::invalid_line",
+            n,
+        ),
+    ];
+    for (text, code, count) in cases {
+        let file = SourceFile::new("t.rondo", text.as_str());
+        let (_, diags) = syntax::parse(&file);
+        let found = diags.iter().filter(|d| d.code == code).count();
+        if count > 0 {
+            assert_eq!(found, count, "{code} in {:?}...", &text[..40]);
+        } else {
+            assert!(found > 0, "{code} in {:?}...", &text[..40]);
+        }
+    }
+}
+
+/// A reserved word declared as a name is one diagnostic at the name; the declaration
+/// still counts, so nothing that refers to it is reported again.
+#[test]
+fn a_reserved_word_declared_as_a_name_is_reported_once() {
+    for (text, name) in [
+        ("role when: tool {\n  command = [\"true\"]\n}\n", "when"),
+        ("exit max\n", "max"),
+        ("workflow w {\n  input or: string\n}\n", "or"),
+        ("memory {\n  null: int = 0\n}\n", "null"),
+        ("type start = string\n", "start"),
+    ] {
+        let (ast, found) = mistakes(text);
+        assert_eq!(
+            found,
+            [("rondo::name::reserved", name.to_string())],
+            "{text}"
+        );
+        let declared = ast.roles.len()
+            + ast.exits.len()
+            + ast.memory.len()
+            + ast.types.len()
+            + ast.workflow.map_or(0, |w| w.inputs.len());
+        assert_eq!(declared, 1, "{text}");
+    }
 }

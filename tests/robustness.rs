@@ -242,71 +242,8 @@ fn apply(text: &str, m: &Mutation) -> String {
     }
 }
 
-/// The fast parser accepts a file only when the pest parser accepts it cleanly, and then
-/// builds the same syntax tree, spans included. A clean file nested no deeper than real
-/// files are takes the fast path.
-fn parsers_agree(text: &str) {
-    let (reference, diagnostics) = rondo::syntax::parse_with_pest(text);
-    match rondo::syntax::parse_fast(text) {
-        Some(fast) => {
-            assert!(
-                diagnostics.is_empty(),
-                "the fast parser accepted text the pest parser reports ({:?}):\n{text}",
-                diagnostics.iter().map(|d| d.code).collect::<Vec<_>>()
-            );
-            assert_eq!(
-                format!("{fast:#?}"),
-                format!("{reference:#?}"),
-                "the parsers built different trees for:\n{text}"
-            );
-        }
-        None => assert!(
-            !diagnostics.is_empty() || nesting(text) > 20,
-            "the fast parser rejected a clean file:\n{text}"
-        ),
-    }
-}
-
-/// The deepest bracket nesting plus the prefix operators, roughly what limits the fast path.
-fn nesting(text: &str) -> usize {
-    let mut depth = 0usize;
-    let mut deepest = 0;
-    for b in text.bytes() {
-        match b {
-            b'(' | b'[' | b'{' | b'-' => depth += 1,
-            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        deepest = deepest.max(depth);
-    }
-    // A chain's operators count as nesting too (`a and b and ...`).
-    let chained = [" and ", " or ", "+", "??", "==", "<", ">"]
-        .iter()
-        .map(|op| text.matches(op).count())
-        .sum::<usize>();
-    deepest + text.matches("not").count() + chained
-}
-
-#[test]
-fn parsers_agree_on_the_corpus() {
-    let mut fast = 0;
-    for (path, text) in corpus() {
-        parsers_agree(text);
-        if rondo::syntax::parse_fast(text).is_some() {
-            fast += 1;
-        }
-        let _ = path;
-    }
-    // Most fixtures are broken on purpose; every real workflow is clean.
-    assert!(
-        fast >= common::workflow_files().len(),
-        "only {fast} files parsed fast"
-    );
-}
-
 /// Everything `rondo check` and `rondo graph` do with a file, minus the process.
 fn pipeline(path: &Path, text: &str) {
-    parsers_agree(text);
     let file = SourceFile::new(path, text);
     let (workflow, mut diags) = rondo::compile::load(&file);
     let (more, summary) = check::check(

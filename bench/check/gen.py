@@ -5,8 +5,9 @@
 
 Every role has three routes (so 10,000 roles give 30,000 edges): a forward route with a
 `when` condition, a bounded back edge (`max 2`) with another condition, and a forward
-`otherwise`. Every 10th role is an llm role (one shared prompt template), every 10th+5 a
-builtin role updating memory, the rest tool roles. Forward routes keep the graph free of
+`otherwise`; an llm role has a fourth, its invalid route to `invalid_output`. Every 10th
+role is an llm role (one shared prompt template), every 10th+5 a builtin role updating
+memory, the rest tool roles. Forward routes keep the graph free of
 unbounded loops; the back edges make it one large strongly connected component.
 """
 
@@ -75,6 +76,9 @@ def main() -> None:
         else:
             forward = f"r{i}.ok and r{i}.exit_code == 0"
             back = f"r{i}.exit_code == {i % 3 + 1}"
+        if k == "llm":
+            # A reply that stays invalid ends the run at the built-in exit (check requires it).
+            lines.append(f"r{i} -> invalid_output when r{i}.invalid")
         lines.append(f"r{i} -> {target(i + 1)} when {forward}")
         lines.append(f"r{i} -> r{max(i - 7, 0)} max 2 when {back}")
         lines.append(f"r{i} -> {target(i + 2)} otherwise")

@@ -1,18 +1,21 @@
 //! Stage 1: source text → [`Ast`] with spans, plus the syntax diagnostics.
 //!
-//! The grammar (`grammar/rondo.pest`) accepts any line it does not understand as a
-//! `bad_line`, so one bad line yields one diagnostic and the rest of the file is parsed.
+//! pest reads the file with `grammar/rondo.pest`; this module turns its tree into the
+//! [`Ast`]. The grammar accepts any line it does not understand as a bad line, so one bad
+//! line yields one diagnostic and the rest of the file is parsed.
 
 pub mod ast;
-mod fast;
+mod expr;
+mod literals;
 
 use pest::Parser;
-use pest::iterators::Pair;
+use pest::iterators::{Pair, Pairs};
 
 pub use ast::*;
 
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::source::{SourceFile, Span};
+use literals::{dedent, duration_ms, number_fits, unescape};
 
 // The derive lives here so `Rule` is in scope for every conversion function below.
 #[derive(pest_derive::Parser)]
@@ -21,96 +24,17 @@ struct RondoParser;
 
 /// Parses a whole file. Never fails: problems are diagnostics.
 pub fn parse(file: &SourceFile) -> (Ast, Diagnostics) {
-    match parse_fast(&file.text) {
-        Some(ast) => (ast, Diagnostics::default()),
-        None => parse_with_pest(&file.text),
-    }
-}
-
-/// The hand-written fast path: the [`Ast`] of a file without a single problem, `None`
-/// for anything the pest path would report.
-pub fn parse_fast(text: &str) -> Option<Ast> {
-    fast::parse(text)
-}
-
-/// The pest parser, with error recovery and every syntax diagnostic.
-pub fn parse_with_pest(text: &str) -> (Ast, Diagnostics) {
-    let (ast, diagnostics) = parse_text(text);
-    // One missing `}` would otherwise turn every later line into its own error.
-    if let Some((opening, closed)) = close_unclosed_block(text, &diagnostics) {
-        let (fixed_ast, mut fixed) = parse_text(&closed);
-        if fixed.error_count() < diagnostics.error_count() {
-            fixed.push(
-                Diagnostic::error(
-                    Code::SyntaxUnclosedBlock,
-                    "unclosed `{`: this block is never closed",
-                )
-                .label(opening, "opened here, no matching `}`")
-                .help("add the missing `}` where the block ends"),
-            );
-            return (fixed_ast, fixed);
-        }
-    }
-    (ast, diagnostics)
-}
-
-/// A block header the parser rejected as a whole line (its body lines recover one by one,
-/// so only a missing `}` makes the header itself fail): the source with a `}` in place of
-/// the newline before the next top-level line, so every byte offset stays the same.
-fn close_unclosed_block(text: &str, diagnostics: &Diagnostics) -> Option<(Span, String)> {
-    const HEADERS: &[&str] = &[
-        "workflow",
-        "memory",
-        "provider",
-        "tool",
-        "environment",
-        "role",
-        "test",
-        "type",
-        "exit",
-    ];
-    let opening = diagnostics.iter().find_map(|d| {
-        let span = d.primary_span();
-        let line = text.get(span.start..span.end)?.trim_end();
-        let word = line.split_whitespace().next()?;
-        let at_line_start = span.start == 0 || text.as_bytes().get(span.start - 1) == Some(&b'\n');
-        (d.code == Code::SyntaxInvalidLine
-            && at_line_start
-            && HEADERS.contains(&word)
-            && line.ends_with('{'))
-        .then_some(span)
-    })?;
-    let top_level = regex::Regex::new(r"^(workflow|import|type|memory|provider|tool|environment|role|exit|test)\b|^(start|[A-Za-z_][A-Za-z0-9_]*)\s*->").ok()?;
-    let mut closed = text.to_string();
-    let mut offset = opening.end;
-    for line in text[opening.end..].split_inclusive('\n') {
-        if offset > opening.end && top_level.is_match(line) {
-            // `offset - 1` is the newline that ends the previous line.
-            closed.replace_range(offset - 1..offset, "}");
-            return Some((opening, closed));
-        }
-        offset += line.len();
-    }
-    // At the end of the file the `}` takes the place of trailing whitespace, so no span
-    // points past the real text; with none there, the original diagnostics stand.
-    let last = closed.len().checked_sub(1)?;
-    if !closed.as_bytes()[last].is_ascii_whitespace() {
-        return None;
-    }
-    closed.replace_range(last.., "}");
-    Some((opening, closed))
-}
-
-fn parse_text(text: &str) -> (Ast, Diagnostics) {
-    let mut builder = Builder {
-        diagnostics: Diagnostics::default(),
-        depth: 0,
-    };
+    let text: &str = &file.text;
+    let mut builder = Builder::new(text);
     let ast = match RondoParser::parse(Rule::file, text) {
         Ok(mut pairs) => match pairs.next() {
-            Some(pair) => builder.file(pair),
+            Some(pair) => {
+                builder.note_unclosed_comment(&pair);
+                builder.file(pair)
+            }
             None => Ast::default(),
         },
+        // Only pest's stack and call guards make `file` fail (every line is accepted).
         Err(error) => {
             builder.diagnostics.push(pest_error(error));
             Ast::default()
@@ -125,7 +49,6 @@ pub fn parse_expr(text: &str) -> Result<Expr, Diagnostic> {
     let pair = pairs
         .next()
         .ok_or_else(|| Diagnostic::error(Code::SyntaxExpression, "empty expression"))?;
-    // pest may have skipped whitespace after the expression; anything else is extra text.
     if !text[pair.as_span().end()..].trim().is_empty() {
         return Err(Diagnostic::error(
             Code::SyntaxExpression,
@@ -136,11 +59,13 @@ pub fn parse_expr(text: &str) -> Result<Expr, Diagnostic> {
             "not understood",
         ));
     }
-    Ok(Builder {
-        diagnostics: Diagnostics::default(),
-        depth: 0,
+    let mut builder = Builder::new(text);
+    let expr = builder.expr(pair);
+    // The first problem, e.g. `x = 1` for `x == 1`, is what the caller sees.
+    match builder.diagnostics.iter().next() {
+        Some(problem) => Err(problem.clone()),
+        None => Ok(expr),
     }
-    .expr(pair))
 }
 
 fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
@@ -164,30 +89,31 @@ fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
     };
     Diagnostic::error(Code::SyntaxUnexpected, format!("syntax error: {text}"))
         .label(span, text)
-        .help("an unclosed `{`, `[`, `(` or `\"\"\"` is the usual cause")
+        .help("an unclosed `{`, `[`, `(` or `\"\"\"`, or brackets nested thousands deep, is the usual cause")
 }
 
 fn rule_word(rule: Rule) -> Option<String> {
     let word = match rule {
         Rule::EOI => "end of file",
-        Rule::ident | Rule::attr_name | Rule::path_root => "a name",
+        Rule::ident | Rule::path => "a name",
         Rule::string | Rule::raw_string => "a string",
         Rule::number => "a number",
         Rule::expr => "an expression",
-        Rule::value => "a value",
         Rule::type_expr | Rule::type_union => "a type",
         _ => return Some(format!("`{rule:?}`")),
     };
     Some(word.to_string())
 }
 
-struct Builder {
+struct Builder<'t> {
+    text: &'t str,
     diagnostics: Diagnostics,
     /// Current expression nesting, bounded so hostile input cannot overflow the stack.
     depth: usize,
+    /// An unclosed `/*` swallowed the rest of the file: the blocks it left open are not
+    /// reported on their own.
+    unclosed_comment: bool,
 }
-
-const MAX_EXPR_DEPTH: usize = 128;
 
 fn span(pair: &Pair<'_, Rule>) -> Span {
     Span::from_pest(pair.as_span())
@@ -198,48 +124,6 @@ fn ident(pair: Pair<'_, Rule>) -> Ident {
         name: pair.as_str().to_string(),
         span: span(&pair),
     }
-}
-
-/// Unescapes a `"..."` body.
-fn unescape(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('0') => out.push('\0'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
-    }
-    out
-}
-
-/// A `"""` string: drop one leading newline and the common indentation.
-fn dedent(raw: &str) -> String {
-    let body = raw.strip_prefix('\n').unwrap_or(raw);
-    let body = body.strip_prefix("\r\n").unwrap_or(body);
-    // Only spaces and tabs count as indentation, so slicing stays on character boundaries.
-    let leading = |l: &str| l.bytes().take_while(|b| *b == b' ' || *b == b'\t').count();
-    let indent = body
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(leading)
-        .min()
-        .unwrap_or(0);
-    let mut out: Vec<&str> = body.lines().map(|l| &l[leading(l).min(indent)..]).collect();
-    // The closing `"""` on its own line leaves an all-blank last line.
-    if out.last().is_some_and(|l| l.trim().is_empty()) {
-        out.pop();
-        return out.join("\n") + "\n";
-    }
-    out.join("\n")
 }
 
 /// A map key: a name or a quoted string.
@@ -261,44 +145,106 @@ fn string_value(pair: Pair<'_, Rule>) -> String {
     }
 }
 
-/// Whether a number literal's whole part fits 64 bits (its size: in an expression `-5` is
-/// the negation of `5`, so the sign is not part of the literal there).
-fn number_fits(text: &str) -> bool {
-    let digits = text.strip_prefix('-').unwrap_or(text);
-    let whole = digits.split('.').next().unwrap_or("");
-    whole.parse::<u64>().is_ok()
+fn missing(span: Span) -> Ident {
+    Ident {
+        name: String::new(),
+        span,
+    }
 }
 
-/// Whether a duration literal's milliseconds fit 64 bits.
-fn duration_fits(text: &str) -> bool {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let factor: u64 = match &text[digits..] {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        _ => 3_600_000,
-    };
-    text[..digits]
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(factor))
-        .is_some()
+fn any_type(span: Span) -> TypeExpr {
+    TypeExpr {
+        kind: TypeKind::Named("any".into()),
+        span,
+    }
 }
 
-fn parse_duration_ms(text: &str) -> u64 {
-    let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
-    let n: u64 = digits.parse().unwrap_or(u64::MAX);
-    let unit = &text[digits.len()..];
-    let factor = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        _ => 3_600_000,
-    };
-    n.saturating_mul(factor)
+/// What a body line was expected to be, for the diagnostic of a line that is not one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Context {
+    Top,
+    Block,
+    Update,
+    Field,
+    Test,
 }
 
-impl Builder {
+impl<'t> Builder<'t> {
+    fn new(text: &'t str) -> Self {
+        Builder {
+            text,
+            diagnostics: Diagnostics::default(),
+            depth: 0,
+            unclosed_comment: false,
+        }
+    }
+
+    /// Reports an unclosed `/*`. It ends the file, so it is the last pair when present.
+    fn note_unclosed_comment(&mut self, file: &Pair<'_, Rule>) {
+        if !self.text.contains("/*") {
+            return;
+        }
+        let Some(comment) = file
+            .clone()
+            .into_inner()
+            .flatten()
+            .filter(|p| p.as_rule() == Rule::unclosed_comment)
+            .last()
+        else {
+            return;
+        };
+        self.unclosed_comment = true;
+        // The pair starts after the `/*`.
+        let at = span(&comment).start.saturating_sub(2);
+        self.diagnostics.push(
+            Diagnostic::error(
+                Code::SyntaxUnclosedComment,
+                "unclosed `/*`: the rest of the file is a comment",
+            )
+            .label(Span::new(at, at + 2), "opened here, no `*/` after it")
+            .help("close the comment with `*/`, or use `//` for a comment to the end of the line"),
+        );
+    }
+
+    /// A block whose `}` is missing: it ended at the next declaration or route.
+    fn unclosed(&mut self, opened: Span) {
+        if self.unclosed_comment {
+            return;
+        }
+        let text = &self.text[opened.start..opened.end.min(self.text.len())];
+        let first_line = text.split('\n').next().unwrap_or("").trim_end();
+        self.diagnostics.push(
+            Diagnostic::error(
+                Code::SyntaxUnclosedBlock,
+                "unclosed `{`: this block is never closed",
+            )
+            .label(
+                Span::new(opened.start, opened.start + first_line.len()),
+                "opened here, no matching `}`",
+            )
+            .help("add the missing `}` where the block ends"),
+        );
+    }
+
+    /// The name a declaration gives, reported when it is a reserved word.
+    fn declared(&mut self, pair: Option<Pair<'_, Rule>>, at: Span) -> Ident {
+        let name = pair.map(ident).unwrap_or_else(|| missing(at));
+        if RESERVED.contains(&name.name.as_str()) {
+            self.diagnostics.push(
+                Diagnostic::error(
+                    Code::NameReserved,
+                    format!("`{}` is a reserved word", name.name),
+                )
+                .label(name.span, "reserved word")
+                .help(format!(
+                    "choose another name; these words are reserved: {}",
+                    RESERVED.join(" ")
+                )),
+            );
+        }
+        name
+    }
+
     /// A number literal; one past the 64-bit range is reported, never clamped.
     fn number(&mut self, pair: &Pair<'_, Rule>) -> f64 {
         let text = pair.as_str();
@@ -309,14 +255,13 @@ impl Builder {
     }
 
     fn duration(&mut self, pair: &Pair<'_, Rule>) -> u64 {
-        let text = pair.as_str();
-        if !duration_fits(text) {
+        duration_ms(pair.as_str()).unwrap_or_else(|| {
             self.too_large(
                 span(pair),
                 "this duration does not fit in 64 bits of milliseconds",
             );
-        }
-        parse_duration_ms(text)
+            u64::MAX
+        })
     }
 
     fn too_large(&mut self, at: Span, message: &str) {
@@ -327,28 +272,60 @@ impl Builder {
         );
     }
 
-    fn bad_line(&mut self, pair: Pair<'_, Rule>, context: &str) {
-        let text = pair.as_str().trim();
+    /// Whether only blanks precede `at` on its line.
+    fn starts_line(&self, at: usize) -> bool {
+        let before = &self.text[..at];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        before[line_start..].trim().is_empty()
+    }
+
+    /// A line (or the rest of one) that no rule of its place accepts.
+    fn bad_line(&mut self, pair: Pair<'_, Rule>, context: Context) {
+        // A block body that runs into an unclosed `/*` holds it as its last line.
+        if pair.as_rule() == Rule::unclosed_comment {
+            return;
+        }
+        let text = pair.as_str().trim_end();
+        let at = Span::new(pair.as_span().start(), pair.as_span().start() + text.len());
         let word = text.split_whitespace().next().unwrap_or("");
-        let help = match context {
-            "top" => did_you_mean_keyword(word).unwrap_or_else(|| {
-                "a line starts with `workflow`, `import`, `type`, `memory`, `provider`, `tool`, `environment`, `role`, `exit`, `test`, or is a route `a -> b`".to_string()
-            }),
-            "update" => "an update is `set name = expr` or `name.op(args)`, e.g. `plan.append(output)`".to_string(),
-            "field" => "a field is `name: type`, e.g. `title: string` or `status: \"todo\" | \"done\"`".to_string(),
-            "test" => "a test line is `input x = expr`, `reply role = \"...\"`, `expect exit NAME`, `expect path [..]`, `expect artifact \"name\"` or `expect <expression>`".to_string(),
-            _ => "an attribute is `name = value`; a nested block is `name { ... }`".to_string(),
-        };
-        let what = match context {
-            "top" => "this line is not a declaration or a route",
-            "update" => "this line is not a memory update",
-            "field" => "this line is not a field declaration",
-            "test" => "this line is not a test statement",
-            _ => "this line is not understood here",
+        let (what, help) = if !self.starts_line(at.start) {
+            // The start of the line was understood; what follows it was not.
+            let help = match context {
+                Context::Top => {
+                    "a route is `a -> b`, optionally followed by `when <condition>` or `otherwise`, then `max N` and `backtrack`; a declaration ends with its `}`"
+                }
+                _ => "write one statement per line; a comment starts with `//`",
+            };
+            ("unexpected text at the end of this line", help.to_string())
+        } else {
+            match context {
+                Context::Top => (
+                    "this line is not a declaration or a route",
+                    did_you_mean_keyword(word).unwrap_or_else(|| {
+                        "a line starts with `workflow`, `import`, `type`, `memory`, `provider`, `tool`, `environment`, `role`, `exit`, `test`, or is a route `a -> b`".to_string()
+                    }),
+                ),
+                Context::Update => (
+                    "this line is not a memory update",
+                    "an update is `set name = expr` or `name.op(args)`, e.g. `plan.append(output)`".to_string(),
+                ),
+                Context::Field => (
+                    "this line is not a field declaration",
+                    "a field is `name: type`, e.g. `title: string` or `status: \"todo\" | \"done\"`".to_string(),
+                ),
+                Context::Test => (
+                    "this line is not a test statement",
+                    "a test line is `input x = expr`, `reply role = \"...\"`, `expect exit NAME`, `expect path [..]`, `expect artifact \"name\"` or `expect <expression>`".to_string(),
+                ),
+                Context::Block => (
+                    "this line is not understood here",
+                    "an attribute is `name = value`; a nested block is `name { ... }`".to_string(),
+                ),
+            }
         };
         self.diagnostics.push(
             Diagnostic::error(Code::SyntaxInvalidLine, what)
-                .label(span(&pair), "not understood")
+                .label(at, "not understood")
                 .help(help),
         );
     }
@@ -368,10 +345,12 @@ impl Builder {
                 Rule::import_decl => ast.imports.push(self.import(item)),
                 Rule::type_decl => ast.types.push(self.type_decl(item)),
                 Rule::memory_decl => {
+                    let s = span(&item);
                     for entry in item.into_inner() {
                         match entry.as_rule() {
                             Rule::memory_entry => ast.memory.push(self.memory_entry(entry)),
-                            _ => self.bad_line(entry, "block"),
+                            Rule::unclosed => self.unclosed(s),
+                            _ => self.bad_line(entry, Context::Block),
                         }
                     }
                 }
@@ -387,7 +366,7 @@ impl Builder {
                     }
                 }
                 Rule::test_decl => ast.tests.push(self.test(item)),
-                Rule::bad_line => self.bad_line(item, "top"),
+                Rule::bad_line => self.bad_line(item, Context::Top),
                 _ => {}
             }
         }
@@ -397,7 +376,7 @@ impl Builder {
     fn workflow(&mut self, pair: Pair<'_, Rule>) -> WorkflowDecl {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let name = inner.next().map(ident).unwrap_or_else(|| missing(s));
+        let name = self.declared(inner.next(), s);
         let mut decl = WorkflowDecl {
             name,
             inputs: Vec::new(),
@@ -412,15 +391,15 @@ impl Builder {
                     let (Some(name), Some(ty)) = (parts.next(), parts.next()) else {
                         continue;
                     };
+                    let name = self.declared(Some(name), s);
                     decl.inputs.push(InputDecl {
-                        name: ident(name),
+                        name,
                         ty: self.type_expr(ty),
                         default: parts.next().map(|e| self.expr(e)),
                         span: s,
                     });
                 }
-                Rule::attr | Rule::attr_block => decl.attrs.push(self.attr(item)),
-                _ => self.bad_line(item, "block"),
+                _ => self.body_attr(item, s, &mut decl.attrs),
             }
         }
         decl
@@ -429,7 +408,7 @@ impl Builder {
     fn import(&mut self, pair: Pair<'_, Rule>) -> ImportDecl {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let kind = match inner.next().map(|p| p.as_str().to_string()).as_deref() {
+        let kind = match inner.next().map(|p| p.as_str()) {
             Some("providers") => ImportKind::Providers,
             _ => ImportKind::Tool,
         };
@@ -446,35 +425,38 @@ impl Builder {
         }
     }
 
-    fn attrs_of(&mut self, pairs: pest::iterators::Pairs<'_, Rule>) -> Vec<Attr> {
+    /// One line of an attribute body: an attribute, a bad line, or the end of an unclosed
+    /// block opened at `block`.
+    fn body_attr(&mut self, item: Pair<'_, Rule>, block: Span, attrs: &mut Vec<Attr>) {
+        match item.as_rule() {
+            Rule::attr | Rule::flat_attr => attrs.push(self.attr(item)),
+            Rule::unclosed => self.unclosed(block),
+            _ => self.bad_line(item, Context::Block),
+        }
+    }
+
+    fn attrs_of(&mut self, pairs: Pairs<'_, Rule>, block: Span) -> Vec<Attr> {
         let mut attrs = Vec::new();
         for item in pairs {
-            match item.as_rule() {
-                Rule::attr | Rule::attr_block => attrs.push(self.attr(item)),
-                _ => self.bad_line(item, "block"),
-            }
+            self.body_attr(item, block, &mut attrs);
         }
         attrs
     }
 
     fn attr(&mut self, pair: Pair<'_, Rule>) -> Attr {
         let s = span(&pair);
-        let is_block = pair.as_rule() == Rule::attr_block;
         let mut inner = pair.into_inner();
         let key = inner.next().map(ident).unwrap_or_else(|| missing(s));
-        let value = if is_block {
-            Value {
-                kind: ValueKind::Block(self.attrs_of(inner)),
+        let value = match inner.next() {
+            Some(block) if block.as_rule() == Rule::attr_block => Value {
+                kind: ValueKind::Block(self.attrs_of(block.into_inner(), s)),
                 span: s,
+            },
+            Some(colon) if colon.as_rule() == Rule::colon => {
+                self.colon_attribute(&key, span(&colon));
+                self.value_or_null(inner.next(), s)
             }
-        } else {
-            match inner.next() {
-                Some(v) => self.value(v),
-                None => Value {
-                    kind: ValueKind::Null,
-                    span: s,
-                },
-            }
+            value => self.value_or_null(value, s),
         };
         Attr {
             key,
@@ -483,57 +465,87 @@ impl Builder {
         }
     }
 
+    fn colon_attribute(&mut self, key: &Ident, at: Span) {
+        self.diagnostics.push(
+            Diagnostic::error(
+                Code::SyntaxColonAttribute,
+                format!("an attribute takes `=`, not `:`: `{} = ...`", key.name),
+            )
+            .label(at, "write `=` here")
+            .help("attributes are `name = value`; `:` gives a type (`input x: string`, fields, memory)"),
+        );
+    }
+
+    fn value_or_null(&mut self, pair: Option<Pair<'_, Rule>>, at: Span) -> Value {
+        match pair {
+            Some(v) => self.value(v),
+            None => Value {
+                kind: ValueKind::Null,
+                span: at,
+            },
+        }
+    }
+
     fn value(&mut self, pair: Pair<'_, Rule>) -> Value {
         let s = span(&pair);
-        let pair = if pair.as_rule() == Rule::value {
-            match pair.into_inner().next() {
-                Some(p) => p,
-                None => {
-                    return Value {
-                        kind: ValueKind::Null,
-                        span: s,
-                    };
-                }
-            }
-        } else {
-            pair
-        };
         let kind = match pair.as_rule() {
             Rule::string | Rule::raw_string => ValueKind::String(string_value(pair)),
             Rule::duration => ValueKind::Duration(self.duration(&pair)),
             Rule::number => ValueKind::Number(self.number(&pair)),
-            Rule::boolean => ValueKind::Bool(pair.as_str() == "true"),
-            Rule::null => ValueKind::Null,
-            Rule::ident => ValueKind::Ident(pair.as_str().to_string()),
-            Rule::dotted => ValueKind::Path(pair.into_inner().map(ident).collect()),
+            Rule::name_value => self.name_value(pair),
             Rule::list_value => ValueKind::List(pair.into_inner().map(|v| self.value(v)).collect()),
             Rule::map_value => ValueKind::Map(
                 pair.into_inner()
                     .filter_map(|entry| {
                         let mut parts = entry.into_inner();
-                        let key = parts.next()?;
-                        let key = map_key(key);
+                        let key = map_key(parts.next()?);
                         Some((key, self.value(parts.next()?)))
                     })
                     .collect(),
             ),
-            Rule::call_value => {
-                let mut parts = pair.into_inner();
-                let name = parts.next().map(ident).unwrap_or_else(|| missing(s));
-                ValueKind::Call(name, parts.map(|v| self.value(v)).collect())
-            }
             _ => ValueKind::Null,
         };
         Value { kind, span: s }
     }
 
+    /// `planning`, `planner.tool`, `tail(30)`; `true`, `false`, `null` (and Python's
+    /// spellings, reported).
+    fn name_value(&mut self, pair: Pair<'_, Rule>) -> ValueKind {
+        let mut inner = pair.into_inner();
+        let Some(path) = inner.next() else {
+            return ValueKind::Null;
+        };
+        if let Some(args) = inner.next() {
+            let name = Ident {
+                name: path.as_str().to_string(),
+                span: span(&path),
+            };
+            return ValueKind::Call(name, args.into_inner().map(|v| self.value(v)).collect());
+        }
+        if let Some((literal, python)) = expr::word_literal(path.as_str()) {
+            if python {
+                self.python_literal(path.as_str(), span(&path));
+            }
+            return match literal {
+                ExprKind::Bool(b) => ValueKind::Bool(b),
+                _ => ValueKind::Null,
+            };
+        }
+        let mut names = expr::path_names(&path);
+        if names.len() == 1 {
+            ValueKind::Ident(names.remove(0).name)
+        } else {
+            ValueKind::Path(names)
+        }
+    }
+
     fn block_decl(&mut self, pair: Pair<'_, Rule>) -> BlockDecl {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let name = inner.next().map(ident).unwrap_or_else(|| missing(s));
+        let name = self.declared(inner.next(), s);
         BlockDecl {
             name,
-            attrs: self.attrs_of(inner),
+            attrs: self.attrs_of(inner, s),
             span: s,
         }
     }
@@ -541,7 +553,7 @@ impl Builder {
     fn tool_decl(&mut self, pair: Pair<'_, Rule>) -> ToolDecl {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let name = inner.next().map(ident).unwrap_or_else(|| missing(s));
+        let name = self.declared(inner.next(), s);
         let mut decl = ToolDecl {
             name,
             attrs: Vec::new(),
@@ -555,8 +567,7 @@ impl Builder {
                         decl.input = Some(self.object_type(obj));
                     }
                 }
-                Rule::attr | Rule::attr_block => decl.attrs.push(self.attr(item)),
-                _ => self.bad_line(item, "block"),
+                _ => self.body_attr(item, s, &mut decl.attrs),
             }
         }
         decl
@@ -565,14 +576,10 @@ impl Builder {
     fn type_decl(&mut self, pair: Pair<'_, Rule>) -> TypeDecl {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let name = inner.next().map(ident).unwrap_or_else(|| missing(s));
+        let name = self.declared(inner.next(), s);
         let ty = match inner.next() {
-            Some(p) if p.as_rule() == Rule::object_type => self.object_type(p),
             Some(p) => self.type_expr(p),
-            None => TypeExpr {
-                kind: TypeKind::Named("any".into()),
-                span: s,
-            },
+            None => any_type(s),
         };
         TypeDecl { name, ty, span: s }
     }
@@ -584,10 +591,7 @@ impl Builder {
                 let mut inner = pair.into_inner();
                 let base = match inner.next() {
                     Some(p) => self.type_expr(p),
-                    None => TypeExpr {
-                        kind: TypeKind::Named("any".into()),
-                        span: s,
-                    },
+                    None => any_type(s),
                 };
                 if inner.next().is_some() {
                     TypeExpr {
@@ -618,10 +622,7 @@ impl Builder {
                 let is_list = pair.as_rule() == Rule::list_type;
                 let item = match pair.into_inner().next() {
                     Some(p) => self.type_expr(p),
-                    None => TypeExpr {
-                        kind: TypeKind::Named("any".into()),
-                        span: s,
-                    },
+                    None => any_type(s),
                 };
                 let kind = if is_list {
                     TypeKind::List(Box::new(item))
@@ -655,7 +656,8 @@ impl Builder {
                         span: fs,
                     });
                 }
-                _ => self.bad_line(field, "field"),
+                Rule::unclosed => self.unclosed(s),
+                _ => self.bad_line(field, Context::Field),
             }
         }
         TypeExpr {
@@ -667,14 +669,14 @@ impl Builder {
     fn memory_entry(&mut self, pair: Pair<'_, Rule>) -> MemoryEntry {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let name = inner.next().map(ident).unwrap_or_else(|| missing(s));
+        let name = self.declared(inner.next(), s);
         let shape = match inner.next() {
             Some(p) if p.as_rule() == Rule::memory_kind => {
                 let mut parts = p.into_inner();
                 let kind = parts.next().map(ident).unwrap_or_else(|| missing(s));
                 MemoryShape::Kind {
                     kind,
-                    attrs: self.attrs_of(parts),
+                    attrs: self.attrs_of(parts, s),
                 }
             }
             Some(p) => MemoryShape::Plain {
@@ -682,10 +684,7 @@ impl Builder {
                 default: inner.next().map(|e| self.expr(e)),
             },
             None => MemoryShape::Plain {
-                ty: TypeExpr {
-                    kind: TypeKind::Named("any".into()),
-                    span: s,
-                },
+                ty: any_type(s),
                 default: None,
             },
         };
@@ -699,45 +698,14 @@ impl Builder {
     fn role(&mut self, pair: Pair<'_, Rule>) -> RoleDecl {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let name = inner.next().map(ident).unwrap_or_else(|| missing(s));
-        let kind = inner
-            .next()
-            .and_then(|k| k.into_inner().next())
-            .map(ident)
-            .unwrap_or_else(|| missing(s));
+        let name = self.declared(inner.next(), s);
+        let kind = inner.next().map(ident).unwrap_or_else(|| missing(s));
         let mut role = RoleDecl::new(name, kind, s);
         for item in inner {
             match item.as_rule() {
-                Rule::output_decl => {
-                    let os = span(&item);
-                    let Some(decl) = item.into_inner().next() else {
-                        continue;
-                    };
-                    let output = match decl.as_rule() {
-                        Rule::output_json => match decl.into_inner().next() {
-                            Some(t) => OutputDecl::Json(self.type_expr(t)),
-                            None => OutputDecl::Text,
-                        },
-                        Rule::output_code => {
-                            OutputDecl::Code(decl.into_inner().next().map(string_value))
-                        }
-                        _ => OutputDecl::Text,
-                    };
-                    if let Some((_, previous)) = &role.output {
-                        self.diagnostics.push(
-                            Diagnostic::error(
-                                Code::RoleDuplicateOutput,
-                                format!("role `{}` declares its output twice", role.name.name),
-                            )
-                            .label(os, "second output")
-                            .label(*previous, "first output")
-                            .help("a role has one output type; remove one of them"),
-                        );
-                    } else {
-                        role.output = Some((output, os));
-                    }
-                }
+                Rule::output_decl => self.output(item, &mut role),
                 Rule::update_block => {
+                    let us = span(&item);
                     for stmt in item.into_inner() {
                         match stmt.as_rule() {
                             Rule::set_stmt | Rule::call_stmt => {
@@ -745,7 +713,8 @@ impl Builder {
                                     role.updates.push(u);
                                 }
                             }
-                            _ => self.bad_line(stmt, "update"),
+                            Rule::unclosed => self.unclosed(us),
+                            _ => self.bad_line(stmt, Context::Update),
                         }
                     }
                 }
@@ -754,11 +723,38 @@ impl Builder {
                         role.artifacts.push(a);
                     }
                 }
-                Rule::attr | Rule::attr_block => role.attrs.push(self.attr(item)),
-                _ => self.bad_line(item, "block"),
+                _ => self.body_attr(item, s, &mut role.attrs),
             }
         }
         role
+    }
+
+    fn output(&mut self, item: Pair<'_, Rule>, role: &mut RoleDecl) {
+        let os = span(&item);
+        let Some(decl) = item.into_inner().next() else {
+            return;
+        };
+        let output = match decl.as_rule() {
+            Rule::output_json => match decl.into_inner().next() {
+                Some(t) => OutputDecl::Json(self.type_expr(t)),
+                None => OutputDecl::Text,
+            },
+            Rule::output_code => OutputDecl::Code(decl.into_inner().next().map(string_value)),
+            _ => OutputDecl::Text,
+        };
+        if let Some((_, previous)) = &role.output {
+            self.diagnostics.push(
+                Diagnostic::error(
+                    Code::RoleDuplicateOutput,
+                    format!("role `{}` declares its output twice", role.name.name),
+                )
+                .label(os, "second output")
+                .label(*previous, "first output")
+                .help("a role has one output type; remove one of them"),
+            );
+        } else {
+            role.output = Some((output, os));
+        }
     }
 
     fn artifact(&mut self, item: Pair<'_, Rule>) -> Option<ArtifactDecl> {
@@ -803,7 +799,7 @@ impl Builder {
     fn exit(&mut self, pair: Pair<'_, Rule>) -> ExitDecl {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let name = inner.next().map(ident).unwrap_or_else(|| missing(s));
+        let name = self.declared(inner.next(), s);
         let mut decl = ExitDecl {
             name,
             attrs: Vec::new(),
@@ -812,9 +808,8 @@ impl Builder {
         };
         for item in inner {
             match item.as_rule() {
-                Rule::attr => decl.attrs.push(self.attr(item)),
                 Rule::expr => decl.condition = Some(self.expr(item)),
-                _ => self.bad_line(item, "block"),
+                _ => self.body_attr(item, s, &mut decl.attrs),
             }
         }
         decl
@@ -823,8 +818,8 @@ impl Builder {
     fn route(&mut self, pair: Pair<'_, Rule>) -> RouteDecl {
         let s = span(&pair);
         let mut inner = pair.into_inner();
-        let (from, from_span) = match inner.next().and_then(|p| p.into_inner().next()) {
-            Some(p) if p.as_rule() == Rule::start_kw => (None, span(&p)),
+        let (from, from_span) = match inner.next() {
+            Some(p) if p.as_str() == "start" => (None, span(&p)),
             Some(p) => {
                 let id = ident(p);
                 let sp = id.span;
@@ -844,13 +839,8 @@ impl Builder {
         for part in inner {
             let ps = span(&part);
             match part.as_rule() {
+                // `a -> start` is a role target named `start`; the checker rejects it.
                 Rule::ident => route.target = RouteTarget::Role(ident(part)),
-                Rule::start_target => {
-                    route.target = RouteTarget::Role(Ident {
-                        name: "start".into(),
-                        span: ps,
-                    })
-                }
                 Rule::parallel_target => {
                     let mut names: Vec<Ident> = part.into_inner().map(ident).collect();
                     let join = names.pop().unwrap_or_else(|| missing(ps));
@@ -985,265 +975,31 @@ impl Builder {
                         test.expectations.push(Expectation::Holds(self.expr(e)));
                     }
                 }
-                Rule::attr | Rule::attr_block => test.attrs.push(self.attr(item)),
-                _ => self.bad_line(item, "test"),
+                Rule::attr => test.attrs.push(self.attr(item)),
+                Rule::unclosed => self.unclosed(s),
+                _ => self.bad_line(item, Context::Test),
             }
         }
         test
     }
-
-    fn expr(&mut self, pair: Pair<'_, Rule>) -> Expr {
-        // `expr` is a flat list: prefix* primary (infix prefix* primary)*. Fold it with
-        // precedence climbing.
-        let s = span(&pair);
-        if self.too_deep(s) {
-            return Expr {
-                kind: ExprKind::Null,
-                span: s,
-            };
-        }
-        self.depth += 1;
-        let result = if pair.as_rule() != Rule::expr {
-            Some(self.primary(pair))
-        } else {
-            let mut pieces: Vec<ExprPiece<Pair<'_, Rule>>> = pair
-                .into_inner()
-                .map(|item| match item.as_rule() {
-                    Rule::not_op => ExprPiece::Prefix(UnOp::Not, span(&item)),
-                    Rule::neg => ExprPiece::Prefix(UnOp::Neg, span(&item)),
-                    rule => match bin_op(rule) {
-                        Some(op) => ExprPiece::Infix(op),
-                        None => ExprPiece::Operand(item),
-                    },
-                })
-                .collect();
-            climb(self, &mut pieces.drain(..).peekable(), 0)
-        };
-        self.depth -= 1;
-        result.unwrap_or(Expr {
-            kind: ExprKind::Null,
-            span: s,
-        })
-    }
-
-    /// Reports the first expression nested past the limit; the caller stops descending.
-    fn too_deep(&mut self, at: Span) -> bool {
-        if self.depth < MAX_EXPR_DEPTH {
-            return false;
-        }
-        if !self
-            .diagnostics
-            .iter()
-            .any(|d| d.code == Code::SyntaxTooDeep)
-        {
-            self.diagnostics.push(
-                Diagnostic::error(Code::SyntaxTooDeep, "this expression is nested too deeply")
-                    .label(at, format!("more than {MAX_EXPR_DEPTH} levels"))
-                    .help("split it: compute parts in `update` blocks and refer to them"),
-            );
-        }
-        true
-    }
-
-    fn primary(&mut self, pair: Pair<'_, Rule>) -> Expr {
-        let s = span(&pair);
-        let kind = match pair.as_rule() {
-            Rule::string | Rule::raw_string => ExprKind::String(string_value(pair)),
-            Rule::number => ExprKind::Number(self.number(&pair)),
-            Rule::boolean => ExprKind::Bool(pair.as_str() == "true"),
-            Rule::null => ExprKind::Null,
-            Rule::list_expr => ExprKind::List(pair.into_inner().map(|e| self.expr(e)).collect()),
-            Rule::map_expr => ExprKind::Map(
-                pair.into_inner()
-                    .filter_map(|entry| {
-                        let mut parts = entry.into_inner();
-                        let key = parts.next()?;
-                        let key = map_key(key);
-                        Some((key, self.expr(parts.next()?)))
-                    })
-                    .collect(),
-            ),
-            Rule::call_expr => {
-                let mut outer = pair.into_inner();
-                let mut parts = outer.next().map(|h| h.into_inner()).into_iter().flatten();
-                let name = parts.next().map(ident).unwrap_or_else(|| missing(s));
-                let args: Vec<Expr> = parts.map(|p| self.expr(p)).collect();
-                let fields: Vec<Ident> = outer
-                    .next()
-                    .map(|f| f.into_inner().map(ident).collect())
-                    .unwrap_or_default();
-                let call = ExprKind::Call(name, args);
-                if fields.is_empty() {
-                    call
-                } else {
-                    let call_span = Span::new(
-                        s.start,
-                        fields
-                            .first()
-                            .map_or(s.end, |f: &Ident| f.span.start.saturating_sub(1)),
-                    );
-                    ExprKind::Get(
-                        Box::new(Expr {
-                            kind: call,
-                            span: call_span,
-                        }),
-                        fields,
-                    )
-                }
-            }
-            Rule::path_expr => ExprKind::Path(pair.into_inner().map(ident).collect()),
-            Rule::expr => return self.expr(pair),
-            _ => ExprKind::Null,
-        };
-        Expr { kind, span: s }
-    }
 }
 
-impl<'i> Operands<Pair<'i, Rule>> for Builder {
-    fn span_of(&self, operand: &Pair<'i, Rule>) -> Span {
-        span(operand)
-    }
-
-    fn build(&mut self, operand: Pair<'i, Rule>) -> Expr {
-        self.primary(operand)
-    }
-
-    fn enter(&mut self, at: Span) -> bool {
-        if self.too_deep(at) {
-            return false;
-        }
-        self.depth += 1;
-        true
-    }
-
-    fn leave(&mut self) {
-        self.depth -= 1;
-    }
-}
-
-/// One element of the flat `prefix* primary (infix prefix* primary)*` of an expression;
-/// both parsers fold these with [`climb`].
-enum ExprPiece<P> {
-    Prefix(UnOp, Span),
-    Infix(BinOp),
-    Operand(P),
-}
-
-/// How [`climb`] turns operands into expressions and bounds its recursion.
-trait Operands<P> {
-    fn span_of(&self, operand: &P) -> Span;
-    fn build(&mut self, operand: P) -> Expr;
-    /// `false` stops the fold (nested too deeply).
-    fn enter(&mut self, at: Span) -> bool;
-    fn leave(&mut self);
-}
-
-type Pieces<'v, P> = std::iter::Peekable<std::vec::Drain<'v, ExprPiece<P>>>;
-
-/// Precedence climbing over expression pieces.
-fn climb<P>(
-    operands: &mut impl Operands<P>,
-    pieces: &mut Pieces<'_, P>,
-    min_prec: u8,
-) -> Option<Expr> {
-    let mut lhs = unary(operands, pieces)?;
-    // Every operator of a chain (`a and b and c ...`) deepens the tree by one, and
-    // everything after the parser walks it recursively: a chain counts as nesting.
-    let mut spine = 0;
-    let result = loop {
-        let Some(ExprPiece::Infix(op)) = pieces.peek() else {
-            break Some(lhs);
-        };
-        let op = *op;
-        let prec = precedence(op);
-        if prec < min_prec {
-            break Some(lhs);
-        }
-        if !operands.enter(Span::new(lhs.span.end.saturating_sub(1), lhs.span.end)) {
-            pieces.for_each(drop);
-            break None;
-        }
-        spine += 1;
-        pieces.next();
-        let Some(rhs) = climb(operands, pieces, prec + 1) else {
-            break None;
-        };
-        let span = Span::new(lhs.span.start, rhs.span.end);
-        lhs = Expr {
-            kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
-            span,
-        };
-    };
-    for _ in 0..spine {
-        operands.leave();
-    }
-    result
-}
-
-fn unary<P>(operands: &mut impl Operands<P>, pieces: &mut Pieces<'_, P>) -> Option<Expr> {
-    let at = match pieces.peek()? {
-        ExprPiece::Prefix(_, at) => *at,
-        ExprPiece::Operand(operand) => operands.span_of(operand),
-        ExprPiece::Infix(_) => return None,
-    };
-    if !operands.enter(at) {
-        pieces.for_each(drop);
-        return None;
-    }
-    let result = match pieces.next()? {
-        ExprPiece::Operand(operand) => Some(operands.build(operand)),
-        ExprPiece::Prefix(op, at) => {
-            // `not` binds looser than comparisons (`not a == b` is `not (a == b)`); `-` binds tightest.
-            let operand = if op == UnOp::Not {
-                climb(operands, pieces, precedence(BinOp::Eq))
-            } else {
-                unary(operands, pieces)
-            };
-            operand.map(|operand| Expr {
-                span: Span::new(at.start, operand.span.end),
-                kind: ExprKind::Unary(op, Box::new(operand)),
-            })
-        }
-        ExprPiece::Infix(_) => None,
-    };
-    operands.leave();
-    result
-}
-
-fn bin_op(rule: Rule) -> Option<BinOp> {
-    Some(match rule {
-        Rule::or_op => BinOp::Or,
-        Rule::and_op => BinOp::And,
-        Rule::eq => BinOp::Eq,
-        Rule::ne => BinOp::Ne,
-        Rule::lt => BinOp::Lt,
-        Rule::le => BinOp::Le,
-        Rule::gt => BinOp::Gt,
-        Rule::ge => BinOp::Ge,
-        Rule::add => BinOp::Add,
-        Rule::sub => BinOp::Sub,
-        Rule::coalesce => BinOp::Coalesce,
-        _ => return None,
-    })
-}
-
-fn precedence(op: BinOp) -> u8 {
-    match op {
-        BinOp::Or => 1,
-        BinOp::And => 2,
-        BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => 3,
-        // As in Swift: `a ?? 0 > 3` compares the coalesced value; `a ?? b + 1` adds first.
-        BinOp::Coalesce => 4,
-        BinOp::Add | BinOp::Sub => 5,
-    }
-}
-
-fn missing(span: Span) -> Ident {
-    Ident {
-        name: String::new(),
-        span,
-    }
-}
+/// Words that would make a route or an expression ambiguous as names.
+const RESERVED: &[&str] = &[
+    "and",
+    "or",
+    "not",
+    "true",
+    "false",
+    "null",
+    "start",
+    "when",
+    "otherwise",
+    "backtrack",
+    "max",
+    "parallel",
+    "over",
+];
 
 const TOP_KEYWORDS: &[&str] = &[
     "workflow",

@@ -130,9 +130,17 @@ impl<'w> Interpreter<'w> {
                 Ok(c) => c,
                 Err(e) => {
                     self.buffer_event("llm_failed", json!({"role": name, "visit": visit, "profile": profile, "error": e.to_string(), "attempts": records}));
-                    return Err(StepError::Failed(format!(
-                        "role `{name}`: the provider call failed: {e}"
-                    )));
+                    // Which server was asked, so a local one that is not running says so.
+                    let endpoint = self
+                        .pool
+                        .profile(&profile)
+                        .and_then(|p| p.base_url())
+                        .map(|u| format!(" at {u}"))
+                        .unwrap_or_default();
+                    let message = format!(
+                        "role `{name}`: the provider call failed (profile `{profile}`{endpoint}): {e}"
+                    );
+                    return Err(StepError::Failed(self.redactor.redact(&message).into_owned()));
                 }
             };
             let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);

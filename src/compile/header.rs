@@ -161,12 +161,17 @@ fn script_replies(
     let script = match crate::run::scripted::Script::from_yaml(path) {
         Ok(s) => s,
         Err(e) => {
+            // The YAML parser's first line says where and what; the rest is a code excerpt.
+            let prefix = format!("script {}: ", path.display());
+            let what = e.lines().next().unwrap_or("");
+            let what = what.strip_prefix(prefix.as_str()).unwrap_or(what);
+            let what = what.strip_prefix("error: ").unwrap_or(what);
             diags.push(
                 Diagnostic::error(
                     "rondo::workflow::bad_script",
                     format!("the script `{written}` is not a reply set"),
                 )
-                .label(span, e)
+                .label(span, format!("{}: {what}", path.display()))
                 .help(HELP),
             );
             return;

@@ -82,7 +82,10 @@ fn an_edge_bound_also_bounds_the_loop() {
 #[test]
 fn an_input_bound_bounds_the_loop_with_its_default() {
     let text = LOOP
-        .replace("  input question: string\n", "  input question: string\n  input tries: int = 3\n")
+        .replace(
+            "  input question: string\n",
+            "  input question: string\n  input tries: int = 3\n",
+        )
         .replace("  max_visits = 4\n", "  max_visits = input.tries\n");
     let (_, diags, summary) = check(&text);
     assert!(diags.is_empty(), "{:?}", common::codes(&diags));
@@ -101,7 +104,9 @@ fn an_input_bound_bounds_the_loop_with_its_default() {
     assert!(diags.is_empty(), "{:?}", common::codes(&diags));
     assert_eq!(summary.worst_case_llm_calls, None);
     assert!(
-        summary.line().ends_with("a number of LLM calls per run set by input `tries`"),
+        summary
+            .line()
+            .ends_with("a number of LLM calls per run set by input `tries`"),
         "{}",
         summary.line()
     );

@@ -464,7 +464,9 @@ fn repo_copy() -> tempfile::TempDir {
 /// `cargo run --release --` the same command, as the README's set-up spells it).
 fn run_example(dir: &Path, line: &str) -> Output {
     let line = line.replace("cargo run --release -- ", "rondo ");
-    let bin = Path::new(env!("CARGO_BIN_EXE_rondo")).parent().expect("bin dir");
+    let bin = Path::new(env!("CARGO_BIN_EXE_rondo"))
+        .parent()
+        .expect("bin dir");
     let path = format!(
         "{}:{}",
         bin.display(),
@@ -535,7 +537,9 @@ fn readme_run_examples_work_as_written() {
             in_shell = line == "```bash";
             continue;
         }
-        if !in_shell || !(line.contains("rondo run ") || line.contains("cargo run --release -- run ")) {
+        if !in_shell
+            || !(line.contains("rondo run ") || line.contains("cargo run --release -- run "))
+        {
             continue;
         }
         let dir = repo_copy();
@@ -562,7 +566,10 @@ fn every_reference_workflow_runs_its_demo_with_the_scripted_provider() {
         }
         let (_, workflow, diags, _) = common::check_path(&path, true);
         assert!(!diags.has_errors(), "{name} does not check");
-        assert!(workflow.script.is_some(), "{name} declares no default reply set");
+        assert!(
+            workflow.script.is_some(),
+            "{name} declares no default reply set"
+        );
         let dir = repo_copy();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
         cmd.current_dir(dir.path())
@@ -576,7 +583,8 @@ fn every_reference_workflow_runs_its_demo_with_the_scripted_provider() {
             .iter()
             .filter(|i| i.default.is_none() && !i.ty.is_optional())
         {
-            cmd.arg("--input").arg(format!("{}=a demo question", input.name));
+            cmd.arg("--input")
+                .arg(format!("{}=a demo question", input.name));
         }
         let output = cmd.output().expect("run");
         assert!(

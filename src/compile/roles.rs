@@ -303,16 +303,26 @@ impl Compiler<'_> {
                 }
             };
             let Some(&id) = self.input_names.get(&name.name) else {
-                let names: Vec<&str> = self.workflow.inputs.iter().map(|i| i.name.as_str()).collect();
+                let names: Vec<&str> = self
+                    .workflow
+                    .inputs
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect();
                 self.diags.push(
                     Diagnostic::error(
                         "rondo::role::unknown_input",
-                        format!("`max_visits` names input `{}`, which is not declared", name.name),
+                        format!(
+                            "`max_visits` names input `{}`, which is not declared",
+                            name.name
+                        ),
                     )
                     .label(name.span, "no such input")
-                    .help(did_you_mean(&name.name, names.iter().copied()).unwrap_or_else(|| {
-                        "declare it in the workflow header: `input max_rounds: int = 8`".into()
-                    })),
+                    .help(
+                        did_you_mean(&name.name, names.iter().copied()).unwrap_or_else(|| {
+                            "declare it in the workflow header: `input max_rounds: int = 8`".into()
+                        }),
+                    ),
                 );
                 return None;
             };
@@ -321,10 +331,17 @@ impl Compiler<'_> {
                 self.diags.push(
                     Diagnostic::error(
                         "rondo::role::bad_max_visits",
-                        format!("`max_visits` needs an `int` input; `{}` is `{}`", input.name, input.ty.display()),
+                        format!(
+                            "`max_visits` needs an `int` input; `{}` is `{}`",
+                            input.name,
+                            input.ty.display()
+                        ),
                     )
                     .label(span, "not a whole number")
-                    .help(format!("declare it `input {}: int`, with a default if it may be left out", input.name)),
+                    .help(format!(
+                        "declare it `input {}: int`, with a default if it may be left out",
+                        input.name
+                    )),
                 );
                 return None;
             }
@@ -338,7 +355,8 @@ impl Compiler<'_> {
         }
         let max_visits = attrs.count("max_visits", &mut self.diags).map(|x| x.0);
         if max_visits == Some(0) {
-            self.diags.push(zero(decl.span).help("use a bound of at least 1, or remove the role"));
+            self.diags
+                .push(zero(decl.span).help("use a bound of at least 1, or remove the role"));
         }
         max_visits.map(MaxVisits::Fixed)
     }

@@ -250,10 +250,9 @@ impl MaxVisits {
     pub fn display(self, inputs: &[Input]) -> String {
         match self {
             MaxVisits::Fixed(n) => n.to_string(),
-            MaxVisits::Input(id) => format!(
-                "input.{}",
-                inputs.get(id).map_or("?", |i| i.name.as_str())
-            ),
+            MaxVisits::Input(id) => {
+                format!("input.{}", inputs.get(id).map_or("?", |i| i.name.as_str()))
+            }
         }
     }
 }

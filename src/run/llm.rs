@@ -140,7 +140,9 @@ impl<'w> Interpreter<'w> {
                     let message = format!(
                         "role `{name}`: the provider call failed (profile `{profile}`{endpoint}): {e}"
                     );
-                    return Err(StepError::Failed(self.redactor.redact(&message).into_owned()));
+                    return Err(StepError::Failed(
+                        self.redactor.redact(&message).into_owned(),
+                    ));
                 }
             };
             let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);

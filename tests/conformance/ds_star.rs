@@ -185,8 +185,7 @@ fn yq(text: &str) -> String {
 
 const SUFFICIENT: &str =
     r#"{"sufficient": true, "reason": "done.", "missing": [], "next_action": "stop"}"#;
-const NOT_YET: &str =
-    r#"{"sufficient": false, "reason": "Not yet.", "missing": ["more"], "next_action": "add_step"}"#;
+const NOT_YET: &str = r#"{"sufficient": false, "reason": "Not yet.", "missing": ["more"], "next_action": "add_step"}"#;
 const ADD_STEP: &str = r#"{"action": "add_step", "backtrack_to_step_id": null}"#;
 
 // ---------------------------------------------------------------- 2) data flow, artifacts
@@ -223,7 +222,10 @@ fn the_mock_client_writes_every_artifact_by_its_exact_name() {
     // The executor ran the script with the run directory as its working directory.
     assert_eq!(run.text("hello.txt"), "hello");
     let mock = mock_script();
-    assert_eq!(run.text("round_00_code.py"), mock.reply("coder", 1, 0).unwrap());
+    assert_eq!(
+        run.text("round_00_code.py"),
+        mock.reply("coder", 1, 0).unwrap()
+    );
     assert_eq!(
         run.text("final_answer.md"),
         "Created hello.txt in the run directory."
@@ -324,7 +326,10 @@ fn data_dir_is_the_users_folder_relative_to_where_rondo_started() {
         yq(SUFFICIENT)
     ));
     // The default `data` is the folder beside the user, not the run's.
-    let run = site.run("default", &["--script", "script.yaml", "-i", "question=How many rows?"]);
+    let run = site.run(
+        "default",
+        &["--script", "script.yaml", "-i", "question=How many rows?"],
+    );
     run.ok();
     let csv = data.join("sales.csv").display().to_string();
     let descriptions = run.json("descriptions.json");
@@ -360,7 +365,10 @@ fn data_dir_is_the_users_folder_relative_to_where_rondo_started() {
     );
     again.ok();
     assert_eq!(again.json("descriptions.json"), descriptions);
-    assert_eq!(again.json("run_metadata.json")["data_dir"], data.display().to_string());
+    assert_eq!(
+        again.json("run_metadata.json")["data_dir"],
+        data.display().to_string()
+    );
 }
 
 /// A data folder that is missing or empty is said so in `descriptions.json` and in the
@@ -375,7 +383,12 @@ fn an_empty_or_missing_data_folder_is_reported_in_the_descriptions() {
     ] {
         let run = site.run(
             id,
-            &["-i", &format!("question={HELLO}"), "-i", &format!("data_dir={data_dir}")],
+            &[
+                "-i",
+                &format!("question={HELLO}"),
+                "-i",
+                &format!("data_dir={data_dir}"),
+            ],
         );
         run.ok();
         let warning = format!(
@@ -444,7 +457,11 @@ fn a_planner_reply_that_is_not_a_step_still_becomes_one() {
             json!([step(1, title, details, "done")]),
             "{id}"
         );
-        assert_eq!(run.json("run_metadata.json")["ended_by"], "sufficient", "{id}");
+        assert_eq!(
+            run.json("run_metadata.json")["ended_by"],
+            "sufficient",
+            "{id}"
+        );
         assert!(run.path().contains(&"coder".to_string()), "{id}");
     }
 }
@@ -467,8 +484,15 @@ fn a_failed_execution_is_debugged_and_never_shown_to_the_verifier_model() {
     assert_eq!(
         run.path(),
         [
-            "analyzer", "planner", "coder", "executor", "debugger", "executor", "verifier",
-            "verified", "finalyzer"
+            "analyzer",
+            "planner",
+            "coder",
+            "executor",
+            "debugger",
+            "executor",
+            "verifier",
+            "verified",
+            "finalyzer"
         ]
     );
     let ev = run.events();
@@ -514,9 +538,21 @@ fn a_round_whose_patch_still_fails_gets_fix_step_without_the_verifier_model() {
     assert_eq!(
         run.path(),
         [
-            "analyzer", "planner", "coder", "executor", "debugger", "executor",
-            "exec_failed", "round_end", "router", "planner", "coder", "executor", "verifier",
-            "verified", "finalyzer"
+            "analyzer",
+            "planner",
+            "coder",
+            "executor",
+            "debugger",
+            "executor",
+            "exec_failed",
+            "round_end",
+            "router",
+            "planner",
+            "coder",
+            "executor",
+            "verifier",
+            "verified",
+            "finalyzer"
         ]
     );
     assert_eq!(run.prompts("verifier").len(), 1);
@@ -525,7 +561,10 @@ fn a_round_whose_patch_still_fails_gets_fix_step_without_the_verifier_model() {
     assert!(router.contains("Last code execution failed (non-zero exit code)."));
     assert_eq!(
         run.json("plan.json"),
-        json!([step(1, "First", "a", "failed"), step(2, "Second", "b", "done")])
+        json!([
+            step(1, "First", "a", "failed"),
+            step(2, "Second", "b", "done")
+        ])
     );
     // The round's code and execution match: the patch, and its exit code.
     assert_eq!(run.text("round_00_code.py"), "raise SystemExit(5)\n");
@@ -553,7 +592,14 @@ fn round_code_always_matches_round_exec() {
     ));
     let run = site.run(
         "attempts",
-        &["--script", "script.yaml", "-i", "question=q", "-i", "max_rounds=3"],
+        &[
+            "--script",
+            "script.yaml",
+            "-i",
+            "question=q",
+            "-i",
+            "max_rounds=3",
+        ],
     );
     run.ok();
     assert_eq!(
@@ -563,7 +609,10 @@ fn round_code_always_matches_round_exec() {
     for r in 0..3 {
         let code = run.text(&format!("round_{r:02}_code.py"));
         let exec = run.json(&format!("round_{r:02}_exec.json"));
-        assert!(code.contains(&format!("debugger {}", r + 1)), "round {r}: {code}");
+        assert!(
+            code.contains(&format!("debugger {}", r + 1)),
+            "round {r}: {code}"
+        );
         assert_eq!(exec["stdout"], format!("debugger {}\n", r + 1), "round {r}");
     }
     assert_eq!(run.json("run_metadata.json")["ended_by"], "max_rounds");
@@ -646,13 +695,22 @@ fn unreadable_router_and_verifier_replies_take_the_reference_defaults() {
         yq(r#"{"id": 1, "title": "Step", "details": "d", "status": "todo"}"#),
         yq(SUFFICIENT)
     ));
-    let run = site.run("unreadable", &["--script", "script.yaml", "-i", "question=q"]);
+    let run = site.run(
+        "unreadable",
+        &["--script", "script.yaml", "-i", "question=q"],
+    );
     run.ok();
     let path = run.path();
     let router_at = path.iter().position(|r| r == "router").unwrap();
     assert_eq!(
         &path[router_at - 3..router_at + 2],
-        ["verifier", "verdict_unreadable", "round_end", "router", "planner"]
+        [
+            "verifier",
+            "verdict_unreadable",
+            "round_end",
+            "router",
+            "planner"
+        ]
     );
     assert!(run.prompts("router")[0].contains("Verifier returned invalid JSON."));
     assert_eq!(run.json("plan.json").as_array().unwrap().len(), 2);
@@ -673,7 +731,14 @@ fn max_rounds_is_the_real_bound_of_the_loop() {
     ));
     let run = site.run(
         "twenty",
-        &["--script", "script.yaml", "-i", "question=q", "-i", "max_rounds=20"],
+        &[
+            "--script",
+            "script.yaml",
+            "-i",
+            "question=q",
+            "-i",
+            "max_rounds=20",
+        ],
     );
     run.ok();
     let expected: Vec<String> = (0..20).map(|r| format!("round_{r:02}_code.py")).collect();
@@ -703,7 +768,14 @@ fn rounds_started_by_backtracks_count_toward_max_rounds() {
     ));
     let run = site.run(
         "backtracks",
-        &["--script", "script.yaml", "-i", "question=q", "-i", "max_rounds=3"],
+        &[
+            "--script",
+            "script.yaml",
+            "-i",
+            "question=q",
+            "-i",
+            "max_rounds=3",
+        ],
     );
     run.ok();
     assert_eq!(
@@ -713,8 +785,14 @@ fn rounds_started_by_backtracks_count_toward_max_rounds() {
     let truncations = run.path().iter().filter(|r| *r == "truncate_plan").count();
     assert_eq!(truncations, 2);
     let meta = run.json("run_metadata.json");
-    assert_eq!((meta["rounds"].as_u64(), meta["ended_by"].as_str()), (Some(3), Some("max_rounds")));
-    assert_eq!(run.json("plan.json"), json!([step(1, "Again", "d", "done")]));
+    assert_eq!(
+        (meta["rounds"].as_u64(), meta["ended_by"].as_str()),
+        (Some(3), Some("max_rounds"))
+    );
+    assert_eq!(
+        run.json("plan.json"),
+        json!([step(1, "Again", "d", "done")])
+    );
 }
 
 /// `rounds` counts rounds exactly however the run ends: a router `stop` in the second
@@ -729,7 +807,10 @@ fn rounds_are_counted_exactly_and_the_ending_is_recorded() {
         yq(ADD_STEP),
         yq(r#"{"action": "stop", "backtrack_to_step_id": null}"#)
     ));
-    let run = site.run("router_stop", &["--script", "script.yaml", "-i", "question=q"]);
+    let run = site.run(
+        "router_stop",
+        &["--script", "script.yaml", "-i", "question=q"],
+    );
     run.ok();
     let meta = run.json("run_metadata.json");
     assert_eq!(meta["rounds"], 2);
@@ -742,10 +823,16 @@ fn rounds_are_counted_exactly_and_the_ending_is_recorded() {
         yq(r#"{"id": 1, "title": "Look", "details": "d", "status": "todo"}"#),
         yq(r#"{"sufficient": false, "reason": "No data.", "missing": ["data"], "next_action": "stop"}"#)
     ));
-    let run = site.run("verifier_stop", &["--script", "script.yaml", "-i", "question=q"]);
+    let run = site.run(
+        "verifier_stop",
+        &["--script", "script.yaml", "-i", "question=q"],
+    );
     run.ok();
     let meta = run.json("run_metadata.json");
-    assert_eq!((meta["rounds"].as_u64(), meta["ended_by"].as_str()), (Some(1), Some("verifier_stop")));
+    assert_eq!(
+        (meta["rounds"].as_u64(), meta["ended_by"].as_str()),
+        (Some(1), Some("verifier_stop"))
+    );
     assert!(run.prompts("router").is_empty());
 }
 
@@ -774,19 +861,34 @@ fn a_step_moves_from_todo_to_done_or_failed_in_plan_json() {
     ));
     let run = site.run(
         "status",
-        &["--script", "script.yaml", "-i", "question=q", "-i", "max_rounds=2"],
+        &[
+            "--script",
+            "script.yaml",
+            "-i",
+            "question=q",
+            "-i",
+            "max_rounds=2",
+        ],
     );
     run.ok();
     let coder = run.prompts("coder");
     assert!(coder[0].contains("\"status\": \"todo\""));
-    assert!(coder[1].contains("\"status\": \"failed\"") && coder[1].contains("\"status\": \"todo\""));
+    assert!(
+        coder[1].contains("\"status\": \"failed\"") && coder[1].contains("\"status\": \"todo\"")
+    );
     assert_eq!(
         run.json("plan.json"),
-        json!([step(1, "Fails", "a", "failed"), step(2, "Works", "b", "done")])
+        json!([
+            step(1, "Fails", "a", "failed"),
+            step(2, "Works", "b", "done")
+        ])
     );
 }
 
 // ------------------------------------------------------------------------------ providers
+
+/// Variables set for one run.
+type Env = Vec<(&'static str, String)>;
 
 /// A request the fake server received.
 #[derive(Debug, Clone)]
@@ -837,7 +939,9 @@ fn serve(mut stream: TcpStream, log: &Mutex<Vec<Request>>, script: &rondo::run::
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {
-        let Ok(n) = stream.read(&mut chunk) else { return };
+        let Ok(n) = stream.read(&mut chunk) else {
+            return;
+        };
         if n == 0 {
             return;
         }
@@ -863,7 +967,9 @@ fn serve(mut stream: TcpStream, log: &Mutex<Vec<Request>>, script: &rondo::run::
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
     while buf.len() < head_end + length {
-        let Ok(n) = stream.read(&mut chunk) else { return };
+        let Ok(n) = stream.read(&mut chunk) else {
+            return;
+        };
         if n == 0 {
             break;
         }
@@ -927,7 +1033,7 @@ fn hosted_profiles_reach_the_server_their_vendor_variable_names() {
     let server = Server::start();
     let site = Site::new();
     let base = format!("http://{}", server.addr);
-    let cases: [(&str, Vec<(&str, String)>, &str); 3] = [
+    let cases: [(&str, Env, &str); 3] = [
         (
             "openai",
             vec![
@@ -983,7 +1089,10 @@ fn hosted_profiles_reach_the_server_their_vendor_variable_names() {
             .filter(|e| e["event"] == "llm_response")
             .map(|e| e["profile"].clone())
             .collect();
-        assert!(profiles.iter().all(|p| p == provider), "{provider}: {profiles:?}");
+        assert!(
+            profiles.iter().all(|p| p == provider),
+            "{provider}: {profiles:?}"
+        );
     }
 }
 
@@ -1006,7 +1115,9 @@ fn the_local_provider_without_a_server_fails_naming_its_address() {
     assert_eq!(run.out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&run.out.stderr);
     assert!(
-        err.contains(&format!("role `planner`: the provider call failed (profile `local` at {endpoint})")),
+        err.contains(&format!(
+            "role `planner`: the provider call failed (profile `local` at {endpoint})"
+        )),
         "{err}"
     );
     assert!(!run.ws.join("plan.json").exists());

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# Iter's demo runs its default build command, `go build ./... && go test ./...`.
+command -v go >/dev/null 2>&1 || need+=(golang-go)
 # Local tool installs run pip offline against Debian's wheelhouse; setuptools < 70
 # needs the `wheel` wheel there to build a tool.
 compgen -G "/usr/share/python-wheels/wheel-*.whl" >/dev/null || need+=(python3-wheel-whl)

@@ -97,7 +97,7 @@ pub enum Command {
     },
     /// Run a workflow.
     #[command(
-        after_help = "Examples:\n  rondo run workflows/ds_star.rondo --input question='Write hello.txt'\n  rondo run workflows/iter.rondo --provider scripted --script scripts/iter.yaml\n  rondo run workflows/ds_star.rondo --replay-from runs/20261122-091630-ab12\n\nExit code: the exit's code (success 0), 3 limit, 2 error, 130 interrupted."
+        after_help = "Examples:\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello\n  rondo run workflows/micro_agent.rondo --provider scripted -i question='6*7?'\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' \\\n    --script workflows/scripts/ds_star_hello.yaml\n  rondo run workflows/ds_star.rondo --replay-from runs/hello -i question=hi\n\nWith `--provider scripted` (or a workflow whose provider is scripted) and no `--script`, the replies are the workflow's own default set (`script = ...` in its header): the five reference workflows run so with no API key.\n\nExit code: the exit's code (success 0), 3 limit, 2 error, 4 invalid_output, 130 interrupted."
     )]
     Run {
         file: PathBuf,
@@ -107,7 +107,7 @@ pub enum Command {
         /// Use this provider profile for every llm role.
         #[arg(long)]
         provider: Option<String>,
-        /// Replies for the scripted provider (YAML).
+        /// Replies for the scripted provider (YAML); default: the workflow's own (`script` in its header).
         #[arg(long)]
         script: Option<PathBuf>,
         /// Re-execute offline with the LLM replies recorded in this run directory.

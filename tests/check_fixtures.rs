@@ -367,7 +367,10 @@ fn one_bad_line_one_diagnostic_and_parsing_goes_on() {
     }
     // ...and so were the attributes after a bad line inside a block.
     let after = workflow.find_node("after_block").expect("role");
-    assert_eq!(workflow.role(after).and_then(|r| r.max_visits), Some(4));
+    assert_eq!(
+        workflow.role(after).and_then(|r| r.max_visits),
+        Some(rondo::compile::MaxVisits::Fixed(4))
+    );
     // The semantic mistake on the last line is still reported.
     let last = sorted
         .iter()

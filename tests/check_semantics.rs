@@ -77,6 +77,58 @@ fn an_edge_bound_also_bounds_the_loop() {
     assert_eq!(summary.worst_case_llm_calls, Some(6));
 }
 
+/// `max_visits = input.N`: the loop is bounded, the figures use the input's default and the
+/// summary says so; without a default the count is the run's to set.
+#[test]
+fn an_input_bound_bounds_the_loop_with_its_default() {
+    let text = LOOP
+        .replace(
+            "  input question: string\n",
+            "  input question: string\n  input tries: int = 3\n",
+        )
+        .replace("  max_visits = 4\n", "  max_visits = input.tries\n");
+    let (_, diags, summary) = check(&text);
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    assert_eq!(bound(&summary, "ask"), Some(3));
+    assert_eq!(summary.worst_case_llm_calls, Some(6));
+    assert_eq!(summary.bounded_by_inputs, ["tries"]);
+    assert!(
+        summary
+            .line()
+            .ends_with("at most 6 LLM calls per run with the default of input `tries`"),
+        "{}",
+        summary.line()
+    );
+    let no_default = text.replace("input tries: int = 3", "input tries: int");
+    let (_, diags, summary) = check(&no_default);
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    assert_eq!(summary.worst_case_llm_calls, None);
+    assert!(
+        summary
+            .line()
+            .ends_with("a number of LLM calls per run set by input `tries`"),
+        "{}",
+        summary.line()
+    );
+}
+
+/// `if(c, a, b)`: the condition is a truth value, the result is the wider side or either, and
+/// it checks against the memory it is stored in.
+#[test]
+fn if_types_as_either_side() {
+    let workflow = |value: &str| {
+        format!(
+            "workflow w {{}}\nmemory {{\n  status: \"todo\" | \"done\" | \"failed\" = \"todo\"\n}}\nrole work: tool {{\n  command = [\"true\"]\n  update {{ set status = {value} }}\n}}\nstart -> work\nwork -> success\nexit success\n"
+        )
+    };
+    let (_, diags, _) = check(&workflow(r#"if(output.ok, "done", "failed")"#));
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    let (_, diags, _) = check(&workflow(r#"if(output.ok, "done", "later")"#));
+    assert_eq!(common::codes(&diags), ["rondo::update::type_mismatch"]);
+    let (_, diags, _) = check(&workflow(r#"if(output.stdout, "done", "failed")"#));
+    assert_eq!(common::codes(&diags), ["rondo::expr::bad_argument"]);
+}
+
 #[test]
 fn exit_codes() {
     let text = "workflow w {}\nrole r: tool {\n  command = [\"true\"]\n}\nstart -> r\nr -> ok when r.ok\nr -> bad when r.exit_code == 1\nr -> worse otherwise\nexit ok\nexit bad\nexit worse { code = 7 }\n";

@@ -251,6 +251,63 @@ fn run_limits_end_at_limit_with_exit_code_3() {
     assert_eq!(json(dir.join("state.json"))["step"], 6);
 }
 
+/// A loop bounded by an input (`max_visits = input.n`) runs as many times as the run is
+/// given, then ends at `limit`; `if(output.ok, ...)` picks the status of each visit.
+const INPUT_BOUND: &str = r#"
+workflow bound {
+  input n: int = 2
+}
+memory {
+  states: list["done" | "failed"] = []
+}
+role work: tool {
+  command = ["python3", "-c", "import sys; sys.exit({{ visit }} % 2 == 0)"]
+  max_visits = input.n
+  update { states.append(if(output.ok, "done", "failed")) }
+}
+start -> work
+work -> work when len(memory.states) < 100
+work -> done otherwise
+exit done
+"#;
+
+#[test]
+fn an_input_bound_is_the_runs_value_and_below_one_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(tmp.path(), INPUT_BOUND, &[], "replies: {}\n");
+    let (out, dir) = run_with(&wf, "three", &["-i", "n=3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", common::stderr(&out));
+    let info = json(dir.join("run.json"));
+    assert!(
+        info["reason"]
+            .as_str()
+            .unwrap()
+            .contains("role `work` reached max_visits = 3"),
+        "{}",
+        info["reason"]
+    );
+    assert_eq!(
+        json(dir.join("state.json"))["memory"][0],
+        serde_json::json!(["done", "failed", "done"])
+    );
+    // The default applies when the run gives none.
+    let (_, dir) = run_with(&wf, "default", &[]);
+    assert_eq!(
+        json(dir.join("state.json"))["memory"][0],
+        serde_json::json!(["done", "failed"])
+    );
+    for bad in ["n=0", "n=-2"] {
+        let (out, dir) = run_with(&wf, "bad", &["-i", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(
+            common::stderr(&out).contains("but it bounds the visits of role `work`"),
+            "{bad}: {}",
+            common::stderr(&out)
+        );
+        assert!(!dir.join("run.json").exists(), "{bad}");
+    }
+}
+
 #[test]
 fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
     let tmp = tempfile::tempdir().unwrap();

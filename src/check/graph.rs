@@ -463,7 +463,10 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
         if branches.contains_key(&v) {
             None
         } else {
-            workflow.role(v).and_then(|r| r.max_visits)
+            workflow
+                .role(v)
+                .and_then(|r| r.max_visits)
+                .and_then(|m| m.by_default(&workflow.inputs))
         }
     };
     let mut bound: HashMap<NodeIndex, Option<u64>> = HashMap::with_capacity(graph.node_count());
@@ -530,7 +533,7 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
             for &v in component {
                 if let Some(m) = workflow.role(v).and_then(|r| r.max_visits) {
                     any_bound = true;
-                    budget = add(budget, Some(m));
+                    budget = add(budget, m.by_default(&workflow.inputs));
                 }
                 for e in graph.edges_directed(v, Direction::Outgoing) {
                     if is_member(e.target())

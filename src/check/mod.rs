@@ -36,13 +36,29 @@ pub struct Summary {
     pub worst_case_llm_calls: Option<u64>,
     /// Worst-case visits per role.
     pub max_visits: Vec<(String, Option<u64>)>,
+    /// Inputs that bound visits (`max_visits = input.N`): the figures above use their
+    /// defaults, and a run given larger values makes more calls.
+    pub bounded_by_inputs: Vec<String>,
 }
 
 impl Summary {
     pub fn line(&self) -> String {
+        let inputs: Vec<String> = self
+            .bounded_by_inputs
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect();
         let calls = match self.worst_case_llm_calls {
             Some(u64::MAX) => format!("more than {} LLM calls per run", u64::MAX - 1),
-            Some(n) => format!("at most {n} LLM calls per run"),
+            Some(n) if inputs.is_empty() => format!("at most {n} LLM calls per run"),
+            Some(n) => format!(
+                "at most {n} LLM calls per run with the default of input {}",
+                inputs.join(", ")
+            ),
+            None if !inputs.is_empty() => format!(
+                "a number of LLM calls per run set by input {}",
+                inputs.join(", ")
+            ),
             None => "an unbounded number of LLM calls per run".to_string(),
         };
         format!(
@@ -253,10 +269,17 @@ fn summary(workflow: &Workflow) -> Summary {
             .count(),
         worst_case_llm_calls: Some(0),
         max_visits: Vec::new(),
+        bounded_by_inputs: Vec::new(),
     };
     let bounds = graph::visit_bounds(workflow);
     for (index, role) in workflow.roles() {
         s.roles += 1;
+        if let Some(crate::compile::MaxVisits::Input(id)) = role.max_visits
+            && let Some(input) = workflow.inputs.get(id)
+            && !s.bounded_by_inputs.contains(&input.name)
+        {
+            s.bounded_by_inputs.push(input.name.clone());
+        }
         let bound = bounds.get(&index).copied().flatten();
         s.max_visits
             .push((workflow.node(index).name.clone(), bound));

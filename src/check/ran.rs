@@ -375,6 +375,15 @@ fn check_expr(
                 if matches!(func, Func::Visits | Func::Used) {
                     continue;
                 }
+                // `if(c, a, b)`: `a` is read only when `c` holds, so `c` guards it.
+                if let (Func::If, [cond, then, other]) = (func, args.as_slice()) {
+                    let mut more = guards.clone();
+                    proven(cond, &mut more);
+                    stack.push((other, guards.clone(), used));
+                    stack.push((then, more, used));
+                    stack.push((cond, guards, Use::Truth));
+                    continue;
+                }
                 stack.extend(args.iter().map(|a| (a, guards.clone(), Use::Value)));
             }
             ExprKind::Get { base, .. } => stack.push((base, guards, Use::Value)),

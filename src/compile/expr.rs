@@ -41,6 +41,7 @@ const FUNCTIONS: &[(&str, Func, usize)] = &[
     ("json", Func::Json, 1),
     ("lower", Func::Lower, 1),
     ("now", Func::Now, 0),
+    ("if", Func::If, 3),
 ];
 
 impl Compiler<'_> {
@@ -812,6 +813,12 @@ impl Compiler<'_> {
             }
             Func::Json | Func::Now => Type::String,
             Func::Visits | Func::Used => Type::Int,
+            Func::If => {
+                if !typed[0].1.is_bool() {
+                    bad(self, 0, "a condition (true or false)");
+                }
+                either(&typed[1].1, &typed[2].1)
+            }
         };
         (
             ExprKind::Call {
@@ -841,6 +848,23 @@ fn list_join(lt: &Type, rt: &Type) -> Type {
     }
 }
 
+/// The type of `if(c, a, b)`: the wider side when one fits the other, else either, so
+/// `if(ok, "done", "failed")` fits `"todo" | "done" | "failed"`.
+fn either(a: &Type, b: &Type) -> Type {
+    if matches!(a, Type::Any) || matches!(b, Type::Any) {
+        return Type::Any;
+    }
+    if a.assignable_to(b) {
+        return b.clone();
+    }
+    if b.assignable_to(a) {
+        return a.clone();
+    }
+    Type::Union {
+        members: vec![a.clone(), b.clone()],
+    }
+}
+
 fn widen(t: Type) -> Type {
     match t {
         Type::Literal { .. } => Type::String,
@@ -862,6 +886,7 @@ fn example_call(func: Func) -> &'static str {
         Func::Json => "`json(memory.plan)`",
         Func::Lower => "`lower(input.question)`",
         Func::Now => "`now()`",
+        Func::If => "`if(executor.ok, \"done\", \"failed\")`",
     }
 }
 

@@ -95,13 +95,7 @@ impl Compiler<'_> {
         }
         if let Some((p, span)) = attrs.string("script", diags) {
             let path = self.workflow.dir.join(&p);
-            if !path.is_file() {
-                diags.push(
-                    Diagnostic::error(Code::WorkflowScriptMissing, format!("the script `{p}` does not exist"))
-                        .label(span, format!("looked for {}", path.display()))
-                        .help("the scripted provider's replies file (YAML); paths are relative to the folder of this file"),
-                );
-            }
+            script_replies(&path, &p, span, ast, diags);
             self.workflow.script = Some(path);
         }
         let provider = attrs.ident("provider", diags);
@@ -143,6 +137,70 @@ impl Compiler<'_> {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The header's `script`: the workflow's default reply set (its demo), served by the scripted
+/// provider when a run gives no `--script`. It must exist, parse, and reply only as llm roles.
+fn script_replies(
+    path: &std::path::Path,
+    written: &str,
+    span: crate::source::Span,
+    ast: &Ast,
+    diags: &mut crate::diagnostics::Diagnostics,
+) {
+    const HELP: &str = "the scripted provider's replies (YAML: `replies: {role: \"text\" | [visit 1, visit 2, ...] | {\"2\": \"text\", default: \"text\"}}`); paths are relative to the folder of this file";
+    if !path.is_file() {
+        diags.push(
+            Diagnostic::error(
+                Code::WorkflowScriptMissing,
+                format!("the script `{written}` does not exist"),
+            )
+            .label(span, format!("looked for {}", path.display()))
+            .help(HELP),
+        );
+        return;
+    }
+    let script = match crate::run::scripted::Script::from_yaml(path) {
+        Ok(s) => s,
+        Err(e) => {
+            // The YAML parser's first line says where and what; the rest is a code excerpt.
+            let prefix = format!("script {}: ", path.display());
+            let what = e.lines().next().unwrap_or("");
+            let what = what.strip_prefix(prefix.as_str()).unwrap_or(what);
+            let what = what.strip_prefix("error: ").unwrap_or(what);
+            diags.push(
+                Diagnostic::error(
+                    Code::WorkflowBadScript,
+                    format!("the script `{written}` is not a reply set"),
+                )
+                .label(span, format!("{}: {what}", path.display()))
+                .help(HELP),
+            );
+            return;
+        }
+    };
+    let llm_roles: Vec<&str> = ast
+        .roles
+        .iter()
+        .filter(|r| r.kind.name == "llm")
+        .map(|r| r.name.name.as_str())
+        .collect();
+    let mut named: Vec<&String> = script.roles.keys().collect();
+    named.sort();
+    for role in named {
+        if !llm_roles.contains(&role.as_str()) {
+            let hint = crate::diagnostics::did_you_mean(role, llm_roles.iter().copied())
+                .unwrap_or_else(|| format!("its llm roles: {}", llm_roles.join(", ")));
+            diags.push(
+                Diagnostic::error(
+                    Code::WorkflowScriptUnknownRole,
+                    format!("the script `{written}` replies as `{role}`, which is not an llm role of this workflow"),
+                )
+                .label(span, "this reply set")
+                .help(hint),
+            );
         }
     }
 }

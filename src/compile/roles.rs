@@ -8,8 +8,8 @@ use super::attrs::Attrs;
 use super::expr::Scope;
 use super::types::{self, Type};
 use super::workflow::{
-    Artifact, ExitSpec, LlmRole, Node, NodeKind, OutputFormat, Role, RoleKind, Show, ToolAction,
-    ToolRole, Update,
+    Artifact, ExitSpec, LlmRole, MaxVisits, Node, NodeKind, OutputFormat, Role, RoleKind, Show,
+    ToolAction, ToolRole, Update,
 };
 use super::{BUILTIN_EXITS, Compiler, INVALID_FIELDS, RESERVED_ROOTS, tera_error_text};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
@@ -188,17 +188,7 @@ impl Compiler<'_> {
             known,
             format!("{kind_name} role `{}`", decl.name.name),
         );
-        let max_visits = attrs.count("max_visits", &mut self.diags).map(|x| x.0);
-        if max_visits == Some(0) {
-            self.diags.push(
-                Diagnostic::error(
-                    Code::RoleZeroVisits,
-                    "`max_visits = 0` means the role can never run",
-                )
-                .label(decl.span, "never runs")
-                .help("use a bound of at least 1, or remove the role"),
-            );
-        }
+        let max_visits = self.max_visits(&mut attrs, decl);
         let reads = attrs
             .ident_list("reads", &mut self.diags)
             .iter()
@@ -269,6 +259,93 @@ impl Compiler<'_> {
             artifacts,
             output_type,
         }
+    }
+
+    /// `max_visits = N`, or `max_visits = input.NAME` naming an `int` input: the run's value
+    /// bounds the role (a loop bounded by a number the user gives, such as `max_rounds`).
+    fn max_visits(&mut self, attrs: &mut Attrs<'_>, decl: &syntax::RoleDecl) -> Option<MaxVisits> {
+        let zero = |span| {
+            Diagnostic::error(
+                Code::RoleZeroVisits,
+                "`max_visits = 0` means the role can never run",
+            )
+            .label(span, "never runs")
+        };
+        if let Some(attr) = attrs.get("max_visits")
+            && let syntax::ValueKind::Path(parts) = &attr.value.kind
+        {
+            let span = attr.value.span;
+            let name = match parts.as_slice() {
+                [root, name] if root.name == "input" => name,
+                _ => {
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::RoleBadMaxVisits,
+                            "`max_visits` is a whole number or an input",
+                        )
+                        .label(span, "neither a number nor `input.NAME`")
+                        .help("e.g. `max_visits = 10` or `max_visits = input.max_rounds`"),
+                    );
+                    return None;
+                }
+            };
+            let Some(&id) = self.input_names.get(&name.name) else {
+                let names: Vec<&str> = self
+                    .workflow
+                    .inputs
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect();
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::RoleUnknownInput,
+                        format!(
+                            "`max_visits` names input `{}`, which is not declared",
+                            name.name
+                        ),
+                    )
+                    .label(name.span, "no such input")
+                    .help(
+                        did_you_mean(&name.name, names.iter().copied()).unwrap_or_else(|| {
+                            "declare it in the workflow header: `input max_rounds: int = 8`".into()
+                        }),
+                    ),
+                );
+                return None;
+            };
+            let input = &self.workflow.inputs[id];
+            if input.ty != Type::Int {
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::RoleBadMaxVisits,
+                        format!(
+                            "`max_visits` needs an `int` input; `{}` is `{}`",
+                            input.name,
+                            input.ty.display()
+                        ),
+                    )
+                    .label(span, "not a whole number")
+                    .help(format!(
+                        "declare it `input {}: int`, with a default if it may be left out",
+                        input.name
+                    )),
+                );
+                return None;
+            }
+            if input.default.as_ref().and_then(serde_json::Value::as_u64) == Some(0) {
+                self.diags.push(zero(span).help(format!(
+                    "the default of input `{}` is 0: give it a default of at least 1",
+                    input.name
+                )));
+            }
+            return Some(MaxVisits::Input(id));
+        }
+        let max_visits = attrs.count("max_visits", &mut self.diags).map(|x| x.0);
+        if max_visits == Some(0) {
+            self.diags
+                .push(zero(decl.span).help("use a bound of at least 1, or remove the role"));
+        }
+        max_visits.map(MaxVisits::Fixed)
     }
 
     pub(super) fn artifact(&mut self, a: &syntax::ArtifactDecl, scope: &Scope) -> Artifact {

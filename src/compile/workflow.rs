@@ -196,7 +196,7 @@ pub struct ExitSpec {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Role {
     pub kind: RoleKind,
-    pub max_visits: Option<u64>,
+    pub max_visits: Option<MaxVisits>,
     pub reads: Vec<MemoryId>,
     pub writes: Vec<MemoryId>,
     pub updates: Vec<Update>,
@@ -204,6 +204,46 @@ pub struct Role {
     /// What `role.field` and `output` hold after the role ran.
     /// Shared: every tool role has the same (large) result type.
     pub output_type: Arc<Type>,
+}
+
+/// A role's bound on its visits: a number, or an `int` input of the run
+/// (`max_visits = input.max_rounds`), so a loop bounded by an input is bounded by it alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxVisits {
+    Fixed(u64),
+    Input(InputId),
+}
+
+impl MaxVisits {
+    /// The bound in a run with these input values (validated at start: at least 1).
+    pub fn in_run(self, inputs: &[Value]) -> u64 {
+        match self {
+            MaxVisits::Fixed(n) => n,
+            MaxVisits::Input(id) => inputs.get(id).and_then(Value::as_u64).unwrap_or(0),
+        }
+    }
+
+    /// The bound with the inputs' defaults: what `check` counts (`None`: no default).
+    pub fn by_default(self, inputs: &[Input]) -> Option<u64> {
+        match self {
+            MaxVisits::Fixed(n) => Some(n),
+            MaxVisits::Input(id) => inputs
+                .get(id)
+                .and_then(|i| i.default.as_ref())
+                .and_then(Value::as_u64),
+        }
+    }
+
+    /// As written: `5` or `input.max_rounds`.
+    pub fn display(self, inputs: &[Input]) -> String {
+        match self {
+            MaxVisits::Fixed(n) => n.to_string(),
+            MaxVisits::Input(id) => {
+                format!("input.{}", inputs.get(id).map_or("?", |i| i.name.as_str()))
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -510,6 +550,7 @@ pub enum Func {
     Json,
     Lower,
     Now,
+    If,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

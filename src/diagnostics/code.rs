@@ -87,6 +87,7 @@ codes! {
     ProviderUnknownKind = "rondo::provider::unknown_kind",
     ProviderZeroLimit = "rondo::provider::zero_limit",
     RoleBadCall = "rondo::role::bad_call",
+    RoleBadMaxVisits = "rondo::role::bad_max_visits",
     RoleBadShow = "rondo::role::bad_show",
     RoleDuplicateOutput = "rondo::role::duplicate_output",
     RoleEmptyBuiltin = "rondo::role::empty_builtin",
@@ -97,6 +98,7 @@ codes! {
     RoleOutputOnNonLlm = "rondo::role::output_on_non_llm",
     RoleReservedOutputField = "rondo::role::reserved_output_field",
     RoleUnknownCoercion = "rondo::role::unknown_coercion",
+    RoleUnknownInput = "rondo::role::unknown_input",
     RoleUnknownKind = "rondo::role::unknown_kind",
     RoleZeroVisits = "rondo::role::zero_visits",
     RouteBadBound = "rondo::route::bad_bound",
@@ -164,10 +166,12 @@ codes! {
     UpdateTypeMismatch = "rondo::update::type_mismatch",
     UpdateUnknownField = "rondo::update::unknown_field",
     UpdateUnknownOp = "rondo::update::unknown_op",
+    WorkflowBadScript = "rondo::workflow::bad_script",
     WorkflowDuplicate = "rondo::workflow::duplicate",
     WorkflowEmpty = "rondo::workflow::empty",
     WorkflowPromptsMissing = "rondo::workflow::prompts_missing",
     WorkflowScriptMissing = "rondo::workflow::script_missing",
+    WorkflowScriptUnknownRole = "rondo::workflow::script_unknown_role",
     WorkflowUnknownRoundRole = "rondo::workflow::unknown_round_role",
 }
 

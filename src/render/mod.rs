@@ -80,7 +80,7 @@ fn role_detail(workflow: &Workflow, index: NodeIndex) -> Vec<String> {
         RoleKind::Builtin => lines.push("builtin".into()),
     }
     if let Some(m) = role.max_visits {
-        lines.push(format!("max_visits {m}"));
+        lines.push(format!("max_visits {}", m.display(&workflow.inputs)));
     }
     lines
 }

@@ -252,6 +252,14 @@ impl Env<'_> {
             Func::Json => Value::String(serde_json::to_string(&arg(0)?).unwrap_or_default()),
             Func::Lower => Value::String(arg(0)?.as_str().unwrap_or("").to_lowercase()),
             Func::Now => Value::String(super::clock::now_rfc3339()),
+            // Only the branch taken is evaluated.
+            Func::If => {
+                if arg(0)?.as_bool().unwrap_or(false) {
+                    arg(1)?
+                } else {
+                    arg(2)?
+                }
+            }
         })
     }
 }

@@ -129,9 +129,19 @@ impl<'w> Interpreter<'w> {
                         error: e.to_string(),
                         attempts: records,
                     });
-                    return Err(StepError::Failed(format!(
-                        "role `{name}`: the provider call failed: {e}"
-                    )));
+                    // Which server was asked, so a local one that is not running says so.
+                    let endpoint = self
+                        .pool
+                        .profile(&profile)
+                        .and_then(|p| p.base_url())
+                        .map(|u| format!(" at {u}"))
+                        .unwrap_or_default();
+                    let message = format!(
+                        "role `{name}`: the provider call failed (profile `{profile}`{endpoint}): {e}"
+                    );
+                    return Err(StepError::Failed(
+                        self.redactor.redact(&message).into_owned(),
+                    ));
                 }
             };
             let response = &completion.response;

@@ -401,7 +401,30 @@ fn resolve_inputs(
                 input.name, input.name
             ))),
         })
-        .collect()
+        .collect::<Result<Vec<Value>, StartError>>()
+        .and_then(|values| visit_bounds_given(workflow, values))
+}
+
+/// An input that bounds a role's visits (`max_visits = input.N`) must let it run once.
+fn visit_bounds_given(workflow: &Workflow, values: Vec<Value>) -> Result<Vec<Value>, StartError> {
+    for (node, role) in workflow.roles() {
+        if let Some(crate::compile::MaxVisits::Input(id)) = role.max_visits
+            && values
+                .get(id)
+                .and_then(Value::as_u64)
+                .is_none_or(|n| n == 0)
+        {
+            let name = &workflow.inputs[id].name;
+            return Err(StartError::Input(format!(
+                "input `{name}` is {}, but it bounds the visits of role `{}` (`max_visits = input.{name}`): give at least 1",
+                values
+                    .get(id)
+                    .map_or_else(|| "absent".to_string(), Value::to_string),
+                workflow.node(node).name
+            )));
+        }
+    }
+    Ok(values)
 }
 
 /// A `path` input as an absolute path: relative to `base` (default: the folder rondo was

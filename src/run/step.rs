@@ -172,7 +172,7 @@ impl<'w> Interpreter<'w> {
             .workflow
             .role(node)
             .ok_or_else(|| StepError::Failed("not a role".into()))?;
-        if let Some(max) = role.max_visits
+        if let Some(max) = role.max_visits.map(|m| m.in_run(&state.inputs))
             && state.visits[node.index()] >= max
         {
             return Err(StepError::Limit(format!(

@@ -186,3 +186,15 @@ pub fn docker_ready() -> bool {
     }
     ok
 }
+
+/// Whether Go is installed (iter's default build command; in CI it must be).
+pub fn go_ready() -> bool {
+    let ok = std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok && std::env::var_os("CI").is_some() {
+        panic!("CI needs Go for iter's demo (scripts/test.sh installs golang-go)");
+    }
+    ok
+}

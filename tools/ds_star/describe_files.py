@@ -6,8 +6,9 @@ Arguments (JSON object as the first argument, or on stdin, or `--data_dir DIR`):
 
 Prints one JSON object in the standard tool-result shape
     {status, tool_name, data, warnings, error, execution_time}
-whose `data` is the descriptions map: file path (as scripts open it) -> description. The workflow
-stores it in memory (`descriptions`) and writes it to `descriptions.json`.
+whose `data` is the reference's descriptions: {"files": {path as scripts open it: description},
+"warnings": [...]}. A missing or empty data folder is a warning there, never a silent `{}`. The
+workflow stores it in memory (`descriptions`) and writes it to `descriptions.json`.
 Standard library only; deterministic for identical inputs (files are sorted).
 """
 from __future__ import annotations
@@ -152,23 +153,25 @@ def main() -> int:
     try:
         args = read_args()
     except ValueError as exc:
-        emit(False, {}, [], f"invalid arguments: {exc}", started)
+        emit(False, {"files": {}, "warnings": []}, [], f"invalid arguments: {exc}", started)
         return 2
     data_dir = Path(str(args.get("data_dir", "data")))
     max_files = int(args.get("max_files", 200))
     sample = int(args.get("sample_lines", 5))
     warnings: list[str] = []
     if not data_dir.exists():
-        warnings.append(f"data directory {data_dir} does not exist; no files described")
-        emit(True, {}, warnings, None, started)
+        warnings.append(f"data directory {data_dir} does not exist: no files described")
+        emit(True, {"files": {}, "warnings": warnings}, warnings, None, started)
         return 0
     files = [data_dir] if data_dir.is_file() else sorted(p for p in data_dir.rglob("*") if p.is_file())
+    if not files:
+        warnings.append(f"data directory {data_dir} is empty: no files described")
     if len(files) > max_files:
         warnings.append(f"{len(files)} files found; only the first {max_files} described")
         files = files[:max_files]
     # keys are paths as the generated scripts must open them (cwd = run directory)
     descriptions = {p.as_posix(): describe_one(p, sample) for p in files}
-    emit(True, descriptions, warnings, None, started)
+    emit(True, {"files": descriptions, "warnings": warnings}, warnings, None, started)
     return 0
 
 

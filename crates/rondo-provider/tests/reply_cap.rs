@@ -197,12 +197,15 @@ async fn a_whole_body_is_read_no_further_than_the_cap() {
     assert_eq!((out.content.as_str(), out.truncated), ("hi", false));
 }
 
+/// Makes a client of one protocol for a server's base URL.
+type Client = Box<dyn Fn(&str) -> Box<dyn ChatModel>>;
+
 /// Streamed replies of each protocol that never end: reading stops once the text passes
 /// the cap, and the reply is its beginning, marked truncated.
 #[tokio::test]
 async fn a_streamed_reply_stops_at_the_cap_in_every_protocol() {
     let word = "x".repeat(1000);
-    let cases: Vec<(&str, Box<dyn Fn(&str) -> Box<dyn ChatModel>>, Body)> = vec![
+    let cases: Vec<(&str, Client, Body)> = vec![
         (
             "openai",
             Box::new(openai),

@@ -1406,7 +1406,7 @@ fn route_modifiers_do_not_run_across_a_line_end() {
         assert!(!route.backtrack && route.max.is_none(), "{modifier}");
         let lines: Vec<(usize, &str)> = diags
             .iter()
-            .map(|d| (file.line_col(d.primary_span().start).0, d.code))
+            .map(|d| (file.line_col(d.primary_span().start).0, d.code.as_str()))
             .collect();
         assert_eq!(lines, [(3, "rondo::syntax::invalid_line")], "{modifier}");
         assert_eq!(ast.exits.len(), 1);
@@ -1463,7 +1463,7 @@ fn mistakes(text: &str) -> (Ast, Vec<(&'static str, String)>) {
         .map(|d| {
             assert!(d.help.is_some(), "{}: no help", d.code);
             assert!(!d.labels.is_empty(), "{}: no label", d.code);
-            (d.code, at(text, d.primary_span()).to_string())
+            (d.code.as_str(), at(text, d.primary_span()).to_string())
         })
         .collect();
     (ast, found)

@@ -197,7 +197,7 @@ async fn a_whole_body_is_read_no_further_than_the_cap() {
     assert_eq!((out.content.as_str(), out.truncated), ("hi", false));
 }
 
-/// Builds a protocol's client for a server address.
+/// Makes a client of one protocol for a server's base URL.
 type Client = Box<dyn Fn(&str) -> Box<dyn ChatModel>>;
 
 /// Streamed replies of each protocol that never end: reading stops once the text passes

@@ -1,9 +1,12 @@
 //! Provider profiles: which API, which model, and the call policy (retries, limits, prices).
 
 use std::collections::BTreeSet;
+use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
+use rondo_config::duration::serde as duration_str;
+use rondo_config::yaml::{FieldPos, Fields, YamlError, struct_fields};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ProviderError;
@@ -24,6 +27,20 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    pub const ALL: [ProviderKind; 6] = [
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiCompatible,
+        ProviderKind::Anthropic,
+        ProviderKind::Gemini,
+        ProviderKind::Ollama,
+        ProviderKind::Scripted,
+    ];
+
+    /// The kind a profile names (`openai`, `openai-compatible`, ...), as in YAML.
+    pub fn parse(name: &str) -> Option<ProviderKind> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     pub fn default_base_url(self) -> Option<&'static str> {
         match self {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
@@ -57,7 +74,7 @@ impl ProviderKind {
     }
 }
 
-/// Retry policy for one profile. Durations are written `250ms`, `2s`, `1m` or a number of seconds.
+/// Retry policy for one profile. Durations are written `250ms`, `1.5s`, `1m` or a number of seconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryPolicy {
@@ -111,6 +128,10 @@ pub struct ProviderProfile {
     /// Defaults per kind (see `ProviderKind::default_base_url`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// An environment variable that, when set and not empty, replaces `base_url` (e.g.
+    /// `OLLAMA_HOST`); read when the pool is built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url_env: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,6 +175,7 @@ impl ProviderProfile {
             kind,
             model: model.into(),
             base_url: None,
+            base_url_env: None,
             api_key_env: None,
             temperature: None,
             max_tokens: None,
@@ -193,36 +215,79 @@ impl ProviderProfile {
         self.price.map(|p| p.cost(usage)).unwrap_or(0.0)
     }
 
-    /// Problems a checker should report: unknown fallbacks, zero limits, missing model.
-    pub fn validate(&self, known: &BTreeSet<&str>) -> Vec<String> {
+    /// Problems a checker should report: no model, zero limits, unknown fallbacks.
+    pub fn validate(&self, known: &BTreeSet<&str>) -> Vec<ProfileIssue> {
         let mut out = Vec::new();
         if self.model.is_empty() && self.kind != ProviderKind::Scripted {
-            out.push(format!("profile `{}` has no model", self.name));
+            out.push(ProfileIssue::NoModel);
         }
         if self.retry.max_attempts == 0 {
-            out.push(format!(
-                "profile `{}`: retry.max_attempts must be at least 1",
-                self.name
-            ));
+            out.push(ProfileIssue::Zero("retry.max_attempts"));
         }
-        if self.max_concurrency == Some(0) || self.requests_per_minute == Some(0) {
-            out.push(format!(
-                "profile `{}`: limits must be at least 1",
-                self.name
-            ));
-        }
-        for f in &self.fallback {
-            if !known.contains(f.as_str()) {
-                out.push(format!(
-                    "profile `{}` falls back to unknown profile `{f}`",
-                    self.name
-                ));
+        let limits = [
+            ("max_tokens", self.max_tokens.map(u64::from)),
+            ("max_concurrency", self.max_concurrency.map(|n| n as u64)),
+            ("requests_per_minute", self.requests_per_minute.map(u64::from)),
+            (
+                "circuit_breaker_threshold",
+                self.circuit_breaker_threshold.map(u64::from),
+            ),
+        ];
+        for (field, value) in limits {
+            if value == Some(0) {
+                out.push(ProfileIssue::Zero(field));
             }
+        }
+        for (index, f) in self.fallback.iter().enumerate() {
             if f == &self.name {
-                out.push(format!("profile `{}` falls back to itself", self.name));
+                out.push(ProfileIssue::SelfFallback { index });
+            } else if !known.contains(f.as_str()) {
+                out.push(ProfileIssue::UnknownFallback {
+                    index,
+                    name: f.clone(),
+                });
             }
         }
         out
+    }
+}
+
+/// One problem with one field of a profile ([`ProviderProfile::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProfileIssue {
+    /// Every kind but `scripted` needs a model.
+    NoModel,
+    /// A count or limit (the field, dotted for `retry`) that must be at least 1.
+    Zero(&'static str),
+    /// Item `index` of `fallback` names no profile.
+    UnknownFallback { index: usize, name: String },
+    /// Item `index` of `fallback` names the profile itself.
+    SelfFallback { index: usize },
+}
+
+impl ProfileIssue {
+    /// The field it is about (`retry.max_attempts` for a nested one).
+    pub fn field(&self) -> &'static str {
+        match self {
+            ProfileIssue::NoModel => "model",
+            ProfileIssue::Zero(field) => field,
+            ProfileIssue::UnknownFallback { .. } | ProfileIssue::SelfFallback { .. } => {
+                "fallback"
+            }
+        }
+    }
+}
+
+impl fmt::Display for ProfileIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProfileIssue::NoModel => f.write_str("no `model`"),
+            ProfileIssue::Zero(field) => write!(f, "`{field}` must be at least 1"),
+            ProfileIssue::UnknownFallback { name, .. } => {
+                write!(f, "falls back to unknown profile `{name}`")
+            }
+            ProfileIssue::SelfFallback { .. } => f.write_str("falls back to itself"),
+        }
     }
 }
 
@@ -234,20 +299,104 @@ pub struct ProvidersFile {
     pub profiles: Vec<ProviderProfile>,
 }
 
-/// Parse profiles from YAML text.
-pub fn parse_profiles(yaml: &str) -> Result<Vec<ProviderProfile>, ProviderError> {
-    let file: ProvidersFile = serde_saphyr::from_str(yaml)
-        .map_err(|e| ProviderError::Config(format!("invalid providers YAML: {e}")))?;
-    let mut seen = BTreeSet::new();
-    for p in &file.profiles {
-        if !seen.insert(p.name.as_str()) {
-            return Err(ProviderError::Config(format!(
-                "profile `{}` is defined twice",
-                p.name
-            )));
+/// A profile read from YAML, and where each of its fields is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocatedProfile {
+    pub profile: ProviderProfile,
+    pub fields: Fields,
+}
+
+/// A problem with a providers file, located in it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FileIssue {
+    /// Not YAML, or not of the profiles' shape (a wrong kind, a bad duration, ...).
+    Yaml(YamlError),
+    /// A field no profile has; `known` are the names accepted where it is written.
+    UnknownField {
+        field: FieldPos,
+        known: &'static [&'static str],
+    },
+    /// A second profile of the same name.
+    Duplicate { name: String, field: Option<FieldPos> },
+}
+
+impl fmt::Display for FileIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileIssue::Yaml(e) => e.fmt(f),
+            FileIssue::UnknownField { field, .. } => {
+                write!(f, "{}: unknown field `{}`", field.key, field.path)
+            }
+            FileIssue::Duplicate { name, field } => {
+                if let Some(field) = field {
+                    write!(f, "{}: ", field.value)?;
+                }
+                write!(f, "profile `{name}` is defined twice")
+            }
         }
     }
-    Ok(file.profiles)
+}
+
+/// Where the fields of each profile of a providers file are written.
+#[derive(Deserialize)]
+struct FilePositions {
+    #[serde(default)]
+    profiles: Vec<Fields>,
+}
+
+/// Profiles from the text of a providers file, each with the positions of its fields;
+/// every problem found is returned, each with its position.
+pub fn read_profiles(yaml: &str) -> Result<Vec<LocatedProfile>, Vec<FileIssue>> {
+    let positions: FilePositions =
+        rondo_config::yaml::from_str(yaml).map_err(|e| vec![FileIssue::Yaml(e)])?;
+    let nested: [(&str, &'static [&'static str]); 2] = [
+        ("retry", struct_fields::<RetryPolicy>()),
+        ("price", struct_fields::<Price>()),
+    ];
+    let mut issues: Vec<FileIssue> = positions
+        .profiles
+        .iter()
+        .flat_map(|p| p.unknown(struct_fields::<ProviderProfile>(), &nested))
+        .map(|(field, known)| FileIssue::UnknownField {
+            field: field.clone(),
+            known,
+        })
+        .collect();
+    if !issues.is_empty() {
+        return Err(issues);
+    }
+    let file: ProvidersFile =
+        rondo_config::yaml::from_str(yaml).map_err(|e| vec![FileIssue::Yaml(e)])?;
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (profile, fields) in file.profiles.into_iter().zip(positions.profiles) {
+        if !seen.insert(profile.name.clone()) {
+            issues.push(FileIssue::Duplicate {
+                name: profile.name.clone(),
+                field: fields.get("name").cloned(),
+            });
+        }
+        out.push(LocatedProfile { profile, fields });
+    }
+    if issues.is_empty() {
+        Ok(out)
+    } else {
+        Err(issues)
+    }
+}
+
+/// Parse profiles from YAML text.
+pub fn parse_profiles(yaml: &str) -> Result<Vec<ProviderProfile>, ProviderError> {
+    match read_profiles(yaml) {
+        Ok(profiles) => Ok(profiles.into_iter().map(|p| p.profile).collect()),
+        Err(issues) => {
+            let lines: Vec<String> = issues.iter().map(FileIssue::to_string).collect();
+            Err(ProviderError::Config(format!(
+                "invalid providers YAML: {}",
+                lines.join("; ")
+            )))
+        }
+    }
 }
 
 /// Load profiles from a YAML file such as `config/providers.yaml`.
@@ -255,6 +404,7 @@ pub fn load_profiles(path: &Path) -> Result<Vec<ProviderProfile>, ProviderError>
     let text = std::fs::read_to_string(path)
         .map_err(|e| ProviderError::Config(format!("cannot read {}: {e}", path.display())))?;
     parse_profiles(&text)
+        .map_err(|e| ProviderError::Config(format!("{}: {e}", path.display())))
 }
 
 /// A profile whose key env var is not set.
@@ -291,58 +441,4 @@ pub fn missing_keys_in_env<'a>(
     profiles: impl IntoIterator<Item = &'a ProviderProfile>,
 ) -> Vec<MissingKey> {
     missing_keys(profiles, &|name| std::env::var(name).ok())
-}
-
-/// Durations as `"250ms"`, `"2s"`, `"1.5s"`, `"1m"` or a bare number of seconds.
-pub mod duration_str {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer, de::Error};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        let ms = d.as_millis();
-        if ms.is_multiple_of(1000) {
-            s.serialize_str(&format!("{}s", ms / 1000))
-        } else {
-            s.serialize_str(&format!("{ms}ms"))
-        }
-    }
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Num(f64),
-        Text(String),
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        match Raw::deserialize(d)? {
-            Raw::Num(n) => secs(n).ok_or_else(|| D::Error::custom("invalid duration")),
-            Raw::Text(t) => parse(&t).map_err(D::Error::custom),
-        }
-    }
-
-    fn secs(n: f64) -> Option<Duration> {
-        (0.0..1e12).contains(&n).then(|| Duration::from_secs_f64(n))
-    }
-
-    pub fn parse(text: &str) -> Result<Duration, String> {
-        let t = text.trim();
-        let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-            (n, 0.001)
-        } else if let Some(n) = t.strip_suffix('s') {
-            (n, 1.0)
-        } else if let Some(n) = t.strip_suffix('m') {
-            (n, 60.0)
-        } else if let Some(n) = t.strip_suffix('h') {
-            (n, 3600.0)
-        } else {
-            (t, 1.0)
-        };
-        num.trim()
-            .parse::<f64>()
-            .ok()
-            .and_then(|n| secs(n * scale))
-            .ok_or_else(|| format!("invalid duration `{text}` (use e.g. 250ms, 2s, 1m)"))
-    }
 }

@@ -472,3 +472,34 @@ fn budgets_are_checked_before_a_call() {
         Err(LimitExceeded::Cost { .. })
     ));
 }
+
+/// `base_url_env`, when set, is where calls go; unset or empty, `base_url` is.
+#[tokio::test]
+async fn base_url_env_replaces_base_url_when_set() {
+    let server = fake::server(Some(KEY)).await;
+    server.script([None]);
+    let mut p = openai_profile("main", &server);
+    let url = server.url("/v1");
+    p.base_url = Some("http://127.0.0.1:9/unreachable".into());
+    p.base_url_env = Some("TEST_BASE_URL".into());
+    p.retry = fast_retry(1);
+    let lookup = |name: &str| match name {
+        "TEST_OPENAI_KEY" => Some(KEY.to_string()),
+        "TEST_BASE_URL" => Some(url.clone()),
+        _ => None,
+    };
+    let pool = ProviderPool::with_env(vec![p.clone()], &lookup).expect("pool");
+    let (r, _) = run(&pool, "main").await;
+    assert_eq!(r.expect("served").response.content, "echo: hi");
+
+    let empty = |name: &str| match name {
+        "TEST_OPENAI_KEY" => Some(KEY.to_string()),
+        "TEST_BASE_URL" => Some(String::new()),
+        _ => None,
+    };
+    let pool = ProviderPool::with_env(vec![p], &empty).expect("pool");
+    let (r, recs) = run(&pool, "main").await;
+    assert!(r.is_err(), "an empty variable leaves the unreachable base_url");
+    assert_eq!(recs[0].error_kind, Some(ErrorKind::Connection));
+    server.assert_no_violations();
+}

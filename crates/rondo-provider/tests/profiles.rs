@@ -58,11 +58,12 @@ fn missing_keys_are_reported_by_name_only() {
 #[test]
 fn profiles_round_trip_and_reject_typos() {
     let p = parse_profiles(
-        "profiles:\n  - name: x\n    kind: openai-compatible\n    model: m\n    timeout: 1.5\n    retry: {initial_backoff: 250ms}\n",
+        "profiles:\n  - name: x\n    kind: openai-compatible\n    model: m\n    timeout: 1.5\n    retry: {initial_backoff: 250ms, max_backoff: 1.5s}\n",
     )
     .expect("parse");
     assert_eq!(p[0].timeout, Duration::from_millis(1500));
     assert_eq!(p[0].retry.initial_backoff, Duration::from_millis(250));
+    assert_eq!(p[0].retry.max_backoff, Duration::from_millis(1500));
     assert!(!p[0].key_required());
     let yaml = serde_saphyr::to_string(&ProvidersFile {
         profiles: p.clone(),
@@ -71,13 +72,56 @@ fn profiles_round_trip_and_reject_typos() {
     assert_eq!(parse_profiles(&yaml).expect("reparse"), p);
     let e = parse_profiles("profiles:\n  - name: x\n    kind: openai\n    modle: m\n")
         .expect_err("typo");
-    assert!(e.to_string().contains("modle"), "{e}");
+    assert!(e.to_string().contains("4:5: unknown field `modle`"), "{e}");
     assert!(parse_profiles("profiles:\n  - {name: x, kind: azure}\n").is_err());
     assert!(parse_profiles("profiles:\n  - {name: x, kind: ollama, timeout: soon}\n").is_err());
+    assert!(parse_profiles("profiles:\n  - {name: x, kind: ollama, timeout: 30}\n").is_ok());
     assert!(
         parse_profiles("profiles:\n  - {name: x, kind: ollama}\n  - {name: x, kind: ollama}\n")
             .is_err()
     );
+}
+
+/// Every problem of a file comes with the line and column it is written at.
+#[test]
+fn file_issues_are_located() {
+    let issues = read_profiles(
+        "profiles:\n  - name: x\n    kind: ollama\n    retry: { max_attemps: 2 }\n    colour: red\n",
+    )
+    .expect_err("two unknown fields");
+    let found: Vec<(String, u64, u64)> = issues
+        .iter()
+        .map(|i| match i {
+            FileIssue::UnknownField { field, known } => {
+                assert!(known.contains(&"max_attempts") || known.contains(&"model"));
+                (field.path.clone(), field.key.line, field.key.column)
+            }
+            other => panic!("{other}"),
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [("retry.max_attemps".into(), 4, 14), ("colour".into(), 5, 5)]
+    );
+    let issues = read_profiles("profiles:\n  - name: x\n    kind: ollama\n    timeout: 1.5 s\n")
+        .expect_err("a space before the unit");
+    match &issues[..] {
+        [FileIssue::Yaml(e)] => {
+            assert_eq!(e.pos.map(|p| p.line), Some(4), "{e}");
+            assert!(e.message.contains("1.5 s"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let issues =
+        read_profiles("profiles:\n  - {name: x, kind: ollama}\n  - {name: x, kind: ollama}\n")
+            .expect_err("duplicate");
+    assert!(
+        matches!(&issues[..], [FileIssue::Duplicate { field: Some(f), .. }] if f.value.line == 3),
+        "{issues:?}"
+    );
+    let ok = read_profiles("profiles:\n  - name: x\n    kind: ollama\n    fallback: [a, b]\n")
+        .expect("valid");
+    assert_eq!(ok[0].fields.item("fallback", 1).map(|p| p.column), Some(19));
 }
 
 #[test]
@@ -87,5 +131,27 @@ fn validation_finds_bad_fallbacks_and_limits() {
     p.max_concurrency = Some(0);
     let known: BTreeSet<&str> = ["a"].into_iter().collect();
     let problems = p.validate(&known);
-    assert_eq!(problems.len(), 4, "{problems:?}");
+    assert_eq!(
+        problems,
+        [
+            ProfileIssue::NoModel,
+            ProfileIssue::Zero("max_concurrency"),
+            ProfileIssue::SelfFallback { index: 0 },
+            ProfileIssue::UnknownFallback {
+                index: 1,
+                name: "ghost".into()
+            },
+        ]
+    );
+    assert_eq!(problems[1].field(), "max_concurrency");
+}
+
+#[test]
+fn kinds_parse_by_their_yaml_names() {
+    for kind in ProviderKind::ALL {
+        assert_eq!(ProviderKind::parse(kind.as_str()), Some(kind));
+        let yaml = serde_saphyr::to_string(&kind).expect("serialize");
+        assert_eq!(yaml.trim(), kind.as_str());
+    }
+    assert_eq!(ProviderKind::parse("openia"), None);
 }

@@ -80,21 +80,39 @@ pub fn check(
 }
 
 fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
+    // The provider crate decides which key a profile needs, as at run start.
+    let lacking = |id: usize| {
+        let profile = crate::compile::provider_profile(workflow, &workflow.providers[id]).ok()?;
+        let var = profile.key_env().filter(|_| profile.key_required())?;
+        std::env::var_os(var)
+            .is_none_or(|v| v.is_empty())
+            .then(|| var.to_string())
+    };
     for id in used_providers(workflow) {
         let p = &workflow.providers[id];
-        // The provider crate decides which key a profile needs, as at run start.
-        let Ok(profile) = crate::compile::provider_profile(workflow, p) else {
-            continue;
+        let Some(var) = lacking(id) else { continue };
+        // A run skips a profile without its key when a fallback can take the call.
+        let served_by = p.fallback.iter().find(|&&f| lacking(f).is_none());
+        let diag = match served_by {
+            Some(&f) => Diagnostic::warning(
+                "rondo::env::missing_key",
+                format!(
+                    "provider `{}` needs the environment variable `{var}`, which is not set: its calls go to `{}`",
+                    p.name, workflow.providers[f].name
+                ),
+            ),
+            None => Diagnostic::error(
+                "rondo::env::missing_key",
+                format!(
+                    "provider `{}` needs the environment variable `{var}`, which is not set",
+                    p.name
+                ),
+            ),
         };
-        if let (true, Some(var)) = (profile.key_required(), profile.key_env())
-            && std::env::var_os(var).is_none_or(|v| v.is_empty())
-        {
-            diags.push(
-                Diagnostic::error("rondo::env::missing_key", format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name))
-                    .label(p.span, "declared here")
-                    .help(format!("export {var}=... before running, or run with `--provider scripted`; `rondo check --offline` skips this check")),
-            );
-        }
+        diags.push(
+            diag.label(p.span, "declared here")
+                .help(format!("export {var}=... before running, or run with `--provider scripted`; `rondo check --offline` skips this check")),
+        );
     }
 }
 

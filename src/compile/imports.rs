@@ -24,6 +24,7 @@ pub const PROVIDER_KINDS: &[&str] = &[
 const PROVIDER_KEYS: &[&str] = &[
     "kind",
     "model",
+    "model_env",
     "base_url",
     "base_url_env",
     "api_key_env",
@@ -33,6 +34,7 @@ const PROVIDER_KEYS: &[&str] = &[
     "retry",
     "fallback",
     "price",
+    "price_env",
     "max_concurrency",
     "requests_per_minute",
     "circuit_breaker",
@@ -68,36 +70,13 @@ impl Compiler<'_> {
         let mut pending = Vec::new();
         for import in &ast.imports {
             let path = relative_to(&self.workflow.dir, &import.path);
-            let text = match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
-                Ok(t) => t,
-                Err(e) => {
-                    self.diags.push(
-                        Diagnostic::error(
-                            "rondo::import::missing",
-                            format!("cannot read `{}`", import.path),
-                        )
-                        .label(import.path_span, format!("{e}"))
-                        .help(format!(
-                            "looked for {}; paths are relative to the folder of this file",
-                            path.display()
-                        )),
-                    );
-                    continue;
-                }
-            };
-            let yaml: Value = match serde_saphyr::from_str(&text) {
-                Ok(v) => v,
-                Err(e) => {
-                    self.diags.push(
-                        Diagnostic::error(
-                            "rondo::import::bad_yaml",
-                            format!("`{}` is not valid YAML", import.path),
-                        )
-                        .label(import.path_span, super::expr::first_line(&e.to_string()))
-                        .help(format!("fix {}", path.display())),
-                    );
-                    continue;
-                }
+            let Some((text, yaml)) = self.read_yaml(
+                &path,
+                &import.path,
+                import.path_span,
+                "paths are relative to the folder of this file",
+            ) else {
+                continue;
             };
             match import.kind {
                 // The provider crate's own format (`profiles:`), parsed by the crate.
@@ -131,6 +110,107 @@ impl Compiler<'_> {
         self.pending_providers = pending;
     }
 
+    /// A YAML file named at `at` (`shown` as written there), its text and value, or its
+    /// diagnostic.
+    fn read_yaml(
+        &mut self,
+        path: &Path,
+        shown: &str,
+        at: Span,
+        where_from: &str,
+    ) -> Option<(String, Value)> {
+        let text = match crate::source::read_regular(path, crate::source::MAX_SOURCE_BYTES) {
+            Ok(t) => t,
+            Err(e) => {
+                self.diags.push(
+                    Diagnostic::error("rondo::import::missing", format!("cannot read `{shown}`"))
+                        .label(at, format!("{e}"))
+                        .help(format!("looked for {}; {where_from}", path.display())),
+                );
+                return None;
+            }
+        };
+        match serde_saphyr::from_str(&text) {
+            Ok(v) => Some((text, v)),
+            Err(e) => {
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::import::bad_yaml",
+                        format!("`{shown}` is not valid YAML"),
+                    )
+                    .label(at, super::expr::first_line(&e.to_string()))
+                    .help(format!("fix {}", path.display())),
+                );
+                None
+            }
+        }
+    }
+
+    /// `plugins_env = "TOOLS_MODULES"` in the header: the tool specs that variable names
+    /// (comma-separated files, or folders whose `.yaml` files are taken in name order;
+    /// relative to the folder `rondo` starts in) join the workflow as `import tool` lines
+    /// do, with the same checks. A role takes them by listing `plugins` in its `tools`.
+    pub(super) fn plugin_tools(&mut self, ast: &Ast) {
+        const MAX_FILES: usize = 256;
+        let Some(attr) = ast
+            .workflow
+            .as_ref()
+            .and_then(|w| w.attrs.iter().find(|a| a.key.name == "plugins_env"))
+        else {
+            return;
+        };
+        let ValueKind::String(var) = &attr.value.kind else {
+            return;
+        };
+        let at = attr.value.span;
+        let listed = std::env::var(var).unwrap_or_default();
+        let mut files = Vec::new();
+        for entry in listed.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let path = std::path::PathBuf::from(entry);
+            if path.is_dir() {
+                let mut specs: Vec<_> = std::fs::read_dir(&path)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                    .take(MAX_FILES + 1)
+                    .collect();
+                specs.sort();
+                files.extend(specs);
+            } else {
+                files.push(path);
+            }
+        }
+        if files.len() > MAX_FILES {
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::tool::too_many_plugins",
+                    format!("{var} names more than {MAX_FILES} tool specs"),
+                )
+                .label(at, format!("{var} is read here"))
+                .help("name fewer files or folders"),
+            );
+            files.truncate(MAX_FILES);
+        }
+        let mut ids = Vec::new();
+        for file in files {
+            let shown = file.display().to_string();
+            let from = format!("{var} names it, relative to the folder rondo started in");
+            let Some((_, yaml)) = self.read_yaml(&file, &shown, at, &from) else {
+                continue;
+            };
+            if let Some(tool) = self.yaml_tool(&yaml, &file, at) {
+                let before = self.workflow.tools.len();
+                self.add_tool(tool, at);
+                if self.workflow.tools.len() > before {
+                    ids.push(before);
+                }
+            }
+        }
+        self.plugin_tools = Some(ids);
+    }
+
     pub(super) fn providers(&mut self, ast: &Ast) {
         let mut pending = std::mem::take(&mut self.pending_providers);
         for decl in &ast.providers {
@@ -145,6 +225,7 @@ impl Compiler<'_> {
                 name: decl.name.name.clone(),
                 kind: kind.as_ref().map(|k| k.0.clone()).unwrap_or_default(),
                 model: attrs.string("model", diags).map(|x| x.0),
+                model_env: attrs.string("model_env", diags).map(|x| x.0),
                 base_url: attrs.string("base_url", diags).map(|x| x.0),
                 base_url_env: attrs.string("base_url_env", diags).map(|x| x.0),
                 api_key_env: attrs.string("api_key_env", diags).map(|x| x.0),
@@ -155,6 +236,7 @@ impl Compiler<'_> {
                 fallback: Vec::new(),
                 price_input_per_1k: 0.0,
                 price_output_per_1k: 0.0,
+                price_env: None,
                 max_concurrency: attrs.count("max_concurrency", diags).map(|x| x.0),
                 requests_per_minute: attrs.count("requests_per_minute", diags).map(|x| x.0),
                 circuit_breaker: attrs.count("circuit_breaker", diags).map(|x| x.0),
@@ -186,6 +268,14 @@ impl Compiler<'_> {
                 let mut p = Attrs::new(price, &["input_per_1k", "output_per_1k"], "`price`");
                 spec.price_input_per_1k = p.number("input_per_1k", diags).map_or(0.0, |x| x.0);
                 spec.price_output_per_1k = p.number("output_per_1k", diags).map_or(0.0, |x| x.0);
+                p.finish(diags);
+            }
+            if let Some(vars) = attrs.block("price_env", diags) {
+                let mut p = Attrs::new(vars, &["input_per_1k", "output_per_1k"], "`price_env`");
+                spec.price_env = Some(rondo_provider::PriceEnv {
+                    input_per_1k: p.string("input_per_1k", diags).map(|x| x.0),
+                    output_per_1k: p.string("output_per_1k", diags).map(|x| x.0),
+                });
                 p.finish(diags);
             }
             let fallback = attrs
@@ -332,6 +422,7 @@ impl Compiler<'_> {
                 name: name.clone(),
                 kind,
                 model: s("model"),
+                model_env: s("model_env"),
                 base_url: s("base_url"),
                 base_url_env: s("base_url_env"),
                 api_key_env: s("api_key_env"),
@@ -342,6 +433,10 @@ impl Compiler<'_> {
                 fallback: Vec::new(),
                 price_input_per_1k: price_of("input_per_1k"),
                 price_output_per_1k: price_of("output_per_1k"),
+                price_env: map.get("price_env").map(|vars| rondo_provider::PriceEnv {
+                    input_per_1k: vars["input_per_1k"].as_str().map(str::to_string),
+                    output_per_1k: vars["output_per_1k"].as_str().map(str::to_string),
+                }),
                 max_concurrency: n("max_concurrency").map(|x| x as u64),
                 requests_per_minute: n("requests_per_minute").map(|x| x as u64),
                 circuit_breaker: n("circuit_breaker").map(|x| x as u64),
@@ -738,8 +833,9 @@ fn from_profile(p: rondo_provider::ProviderProfile, path: &Path, at: Span) -> Pe
             name: p.name,
             kind,
             model: Some(p.model),
+            model_env: p.model_env,
             base_url: p.base_url,
-            base_url_env: None,
+            base_url_env: p.base_url_env,
             api_key_env: p.api_key_env,
             temperature: p.temperature.map(f64::from),
             max_tokens: p.max_tokens.map(u64::from),
@@ -748,6 +844,7 @@ fn from_profile(p: rondo_provider::ProviderProfile, path: &Path, at: Span) -> Pe
             fallback: Vec::new(),
             price_input_per_1k: p.price.map_or(0.0, |x| x.input_per_1k),
             price_output_per_1k: p.price.map_or(0.0, |x| x.output_per_1k),
+            price_env: p.price_env,
             max_concurrency: p.max_concurrency.map(|n| n as u64),
             requests_per_minute: p.requests_per_minute.map(u64::from),
             circuit_breaker: p.circuit_breaker_threshold.map(u64::from),
@@ -913,12 +1010,11 @@ pub fn provider_profile(
         kind,
         spec.model.clone().unwrap_or_default(),
     );
-    p.base_url = spec
-        .base_url_env
-        .as_ref()
-        .and_then(|v| std::env::var(v).ok())
-        .filter(|v| !v.is_empty())
-        .or_else(|| spec.base_url.clone());
+    // The `*_env` fields are read when the pool is built (`ProviderProfile::resolve_env`).
+    p.model_env = spec.model_env.clone();
+    p.base_url = spec.base_url.clone();
+    p.base_url_env = spec.base_url_env.clone();
+    p.price_env = spec.price_env.clone();
     p.api_key_env = spec.api_key_env.clone().or(p.api_key_env);
     p.temperature = spec.temperature.map(|t| t as f32);
     p.max_tokens = spec.max_tokens.map(|t| t as u32);

@@ -77,6 +77,8 @@ struct Compiler<'f> {
     memory_names: HashMap<String, MemoryId>,
     provider_names: HashMap<String, ProviderId>,
     tool_names: HashMap<String, ToolId>,
+    /// The tools `plugins_env` named (`None` without `plugins_env`).
+    plugin_tools: Option<Vec<ToolId>>,
     env_names: HashMap<String, EnvId>,
     node_names: HashMap<String, NodeIndex>,
     input_names: HashMap<String, InputId>,
@@ -117,6 +119,7 @@ impl<'f> Compiler<'f> {
                 memory: Vec::new(),
                 providers: Vec::new(),
                 default_provider: 0,
+                default_provider_env: None,
                 tools: Vec::new(),
                 environments: Vec::new(),
                 graph,
@@ -134,6 +137,7 @@ impl<'f> Compiler<'f> {
             memory_names: HashMap::new(),
             provider_names: HashMap::new(),
             tool_names: HashMap::new(),
+            plugin_tools: None,
             env_names: HashMap::new(),
             node_names: HashMap::new(),
             input_names: HashMap::new(),
@@ -158,6 +162,7 @@ impl<'f> Compiler<'f> {
         self.memory(ast);
         self.providers(ast);
         self.tools(ast);
+        self.plugin_tools(ast);
         self.environments(ast);
         self.declare_nodes(ast);
         self.header_attrs(ast);
@@ -184,6 +189,7 @@ impl<'f> Compiler<'f> {
             name: "scripted".into(),
             kind: "scripted".into(),
             model: Some("scripted".into()),
+            model_env: None,
             base_url: None,
             base_url_env: None,
             api_key_env: None,
@@ -194,6 +200,7 @@ impl<'f> Compiler<'f> {
             fallback: Vec::new(),
             price_input_per_1k: 0.0,
             price_output_per_1k: 0.0,
+            price_env: None,
             max_concurrency: None,
             requests_per_minute: None,
             circuit_breaker: None,
@@ -254,6 +261,22 @@ impl<'f> Compiler<'f> {
             "provider profile",
             "declare it with `provider NAME { ... }` or import a providers file",
         )
+    }
+
+    /// A role's `tools` list; `plugins` stands for the tools `plugins_env` names.
+    fn tool_list(&mut self, names: &[Ident]) -> Vec<ToolId> {
+        let mut out = Vec::new();
+        for name in names {
+            match &self.plugin_tools {
+                Some(plugins)
+                    if name.name == "plugins" && !self.tool_names.contains_key("plugins") =>
+                {
+                    out.extend(plugins.iter().copied())
+                }
+                _ => out.extend(self.lookup_tool(name)),
+            }
+        }
+        out
     }
 
     fn lookup_tool(&mut self, name: &Ident) -> Option<ToolId> {

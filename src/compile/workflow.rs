@@ -33,6 +33,10 @@ pub struct Workflow {
     pub memory: Vec<MemorySlot>,
     pub providers: Vec<ProviderSpec>,
     pub default_provider: ProviderId,
+    /// An environment variable that, when set and not empty, names the default profile
+    /// instead (`provider_env = "LLM_PROVIDER"`); read when a run starts.
+    #[serde(default)]
+    pub default_provider_env: Option<String>,
     pub tools: Vec<ToolSpec>,
     pub environments: Vec<EnvSpec>,
     pub graph: DiGraph<Node, Edge>,
@@ -56,6 +60,13 @@ pub struct Input {
     pub name: String,
     pub ty: Type,
     pub default: Option<Value>,
+    /// Artifacts are written in the folder it names (see [`Artifact::root`]).
+    #[serde(default)]
+    pub artifact_root: bool,
+    /// `= env("VAR", default)`: when the input is not given, `VAR`'s value (set and not
+    /// empty) is taken as if given with `--input`.
+    #[serde(default)]
+    pub env: Option<String>,
     /// Declared `path` (a string): a file or folder of the machine running rondo, resolved
     /// against the folder rondo was started in and shown to tools read-only.
     #[serde(default)]
@@ -113,6 +124,9 @@ pub struct ProviderSpec {
     pub name: String,
     pub kind: String,
     pub model: Option<String>,
+    /// An environment variable that, when set, overrides `model` (e.g. OLLAMA_MODEL).
+    #[serde(default)]
+    pub model_env: Option<String>,
     pub base_url: Option<String>,
     /// An environment variable that, when set, overrides `base_url` (e.g. OLLAMA_HOST).
     pub base_url_env: Option<String>,
@@ -125,6 +139,9 @@ pub struct ProviderSpec {
     pub fallback: Vec<ProviderId>,
     pub price_input_per_1k: f64,
     pub price_output_per_1k: f64,
+    /// Variables that, when set, override the prices (e.g. OPENAI_INPUT_PRICE_PER_1K).
+    #[serde(default)]
+    pub price_env: Option<rondo_provider::PriceEnv>,
     pub max_concurrency: Option<u64>,
     pub requests_per_minute: Option<u64>,
     pub circuit_breaker: Option<u64>,
@@ -337,6 +354,10 @@ pub enum Show {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Artifact {
+    /// Written in the folder a `path` input names (`"{{ input.traces_dir }}/..."`), not in
+    /// the workspace; `name` is then the part after that folder.
+    #[serde(default)]
+    pub root: Option<InputId>,
     pub name: String,
     /// Append one line per write (JSONL traces) instead of replacing the file.
     pub append: bool,

@@ -191,8 +191,25 @@ mod tests {
     #[test]
     fn junk_is_an_error_not_a_default() {
         for junk in [
-            "", "s", "ms", "1", "1.5", "-1s", "+1s", "1e3s", "1 s", "1sec", "1M", "5 minutes",
-            ".5s", "1.s", "1.5.2s", "1,5s", "1h30m", "１s", "NaNs",
+            "",
+            "s",
+            "ms",
+            "1",
+            "1.5",
+            "-1s",
+            "+1s",
+            "1e3s",
+            "1 s",
+            "1sec",
+            "1M",
+            "5 minutes",
+            ".5s",
+            "1.s",
+            "1.5.2s",
+            "1,5s",
+            "1h30m",
+            "１s",
+            "NaNs",
         ] {
             assert!(parse_duration(junk).is_err(), "`{junk}` was accepted");
         }
@@ -224,7 +241,10 @@ mod tests {
         assert!(duration_from_secs(1e300).is_err());
         assert!(duration_from_secs(-1.0).is_err());
         assert!(duration_from_secs(f64::NAN).is_err());
-        assert_eq!(duration_from_secs(1.5).unwrap(), Duration::from_millis(1_500));
+        assert_eq!(
+            duration_from_secs(1.5).unwrap(),
+            Duration::from_millis(1_500)
+        );
     }
 
     #[test]

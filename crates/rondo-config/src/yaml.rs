@@ -59,10 +59,7 @@ impl YamlError {
                 message = message.replacen(&at, "", 1);
             }
         }
-        YamlError {
-            message,
-            pos,
-        }
+        YamlError { message, pos }
     }
 }
 
@@ -310,7 +307,10 @@ mod tests {
         assert_eq!(at(attempts.value), "0");
         assert_eq!(fields.item("fallback", 1).map(|p| p.column), Some(15));
         let unknown: Vec<&str> = fields
-            .unknown(&["name", "retry", "fallback"], &[("retry", &["max_attempts"])])
+            .unknown(
+                &["name", "retry", "fallback"],
+                &[("retry", &["max_attempts"])],
+            )
             .map(|(f, _)| f.path.as_str())
             .collect();
         assert_eq!(unknown, ["retry.colour"]);

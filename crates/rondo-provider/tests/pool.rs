@@ -499,7 +499,10 @@ async fn base_url_env_replaces_base_url_when_set() {
     };
     let pool = ProviderPool::with_env(vec![p], &empty).expect("pool");
     let (r, recs) = run(&pool, "main").await;
-    assert!(r.is_err(), "an empty variable leaves the unreachable base_url");
+    assert!(
+        r.is_err(),
+        "an empty variable leaves the unreachable base_url"
+    );
     assert_eq!(recs[0].error_kind, Some(ErrorKind::Connection));
     server.assert_no_violations();
 }

@@ -196,6 +196,8 @@ impl Compiler<'_> {
         let mut ids = Vec::new();
         for file in files {
             let shown = file.display().to_string();
+            // Executables beside the spec resolve wherever the run's workspace is.
+            let file = std::fs::canonicalize(&file).unwrap_or(file);
             let from = format!("{var} names it, relative to the folder rondo started in");
             let Some((_, yaml)) = self.read_yaml(&file, &shown, at, &from) else {
                 continue;

@@ -91,7 +91,7 @@ fn from_nanos(nanos: u128) -> Option<Duration> {
 pub fn format_duration(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
-    } else if d.subsec_nanos() % 1_000_000 == 0 {
+    } else if d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", d.as_millis())
     } else {
         let text = format!("{}.{:09}", d.as_secs(), d.subsec_nanos());

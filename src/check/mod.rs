@@ -88,38 +88,57 @@ fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
             .is_none_or(|v| v.is_empty())
             .then(|| var.to_string())
     };
-    for id in used_providers(workflow) {
-        let p = &workflow.providers[id];
-        let Some(var) = lacking(id) else { continue };
-        // A run skips a profile without its key when a fallback can take the call.
-        let served_by = p.fallback.iter().find(|&&f| lacking(f).is_none());
-        let diag = match served_by {
-            Some(&f) => Diagnostic::warning(
-                "rondo::env::missing_key",
-                format!(
-                    "provider `{}` needs the environment variable `{var}`, which is not set: its calls go to `{}`",
-                    p.name, workflow.providers[f].name
+    // The chains a run calls (a role's profile, then its fallbacks); a profile without its
+    // key is skipped for the next one, so only a chain with no callable profile is fatal.
+    let mut chains: Vec<Vec<usize>> = role_providers(workflow)
+        .into_iter()
+        .map(|id| {
+            let mut chain = vec![id];
+            chain.extend(workflow.providers[id].fallback.iter().copied());
+            chain
+        })
+        .collect();
+    chains.dedup();
+    let mut reported = Vec::new();
+    for chain in &chains {
+        let callable = chain.iter().copied().find(|&id| lacking(id).is_none());
+        for &id in chain {
+            let Some(var) = lacking(id) else { continue };
+            if reported.contains(&id) {
+                continue;
+            }
+            reported.push(id);
+            let p = &workflow.providers[id];
+            let dead = chains
+                .iter()
+                .any(|c| c.contains(&id) && c.iter().all(|&other| lacking(other).is_some()));
+            let diag = match callable.filter(|_| !dead) {
+                Some(other) => Diagnostic::warning(
+                    "rondo::env::missing_key",
+                    format!(
+                        "provider `{}` needs the environment variable `{var}`, which is not set: its calls go to `{}`",
+                        p.name, workflow.providers[other].name
+                    ),
                 ),
-            ),
-            None => Diagnostic::error(
-                "rondo::env::missing_key",
-                format!(
-                    "provider `{}` needs the environment variable `{var}`, which is not set",
-                    p.name
+                None => Diagnostic::error(
+                    "rondo::env::missing_key",
+                    format!(
+                        "provider `{}` needs the environment variable `{var}`, which is not set",
+                        p.name
+                    ),
                 ),
-            ),
-        };
-        diags.push(
-            diag.label(p.span, "declared here")
-                .help(format!("export {var}=... before running, or run with `--provider scripted`; `rondo check --offline` skips this check")),
-        );
+            };
+            diags.push(
+                diag.label(p.span, "declared here")
+                    .help(format!("export {var}=... before running, or run with `--provider scripted`; `rondo check --offline` skips this check")),
+            );
+        }
     }
 }
 
-/// Providers a run may call: those of llm roles and their fallback chains.
-pub fn used_providers(workflow: &Workflow) -> Vec<usize> {
-    let mut out: Vec<usize> = Vec::new();
-    let mut stack: Vec<usize> = workflow
+/// The profile each llm role calls first.
+fn role_providers(workflow: &Workflow) -> Vec<usize> {
+    let mut out: Vec<usize> = workflow
         .roles()
         .filter_map(|(_, r)| match &r.kind {
             RoleKind::Llm(l) => Some(if l.provider == usize::MAX {
@@ -129,7 +148,17 @@ pub fn used_providers(workflow: &Workflow) -> Vec<usize> {
             }),
             _ => None,
         })
+        .filter(|&id| id < workflow.providers.len())
         .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Providers a run may call: those of llm roles and their fallback chains.
+pub fn used_providers(workflow: &Workflow) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::new();
+    let mut stack = role_providers(workflow);
     while let Some(id) = stack.pop() {
         if id >= workflow.providers.len() || out.contains(&id) {
             continue;

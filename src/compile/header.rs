@@ -217,9 +217,21 @@ fn env_name_problem(var: &str, span: crate::source::Span) -> Option<Diagnostic> 
         );
     }
     let upper = var.to_ascii_uppercase();
-    let secret = ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"]
-        .iter()
-        .any(|w| upper.split('_').any(|part| part.starts_with(w)));
+    const SECRET_WORDS: &[&str] = &[
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "CREDENTIALS",
+    ];
+    let secret = upper.split('_').any(|part| SECRET_WORDS.contains(&part));
     secret.then(|| {
         Diagnostic::error(
             "rondo::input::secret_env",

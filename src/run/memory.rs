@@ -101,16 +101,39 @@ fn text_of(v: &Value) -> String {
     }
 }
 
-/// Applies one operation. `run_dir` (the system area) is where whiteboard.md is written;
-/// code is read from the `workspace`.
+/// Why an operation was not applied.
+#[derive(Debug)]
+pub enum MemoryError {
+    /// The value given was refused (a whiteboard batch that breaks its rules, `extend`
+    /// with something other than a list): the fault of whatever produced the value.
+    Refused(String),
+    /// The memory cannot take the operation (a damaged checkpoint, a list that is not one).
+    Failed(String),
+}
+
+impl MemoryError {
+    pub fn message(&self) -> &str {
+        match self {
+            MemoryError::Refused(m) | MemoryError::Failed(m) => m,
+        }
+    }
+}
+
+impl From<String> for MemoryError {
+    fn from(message: String) -> Self {
+        MemoryError::Failed(message)
+    }
+}
+
+/// Applies one operation; code is read from the `workspace`. Nothing is written: the
+/// caller renders a whiteboard ([`write_whiteboard`]) once the whole update is applied.
 pub fn apply(
     kind: &MemoryKind,
     slot: &mut Value,
     op: MemoryOp,
     args: Vec<Value>,
-    run_dir: &Path,
     workspace: &Path,
-) -> Result<String, String> {
+) -> Result<String, MemoryError> {
     let mut args = args.into_iter();
     let mut next = || args.next().unwrap_or(Value::Null);
     match (kind, op) {
@@ -125,7 +148,9 @@ pub fn apply(
                 Ok(String::new())
             }
             Value::Null => Ok(String::new()),
-            other => Err(format!("extend needs a list, got {other}")),
+            other => Err(MemoryError::Refused(format!(
+                "extend needs a list, got {other}"
+            ))),
         },
         (MemoryKind::Value { .. }, MemoryOp::Truncate) => {
             let to = next();
@@ -148,9 +173,9 @@ pub fn apply(
         (MemoryKind::Value { .. }, MemoryOp::Patch) => {
             let (pattern, changes) = (next(), next());
             let (Value::Object(pattern), Value::Object(changes)) = (pattern, changes) else {
-                return Err(
+                return Err(MemoryError::Failed(
                     "patch takes two objects: which items, and the fields to change".into(),
-                );
+                ));
             };
             let mut patched = 0;
             for item in as_list(slot)?.iter_mut() {
@@ -182,7 +207,7 @@ pub fn apply(
                     *slot = Value::Object([(key, value)].into_iter().collect());
                     Ok(String::new())
                 }
-                _ => Err("put needs a map".into()),
+                _ => Err(MemoryError::Failed("put needs a map".into())),
             }
         }
         (MemoryKind::Value { .. }, MemoryOp::Clear) => {
@@ -207,10 +232,9 @@ pub fn apply(
             }
             let mut board: Whiteboard = load(slot)?;
             let json = serde_json::to_string(&ops).map_err(|e| e.to_string())?;
-            let report = board.apply_json(&json).map_err(|e| e.to_string())?;
-            board
-                .write_markdown(run_dir)
-                .map_err(|e| format!("cannot write whiteboard.md: {e}"))?;
+            let report = board
+                .apply_json(&json)
+                .map_err(|e| MemoryError::Refused(e.to_string()))?;
             store(slot, &board)?;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
@@ -230,7 +254,7 @@ pub fn apply(
             let mut history: OperationHistory = load(slot)?;
             history
                 .set_observation(text_of(&next()))
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| MemoryError::Failed(e.to_string()))?;
             store(slot, &history)?;
             Ok(String::new())
         }
@@ -252,7 +276,7 @@ pub fn apply(
                     summary: r.get("summary").map(text_of).unwrap_or_default(),
                     lessons: r.get("lessons").map(text_of).unwrap_or_default(),
                 })
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| MemoryError::Failed(e.to_string()))?;
             store(slot, &history)?;
             Ok(String::new())
         }
@@ -267,7 +291,7 @@ pub fn apply(
             code.begin_operation();
             let report = code
                 .record_citations(&root, &text_of(&next()))
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| MemoryError::Failed(e.to_string()))?;
             store(slot, &code)?;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
@@ -320,12 +344,21 @@ pub fn apply(
             store(slot, &code)?;
             Ok(notes.join("; "))
         }
-        (kind, op) => Err(format!(
+        (kind, op) => Err(MemoryError::Failed(format!(
             "a {} has no operation `{}`",
             kind.kind_name(),
             op.name()
-        )),
+        ))),
     }
+}
+
+/// Renders a whiteboard memory to `whiteboard.md` in `run_dir` (the system area).
+pub fn write_whiteboard(slot: &Value, run_dir: &Path) -> Result<(), String> {
+    let board: Whiteboard = load(slot)?;
+    board
+        .write_markdown(run_dir)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn as_list(slot: &mut Value) -> Result<&mut Vec<Value>, String> {

@@ -4,7 +4,7 @@
 use super::Compiler;
 use super::attrs::Attrs;
 use super::types::Type;
-use super::workflow::{Input, Limits};
+use super::workflow::{Input, Limits, MemoryKind, RoleKind};
 use crate::diagnostics::Diagnostic;
 use crate::syntax::{Ast, TypeExpr, TypeKind};
 
@@ -70,6 +70,8 @@ impl Compiler<'_> {
                 "round",
                 "limits",
                 "script",
+                "finally",
+                "durable",
             ],
             "the workflow header",
         );
@@ -104,6 +106,8 @@ impl Compiler<'_> {
         }
         let provider = attrs.ident("provider", diags);
         let round = attrs.ident("round", diags);
+        let finally = attrs.ident("finally", diags);
+        let durable = attrs.ident_list("durable", diags);
         if let Some(limits) = attrs.block("limits", diags) {
             let mut l = Attrs::new(
                 limits,
@@ -124,6 +128,32 @@ impl Compiler<'_> {
         {
             self.workflow.default_provider = id;
         }
+        if let Some(f) = finally {
+            self.finally_role(&f);
+        }
+        for name in durable {
+            let Some(id) = self.lookup_memory(&name) else {
+                continue;
+            };
+            if matches!(
+                self.workflow.memory[id].kind,
+                MemoryKind::CodeContext { .. } | MemoryKind::History
+            ) {
+                self.diags.push(
+                    Diagnostic::error(
+                        "rondo::workflow::not_durable",
+                        format!(
+                            "a {} cannot carry over from one run to the next",
+                            self.workflow.memory[id].kind.kind_name()
+                        ),
+                    )
+                    .label(name.span, "not a whiteboard or a value")
+                    .help("`durable` takes whiteboards and plain values; a code context and a history describe one run"),
+                );
+            } else if !self.workflow.durable.contains(&id) {
+                self.workflow.durable.push(id);
+            }
+        }
         if let Some(r) = round {
             match self.node_names.get(&r.name) {
                 Some(&n) if self.workflow.role(n).is_some() => self.workflow.round_role = Some(n),
@@ -140,6 +170,57 @@ impl Compiler<'_> {
                 }
             }
         }
+    }
+}
+
+impl Compiler<'_> {
+    /// `finally = ROLE`: a role of this workflow; [`Self::finally_is_builtin`] checks its
+    /// kind once role bodies are compiled.
+    fn finally_role(&mut self, name: &crate::syntax::Ident) {
+        match self.node_names.get(&name.name) {
+            Some(&n) if self.workflow.role(n).is_some() => {
+                self.workflow.finally = Some(n);
+                self.finally_span = name.span;
+            }
+            _ => self.unknown_finally(name),
+        }
+    }
+
+    /// The `finally` role is builtin: it must not call a model or a tool at the end of a
+    /// run that may have stopped for want of budget or time.
+    pub(super) fn finally_is_builtin(&mut self) {
+        let Some(n) = self.workflow.finally else {
+            return;
+        };
+        let Some(role) = self.workflow.role(n) else {
+            return;
+        };
+        if !matches!(role.kind, RoleKind::Builtin) {
+            let kind = role.kind.name();
+            let name = self.workflow.node(n).name.clone();
+            self.diags.push(
+                Diagnostic::error(
+                    "rondo::workflow::finally_not_builtin",
+                    format!("`finally` names `{name}`, a {kind} role"),
+                )
+                .label(self.finally_span, "not a builtin role")
+                .label(self.workflow.node(n).span, "declared here")
+                .help("the role run when the run ends only updates memory and writes artifacts: declare it `role NAME: builtin { ... }`"),
+            );
+            self.workflow.finally = None;
+        }
+    }
+
+    fn unknown_finally(&mut self, name: &crate::syntax::Ident) {
+        let help = self.suggest_role(&name.name);
+        self.diags.push(
+            Diagnostic::error(
+                "rondo::workflow::unknown_finally_role",
+                format!("`finally` names `{}`, which is not a role", name.name),
+            )
+            .label(name.span, "not a role")
+            .help(help),
+        );
     }
 }
 

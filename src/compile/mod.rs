@@ -41,7 +41,7 @@ pub const BUILTIN_EXITS: &[(&str, i32)] = &[
 /// Pseudo-fields every json llm role has: `X.invalid` and `X.invalid_reply`.
 pub const INVALID_FIELDS: &[&str] = &["invalid", "invalid_reply"];
 const RESERVED_ROOTS: &[&str] = &[
-    "input", "memory", "output", "item", "round", "step", "visit", "run_id", "start",
+    "input", "memory", "output", "item", "round", "step", "visit", "run_id", "ended", "start",
 ];
 
 /// Parses and compiles a file: the usual entry point.
@@ -85,6 +85,8 @@ struct Compiler<'f> {
     tool_result: Option<Arc<Type>>,
     /// Llm roles with `output json`: they have the `invalid` pseudo-fields.
     json_llm: std::collections::HashSet<NodeIndex>,
+    /// Where the header names the `finally` role.
+    finally_span: Span,
     /// Nesting and size of the type being resolved: named types are expanded in place,
     /// and every later pass walks types recursively.
     type_depth: usize,
@@ -127,6 +129,8 @@ impl<'f> Compiler<'f> {
                 artifacts: Vec::new(),
                 limits: Limits::default(),
                 round_role: None,
+                finally: None,
+                durable: Vec::new(),
                 script: None,
                 tests: Vec::new(),
             },
@@ -140,6 +144,7 @@ impl<'f> Compiler<'f> {
             pending_providers: Vec::new(),
             tool_result: None,
             json_llm: Default::default(),
+            finally_span: Span::default(),
         }
     }
 
@@ -162,6 +167,7 @@ impl<'f> Compiler<'f> {
         self.declare_nodes(ast);
         self.header_attrs(ast);
         self.role_bodies(ast);
+        self.finally_is_builtin();
         self.exits(ast);
         self.workflow_artifacts(ast);
         self.routes(ast);

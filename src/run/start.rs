@@ -98,7 +98,11 @@ impl<'w> Interpreter<'w> {
         inputs
             .iter_mut()
             .for_each(|v| interp.redactor.redact_json(v));
-        let state = RunState::new(workflow, run_id.clone(), inputs);
+        let mut state = RunState::new(workflow, run_id.clone(), inputs);
+        let carried = interp
+            .durable
+            .as_mut()
+            .map(|d| d.load(workflow, &mut state));
         interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
@@ -137,6 +141,9 @@ impl<'w> Interpreter<'w> {
                 "run_start",
                 json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
             );
+            if let Some(note) = carried {
+                interp.carried_over(&state, note);
+            }
             // Resumable from here on: the checkpoint is durable before `run.json` says a
             // run exists, so a kill before this point leaves a run id that can be reused.
             let mut state = state;
@@ -159,7 +166,26 @@ impl<'w> Interpreter<'w> {
             "run_start",
             json!({"workflow": workflow.name, "run_dir": interp.run_dir, "workspace": interp.workspace.root()}),
         );
+        if let Some(note) = carried {
+            interp.carried_over(&state, note);
+        }
         Ok((interp, state))
+    }
+
+    /// Records what earlier runs' durable memory brought in, and renders a whiteboard
+    /// among it to the system area as a step would.
+    fn carried_over(&mut self, state: &RunState, note: Value) {
+        for name in note["loaded"].as_array().into_iter().flatten() {
+            let Some(id) = self.workflow.memory.iter().position(|m| Some(m.name.as_str()) == name.as_str()) else {
+                continue;
+            };
+            if matches!(self.workflow.memory[id].kind, crate::compile::MemoryKind::Whiteboard { .. })
+                && let Err(e) = super::memory::write_whiteboard(&state.memory[id], &self.run_dir)
+            {
+                self.reporter.warn(&format!("cannot write whiteboard.md: {e}"));
+            }
+        }
+        self.event("durable_memory", note);
     }
 
     /// Continues a stopped or crashed run from its last checkpoint.
@@ -204,8 +230,12 @@ impl<'w> Interpreter<'w> {
         let mut info = info;
         info.status = "running".into();
         interp.info = Some(info);
+        if let Some(durable) = &mut interp.durable {
+            durable.remember(workflow, &state);
+        }
         if state.status != Status::Finished {
             state.status = Status::Running;
+            state.ended = None;
             interp.event("run_resumed", json!({"step": state.step}));
         }
         Ok((interp, state))
@@ -287,6 +317,7 @@ impl<'w> Interpreter<'w> {
             started: Instant::now(),
             spent: Default::default(),
             resumed: false,
+            durable: super::durable::Durable::new(workflow, layout),
         })
     }
 

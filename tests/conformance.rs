@@ -3,9 +3,9 @@
 
 mod common;
 
+#[path = "conformance/catmaster.rs"]
+mod catmaster;
 #[path = "conformance/ds_star.rs"]
 mod ds_star;
 #[path = "conformance/micro_agent.rs"]
 mod micro_agent;
-#[path = "conformance/catmaster.rs"]
-mod catmaster;

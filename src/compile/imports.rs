@@ -37,7 +37,12 @@ const PROVIDER_KEYS: &[&str] = &[
     "requests_per_minute",
     "circuit_breaker",
 ];
-pub const TOOL_KEYS: &[&str] = &[
+/// The fields of a YAML tool spec.
+pub const TOOL_KEYS: &[&str] = TOOL_BLOCK_KEYS.split_at(TOOL_BLOCK_KEYS.len() - 1).0;
+
+/// A `tool` block's keys: the YAML fields (`input_schema` is refused with its own
+/// message), then `extra_fields`, which a YAML spec says with `additionalProperties`.
+const TOOL_BLOCK_KEYS: &[&str] = &[
     "tool_name",
     "version",
     "source",
@@ -49,6 +54,7 @@ pub const TOOL_KEYS: &[&str] = &[
     "timeout",
     "input_schema",
     "max_output",
+    "extra_fields",
 ];
 
 /// A provider profile before fallback names are resolved.
@@ -435,6 +441,11 @@ impl Compiler<'_> {
                 _ => None,
             }),
             input,
+            // JSON Schema: an object is open unless it says otherwise.
+            allow_extra_fields: map
+                .get("input_schema")
+                .and_then(|s| s.get("additionalProperties"))
+                .is_none_or(|a| a != &Value::Bool(false)),
             span: at,
             origin: Some(path.to_path_buf()),
         })
@@ -457,8 +468,11 @@ impl Compiler<'_> {
 
     pub(super) fn tools(&mut self, ast: &Ast) {
         for decl in &ast.tools {
-            let mut attrs =
-                Attrs::new(&decl.attrs, TOOL_KEYS, format!("tool `{}`", decl.name.name));
+            let mut attrs = Attrs::new(
+                &decl.attrs,
+                TOOL_BLOCK_KEYS,
+                format!("tool `{}`", decl.name.name),
+            );
             let diags = &mut self.diags;
             if let Some((n, span)) = attrs.string("tool_name", diags)
                 && n != decl.name.name
@@ -496,6 +510,7 @@ impl Compiler<'_> {
                 timeout_ms: attrs.duration_ms("timeout", diags).map(|x| x.0),
                 max_output: attrs.bytes("max_output", diags).map(|x| x.0),
                 input: None,
+                allow_extra_fields: extra_fields(&mut attrs, diags),
                 span: decl.name.span,
                 origin: None,
             };
@@ -850,6 +865,31 @@ pub fn resolve_executable(executable: &str, dir: &Path) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `extra_fields = "reject" | "allow"` (default `reject`: the schema shown for an `input`
+/// block admits no other field, and the check holds calls to it).
+fn extra_fields(attrs: &mut Attrs, diags: &mut Diagnostics) -> bool {
+    match attrs.string("extra_fields", diags) {
+        None => false,
+        Some((v, _)) if v == "reject" => false,
+        Some((v, _)) if v == "allow" => true,
+        Some((v, span)) => {
+            diags.push(
+                Diagnostic::error(
+                    "rondo::tool::bad_extra_fields",
+                    format!("`extra_fields` is \"reject\" or \"allow\", not {v:?}"),
+                )
+                .label(span, "not a choice")
+                .help(
+                    did_you_mean(&v, ["reject", "allow"]).unwrap_or_else(|| {
+                        "\"reject\": a call with a field `input` does not declare is a validation error; \"allow\": such fields are passed on".into()
+                    }),
+                ),
+            );
+            false
+        }
+    }
 }
 
 /// A workflow's provider as the provider crate's profile (what a run calls, and what

@@ -37,7 +37,7 @@ impl<'w> Interpreter<'w> {
         };
         for id in tool_ids {
             let t = &self.workflow.tools[id];
-            tools.insert(t.name.clone(), json!({"name": t.name, "usage": t.usage, "executable": t.executable, "input_schema": t.input.as_ref().map(|ty| ty.json_schema())}));
+            tools.insert(t.name.clone(), json!({"name": t.name, "usage": t.usage, "executable": t.executable, "input_schema": t.input_schema()}));
         }
         ctx.insert("tools", &tools);
         ctx.insert("step", &(state.step + 1));

@@ -75,7 +75,7 @@ pub fn env_tool_spec(spec: &ToolSpec) -> rondo_env::ToolSpec {
     t.setup_script = spec.setup_script.clone();
     t.usage = spec.usage.clone();
     t.timeout = spec.timeout_ms.map(|ms| ms.div_ceil(1000));
-    t.input_schema = spec.input.as_ref().map(|ty| ty.json_schema());
+    t.input_schema = spec.input_schema();
     t
 }
 
@@ -454,9 +454,7 @@ pub(super) async fn run_tool_role(
                 return Ok(RoleRun::plain(output));
             };
             let spec = &workflow.tools[tool];
-            if let Some(ty) = &spec.input
-                && let Err(e) = ty.validate(&arguments)
-            {
+            if let Err(e) = spec.check_args(&arguments) {
                 let output = failed(
                     &spec.name,
                     "validation",

@@ -176,13 +176,21 @@ impl<'w> Interpreter<'w> {
     /// among it to the system area as a step would.
     fn carried_over(&mut self, state: &RunState, note: Value) {
         for name in note["loaded"].as_array().into_iter().flatten() {
-            let Some(id) = self.workflow.memory.iter().position(|m| Some(m.name.as_str()) == name.as_str()) else {
+            let Some(id) = self
+                .workflow
+                .memory
+                .iter()
+                .position(|m| Some(m.name.as_str()) == name.as_str())
+            else {
                 continue;
             };
-            if matches!(self.workflow.memory[id].kind, crate::compile::MemoryKind::Whiteboard { .. })
-                && let Err(e) = super::memory::write_whiteboard(&state.memory[id], &self.run_dir)
+            if matches!(
+                self.workflow.memory[id].kind,
+                crate::compile::MemoryKind::Whiteboard { .. }
+            ) && let Err(e) = super::memory::write_whiteboard(&state.memory[id], &self.run_dir)
             {
-                self.reporter.warn(&format!("cannot write whiteboard.md: {e}"));
+                self.reporter
+                    .warn(&format!("cannot write whiteboard.md: {e}"));
             }
         }
         self.event("durable_memory", note);

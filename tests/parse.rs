@@ -1167,16 +1167,55 @@ fn numbers_past_64_bits_are_reported() {
 /// Every keyword of the grammar, reserved or not: words that begin with one are names.
 const KEYWORDS: &[&str] = &[
     // reserved
-    "and", "or", "not", "true", "false", "null", "start", "when", "otherwise", "backtrack",
-    "max", "parallel", "over",
+    "and",
+    "or",
+    "not",
+    "true",
+    "false",
+    "null",
+    "start",
+    "when",
+    "otherwise",
+    "backtrack",
+    "max",
+    "parallel",
+    "over",
     // declarations
-    "workflow", "import", "type", "memory", "provider", "tool", "environment", "role", "exit",
-    "test", "artifact",
+    "workflow",
+    "import",
+    "type",
+    "memory",
+    "provider",
+    "tool",
+    "environment",
+    "role",
+    "exit",
+    "test",
+    "artifact",
     // inside declarations
-    "input", "output", "json", "text", "code", "update", "set", "reply", "visit", "expect",
-    "path", "contains", "list", "map", "providers", "whiteboard", "code_context", "history",
+    "input",
+    "output",
+    "json",
+    "text",
+    "code",
+    "update",
+    "set",
+    "reply",
+    "visit",
+    "expect",
+    "path",
+    "contains",
+    "list",
+    "map",
+    "providers",
+    "whiteboard",
+    "code_context",
+    "history",
     // read as other languages' spellings
-    "is", "True", "False", "None",
+    "is",
+    "True",
+    "False",
+    "None",
 ];
 
 /// A file that uses `name` everywhere a name goes, and at the start of every kind of line.
@@ -1244,7 +1283,10 @@ fn check_file_naming(name: &str) {
         panic!("`{name}`: when expected")
     };
     let (op, l, r) = binary(cond);
-    assert_eq!((op, path(l), path(r)), (BinOp::And, vec![name, "ok"], vec![name]));
+    assert_eq!(
+        (op, path(l), path(r)),
+        (BinOp::And, vec![name, "ok"], vec![name])
+    );
     assert_eq!(routes[1].max.map(|m| m.0), Some(2));
     assert!(!routes[1].backtrack);
     assert!(routes[2].backtrack && matches!(routes[2].condition, Condition::Always));
@@ -1257,11 +1299,17 @@ fn check_file_naming(name: &str) {
     let RouteTarget::Map { worker, over, join } = &routes[5].target else {
         panic!("`{name}`: map expected")
     };
-    assert_eq!((worker.name.as_str(), path(over), join.name.as_str()), (name, vec![name], name));
+    assert_eq!(
+        (worker.name.as_str(), path(over), join.name.as_str()),
+        (name, vec![name], name)
+    );
 
     assert_eq!(ast.exits.len(), 1);
     assert_eq!(ast.exits[0].name.name, name);
-    assert_eq!(path(ast.exits[0].condition.as_ref().expect("condition")), [name]);
+    assert_eq!(
+        path(ast.exits[0].condition.as_ref().expect("condition")),
+        [name]
+    );
     let t = &ast.tests[0];
     assert_eq!(t.inputs[0].0.name, name);
     assert_eq!(t.replies[0].role.name, name);
@@ -1286,8 +1334,22 @@ fn names_that_begin_with_a_keyword_are_names() {
 #[test]
 fn unreserved_keywords_are_names() {
     let reserved = [
-        "and", "or", "not", "true", "false", "null", "start", "when", "otherwise", "backtrack",
-        "max", "parallel", "over", "True", "False", "None",
+        "and",
+        "or",
+        "not",
+        "true",
+        "false",
+        "null",
+        "start",
+        "when",
+        "otherwise",
+        "backtrack",
+        "max",
+        "parallel",
+        "over",
+        "True",
+        "False",
+        "None",
     ];
     for keyword in KEYWORDS.iter().filter(|k| !reserved.contains(k)) {
         check_file_naming(keyword);
@@ -1310,7 +1372,15 @@ fn keyword_prefixes_at_the_start_of_a_route_line() {
         .collect();
     assert_eq!(
         sources,
-        ["start", "exit_review", "review", "backtracker", "whenever", "max2", "otherwise_x"]
+        [
+            "start",
+            "exit_review",
+            "review",
+            "backtracker",
+            "whenever",
+            "max2",
+            "otherwise_x"
+        ]
     );
     for route in &ast.routes {
         assert!(!route.backtrack && route.max.is_none());
@@ -1413,7 +1483,10 @@ fn a_single_equals_in_a_condition_is_read_as_a_comparison() {
         ]
     );
     let (op, l, r) = binary(route_condition(&ast, 0));
-    assert_eq!((op, path(l), string(r)), (BinOp::Eq, vec!["a", "status"], "done"));
+    assert_eq!(
+        (op, path(l), string(r)),
+        (BinOp::Eq, vec!["a", "status"], "done")
+    );
     let exit = ast.exits[0].condition.as_ref().expect("condition");
     let (op, l, _) = binary(exit);
     assert_eq!((op, binary(l).0), (BinOp::And, BinOp::Eq));
@@ -1452,14 +1525,18 @@ fn python_literals_are_read_as_rondo_literals() {
     assert!(matches!(binary(l).2.kind, ExprKind::Bool(true)));
     assert!(matches!(binary(r).2.kind, ExprKind::Null));
     let wf = ast.workflow.as_ref().expect("workflow");
-    assert!(matches!(attr(&wf.attrs, "debug").kind, ValueKind::Bool(false)));
+    assert!(matches!(
+        attr(&wf.attrs, "debug").kind,
+        ValueKind::Bool(false)
+    ));
     // Names that only begin with them are names; `True.x` is a path.
     parse_ok("a -> b when Nonesuch.ok and Trueish and True.x\n");
 }
 
 #[test]
 fn is_not_none_is_one_mistake_read_as_not_equal_null() {
-    let (ast, found) = mistakes("a -> b when a.x is not None\nb -> c when b.x is None\nc -> d when c.x is c.y\n");
+    let (ast, found) =
+        mistakes("a -> b when a.x is not None\nb -> c when b.x is None\nc -> d when c.x is c.y\n");
     assert_eq!(
         found,
         [
@@ -1493,7 +1570,9 @@ fn a_colon_in_an_attribute_is_read_as_equals() {
     assert_eq!(vstr(attr(attrs, "prompt")), "p.tera");
     assert_eq!(vnum(attr(vblock(attr(attrs, "limits")), "max_visits")), 3.0);
     // Where `:` belongs (inputs, memory, fields, maps) it is no mistake.
-    parse_ok("workflow w {\n  input q: string\n  m = { a: 1 }\n}\nmemory {\n  n: int = 0\n}\ntype T {\n  f: string\n}\n");
+    parse_ok(
+        "workflow w {\n  input q: string\n  m = { a: 1 }\n}\nmemory {\n  n: int = 0\n}\ntype T {\n  f: string\n}\n",
+    );
 }
 
 // ---------- unclosed blocks and comments ----------
@@ -1515,7 +1594,10 @@ fn an_unclosed_block_ends_at_the_next_declaration_and_keeps_its_body() {
 fn an_unclosed_comment_is_one_diagnostic_at_its_start() {
     let text = "role a: tool {\n  command = [\"true\"] /* never closed\n}\nstart -> a\n";
     let (ast, found) = mistakes(text);
-    assert_eq!(found, [("rondo::syntax::unclosed_comment", "/*".to_string())]);
+    assert_eq!(
+        found,
+        [("rondo::syntax::unclosed_comment", "/*".to_string())]
+    );
     assert_eq!(ast.roles.len(), 1);
     // A closed one anywhere is just a comment, and `/*` inside a string is text.
     let ast = parse_ok("role a: tool { /* one\n two */ command = [\"/* x\"] }\n");
@@ -1529,7 +1611,11 @@ fn an_unclosed_comment_is_one_diagnostic_at_its_start() {
 fn hostile_files_parse_in_one_pass() {
     let n = 20_000;
     let cases: Vec<(String, &str, usize)> = vec![
-        ("role r: tool {\n".repeat(n), "rondo::syntax::unclosed_block", n),
+        (
+            "role r: tool {\n".repeat(n),
+            "rondo::syntax::unclosed_block",
+            n,
+        ),
         // The first nested block swallows the rest as lines it does not understand.
         (
             format!("role r: tool {{\n{}", "  a {\n".repeat(n)),
@@ -1541,9 +1627,21 @@ fn hostile_files_parse_in_one_pass() {
             "rondo::syntax::unclosed_comment",
             1,
         ),
-        ("a -> b /*\n".repeat(n), "rondo::syntax::unclosed_comment", 1),
-        ("x = \"\"\"\n".repeat(2 * n + 1), "rondo::syntax::invalid_line", 0),
-        ("start -> a when (((\n".repeat(n), "rondo::syntax::invalid_line", n),
+        (
+            "a -> b /*\n".repeat(n),
+            "rondo::syntax::unclosed_comment",
+            1,
+        ),
+        (
+            "x = \"\"\"\n".repeat(2 * n + 1),
+            "rondo::syntax::invalid_line",
+            0,
+        ),
+        (
+            "start -> a when (((\n".repeat(n),
+            "rondo::syntax::invalid_line",
+            n,
+        ),
     ];
     for (text, code, count) in cases {
         let file = SourceFile::new("t.rondo", text.as_str());
@@ -1569,7 +1667,11 @@ fn a_reserved_word_declared_as_a_name_is_reported_once() {
         ("type start = string\n", "start"),
     ] {
         let (ast, found) = mistakes(text);
-        assert_eq!(found, [("rondo::name::reserved", name.to_string())], "{text}");
+        assert_eq!(
+            found,
+            [("rondo::name::reserved", name.to_string())],
+            "{text}"
+        );
         let declared = ast.roles.len()
             + ast.exits.len()
             + ast.memory.len()

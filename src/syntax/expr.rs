@@ -151,7 +151,9 @@ impl Builder<'_> {
                             // `is None` and `is not None` are one mistake, read as `== null`.
                             let none = items
                                 .peek()
-                                .filter(|next| next.as_rule() == Rule::path && next.as_str() == "None")
+                                .filter(|next| {
+                                    next.as_rule() == Rule::path && next.as_str() == "None"
+                                })
                                 .map(span);
                             self.is_operator(op, at, none);
                             pieces.push(Piece::Infix(op));

@@ -291,7 +291,9 @@ impl<'t> Builder<'t> {
         let (what, help) = if !self.starts_line(at.start) {
             // The start of the line was understood; what follows it was not.
             let help = match context {
-                Context::Top => "a route is `a -> b`, optionally followed by `when <condition>` or `otherwise`, then `max N` and `backtrack`; a declaration ends with its `}`",
+                Context::Top => {
+                    "a route is `a -> b`, optionally followed by `when <condition>` or `otherwise`, then `max N` and `backtrack`; a declaration ends with its `}`"
+                }
                 _ => "write one statement per line; a comment starts with `//`",
             };
             ("unexpected text at the end of this line", help.to_string())

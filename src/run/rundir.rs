@@ -199,17 +199,28 @@ impl RunDir {
         })
     }
 
-    pub fn event(&mut self, kind: &str, mut fields: Value) -> std::io::Result<()> {
+    /// One journal line: `seq`, `ts`, `event`, then the fields of `fields` (an object).
+    /// Written straight out, not assembled into a map first: this runs several times a
+    /// step and was a third of a durable step's CPU time.
+    pub fn event(&mut self, kind: &str, fields: Value) -> std::io::Result<()> {
         self.seq += 1;
-        let mut line = serde_json::Map::new();
-        line.insert("seq".into(), Value::from(self.seq));
-        line.insert("ts".into(), Value::String(clock::now_rfc3339()));
-        line.insert("event".into(), Value::String(kind.into()));
-        if let Value::Object(extra) = fields.take() {
-            line.extend(extra);
+        let w = &mut self.events;
+        write!(w, "{{\"seq\":{},\"ts\":\"", self.seq)?;
+        clock::write_rfc3339(w, clock::unix_ms())?;
+        w.write_all(b"\",\"event\":")?;
+        serde_json::to_writer(&mut *w, kind)?;
+        match &fields {
+            Value::Object(extra) if !extra.is_empty() => {
+                for (key, value) in extra {
+                    w.write_all(b",")?;
+                    serde_json::to_writer(&mut *w, key)?;
+                    w.write_all(b":")?;
+                    serde_json::to_writer(&mut *w, value)?;
+                }
+            }
+            _ => {}
         }
-        serde_json::to_writer(&mut self.events, &Value::Object(line))?;
-        self.events.write_all(b"\n")
+        w.write_all(b"}\n")
     }
 
     /// An artifact written without fsync: the journal record of its step is what makes

@@ -137,6 +137,9 @@ async fn capped(
     out
 }
 
+/// Builds a provider's client for a server's base address.
+type MakeModel = Box<dyn Fn(&str) -> Box<dyn ChatModel>>;
+
 fn openai(base: &str) -> Box<dyn ChatModel> {
     Box::new(OpenAiModel::new(
         shared_client().unwrap(),
@@ -202,7 +205,7 @@ async fn a_whole_body_is_read_no_further_than_the_cap() {
 #[tokio::test]
 async fn a_streamed_reply_stops_at_the_cap_in_every_protocol() {
     let word = "x".repeat(1000);
-    let cases: Vec<(&str, Box<dyn Fn(&str) -> Box<dyn ChatModel>>, Body)> = vec![
+    let cases: Vec<(&str, MakeModel, Body)> = vec![
         (
             "openai",
             Box::new(openai),

@@ -182,8 +182,9 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
         .lines()
         .filter_map(|l| l.split_once('=').map(|(k, _)| k))
         .collect();
-    // RONDO_STEP_ID is the engine's own (a step's idempotency key), not the caller's.
-    let mut expected = vec!["HOME", "LANG", "PATH", "RONDO_STEP_ID"];
+    // RONDO_STEP_ID (a step's idempotency key) and TMPDIR (the tools' private temporary
+    // folder) are the engine's own, not the caller's.
+    let mut expected = vec!["HOME", "LANG", "PATH", "RONDO_STEP_ID", "TMPDIR"];
     if std::env::var_os("TZ").is_some() {
         expected.push("TZ");
     }

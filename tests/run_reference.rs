@@ -12,7 +12,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{events, json};
+use common::{events, json, keys};
 
 fn workflow(name: &str) -> Checked {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -43,16 +43,6 @@ fn run(wf: &Checked, test: &str, root: &Path) -> TestReport {
     report
 }
 
-fn keys(v: &Value) -> Vec<&str> {
-    let mut k: Vec<&str> = v
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {v}"))
-        .keys()
-        .map(String::as_str)
-        .collect();
-    k.sort();
-    k
-}
 
 /// The parsed replies of one llm role, in order.
 fn replies(events: &[Value], role: &str) -> Vec<Value> {

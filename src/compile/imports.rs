@@ -28,6 +28,14 @@ static PROVIDER_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
         .collect()
 });
 
+/// A `tool` block's keys: the spec's fields (`input_schema` is refused with its own
+/// message), then `extra_fields`, which a YAML spec says with `additionalProperties`.
+static TOOL_BLOCK_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut keys = struct_fields::<ToolSpec>().to_vec();
+    keys.push("extra_fields");
+    keys
+});
+
 /// Where a provider's or a tool's fields are written: in the workflow, or in an imported
 /// YAML file (reported there, with the import line shown in the workflow).
 #[derive(Clone)]
@@ -433,6 +441,7 @@ impl Compiler<'_> {
                 return Some(Tool {
                     spec: ToolSpec::new(name, ""),
                     input: None,
+                    allow_extra_fields: false,
                     span: file.decl,
                 });
             }
@@ -479,9 +488,16 @@ impl Compiler<'_> {
                 None
             }
         };
+        // JSON Schema: an object is open unless it says otherwise.
+        let allow_extra_fields = spec
+            .input_schema
+            .as_ref()
+            .and_then(|s| s.get("additionalProperties"))
+            .is_none_or(|a| a != &Value::Bool(false));
         Some(Tool {
             spec,
             input,
+            allow_extra_fields,
             span: place.decl,
         })
     }
@@ -518,7 +534,7 @@ impl Compiler<'_> {
         let place = Place::workflow(fields.clone(), decl.name.span);
         let mut attrs = Attrs::new(
             &decl.attrs,
-            struct_fields::<ToolSpec>(),
+            &TOOL_BLOCK_KEYS,
             format!("tool `{}`", decl.name.name),
         );
         let diags = &mut self.diags;
@@ -577,6 +593,7 @@ impl Compiler<'_> {
             .unwrap_or_default();
         spec.timeout = attrs.duration("timeout", diags).map(|x| x.0);
         spec.max_output = attrs.bytes("max_output", diags).map(|x| x.0);
+        let allow_extra_fields = extra_fields(&mut attrs, diags);
         if attrs.get("input_schema").is_some() {
             diags.push(
                 Diagnostic::error(
@@ -606,6 +623,7 @@ impl Compiler<'_> {
         Tool {
             spec,
             input,
+            allow_extra_fields,
             span: decl.name.span,
         }
     }
@@ -1044,4 +1062,29 @@ pub fn resolve_executable(executable: &str, dir: &Path) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `extra_fields = "reject" | "allow"` (default `reject`: the schema shown for an `input`
+/// block admits no other field, and the check holds calls to it).
+fn extra_fields(attrs: &mut Attrs, diags: &mut Diagnostics) -> bool {
+    match attrs.string("extra_fields", diags) {
+        None => false,
+        Some((v, _)) if v == "reject" => false,
+        Some((v, _)) if v == "allow" => true,
+        Some((v, span)) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::ToolBadExtraFields,
+                    format!("`extra_fields` is \"reject\" or \"allow\", not {v:?}"),
+                )
+                .label(span, "not a choice")
+                .help(
+                    did_you_mean(&v, ["reject", "allow"]).unwrap_or_else(|| {
+                        "\"reject\": a call with a field `input` does not declare is a validation error; \"allow\": such fields are passed on".into()
+                    }),
+                ),
+            );
+            false
+        }
+    }
 }

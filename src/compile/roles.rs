@@ -1,6 +1,6 @@
 //! Roles: names first (with exits), then bodies: llm and tool roles, their outputs and artifacts.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use petgraph::graph::NodeIndex;
 
@@ -159,8 +159,7 @@ impl Compiler<'_> {
             "llm" => LLM_KEYS,
             "tool" => TOOL_KEYS,
             "builtin" => &["reads", "max_visits"],
-            // Of a role whose kind is unknown, only keys no kind takes are reported.
-            _ => ANY_ROLE_KEYS,
+            _ => &ANY_ROLE_KEYS,
         };
         if !matches!(kind_name, "llm" | "tool" | "builtin") {
             let keys = || decl.attrs.iter().map(|a| a.key.name.as_str());
@@ -729,24 +728,9 @@ const TOOL_KEYS: &[&str] = &[
     "max_visits",
     "max_output",
 ];
-const ANY_ROLE_KEYS: &[&str] = &[
-    "provider",
-    "prompt",
-    "system",
-    "reads",
-    "tools",
-    "retries",
-    "coerce",
-    "max_visits",
-    "max_reply",
-    "env",
-    "command",
-    "run",
-    "args",
-    "call",
-    "argv",
-    "timeout",
-    "log",
-    "show",
-    "max_output",
-];
+/// Every key some role kind takes: of a role whose kind is unknown, only others are reported.
+static ANY_ROLE_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut keys: Vec<&str> = LLM_KEYS.to_vec();
+    keys.extend(TOOL_KEYS.iter().filter(|k| !LLM_KEYS.contains(k)));
+    keys
+});

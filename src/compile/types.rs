@@ -323,11 +323,18 @@ impl Type {
     }
 
     /// Checks a JSON value against the type; the error names the path of the bad part.
+    /// Fields an object type does not declare are allowed (and ignored).
     pub fn validate(&self, value: &Value) -> Result<(), String> {
-        self.validate_at(value, "$")
+        self.validate_at(value, "$", false)
     }
 
-    fn validate_at(&self, value: &Value, path: &str) -> Result<(), String> {
+    /// [`validate`](Self::validate), and every object holds only the fields its type
+    /// declares (a strict tool's arguments).
+    pub fn validate_closed(&self, value: &Value) -> Result<(), String> {
+        self.validate_at(value, "$", true)
+    }
+
+    fn validate_at(&self, value: &Value, path: &str, closed: bool) -> Result<(), String> {
         let fail = |expected: &str| {
             Err(format!(
                 "{path}: expected {expected}, found {}",
@@ -347,7 +354,7 @@ impl Type {
                 if value.is_null() {
                     Ok(())
                 } else {
-                    inner.validate_at(value, path)
+                    inner.validate_at(value, path, closed)
                 }
             }
             Type::String => {
@@ -389,7 +396,10 @@ impl Type {
                 }
             }
             Type::Union { members } => {
-                if members.iter().any(|m| m.validate_at(value, path).is_ok()) {
+                if members
+                    .iter()
+                    .any(|m| m.validate_at(value, path, closed).is_ok())
+                {
                     Ok(())
                 } else {
                     fail(&format!("one of {}", self.display()))
@@ -399,25 +409,37 @@ impl Type {
                 Some(items) => items
                     .iter()
                     .enumerate()
-                    .try_for_each(|(i, v)| item.validate_at(v, &format!("{path}[{i}]"))),
+                    .try_for_each(|(i, v)| item.validate_at(v, &format!("{path}[{i}]"), closed)),
                 None => fail("a list"),
             },
             Type::Map { value: inner } => match value.as_object() {
                 Some(map) => map
                     .iter()
-                    .try_for_each(|(k, v)| inner.validate_at(v, &format!("{path}.{k}"))),
+                    .try_for_each(|(k, v)| inner.validate_at(v, &format!("{path}.{k}"), closed)),
                 None => fail("an object"),
             },
             Type::Object { fields } => match value.as_object() {
                 Some(map) => {
                     for field in fields {
                         match map.get(&field.name) {
-                            Some(v) => {
-                                field.ty.validate_at(v, &format!("{path}.{}", field.name))?
-                            }
+                            Some(v) => field.ty.validate_at(
+                                v,
+                                &format!("{path}.{}", field.name),
+                                closed,
+                            )?,
                             None if field.ty.is_optional() => {}
                             None => return Err(format!("{path}: missing field `{}`", field.name)),
                         }
+                    }
+                    if closed
+                        && let Some(extra) =
+                            map.keys().find(|k| !fields.iter().any(|f| &f.name == *k))
+                    {
+                        let known: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+                        return Err(format!(
+                            "{path}: unexpected field `{extra}` (the fields are: {})",
+                            known.join(", ")
+                        ));
                     }
                     Ok(())
                 }
@@ -426,9 +448,19 @@ impl Type {
         }
     }
 
-    /// A JSON Schema for the type: sent to providers as the answer schema and used for
-    /// tool argument validation.
+    /// A JSON Schema for the type: sent to providers as the answer schema and shown as a
+    /// strict tool's arguments. Objects admit no other field.
     pub fn json_schema(&self) -> Value {
+        self.schema(true)
+    }
+
+    /// [`json_schema`](Self::json_schema) with objects open to other fields (the arguments
+    /// of a tool with `extra_fields = "allow"`).
+    pub fn json_schema_open(&self) -> Value {
+        self.schema(false)
+    }
+
+    fn schema(&self, closed: bool) -> Value {
         use serde_json::json;
         match self {
             Type::String => json!({"type": "string"}),
@@ -438,26 +470,28 @@ impl Type {
             Type::Any => json!({}),
             Type::Null => json!({"type": "null"}),
             Type::Literal { value } => json!({"type": "string", "enum": [value]}),
-            Type::List { item } => json!({"type": "array", "items": item.json_schema()}),
+            Type::List { item } => json!({"type": "array", "items": item.schema(closed)}),
             Type::Map { value } => {
-                json!({"type": "object", "additionalProperties": value.json_schema()})
+                json!({"type": "object", "additionalProperties": value.schema(closed)})
             }
             Type::Object { fields } => {
                 let mut props = serde_json::Map::new();
                 let mut required = Vec::new();
                 for f in fields {
-                    props.insert(f.name.clone(), f.ty.json_schema());
+                    props.insert(f.name.clone(), f.ty.schema(closed));
                     if !f.ty.is_optional() {
                         required.push(Value::String(f.name.clone()));
                     }
                 }
-                json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+                json!({"type": "object", "properties": props, "required": required, "additionalProperties": !closed})
             }
             Type::Union { members } => match self.literals() {
                 Some(lits) => json!({"type": "string", "enum": lits}),
-                None => json!({"anyOf": members.iter().map(Type::json_schema).collect::<Vec<_>>()}),
+                None => {
+                    json!({"anyOf": members.iter().map(|m| m.schema(closed)).collect::<Vec<_>>()})
+                }
             },
-            Type::Optional { inner } => json!({"anyOf": [inner.json_schema(), {"type": "null"}]}),
+            Type::Optional { inner } => json!({"anyOf": [inner.schema(closed), {"type": "null"}]}),
         }
     }
 }

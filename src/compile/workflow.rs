@@ -131,6 +131,11 @@ pub struct Tool {
     pub spec: rondo_env::ToolSpec,
     /// The arguments' type: the `input { ... }` block, or the YAML spec's `input_schema`.
     pub input: Option<Type>,
+    /// Arguments may carry fields `input` does not declare. A `tool` block's
+    /// `extra_fields = "allow"`; a YAML spec whose `input_schema` does not say
+    /// `additionalProperties: false`.
+    #[serde(default)]
+    pub allow_extra_fields: bool,
     /// The declaration's name, or the line importing it.
     pub span: Span,
 }
@@ -138,6 +143,26 @@ pub struct Tool {
 impl Tool {
     pub fn name(&self) -> &str {
         &self.spec.tool_name
+    }
+
+    /// The arguments' JSON Schema, as prompts and providers are shown it.
+    pub fn input_schema(&self) -> Option<Value> {
+        self.input.as_ref().map(|ty| {
+            if self.allow_extra_fields {
+                ty.json_schema_open()
+            } else {
+                ty.json_schema()
+            }
+        })
+    }
+
+    /// Rondo's own check of a call's arguments, before the tool runs.
+    pub fn check_args(&self, args: &Value) -> Result<(), String> {
+        match &self.input {
+            Some(ty) if self.allow_extra_fields => ty.validate(args),
+            Some(ty) => ty.validate_closed(args),
+            None => Ok(()),
+        }
     }
 }
 

@@ -36,7 +36,7 @@ impl<'w> Interpreter<'w> {
         };
         for id in tool_ids {
             let t = &self.workflow.tools[id];
-            tools.insert(t.name().to_string(), json!({"name": t.name(), "usage": t.spec.usage, "executable": t.spec.executable, "input_schema": t.input.as_ref().map(|ty| ty.json_schema())}));
+            tools.insert(t.name().to_string(), json!({"name": t.name(), "usage": t.spec.usage, "executable": t.spec.executable, "input_schema": t.input_schema()}));
         }
         ctx.insert("tools", &tools);
         ctx.insert("step", &(state.step + 1));

@@ -66,7 +66,7 @@ fn install_spec(tool: &Tool) -> rondo_env::ToolSpec {
     let mut spec = tool.spec.clone();
     spec.source = spec.source.map(|p| std::fs::canonicalize(&p).unwrap_or(p));
     if spec.input_schema.is_none() {
-        spec.input_schema = tool.input.as_ref().map(|ty| ty.json_schema());
+        spec.input_schema = tool.input_schema();
     }
     spec
 }
@@ -447,9 +447,7 @@ pub(super) async fn run_tool_role(
                 return Ok(RoleRun::plain(output));
             };
             let spec = &workflow.tools[tool];
-            if let Some(ty) = &spec.input
-                && let Err(e) = ty.validate(&arguments)
-            {
+            if let Err(e) = spec.check_args(&arguments) {
                 let output = failed(
                     spec.name(),
                     "validation",

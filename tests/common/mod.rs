@@ -139,6 +139,18 @@ pub fn run(workflow: &Path, id: &str) -> (std::process::Output, PathBuf) {
 }
 
 /// Reads a JSON file (the panic names the file).
+/// The keys of a JSON object, sorted (panics on anything else).
+pub fn keys(v: &serde_json::Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    k.sort();
+    k
+}
+
 pub fn json(path: impl AsRef<Path>) -> serde_json::Value {
     let path = path.as_ref();
     serde_json::from_str(

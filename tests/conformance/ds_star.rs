@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::common::{events, json as read_json};
+use crate::common::{events, json as read_json, keys};
 
 /// Variables a run of a hosted profile would read: none is inherited from the test's
 /// environment.
@@ -163,16 +163,6 @@ impl Run {
     }
 }
 
-fn keys(v: &Value) -> Vec<&str> {
-    let mut k: Vec<&str> = v
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {v}"))
-        .keys()
-        .map(String::as_str)
-        .collect();
-    k.sort();
-    k
-}
 
 fn step(id: u64, title: &str, details: &str, status: &str) -> Value {
     json!({"id": id, "title": title, "details": details, "status": status})

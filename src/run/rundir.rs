@@ -206,17 +206,24 @@ impl RunDir {
         self.append(serde_json::to_value(event)?)
     }
 
-    /// Appends a serialized [`Event`] (secrets already replaced) as the next line.
-    pub(super) fn append(&mut self, mut event: Value) -> std::io::Result<()> {
+    /// Appends a serialized [`Event`] (secrets already replaced) as the next line: `seq`,
+    /// `ts`, then its fields. Written straight out, not assembled into a map first: this
+    /// runs several times a step and was a third of a durable step's CPU time.
+    pub(super) fn append(&mut self, event: Value) -> std::io::Result<()> {
         self.seq += 1;
-        let mut line = serde_json::Map::new();
-        line.insert("seq".into(), Value::from(self.seq));
-        line.insert("ts".into(), Value::String(clock::now_rfc3339()));
-        if let Value::Object(fields) = event.take() {
-            line.extend(fields);
+        let w = &mut self.events;
+        write!(w, "{{\"seq\":{},\"ts\":\"", self.seq)?;
+        clock::write_rfc3339(w, clock::unix_ms())?;
+        w.write_all(b"\"")?;
+        if let Value::Object(fields) = &event {
+            for (key, value) in fields {
+                w.write_all(b",")?;
+                serde_json::to_writer(&mut *w, key)?;
+                w.write_all(b":")?;
+                serde_json::to_writer(&mut *w, value)?;
+            }
         }
-        serde_json::to_writer(&mut self.events, &Value::Object(line))?;
-        self.events.write_all(b"\n")
+        w.write_all(b"}\n")
     }
 
     /// An artifact written without fsync: the journal record of its step is what makes

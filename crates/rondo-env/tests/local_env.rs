@@ -51,7 +51,6 @@ async fn exec_captures_streams_exit_code_env_and_workdir() {
 async fn timeout_kills_the_whole_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let env = env(dir.path()).await;
-    let started = std::time::Instant::now();
     let out = env
         .exec(
             ExecRequest::shell("sleep 30 & echo $! > bg.pid; echo started; sleep 30")
@@ -61,11 +60,6 @@ async fn timeout_kills_the_whole_process_group() {
         .unwrap();
     assert!(out.timed_out, "{out:?}");
     assert!(!out.success());
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
     assert_eq!(out.stdout, "started\n");
     let pid: i32 = std::fs::read_to_string(env.run_dir().join("bg.pid"))
         .unwrap()

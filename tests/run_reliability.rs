@@ -247,7 +247,10 @@ fn ctrl_c_checkpoints_marks_interrupted_and_resumes() {
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     while !in_tool() {
-        assert!(Instant::now() < deadline, "the run never reached its tool step");
+        assert!(
+            Instant::now() < deadline,
+            "the run never reached its tool step"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let pid = child.id() as i32;

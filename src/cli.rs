@@ -182,6 +182,39 @@ pub enum Command {
         #[arg(long)]
         run_dir: Option<PathBuf>,
     },
+    /// Serve workflows over HTTP: runs on request, their status, live events and graphs.
+    #[command(
+        after_help = "Routes: POST /runs, GET /runs, GET /runs/{id}, GET /runs/{id}/events (SSE),\n  POST /runs/{id}/cancel, GET /workflows, GET /workflows/{name}/graph?format=dot|mermaid|svg,\n  POST /ask, GET /trace/{id}, GET /openapi.json, GET /health (docs/serve.md)\n\nExamples:\n  rondo serve workflows/micro_agent.rondo --provider scripted --port 8080\n  RONDO_TOKEN=s3cret rondo serve workflows/*.rondo --token-env RONDO_TOKEN --concurrency 8"
+    )]
+    Serve {
+        #[arg(required = true)]
+        workflows: Vec<PathBuf>,
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Runs driven at once; more wait in line, none is dropped.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Every route but /health needs `Authorization: Bearer <the value of VAR>`.
+        #[arg(long, value_name = "VAR")]
+        token_env: Option<String>,
+        /// Where runs are written (as `rondo run --run-dir`).
+        #[arg(long, default_value = "runs")]
+        run_dir: PathBuf,
+        /// An origin CORS allows (repeatable); any origin when none is given.
+        #[arg(long = "cors-origin", value_name = "ORIGIN")]
+        cors_origins: Vec<String>,
+        /// The workflow `POST /ask` runs, by its declared name (default: the first file's).
+        #[arg(long, value_name = "NAME")]
+        ask: Option<String>,
+        /// Every run uses this provider profile unless its request names one.
+        #[arg(long, value_name = "PROFILE")]
+        provider: Option<String>,
+        /// Run local tools unconfined when the kernel has no Landlock.
+        #[arg(long)]
+        unconfined_tools: bool,
+    },
     /// Print the compiled workflow.
     #[command(
         after_help = "Example:\n  rondo dump workflows/iter.rondo --format json | jq '.routes | length'"
@@ -279,6 +312,32 @@ pub fn main_entry() -> i32 {
             filter,
             run_dir,
         } => cmd_test(&files, filter.as_deref(), run_dir),
+        Command::Serve {
+            workflows,
+            port,
+            host,
+            concurrency,
+            token_env,
+            run_dir,
+            cors_origins,
+            ask,
+            provider,
+            unconfined_tools,
+        } => cmd_serve(
+            crate::serve::ServeOptions {
+                workflows,
+                host,
+                port,
+                concurrency,
+                token: None,
+                runs_root: run_dir,
+                cors_origins,
+                ask,
+                provider,
+                unconfined_tools,
+            },
+            token_env,
+        ),
     }
 }
 
@@ -611,6 +670,26 @@ fn cmd_graph(path: &std::path::Path, format: GraphFormat, output: Option<PathBuf
             2
         }
     }
+}
+
+fn cmd_serve(mut options: crate::serve::ServeOptions, token_env: Option<String>) -> i32 {
+    if let Some(var) = token_env {
+        match std::env::var(&var) {
+            Ok(token) if !token.is_empty() => options.token = Some(token),
+            _ => {
+                errln!("error: --token-env names `{var}`, which is not set (or empty)");
+                return 2;
+            }
+        }
+    }
+    let mut workflows = Vec::new();
+    for path in &options.workflows {
+        match compiled_or_report(path) {
+            Ok(w) => workflows.push((path.clone(), w)),
+            Err(code) => return code,
+        }
+    }
+    crate::serve::serve(workflows, options)
 }
 
 fn cmd_dump(path: &std::path::Path) -> i32 {

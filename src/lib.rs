@@ -18,3 +18,4 @@ pub use rondo_provider as provider;
 pub mod cli;
 pub mod prompt;
 pub mod run;
+pub mod serve;

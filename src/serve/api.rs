@@ -1,0 +1,603 @@
+//! The HTTP routes. Every error is JSON: `{"error": CODE, "message": TEXT}`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+
+use super::{LiveRun, Server};
+use crate::check::Checked;
+use crate::render;
+use crate::run::{Interpreter, RunOptions, StartError, progress, rundir};
+
+/// Requests larger than this are refused before they are read whole.
+const MAX_BODY: usize = 1024 * 1024;
+
+/// The API's OpenAPI document, kept in the repository.
+pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
+
+pub(super) fn router(server: Arc<Server>, origins: &[String]) -> axum::Router {
+    let cors = CorsLayer::new()
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]);
+    let cors = if origins.is_empty() {
+        cors.allow_origin(Any)
+    } else {
+        cors.allow_origin(AllowOrigin::list(
+            origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()),
+        ))
+    };
+    axum::Router::new()
+        .route("/openapi.json", get(openapi))
+        .route("/runs", post(create_run).get(list_runs))
+        .route("/runs/{id}", get(run_status))
+        .route("/runs/{id}/events", get(super::events::stream))
+        .route("/runs/{id}/cancel", post(cancel_run))
+        .route("/workflows", get(list_workflows))
+        .route("/workflows/{name}/graph", get(graph))
+        .route("/ask", post(ask))
+        .route("/trace/{id}", get(trace))
+        .route_layer(middleware::from_fn_with_state(
+            server.clone(),
+            require_token,
+        ))
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(cors)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .with_state(server)
+}
+
+/// An error answer: a status and a JSON body naming the problem.
+pub(super) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(super) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub(super) fn unknown_run(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run `{id}`"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": self.code, "message": self.message})),
+        )
+            .into_response()
+    }
+}
+
+async fn require_token(
+    State(server): State<Arc<Server>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = &server.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            let mut response = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this server needs `Authorization: Bearer <token>`",
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares without stopping at the first difference, so timing does not reveal the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// The body as a JSON object, or the error a client can act on.
+fn json_object(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("the request body is over {MAX_BODY} bytes"),
+            )
+        } else {
+            ApiError::bad("unreadable_body", e.body_text())
+        }
+    })?;
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::bad(
+            "malformed_json",
+            "the body must be a JSON object",
+        )),
+        Err(e) => Err(ApiError::bad(
+            "malformed_json",
+            format!("the body is not JSON: {e}"),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewRun {
+    workflow: String,
+    #[serde(default)]
+    inputs: serde_json::Map<String, Value>,
+    provider: Option<String>,
+}
+
+async fn create_run(
+    State(server): State<Arc<Server>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_object(body)?;
+    let request: NewRun = serde_json::from_value(Value::Object(body))
+        .map_err(|e| ApiError::bad("bad_request", e.to_string()))?;
+    let workflow = server.workflow(&request.workflow)?;
+    let id = launch(&server, workflow, request.inputs, request.provider, None).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, format!("/runs/{id}"))],
+        Json(json!({"id": id, "status": "queued"})),
+    )
+        .into_response())
+}
+
+impl Server {
+    fn workflow(&self, name: &str) -> Result<Arc<Checked>, ApiError> {
+        self.workflows.get(name).cloned().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_workflow",
+                format!(
+                    "no workflow `{name}`; this server runs: {}",
+                    self.workflows
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+    }
+
+    pub(super) fn run_dir(&self, id: &str) -> Result<PathBuf, ApiError> {
+        rundir::check_run_id(id).map_err(|_| ApiError::unknown_run(id))?;
+        let dir = self.runs_root.join(id);
+        if dir.join("run.json").is_file() {
+            Ok(dir)
+        } else {
+            Err(ApiError::unknown_run(id))
+        }
+    }
+}
+
+/// An input value as `--input` takes it: strings as written, anything else as JSON.
+fn input_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Starts a run (its records exist when this returns) and queues it for a permit. With
+/// `done`, the run's outcome is sent there when it ends.
+async fn launch(
+    server: &Arc<Server>,
+    workflow: Arc<Checked>,
+    inputs: serde_json::Map<String, Value>,
+    provider: Option<String>,
+    done: Option<tokio::sync::oneshot::Sender<crate::run::Outcome>>,
+) -> Result<String, ApiError> {
+    if server.stopping.load(Ordering::SeqCst) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stopping",
+            "the server is stopping",
+        ));
+    }
+    let provider = provider.or_else(|| server.provider.clone());
+    if let Some(p) = &provider
+        && !workflow.providers.iter().any(|x| x.name() == p)
+    {
+        return Err(ApiError::bad(
+            "unknown_provider",
+            format!(
+                "no provider `{p}` in `{}`; it has: {}",
+                workflow.name,
+                workflow
+                    .providers
+                    .iter()
+                    .map(|x| x.name().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    check_inputs(&workflow, &inputs)?;
+    let options = RunOptions {
+        runs_root: server.runs_root.clone(),
+        inputs: inputs
+            .iter()
+            .map(|(k, v)| (k.clone(), input_text(v)))
+            .collect(),
+        provider,
+        progress: progress::Mode::Quiet,
+        unconfined_tools: server.unconfined_tools,
+        ..RunOptions::default()
+    };
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let task_server = server.clone();
+    let task = async move {
+        let server = task_server;
+        let (interp, state) = match Interpreter::start(&workflow, &options) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = started_tx.send(Err(e));
+                return;
+            }
+        };
+        let id = state.run_id.clone();
+        let (interrupt, wake) = interp.interrupter();
+        if let Ok(mut live) = server.live.lock() {
+            live.insert(
+                id.clone(),
+                LiveRun {
+                    interrupt: interrupt.clone(),
+                    wake,
+                    started: false,
+                },
+            );
+        }
+        let _ = started_tx.send(Ok(id.clone()));
+        // Queued: a stop or a cancel before the permit still makes a clean, resumable end.
+        let permit = tokio::select! {
+            p = server.permits.clone().acquire_owned() => p.ok(),
+            _ = server.stop.notified() => None,
+        };
+        if let Ok(mut live) = server.live.lock()
+            && let Some(run) = live.get_mut(&id)
+        {
+            run.started = true;
+        }
+        if permit.is_none() {
+            interrupt.store(true, Ordering::SeqCst);
+        }
+        let outcome = interp.drive(state).await;
+        drop(permit);
+        if let Ok(mut live) = server.live.lock() {
+            live.remove(&id);
+        }
+        if let Some(done) = done {
+            let _ = done.send(outcome);
+        }
+    };
+    server
+        .tasks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .spawn(task);
+    match started_rx.await {
+        Ok(Ok(id)) => Ok(id),
+        Ok(Err(e @ StartError::Input(_))) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_inputs",
+            e.to_string(),
+        )),
+        Ok(Err(e @ StartError::Setup(_))) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot_start",
+            e.to_string(),
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the run could not be started",
+        )),
+    }
+}
+
+/// Inputs of a request are JSON of the declared types (no text-to-number guessing), and a
+/// `path` input names a place beneath the folder the server was started in.
+fn check_inputs(
+    workflow: &Checked,
+    inputs: &serde_json::Map<String, Value>,
+) -> Result<(), ApiError> {
+    for (name, value) in inputs {
+        let Some(input) = workflow.inputs.iter().find(|i| &i.name == name) else {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_input",
+                format!(
+                    "`{}` has no input `{name}`; its inputs: {}",
+                    workflow.name,
+                    workflow
+                        .inputs
+                        .iter()
+                        .map(|i| i.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        };
+        if let Err(e) = input.ty.validate(value) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "bad_input_type",
+                format!("input `{name}` is {}: {e}", input.ty.display()),
+            ));
+        }
+        if input.path
+            && let Some(text) = value.as_str()
+        {
+            let path = std::path::Path::new(text);
+            let climbs = path.components().any(|c| {
+                !matches!(
+                    c,
+                    std::path::Component::Normal(_) | std::path::Component::CurDir
+                )
+            });
+            if climbs {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "path_outside",
+                    format!(
+                        "input `{name}` must be a relative path beneath the server's folder, without `..`"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A run's record as the API shows it.
+fn run_summary(dir: &std::path::Path, queued: bool) -> Option<Value> {
+    let info = rundir::read_info(dir).ok()?;
+    let status = if queued {
+        "queued".to_string()
+    } else {
+        info.status
+    };
+    Some(json!({
+        "id": info.run_id,
+        "workflow": info.workflow,
+        "status": status,
+        "exit": info.exit,
+        "exit_code": info.exit_code,
+        "reason": info.reason,
+        "started_at": info.started_at,
+        "ended_at": info.ended_at,
+        "totals": info.totals,
+    }))
+}
+
+impl Server {
+    fn is_queued(&self, id: &str) -> bool {
+        self.live
+            .lock()
+            .map(|l| l.get(id).is_some_and(|r| !r.started))
+            .unwrap_or(false)
+    }
+}
+
+async fn list_runs(State(server): State<Arc<Server>>) -> Result<Json<Value>, ApiError> {
+    let mut ids: Vec<String> = std::fs::read_dir(&server.runs_root)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    ids.sort();
+    let runs: Vec<Value> = ids
+        .iter()
+        .filter_map(|id| run_summary(&server.runs_root.join(id), server.is_queued(id)))
+        .collect();
+    Ok(Json(json!({"runs": runs})))
+}
+
+async fn run_status(
+    State(server): State<Arc<Server>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let dir = server.run_dir(&id)?;
+    run_summary(&dir, server.is_queued(&id))
+        .map(Json)
+        .ok_or_else(|| ApiError::unknown_run(&id))
+}
+
+async fn cancel_run(
+    State(server): State<Arc<Server>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    server.run_dir(&id)?;
+    let live = server
+        .live
+        .lock()
+        .ok()
+        .and_then(|l| l.get(&id).map(|r| (r.interrupt.clone(), r.wake.clone())));
+    match live {
+        Some((interrupt, wake)) => {
+            interrupt.store(true, Ordering::SeqCst);
+            wake.notify_waiters();
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"id": id, "status": "cancelling"})),
+            )
+                .into_response())
+        }
+        None => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_running",
+            format!("run `{id}` is not running in this server"),
+        )),
+    }
+}
+
+async fn list_workflows(State(server): State<Arc<Server>>) -> Json<Value> {
+    let workflows: Vec<Value> = server
+        .workflows
+        .values()
+        .map(|w| {
+            json!({
+                "name": w.name,
+                "description": w.description,
+                "inputs": w.inputs.iter().map(|i| i.name.clone()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Json(json!({"workflows": workflows, "ask": server.ask}))
+}
+
+#[derive(Deserialize)]
+struct GraphQuery {
+    format: Option<String>,
+}
+
+async fn graph(
+    State(server): State<Arc<Server>>,
+    Path(name): Path<String>,
+    Query(query): Query<GraphQuery>,
+) -> Result<Response, ApiError> {
+    let workflow = server.workflow(&name)?;
+    let (format, content_type) = match query.format.as_deref().unwrap_or("dot") {
+        "dot" => (render::Format::Dot, "text/vnd.graphviz"),
+        "mermaid" => (render::Format::Mermaid, "text/plain; charset=utf-8"),
+        "svg" => (render::Format::Svg, "image/svg+xml"),
+        other => {
+            return Err(ApiError::bad(
+                "bad_format",
+                format!("format `{other}` is not one of dot, mermaid, svg"),
+            ));
+        }
+    };
+    let text = render::render(&workflow, format)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "render_failed", e))?;
+    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+}
+
+/// micro-agent's `POST /ask`: `{"question": ..., other inputs}` runs the ask workflow and
+/// answers when it ends.
+async fn ask(
+    State(server): State<Arc<Server>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let inputs = json_object(body)?;
+    if !inputs.get("question").is_some_and(Value::is_string) {
+        return Err(ApiError::bad(
+            "missing_question",
+            "the body needs `question`, a string",
+        ));
+    }
+    let workflow = server.workflow(&server.ask)?;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let id = launch(&server, workflow.clone(), inputs, None, Some(done_tx)).await?;
+    let outcome = done_rx.await.map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the run was lost",
+        )
+    })?;
+    let record = trace_record(&outcome.workspace, &id);
+    let answer = record
+        .as_ref()
+        .and_then(|r| r.get("answer").cloned())
+        .unwrap_or_else(|| last_output(&workflow, &outcome.state));
+    let steps = record
+        .as_ref()
+        .and_then(|r| r.get("steps").cloned())
+        .unwrap_or_else(|| json!(outcome.state.path));
+    Ok(Json(json!({
+        "id": id,
+        "exit": outcome.exit,
+        "exit_code": outcome.exit_code,
+        "answer": answer,
+        "steps": steps,
+        "usage": outcome.state.totals,
+    }))
+    .into_response())
+}
+
+/// The output of the last role the run visited.
+fn last_output(workflow: &Checked, state: &crate::run::RunState) -> Value {
+    state
+        .path
+        .last()
+        .and_then(|name| {
+            workflow
+                .graph
+                .node_indices()
+                .find(|&n| &workflow.graph[n].name == name)
+        })
+        .and_then(|n| state.outputs.get(&n.index()).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// The record a workflow wrote for a run into a `traces/<id>.jsonl` artifact (its last line).
+fn trace_record(workspace: &std::path::Path, id: &str) -> Option<Value> {
+    let text =
+        std::fs::read_to_string(workspace.join("traces").join(format!("{id}.jsonl"))).ok()?;
+    let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
+    serde_json::from_str(line).ok()
+}
+
+async fn trace(
+    State(server): State<Arc<Server>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let dir = server.run_dir(&id)?;
+    let info = rundir::read_info(&dir).map_err(|_| ApiError::unknown_run(&id))?;
+    let workspace = info.workspace.unwrap_or_else(|| dir.join("workspace"));
+    trace_record(&workspace, &id).map(Json).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_trace",
+            format!("run `{id}` wrote no trace record (traces/{id}.jsonl)"),
+        )
+    })
+}

@@ -1,0 +1,206 @@
+//! `rondo serve`: runs checked workflows on HTTP requests. Every run is made exactly as
+//! `rondo run` makes it (run directory, journal, checkpoints), so a run the server started
+//! can be listed, replayed and resumed from the command line.
+
+/// A line on standard error; a server whose stderr is gone goes on serving.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+mod api;
+mod events;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Notify, Semaphore};
+
+use crate::check::Checked;
+
+/// What `rondo serve` was asked to do.
+pub struct ServeOptions {
+    pub workflows: Vec<PathBuf>,
+    pub host: String,
+    pub port: u16,
+    /// Runs driven at once; the others wait in line.
+    pub concurrency: usize,
+    /// The bearer token every route but `/health` requires (read from the environment).
+    pub token: Option<String>,
+    pub runs_root: PathBuf,
+    /// Origins allowed by CORS; empty means any.
+    pub cors_origins: Vec<String>,
+    /// The workflow `POST /ask` runs (default: the first one).
+    pub ask: Option<String>,
+    /// The profile runs use unless a request names one.
+    pub provider: Option<String>,
+    pub unconfined_tools: bool,
+}
+
+/// A run this server process started: what cancelling it needs, and whether it still goes.
+struct LiveRun {
+    interrupt: Arc<AtomicBool>,
+    wake: Arc<Notify>,
+    started: bool,
+}
+
+pub(crate) struct Server {
+    workflows: BTreeMap<String, Arc<Checked>>,
+    ask: String,
+    runs_root: PathBuf,
+    token: Option<String>,
+    permits: Arc<Semaphore>,
+    live: Mutex<HashMap<String, LiveRun>>,
+    /// Set on SIGTERM or Ctrl-C: queued runs stop before they start.
+    stopping: AtomicBool,
+    stop: Notify,
+    provider: Option<String>,
+    unconfined_tools: bool,
+    /// Tasks that drive runs, awaited before the process exits.
+    tasks: Mutex<tokio::task::JoinSet<()>>,
+}
+
+impl Server {
+    fn interrupt_all(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.stop.notify_waiters();
+        if let Ok(live) = self.live.lock() {
+            for run in live.values() {
+                run.interrupt.store(true, Ordering::SeqCst);
+                run.wake.notify_waiters();
+            }
+        }
+    }
+}
+
+/// Serves until SIGTERM or Ctrl-C; returns the process exit status.
+pub fn serve(workflows: Vec<(PathBuf, Checked)>, options: ServeOptions) -> i32 {
+    let mut by_name = BTreeMap::new();
+    for (path, workflow) in workflows {
+        if let Some(first) = by_name.get(&workflow.name) {
+            let first: &Arc<Checked> = first;
+            say!(
+                "error: two workflows are named `{}`: {} and {}",
+                workflow.name,
+                first.path.display(),
+                path.display()
+            );
+            return 2;
+        }
+        by_name.insert(workflow.name.clone(), Arc::new(workflow));
+    }
+    let ask = match &options.ask {
+        Some(name) if by_name.contains_key(name) => name.clone(),
+        Some(name) => {
+            say!(
+                "error: --ask names `{name}`, which is not one of the served workflows ({})",
+                by_name.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+            return 2;
+        }
+        None => match options.workflows.first() {
+            Some(_) => by_name
+                .values()
+                .find(|w| Some(&w.path) == options.workflows.first())
+                .map(|w| w.name.clone())
+                .unwrap_or_else(|| by_name.keys().next().cloned().unwrap_or_default()),
+            None => String::new(),
+        },
+    };
+    if let Err(e) = std::fs::create_dir_all(&options.runs_root) {
+        say!("error: cannot create {}: {e}", options.runs_root.display());
+        return 2;
+    }
+    let server = Arc::new(Server {
+        workflows: by_name,
+        ask,
+        runs_root: options.runs_root.clone(),
+        token: options.token.clone(),
+        permits: Arc::new(Semaphore::new(options.concurrency.max(1))),
+        live: Mutex::new(HashMap::new()),
+        stopping: AtomicBool::new(false),
+        stop: Notify::new(),
+        provider: options.provider.clone(),
+        unconfined_tools: options.unconfined_tools,
+        tasks: Mutex::new(tokio::task::JoinSet::new()),
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            say!("error: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    runtime.block_on(async move {
+        let addr = format!("{}:{}", options.host, options.port);
+        let listener = match tokio::net::TcpListener::bind(&addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                say!("error: cannot listen on {addr}: {e}");
+                return 2;
+            }
+        };
+        let local: SocketAddr = match listener.local_addr() {
+            Ok(a) => a,
+            Err(e) => {
+                say!("error: {e}");
+                return 2;
+            }
+        };
+        say!(
+            "listening on http://{local} (workflows: {}; runs in {})",
+            server
+                .workflows
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            server.runs_root.display()
+        );
+        let app = api::router(server.clone(), &options.cors_origins);
+        let shutdown = {
+            let server = server.clone();
+            async move {
+                stop_signal().await;
+                say!("stopping: running steps reach a checkpoint; resume them with `rondo resume`");
+                server.interrupt_all();
+            }
+        };
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        let mut tasks =
+            std::mem::take(&mut *server.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        while tasks.join_next().await.is_some() {}
+        match served {
+            Ok(()) => 0,
+            Err(e) => {
+                say!("error: {e}");
+                2
+            }
+        }
+    })
+}
+
+async fn stop_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -305,7 +305,7 @@ async fn launch(
         {
             run.started = true;
         }
-        if permit.is_none() {
+        if permit.is_none() || server.stopping.load(Ordering::SeqCst) {
             interrupt.store(true, Ordering::SeqCst);
         }
         let outcome = interp.drive(state).await;
@@ -543,7 +543,7 @@ async fn ask(
             "the run was lost",
         )
     })?;
-    let record = trace_record(&outcome.workspace, &id);
+    let record = trace_record(&outcome.run_dir, &outcome.workspace, &id);
     let answer = record
         .as_ref()
         .and_then(|r| r.get("answer").cloned())
@@ -578,10 +578,24 @@ fn last_output(workflow: &Checked, state: &crate::run::RunState) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// The record a workflow wrote for a run into a `traces/<id>.jsonl` artifact (its last line).
-fn trace_record(workspace: &std::path::Path, id: &str) -> Option<Value> {
-    let text =
-        std::fs::read_to_string(workspace.join("traces").join(format!("{id}.jsonl"))).ok()?;
+/// The record a workflow wrote for a run into a `<id>.jsonl` artifact (micro-agent's
+/// `traces/<id>.jsonl`): the last line of the last such file the journal names.
+fn trace_record(run_dir: &std::path::Path, workspace: &std::path::Path, id: &str) -> Option<Value> {
+    let name = format!("{id}.jsonl");
+    let journal = std::fs::read_to_string(run_dir.join("events.jsonl")).ok()?;
+    let file = journal
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "artifact")
+        .filter_map(|e| e["file"].as_str().map(String::from))
+        .find(|f| {
+            std::path::Path::new(f)
+                .file_name()
+                .is_some_and(|n| n == name.as_str())
+        })?;
+    let path = workspace.join(&file);
+    let text = std::fs::read_to_string(path).ok()?;
     let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
     serde_json::from_str(line).ok()
 }
@@ -593,11 +607,13 @@ async fn trace(
     let dir = server.run_dir(&id)?;
     let info = rundir::read_info(&dir).map_err(|_| ApiError::unknown_run(&id))?;
     let workspace = info.workspace.unwrap_or_else(|| dir.join("workspace"));
-    trace_record(&workspace, &id).map(Json).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "no_trace",
-            format!("run `{id}` wrote no trace record (traces/{id}.jsonl)"),
-        )
-    })
+    trace_record(&dir, &workspace, &id)
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_trace",
+                format!("run `{id}` wrote no trace record (traces/{id}.jsonl)"),
+            )
+        })
 }

@@ -1,0 +1,699 @@
+//! `rondo serve` through the real binary and real HTTP: every answer is checked against the
+//! OpenAPI document kept in `docs/openapi.json`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// A `rondo serve` process and the address it listens on.
+struct Served {
+    child: Child,
+    base: String,
+    client: reqwest::Client,
+    token: Option<String>,
+}
+
+fn serve(dir: &Path, workflows: &[&Path], extra: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.current_dir(dir)
+        .arg("serve")
+        .args(workflows)
+        .args(["--port", "0", "--provider", "scripted"])
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    Served {
+        child,
+        base: addr,
+        client: rondo_provider::http::shared_client().unwrap(),
+        token: None,
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An answer: status, content type and body (JSON when it is JSON).
+struct Answer {
+    status: StatusCode,
+    content_type: String,
+    body: Value,
+    text: String,
+    headers: reqwest::header::HeaderMap,
+}
+
+impl Served {
+    async fn send(&self, method: &str, path: &str, body: Option<&str>) -> Answer {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .client
+            .request(method.parse().unwrap(), &url)
+            .header("content-type", "application/json");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.body(b.to_string());
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status();
+        let headers = res.headers().clone();
+        let content_type = headers
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let text = res.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer {
+            status,
+            content_type,
+            body,
+            text,
+            headers,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send("GET", path, None).await
+    }
+
+    async fn post(&self, path: &str, body: &str) -> Answer {
+        self.send("POST", path, Some(body)).await
+    }
+
+    /// Polls `GET /runs/{id}` until its status is one of `statuses`.
+    async fn wait_status(&self, id: &str, statuses: &[&str]) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let a = self.get(&format!("/runs/{id}")).await;
+            if statuses.iter().any(|s| a.body["status"] == *s) {
+                return a.body;
+            }
+            assert!(Instant::now() < deadline, "run {id} stayed {}", a.body);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The SSE stream of a run, read to its end: (event name, data) pairs.
+    async fn events(&self, id: &str) -> Vec<(String, String)> {
+        let url = format!("{}/runs/{id}/events", self.base);
+        let mut req = self.client.get(&url);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(
+            res.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        let text = res.text().await.unwrap();
+        let mut out = Vec::new();
+        for block in text.split("\n\n") {
+            let mut name = String::from("message");
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_string();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data.push_str(d);
+                }
+            }
+            if !data.is_empty() {
+                out.push((name, data));
+            }
+        }
+        out
+    }
+}
+
+fn openapi() -> Value {
+    common::json(common::root().join("docs/openapi.json"))
+}
+
+/// Checks an answer against the document: its status is declared for the operation, and a
+/// JSON body fits the declared schema.
+fn conforms(doc: &Value, method: &str, template: &str, a: &Answer) {
+    let op = &doc["paths"][template][method];
+    assert!(op.is_object(), "{method} {template} is not in openapi.json");
+    let declared = &op["responses"][a.status.as_str()];
+    assert!(
+        declared.is_object(),
+        "{method} {template} answered {} which openapi.json does not declare: {}",
+        a.status,
+        a.text
+    );
+    if let Some(schema) = declared["content"]["application/json"]["schema"].as_object() {
+        assert!(
+            a.content_type.starts_with("application/json"),
+            "{method} {template}: content type {}",
+            a.content_type
+        );
+        let mut root = Value::Object(schema.clone());
+        root["components"] = doc["components"].clone();
+        let validator = jsonschema::validator_for(&root).unwrap();
+        if let Err(e) = validator.validate(&a.body) {
+            panic!("{method} {template} {}: {e}\n{}", a.status, a.body);
+        }
+    }
+}
+
+fn micro() -> PathBuf {
+    common::root().join("workflows/micro_agent.rondo")
+}
+
+fn ds_star() -> PathBuf {
+    common::root().join("workflows/ds_star.rondo")
+}
+
+/// A workflow whose one tool waits until `release` exists (or 60 s): a run that stays
+/// running for as long as a test needs.
+fn slow_workflow(dir: &Path, release: &Path) -> PathBuf {
+    let path = dir.join("slow.rondo");
+    std::fs::write(
+        &path,
+        format!(
+            r#"workflow slow {{
+  description = "waits for a file"
+}}
+role wait: tool {{ command = ["python3", "-c", "import os, time; d = time.time() + 60; [time.sleep(0.02) for _ in iter(lambda: os.path.exists('{release}') or time.time() > d, True)]; print('released')"] }}
+start -> wait
+wait -> done
+exit done
+"#,
+            release = release.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_is_answered_at_once_followed_live_and_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = openapi();
+    let s = serve(tmp.path(), &[&micro(), &ds_star()], &[], &[]);
+
+    let a = s
+        .post(
+            "/runs",
+            &json!({"workflow": "ds_star", "inputs": {"question": "How many rows?"}}).to_string(),
+        )
+        .await;
+    conforms(&doc, "post", "/runs", &a);
+    assert_eq!(a.status, StatusCode::ACCEPTED);
+    let id = a.body["id"].as_str().unwrap().to_string();
+    assert_eq!(a.headers["location"], format!("/runs/{id}").as_str());
+
+    let events = s.events(&id).await;
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.last(), Some(&"end"), "{names:?}");
+    assert_eq!(names[names.len() - 2], "exit", "{names:?}");
+    assert!(names.contains(&"role_start"), "{names:?}");
+    // Every event is the journal's line, in order.
+    let journal = common::events(&tmp.path().join("runs").join(&id));
+    let streamed: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|(_, d)| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(streamed, journal);
+
+    let a = s.get(&format!("/runs/{id}")).await;
+    conforms(&doc, "get", "/runs/{id}", &a);
+    assert_eq!(a.body["status"], "finished");
+    assert_eq!(a.body["exit"], "success");
+    assert_eq!(a.body["workflow"], "ds_star");
+    assert!(a.body["totals"]["llm_calls"].as_u64().unwrap() > 0);
+
+    let a = s.get("/runs").await;
+    conforms(&doc, "get", "/runs", &a);
+    let ids: Vec<&str> = a.body["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id.as_str()]);
+
+    // The run is an ordinary run directory: the command line lists and replays it.
+    let out = common::rondo(&[
+        "replay",
+        tmp.path().join("runs").join(&id).to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+
+    let a = s.get("/workflows").await;
+    conforms(&doc, "get", "/workflows", &a);
+    assert_eq!(a.body["ask"], "micro_agent");
+    for (format, kind, marker) in [
+        ("dot", "text/vnd.graphviz", "digraph"),
+        ("mermaid", "text/plain", "flowchart"),
+        ("svg", "image/svg+xml", "<svg"),
+    ] {
+        let a = s
+            .get(&format!("/workflows/ds_star/graph?format={format}"))
+            .await;
+        conforms(&doc, "get", "/workflows/{name}/graph", &a);
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        assert!(a.content_type.starts_with(kind), "{}", a.content_type);
+        assert!(a.text.contains(marker), "{format}");
+    }
+    let a = s.get("/openapi.json").await;
+    assert_eq!(a.body, doc);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_a_4xx_that_names_the_problem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = openapi();
+    let s = serve(tmp.path(), &[&micro(), &ds_star()], &[], &[]);
+    let cases: &[(&str, &str, &str, String, u16, &str)] = &[
+        (
+            "post",
+            "/runs",
+            "/runs",
+            "{\"workflow\": ".into(),
+            400,
+            "malformed_json",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            "[1, 2]".into(),
+            400,
+            "malformed_json",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"workflow": "ds_star", "priority": 1}).to_string(),
+            400,
+            "bad_request",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"inputs": {}}).to_string(),
+            400,
+            "bad_request",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"workflow": "nope"}).to_string(),
+            404,
+            "unknown_workflow",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"workflow": "micro_agent", "inputs": {"question": "q", "colour": 1}})
+                .to_string(),
+            422,
+            "unknown_input",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"workflow": "micro_agent", "inputs": {"question": 42}}).to_string(),
+            422,
+            "bad_input_type",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"workflow": "micro_agent", "inputs": {}}).to_string(),
+            422,
+            "bad_inputs",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"workflow": "ds_star", "inputs": {"question": "q", "data_dir": "../../etc"}})
+                .to_string(),
+            422,
+            "path_outside",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"workflow": "ds_star", "inputs": {"question": "q", "data_dir": "/etc"}})
+                .to_string(),
+            422,
+            "path_outside",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            json!({"workflow": "ds_star", "provider": "claude"}).to_string(),
+            400,
+            "unknown_provider",
+        ),
+        (
+            "post",
+            "/runs",
+            "/runs",
+            format!(
+                "{{\"workflow\": \"ds_star\", \"inputs\": {{\"question\": \"{}\"}}}}",
+                "x".repeat(2 * 1024 * 1024)
+            ),
+            413,
+            "too_large",
+        ),
+        (
+            "post",
+            "/ask",
+            "/ask",
+            json!({"q": "hi"}).to_string(),
+            400,
+            "missing_question",
+        ),
+        (
+            "get",
+            "/runs/20990101-000000-abcd",
+            "/runs/{id}",
+            String::new(),
+            404,
+            "unknown_run",
+        ),
+        (
+            "get",
+            "/runs/..%2F..%2Fetc",
+            "/runs/{id}",
+            String::new(),
+            404,
+            "unknown_run",
+        ),
+        (
+            "post",
+            "/runs/20990101-000000-abcd/cancel",
+            "/runs/{id}/cancel",
+            String::new(),
+            404,
+            "unknown_run",
+        ),
+        (
+            "get",
+            "/trace/20990101-000000-abcd",
+            "/trace/{id}",
+            String::new(),
+            404,
+            "unknown_run",
+        ),
+        (
+            "get",
+            "/workflows/nope/graph",
+            "/workflows/{name}/graph",
+            String::new(),
+            404,
+            "unknown_workflow",
+        ),
+        (
+            "get",
+            "/workflows/ds_star/graph?format=png",
+            "/workflows/{name}/graph",
+            String::new(),
+            400,
+            "bad_format",
+        ),
+    ];
+    for (method, path, template, body, status, code) in cases {
+        let a = if *method == "get" {
+            s.get(path).await
+        } else {
+            s.post(path, body).await
+        };
+        assert_eq!(a.status.as_u16(), *status, "{method} {path}: {}", a.text);
+        assert_eq!(a.body["error"], *code, "{method} {path}: {}", a.text);
+        assert!(!a.body["message"].as_str().unwrap().is_empty());
+        conforms(&doc, method, template, &a);
+    }
+    // No request above started a run.
+    let a = s.get("/runs").await;
+    assert_eq!(a.body["runs"], json!([]));
+    let a = s.get("/no/such/route").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert_eq!(a.body["error"], "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_guards_every_route_but_health() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = openapi();
+    let mut s = serve(
+        tmp.path(),
+        &[&micro()],
+        &["--token-env", "SERVE_TEST_TOKEN"],
+        &[("SERVE_TEST_TOKEN", "s3cret-token")],
+    );
+    let a = s.get("/health").await;
+    conforms(&doc, "get", "/health", &a);
+    assert_eq!(a.status, StatusCode::OK);
+    for (method, path, template) in [
+        ("get", "/runs", "/runs"),
+        ("post", "/runs", "/runs"),
+        ("get", "/workflows", "/workflows"),
+        ("get", "/openapi.json", "/openapi.json"),
+        ("post", "/ask", "/ask"),
+    ] {
+        for token in [None, Some("wrong"), Some("s3cret-token-and-more")] {
+            s.token = token.map(String::from);
+            let a = s.send(&method.to_uppercase(), path, Some("{}")).await;
+            assert_eq!(
+                a.status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} {token:?}"
+            );
+            assert_eq!(a.headers["www-authenticate"], "Bearer");
+            conforms(&doc, method, template, &a);
+        }
+    }
+    s.token = Some("s3cret-token".into());
+    let a = s.get("/runs").await;
+    assert_eq!(a.status, StatusCode::OK);
+    // The token never reaches the run's records.
+    let a = s
+        .post(
+            "/ask",
+            &json!({"question": "What is 6 times 7?"}).to_string(),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let id = a.body["id"].as_str().unwrap();
+    let run = tmp.path().join("runs").join(id);
+    for file in ["run.json", "events.jsonl", "state.json"] {
+        let text = std::fs::read_to_string(run.join(file)).unwrap();
+        assert!(!text.contains("s3cret-token"), "{file}");
+    }
+
+    // A token variable that is not set is refused at start.
+    let out = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .args(["serve", micro().to_str().unwrap(), "--port", "0"])
+        .args(["--token-env", "SERVE_TEST_UNSET_TOKEN"])
+        .env_remove("SERVE_TEST_UNSET_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(common::stderr(&out).contains("SERVE_TEST_UNSET_TOKEN"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ask_answers_with_the_trace_record_and_cors_is_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = openapi();
+    let s = serve(tmp.path(), &[&micro(), &ds_star()], &[], &[]);
+    let a = s
+        .post(
+            "/ask",
+            &json!({"question": "What is 6 times 7?"}).to_string(),
+        )
+        .await;
+    conforms(&doc, "post", "/ask", &a);
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    let id = a.body["id"].as_str().unwrap();
+    assert_eq!(a.body["exit_code"], 0);
+    assert!(a.body["usage"]["llm_calls"].as_u64().unwrap() > 0);
+
+    let t = s.get(&format!("/trace/{id}")).await;
+    conforms(&doc, "get", "/trace/{id}", &t);
+    assert_eq!(t.status, StatusCode::OK, "{}", t.text);
+    assert_eq!(t.body["id"], id);
+    assert_eq!(t.body["question"], "What is 6 times 7?");
+    assert_eq!(t.body["answer"], a.body["answer"]);
+    assert_eq!(t.body["steps"], a.body["steps"]);
+
+    // A run without a trace record (DS-STAR writes none) is a 404 naming it.
+    let r = s
+        .post(
+            "/runs",
+            &json!({"workflow": "ds_star", "inputs": {"question": "q"}}).to_string(),
+        )
+        .await;
+    let other = r.body["id"].as_str().unwrap();
+    s.wait_status(other, &["finished"]).await;
+    let t = s.get(&format!("/trace/{other}")).await;
+    assert_eq!(t.status, StatusCode::NOT_FOUND);
+    assert_eq!(t.body["error"], "no_trace");
+
+    // A browser's preflight from any origin is allowed.
+    let res = s
+        .client
+        .request(reqwest::Method::OPTIONS, format!("{}/ask", s.base))
+        .header("origin", "http://example.test")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type")
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success());
+    assert_eq!(res.headers()["access-control-allow-origin"], "*");
+
+    // With --cors-origin, only that origin is.
+    let only = serve(
+        tmp.path(),
+        &[&micro()],
+        &["--cors-origin", "http://app.test"],
+        &[],
+    );
+    for (origin, allowed) in [("http://app.test", true), ("http://evil.test", false)] {
+        let res = only
+            .client
+            .get(format!("{}/health", only.base))
+            .header("origin", origin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            res.headers().get("access-control-allow-origin").is_some(),
+            allowed,
+            "{origin}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_beyond_the_concurrency_queue_and_cancel_stops_them_resumably() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = openapi();
+    let release = tmp.path().join("release");
+    let slow = slow_workflow(tmp.path(), &release);
+    let s = serve(tmp.path(), &[&slow], &["--concurrency", "1"], &[]);
+    let body = json!({"workflow": "slow"}).to_string();
+    let a = s.post("/runs", &body).await.body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = s.post("/runs", &body).await.body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // One permit: one runs, the other waits in line (it is not dropped).
+    let (first, second) = loop {
+        let (x, y) = (
+            s.get(&format!("/runs/{a}")).await,
+            s.get(&format!("/runs/{b}")).await,
+        );
+        match (x.body["status"].as_str(), y.body["status"].as_str()) {
+            (Some("running"), Some("queued")) => break (a.clone(), b.clone()),
+            (Some("queued"), Some("running")) => break (b.clone(), a.clone()),
+            (Some("queued"), Some("queued")) => tokio::time::sleep(Duration::from_millis(20)).await,
+            other => panic!("two runs with one permit: {other:?}"),
+        }
+    };
+
+    let a = s.post(&format!("/runs/{first}/cancel"), "").await;
+    conforms(&doc, "post", "/runs/{id}/cancel", &a);
+    assert_eq!(a.status, StatusCode::ACCEPTED);
+    let ended = s.wait_status(&first, &["interrupted"]).await;
+    assert_eq!(ended["exit"], "interrupted");
+    // The permit passed on: the second runs, then finishes once released.
+    s.wait_status(&second, &["running"]).await;
+    std::fs::write(&release, "").unwrap();
+    let done = s.wait_status(&second, &["finished"]).await;
+    assert_eq!(done["exit"], "done");
+    // Cancelling an ended run is a conflict.
+    let a = s.post(&format!("/runs/{second}/cancel"), "").await;
+    assert_eq!(a.status, StatusCode::CONFLICT);
+    conforms(&doc, "post", "/runs/{id}/cancel", &a);
+
+    // The cancelled run resumes from the command line to its exit.
+    let out = common::rondo(&[
+        "resume",
+        tmp.path().join("runs").join(&first).to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let info = common::json(tmp.path().join("runs").join(&first).join("run.json"));
+    assert_eq!(info["exit"], "done");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_running_and_queued_runs_at_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let release = tmp.path().join("release");
+    let slow = slow_workflow(tmp.path(), &release);
+    let mut s = serve(tmp.path(), &[&slow], &["--concurrency", "1"], &[]);
+    let body = json!({"workflow": "slow"}).to_string();
+    let running = s.post("/runs", &body).await.body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let queued = s.post("/runs", &body).await.body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.wait_status(&running, &["running"]).await;
+    let pid = s.child.id() as i32;
+    assert_eq!(unsafe { kill(pid, 15) }, 0);
+    let status = s.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    for id in [&running, &queued] {
+        let info = common::json(tmp.path().join("runs").join(id).join("run.json"));
+        assert_eq!(info["status"], "interrupted", "{id}: {info}");
+    }
+    // Both resume to their exit.
+    std::fs::write(&release, "").unwrap();
+    for id in [&running, &queued] {
+        let out = common::rondo(&["resume", tmp.path().join("runs").join(id).to_str().unwrap()]);
+        assert!(out.status.success(), "{}", common::stderr(&out));
+    }
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}

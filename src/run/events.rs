@@ -23,6 +23,19 @@ pub enum Event {
     RunResumed {
         step: u64,
     },
+    /// Memory earlier runs of the same `--workspace` left (`durable`): what was loaded,
+    /// and what was not and why.
+    DurableMemory {
+        file: PathBuf,
+        loaded: Vec<String>,
+        skipped: Vec<DurableSkip>,
+    },
+    /// The end of a run (its `finally` role, its last artifacts) failed; the run keeps
+    /// the exit it reached.
+    EndFailed {
+        exit: String,
+        error: String,
+    },
     /// Containers of crashed runs, removed before this one starts its own.
     StaleContainersRemoved {
         containers: Vec<String>,
@@ -129,6 +142,13 @@ pub enum Event {
         file: String,
         len: u64,
     },
+}
+
+/// A durable memory not carried over; `memory` is null when the whole file was unread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DurableSkip {
+    pub memory: Option<String>,
+    pub reason: String,
 }
 
 /// One call of an llm role: what was sent, what came back, what it cost.

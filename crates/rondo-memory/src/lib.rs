@@ -28,5 +28,5 @@ pub use history::{
 pub use paths::{PathError, normalize_workspace_path};
 pub use whiteboard::{
     ApplyReport, DeprecateOp, Entry, EntryStatus, OpError, OpsRejected, Section, SectionSpec,
-    SectionsError, UpsertOp, WHITEBOARD_FILE, Whiteboard, WhiteboardOp,
+    MAX_CARRIED_ENTRIES, SectionsError, UpsertOp, WHITEBOARD_FILE, Whiteboard, WhiteboardOp,
 };

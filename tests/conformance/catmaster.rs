@@ -220,6 +220,46 @@ fn every_tool_result_has_the_standard_shape_field_by_field() {
     assert_eq!(results[6]["error_kind"], "validation");
 }
 
+/// §5.1: "ToolExecutor rejects extra fields strictly". A payload with a field the tool's
+/// schema lacks is refused by Rondo before any process starts (`error_kind: validation`,
+/// no exit code, nothing written), at any depth of the payload; the task runner sees the
+/// failure as an observation and its corrected call goes through.
+#[test]
+fn an_extra_field_is_refused_before_the_tool_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    let calls = [
+        ("write_file", json!({"path": "notes/x.md", "content": "x", "mode": "w"})),
+        ("build_molecule", json!({"molecule": "CO", "size": 15})),
+        ("list_files", json!({"path": ".", "recursive": true})),
+        ("write_file", json!({"path": "notes/x.md", "content": "x"})),
+    ];
+    let mut runner: Vec<String> = calls.iter().map(|(t, p)| call(t, p.clone())).collect();
+    runner.push(finish(json!([])));
+    let run = catmaster(
+        &ws,
+        "strict",
+        "write a note",
+        json!({"planner": plan(&[("T1", "note")], json!([])), "task_runner": visits(&runner), "summarizer": "ok"}),
+        &[],
+    );
+    assert_exit(&run, "completed", 0);
+    let results = run.tool_results();
+    for (r, field) in results[..3].iter().zip(["mode", "size", "recursive"]) {
+        assert_eq!(r["status"], "failed", "{r}");
+        assert_eq!(r["error_kind"], "validation", "{r}");
+        assert!(r["exit_code"].is_null(), "no process ran: {r}");
+        assert!(r["error"].as_str().unwrap().contains(field), "{r}");
+    }
+    assert!(!ws.join("structures").exists(), "build_molecule ran");
+    assert_eq!(results[3]["status"], "success");
+    assert_eq!(std::fs::read_to_string(ws.join("notes/x.md")).unwrap(), "x");
+    // The refusals are observations the next prompt shows, with the reason.
+    let prompts = run.prompts("task_runner");
+    let reason = results[0]["error"].as_str().unwrap();
+    assert!(prompts[1].contains(reason), "{}", prompts[1]);
+}
+
 // ---- §7 Whiteboard: ops, rules, stable IDs ---------------------------------------------------
 
 /// A batch the whiteboard's rules refuse goes back to the model with the reason, as a

@@ -515,7 +515,15 @@ impl Compiler<'_> {
                 Cow::Owned(Type::String),
                 Described::Text("run_id"),
             ),
-            "ended" => (Root::Ended, Cow::Owned(ended_type()), Described::Text("ended")),
+            // The `finally` role runs once the run has ended: `ended` is never null there.
+            "ended" => {
+                let ty = ended_type();
+                let ty = match (scope.role, self.workflow.finally) {
+                    (Some(role), Some(finally)) if role == finally => ty.strip_optional().clone(),
+                    _ => ty,
+                };
+                (Root::Ended, Cow::Owned(ty), Described::Text("ended"))
+            }
             name => match self.node_names.get(name).copied() {
                 Some(node) if self.workflow.role(node).is_some() => {
                     if let Some(ty) = rest

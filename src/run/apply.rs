@@ -270,10 +270,27 @@ impl<'w> Interpreter<'w> {
         if updates.is_empty() {
             return None;
         }
-        let mut draft = state.clone();
+        // What expressions read, without the run's history (path, file lengths): a copy
+        // per llm call must not grow with the run.
+        let mut draft = RunState {
+            run_id: state.run_id.clone(),
+            step: state.step + 1,
+            position: state.position.clone(),
+            visits: state.visits.clone(),
+            route_taken: Vec::new(),
+            outputs: state.outputs.clone(),
+            memory: state.memory.clone(),
+            inputs: state.inputs.clone(),
+            path: Vec::new(),
+            tools_used: state.tools_used.clone(),
+            totals: state.totals.clone(),
+            status: state.status,
+            elapsed_ms: state.elapsed_ms,
+            file_lengths: Default::default(),
+            ended: state.ended.clone(),
+        };
         draft.outputs.insert(node.index(), output.clone());
         draft.visits[node.index()] += 1;
-        draft.step += 1;
         match self.run_updates(&mut draft, node, updates, output, item) {
             Err(UpdateError::Refused(reason)) => Some(reason),
             _ => None,

@@ -160,30 +160,35 @@ impl<'w> Interpreter<'w> {
                 .map(|()| true),
             None => Ok(false),
         };
-        let written = match applied {
-            Ok(true) => Ok(Vec::new()),
-            Ok(false) => {
-                self.write_artifacts(&self.workflow.artifacts, state, None, None, None, None, 0)
-            }
-            Err(e) => {
-                self.end_failed(exit, e);
-                self.write_artifacts(&self.workflow.artifacts, state, None, None, None, None, 0)
-            }
+        if let Err(e) = &applied {
+            self.end_failed(exit, e);
+        }
+        // The end is not a step: append-mode artifacts (one line per step) get no line.
+        let state_files: Vec<crate::compile::Artifact> = match applied {
+            Ok(true) => Vec::new(),
+            _ => self
+                .workflow
+                .artifacts
+                .iter()
+                .filter(|a| !a.append)
+                .cloned()
+                .collect(),
         };
+        let written = self.write_artifacts(&state_files, state, None, None, None, None, 0);
         match written {
             Ok(appended) => state.file_lengths.extend(appended),
-            Err(e) => self.end_failed(exit, e),
+            Err(e) => self.end_failed(exit, &e),
         }
     }
 
-    fn end_failed(&mut self, exit: &str, e: StepError) {
+    fn end_failed(&mut self, exit: &str, e: &StepError) {
         let error = match e {
-            StepError::Failed(m) | StepError::Limit(m) => m,
-            StepError::Interrupted => "interrupted".into(),
+            StepError::Failed(m) | StepError::Limit(m) => m.as_str(),
+            StepError::Interrupted => "interrupted",
         };
         self.event(Event::EndFailed {
             exit: exit.to_string(),
-            error,
+            error: error.to_string(),
         });
     }
 

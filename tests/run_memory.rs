@@ -333,7 +333,13 @@ fn durable_memory_carries_over_between_runs_of_a_workspace() {
     std::fs::create_dir_all(&ws).unwrap();
     let in_ws = |id: &str| {
         let out = rondo(&[
-            "run", "-q", path.to_str().unwrap(), "--workspace", ws.to_str().unwrap(), "--run-id", id,
+            "run",
+            "-q",
+            path.to_str().unwrap(),
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--run-id",
+            id,
         ]);
         common::assert_success(&out);
         let system = ws.join(".rondo/runs").join(id);
@@ -371,8 +377,14 @@ fn durable_memory_carries_over_between_runs_of_a_workspace() {
     let carried = &common::of_kind(&events, "durable_memory")[0];
     assert_eq!(carried["loaded"], serde_json::json!([]));
     let skipped = carried["skipped"].to_string();
-    assert!(skipped.contains("notes") && skipped.contains("board"), "{skipped}");
+    assert!(
+        skipped.contains("notes") && skipped.contains("board"),
+        "{skipped}"
+    );
     assert!(skipped.contains("climbs out of the workspace"), "{skipped}");
     // This run's memory is saved again for the next.
-    assert_eq!(common::json(&saved)["memory"]["notes"], serde_json::json!(["c"]));
+    assert_eq!(
+        common::json(&saved)["memory"]["notes"],
+        serde_json::json!(["c"])
+    );
 }

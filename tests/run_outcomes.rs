@@ -587,7 +587,10 @@ exit done
     let path = project(
         tmp.path(),
         workflow,
-        &[("ask.tera", "Give items.{% if last_error %} Rejected: {{ last_error }}{% endif %}\n")],
+        &[(
+            "ask.tera",
+            "Give items.{% if last_error %} Rejected: {{ last_error }}{% endif %}\n",
+        )],
         r#"replies:
   ask:
     "1":
@@ -604,7 +607,11 @@ exit done
         .map(|e| e["error"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(rejected.len(), 2, "{rejected:?}");
-    assert!(rejected[0].contains("extend needs a list"), "{}", rejected[0]);
+    assert!(
+        rejected[0].contains("extend needs a list"),
+        "{}",
+        rejected[0]
+    );
     assert!(rejected[1].contains("set count"), "{}", rejected[1]);
     // The next attempt's prompt carries the reason.
     let accepted = &common::of_kind(&ev, "llm_response")[0];
@@ -676,7 +683,10 @@ fn finally_and_ended_see_every_end_of_a_run() {
     assert_eq!(state["code"], 3);
     assert_eq!(state["ends"], serde_json::json!(["limit"]));
     let ended = std::fs::read_to_string(dir.join("workspace/ended.txt")).unwrap();
-    assert!(ended.starts_with("limit: role `ask` reached max_visits = 3"), "{ended}");
+    assert!(
+        ended.starts_with("limit: role `ask` reached max_visits = 3"),
+        "{ended}"
+    );
 
     // No reply for the second visit: `error`; with the reply added, `rondo resume`
     // continues, ends at `done` and the finally role runs at both ends.

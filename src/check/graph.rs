@@ -120,7 +120,9 @@ fn finally_unrouted(workflow: &Workflow, role: NodeIndex, diags: &mut Diagnostic
         r.from == role
             || match &r.target {
                 RouteTarget::Node { node } => *node == role,
-                RouteTarget::Parallel { branches, join } => branches.contains(&role) || *join == role,
+                RouteTarget::Parallel { branches, join } => {
+                    branches.contains(&role) || *join == role
+                }
                 RouteTarget::Map { worker, join, .. } => *worker == role || *join == role,
             }
     });

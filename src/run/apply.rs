@@ -217,9 +217,8 @@ impl<'w> Interpreter<'w> {
                             slot.kind.kind_name()
                         )));
                     };
-                    ty.validate(&value).map_err(|e| {
-                        UpdateError::Refused(format!("`set {}`: {e}", slot.name))
-                    })?;
+                    ty.validate(&value)
+                        .map_err(|e| UpdateError::Refused(format!("`set {}`: {e}", slot.name)))?;
                     ty.fill_absent(&mut value);
                     state.memory[memory_id] = MemoryValue::Plain(value);
                     String::new()

@@ -130,11 +130,7 @@ impl Durable {
         let doc = json!({"workflow": workflow.name, "run_id": state.run_id, "memory": memory});
         let dir = self.file.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(
-            ".{}.{}.tmp",
-            workflow.name,
-            std::process::id()
-        ));
+        let tmp = dir.join(format!(".{}.{}.tmp", workflow.name, std::process::id()));
         {
             let _ = std::fs::remove_file(&tmp);
             let mut f = std::fs::OpenOptions::new()

@@ -186,7 +186,8 @@ impl<'w> Interpreter<'w> {
                     continue;
                 };
                 if let Err(e) = super::memory::write_whiteboard(&state.memory[id], &self.run_dir) {
-                    self.reporter.warn(&format!("cannot write whiteboard.md: {e}"));
+                    self.reporter
+                        .warn(&format!("cannot write whiteboard.md: {e}"));
                 }
             }
         }

@@ -54,7 +54,8 @@ impl Run {
         self.events()
             .iter()
             .filter(|e| {
-                (e["event"] == "llm_response" || e["event"] == "invalid_output") && e["role"] == role
+                (e["event"] == "llm_response" || e["event"] == "invalid_output")
+                    && e["role"] == role
             })
             .map(|e| e["prompt"].as_str().unwrap_or_default().to_string())
             .collect()
@@ -158,11 +159,20 @@ fn every_tool_result_has_the_standard_shape_field_by_field() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
     let calls = [
-        ("build_molecule", json!({"molecule": "CO", "output_dir": "structures/molecules"})),
-        ("write_file", json!({"path": "notes/a.md", "content": "a = 3.92 Å"})),
+        (
+            "build_molecule",
+            json!({"molecule": "CO", "output_dir": "structures/molecules"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "notes/a.md", "content": "a = 3.92 Å"}),
+        ),
         ("read_file", json!({"path": "notes/a.md"})),
         ("list_files", json!({"pattern": "*.xyz"})),
-        ("xyz_summary_batch", json!({"input_dir": "structures", "output_dir": "outputs/xyz"})),
+        (
+            "xyz_summary_batch",
+            json!({"input_dir": "structures", "output_dir": "outputs/xyz"}),
+        ),
         ("read_file", json!({"path": "missing.txt"})),
         ("build_molecule", json!({"molecule": "C6H6"})),
     ];
@@ -187,11 +197,21 @@ fn every_tool_result_has_the_standard_shape_field_by_field() {
                 "{name} {tool}: {r}"
             );
             assert_eq!(r["tool_name"], *tool, "{name}: {r}");
-            assert!(r["warnings"].as_array().is_some_and(|w| w.iter().all(Value::is_string)));
-            assert!(r["execution_time"].as_f64().is_some_and(|t| t >= 0.0), "{name}: {r}");
+            assert!(
+                r["warnings"]
+                    .as_array()
+                    .is_some_and(|w| w.iter().all(Value::is_string))
+            );
+            assert!(
+                r["execution_time"].as_f64().is_some_and(|t| t >= 0.0),
+                "{name}: {r}"
+            );
             match r["status"].as_str() {
                 Some("success") => assert!(r["error"].is_null(), "{name}: {r}"),
-                _ => assert!(r["error"].as_str().is_some_and(|e| !e.is_empty()), "{name}: {r}"),
+                _ => assert!(
+                    r["error"].as_str().is_some_and(|e| !e.is_empty()),
+                    "{name}: {r}"
+                ),
             }
         }
         // The observation is the reference's tool-call record: a dict payload, the params.
@@ -202,16 +222,24 @@ fn every_tool_result_has_the_standard_shape_field_by_field() {
             assert_eq!(obs[field], result[field], "`{field}` of {tool}");
         }
     }
-    let ok: Vec<&str> = results.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    let ok: Vec<&str> = results
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
     assert_eq!(
         ok,
-        ["success", "success", "success", "success", "success", "failed", "failed"]
+        [
+            "success", "success", "success", "success", "success", "failed", "failed"
+        ]
     );
     // Workspace-relative paths that point at real files (§4 rule 3, §5.4).
     assert_eq!(results[0]["data"]["xyz_rel"], "structures/molecules/CO.xyz");
     assert!(ws.join("structures/molecules/CO.xyz").is_file());
     assert_eq!(results[2]["data"]["content"], "a = 3.92 Å");
-    assert_eq!(results[3]["data"]["files"], json!(["structures/molecules/CO.xyz"]));
+    assert_eq!(
+        results[3]["data"]["files"],
+        json!(["structures/molecules/CO.xyz"])
+    );
     let summary = results[4]["data"]["summary_json_rel"].as_str().unwrap();
     assert!(ws.join(summary).is_file());
     assert_eq!(results[4]["data"]["counts"]["summarized"], 1);
@@ -229,7 +257,10 @@ fn an_extra_field_is_refused_before_the_tool_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().join("ws");
     let calls = [
-        ("write_file", json!({"path": "notes/x.md", "content": "x", "mode": "w"})),
+        (
+            "write_file",
+            json!({"path": "notes/x.md", "content": "x", "mode": "w"}),
+        ),
         ("build_molecule", json!({"molecule": "CO", "size": 15})),
         ("list_files", json!({"path": ".", "recursive": true})),
         ("write_file", json!({"path": "notes/x.md", "content": "x"})),
@@ -308,7 +339,8 @@ fn a_refused_whiteboard_batch_goes_back_to_the_model_with_the_reason() {
     for (name, bad, reason) in cases {
         let ws = tmp.path().join(name);
         // The planner's first attempt carries the bad op; its retry, the good one.
-        let planner = json!({"1": [plan(&[("T1", "t")], json!([bad])), plan(&[("T1", "t")], good.clone())]});
+        let planner =
+            json!({"1": [plan(&[("T1", "t")], json!([bad])), plan(&[("T1", "t")], good.clone())]});
         let run = catmaster(
             &ws,
             name,
@@ -344,7 +376,10 @@ fn a_refused_whiteboard_batch_goes_back_to_the_model_with_the_reason() {
         &[],
     );
     assert_exit(&run, "completed", 0);
-    assert!(run.whiteboard().contains("FILE-1: `structures/CO.xyz` — CO"));
+    assert!(
+        run.whiteboard()
+            .contains("FILE-1: `structures/CO.xyz` — CO")
+    );
     assert_eq!(common::of_kind(&run.events(), "invalid_output").len(), 1);
 
     // A model that never gets it right ends the run at `invalid_output` (code 4), not at
@@ -512,7 +547,10 @@ fn workspace_and_whiteboard_last_across_runs_the_system_view_stays_out_of_reach(
         .iter()
         .map(|f| f.as_str().unwrap())
         .collect();
-    assert!(listed.contains(&"structures/molecules/CO.xyz"), "{listed:?}");
+    assert!(
+        listed.contains(&"structures/molecules/CO.xyz"),
+        "{listed:?}"
+    );
     assert!(
         listed
             .iter()
@@ -567,7 +605,10 @@ fn task_state_json_is_final_whatever_ends_the_run() {
     assert_exit(&error, "error", 2);
     let state = error.task_state();
     assert_eq!(state["status"], "error");
-    assert!(state["reason"].as_str().unwrap().contains("summarizer"), "{state}");
+    assert!(
+        state["reason"].as_str().unwrap().contains("summarizer"),
+        "{state}"
+    );
     assert_eq!(state["summary"], state["reason"]);
     assert_eq!(state["tasks"].as_array().unwrap().len(), 1);
 
@@ -641,18 +682,32 @@ fn batch_mapping_is_one_to_one_and_deterministic() {
     assert_exit(&run, "completed", 0);
     let results = run.tool_results();
     assert_eq!(results[0]["status"], "success", "{}", results[0]);
-    assert_eq!(results[0]["data"]["counts"], json!({"found": 5, "summarized": 5, "failed": 0}));
+    assert_eq!(
+        results[0]["data"]["counts"],
+        json!({"found": 5, "summarized": 5, "failed": 0})
+    );
     let aggregate = common::json(ws.join(results[0]["data"]["summary_json_rel"].as_str().unwrap()));
-    let keys: Vec<&str> = aggregate.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = aggregate
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     let mut expected: Vec<&str> = inputs.iter().map(|(p, _)| *p).collect();
     expected.sort();
-    assert_eq!(keys, expected, "the aggregate lists every input, and only them");
+    assert_eq!(
+        keys, expected,
+        "the aggregate lists every input, and only them"
+    );
     let mut outputs = std::collections::BTreeSet::new();
     for (path, n) in inputs {
         let entry = &aggregate[path];
         assert_eq!(entry["n_atoms"], n, "{path}");
         let rel = entry["summary_rel"].as_str().unwrap();
-        assert!(outputs.insert(rel.to_string()), "{rel} is the output of two inputs");
+        assert!(
+            outputs.insert(rel.to_string()),
+            "{rel} is the output of two inputs"
+        );
         // Each structure's own file holds its own summary.
         assert_eq!(common::json(ws.join(rel))["n_atoms"], n, "{rel}");
     }
@@ -663,7 +718,12 @@ fn batch_mapping_is_one_to_one_and_deterministic() {
         aggregate
     );
     assert_eq!(results[2]["status"], "failed");
-    assert!(results[2]["error"].as_str().unwrap().contains("inside input_dir"));
+    assert!(
+        results[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("inside input_dir")
+    );
     assert!(!ws.join("structures/out").exists());
 }
 
@@ -687,8 +747,14 @@ fn file_tools_never_reveal_paths_outside_the_workspace() {
         ("list_files", json!({"pattern": "link/*"})),
         ("read_file", json!({"path": "link/other-host-file.txt"})),
         ("read_file", json!({"path": "../secret-host-file.txt"})),
-        ("read_file", json!({"path": tmp.path().join("secret-host-file.txt").to_str().unwrap()})),
-        ("write_file", json!({"path": "../escape.txt", "content": "x"})),
+        (
+            "read_file",
+            json!({"path": tmp.path().join("secret-host-file.txt").to_str().unwrap()}),
+        ),
+        (
+            "write_file",
+            json!({"path": "../escape.txt", "content": "x"}),
+        ),
         ("list_files", json!({})),
     ];
     let mut runner: Vec<String> = calls.iter().map(|(t, p)| call(t, p.clone())).collect();
@@ -712,16 +778,28 @@ fn file_tools_never_reveal_paths_outside_the_workspace() {
                 "{tool} {params} names a file outside the workspace: {shown}"
             );
         }
-        assert!(!shown.contains(&host), "{tool} {params} names a host path: {shown}");
+        assert!(
+            !shown.contains(&host),
+            "{tool} {params} names a host path: {shown}"
+        );
         for f in r["data"]["files"].as_array().into_iter().flatten() {
             let f = f.as_str().unwrap();
-            assert!(!f.starts_with('/') && !f.split('/').any(|c| c == ".."), "{f}");
+            assert!(
+                !f.starts_with('/') && !f.split('/').any(|c| c == ".."),
+                "{f}"
+            );
         }
     }
-    let statuses: Vec<&str> = results.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    let statuses: Vec<&str> = results
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
     assert_eq!(
         statuses,
-        ["failed", "failed", "failed", "success", "failed", "failed", "failed", "failed", "success"]
+        [
+            "failed", "failed", "failed", "success", "failed", "failed", "failed", "failed",
+            "success"
+        ]
     );
     assert_eq!(results[3]["data"]["files"], json!([]));
     assert_eq!(results[8]["data"]["files"], json!(["data/ok.txt"]));

@@ -263,10 +263,17 @@ fn carried_over_refuses_what_the_rules_refuse() {
         matches!(&escaped.unwrap_err().errors[..], [OpError::BadPath { .. }]),
         "a path out of the workspace"
     );
-    let system = tamper(&|v| v["sections"][2]["entries"][0]["path"] = ".catmaster/task_state.json".into());
-    assert!(matches!(&system.unwrap_err().errors[..], [OpError::BadPath { .. }]));
+    let system =
+        tamper(&|v| v["sections"][2]["entries"][0]["path"] = ".catmaster/task_state.json".into());
+    assert!(matches!(
+        &system.unwrap_err().errors[..],
+        [OpError::BadPath { .. }]
+    ));
     let prefix = tamper(&|v| v["sections"][1]["entries"][0]["id"] = "FILE-9".into());
-    assert!(matches!(&prefix.unwrap_err().errors[..], [OpError::BadId { .. }]));
+    assert!(matches!(
+        &prefix.unwrap_err().errors[..],
+        [OpError::BadId { .. }]
+    ));
     let other = Whiteboard::new(vec![SectionSpec::new("Facts", "FACT")], vec![]).unwrap();
     let unknown = other.carried_over(&serde_json::from_value(saved.clone()).unwrap());
     assert!(

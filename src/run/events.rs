@@ -201,6 +201,8 @@ mod tests {
             r#"{"event":"checkpoint","delta":{"step":4,"+path":["a"]}}"#,
             r#"{"event":"exit","exit":"done","code":0,"reason":"reached","step":2,"totals":{"llm_calls":1,"input_tokens":2,"output_tokens":3,"cost":0.25,"tool_calls":0}}"#,
             r#"{"event":"memory","role":"a","memory":"notes","op":"append","note":""}"#,
+            r#"{"event":"durable_memory","file":"ws/.rondo/memory/keep.json","loaded":["notes"],"skipped":[{"memory":"board","reason":"damaged"},{"memory":null,"reason":"unread"}]}"#,
+            r#"{"event":"end_failed","exit":"limit","error":"role `record`: boom"}"#,
         ];
         for line in lines {
             let value: Value = serde_json::from_str(line).unwrap();

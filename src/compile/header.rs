@@ -72,6 +72,8 @@ impl Compiler<'_> {
                 "round",
                 "limits",
                 "script",
+                "finally",
+                "durable",
             ],
             "the workflow header",
         );
@@ -100,6 +102,8 @@ impl Compiler<'_> {
         }
         let provider = attrs.ident("provider", diags);
         let round = attrs.ident("round", diags);
+        let finally = attrs.ident("finally", diags);
+        let durable = attrs.ident_list("durable", diags);
         if let Some(limits) = attrs.block("limits", diags) {
             let mut l = Attrs::new(
                 limits,
@@ -122,6 +126,10 @@ impl Compiler<'_> {
         {
             self.workflow.default_provider = id;
         }
+        if let Some(f) = finally {
+            self.finally_role(&f);
+        }
+        self.durable_memory(durable);
         if let Some(r) = round {
             match self.node_names.get(&r.name) {
                 Some(&n) if self.workflow.role(n).is_some() => self.workflow.round_role = Some(n),

@@ -3,6 +3,7 @@
 //! Always returns a `Workflow` (possibly partial) so later passes can report more.
 
 mod attrs;
+mod end;
 mod expr;
 mod header;
 mod imports;
@@ -40,7 +41,7 @@ pub const BUILTIN_EXITS: &[(&str, i32)] = &[
 /// Pseudo-fields every json llm role has: `X.invalid` and `X.invalid_reply`.
 pub const INVALID_FIELDS: &[&str] = &["invalid", "invalid_reply"];
 const RESERVED_ROOTS: &[&str] = &[
-    "input", "memory", "output", "item", "round", "step", "visit", "run_id", "start",
+    "input", "memory", "output", "item", "round", "step", "visit", "run_id", "ended", "start",
 ];
 
 /// Parses and compiles a file: the usual entry point.
@@ -90,6 +91,8 @@ struct Compiler<'f> {
     tool_result: Option<Arc<Type>>,
     /// Llm roles with `output json`: they have the `invalid` pseudo-fields.
     json_llm: std::collections::HashSet<NodeIndex>,
+    /// Where the header names the `finally` role.
+    finally_span: Span,
     /// Nesting and size of the type being resolved: named types are expanded in place,
     /// and every later pass walks types recursively.
     type_depth: usize,
@@ -132,6 +135,8 @@ impl<'f> Compiler<'f> {
                 artifacts: Vec::new(),
                 limits: Limits::default(),
                 round_role: None,
+                finally: None,
+                durable: Vec::new(),
                 script: None,
                 tests: Vec::new(),
             },
@@ -147,6 +152,7 @@ impl<'f> Compiler<'f> {
             pending_providers: Vec::new(),
             tool_result: None,
             json_llm: Default::default(),
+            finally_span: Span::default(),
         }
     }
 
@@ -169,6 +175,7 @@ impl<'f> Compiler<'f> {
         self.declare_nodes(ast);
         self.header_attrs(ast);
         self.role_bodies(ast);
+        self.finally_is_builtin();
         self.exits(ast);
         self.workflow_artifacts(ast);
         self.routes(ast);

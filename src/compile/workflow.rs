@@ -46,6 +46,12 @@ pub struct Workflow {
     pub artifacts: Vec<Artifact>,
     pub limits: Limits,
     pub round_role: Option<NodeIndex>,
+    /// `finally = ROLE`: a builtin role applied once when the run ends, whatever the exit
+    /// (built-in ones included, `interrupted` aside), with `ended` set.
+    pub finally: Option<NodeIndex>,
+    /// `durable = [...]`: memories that carry over from one run to the next made in the
+    /// same `--workspace` folder.
+    pub durable: Vec<MemoryId>,
     /// Default replies for the scripted provider (`script = "..."` in the header).
     pub script: Option<PathBuf>,
     pub tests: Vec<TestCase>,
@@ -558,6 +564,8 @@ pub enum Root {
     Step,
     Visit,
     RunId,
+    /// How the run ended (`{exit, code, reason}`), null while it goes on.
+    Ended,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -170,9 +170,13 @@ codes! {
     WorkflowBadScript = "rondo::workflow::bad_script",
     WorkflowDuplicate = "rondo::workflow::duplicate",
     WorkflowEmpty = "rondo::workflow::empty",
+    WorkflowFinallyNotBuiltin = "rondo::workflow::finally_not_builtin",
+    WorkflowFinallyRouted = "rondo::workflow::finally_routed",
+    WorkflowNotDurable = "rondo::workflow::not_durable",
     WorkflowPromptsMissing = "rondo::workflow::prompts_missing",
     WorkflowScriptMissing = "rondo::workflow::script_missing",
     WorkflowScriptUnknownRole = "rondo::workflow::script_unknown_role",
+    WorkflowUnknownFinallyRole = "rondo::workflow::unknown_finally_role",
     WorkflowUnknownRoundRole = "rondo::workflow::unknown_round_role",
 }
 

@@ -23,6 +23,19 @@ pub enum Event {
     RunResumed {
         step: u64,
     },
+    /// Memory earlier runs of the same `--workspace` left (`durable`): what was loaded,
+    /// and what was not and why.
+    DurableMemory {
+        file: PathBuf,
+        loaded: Vec<String>,
+        skipped: Vec<DurableSkip>,
+    },
+    /// The end of a run (its `finally` role, its last artifacts) failed; the run keeps
+    /// the exit it reached.
+    EndFailed {
+        exit: String,
+        error: String,
+    },
     /// Containers of crashed runs, removed before this one starts its own.
     StaleContainersRemoved {
         containers: Vec<String>,
@@ -131,6 +144,13 @@ pub enum Event {
     },
 }
 
+/// A durable memory not carried over; `memory` is null when the whole file was unread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DurableSkip {
+    pub memory: Option<String>,
+    pub reason: String,
+}
+
 /// One call of an llm role: what was sent, what came back, what it cost.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LlmCall {
@@ -181,6 +201,8 @@ mod tests {
             r#"{"event":"checkpoint","delta":{"step":4,"+path":["a"]}}"#,
             r#"{"event":"exit","exit":"done","code":0,"reason":"reached","step":2,"totals":{"llm_calls":1,"input_tokens":2,"output_tokens":3,"cost":0.25,"tool_calls":0}}"#,
             r#"{"event":"memory","role":"a","memory":"notes","op":"append","note":""}"#,
+            r#"{"event":"durable_memory","file":"ws/.rondo/memory/keep.json","loaded":["notes"],"skipped":[{"memory":"board","reason":"damaged"},{"memory":null,"reason":"unread"}]}"#,
+            r#"{"event":"end_failed","exit":"limit","error":"role `record`: boom"}"#,
         ];
         for line in lines {
             let value: Value = serde_json::from_str(line).unwrap();

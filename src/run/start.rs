@@ -100,7 +100,12 @@ impl<'w> Interpreter<'w> {
         inputs
             .iter_mut()
             .for_each(|v| interp.redactor.redact_json(v));
-        let state = RunState::new(workflow, run_id.clone(), inputs).map_err(StartError::Setup)?;
+        let mut state =
+            RunState::new(workflow, run_id.clone(), inputs).map_err(StartError::Setup)?;
+        let carried = interp
+            .durable
+            .as_mut()
+            .map(|d| d.load(workflow, &mut state));
         interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
@@ -136,6 +141,9 @@ impl<'w> Interpreter<'w> {
             };
             interp.dir = Some(dir);
             interp.event(interp.run_start());
+            if let Some(note) = carried {
+                interp.carried_over(&state, note);
+            }
             // Resumable from here on: the checkpoint is durable before `run.json` says a
             // run exists, so a kill before this point leaves a run id that can be reused.
             let mut state = state;
@@ -155,6 +163,9 @@ impl<'w> Interpreter<'w> {
             StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
         })?;
         interp.event(interp.run_start());
+        if let Some(note) = carried {
+            interp.carried_over(&state, note);
+        }
         Ok((interp, state))
     }
 
@@ -164,6 +175,23 @@ impl<'w> Interpreter<'w> {
             run_dir: self.run_dir.clone(),
             workspace: self.workspace.root().to_path_buf(),
         }
+    }
+
+    /// Records what earlier runs' durable memory brought in, and renders a whiteboard
+    /// among it to the system area as a step would.
+    fn carried_over(&mut self, state: &RunState, note: Event) {
+        if let Event::DurableMemory { loaded, .. } = &note {
+            for name in loaded {
+                let Some(id) = self.workflow.memory.iter().position(|m| m.name == *name) else {
+                    continue;
+                };
+                if let Err(e) = super::memory::write_whiteboard(&state.memory[id], &self.run_dir) {
+                    self.reporter
+                        .warn(&format!("cannot write whiteboard.md: {e}"));
+                }
+            }
+        }
+        self.event(note);
     }
 
     /// Continues a stopped or crashed run from its last checkpoint.
@@ -208,8 +236,12 @@ impl<'w> Interpreter<'w> {
         let mut info = info;
         info.status = "running".into();
         interp.info = Some(info);
+        if let Some(durable) = &mut interp.durable {
+            durable.remember(workflow, &state);
+        }
         if state.status != Status::Finished {
             state.status = Status::Running;
+            state.ended = None;
             interp.event(Event::RunResumed { step: state.step });
         }
         Ok((interp, state))
@@ -287,6 +319,7 @@ impl<'w> Interpreter<'w> {
             started: Instant::now(),
             spent: Default::default(),
             resumed: false,
+            durable: super::durable::Durable::new(workflow, layout),
         })
     }
 

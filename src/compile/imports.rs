@@ -279,6 +279,8 @@ impl Compiler<'_> {
         let mut ids = Vec::new();
         for path in files {
             let shown = path.display().to_string();
+            // Executables beside the spec resolve wherever the run's workspace is.
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
             let from = format!("{var} names it, relative to the folder rondo started in");
             let Some((text, file)) = self.read_yaml(&path, &shown, at, &from) else {
                 continue;

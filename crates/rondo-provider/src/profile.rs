@@ -228,7 +228,13 @@ impl ProviderProfile {
                 .map(|value| (var.to_string(), value))
         }
         if let Some((_, url)) = read(&self.base_url_env, lookup) {
-            self.base_url = Some(url);
+            let url = url.trim();
+            // `OLLAMA_HOST=127.0.0.1:11434`, as Ollama's own CLI takes it.
+            self.base_url = Some(if url.contains("://") {
+                url.to_string()
+            } else {
+                format!("http://{url}")
+            });
         }
         if let Some((_, model)) = read(&self.model_env, lookup) {
             self.model = model.trim().to_string();

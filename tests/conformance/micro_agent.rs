@@ -1036,3 +1036,25 @@ fn a_bad_plugin_spec_is_a_diagnostic_before_anything_runs() {
     assert!(err.contains("TOOLS_MODULES"), "{err}");
     assert!(!asked.run_dir.exists());
 }
+
+#[test]
+fn more_plugin_specs_than_the_bound_are_a_diagnostic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..257 {
+        std::fs::write(
+            dir.join(format!("t{i:03}.yaml")),
+            format!("tool_name: t{i:03}\nexecutable: 'true'\n"),
+        )
+        .unwrap();
+    }
+    let asked = Ask::new("hi")
+        .reply(&final_answer("hi"))
+        .env("TOOLS_MODULES", "plugins")
+        .run_in(tmp.path());
+    assert_eq!(asked.out.status.code(), Some(1));
+    let err = stderr(&asked.out);
+    assert!(err.contains("rondo::tool::too_many_plugins"), "{err}");
+    assert!(err.contains("more than 256"), "{err}");
+}

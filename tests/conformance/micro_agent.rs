@@ -671,11 +671,14 @@ fn replay_path_index_shows_a_record_of_a_trace() {
 // ---- Provider configuration: LLM_PROVIDER, OPENAI_MODEL, OLLAMA_HOST, OLLAMA_MODEL, prices;
 // "configure_lm() ... falls back in order: Ollama → OpenAI → mock LM" -------------------------
 
+/// A request a [`Server`] got: its path, headers (lower-case names) and JSON body.
+type Request = (String, Vec<(String, String)>, Value);
+
 /// A local server speaking one provider's wire protocol: it checks each request it gets
 /// and answers with the next reply.
 struct Server {
     addr: std::net::SocketAddr,
-    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<(String, String)>, Value)>>>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Request>>>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -762,7 +765,7 @@ impl Server {
         Server { addr, seen }
     }
 
-    fn requests(&self) -> Vec<(String, Vec<(String, String)>, Value)> {
+    fn requests(&self) -> Vec<Request> {
         self.seen.lock().unwrap().clone()
     }
 }

@@ -501,6 +501,22 @@ fn an_answer_is_composed_when_the_last_turn_is_a_policy_violation() {
     assert_eq!(asked.record()["answer"], "80235");
 }
 
+/// The workflow's own mock (its default reply set, `{"final": {"answer": "ok"}}` every turn)
+/// never calls the calculator: the answer of a question in words is still its value.
+#[test]
+fn the_mock_answers_a_question_in_words_with_its_value() {
+    for (question, answer) in [
+        ("What is 6 times 7?", "42"),
+        ("What is 10 divided by 4?", "2.5"),
+        ("What is 2 to the power of 10?", "1024"),
+    ] {
+        let (_tmp, asked) = Ask::new(question).arg("--input").arg("max_steps=2").run();
+        let asked = asked.ok();
+        assert_eq!(asked.tools(), ["⛔️policy_violation"; 2], "{question}");
+        assert_eq!(asked.record()["answer"], answer, "{question}");
+    }
+}
+
 #[test]
 fn a_failed_calculation_is_skipped_for_the_first_result() {
     let (_tmp, asked) = Ask::new("What is 2**100?")

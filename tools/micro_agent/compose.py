@@ -8,8 +8,9 @@ Arguments (JSON object as the first argument, or on stdin):
 
 The answer joins with " | ": the first calculator result, then "UTC: <iso>" of the last `now`
 call. A math question whose calculator never gave a result gets a last-chance value: the sum of
-its integers when it asks to add or sum, else its longest arithmetic-looking part evaluated by
-the calculator's own safe evaluator. `composed` is false when there is nothing to compose from
+its integers when it asks to add or sum, else its longest arithmetic-looking part (arithmetic
+words between numbers read as operators: "6 times 7" is 6 * 7) evaluated by the calculator's own
+safe evaluator. `composed` is false when there is nothing to compose from
 (no calculator or now step, not a math question): the workflow then asks the model instead.
 
 Prints the standard tool result {status, tool_name, data, warnings, error, execution_time} with
@@ -27,6 +28,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from calculator import CalcError, safe_eval  # noqa: E402
 
 TOOL_NAME = "compose"
+WORD_OPERATORS = [
+    (r"(?:times|multiplied\s+by)", "*"),
+    (r"(?:divided\s+by|over)", "/"),
+    (r"plus", "+"),
+    (r"minus", "-"),
+    (r"(?:to\s+the\s+power\s+of)", "**"),
+]
 
 
 def read_args() -> dict:
@@ -49,6 +57,9 @@ def last_chance(question: str):
         numbers = [int(n) for n in re.findall(r"\b\d+\b", question)]
         if len(numbers) >= 2:
             return sum(numbers)
+    # "6 times 7", "10 divided by 4": the arithmetic words between numbers as operators.
+    for words, op in WORD_OPERATORS:
+        question = re.sub(rf"(?<=\d)\s+{words}\s+(?=[\d(])", f" {op} ", question, flags=re.I)
     candidates = [c.strip() for c in re.findall(r"[0-9+\-*/%().!^\s]+", question)]
     candidates = [c for c in candidates if re.search(r"\d", c) and re.search(r"[-+*/%^()!]", c)]
     for candidate in sorted(candidates, key=len, reverse=True):

@@ -77,6 +77,8 @@ struct Compiler<'f> {
     memory_names: HashMap<String, MemoryId>,
     provider_names: HashMap<String, ProviderId>,
     tool_names: HashMap<String, ToolId>,
+    /// The tools `plugins_env` named (`None` without `plugins_env`).
+    plugin_tools: Option<Vec<ToolId>>,
     env_names: HashMap<String, EnvId>,
     node_names: HashMap<String, NodeIndex>,
     /// Role and exit names whose declaration was refused (reserved): their uses are not
@@ -125,6 +127,7 @@ impl<'f> Compiler<'f> {
                 memory: Vec::new(),
                 providers: Vec::new(),
                 default_provider: 0,
+                default_provider_env: None,
                 tools: Vec::new(),
                 environments: Vec::new(),
                 graph,
@@ -144,6 +147,7 @@ impl<'f> Compiler<'f> {
             memory_names: HashMap::new(),
             provider_names: HashMap::new(),
             tool_names: HashMap::new(),
+            plugin_tools: None,
             env_names: HashMap::new(),
             node_names: HashMap::new(),
             refused_nodes: Default::default(),
@@ -171,6 +175,7 @@ impl<'f> Compiler<'f> {
         self.memory(ast);
         self.providers(ast);
         self.tools(ast);
+        self.plugin_tools(ast);
         self.environments(ast);
         self.declare_nodes(ast);
         self.header_attrs(ast);
@@ -256,6 +261,22 @@ impl<'f> Compiler<'f> {
             "provider profile",
             "declare it with `provider NAME { ... }` or import a providers file",
         )
+    }
+
+    /// A role's `tools` list; `plugins` stands for the tools `plugins_env` names.
+    fn tool_list(&mut self, names: &[Ident]) -> Vec<ToolId> {
+        let mut out = Vec::new();
+        for name in names {
+            match &self.plugin_tools {
+                Some(plugins)
+                    if name.name == "plugins" && !self.tool_names.contains_key("plugins") =>
+                {
+                    out.extend(plugins.iter().copied())
+                }
+                _ => out.extend(self.lookup_tool(name)),
+            }
+        }
+        out
     }
 
     fn lookup_tool(&mut self, name: &Ident) -> Option<ToolId> {

@@ -33,6 +33,10 @@ pub struct Workflow {
     pub memory: Vec<MemorySlot>,
     pub providers: Vec<Provider>,
     pub default_provider: ProviderId,
+    /// An environment variable that, when set and not empty, names the default profile
+    /// instead (`provider_env = "LLM_PROVIDER"`); read when a run starts.
+    #[serde(default)]
+    pub default_provider_env: Option<String>,
     pub tools: Vec<Tool>,
     pub environments: Vec<EnvSpec>,
     pub graph: DiGraph<Node, Edge>,
@@ -62,6 +66,13 @@ pub struct Input {
     pub name: String,
     pub ty: Type,
     pub default: Option<Value>,
+    /// Artifacts are written in the folder it names (see [`Artifact::root`]).
+    #[serde(default)]
+    pub artifact_root: bool,
+    /// `= env("VAR", default)`: when the input is not given, `VAR`'s value (set and not
+    /// empty) is taken as if given with `--input`.
+    #[serde(default)]
+    pub env: Option<String>,
     /// Declared `path` (a string): a file or folder of the machine running rondo, resolved
     /// against the folder rondo was started in and shown to tools read-only.
     #[serde(default)]
@@ -298,6 +309,10 @@ impl RoleKind {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LlmRole {
     pub provider: ProviderId,
+    /// The role names no provider: it calls the header's default, which `provider_env`
+    /// may replace when a run starts.
+    #[serde(default)]
+    pub default_provider: bool,
     pub system: Option<PathBuf>,
     pub prompt: PathBuf,
     pub output: OutputFormat,
@@ -370,6 +385,10 @@ pub enum Show {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Artifact {
+    /// Written in the folder a `path` input names (`"{{ input.traces_dir }}/..."`), not in
+    /// the workspace; `name` is then the part after that folder.
+    #[serde(default)]
+    pub root: Option<InputId>,
     pub name: String,
     /// Append one line per write (JSONL traces) instead of replacing the file.
     pub append: bool,

@@ -97,6 +97,10 @@ pub enum Event {
         file: String,
         bytes: usize,
         append: bool,
+        /// The folder a `path` input names, when the file is written there and not in the
+        /// workspace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        folder: Option<std::path::PathBuf>,
         /// The name as rendered, when making it a safe path changed it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sanitized_from: Option<String>,

@@ -123,7 +123,7 @@ impl<'w> Interpreter<'w> {
                     .zip(&state.inputs)
                     .map(|(i, v)| (i.name.clone(), v.clone()))
                     .collect(),
-                providers: provider_summaries(workflow),
+                providers: provider_summaries(workflow, &interp.pool),
                 provider_override: options.provider.clone(),
                 script: options
                     .script
@@ -273,13 +273,17 @@ impl<'w> Interpreter<'w> {
         for p in workflow.providers.iter().filter(scripted) {
             pool.register_model(p.name(), model.clone());
         }
+        let default = default_profile(workflow, &pool)?;
         let mut profile_of = HashMap::new();
         for (index, role) in workflow.roles() {
             if let RoleKind::Llm(l) = &role.kind {
-                let name = options
-                    .provider
-                    .clone()
-                    .unwrap_or_else(|| workflow.providers[l.provider].name().to_string());
+                let name = options.provider.clone().unwrap_or_else(|| {
+                    if l.default_provider {
+                        default.clone()
+                    } else {
+                        workflow.providers[l.provider].name().to_string()
+                    }
+                });
                 profile_of.insert(index.index(), name);
             }
         }
@@ -323,23 +327,28 @@ impl<'w> Interpreter<'w> {
         })
     }
 
-    /// A missing API key is a start-up error, never a failure in the middle of a run.
+    /// A fallback chain with no profile that can be called (every one lacks its API key)
+    /// is a start-up error, never a failure in the middle of a run. A profile whose key is
+    /// missing is skipped for its fallbacks (docs/providers.md).
     fn check_keys(&self) -> Result<(), StartError> {
         let mut missing = Vec::new();
         let mut names: Vec<&String> = self.profile_of.values().collect();
         names.sort();
         names.dedup();
         for name in names {
-            for link in self.pool.chain(name) {
-                if let Some(p) = self.pool.profile(&link)
-                    && p.key_required()
-                    && let Some(var) = p.key_env()
-                    && std::env::var_os(var).is_none_or(|v| v.is_empty())
-                {
-                    missing.push(format!(
-                        "profile `{link}` needs the environment variable {var}"
-                    ));
-                }
+            let chain = self.pool.chain(name);
+            let lacking: Vec<String> = chain
+                .iter()
+                .filter_map(|link| {
+                    let p = self.pool.profile(link)?;
+                    let var = p.key_env().filter(|_| p.key_required())?;
+                    std::env::var_os(var)
+                        .is_none_or(|v| v.is_empty())
+                        .then(|| format!("profile `{link}` needs the environment variable {var}"))
+                })
+                .collect();
+            if lacking.len() == chain.len() {
+                missing.extend(lacking);
             }
         }
         missing.sort();
@@ -350,6 +359,32 @@ impl<'w> Interpreter<'w> {
             Err(StartError::Setup(format!(
                 "{}; set it, or run with `--provider scripted`",
                 missing.join("; ")
+            )))
+        }
+    }
+}
+
+/// The profile of llm roles that name none: the one `provider_env` names when it is set,
+/// else the header's `provider`.
+fn default_profile(workflow: &Workflow, pool: &ProviderPool) -> Result<String, StartError> {
+    let chosen = workflow.default_provider_env.as_deref().and_then(|var| {
+        let name = std::env::var(var).ok()?;
+        let name = name.trim();
+        (!name.is_empty()).then(|| (var, name.to_string()))
+    });
+    match chosen {
+        None => Ok(workflow.providers[workflow.default_provider]
+            .name()
+            .to_string()),
+        Some((_, name)) if pool.profile(&name).is_some() => Ok(name),
+        Some((var, name)) => {
+            let mut known: Vec<&str> = pool.profile_names().collect();
+            known.sort();
+            let shown: String = name.chars().take(40).collect();
+            Err(StartError::Input(format!(
+                "{var}={shown:?} is not a provider profile of {} (profiles: {})",
+                workflow.name,
+                known.join(", ")
             )))
         }
     }
@@ -392,7 +427,18 @@ fn resolve_inputs(
 ) -> Result<Vec<Value>, StartError> {
     let mut values: Vec<Option<Value>> =
         workflow.inputs.iter().map(|i| i.default.clone()).collect();
-    for (key, raw) in given {
+    // An input not given takes its `env("VAR", ...)` variable's value, as if given.
+    let from_env: Vec<(String, String)> = workflow
+        .inputs
+        .iter()
+        .filter(|i| !given.iter().any(|(key, _)| key == &i.name))
+        .filter_map(|i| {
+            let var = i.env.as_deref()?;
+            let value = std::env::var(var).ok().filter(|v| !v.trim().is_empty())?;
+            Some((i.name.clone(), value))
+        })
+        .collect();
+    for (key, raw) in given.iter().chain(&from_env) {
         let Some(index) = workflow.inputs.iter().position(|i| &i.name == key) else {
             let names: Vec<&str> = workflow.inputs.iter().map(|i| i.name.as_str()).collect();
             let hint = crate::diagnostics::did_you_mean(key, names.iter().copied())
@@ -410,8 +456,13 @@ fn resolve_inputs(
         } else {
             serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
         };
-        ty.validate(&value)
-            .map_err(|e| StartError::Input(format!("input `{key}`: {e}")))?;
+        ty.validate(&value).map_err(|e| {
+            let from = match &workflow.inputs[index].env {
+                Some(var) if from_env.iter().any(|(k, _)| k == key) => format!(" (from {var})"),
+                _ => String::new(),
+            };
+            StartError::Input(format!("input `{key}`{from}: {e}"))
+        })?;
         values[index] = Some(value);
     }
     workflow
@@ -503,11 +554,16 @@ pub(super) fn input_paths(workflow: &Workflow, state: &RunState) -> Vec<PathBuf>
         .collect()
 }
 
-fn provider_summaries(workflow: &Workflow) -> Vec<Value> {
+/// The profiles as written, with the model the run calls (`model_env` read); a URL from
+/// `base_url_env` is not recorded (it may carry credentials).
+fn provider_summaries(workflow: &Workflow, pool: &ProviderPool) -> Vec<Value> {
     workflow
         .providers
         .iter()
         .map(|p| &p.profile)
-        .map(|p| json!({"name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url, "api_key_env": p.api_key_env}))
+        .map(|p| {
+            let model = pool.profile(&p.name).map_or(p.model.clone(), |r| r.model.clone());
+            json!({"name": p.name, "kind": p.kind, "model": model, "base_url": p.base_url, "base_url_env": p.base_url_env, "api_key_env": p.api_key_env})
+        })
         .collect()
 }

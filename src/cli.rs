@@ -147,15 +147,22 @@ pub enum Command {
         #[arg(long, env = "RONDO_UNCONFINED_TOOLS", value_parser = clap::builder::FalseyValueParser::new())]
         unconfined_tools: bool,
     },
-    /// Show a finished or stopped run step by step.
+    /// Show a finished or stopped run step by step, or one record of a JSONL file.
     #[command(
-        after_help = "Examples:\n  rondo replay runs/20261122-091630-ab12\n  rondo replay runs/20261122-091630-ab12 --full"
+        after_help = "Examples:\n  rondo replay runs/20261122-091630-ab12\n  rondo replay runs/20261122-091630-ab12 --full\n  rondo replay --path traces/20261122-091630-ab12.jsonl --index -1"
     )]
     Replay {
-        run: PathBuf,
+        #[arg(required_unless_present = "path", conflicts_with = "path")]
+        run: Option<PathBuf>,
         /// Print prompts and replies in full.
         #[arg(long)]
         full: bool,
+        /// A JSONL file (a trace written with `artifact ... +=`): print one record.
+        #[arg(long, value_name = "FILE")]
+        path: Option<PathBuf>,
+        /// Which record of `--path`: 0 is the first, -1 the last.
+        #[arg(long, default_value_t = -1, allow_negative_numbers = true, requires = "path")]
+        index: i64,
     },
     /// List runs with their status.
     #[command(
@@ -301,7 +308,16 @@ pub fn main_entry() -> i32 {
                 ..RunOptions::default()
             },
         ),
-        Command::Replay { run, full } => cmd_replay(&run, full),
+        Command::Replay {
+            run,
+            full,
+            path,
+            index,
+        } => match (run, path) {
+            (_, Some(path)) => cmd_replay_record(&path, index),
+            (Some(run), None) => cmd_replay(&run, full),
+            (None, None) => 2,
+        },
         Command::Runs { run_dir, workspace } => cmd_runs(
             &workspace
                 .as_deref()
@@ -442,6 +458,19 @@ fn cmd_replay(run_path: &std::path::Path, full: bool) -> i32 {
         }
         Err(e) => {
             errln!("error: {e}");
+            2
+        }
+    }
+}
+
+fn cmd_replay_record(path: &std::path::Path, index: i64) -> i32 {
+    match run::replay::record(path, index) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
             2
         }
     }

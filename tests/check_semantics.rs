@@ -846,3 +846,37 @@ fn provider_durations_from_yaml_are_kept() {
     );
     assert_eq!(local.fallback, ["main"]);
 }
+
+/// An input may take its default from a variable unless the name looks like a secret: one of
+/// its `_`-separated parts is a word such as KEY, TOKEN, SECRET or PASSWORD (whole parts, so
+/// TOKENIZER_PATH and KEYBOARD_LAYOUT are fine).
+#[test]
+fn inputs_from_secret_looking_variables_are_refused_by_whole_parts() {
+    let source = |var: &str| {
+        format!(
+            "workflow w {{\n  input x: string = env(\"{var}\", \"d\")\n}}\nstart -> done\nexit done\n"
+        )
+    };
+    for var in [
+        "TOKENIZER_PATH",
+        "KEYBOARD_LAYOUT",
+        "MONKEY",
+        "PASSAGE_DIR",
+        "TRACES_DIR",
+    ] {
+        let (_, diags, _) = check(&source(var));
+        assert!(diags.is_empty(), "{var}: {:?}", common::codes(&diags));
+    }
+    for var in [
+        "OPENAI_API_KEY",
+        "API_KEY",
+        "MY_APIKEY",
+        "GITHUB_TOKEN",
+        "db_password",
+        "AWS_SECRET_ACCESS_KEY",
+        "GOOGLE_CREDENTIALS",
+    ] {
+        let (_, diags, _) = check(&source(var));
+        assert_eq!(common::codes(&diags), ["rondo::input::secret_env"], "{var}");
+    }
+}

@@ -232,3 +232,88 @@ exit done
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["file"], "named/x.txt");
 }
+
+/// An artifact in the folder a `path` input names, appended once per run.
+const ROOTED: &str = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+  input out: path = "shared"
+}
+role r1: llm {
+  prompt = "r1.tera"
+  output json { name: string }
+  artifact "{{ input.out }}/{{ r1.name }}.jsonl" += { name: output.name, run: run_id }
+}
+start -> r1
+r1 -> invalid_output when r1.invalid
+r1 -> success
+exit success
+"#;
+
+#[test]
+fn an_artifact_goes_to_the_folder_a_path_input_names_and_stays_inside_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        ROOTED,
+        "replies:\n  r1: '{\"name\": \"../../escape\"}'\n",
+    );
+    let runs = tmp.path().join("runs");
+    // Relative to the folder rondo starts in; several runs share the folder.
+    for id in ["a", "b"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+            .current_dir(tmp.path())
+            .args(["run", "-q", wf.to_str().unwrap(), "--run-dir"])
+            .arg(&runs)
+            .args(["--run-id", id])
+            .output()
+            .unwrap();
+        common::assert_success(&out);
+    }
+    // The reply's `../..` is one path component, inside the folder.
+    assert_eq!(files(&tmp.path().join("shared")), ["______escape.jsonl"]);
+    let text = std::fs::read_to_string(tmp.path().join("shared/______escape.jsonl")).unwrap();
+    let runs_seen: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["run"].clone())
+        .collect();
+    assert_eq!(runs_seen, ["a", "b"]);
+    assert!(!runs.join("a/workspace/shared").exists());
+    let artifact = of_kind(&events(&runs.join("a")), "artifact");
+    assert_eq!(
+        artifact[0]["folder"],
+        std::fs::canonicalize(tmp.path().join("shared"))
+            .unwrap()
+            .to_string_lossy()
+            .as_ref()
+    );
+}
+
+#[test]
+fn a_path_input_naming_the_runs_records_is_refused_for_artifacts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        ROOTED,
+        "replies:\n  r1: '{\"name\": \"events\"}'\n",
+    );
+    let runs = tmp.path().join("runs");
+    let system = runs.join("r");
+    let (out, dir) = common::run_with(&wf, "r", &["--input", &format!("out={}", system.display())]);
+    common::assert_success(&out);
+    let rejected = of_kind(&events(&dir), "artifact_rejected");
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert!(rejected[0]["reason"].as_str().unwrap().contains("records"));
+    // Nothing was appended to the journal.
+    assert!(events(&dir).iter().all(|e| e.get("event").is_some()));
+    // Under any `.rondo` folder too.
+    let hidden = tmp.path().join("w/.rondo/x");
+    let (out, dir) = common::run_with(
+        &wf,
+        "r2",
+        &["--input", &format!("out={}", hidden.display())],
+    );
+    common::assert_success(&out);
+    assert_eq!(of_kind(&events(&dir), "artifact_rejected").len(), 1);
+    assert!(!hidden.join("events.jsonl").exists());
+}

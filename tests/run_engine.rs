@@ -330,3 +330,173 @@ fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+const STRICT: &str = r#"
+workflow strict {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+import tool "open.yaml"
+import tool "closed.yaml"
+tool strict_echo {
+  executable = "python3 -c 'import sys; print(sys.argv[1])'"
+  input { a: string, inner: { b: int }? }
+}
+tool open_echo {
+  executable = "python3 -c 'import sys; print(sys.argv[1])'"
+  input { a: string }
+  extra_fields = "allow"
+}
+role r1: tool { tools = [strict_echo] call = "strict_echo" args = { a: "x", extra: 1 } }
+role r2: tool { tools = [strict_echo] call = "strict_echo" args = { a: "x", inner: { b: 1, c: 2 } } }
+role r3: tool { tools = [strict_echo] call = "strict_echo" args = { a: "x", inner: { b: 1 } } }
+role r4: tool { tools = [open_echo] call = "open_echo" args = { a: "x", extra: 1 } }
+role r5: tool { tools = [yaml_open] call = "yaml_open" args = { a: "x", extra: 1 } }
+role r6: tool { tools = [yaml_closed] call = "yaml_closed" args = { a: "x", extra: 1 } }
+start -> r1
+r1 -> r2
+r2 -> r3
+r3 -> r4
+r4 -> r5
+r5 -> r6
+r6 -> done
+exit done
+"#;
+
+/// A tool's arguments are checked by Rondo before it runs: fields its `input` does not
+/// declare are rejected (at any depth) unless the tool allows them; a YAML spec's objects
+/// are open unless its schema says `additionalProperties: false`.
+#[test]
+fn undeclared_argument_fields_are_rejected_unless_the_tool_allows_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = |name: &str, closed: &str| {
+        format!(
+            "tool_name: {name}\nexecutable: python3 -c 'import sys; print(sys.argv[1])'\ninput_schema:\n  type: object\n  properties:\n    a: {{type: string}}\n  required: [a]\n{closed}"
+        )
+    };
+    std::fs::write(tmp.path().join("open.yaml"), spec("yaml_open", "")).unwrap();
+    std::fs::write(
+        tmp.path().join("closed.yaml"),
+        spec("yaml_closed", "  additionalProperties: false\n"),
+    )
+    .unwrap();
+    let wf = project(tmp.path(), STRICT, &[], "replies: {}\n");
+    let (out, dir) = run_with(&wf, "r", &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let kinds: Vec<(String, Value)> = common::of_kind(&events(&dir), "tool_call")
+        .iter()
+        .map(|c| {
+            (
+                c["role"].as_str().unwrap().to_string(),
+                c["result"]["error_kind"].clone(),
+            )
+        })
+        .collect();
+    let validation = Value::from("validation");
+    assert_eq!(
+        kinds,
+        [
+            ("r1".to_string(), validation.clone()),
+            ("r2".to_string(), validation.clone()),
+            ("r3".to_string(), Value::Null),
+            ("r4".to_string(), Value::Null),
+            ("r5".to_string(), Value::Null),
+            ("r6".to_string(), validation),
+        ]
+    );
+    let calls = common::of_kind(&events(&dir), "tool_call");
+    assert!(
+        calls[1]["result"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("$.inner: unexpected field `c`")
+    );
+    // What ran got the extra field as it was given.
+    assert_eq!(calls[3]["result"]["data"]["extra"], 1);
+}
+
+const FROM_ENV: &str = r#"
+workflow from_env {
+  prompts = "prompts"
+  script = "script.yaml"
+  provider = first
+  provider_env = "RONDO_TEST_PROVIDER"
+  input rounds: int = env("RONDO_TEST_ROUNDS", 2)
+  input label: string = env("RONDO_TEST_LABEL")
+}
+provider first { kind = "scripted" }
+provider second { kind = "scripted" }
+role r1: llm { prompt = "r1.tera" output text }
+start -> r1
+r1 -> done
+exit done
+"#;
+
+/// `env("VAR", default)`: the variable's value when the input is not given (typed as a
+/// `--input` value would be), the default when it is unset; `--input` wins. The header's
+/// `provider_env` names the profile of roles that name none.
+#[test]
+fn inputs_and_the_default_profile_come_from_the_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(
+        tmp.path(),
+        FROM_ENV,
+        &[("r1.tera", "Hi\n")],
+        "replies:\n  r1: hello\n",
+    );
+    let run = |id: &str, env: &[(&str, &str)], extra: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
+        cmd.args(["run", "-q", wf.to_str().unwrap(), "--run-dir"])
+            .arg(tmp.path().join("runs"))
+            .args(["--run-id", id])
+            .args(extra);
+        for var in [
+            "RONDO_TEST_PROVIDER",
+            "RONDO_TEST_ROUNDS",
+            "RONDO_TEST_LABEL",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.envs(env.iter().copied());
+        (cmd.output().unwrap(), tmp.path().join("runs").join(id))
+    };
+    let (out, _) = run("a", &[], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(common::stderr(&out).contains("input `label` is required"));
+
+    let (out, dir) = run("b", &[("RONDO_TEST_LABEL", "x")], &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let info = json(dir.join("run.json"));
+    assert_eq!(info["inputs"]["rounds"], 2);
+    assert_eq!(info["inputs"]["label"], "x");
+    let profiles: Vec<Value> = common::of_kind(&events(&dir), "llm_response")
+        .iter()
+        .map(|e| e["profile"].clone())
+        .collect();
+    assert_eq!(profiles, ["first"]);
+
+    let env = [
+        ("RONDO_TEST_LABEL", "x"),
+        ("RONDO_TEST_ROUNDS", "7"),
+        ("RONDO_TEST_PROVIDER", "second"),
+    ];
+    let (out, dir) = run("c", &env, &["--input", "label=given"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let info = json(dir.join("run.json"));
+    assert_eq!(info["inputs"]["rounds"], 7);
+    assert_eq!(info["inputs"]["label"], "given");
+    let response = &common::of_kind(&events(&dir), "llm_response")[0];
+    assert_eq!(response["profile"], "second");
+
+    let (out, _) = run(
+        "d",
+        &[("RONDO_TEST_LABEL", "x"), ("RONDO_TEST_ROUNDS", "seven")],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("input `rounds` (from RONDO_TEST_ROUNDS)"),
+        "{err}"
+    );
+}

@@ -299,3 +299,92 @@ fn a_damaged_structured_memory_in_the_checkpoint_stops_resume() {
     assert!(stderr.contains("damaged state.json"), "{stderr}");
     assert!(stderr.contains("memory `board`"), "{stderr}");
 }
+
+const DURABLE: &str = r#"
+workflow keep {
+  prompts = "prompts"
+  script = "script.yaml"
+  durable = [notes, board]
+}
+memory {
+  notes: list[string] = []
+  board: whiteboard { sections = ["Facts", "Key Files"] }
+}
+role note: builtin {
+  update {
+    notes.append(run_id)
+    board.apply([{ op: "UPSERT", section: "Facts", text: run_id }])
+  }
+}
+start -> note
+note -> done
+exit done
+"#;
+
+/// `durable` memory carries over between the runs of one `--workspace` folder (kept in
+/// its `.rondo/`, out of the tools' reach), never between runs with workspaces of their
+/// own; a saved value that no longer fits starts empty and the `durable_memory` event
+/// says why; a saved whiteboard goes through the whiteboard's rules.
+#[test]
+fn durable_memory_carries_over_between_runs_of_a_workspace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = common::project(tmp.path(), DURABLE, &[], "replies: {}\n");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let in_ws = |id: &str| {
+        let out = rondo(&[
+            "run",
+            "-q",
+            path.to_str().unwrap(),
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--run-id",
+            id,
+        ]);
+        common::assert_success(&out);
+        let system = ws.join(".rondo/runs").join(id);
+        let state: Value = common::json(system.join("state.json"));
+        (state, common::events(&system))
+    };
+    let (state, _) = in_ws("a");
+    assert_eq!(state["memory"][0], serde_json::json!(["a"]));
+    let (state, events) = in_ws("b");
+    assert_eq!(state["memory"][0], serde_json::json!(["a", "b"]));
+    let carried = common::of_kind(&events, "durable_memory");
+    assert_eq!(carried[0]["loaded"], serde_json::json!(["notes", "board"]));
+    let board = std::fs::read_to_string(ws.join(".rondo/runs/b/whiteboard.md")).unwrap();
+    assert!(board.contains("- FACT-1: a\n- FACT-2: b"), "{board}");
+    let saved = ws.join(".rondo/memory/keep.json");
+    assert!(saved.is_file());
+
+    // A run with a workspace of its own neither reads nor writes it.
+    let (out, run_dir) = common::run(&path, "alone");
+    common::assert_success(&out);
+    let state = common::json(run_dir.join("state.json"));
+    assert_eq!(state["memory"][0], serde_json::json!(["alone"]));
+    assert!(!run_dir.join("workspace/.rondo").exists());
+
+    // A saved file that does not fit: the value of the wrong type and the whiteboard
+    // entry with a path out of the workspace are not carried, and the event says why.
+    let mut doc = common::json(&saved);
+    doc["memory"]["notes"] = serde_json::json!([1, 2]);
+    let sections = doc["memory"]["board"]["sections"].as_array_mut().unwrap();
+    sections[1]["entries"] = serde_json::json!([{"id": "FILE-1", "text": "x", "path": "../../etc/passwd",
+        "status": "active", "reason": null, "superseded_by": null}]);
+    std::fs::write(&saved, doc.to_string()).unwrap();
+    let (state, events) = in_ws("c");
+    assert_eq!(state["memory"][0], serde_json::json!(["c"]));
+    let carried = &common::of_kind(&events, "durable_memory")[0];
+    assert_eq!(carried["loaded"], serde_json::json!([]));
+    let skipped = carried["skipped"].to_string();
+    assert!(
+        skipped.contains("notes") && skipped.contains("board"),
+        "{skipped}"
+    );
+    assert!(skipped.contains("climbs out of the workspace"), "{skipped}");
+    // This run's memory is saved again for the next.
+    assert_eq!(
+        common::json(&saved)["memory"]["notes"],
+        serde_json::json!(["c"])
+    );
+}

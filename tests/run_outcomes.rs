@@ -554,3 +554,156 @@ grade -> high otherwise
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     assert_eq!(json(dir.join("run.json"))["exit"], "low");
 }
+
+/// A reply the role's own `update` block refuses (`extend` with a value that is not a list,
+/// a `set` that does not fit the memory's type) is asked again with the reason, like a
+/// reply of the wrong shape; the next attempt is applied.
+#[test]
+fn a_reply_its_updates_refuse_is_asked_again_with_the_reason() {
+    let workflow = r#"
+workflow refuse {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory {
+  items: list[string] = []
+  count: int = 0
+}
+role ask: llm {
+  prompt = "ask.tera"
+  retries = 2
+  output json { items: any, count: any }
+  update {
+    items.extend(output.items)
+    set count = output.count
+  }
+}
+start -> ask
+ask -> invalid_output when ask.invalid
+ask -> done
+exit done
+"#;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = project(
+        tmp.path(),
+        workflow,
+        &[(
+            "ask.tera",
+            "Give items.{% if last_error %} Rejected: {{ last_error }}{% endif %}\n",
+        )],
+        r#"replies:
+  ask:
+    "1":
+      - '{"items": "a", "count": 1}'
+      - '{"items": ["a"], "count": "one"}'
+      - '{"items": ["a", "b"], "count": 2}'
+"#,
+    );
+    let (out, dir) = run(&path, "r");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ev = events(&dir);
+    let rejected: Vec<String> = common::of_kind(&ev, "invalid_output")
+        .iter()
+        .map(|e| e["error"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(rejected.len(), 2, "{rejected:?}");
+    assert!(
+        rejected[0].contains("extend needs a list"),
+        "{}",
+        rejected[0]
+    );
+    assert!(rejected[1].contains("set count"), "{}", rejected[1]);
+    // The next attempt's prompt carries the reason.
+    let accepted = &common::of_kind(&ev, "llm_response")[0];
+    assert!(accepted["prompt"].as_str().unwrap().contains("set count"));
+    // Nothing of the refused attempts was applied.
+    let state = json(dir.join("state.json"));
+    assert_eq!(state["memory"][0], serde_json::json!(["a", "b"]));
+    assert_eq!(state["memory"][1], 2);
+}
+
+const ENDS: &str = r#"
+workflow ends {
+  prompts = "prompts"
+  script = "script.yaml"
+  finally = record
+}
+memory {
+  n: int = 0
+  ends: list[string] = []
+}
+role ask: llm {
+  prompt = "ask.tera"
+  max_visits = 3
+  output json { n: int }
+  update { set n = output.n }
+}
+role record: builtin {
+  update { ends.append(ended.exit) }
+  artifact "ended.txt" = ended.exit + ": " + ended.reason
+}
+artifact "final.json" = { n: memory.n, status: ended.exit ?? "running", code: ended.code, ends: memory.ends }
+start -> ask
+ask -> invalid_output when ask.invalid
+ask -> ask when memory.n < 10
+ask -> done otherwise
+exit done
+"#;
+
+/// `ended`, the `finally` role and the workflow-level artifacts see every end: the
+/// workflow's exit, `limit`, `error`; a resumed error run ends again and applies the role
+/// again; the artifacts never stay at "running".
+#[test]
+fn finally_and_ended_see_every_end_of_a_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let end_of = |id: &str, script: &str| {
+        let dir = tmp.path().join(id);
+        let path = project(&dir, ENDS, &[("ask.tera", "n?\n")], script);
+        let (out, run_dir) = run(&path, id);
+        (out, run_dir)
+    };
+    let (out, dir) = end_of("done", "replies:\n  ask: '{\"n\": 10}'\n");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let state = json(dir.join("workspace/final.json"));
+    assert_eq!(state["status"], "done");
+    assert_eq!(state["code"], 0);
+    assert_eq!(state["ends"], serde_json::json!(["done"]));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("workspace/ended.txt")).unwrap(),
+        "done: `otherwise` holds"
+    );
+    let path_taken = json(dir.join("state.json"))["path"].clone();
+    assert_eq!(path_taken, serde_json::json!(["ask", "record"]));
+
+    // Three visits never reach 10: `limit`.
+    let (out, dir) = end_of("limit", "replies:\n  ask: '{\"n\": 1}'\n");
+    assert_eq!(out.status.code(), Some(3));
+    let state = json(dir.join("workspace/final.json"));
+    assert_eq!(state["status"], "limit");
+    assert_eq!(state["code"], 3);
+    assert_eq!(state["ends"], serde_json::json!(["limit"]));
+    let ended = std::fs::read_to_string(dir.join("workspace/ended.txt")).unwrap();
+    assert!(
+        ended.starts_with("limit: role `ask` reached max_visits = 3"),
+        "{ended}"
+    );
+
+    // No reply for the second visit: `error`; with the reply added, `rondo resume`
+    // continues, ends at `done` and the finally role runs at both ends.
+    let (out, dir) = end_of("error", "replies:\n  ask:\n    \"1\": '{\"n\": 1}'\n");
+    assert_eq!(out.status.code(), Some(2));
+    let state = json(dir.join("workspace/final.json"));
+    assert_eq!(state["status"], "error");
+    assert_eq!(state["ends"], serde_json::json!(["error"]));
+    std::fs::write(
+        tmp.path().join("error/script.yaml"),
+        "replies:\n  ask:\n    \"1\": '{\"n\": 1}'\n    \"2\": '{\"n\": 10}'\n",
+    )
+    .unwrap();
+    let resumed = rondo(&["resume", "-q", dir.to_str().unwrap()]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    let state = json(dir.join("workspace/final.json"));
+    assert_eq!(state["status"], "done");
+    assert_eq!(state["n"], 10);
+    assert_eq!(state["ends"], serde_json::json!(["error", "done"]));
+}

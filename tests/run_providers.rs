@@ -1753,6 +1753,12 @@ async fn a_missing_key_is_reported_by_check_and_stops_run_at_start() {
         out.stderr
     );
     assert!(out.stderr.contains(&var), "{}", out.stderr);
+    // No other profile in the chain: the warning says the run will not start.
+    assert!(
+        out.stderr.contains("(it will not start") && !out.stderr.contains("its calls go to"),
+        "{}",
+        out.stderr
+    );
     let out = case
         .rondo(&["check", "--deny-warnings", &file], false)
         .await;
@@ -1801,8 +1807,11 @@ async fn a_missing_key_is_reported_by_check_and_stops_run_at_start() {
     );
 }
 
+/// docs/providers.md: a profile whose key is missing is skipped for its fallbacks. A chain
+/// with a profile that can be called starts (and `check` warns); only a chain where no
+/// profile can be called refuses to start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_key_of_a_fallback_stops_run_at_start() {
+async fn a_missing_key_of_a_fallback_is_skipped_and_only_a_chain_without_any_key_stops() {
     let secret = Secret::new();
     let srv = server(Kind::Compatible, &secret, (1, 1)).await;
     let backup_var = format!("{}_BACKUP", secret.var);
@@ -1816,22 +1825,25 @@ async fn a_missing_key_of_a_fallback_stops_run_at_start() {
         );
     let case = Case::one(secret, &providers);
     let out = case.run("r1", &[]).await;
-    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(srv.count(), 1, "main served the call");
+    let file = case.file.to_str().expect("utf-8").to_string();
+    let out = case.rondo(&["check", &file], true).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
-        out.stderr.contains(&backup_var) && out.stderr.contains("`backup`"),
+        out.stderr.contains("rondo::env::missing_key")
+            && out.stderr.contains(&backup_var)
+            && out.stderr.contains("its calls go to"),
         "{}",
         out.stderr
     );
-    assert_eq!(
-        srv.count(),
-        0,
-        "nothing is called before every key is known"
-    );
-    let file = case.file.to_str().expect("utf-8").to_string();
     let out = case.rondo(&["check", "--deny-warnings", &file], true).await;
     assert_eq!(out.code, 1, "{}", out.stderr);
+    // Neither key: no profile of the chain can be called.
+    let out = case.run("r2", &["--provider", "backup"]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(
-        out.stderr.contains("rondo::env::missing_key") && out.stderr.contains(&backup_var),
+        out.stderr.contains(&backup_var) && out.stderr.contains("`backup`"),
         "{}",
         out.stderr
     );

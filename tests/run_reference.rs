@@ -204,7 +204,10 @@ fn micro_agent_validation_errors_and_policy_violations_are_steps() {
     assert_eq!(steps[0]["tool"], "⛔️validation_error");
     // The tool never ran for the invalid call: its tool_call has no exit code.
     let ev = events(&dir);
-    let first_call = ev.iter().find(|e| e["event"] == "tool_call").unwrap();
+    let first_call = ev
+        .iter()
+        .find(|e| e["event"] == "tool_call" && e["role"] == "act")
+        .unwrap();
     assert_eq!(first_call["result"]["error_kind"], "validation");
     assert!(first_call["result"]["exit_code"].is_null());
 

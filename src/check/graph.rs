@@ -73,6 +73,10 @@ fn start_and_dead_ends(
     }
     for (index, _) in workflow.roles() {
         let has_routes = !workflow.outgoing[index.index()].is_empty();
+        if workflow.finally == Some(index) {
+            finally_unrouted(workflow, index, diags);
+            continue;
+        }
         match (branch_of.get(&index), has_routes) {
             (None, false) => {
                 dead_ends.push(index);
@@ -109,6 +113,32 @@ fn start_and_dead_ends(
     dead_ends
 }
 
+/// The `finally` role runs when the run ends: no route leads to it or leaves it.
+fn finally_unrouted(workflow: &Workflow, role: NodeIndex, diags: &mut Diagnostics) {
+    let name = node_name(workflow, role);
+    let routed = workflow.routes.iter().find(|r| {
+        r.from == role
+            || match &r.target {
+                RouteTarget::Node { node } => *node == role,
+                RouteTarget::Parallel { branches, join } => {
+                    branches.contains(&role) || *join == role
+                }
+                RouteTarget::Map { worker, join, .. } => *worker == role || *join == role,
+            }
+    });
+    if let Some(route) = routed {
+        diags.push(
+            Diagnostic::error(
+                Code::WorkflowFinallyRouted,
+                format!("`{name}` is the `finally` role, so no route may lead to it or leave it"),
+            )
+            .label(route.span, "a route of the finally role")
+            .label(workflow.node(role).span, "run once when the run ends, whatever the exit")
+            .help("remove the route: the role runs after the exit is chosen, and the run ends after it"),
+        );
+    }
+}
+
 fn reachability(workflow: &Workflow, unrouted: &[NodeIndex], diags: &mut Diagnostics) {
     let graph = &workflow.graph;
     let guarded: BTreeSet<NodeIndex> = workflow.exit_guards.iter().map(|(n, _)| *n).collect();
@@ -137,6 +167,10 @@ fn reachability(workflow: &Workflow, unrouted: &[NodeIndex], diags: &mut Diagnos
     }
     for (index, _) in workflow.roles() {
         let name = node_name(workflow, index);
+        // Run by the end of the run, not by a route.
+        if workflow.finally == Some(index) {
+            continue;
+        }
         if !reached.contains(index) {
             diags.push(
                 Diagnostic::error(

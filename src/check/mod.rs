@@ -208,34 +208,100 @@ fn memory(workflow: &Workflow, diags: &mut Diagnostics) {
 }
 
 fn environment(workflow: &Workflow, diags: &mut Diagnostics) {
-    for id in used_providers(workflow) {
-        let p = &workflow.providers[id];
-        // The provider crate decides which key a profile needs, as at run start.
-        let profile = &p.profile;
-        if let (true, Some(var)) = (profile.key_required(), profile.key_env())
-            && std::env::var_os(var).is_none_or(|v| v.is_empty())
-        {
-            // The file is sound; only this machine is not ready: a warning, and `rondo run`
-            // refuses to start until the key is set.
-            diags.push(
-                Diagnostic::warning(Code::EnvMissingKey, format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name()))
+    // The provider crate decides which key a profile needs, as at run start.
+    let lacking = |id: usize| {
+        let profile = &workflow.providers[id].profile;
+        let var = profile.key_env().filter(|_| profile.key_required())?;
+        std::env::var_os(var)
+            .is_none_or(|v| v.is_empty())
+            .then(|| var.to_string())
+    };
+    // The chains a run calls (a role's profile, then its fallbacks); a profile without its
+    // key is skipped for the next one, so only a chain with no callable profile keeps
+    // `rondo run` from starting.
+    let chains: Vec<Vec<usize>> = role_providers(workflow)
+        .into_iter()
+        .map(|id| chain(workflow, id))
+        .collect();
+    let mut reported = Vec::new();
+    for chain in &chains {
+        for &id in chain {
+            let Some(var) = lacking(id) else { continue };
+            if reported.contains(&id) {
+                continue;
+            }
+            reported.push(id);
+            let p = &workflow.providers[id];
+            // Called by a chain none of whose profiles has its key: the run will not start.
+            let dead = chains
+                .iter()
+                .any(|c| c.contains(&id) && c.iter().all(|&other| lacking(other).is_some()));
+            let at = chain.iter().position(|&other| other == id).unwrap_or(0);
+            let callable = chain[at..]
+                .iter()
+                .chain(&chain[..at])
+                .copied()
+                .find(|&other| lacking(other).is_none());
+            // The file is sound; only this machine is not ready: a warning either way.
+            let diag = match callable.filter(|_| !dead) {
+                Some(other) => Diagnostic::warning(
+                    Code::EnvMissingKey,
+                    format!(
+                        "provider `{}` needs the environment variable `{var}`, which is not set: its calls go to `{}`",
+                        p.name(),
+                        workflow.providers[other].name()
+                    ),
+                )
+                .label(p.span, "declared here")
+                .help(format!("export {var}=... to call `{}`; a profile without its key is skipped for its fallback; `rondo check --offline` skips this check, `--deny-warnings` fails on it", p.name())),
+                None => Diagnostic::warning(Code::EnvMissingKey, format!("provider `{}` needs the environment variable `{var}`, which is not set", p.name()))
                     .label(p.span, "declared here")
                     .help(format!("export {var}=... before `rondo run` (it will not start without it), or run with `--provider scripted`; `rondo check --offline` skips this check, `--deny-warnings` fails on it")),
-            );
+            };
+            diags.push(diag);
         }
     }
 }
 
-/// Providers a run may call: those of llm roles and their fallback chains.
-pub fn used_providers(workflow: &Workflow) -> Vec<usize> {
-    let mut out: Vec<usize> = Vec::new();
-    let mut stack: Vec<usize> = workflow
+/// `id` and its fallbacks, in the order a call tries them.
+fn chain(workflow: &Workflow, id: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut stack = vec![id];
+    while let Some(id) = stack.pop() {
+        if id >= workflow.providers.len() || out.contains(&id) {
+            continue;
+        }
+        out.push(id);
+        let fallback = &workflow.providers[id].profile.fallback;
+        stack.extend(
+            fallback
+                .iter()
+                .rev()
+                .filter_map(|f| workflow.provider_id(f)),
+        );
+    }
+    out
+}
+
+/// The profile each llm role calls first.
+fn role_providers(workflow: &Workflow) -> Vec<usize> {
+    let mut out: Vec<usize> = workflow
         .roles()
         .filter_map(|(_, r)| match &r.kind {
             RoleKind::Llm(l) => Some(l.provider),
             _ => None,
         })
+        .filter(|&id| id < workflow.providers.len())
         .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Providers a run may call: those of llm roles and their fallback chains.
+pub fn used_providers(workflow: &Workflow) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::new();
+    let mut stack = role_providers(workflow);
     while let Some(id) = stack.pop() {
         if id >= workflow.providers.len() || out.contains(&id) {
             continue;

@@ -144,6 +144,11 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
             }
         }
     }
+    // The `finally` role runs however the run ended, possibly before any role ran.
+    if let Some(f) = workflow.finally.filter(|f| f.index() < n) {
+        runs.sets[f.index()] = vec![0; words];
+        reached[f.index()] = false;
+    }
     let mut always = vec![0; words];
     let mut first = true;
     for (index, role) in workflow.roles() {

@@ -515,6 +515,15 @@ impl Compiler<'_> {
                 Cow::Owned(Type::String),
                 Described::Text("run_id"),
             ),
+            // The `finally` role runs once the run has ended: `ended` is never null there.
+            "ended" => {
+                let ty = ended_type();
+                let ty = match (scope.role, self.workflow.finally) {
+                    (Some(role), Some(finally)) if role == finally => ty.strip_optional().clone(),
+                    _ => ty,
+                };
+                (Root::Ended, Cow::Owned(ty), Described::Text("ended"))
+            }
             name => match self.node_names.get(name).copied() {
                 Some(node) if self.workflow.role(node).is_some() => {
                     if let Some(ty) = rest
@@ -538,6 +547,7 @@ impl Compiler<'_> {
                 _ => {
                     let mut candidates: Vec<&str> = vec![
                         "input", "memory", "output", "item", "round", "step", "visit", "run_id",
+                        "ended",
                     ];
                     let roles: Vec<String> = self
                         .node_names
@@ -556,7 +566,7 @@ impl Compiler<'_> {
                     self.diags.push(
                         Diagnostic::error(Code::ExprUnknownName, format!("unknown name `{name}`"))
                             .label(root.span, "not a role, input, memory or built-in value")
-                            .help(help.unwrap_or_else(|| "expressions start with a role name, `input.`, `memory.`, `output`, `item`, `round`, `step` or `visit`".into())),
+                            .help(help.unwrap_or_else(|| "expressions start with a role name, `input.`, `memory.`, `output`, `item`, `round`, `step`, `visit`, `run_id` or `ended`".into())),
                     );
                     return (ExprKind::Literal { value: Value::Null }, Type::Any);
                 }
@@ -926,4 +936,20 @@ pub fn invalid_field_type(name: &str) -> Option<Type> {
         ]))),
         _ => None,
     }
+}
+
+/// `ended`: how the run ended, once it has (the workflow-level artifacts written at the end
+/// and the `finally` role see it); null before.
+pub fn ended_type() -> Type {
+    let field = |name: &str, ty| super::types::Field {
+        name: name.to_string(),
+        ty,
+    };
+    Type::optional(Type::Object {
+        fields: vec![
+            field("exit", Type::String),
+            field("code", Type::Int),
+            field("reason", Type::String),
+        ],
+    })
 }

@@ -8,7 +8,7 @@ use super::attrs::Attrs;
 use super::types::Type;
 use super::workflow::{Input, Limits};
 use crate::diagnostics::{Code, Diagnostic};
-use crate::syntax::{Ast, TypeExpr, TypeKind};
+use crate::syntax::{Ast, Expr, ExprKind, TypeExpr, TypeKind};
 
 impl Compiler<'_> {
     pub(super) fn header_inputs(&mut self, ast: &Ast) {
@@ -34,7 +34,18 @@ impl Compiler<'_> {
             } else {
                 self.resolve_type(&input.ty)
             };
-            let default = input.default.as_ref().and_then(|e| self.const_value(e));
+            let (env, default_expr) = match &input.default {
+                Some(e) => match env_default(e) {
+                    Some(Ok((var, d))) => (Some(var), d),
+                    Some(Err(diag)) => {
+                        self.diags.push(diag);
+                        (None, None)
+                    }
+                    None => (None, Some(e)),
+                },
+                None => (None, None),
+            };
+            let default = default_expr.and_then(|e| self.const_value(e));
             if let Some(d) = &default
                 && let Err(e) = ty.validate(d)
             {
@@ -56,7 +67,9 @@ impl Compiler<'_> {
                 name: input.name.name.clone(),
                 ty,
                 default,
+                env,
                 path,
+                artifact_root: false,
             });
         }
     }
@@ -69,9 +82,13 @@ impl Compiler<'_> {
                 "description",
                 "prompts",
                 "provider",
+                "provider_env",
+                "plugins_env",
                 "round",
                 "limits",
                 "script",
+                "finally",
+                "durable",
             ],
             "the workflow header",
         );
@@ -99,7 +116,21 @@ impl Compiler<'_> {
             self.workflow.script = Some(path);
         }
         let provider = attrs.ident("provider", diags);
+        if let Some((var, span)) = attrs.string("provider_env", diags) {
+            match env_name_problem(&var, span) {
+                Some(diag) => diags.push(diag),
+                None => self.workflow.default_provider_env = Some(var),
+            }
+        }
+        // Read by `plugin_tools` (imports), before the roles that list `plugins`.
+        if let Some((var, span)) = attrs.string("plugins_env", diags)
+            && let Some(diag) = env_name_problem(&var, span)
+        {
+            diags.push(diag);
+        }
         let round = attrs.ident("round", diags);
+        let finally = attrs.ident("finally", diags);
+        let durable = attrs.ident_list("durable", diags);
         if let Some(limits) = attrs.block("limits", diags) {
             let mut l = Attrs::new(
                 limits,
@@ -122,6 +153,10 @@ impl Compiler<'_> {
         {
             self.workflow.default_provider = id;
         }
+        if let Some(f) = finally {
+            self.finally_role(&f);
+        }
+        self.durable_memory(durable);
         if let Some(r) = round {
             match self.node_names.get(&r.name) {
                 Some(&n) if self.workflow.role(n).is_some() => self.workflow.round_role = Some(n),
@@ -203,6 +238,78 @@ fn script_replies(
             );
         }
     }
+}
+
+/// `env("VAR")` or `env("VAR", default)` as an input's default: the variable and the
+/// default's expression; `None` for any other default.
+fn env_default(e: &Expr) -> Option<Result<(String, Option<&Expr>), Diagnostic>> {
+    let ExprKind::Call(name, args) = &e.kind else {
+        return None;
+    };
+    if name.name != "env" {
+        return None;
+    }
+    let var = match args.first().map(|a| &a.kind) {
+        Some(ExprKind::String(v)) if args.len() <= 2 => v,
+        _ => {
+            return Some(Err(Diagnostic::error(
+                Code::InputBadEnv,
+                "`env` takes the variable's name and, optionally, a default",
+            )
+            .label(e.span, "not env(\"NAME\") or env(\"NAME\", default)")
+            .help(
+                "e.g. `input traces_dir: path = env(\"TRACES_DIR\", \"traces\")`",
+            )));
+        }
+    };
+    if let Some(diag) = env_name_problem(var, args[0].span) {
+        return Some(Err(diag));
+    }
+    Some(Ok((var.clone(), args.get(1))))
+}
+
+/// Why `var` cannot be read into the workflow: not a variable name, or one that holds a
+/// secret (keys stay in the environment; only `api_key_env` names them).
+fn env_name_problem(var: &str, span: crate::source::Span) -> Option<Diagnostic> {
+    let valid = var
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Some(
+            Diagnostic::error(
+                Code::InputBadEnv,
+                format!("{var:?} is not an environment variable's name"),
+            )
+            .label(span, "letters, digits and `_`, not starting with a digit")
+            .help("e.g. \"TRACES_DIR\""),
+        );
+    }
+    let upper = var.to_ascii_uppercase();
+    const SECRET_WORDS: &[&str] = &[
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "CREDENTIALS",
+    ];
+    let secret = upper.split('_').any(|part| SECRET_WORDS.contains(&part));
+    secret.then(|| {
+        Diagnostic::error(
+            Code::InputSecretEnv,
+            format!("`{var}` looks like a secret; its value would be recorded with the run"),
+        )
+        .label(span, "a key, token or password")
+        .help("secrets stay in the environment: a provider names its key with `api_key_env`")
+    })
 }
 
 /// `input NAME: path` (or `path?`): a string naming a file or folder of the host.

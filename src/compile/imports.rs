@@ -8,7 +8,9 @@ use std::sync::{Arc, LazyLock};
 
 use rondo_config::yaml::{FieldPos, Fields, Pos, struct_fields};
 use rondo_env::tool::{Installation, IssueKind, SpecIssue, SpecOrigin, ToolSpec};
-use rondo_provider::{FileIssue, Price, ProfileIssue, ProviderKind, ProviderProfile, RetryPolicy};
+use rondo_provider::{
+    FileIssue, Price, PriceEnv, ProfileIssue, ProviderKind, ProviderProfile, RetryPolicy,
+};
 use serde_json::Value;
 
 use super::attrs::Attrs;
@@ -163,47 +165,14 @@ impl Compiler<'_> {
         let mut pending = Vec::new();
         for import in &ast.imports {
             let path = relative_to(&self.workflow.dir, &import.path);
-            let text: Arc<str> =
-                match crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES) {
-                    Ok(t) => t.into(),
-                    Err(e) => {
-                        if let Some((text, span, label)) = e.bad_byte() {
-                            self.diags.push(
-                                Diagnostic::not_utf8(format_args!("`{}`", import.path))
-                                    .label(import.path_span, "imported here")
-                                    .external(ExternalLabel::new(&path, text.into(), span, label)),
-                            );
-                            continue;
-                        }
-                        self.diags.push(
-                            Diagnostic::error(
-                                Code::ImportMissing,
-                                format!("cannot read `{}`", import.path),
-                            )
-                            .label(import.path_span, format!("{e}"))
-                            .help(format!(
-                                "looked for {}; paths are relative to the folder of this file",
-                                path.display()
-                            )),
-                        );
-                        continue;
-                    }
-                };
-            let file = Place::yaml(&path, &text, Fields::default(), import.path_span);
-            if let Err(e) = rondo_config::yaml::from_str::<serde::de::IgnoredAny>(&text) {
-                self.diags.push(
-                    file.at(
-                        Diagnostic::error(
-                            Code::ImportBadYaml,
-                            format!("`{}` is not valid YAML", import.path),
-                        ),
-                        e.pos,
-                        e.message,
-                    )
-                    .help(format!("fix {}", path.display())),
-                );
+            let Some((text, file)) = self.read_yaml(
+                &path,
+                &import.path,
+                import.path_span,
+                "paths are relative to the folder of this file",
+            ) else {
                 continue;
-            }
+            };
             match import.kind {
                 ImportKind::Providers => pending.extend(self.yaml_providers(&text, &file)),
                 ImportKind::Tool => {
@@ -214,6 +183,117 @@ impl Compiler<'_> {
             }
         }
         self.pending_providers = pending;
+    }
+
+    /// A YAML file named at `at` (`shown` as written there): its text and its place, or
+    /// its diagnostic.
+    fn read_yaml(
+        &mut self,
+        path: &Path,
+        shown: &str,
+        at: Span,
+        where_from: &str,
+    ) -> Option<(Arc<str>, Place)> {
+        let text: Arc<str> =
+            match crate::source::read_regular(path, crate::source::MAX_SOURCE_BYTES) {
+                Ok(t) => t.into(),
+                Err(e) => {
+                    if let Some((text, span, label)) = e.bad_byte() {
+                        self.diags.push(
+                            Diagnostic::not_utf8(format_args!("`{shown}`"))
+                                .label(at, "imported here")
+                                .external(ExternalLabel::new(path, text.into(), span, label)),
+                        );
+                        return None;
+                    }
+                    self.diags.push(
+                        Diagnostic::error(Code::ImportMissing, format!("cannot read `{shown}`"))
+                            .label(at, format!("{e}"))
+                            .help(format!("looked for {}; {where_from}", path.display())),
+                    );
+                    return None;
+                }
+            };
+        let file = Place::yaml(path, &text, Fields::default(), at);
+        if let Err(e) = rondo_config::yaml::from_str::<serde::de::IgnoredAny>(&text) {
+            self.diags.push(
+                file.at(
+                    Diagnostic::error(Code::ImportBadYaml, format!("`{shown}` is not valid YAML")),
+                    e.pos,
+                    e.message,
+                )
+                .help(format!("fix {}", path.display())),
+            );
+            return None;
+        }
+        Some((text, file))
+    }
+
+    /// `plugins_env = "TOOLS_MODULES"` in the header: the tool specs that variable names
+    /// (comma-separated files, or folders whose `.yaml` files are taken in name order;
+    /// relative to the folder `rondo` starts in) join the workflow as `import tool` lines
+    /// do, with the same checks. A role takes them by listing `plugins` in its `tools`.
+    pub(super) fn plugin_tools(&mut self, ast: &Ast) {
+        const MAX_FILES: usize = 256;
+        let Some(attr) = ast
+            .workflow
+            .as_ref()
+            .and_then(|w| w.attrs.iter().find(|a| a.key.name == "plugins_env"))
+        else {
+            return;
+        };
+        let ValueKind::String(var) = &attr.value.kind else {
+            return;
+        };
+        let at = attr.value.span;
+        let listed = std::env::var(var).unwrap_or_default();
+        let mut files = Vec::new();
+        for entry in listed.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let path = PathBuf::from(entry);
+            if path.is_dir() {
+                let mut specs: Vec<_> = std::fs::read_dir(&path)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                    .take(MAX_FILES + 1)
+                    .collect();
+                specs.sort();
+                files.extend(specs);
+            } else {
+                files.push(path);
+            }
+        }
+        if files.len() > MAX_FILES {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::ToolTooManyPlugins,
+                    format!("{var} names more than {MAX_FILES} tool specs"),
+                )
+                .label(at, format!("{var} is read here"))
+                .help("name fewer files or folders"),
+            );
+            files.truncate(MAX_FILES);
+        }
+        let mut ids = Vec::new();
+        for path in files {
+            let shown = path.display().to_string();
+            // Executables beside the spec resolve wherever the run's workspace is.
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            let from = format!("{var} names it, relative to the folder rondo started in");
+            let Some((text, file)) = self.read_yaml(&path, &shown, at, &from) else {
+                continue;
+            };
+            if let Some(tool) = self.yaml_tool(&text, &file) {
+                let before = self.workflow.tools.len();
+                self.add_tool(tool);
+                if self.workflow.tools.len() > before {
+                    ids.push(before);
+                }
+            }
+        }
+        self.plugin_tools = Some(ids);
     }
 
     /// The profiles of a providers file (the provider crate's format).
@@ -362,6 +442,7 @@ impl Compiler<'_> {
                 .map(|x| x.0)
                 .unwrap_or_default(),
         );
+        p.model_env = attrs.string("model_env", diags).map(|x| x.0);
         p.base_url = attrs.string("base_url", diags).map(|x| x.0);
         p.base_url_env = attrs.string("base_url_env", diags).map(|x| x.0);
         p.api_key_env = attrs.string("api_key_env", diags).map(|x| x.0);
@@ -395,6 +476,14 @@ impl Compiler<'_> {
             p.price = Some(Price {
                 input_per_1k: r.number("input_per_1k", diags).map_or(0.0, |x| x.0),
                 output_per_1k: r.number("output_per_1k", diags).map_or(0.0, |x| x.0),
+            });
+            r.finish(diags);
+        }
+        if let Some(block) = attrs.block("price_env", diags) {
+            let mut r = Attrs::new(block, struct_fields::<PriceEnv>(), "`price_env`");
+            p.price_env = Some(PriceEnv {
+                input_per_1k: r.string("input_per_1k", diags).map(|x| x.0),
+                output_per_1k: r.string("output_per_1k", diags).map(|x| x.0),
             });
             r.finish(diags);
         }

@@ -3,6 +3,7 @@
 //! Always returns a `Workflow` (possibly partial) so later passes can report more.
 
 mod attrs;
+mod end;
 mod expr;
 mod header;
 mod imports;
@@ -40,7 +41,7 @@ pub const BUILTIN_EXITS: &[(&str, i32)] = &[
 /// Pseudo-fields every json llm role has: `X.invalid` and `X.invalid_reply`.
 pub const INVALID_FIELDS: &[&str] = &["invalid", "invalid_reply"];
 const RESERVED_ROOTS: &[&str] = &[
-    "input", "memory", "output", "item", "round", "step", "visit", "run_id", "start",
+    "input", "memory", "output", "item", "round", "step", "visit", "run_id", "ended", "start",
 ];
 
 /// Parses and compiles a file: the usual entry point.
@@ -76,6 +77,8 @@ struct Compiler<'f> {
     memory_names: HashMap<String, MemoryId>,
     provider_names: HashMap<String, ProviderId>,
     tool_names: HashMap<String, ToolId>,
+    /// The tools `plugins_env` named (`None` without `plugins_env`).
+    plugin_tools: Option<Vec<ToolId>>,
     env_names: HashMap<String, EnvId>,
     node_names: HashMap<String, NodeIndex>,
     /// Role and exit names whose declaration was refused (reserved): their uses are not
@@ -90,6 +93,8 @@ struct Compiler<'f> {
     tool_result: Option<Arc<Type>>,
     /// Llm roles with `output json`: they have the `invalid` pseudo-fields.
     json_llm: std::collections::HashSet<NodeIndex>,
+    /// Where the header names the `finally` role.
+    finally_span: Span,
     /// Nesting and size of the type being resolved: named types are expanded in place,
     /// and every later pass walks types recursively.
     type_depth: usize,
@@ -122,6 +127,7 @@ impl<'f> Compiler<'f> {
                 memory: Vec::new(),
                 providers: Vec::new(),
                 default_provider: 0,
+                default_provider_env: None,
                 tools: Vec::new(),
                 environments: Vec::new(),
                 graph,
@@ -132,6 +138,8 @@ impl<'f> Compiler<'f> {
                 artifacts: Vec::new(),
                 limits: Limits::default(),
                 round_role: None,
+                finally: None,
+                durable: Vec::new(),
                 script: None,
                 tests: Vec::new(),
             },
@@ -139,6 +147,7 @@ impl<'f> Compiler<'f> {
             memory_names: HashMap::new(),
             provider_names: HashMap::new(),
             tool_names: HashMap::new(),
+            plugin_tools: None,
             env_names: HashMap::new(),
             node_names: HashMap::new(),
             refused_nodes: Default::default(),
@@ -147,6 +156,7 @@ impl<'f> Compiler<'f> {
             pending_providers: Vec::new(),
             tool_result: None,
             json_llm: Default::default(),
+            finally_span: Span::default(),
         }
     }
 
@@ -165,10 +175,12 @@ impl<'f> Compiler<'f> {
         self.memory(ast);
         self.providers(ast);
         self.tools(ast);
+        self.plugin_tools(ast);
         self.environments(ast);
         self.declare_nodes(ast);
         self.header_attrs(ast);
         self.role_bodies(ast);
+        self.finally_is_builtin();
         self.exits(ast);
         self.workflow_artifacts(ast);
         self.routes(ast);
@@ -249,6 +261,22 @@ impl<'f> Compiler<'f> {
             "provider profile",
             "declare it with `provider NAME { ... }` or import a providers file",
         )
+    }
+
+    /// A role's `tools` list; `plugins` stands for the tools `plugins_env` names.
+    fn tool_list(&mut self, names: &[Ident]) -> Vec<ToolId> {
+        let mut out = Vec::new();
+        for name in names {
+            match &self.plugin_tools {
+                Some(plugins)
+                    if name.name == "plugins" && !self.tool_names.contains_key("plugins") =>
+                {
+                    out.extend(plugins.iter().copied())
+                }
+                _ => out.extend(self.lookup_tool(name)),
+            }
+        }
+        out
     }
 
     fn lookup_tool(&mut self, name: &Ident) -> Option<ToolId> {

@@ -8,8 +8,8 @@ use super::attrs::Attrs;
 use super::expr::Scope;
 use super::types::{self, Type};
 use super::workflow::{
-    Artifact, ExitSpec, LlmRole, MaxVisits, Node, NodeKind, OutputFormat, Role, RoleKind, Show,
-    ToolAction, ToolRole, Update,
+    Artifact, ExitSpec, InputId, LlmRole, MaxVisits, Node, NodeKind, OutputFormat, Role, RoleKind,
+    Show, ToolAction, ToolRole, Update,
 };
 use super::{BUILTIN_EXITS, Compiler, INVALID_FIELDS, RESERVED_ROOTS, tera_error_text};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
@@ -359,14 +359,21 @@ impl Compiler<'_> {
                 .help("names may use `{{ round }}`, `{{ visit }}`, `{{ step }}`, `{{ run_id }}`"),
             );
         }
+        let (root, name) = match self.artifact_root(&a.name) {
+            Some((id, rest)) => {
+                self.workflow.inputs[id].artifact_root = true;
+                (Some(id), rest.to_string())
+            }
+            None => (None, a.name.clone()),
+        };
         // The part before the first template tag is known now: a literal name, or the
         // folders a templated one starts with.
-        let fixed = match a.name.find(['{']) {
-            None => Some(a.name.as_str()),
-            Some(at) => a.name[..at].rfind('/').map(|slash| &a.name[..slash]),
+        let fixed = match name.find(['{']) {
+            None => Some(name.as_str()),
+            Some(at) => name[..at].rfind('/').map(|slash| &name[..slash]),
         };
         if let Some(Err(why)) = fixed
-            .filter(|f| !f.is_empty() || a.name.starts_with('/'))
+            .filter(|f| !f.is_empty() || name.starts_with('/'))
             .map(|f| rondo_workspace::relative_name(if f.is_empty() { "/" } else { f }))
         {
             self.diags.push(
@@ -379,12 +386,22 @@ impl Compiler<'_> {
             );
         }
         Artifact {
-            name: a.name.clone(),
+            root,
+            name,
             append: a.append,
             value,
             span: a.span,
             name_span: a.name_span,
         }
+    }
+
+    /// `{{ input.NAME }}/rest` where `NAME` is a `path` input: the input and `rest`.
+    fn artifact_root<'n>(&self, name: &'n str) -> Option<(InputId, &'n str)> {
+        let (tag, rest) = name.strip_prefix("{{")?.split_once("}}")?;
+        let input = tag.trim().strip_prefix("input.")?;
+        let rest = rest.strip_prefix('/')?;
+        let &id = self.input_names.get(input)?;
+        self.workflow.inputs[id].path.then_some((id, rest))
     }
 
     pub(super) fn workflow_artifacts(&mut self, ast: &Ast) {
@@ -405,6 +422,7 @@ impl Compiler<'_> {
         let tools = attrs.ident_list("tools", diags);
         let max_reply = attrs.bytes("max_reply", diags).map(|x| x.0);
         // The header, compiled before role bodies, has set the default.
+        let default_provider = provider.is_none();
         let provider = provider
             .and_then(|p| self.lookup_provider(&p))
             .unwrap_or(self.workflow.default_provider);
@@ -440,11 +458,12 @@ impl Compiler<'_> {
         let coerce = self.coerce_attr(attrs);
         LlmRole {
             provider,
+            default_provider,
             system: system.map(|s| s.0.into()),
             prompt,
             output,
             retries,
-            tools: tools.iter().filter_map(|t| self.lookup_tool(t)).collect(),
+            tools: self.tool_list(&tools),
             coerce,
             max_reply,
         }
@@ -582,7 +601,7 @@ impl Compiler<'_> {
                     );
                 }
                 ToolAction::Choose {
-                    choices: choices.iter().filter_map(|t| self.lookup_tool(t)).collect(),
+                    choices: self.tool_list(&choices),
                     call: Box::new(call_expr),
                     args: args.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
                     argv: argv.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),

@@ -33,6 +33,10 @@ pub struct Workflow {
     pub memory: Vec<MemorySlot>,
     pub providers: Vec<Provider>,
     pub default_provider: ProviderId,
+    /// An environment variable that, when set and not empty, names the default profile
+    /// instead (`provider_env = "LLM_PROVIDER"`); read when a run starts.
+    #[serde(default)]
+    pub default_provider_env: Option<String>,
     pub tools: Vec<Tool>,
     pub environments: Vec<EnvSpec>,
     pub graph: DiGraph<Node, Edge>,
@@ -46,6 +50,12 @@ pub struct Workflow {
     pub artifacts: Vec<Artifact>,
     pub limits: Limits,
     pub round_role: Option<NodeIndex>,
+    /// `finally = ROLE`: a builtin role applied once when the run ends, whatever the exit
+    /// (built-in ones included, `interrupted` aside), with `ended` set.
+    pub finally: Option<NodeIndex>,
+    /// `durable = [...]`: memories that carry over from one run to the next made in the
+    /// same `--workspace` folder.
+    pub durable: Vec<MemoryId>,
     /// Default replies for the scripted provider (`script = "..."` in the header).
     pub script: Option<PathBuf>,
     pub tests: Vec<TestCase>,
@@ -56,6 +66,13 @@ pub struct Input {
     pub name: String,
     pub ty: Type,
     pub default: Option<Value>,
+    /// Artifacts are written in the folder it names (see [`Artifact::root`]).
+    #[serde(default)]
+    pub artifact_root: bool,
+    /// `= env("VAR", default)`: when the input is not given, `VAR`'s value (set and not
+    /// empty) is taken as if given with `--input`.
+    #[serde(default)]
+    pub env: Option<String>,
     /// Declared `path` (a string): a file or folder of the machine running rondo, resolved
     /// against the folder rondo was started in and shown to tools read-only.
     #[serde(default)]
@@ -292,6 +309,10 @@ impl RoleKind {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LlmRole {
     pub provider: ProviderId,
+    /// The role names no provider: it calls the header's default, which `provider_env`
+    /// may replace when a run starts.
+    #[serde(default)]
+    pub default_provider: bool,
     pub system: Option<PathBuf>,
     pub prompt: PathBuf,
     pub output: OutputFormat,
@@ -364,6 +385,10 @@ pub enum Show {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Artifact {
+    /// Written in the folder a `path` input names (`"{{ input.traces_dir }}/..."`), not in
+    /// the workspace; `name` is then the part after that folder.
+    #[serde(default)]
+    pub root: Option<InputId>,
     pub name: String,
     /// Append one line per write (JSONL traces) instead of replacing the file.
     pub append: bool,
@@ -558,6 +583,8 @@ pub enum Root {
     Step,
     Visit,
     RunId,
+    /// How the run ended (`{exit, code, reason}`), null while it goes on.
+    Ended,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

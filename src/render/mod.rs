@@ -77,6 +77,10 @@ fn role_detail(workflow: &Workflow, index: NodeIndex) -> Vec<String> {
                 Show::All => {}
             }
         }
+        // Reached by no route: it runs when the run ends.
+        RoleKind::Builtin if workflow.finally == Some(index) => {
+            lines.push("builtin · finally (at every end)".into())
+        }
         RoleKind::Builtin => lines.push("builtin".into()),
     }
     if let Some(m) = role.max_visits {

@@ -8,7 +8,7 @@ use super::events::Event;
 use super::memory::{self, MemoryValue};
 use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
-use crate::compile::{MemoryKind, RoleKind, Update};
+use crate::compile::{MemoryKind, MemoryOp, RoleKind, Update};
 
 impl<'w> Interpreter<'w> {
     /// Stores a role's result: visits, output, events, updates, artifacts.
@@ -85,85 +85,24 @@ impl<'w> Interpreter<'w> {
         } else {
             (&role.updates, &role.artifacts)
         };
-        for update in updates {
-            let (memory_id, op, args) = match update {
-                Update::Set { memory, value, .. } => {
-                    let v = self
-                        .env(state, Some(node), Some(&run.output), item)
-                        .eval(value)
-                        .map_err(|e| {
-                            StepError::Failed(format!(
-                                "role `{name}`: update of `{}`: {e}",
-                                workflow.memory[*memory].name
-                            ))
-                        })?;
-                    (*memory, None, vec![v])
-                }
-                Update::Op {
-                    memory, op, args, ..
-                } => {
-                    let env = self.env(state, Some(node), Some(&run.output), item);
-                    let values = args
-                        .iter()
-                        .map(|a| env.eval(a))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| {
-                            StepError::Failed(format!(
-                                "role `{name}`: update of `{}`: {e}",
-                                workflow.memory[*memory].name
-                            ))
-                        })?;
-                    (*memory, Some(*op), values)
-                }
-            };
-            let slot = &workflow.memory[memory_id];
-            let note = match op {
-                None => {
-                    let mut value = args.into_iter().next().unwrap_or(Value::Null);
-                    let set_failed = |e: String| {
-                        StepError::Failed(format!("role `{name}`: `set {}`: {e}", slot.name))
-                    };
-                    let MemoryKind::Value { ty, .. } = &slot.kind else {
-                        return Err(set_failed(format!(
-                            "a {} cannot be set",
-                            slot.kind.kind_name()
-                        )));
-                    };
-                    ty.validate(&value).map_err(set_failed)?;
-                    ty.fill_absent(&mut value);
-                    state.memory[memory_id] = MemoryValue::Plain(value);
-                    String::new()
-                }
-                Some(op) => {
-                    let note = memory::apply(
-                        &slot.kind,
-                        &mut state.memory[memory_id],
-                        op,
-                        args,
-                        &self.run_dir,
-                        self.workspace.root(),
-                    )
-                    .map_err(|e| {
-                        StepError::Failed(format!(
-                            "role `{name}`: `{}.{}`: {e}",
-                            slot.name,
-                            op.name()
-                        ))
-                    })?;
-                    if let (MemoryKind::Value { ty, .. }, MemoryValue::Plain(v)) =
-                        (&slot.kind, &mut state.memory[memory_id])
-                    {
-                        ty.fill_absent(v);
-                    }
-                    note
-                }
-            };
-            if self.dir.is_some() {
+        let notes = self
+            .run_updates(state, node, updates, &run.output, item)
+            .map_err(|e| StepError::Failed(format!("role `{name}`: {}", e.message())))?;
+        for n in &notes {
+            // whiteboard.md, in the system area, follows every applied batch.
+            if n.op == Some(MemoryOp::Apply) {
+                memory::write_whiteboard(&state.memory[n.memory], &self.run_dir).map_err(|e| {
+                    StepError::Failed(format!("role `{name}`: cannot write whiteboard.md: {e}"))
+                })?;
+            }
+        }
+        if self.dir.is_some() {
+            for n in notes {
                 self.event(Event::Memory {
                     role: name.clone(),
-                    memory: slot.name.clone(),
-                    op: op.map_or("set", |o| o.name()).to_string(),
-                    note,
+                    memory: workflow.memory[n.memory].name.clone(),
+                    op: n.op.map_or("set", |o| o.name()).to_string(),
+                    note: n.note,
                 });
             }
         }
@@ -194,5 +133,166 @@ impl<'w> Interpreter<'w> {
             });
         }
         Ok(())
+    }
+}
+
+/// One applied update, for the `memory` event.
+pub(super) struct UpdateNote {
+    pub memory: usize,
+    /// `None`: a `set`.
+    pub op: Option<MemoryOp>,
+    pub note: String,
+}
+
+/// Why a role's updates could not be applied.
+#[derive(Debug)]
+pub(super) enum UpdateError {
+    /// The output's content was refused (a whiteboard batch, a value of the wrong type):
+    /// an llm role's reply is sent back to the model with this reason.
+    Refused(String),
+    /// Anything else (an expression that cannot be evaluated, a damaged checkpoint).
+    Failed(String),
+}
+
+impl UpdateError {
+    pub fn message(&self) -> &str {
+        match self {
+            UpdateError::Refused(m) | UpdateError::Failed(m) => m,
+        }
+    }
+}
+
+impl<'w> Interpreter<'w> {
+    /// Applies `updates` to the state's memory in order, with `output` as the role's
+    /// output; stops at the first that fails.
+    pub(super) fn run_updates(
+        &self,
+        state: &mut RunState,
+        node: NodeIndex,
+        updates: &[Update],
+        output: &Value,
+        item: Option<&Value>,
+    ) -> Result<Vec<UpdateNote>, UpdateError> {
+        let workflow = self.workflow;
+        let mut notes = Vec::with_capacity(updates.len());
+        for update in updates {
+            let (memory_id, op, args) = match update {
+                Update::Set { memory, value, .. } => {
+                    let v = self
+                        .env(state, Some(node), Some(output), item)
+                        .eval(value)
+                        .map_err(|e| {
+                            UpdateError::Failed(format!(
+                                "update of `{}`: {e}",
+                                workflow.memory[*memory].name
+                            ))
+                        })?;
+                    (*memory, None, vec![v])
+                }
+                Update::Op {
+                    memory, op, args, ..
+                } => {
+                    let env = self.env(state, Some(node), Some(output), item);
+                    let values = args
+                        .iter()
+                        .map(|a| env.eval(a))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| {
+                            UpdateError::Failed(format!(
+                                "update of `{}`: {e}",
+                                workflow.memory[*memory].name
+                            ))
+                        })?;
+                    (*memory, Some(*op), values)
+                }
+            };
+            let slot = &workflow.memory[memory_id];
+            let note = match op {
+                None => {
+                    let mut value = args.into_iter().next().unwrap_or(Value::Null);
+                    let MemoryKind::Value { ty, .. } = &slot.kind else {
+                        return Err(UpdateError::Failed(format!(
+                            "`set {}`: a {} cannot be set",
+                            slot.name,
+                            slot.kind.kind_name()
+                        )));
+                    };
+                    ty.validate(&value)
+                        .map_err(|e| UpdateError::Refused(format!("`set {}`: {e}", slot.name)))?;
+                    ty.fill_absent(&mut value);
+                    state.memory[memory_id] = MemoryValue::Plain(value);
+                    String::new()
+                }
+                Some(op) => {
+                    let note = memory::apply(
+                        &slot.kind,
+                        &mut state.memory[memory_id],
+                        op,
+                        args,
+                        self.workspace.root(),
+                    )
+                    .map_err(|e| {
+                        let message = format!("`{}.{}`: {}", slot.name, op.name(), e.message());
+                        match e {
+                            memory::MemoryError::Refused(_) => UpdateError::Refused(message),
+                            memory::MemoryError::Failed(_) => UpdateError::Failed(message),
+                        }
+                    })?;
+                    if let (MemoryKind::Value { ty, .. }, MemoryValue::Plain(v)) =
+                        (&slot.kind, &mut state.memory[memory_id])
+                    {
+                        ty.fill_absent(v);
+                    }
+                    note
+                }
+            };
+            notes.push(UpdateNote {
+                memory: memory_id,
+                op,
+                note,
+            });
+        }
+        Ok(notes)
+    }
+
+    /// Whether an llm role's parsed reply can be applied: its updates are tried on a copy
+    /// of the state. A refusal is the reason the reply is invalid; any other failure is
+    /// left to the real application, which reports it.
+    pub(super) fn refused_updates(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        output: &Value,
+        item: Option<&Value>,
+    ) -> Option<String> {
+        let updates = &self.workflow.role(node)?.updates;
+        if updates.is_empty() {
+            return None;
+        }
+        // What expressions read, without the run's history (path, file lengths): a copy
+        // per llm call must not grow with the run.
+        let mut draft = RunState {
+            run_id: state.run_id.clone(),
+            step: state.step + 1,
+            position: state.position.clone(),
+            visits: state.visits.clone(),
+            route_taken: Vec::new(),
+            outputs: state.outputs.clone(),
+            memory: state.memory.clone(),
+            inputs: state.inputs.clone(),
+            path: Vec::new(),
+            tools_used: state.tools_used.clone(),
+            totals: state.totals.clone(),
+            status: state.status,
+            elapsed_ms: state.elapsed_ms,
+            file_lengths: Default::default(),
+            ended: state.ended.clone(),
+        };
+        draft.outputs.insert(node.index(), output.clone());
+        draft.visits[node.index()] += 1;
+        match self.run_updates(&mut draft, node, updates, output, item) {
+            Err(UpdateError::Refused(reason)) => Some(reason),
+            _ => None,
+        }
     }
 }

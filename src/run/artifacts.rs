@@ -66,12 +66,38 @@ impl<'w> Interpreter<'w> {
                 });
                 continue;
             }
-            let key = format!("{}{file}", rundir::ARTIFACT_KEY);
+            // In the folder a `path` input names, or in the workspace.
+            let root = match artifact.root {
+                Some(id) => {
+                    let dir = state.inputs.get(id).and_then(Value::as_str).unwrap_or("");
+                    let layout = rundir::Layout {
+                        system: self.run_dir.clone(),
+                        workspace: self.workspace.root().to_path_buf(),
+                    };
+                    match rundir::artifact_root(dir, &layout) {
+                        Ok(root) => Some(root),
+                        Err(e) => {
+                            self.event(Event::ArtifactRejected {
+                                role: role_name.clone(),
+                                file,
+                                reason: e.to_string(),
+                            });
+                            continue;
+                        }
+                    }
+                }
+                None => None,
+            };
+            let target = root.as_ref().unwrap_or(&self.workspace);
+            let key = match artifact.root {
+                Some(id) => format!("{}{id}/{file}", rundir::ROOT_KEY),
+                None => format!("{}{file}", rundir::ARTIFACT_KEY),
+            };
             // Before the first append to a file the checkpoint does not know, its length
             // is journaled (see `RunDir::append_opened`): a resume cuts a re-run step's line.
             let opened =
                 (artifact.append && self.dir.is_some() && !state.file_lengths.contains_key(&key))
-                    .then(|| self.workspace.file_len(&file));
+                    .then(|| target.file_len(&file));
             // Without fsync: durable with the step's journal record, synced at the next
             // snapshot (see `RunDir::checkpoint`).
             let written = match opened {
@@ -82,10 +108,15 @@ impl<'w> Interpreter<'w> {
                             StepError::Failed(format!("cannot write events.jsonl: {e}"))
                         })?;
                     }
-                    self.workspace.append_unsynced(&file, &bytes).map(Some)
+                    target.append_unsynced(&file, &bytes).map(Some)
                 }
-                None if artifact.append => self.workspace.append_unsynced(&file, &bytes).map(Some),
-                None => self.workspace.write_replace(&file, &bytes).map(|()| None),
+                None if artifact.append => target.append_unsynced(&file, &bytes).map(Some),
+                None => target.write_replace(&file, &bytes).map(|()| None),
+            };
+            // Outside the workspace the snapshot's sync does not reach: synced now.
+            let written = match (&root, written) {
+                (Some(root), Ok(len)) => root.sync(&file).map(|()| len),
+                (_, written) => written,
             };
             let len = match written {
                 Ok(len) => len,
@@ -113,7 +144,9 @@ impl<'w> Interpreter<'w> {
                     )));
                 }
             };
-            if let Some(dir) = &mut self.dir {
+            if let Some(dir) = &mut self.dir
+                && root.is_none()
+            {
                 dir.written(&file);
             }
             if let Some(len) = len {
@@ -125,6 +158,7 @@ impl<'w> Interpreter<'w> {
                     file,
                     bytes: bytes.len(),
                     append: artifact.append,
+                    folder: root.as_ref().map(|r| r.root().to_path_buf()),
                     sanitized_from: sanitized,
                 });
             }

@@ -81,6 +81,16 @@ impl Env<'_> {
                 }
                 v
             }
+            ExprKind::Path {
+                root: Root::Ended,
+                fields,
+            } => {
+                let mut v = serde_json::to_value(&self.state.ended).unwrap_or(Value::Null);
+                for f in fields {
+                    v = v.get(f).cloned().unwrap_or(Value::Null);
+                }
+                v
+            }
             ExprKind::Path { root, fields } => {
                 let mut v = self.root(*root)?;
                 for f in fields {
@@ -125,7 +135,7 @@ impl Env<'_> {
             Root::Output => self.output.unwrap_or(&NULL),
             Root::Prompt => self.prompt.unwrap_or(&NULL),
             Root::Item => self.item.unwrap_or(&NULL),
-            Root::Round | Root::Step | Root::Visit | Root::RunId => &NULL,
+            Root::Round | Root::Step | Root::Visit | Root::RunId | Root::Ended => &NULL,
         })
     }
 

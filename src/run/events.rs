@@ -23,6 +23,19 @@ pub enum Event {
     RunResumed {
         step: u64,
     },
+    /// Memory earlier runs of the same `--workspace` left (`durable`): what was loaded,
+    /// and what was not and why.
+    DurableMemory {
+        file: PathBuf,
+        loaded: Vec<String>,
+        skipped: Vec<DurableSkip>,
+    },
+    /// The end of a run (its `finally` role, its last artifacts) failed; the run keeps
+    /// the exit it reached.
+    EndFailed {
+        exit: String,
+        error: String,
+    },
     /// Containers of crashed runs, removed before this one starts its own.
     StaleContainersRemoved {
         containers: Vec<String>,
@@ -84,6 +97,10 @@ pub enum Event {
         file: String,
         bytes: usize,
         append: bool,
+        /// The folder a `path` input names, when the file is written there and not in the
+        /// workspace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        folder: Option<std::path::PathBuf>,
         /// The name as rendered, when making it a safe path changed it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sanitized_from: Option<String>,
@@ -129,6 +146,13 @@ pub enum Event {
         file: String,
         len: u64,
     },
+}
+
+/// A durable memory not carried over; `memory` is null when the whole file was unread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DurableSkip {
+    pub memory: Option<String>,
+    pub reason: String,
 }
 
 /// One call of an llm role: what was sent, what came back, what it cost.
@@ -181,6 +205,8 @@ mod tests {
             r#"{"event":"checkpoint","delta":{"step":4,"+path":["a"]}}"#,
             r#"{"event":"exit","exit":"done","code":0,"reason":"reached","step":2,"totals":{"llm_calls":1,"input_tokens":2,"output_tokens":3,"cost":0.25,"tool_calls":0}}"#,
             r#"{"event":"memory","role":"a","memory":"notes","op":"append","note":""}"#,
+            r#"{"event":"durable_memory","file":"ws/.rondo/memory/keep.json","loaded":["notes"],"skipped":[{"memory":"board","reason":"damaged"},{"memory":null,"reason":"unread"}]}"#,
+            r#"{"event":"end_failed","exit":"limit","error":"role `record`: boom"}"#,
         ];
         for line in lines {
             let value: Value = serde_json::from_str(line).unwrap();

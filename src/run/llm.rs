@@ -176,6 +176,15 @@ impl<'w> Interpreter<'w> {
             } else {
                 output::parse(&llm.output, &raw, &llm.coerce)
             };
+            // A reply the role's own updates refuse (a whiteboard batch against its rules)
+            // goes back to the model with the reason, like a reply of the wrong shape.
+            let parsed =
+                parsed.and_then(
+                    |reply| match self.refused_updates(state, node, &reply.0, item) {
+                        Some(reason) => Err(format!("the reply cannot be applied: {reason}")),
+                        None => Ok(reply),
+                    },
+                );
             match parsed {
                 Ok((value, parsed, coercions)) => {
                     return Ok(RoleRun {

@@ -162,16 +162,39 @@ fn text_of(v: &Value) -> String {
     }
 }
 
-/// Applies one operation. `run_dir` (the system area) is where whiteboard.md is written;
-/// code is read from the `workspace`.
+/// Why an operation was not applied.
+#[derive(Debug)]
+pub enum MemoryError {
+    /// The value given was refused (a whiteboard batch that breaks its rules, `extend`
+    /// with something other than a list): the fault of whatever produced the value.
+    Refused(String),
+    /// The memory cannot take the operation (a damaged checkpoint, a list that is not one).
+    Failed(String),
+}
+
+impl MemoryError {
+    pub fn message(&self) -> &str {
+        match self {
+            MemoryError::Refused(m) | MemoryError::Failed(m) => m,
+        }
+    }
+}
+
+impl From<String> for MemoryError {
+    fn from(message: String) -> Self {
+        MemoryError::Failed(message)
+    }
+}
+
+/// Applies one operation; code is read from the `workspace`. Nothing is written: the
+/// caller renders a whiteboard ([`write_whiteboard`]) once the whole update is applied.
 pub fn apply(
     kind: &MemoryKind,
     slot: &mut MemoryValue,
     op: MemoryOp,
     args: Vec<Value>,
-    run_dir: &Path,
     workspace: &Path,
-) -> Result<String, String> {
+) -> Result<String, MemoryError> {
     let mut args = args.into_iter();
     let mut next = || args.next().unwrap_or(Value::Null);
     match (slot, op) {
@@ -186,7 +209,9 @@ pub fn apply(
                 Ok(String::new())
             }
             Value::Null => Ok(String::new()),
-            other => Err(format!("extend needs a list, got {other}")),
+            other => Err(MemoryError::Refused(format!(
+                "extend needs a list, got {other}"
+            ))),
         },
         (MemoryValue::Plain(slot), MemoryOp::Truncate) => {
             let to = next();
@@ -209,9 +234,9 @@ pub fn apply(
         (MemoryValue::Plain(slot), MemoryOp::Patch) => {
             let (pattern, changes) = (next(), next());
             let (Value::Object(pattern), Value::Object(changes)) = (pattern, changes) else {
-                return Err(
+                return Err(MemoryError::Failed(
                     "patch takes two objects: which items, and the fields to change".into(),
-                );
+                ));
             };
             let mut patched = 0;
             for item in as_list(slot)?.iter_mut() {
@@ -243,7 +268,7 @@ pub fn apply(
                     *slot = Value::Object([(key, value)].into_iter().collect());
                     Ok(String::new())
                 }
-                _ => Err("put needs a map".into()),
+                _ => Err(MemoryError::Failed("put needs a map".into())),
             }
         }
         (MemoryValue::Plain(slot), MemoryOp::Clear) => {
@@ -267,12 +292,11 @@ pub fn apply(
                 }
             }
             let json = serde_json::to_string(&ops).map_err(|e| e.to_string())?;
-            // Committed only once whiteboard.md is written: a failed operation changes nothing.
+            // All or nothing: a refused batch changes nothing.
             let mut draft = board.clone();
-            let report = draft.apply_json(&json).map_err(|e| e.to_string())?;
-            draft
-                .write_markdown(run_dir)
-                .map_err(|e| format!("cannot write whiteboard.md: {e}"))?;
+            let report = draft
+                .apply_json(&json)
+                .map_err(|e| MemoryError::Refused(e.to_string()))?;
             *board = draft;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
@@ -372,11 +396,22 @@ pub fn apply(
             }
             Ok(notes.join("; "))
         }
-        (_, op) => Err(format!(
+        (_, op) => Err(MemoryError::Failed(format!(
             "a {} has no operation `{}`",
             kind.kind_name(),
             op.name()
-        )),
+        ))),
+    }
+}
+
+/// Renders a whiteboard memory to `whiteboard.md` in `run_dir` (the system area).
+pub fn write_whiteboard(slot: &MemoryValue, run_dir: &Path) -> Result<(), String> {
+    match slot {
+        MemoryValue::Whiteboard(board) => board
+            .write_markdown(run_dir)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        _ => Ok(()),
     }
 }
 

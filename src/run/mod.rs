@@ -9,6 +9,7 @@ mod apply;
 mod artifacts;
 pub mod clock;
 mod context;
+pub mod durable;
 pub mod eval;
 pub mod events;
 mod llm;
@@ -136,6 +137,8 @@ pub struct Interpreter<'w> {
     spent: std::sync::Mutex<rondo_provider::Spend>,
     /// Continues a run another process left (`rondo resume`).
     resumed: bool,
+    /// Memory carried over between runs of a `--workspace` folder.
+    durable: Option<durable::Durable>,
 }
 
 enum Flow {
@@ -220,6 +223,13 @@ impl<'w> Interpreter<'w> {
             if let Err(e) = result {
                 self.reporter.warn(&format!("checkpoint failed: {e}"));
             }
+        }
+        if let Some(durable) = &mut self.durable
+            && let Err(e) = durable.save(self.workflow, state)
+        {
+            let file = durable.file().display().to_string();
+            self.reporter
+                .warn(&format!("cannot save the durable memory to {file}: {e}"));
         }
     }
 

@@ -1,6 +1,7 @@
 //! `rondo replay`: a run's events, step by step.
 
 use std::fmt::Write;
+use std::io::Read;
 use std::path::Path;
 
 use serde_json::Value;
@@ -23,6 +24,72 @@ fn indent(text: &str) -> String {
         .map(|l| format!("      {l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The longest record `record` reads.
+const MAX_RECORD: usize = 64 << 20;
+
+/// Record `index` of a JSONL file (0 the first, -1 the last), pretty-printed under a title
+/// line: `rondo replay --path traces/<id>.jsonl --index -1`. The file is read line by line;
+/// only the records a negative index needs are kept.
+pub fn record(path: &Path, index: i64) -> Result<String, String> {
+    use std::io::BufRead;
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| fail(&e))?;
+    if !file.metadata().map_err(|e| fail(&e))?.is_file() {
+        return Err(fail(&"not a file"));
+    }
+    let mut reader = std::io::BufReader::new(file);
+    let keep = usize::try_from(index.unsigned_abs()).unwrap_or(usize::MAX);
+    let mut last: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    let mut count: u64 = 0;
+    let mut found = None;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut reader)
+            .take(MAX_RECORD as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| fail(&e))?;
+        if read == 0 {
+            break;
+        }
+        if line.len() > MAX_RECORD {
+            return Err(fail(&format_args!("record {count} is longer than 64 MiB")));
+        }
+        let text = String::from_utf8_lossy(&line).trim().to_string();
+        if text.is_empty() {
+            continue;
+        }
+        if index >= 0 && count == index.unsigned_abs() {
+            found = Some(text);
+            break;
+        }
+        if index < 0 {
+            last.push_back(text);
+            if last.len() > keep {
+                last.pop_front();
+            }
+        }
+        count += 1;
+    }
+    let (at, text) = match found {
+        Some(text) => (index.unsigned_abs(), text),
+        None if count == 0 => return Err(fail(&"no records in the file")),
+        None if index < 0 && last.len() == keep => {
+            (count - keep as u64, last.pop_front().unwrap_or_default())
+        }
+        None => {
+            return Err(fail(&format_args!(
+                "no record {index}: the file has {count} (0 to {}, or -1 to -{count})",
+                count - 1
+            )));
+        }
+    };
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| fail(&format_args!("record {at} is not JSON: {e}")))?;
+    let pretty = serde_json::to_string_pretty(&value).unwrap_or(text);
+    Ok(format!("REPLAY {at} : {}\n{pretty}\n", path.display()))
 }
 
 pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {

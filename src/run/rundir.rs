@@ -362,6 +362,17 @@ impl RunDir {
         }
         let workspace = rondo_workspace::Workspace::open(&layout.workspace)?;
         for (key, len) in &lengths {
+            if let Some((root, name)) = key
+                .strip_prefix(ROOT_KEY)
+                .and_then(|k| k.split_once('/'))
+                .and_then(|(id, name)| Some((state.inputs.get(id.parse::<usize>().ok()?)?, name)))
+                .and_then(|(dir, name)| Some((artifact_root(dir.as_str()?, layout).ok()?, name)))
+            {
+                if root.file_len(name).is_ok_and(|now| now > *len) {
+                    root.truncate(name, *len)?;
+                }
+                continue;
+            }
             // Only ever cut: a file shorter than recorded (lost with the page cache in a
             // power failure) is not padded with zeros.
             match key.strip_prefix(ARTIFACT_KEY) {
@@ -396,6 +407,35 @@ impl RunDir {
 
 /// Key prefix of an append-mode artifact in the checkpoint's `file_lengths`.
 pub const ARTIFACT_KEY: &str = "workspace/";
+/// `input/<input id>/<name>`: the length of an artifact in the folder a `path` input names.
+pub const ROOT_KEY: &str = "input/";
+
+/// The folder a `path` input names, as the confinement of the artifacts written there
+/// (created when missing). Never the run's records: a folder inside the system area (but
+/// not in the workspace it holds) or inside any `.rondo` folder is refused.
+pub fn artifact_root(dir: &str, layout: &Layout) -> std::io::Result<rondo_workspace::Workspace> {
+    let refused = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{dir}: {why}"),
+        )
+    };
+    let path = Path::new(dir);
+    if !path.is_absolute() {
+        return Err(refused("not an absolute path"));
+    }
+    let workspace = rondo_workspace::Workspace::create(path)?;
+    let real = workspace.root();
+    let real_of = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    if (real.starts_with(real_of(&layout.system)) && !real.starts_with(real_of(&layout.workspace)))
+        || real
+            .components()
+            .any(|c| c.as_os_str() == rondo_workspace::SYSTEM_DIR)
+    {
+        return Err(refused("inside a run's records"));
+    }
+    Ok(workspace)
+}
 
 pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
     let text = std::fs::read_to_string(dir.join("run.json"))

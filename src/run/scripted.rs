@@ -34,7 +34,15 @@ pub struct Script {
 enum YamlReplies {
     One(String),
     Sequence(Vec<String>),
-    ByVisit(BTreeMap<String, String>),
+    ByVisit(BTreeMap<String, YamlAttempts>),
+}
+
+/// The reply of one visit, or one per attempt (a retry after an invalid reply gets the next).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum YamlAttempts {
+    One(String),
+    Each(Vec<String>),
 }
 
 #[derive(Deserialize)]
@@ -71,7 +79,8 @@ impl Script {
         }
     }
 
-    /// A YAML script: `replies: {role: "text" | [visit1, visit2, ...] | {"2": "text", default: "text"}}`.
+    /// A YAML script: `replies: {role: "text" | [visit1, visit2, ...] | {"2": "text" | [attempt1,
+    /// attempt2, ...], default: "text"}}`.
     pub fn from_yaml(path: &Path) -> Result<Script, String> {
         let text = crate::source::read_regular(path, crate::source::MAX_SOURCE_BYTES)
             .map_err(|e| format!("cannot read script {}: {e}", path.display()))?;
@@ -88,8 +97,12 @@ impl Script {
                 YamlReplies::Sequence(s) => entry.sequence = s,
                 YamlReplies::ByVisit(map) => {
                     for (k, v) in map {
+                        let v = match v {
+                            YamlAttempts::One(t) => vec![t],
+                            YamlAttempts::Each(ts) => ts,
+                        };
                         if k == "default" {
-                            entry.every = Some(v);
+                            entry.every = v.into_iter().next_back();
                         } else {
                             let visit = k.parse::<u64>().map_err(|_| {
                                 format!(
@@ -97,7 +110,7 @@ impl Script {
                                     path.display()
                                 )
                             })?;
-                            entry.by_visit.entry(visit).or_default().push(v);
+                            entry.by_visit.entry(visit).or_default().extend(v);
                         }
                     }
                 }

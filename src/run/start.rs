@@ -100,7 +100,12 @@ impl<'w> Interpreter<'w> {
         inputs
             .iter_mut()
             .for_each(|v| interp.redactor.redact_json(v));
-        let state = RunState::new(workflow, run_id.clone(), inputs).map_err(StartError::Setup)?;
+        let mut state =
+            RunState::new(workflow, run_id.clone(), inputs).map_err(StartError::Setup)?;
+        let carried = interp
+            .durable
+            .as_mut()
+            .map(|d| d.load(workflow, &mut state));
         interp.envs.input_paths = input_paths(workflow, &state);
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
@@ -118,7 +123,7 @@ impl<'w> Interpreter<'w> {
                     .zip(&state.inputs)
                     .map(|(i, v)| (i.name.clone(), v.clone()))
                     .collect(),
-                providers: provider_summaries(workflow),
+                providers: provider_summaries(workflow, &interp.pool),
                 provider_override: options.provider.clone(),
                 script: options
                     .script
@@ -136,6 +141,9 @@ impl<'w> Interpreter<'w> {
             };
             interp.dir = Some(dir);
             interp.event(interp.run_start());
+            if let Some(note) = carried {
+                interp.carried_over(&state, note);
+            }
             // Resumable from here on: the checkpoint is durable before `run.json` says a
             // run exists, so a kill before this point leaves a run id that can be reused.
             let mut state = state;
@@ -155,6 +163,9 @@ impl<'w> Interpreter<'w> {
             StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
         })?;
         interp.event(interp.run_start());
+        if let Some(note) = carried {
+            interp.carried_over(&state, note);
+        }
         Ok((interp, state))
     }
 
@@ -164,6 +175,23 @@ impl<'w> Interpreter<'w> {
             run_dir: self.run_dir.clone(),
             workspace: self.workspace.root().to_path_buf(),
         }
+    }
+
+    /// Records what earlier runs' durable memory brought in, and renders a whiteboard
+    /// among it to the system area as a step would.
+    fn carried_over(&mut self, state: &RunState, note: Event) {
+        if let Event::DurableMemory { loaded, .. } = &note {
+            for name in loaded {
+                let Some(id) = self.workflow.memory.iter().position(|m| m.name == *name) else {
+                    continue;
+                };
+                if let Err(e) = super::memory::write_whiteboard(&state.memory[id], &self.run_dir) {
+                    self.reporter
+                        .warn(&format!("cannot write whiteboard.md: {e}"));
+                }
+            }
+        }
+        self.event(note);
     }
 
     /// Continues a stopped or crashed run from its last checkpoint.
@@ -208,8 +236,12 @@ impl<'w> Interpreter<'w> {
         let mut info = info;
         info.status = "running".into();
         interp.info = Some(info);
+        if let Some(durable) = &mut interp.durable {
+            durable.remember(workflow, &state);
+        }
         if state.status != Status::Finished {
             state.status = Status::Running;
+            state.ended = None;
             interp.event(Event::RunResumed { step: state.step });
         }
         Ok((interp, state))
@@ -241,13 +273,17 @@ impl<'w> Interpreter<'w> {
         for p in workflow.providers.iter().filter(scripted) {
             pool.register_model(p.name(), model.clone());
         }
+        let default = default_profile(workflow, &pool)?;
         let mut profile_of = HashMap::new();
         for (index, role) in workflow.roles() {
             if let RoleKind::Llm(l) = &role.kind {
-                let name = options
-                    .provider
-                    .clone()
-                    .unwrap_or_else(|| workflow.providers[l.provider].name().to_string());
+                let name = options.provider.clone().unwrap_or_else(|| {
+                    if l.default_provider {
+                        default.clone()
+                    } else {
+                        workflow.providers[l.provider].name().to_string()
+                    }
+                });
                 profile_of.insert(index.index(), name);
             }
         }
@@ -287,26 +323,32 @@ impl<'w> Interpreter<'w> {
             started: Instant::now(),
             spent: Default::default(),
             resumed: false,
+            durable: super::durable::Durable::new(workflow, layout),
         })
     }
 
-    /// A missing API key is a start-up error, never a failure in the middle of a run.
+    /// A fallback chain with no profile that can be called (every one lacks its API key)
+    /// is a start-up error, never a failure in the middle of a run. A profile whose key is
+    /// missing is skipped for its fallbacks (docs/providers.md).
     fn check_keys(&self) -> Result<(), StartError> {
         let mut missing = Vec::new();
         let mut names: Vec<&String> = self.profile_of.values().collect();
         names.sort();
         names.dedup();
         for name in names {
-            for link in self.pool.chain(name) {
-                if let Some(p) = self.pool.profile(&link)
-                    && p.key_required()
-                    && let Some(var) = p.key_env()
-                    && std::env::var_os(var).is_none_or(|v| v.is_empty())
-                {
-                    missing.push(format!(
-                        "profile `{link}` needs the environment variable {var}"
-                    ));
-                }
+            let chain = self.pool.chain(name);
+            let lacking: Vec<String> = chain
+                .iter()
+                .filter_map(|link| {
+                    let p = self.pool.profile(link)?;
+                    let var = p.key_env().filter(|_| p.key_required())?;
+                    std::env::var_os(var)
+                        .is_none_or(|v| v.is_empty())
+                        .then(|| format!("profile `{link}` needs the environment variable {var}"))
+                })
+                .collect();
+            if lacking.len() == chain.len() {
+                missing.extend(lacking);
             }
         }
         missing.sort();
@@ -317,6 +359,32 @@ impl<'w> Interpreter<'w> {
             Err(StartError::Setup(format!(
                 "{}; set it, or run with `--provider scripted`",
                 missing.join("; ")
+            )))
+        }
+    }
+}
+
+/// The profile of llm roles that name none: the one `provider_env` names when it is set,
+/// else the header's `provider`.
+fn default_profile(workflow: &Workflow, pool: &ProviderPool) -> Result<String, StartError> {
+    let chosen = workflow.default_provider_env.as_deref().and_then(|var| {
+        let name = std::env::var(var).ok()?;
+        let name = name.trim();
+        (!name.is_empty()).then(|| (var, name.to_string()))
+    });
+    match chosen {
+        None => Ok(workflow.providers[workflow.default_provider]
+            .name()
+            .to_string()),
+        Some((_, name)) if pool.profile(&name).is_some() => Ok(name),
+        Some((var, name)) => {
+            let mut known: Vec<&str> = pool.profile_names().collect();
+            known.sort();
+            let shown: String = name.chars().take(40).collect();
+            Err(StartError::Input(format!(
+                "{var}={shown:?} is not a provider profile of {} (profiles: {})",
+                workflow.name,
+                known.join(", ")
             )))
         }
     }
@@ -359,7 +427,18 @@ fn resolve_inputs(
 ) -> Result<Vec<Value>, StartError> {
     let mut values: Vec<Option<Value>> =
         workflow.inputs.iter().map(|i| i.default.clone()).collect();
-    for (key, raw) in given {
+    // An input not given takes its `env("VAR", ...)` variable's value, as if given.
+    let from_env: Vec<(String, String)> = workflow
+        .inputs
+        .iter()
+        .filter(|i| !given.iter().any(|(key, _)| key == &i.name))
+        .filter_map(|i| {
+            let var = i.env.as_deref()?;
+            let value = std::env::var(var).ok().filter(|v| !v.trim().is_empty())?;
+            Some((i.name.clone(), value))
+        })
+        .collect();
+    for (key, raw) in given.iter().chain(&from_env) {
         let Some(index) = workflow.inputs.iter().position(|i| &i.name == key) else {
             let names: Vec<&str> = workflow.inputs.iter().map(|i| i.name.as_str()).collect();
             let hint = crate::diagnostics::did_you_mean(key, names.iter().copied())
@@ -377,8 +456,13 @@ fn resolve_inputs(
         } else {
             serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
         };
-        ty.validate(&value)
-            .map_err(|e| StartError::Input(format!("input `{key}`: {e}")))?;
+        ty.validate(&value).map_err(|e| {
+            let from = match &workflow.inputs[index].env {
+                Some(var) if from_env.iter().any(|(k, _)| k == key) => format!(" (from {var})"),
+                _ => String::new(),
+            };
+            StartError::Input(format!("input `{key}`{from}: {e}"))
+        })?;
         values[index] = Some(value);
     }
     workflow
@@ -470,11 +554,16 @@ pub(super) fn input_paths(workflow: &Workflow, state: &RunState) -> Vec<PathBuf>
         .collect()
 }
 
-fn provider_summaries(workflow: &Workflow) -> Vec<Value> {
+/// The profiles as written, with the model the run calls (`model_env` read); a URL from
+/// `base_url_env` is not recorded (it may carry credentials).
+fn provider_summaries(workflow: &Workflow, pool: &ProviderPool) -> Vec<Value> {
     workflow
         .providers
         .iter()
         .map(|p| &p.profile)
-        .map(|p| json!({"name": p.name, "kind": p.kind, "model": p.model, "base_url": p.base_url, "api_key_env": p.api_key_env}))
+        .map(|p| {
+            let model = pool.profile(&p.name).map_or(p.model.clone(), |r| r.model.clone());
+            json!({"name": p.name, "kind": p.kind, "model": model, "base_url": p.base_url, "base_url_env": p.base_url_env, "api_key_env": p.api_key_env})
+        })
         .collect()
 }

@@ -87,6 +87,17 @@ pub struct RunState {
     /// resume cuts them back, so a step interrupted half-way leaves no trace.
     #[serde(default)]
     pub file_lengths: BTreeMap<String, u64>,
+    /// How the run ended (`ended` in expressions); set when it stops, cleared on resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<Ended>,
+}
+
+/// An ended run's exit, its code and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ended {
+    pub exit: String,
+    pub code: i32,
+    pub reason: String,
 }
 
 impl Totals {
@@ -138,6 +149,7 @@ impl RunState {
             status: Status::Running,
             elapsed_ms: 0,
             file_lengths: BTreeMap::new(),
+            ended: None,
         })
     }
 

@@ -103,6 +103,12 @@ impl<'w> Interpreter<'w> {
         if !already_finished {
             self.flush_buffered_events();
             self.settle(&mut state);
+            state.ended = Some(state::Ended {
+                exit: name.clone(),
+                code,
+                reason: reason.clone(),
+            });
+            self.at_end(&mut state, &name);
             self.event(Event::Exit {
                 exit: name.clone(),
                 code,
@@ -140,6 +146,50 @@ impl<'w> Interpreter<'w> {
             reason,
             state,
         }
+    }
+
+    /// The end of a run, whatever ended it: the `finally` role (not on an interrupt, after
+    /// which `rondo resume` goes on), then the workflow-level artifacts once more, so they
+    /// see `ended`. A failure here is recorded; the run keeps the exit it reached.
+    fn at_end(&mut self, state: &mut RunState, exit: &str) {
+        let finally = self.workflow.finally.filter(|_| exit != "interrupted");
+        // `apply` writes the workflow-level artifacts after the role.
+        let applied = match finally {
+            Some(node) => self
+                .apply(state, node, RoleRun::plain(Value::Null), None)
+                .map(|()| true),
+            None => Ok(false),
+        };
+        if let Err(e) = &applied {
+            self.end_failed(exit, e);
+        }
+        // The end is not a step: append-mode artifacts (one line per step) get no line.
+        let state_files: Vec<crate::compile::Artifact> = match applied {
+            Ok(true) => Vec::new(),
+            _ => self
+                .workflow
+                .artifacts
+                .iter()
+                .filter(|a| !a.append)
+                .cloned()
+                .collect(),
+        };
+        let written = self.write_artifacts(&state_files, state, None, None, None, None, 0);
+        match written {
+            Ok(appended) => state.file_lengths.extend(appended),
+            Err(e) => self.end_failed(exit, &e),
+        }
+    }
+
+    fn end_failed(&mut self, exit: &str, e: &StepError) {
+        let error = match e {
+            StepError::Failed(m) | StepError::Limit(m) => m.as_str(),
+            StepError::Interrupted => "interrupted",
+        };
+        self.event(Event::EndFailed {
+            exit: exit.to_string(),
+            error: error.to_string(),
+        });
     }
 
     fn check_limits(&self, state: &RunState) -> Result<(), StepError> {

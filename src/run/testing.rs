@@ -47,14 +47,41 @@ pub async fn run_test(
             }
         })
         .collect();
+    let run_id = format!("{}-{slug}", workflow.name);
+    let run_dir = runs_root.join(&run_id);
+    let mut inputs: Vec<(String, String)> = case
+        .inputs
+        .iter()
+        .map(|(id, v)| (workflow.inputs[*id].name.clone(), input_text(v)))
+        .collect();
+    // A test writes nothing outside its run: a folder artifacts are written to is, when
+    // relative, a folder of the test's workspace.
+    for input in workflow.inputs.iter().filter(|i| i.artifact_root) {
+        let given = inputs.iter().position(|(name, _)| name == &input.name);
+        let value = match given {
+            Some(at) => Some(inputs[at].1.clone()),
+            None => input
+                .default
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        };
+        if let Some(value) = value.filter(|v| !std::path::Path::new(v).is_absolute()) {
+            let inside = run_dir
+                .join(super::rundir::WORKSPACE_DIR)
+                .join(&value)
+                .to_string_lossy()
+                .into_owned();
+            match given {
+                Some(at) => inputs[at].1 = inside,
+                None => inputs.push((input.name.clone(), inside)),
+            }
+        }
+    }
     let options = RunOptions {
         runs_root: runs_root.to_path_buf(),
-        run_id: Some(format!("{}-{slug}", workflow.name)),
-        inputs: case
-            .inputs
-            .iter()
-            .map(|(id, v)| (workflow.inputs[*id].name.clone(), input_text(v)))
-            .collect(),
+        run_id: Some(run_id),
+        inputs,
         provider: Some("scripted".into()),
         // A test's relative `path` inputs name files beside the workflow.
         base_dir: std::fs::canonicalize(&workflow.path)
@@ -62,7 +89,6 @@ pub async fn run_test(
             .and_then(|p| p.parent().map(std::path::Path::to_path_buf)),
         ..RunOptions::default()
     };
-    let run_dir = runs_root.join(options.run_id.clone().unwrap_or_default());
     let _ = std::fs::remove_dir_all(&run_dir);
     let mut report = TestReport {
         name: case.name.clone(),
@@ -110,10 +136,21 @@ pub async fn run_test(
             TestExpectation::Artifact { name, contains, .. } => {
                 let mut ctx = tera::Context::new();
                 ctx.insert("run_id", &state.run_id);
+                let inputs: serde_json::Map<String, Value> = workflow
+                    .inputs
+                    .iter()
+                    .zip(&state.inputs)
+                    .map(|(i, v)| (i.name.clone(), v.clone()))
+                    .collect();
+                ctx.insert("input", &inputs);
                 let name = &crate::prompt::render_str(name, &ctx).unwrap_or_else(|_| name.clone());
-                let read = rondo_workspace::Workspace::open(&outcome.workspace)
-                    .and_then(|w| w.read(name))
-                    .map(|b| String::from_utf8_lossy(&b).into_owned());
+                // `{{ input.DIR }}/...`: a file of the folder a `path` input names.
+                let read = if std::path::Path::new(name).is_absolute() {
+                    std::fs::read(name)
+                } else {
+                    rondo_workspace::Workspace::open(&outcome.workspace).and_then(|w| w.read(name))
+                }
+                .map(|b| String::from_utf8_lossy(&b).into_owned());
                 match read {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => report
                         .failures

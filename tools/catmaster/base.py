@@ -3,8 +3,10 @@
 Every tool:
   - validates its payload against a small schema that rejects extra fields strictly
     (the Pydantic `InputModel(**payload)` step of the reference),
-  - works in the USER VIEW: paths are workspace-relative; `.catmaster/` (the system view)
-    cannot be read or written through a tool,
+  - works in the USER VIEW: paths are workspace-relative; `.catmaster/` and `.rondo/` (the
+    system view: CatMaster's records and Rondo's run records) cannot be listed, read or
+    written through a tool,
+  - never names a host path outside the workspace in what it returns (errors included),
   - returns (prints) the standard output of `create_tool_output`:
     {status, tool_name, data, warnings, error, execution_time}.
 
@@ -15,12 +17,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 SYSTEM_DIR = ".catmaster"
+# Folders of the system view: CatMaster's records and the engine's run records.
+SYSTEM_DIRS = (SYSTEM_DIR, ".rondo")
 
 
 class ToolInputError(ValueError):
@@ -38,14 +43,32 @@ def resolve_workspace_path(rel: str, must_exist: bool = False) -> Path:
         raise ToolInputError("path must be a non-empty workspace-relative string")
     if Path(rel).is_absolute():
         raise ToolInputError(f"path must be workspace-relative, not absolute: {rel}")
+    if any(part in SYSTEM_DIRS for part in Path(rel).parts):
+        raise ToolInputError(f"{rel}: the system view ({', '.join(SYSTEM_DIRS)}) is not reachable from tools")
     target = (root / rel).resolve()
-    if target != root and root not in target.parents:
+    if not inside_workspace(target):
         raise ToolInputError(f"path escapes the workspace: {rel}")
-    if target != root and target.relative_to(root).parts[0] == SYSTEM_DIR:
-        raise ToolInputError(f"{SYSTEM_DIR}/ is the system view; tools work in the user view: {rel}")
+    if in_system_view(target):
+        raise ToolInputError(f"{rel}: the system view ({', '.join(SYSTEM_DIRS)}) is not reachable from tools")
     if must_exist and not target.exists():
         raise ToolInputError(f"path does not exist: {rel}")
     return target
+
+
+def inside_workspace(path: Path) -> bool:
+    """Whether `path`, resolved (links followed), is the workspace or lies beneath it."""
+    root = workspace_root()
+    target = path.resolve()
+    return target == root or root in target.parents
+
+
+def in_system_view(path: Path) -> bool:
+    """Whether `path`, resolved, lies under a system-view folder of the workspace."""
+    root = workspace_root()
+    target = path.resolve()
+    if target == root or root not in target.parents:
+        return False
+    return any(part in SYSTEM_DIRS for part in target.relative_to(root).parts)
 
 
 def workspace_relpath(path: Path) -> str:
@@ -89,6 +112,27 @@ def validate(payload: Any, schema: dict[str, tuple[type | tuple[type, ...], Any]
     return params
 
 
+# An absolute path in a message: a `/` not preceded by a word character, a dot or a slash.
+ABSOLUTE_PATH = re.compile(r"(?<![\w./])/[^\s'\"`,;:()\[\]{}]+")
+
+
+def confine_message(text: str) -> str:
+    """A message as the model may see it: the workspace's own absolute path becomes
+    workspace-relative, and any other absolute path (a host file an exception named) is
+    replaced, so no message reveals what lies outside the workspace."""
+    root = str(workspace_root())
+
+    def relative(match: re.Match) -> str:
+        path = match.group(0)
+        if path == root:
+            return "."
+        if path.startswith(root + "/"):
+            return path[len(root) + 1:]
+        return "<outside the workspace>"
+
+    return ABSOLUTE_PATH.sub(relative, text)
+
+
 def read_payload() -> Any:
     argv = sys.argv[1:]
     if argv:
@@ -109,6 +153,9 @@ def main(tool_name: str, func: Callable[[dict], dict]) -> None:
         result = create_tool_output(tool_name, False, error=f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # the task runner's wrapping of unexpected errors
         result = create_tool_output(tool_name, False, error=f"unexpected {type(exc).__name__}: {exc}")
+    if result.get("error"):
+        result["error"] = confine_message(str(result["error"]))
+    result["warnings"] = [confine_message(str(w)) for w in result.get("warnings") or []]
     result["execution_time"] = round(time.monotonic() - started, 4)
     print(json.dumps(result, ensure_ascii=False, indent=2))
     sys.exit(0 if result["status"] == "success" else 1)

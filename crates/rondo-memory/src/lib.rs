@@ -27,6 +27,6 @@ pub use history::{
 };
 pub use paths::{PathError, normalize_workspace_path};
 pub use whiteboard::{
-    ApplyReport, DeprecateOp, Entry, EntryStatus, OpError, OpsRejected, Section, SectionSpec,
-    SectionsError, UpsertOp, WHITEBOARD_FILE, Whiteboard, WhiteboardOp,
+    ApplyReport, DeprecateOp, Entry, EntryStatus, MAX_CARRIED_ENTRIES, OpError, OpsRejected,
+    Section, SectionSpec, SectionsError, UpsertOp, WHITEBOARD_FILE, Whiteboard, WhiteboardOp,
 };

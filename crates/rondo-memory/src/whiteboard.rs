@@ -12,6 +12,10 @@ use crate::paths::{PathError, normalize_workspace_path};
 /// File name of the rendered whiteboard in the run directory.
 pub const WHITEBOARD_FILE: &str = "whiteboard.md";
 
+/// Most entries [`Whiteboard::carried_over`] takes from a saved whiteboard (replaying is
+/// quadratic in the number of entries).
+pub const MAX_CARRIED_ENTRIES: usize = 10_000;
+
 /// An allowed section, declared by the workflow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SectionSpec {
@@ -484,6 +488,63 @@ impl Whiteboard {
                 Ok(())
             }
         }
+    }
+
+    /// This whiteboard's rules with the entries of `earlier`, a whiteboard an earlier run
+    /// saved: every entry is replayed as an operation, so it must fit this board's sections
+    /// and rules (IDs of the section's prefix, workspace-relative paths outside the system
+    /// view), whatever the saved file says. Numbering goes on where `earlier` left it, so an
+    /// ID is never reused. At most [`MAX_CARRIED_ENTRIES`] entries.
+    pub fn carried_over(&self, earlier: &Whiteboard) -> Result<Whiteboard, OpsRejected> {
+        let entries: usize = earlier.sections.iter().map(|s| s.entries.len()).sum();
+        if entries > MAX_CARRIED_ENTRIES {
+            return Err(OpsRejected {
+                errors: vec![OpError::Malformed {
+                    index: 0,
+                    message: format!(
+                        "{entries} entries, more than the {MAX_CARRIED_ENTRIES} a whiteboard carries over"
+                    ),
+                }],
+            });
+        }
+        let mut ops = Vec::with_capacity(entries);
+        for section in &earlier.sections {
+            for e in &section.entries {
+                ops.push(WhiteboardOp::Upsert(UpsertOp {
+                    section: section.spec.name.clone(),
+                    id: Some(e.id.clone()),
+                    text: Some(e.text.clone()),
+                    path: e.path.clone(),
+                }));
+            }
+        }
+        for section in &earlier.sections {
+            for e in section
+                .entries
+                .iter()
+                .filter(|e| e.status == EntryStatus::Deprecated)
+            {
+                ops.push(WhiteboardOp::Deprecate(DeprecateOp {
+                    section: section.spec.name.clone(),
+                    id: e.id.clone(),
+                    reason: e.reason.clone(),
+                    superseded_by: e.superseded_by.clone(),
+                }));
+            }
+        }
+        let mut board = self.clone();
+        board.apply(&ops)?;
+        for section in &mut board.sections {
+            if let Some(old) = earlier
+                .sections
+                .iter()
+                .find(|o| o.spec.name == section.spec.name)
+            {
+                section.next_number = section.next_number.max(old.next_number);
+            }
+        }
+        board.revision = earlier.revision;
+        Ok(board)
     }
 
     /// The `whiteboard.md` text: one `##` heading per section, active entries

@@ -222,3 +222,80 @@ fn op_json_shape_round_trips() {
     );
     assert_eq!(Whiteboard::parse_ops(&json).unwrap(), ops);
 }
+
+/// A saved whiteboard comes back with its entries, their states and its numbering.
+#[test]
+fn carried_over_keeps_entries_states_and_numbering() {
+    let mut earlier = seeded();
+    earlier
+        .apply_json(
+            r#"[{"op": "UPSERT", "section": "Key Facts", "text": "second"},
+                {"op": "DEPRECATE", "section": "Key Facts", "id": "FACT-1", "reason": "wrong", "superseded_by": "FACT-2"}]"#,
+        )
+        .unwrap();
+    let saved: Whiteboard =
+        serde_json::from_value(serde_json::to_value(&earlier).unwrap()).unwrap();
+    let mut board = Whiteboard::catmaster().carried_over(&saved).unwrap();
+    assert_eq!(board.render_markdown(), earlier.render_markdown());
+    assert_eq!(board.revision(), earlier.revision());
+    // Numbering goes on: a new fact is FACT-3, not a reused number.
+    let report = board
+        .apply_json(r#"[{"op": "UPSERT", "section": "Key Facts", "text": "third"}]"#)
+        .unwrap();
+    assert_eq!(report.created, vec!["FACT-3"]);
+}
+
+/// A saved file is replayed through the rules of the board it comes into: a tampered
+/// path, an ID of another section's prefix or a section this workflow lacks is refused,
+/// and the fresh board is left as it was.
+#[test]
+fn carried_over_refuses_what_the_rules_refuse() {
+    let saved = serde_json::to_value(seeded()).unwrap();
+    let tamper = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = saved.clone();
+        edit(&mut v);
+        let earlier: Whiteboard = serde_json::from_value(v).unwrap();
+        Whiteboard::catmaster().carried_over(&earlier)
+    };
+    // sections[2] is Key Files, sections[1] Key Facts.
+    let escaped = tamper(&|v| v["sections"][2]["entries"][0]["path"] = "../../etc/passwd".into());
+    assert!(
+        matches!(&escaped.unwrap_err().errors[..], [OpError::BadPath { .. }]),
+        "a path out of the workspace"
+    );
+    let system =
+        tamper(&|v| v["sections"][2]["entries"][0]["path"] = ".catmaster/task_state.json".into());
+    assert!(matches!(
+        &system.unwrap_err().errors[..],
+        [OpError::BadPath { .. }]
+    ));
+    let prefix = tamper(&|v| v["sections"][1]["entries"][0]["id"] = "FILE-9".into());
+    assert!(matches!(
+        &prefix.unwrap_err().errors[..],
+        [OpError::BadId { .. }]
+    ));
+    let other = Whiteboard::new(vec![SectionSpec::new("Facts", "FACT")], vec![]).unwrap();
+    let unknown = other.carried_over(&serde_json::from_value(saved.clone()).unwrap());
+    assert!(
+        unknown
+            .unwrap_err()
+            .errors
+            .iter()
+            .any(|e| matches!(e, OpError::UnknownSection { .. }))
+    );
+}
+
+#[test]
+fn carried_over_is_bounded() {
+    let fresh = Whiteboard::new(vec![SectionSpec::new("Facts", "FACT")], vec![]).unwrap();
+    let mut saved = serde_json::to_value(&fresh).unwrap();
+    let entries: Vec<serde_json::Value> = (1..=rondo_memory::MAX_CARRIED_ENTRIES + 1)
+        .map(|i| {
+            serde_json::json!({"id": format!("FACT-{i}"), "text": "f", "path": null,
+                               "status": "active", "reason": null, "superseded_by": null})
+        })
+        .collect();
+    saved["sections"][0]["entries"] = entries.into();
+    let big: Whiteboard = serde_json::from_value(saved).unwrap();
+    assert!(fresh.carried_over(&big).is_err());
+}

@@ -111,7 +111,7 @@ impl ProviderPool {
         Self::with_env(profiles, &|name| std::env::var(name).ok())
     }
 
-    /// Build from profiles, reading keys and `base_url_env` through `lookup`. A missing key
+    /// Build from profiles, reading keys and the `*_env` fields through `lookup`. A missing key
     /// is not an error here: calls to that profile fail with `MissingApiKey` and move to
     /// the fallback.
     pub fn with_env(
@@ -120,15 +120,8 @@ impl ProviderPool {
     ) -> Result<Self, ProviderError> {
         let client = shared_client()?;
         let mut entries = HashMap::new();
-        for mut profile in profiles {
-            if let Some(url) = profile
-                .base_url_env
-                .as_deref()
-                .and_then(lookup)
-                .filter(|u| !u.trim().is_empty())
-            {
-                profile.base_url = Some(url);
-            }
+        for profile in profiles {
+            let profile = profile.resolve_env(lookup)?;
             let key = profile
                 .key_env()
                 .and_then(lookup)

@@ -117,6 +117,17 @@ impl Price {
     }
 }
 
+/// Environment variables that, when set and not empty, replace a profile's prices (e.g.
+/// `OPENAI_INPUT_PRICE_PER_1K`): each must then hold a number of at least 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceEnv {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_per_1k: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_per_1k: Option<String>,
+}
+
 /// A named provider configuration. Holds the *name* of the env var with the key, never the key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -125,6 +136,10 @@ pub struct ProviderProfile {
     pub kind: ProviderKind,
     #[serde(default)]
     pub model: String,
+    /// An environment variable that, when set and not empty, replaces `model` (e.g.
+    /// `OLLAMA_MODEL`); read when the pool is built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_env: Option<String>,
     /// Defaults per kind (see `ProviderKind::default_base_url`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
@@ -148,6 +163,9 @@ pub struct ProviderProfile {
     pub fallback: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// Read when the pool is built, like `base_url_env`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_env: Option<PriceEnv>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrency: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -174,6 +192,7 @@ impl ProviderProfile {
             name: name.into(),
             kind,
             model: model.into(),
+            model_env: None,
             base_url: None,
             base_url_env: None,
             api_key_env: None,
@@ -183,11 +202,71 @@ impl ProviderProfile {
             retry: RetryPolicy::default(),
             fallback: Vec::new(),
             price: None,
+            price_env: None,
             max_concurrency: None,
             requests_per_minute: None,
             circuit_breaker_threshold: None,
             circuit_breaker_cooldown: default_cooldown(),
         }
+    }
+
+    /// The profile with the values its `*_env` fields name taken from `lookup` (the
+    /// environment): `base_url_env`, `model_env`, `price_env`. A variable that is unset or
+    /// empty leaves the written value; a price variable that is not a number of at least 0
+    /// is an error naming the variable.
+    pub fn resolve_env(
+        mut self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ProviderProfile, ProviderError> {
+        fn read(
+            var: &Option<String>,
+            lookup: &dyn Fn(&str) -> Option<String>,
+        ) -> Option<(String, String)> {
+            let var = var.as_deref()?;
+            lookup(var)
+                .filter(|value| !value.trim().is_empty())
+                .map(|value| (var.to_string(), value))
+        }
+        if let Some((_, url)) = read(&self.base_url_env, lookup) {
+            let url = url.trim();
+            // `OLLAMA_HOST=127.0.0.1:11434`, as Ollama's own CLI takes it.
+            self.base_url = Some(if url.contains("://") {
+                url.to_string()
+            } else {
+                format!("http://{url}")
+            });
+        }
+        if let Some((_, model)) = read(&self.model_env, lookup) {
+            self.model = model.trim().to_string();
+        }
+        let price_env = self.price_env.clone().unwrap_or_default();
+        for (var, input) in [
+            (&price_env.input_per_1k, true),
+            (&price_env.output_per_1k, false),
+        ] {
+            let Some((name, text)) = read(var, lookup) else {
+                continue;
+            };
+            let value = text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    let shown: String = text.chars().take(40).collect();
+                    ProviderError::Config(format!(
+                        "profile `{}`: {name}={shown:?} is not a price (a number of at least 0, per 1000 tokens)",
+                        self.name
+                    ))
+                })?;
+            let price = self.price.get_or_insert_with(Price::default);
+            if input {
+                price.input_per_1k = value;
+            } else {
+                price.output_per_1k = value;
+            }
+        }
+        Ok(self)
     }
 
     pub fn base_url(&self) -> Option<&str> {
@@ -343,9 +422,10 @@ struct FilePositions {
 pub fn read_profiles(yaml: &str) -> Result<Vec<LocatedProfile>, Vec<FileIssue>> {
     let positions: FilePositions =
         rondo_config::yaml::from_str(yaml).map_err(|e| vec![FileIssue::Yaml(e)])?;
-    let nested: [(&str, &'static [&'static str]); 2] = [
+    let nested: [(&str, &'static [&'static str]); 3] = [
         ("retry", struct_fields::<RetryPolicy>()),
         ("price", struct_fields::<Price>()),
+        ("price_env", struct_fields::<PriceEnv>()),
     ];
     let issues: Vec<FileIssue> = positions
         .profiles

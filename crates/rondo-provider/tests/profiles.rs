@@ -164,3 +164,67 @@ fn kinds_parse_by_their_yaml_names() {
     }
     assert_eq!(ProviderKind::parse("openia"), None);
 }
+
+/// `model_env`, `base_url_env` and `price_env` replace what the profile writes when their
+/// variables are set and not empty; a price that is not a number of at least 0 is an error
+/// naming the variable.
+#[test]
+fn env_fields_replace_the_written_values_when_set() {
+    let yaml = r#"
+profiles:
+  - name: openai
+    kind: openai
+    model: gpt-4o-mini
+    model_env: T_MODEL
+    base_url_env: T_HOST
+    price: { input_per_1k: 0.00015, output_per_1k: 0.0006 }
+    price_env: { input_per_1k: T_IN, output_per_1k: T_OUT }
+"#;
+    let profile = parse_profiles(yaml).expect("parses").remove(0);
+    let with = |vars: &'static [(&'static str, &'static str)]| {
+        let lookup = move |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        profile.clone().resolve_env(&lookup)
+    };
+    let unset = with(&[]).expect("resolves");
+    assert_eq!(unset, profile);
+    let set = with(&[
+        ("T_MODEL", "gpt-4.1"),
+        ("T_HOST", "127.0.0.1:11434"),
+        ("T_IN", "0.002"),
+        ("T_OUT", " 0.008 "),
+    ])
+    .expect("resolves");
+    assert_eq!(set.model, "gpt-4.1");
+    assert_eq!(set.base_url(), Some("http://127.0.0.1:11434"));
+    assert_eq!(
+        set.price,
+        Some(Price {
+            input_per_1k: 0.002,
+            output_per_1k: 0.008
+        })
+    );
+    let empty = with(&[("T_MODEL", " "), ("T_IN", "")]).expect("resolves");
+    assert_eq!(empty.model, "gpt-4o-mini");
+    assert_eq!(empty.price, profile.price);
+    for bad in ["cheap", "-1", "NaN", "inf"] {
+        let vars: &'static [(&str, &str)] = Box::leak(Box::new([("T_OUT", bad)]));
+        let err = with(vars).expect_err(bad).to_string();
+        assert!(
+            err.contains("T_OUT") && err.contains("not a price"),
+            "{err}"
+        );
+    }
+    // A typo inside `price_env` is located like any other unknown field.
+    let typo = yaml.replace("output_per_1k: T_OUT", "ouput_per_1k: T_OUT");
+    let issues = read_profiles(&typo).expect_err("unknown field");
+    assert!(
+        issues
+            .iter()
+            .any(|i| i.to_string().contains("price_env.ouput_per_1k")),
+        "{issues:?}"
+    );
+}

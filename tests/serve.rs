@@ -45,9 +45,20 @@ fn serve(dir: &Path, workflows: &[&Path], extra: &[&str], env: &[(&str, &str)]) 
     Served {
         child,
         base: addr,
-        client: rondo_provider::http::shared_client().unwrap(),
+        client: client(),
         token: None,
     }
+}
+
+/// A client that opens a connection per request: a server may close one after refusing an
+/// over-long body, and a pooled connection would then fail the next request.
+fn client() -> reqwest::Client {
+    // Installs the TLS crypto provider reqwest is built to need.
+    rondo_provider::http::shared_client().unwrap();
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
 }
 
 impl Drop for Served {

@@ -583,18 +583,25 @@ fn last_output(workflow: &Checked, state: &crate::run::RunState) -> Value {
 fn trace_record(run_dir: &std::path::Path, workspace: &std::path::Path, id: &str) -> Option<Value> {
     let name = format!("{id}.jsonl");
     let journal = std::fs::read_to_string(run_dir.join("events.jsonl")).ok()?;
-    let file = journal
+    let (folder, file) = journal
         .lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["event"] == "artifact")
-        .filter_map(|e| e["file"].as_str().map(String::from))
-        .find(|f| {
+        .filter_map(|e| {
+            let file = e["file"].as_str()?.to_string();
+            let folder = e["folder"].as_str().map(std::path::PathBuf::from);
+            Some((folder, file))
+        })
+        .find(|(_, f)| {
             std::path::Path::new(f)
                 .file_name()
                 .is_some_and(|n| n == name.as_str())
         })?;
-    let path = workspace.join(&file);
+    // A file in a `path` input's folder (micro-agent's TRACES_DIR), else in the workspace.
+    let path = folder
+        .unwrap_or_else(|| workspace.to_path_buf())
+        .join(&file);
     let text = std::fs::read_to_string(path).ok()?;
     let line = text.lines().rev().find(|l| !l.trim().is_empty())?;
     serde_json::from_str(line).ok()

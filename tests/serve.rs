@@ -708,3 +708,56 @@ async fn sigterm_stops_running_and_queued_runs_at_a_checkpoint() {
 unsafe extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
+
+/// Every `rondo serve` example of `rondo serve --help` starts as written (on a free port
+/// instead of 8080), answers `/health`, and stops cleanly on SIGTERM.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_help_examples_work_as_written() {
+    let help = common::rondo(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let examples: Vec<&str> = help
+        .split("Examples:\n")
+        .nth(1)
+        .expect("an Examples section")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(examples.len() >= 2, "{help}");
+    for example in examples {
+        let mut env = Vec::new();
+        let mut args = Vec::new();
+        for word in example.split_whitespace() {
+            match word.split_once('=') {
+                Some((k, v)) if args.is_empty() => env.push((k.to_string(), v.to_string())),
+                _ => args.push(word.to_string()),
+            }
+        }
+        assert_eq!(args[..2], ["rondo", "serve"], "{example}");
+        let mut files = Vec::new();
+        let mut extra = Vec::new();
+        let mut words = args[2..].iter();
+        while let Some(w) = words.next() {
+            if w == "--port" {
+                words.next();
+            } else if w == "--provider" {
+                words.next();
+            } else if let Some(dir) = w.strip_suffix("*.rondo") {
+                files.extend(common::files_with_ext(&common::root().join(dir), "rondo"));
+            } else if w.ends_with(".rondo") {
+                files.push(common::root().join(w));
+            } else {
+                extra.push(w.as_str());
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let file_refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        let env_refs: Vec<(&str, &str)> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut s = serve(tmp.path(), &file_refs, &extra, &env_refs);
+        let a = s.get("/health").await;
+        assert_eq!(a.status, StatusCode::OK, "{example}");
+        assert_eq!(unsafe { kill(s.child.id() as i32, 15) }, 0);
+        assert_eq!(s.child.wait().unwrap().code(), Some(0), "{example}");
+    }
+}

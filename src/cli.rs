@@ -191,6 +191,21 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = DumpFormat::Json)]
         format: DumpFormat,
     },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  rondo completions bash > ~/.local/share/bash-completion/completions/rondo\n  rondo completions zsh > ~/.zfunc/_rondo    # with fpath+=(~/.zfunc) before compinit\n  rondo completions fish > ~/.config/fish/completions/rondo.fish"
+    )]
+    Completions {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,6 +241,7 @@ pub fn main_entry() -> i32 {
             output,
         } => cmd_graph(&file, format, output),
         Command::Dump { file, .. } => cmd_dump(&file),
+        Command::Completions { shell } => cmd_completions(shell),
         Command::Run {
             file,
             inputs,
@@ -280,6 +296,20 @@ pub fn main_entry() -> i32 {
             run_dir,
         } => cmd_test(&files, filter.as_deref(), run_dir),
     }
+}
+
+fn cmd_completions(shell: CompletionShell) -> i32 {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let shell = match shell {
+        CompletionShell::Bash => Shell::Bash,
+        CompletionShell::Zsh => Shell::Zsh,
+        CompletionShell::Fish => Shell::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "rondo", &mut script);
+    out!("{}", String::from_utf8_lossy(&script));
+    0
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {

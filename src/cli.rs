@@ -356,9 +356,9 @@ async fn drive_with_ctrl_c(interp: Interpreter<'_>, state: run::RunState) -> run
     outcome
 }
 
-fn report_outcome(outcome: &run::Outcome) -> i32 {
-    // Even with --quiet, a run that did not succeed says why.
-    if outcome.exit_code != 0 {
+fn report_outcome(outcome: &run::Outcome, quiet: bool) -> i32 {
+    // Even with --quiet, a run that did not succeed says why (else its exit line did).
+    if quiet && outcome.exit_code != 0 {
         errln!("exit `{}`: {}", outcome.exit, outcome.reason);
     }
     errln!("run directory: {}", outcome.run_dir.display());
@@ -373,7 +373,10 @@ fn cmd_run(path: &std::path::Path, options: RunOptions) -> i32 {
     };
     runtime().block_on(async {
         match Interpreter::start(&workflow, &options) {
-            Ok((interp, state)) => report_outcome(&drive_with_ctrl_c(interp, state).await),
+            Ok((interp, state)) => report_outcome(
+                &drive_with_ctrl_c(interp, state).await,
+                options.progress == progress::Mode::Quiet,
+            ),
             Err(e) => {
                 errln!("error: {e}");
                 2
@@ -396,7 +399,10 @@ fn cmd_resume(run_path: &std::path::Path, options: RunOptions) -> i32 {
     };
     runtime().block_on(async {
         match Interpreter::resume(&workflow, run_path, &options) {
-            Ok((interp, state)) => report_outcome(&drive_with_ctrl_c(interp, state).await),
+            Ok((interp, state)) => report_outcome(
+                &drive_with_ctrl_c(interp, state).await,
+                options.progress == progress::Mode::Quiet,
+            ),
             Err(e) => {
                 errln!("error: {e}");
                 2

@@ -267,6 +267,23 @@ impl ProviderProfile {
             .map(|u| u.trim_end_matches('/'))
     }
 
+    /// The URL a non-streamed call posts to (the one a person can check with curl).
+    pub fn endpoint(&self) -> Option<String> {
+        let base = self.base_url()?;
+        Some(match self.kind {
+            ProviderKind::OpenAi | ProviderKind::OpenAiCompatible => {
+                format!("{base}/chat/completions")
+            }
+            ProviderKind::Anthropic => format!("{base}/v1/messages"),
+            ProviderKind::Gemini => format!(
+                "{base}/models/{}:generateContent",
+                self.model.trim_start_matches("models/")
+            ),
+            ProviderKind::Ollama => format!("{base}/api/chat"),
+            ProviderKind::Scripted => return None,
+        })
+    }
+
     /// The env var holding the key, if this profile uses one.
     pub fn key_env(&self) -> Option<&str> {
         self.api_key_env.as_deref().or(self.kind.default_key_env())

@@ -33,9 +33,9 @@ enum Reply {
     Answer,
     /// A status and a body, with an optional Retry-After.
     Status(u16, String, Option<&'static str>),
-    /// The normal answer, once `text` is on screen (or after `SCREEN_WAIT`); whether it
-    /// was is recorded.
-    AnswerWhenShown(&'static str),
+    /// The reply, once `text` is on screen (or after `SCREEN_WAIT`); whether it was is
+    /// recorded.
+    WhenShown(&'static str, Box<Reply>),
 }
 
 struct Server {
@@ -129,25 +129,26 @@ async fn serve(
             .await?;
             continue;
         }
-        let reply = script.lock().unwrap().pop_front().unwrap_or(Reply::Answer);
+        let mut reply = script.lock().unwrap().pop_front().unwrap_or(Reply::Answer);
+        if let Reply::WhenShown(text, then) = reply {
+            let since = Instant::now();
+            let mut shown = false;
+            while since.elapsed() < SCREEN_WAIT {
+                if screen.lock().unwrap().screen().contents().contains(text) {
+                    shown = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            seen.lock().unwrap().push((text.to_string(), shown));
+            reply = *then;
+        }
         match reply {
             Reply::Status(status, text, retry_after) => {
                 write_plain(&mut sock, status, "text/plain", &text, retry_after).await?;
                 continue;
             }
-            Reply::AnswerWhenShown(text) => {
-                let since = Instant::now();
-                let mut shown = false;
-                while since.elapsed() < SCREEN_WAIT {
-                    if screen.lock().unwrap().screen().contents().contains(text) {
-                        shown = true;
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                seen.lock().unwrap().push((text.to_string(), shown));
-            }
-            Reply::Answer => {}
+            Reply::Answer | Reply::WhenShown(..) => {}
         }
         answer(&mut sock, &body).await?;
     }
@@ -349,7 +350,6 @@ async fn streamed_replies_stay_on_screen_and_styles_are_closed() {
     .await
     .unwrap();
     let lines = lines(&screen);
-    eprintln!("{}", lines.join("\n"));
     assert_eq!(code, 0, "{}", lines.join("\n"));
     // Both replies, both of their lines, each on its own line: the status line of the
     // second step did not erase the first reply.
@@ -389,4 +389,220 @@ async fn streamed_replies_stay_on_screen_and_styles_are_closed() {
         opened > 0 && closed >= opened,
         "{opened} dim, {closed} resets"
     );
+}
+
+/// Runs the workflow in a pty against `server`; returns the exit code, the screen's
+/// lines and the raw output.
+async fn run_shown(
+    workflow: &str,
+    extra: &[&str],
+    screen: &SharedScreen,
+    server: &Server,
+) -> (u32, Vec<String>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = project(dir.path(), workflow, server.addr);
+    let mut args: Vec<String> = vec!["run".into(), path.to_string_lossy().into_owned()];
+    args.extend(["--run-id".into(), "t".into()]);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let (s, d) = (screen.clone(), dir.path().to_path_buf());
+    let (code, out) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_in_pty(&d, &args, s)
+    })
+    .await
+    .unwrap();
+    (code, lines(screen), out)
+}
+
+const FALLBACK: &str = r#"
+workflow terminal {
+  prompts = "prompts"
+  provider = main
+  input question: string = "the question"
+}
+
+provider main {
+  kind = "openai-compatible"
+  model = "m"
+  base_url = "@URL@/v1"
+  stream = false
+  retry { max_attempts = 2  initial_backoff = 10ms }
+  fallback = [backup]
+}
+
+provider backup {
+  kind = "openai-compatible"
+  model = "m2"
+  base_url = "@URL@/v1"
+  stream = false
+}
+
+role first: llm {
+  prompt = "ask.tera"
+  output text
+}
+
+start -> first
+first -> success
+exit success
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_and_fallbacks_are_shown_when_they_happen() {
+    let screen = new_screen();
+    let server = start(screen.clone()).await;
+    let shown = |text, then| Reply::WhenShown(text, Box::new(then));
+    server.script.lock().unwrap().extend([
+        Reply::Status(429, "slow down".into(), Some("0.2")),
+        shown(
+            "retrying in 200 ms",
+            Reply::Status(
+                500,
+                "upstream failed\nsecond line of the error".into(),
+                None,
+            ),
+        ),
+        shown("falling back to `backup`", Reply::Answer),
+    ]);
+    let (code, lines, _) = run_shown(FALLBACK, &[], &screen, &server).await;
+    assert_eq!(code, 0, "{}", lines.join("\n"));
+    // Each line was on screen while the server still held the next request.
+    assert_eq!(
+        *server.seen.lock().unwrap(),
+        [
+            ("retrying in 200 ms".to_string(), true),
+            ("falling back to `backup`".to_string(), true)
+        ]
+    );
+    let failed = row_of(&lines, "upstream failed");
+    assert!(
+        lines[failed].starts_with("  ! first attempt 2 on `main`: "),
+        "{}",
+        lines[failed]
+    );
+    // A server's multi-line message keeps its lines under the first one.
+    assert_eq!(
+        lines[failed + 1],
+        "    second line of the error; falling back to `backup`"
+    );
+    // Without stream = true the profile did not stream, though a person watched.
+    assert!(
+        server
+            .bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|b| b.get("stream").is_none())
+    );
+    assert_eq!(lines.iter().filter(|l| l.contains("slow down")).count(), 1);
+}
+
+const WRONG_URL: &str = r#"
+workflow terminal {
+  prompts = "prompts"
+  provider = main
+  input question: string = "the question"
+}
+
+provider main {
+  kind = "openai-compatible"
+  model = "m"
+  base_url = "@URL@/wrong"
+  retry { max_attempts = 1 }
+}
+
+role first: llm {
+  prompt = "ask.tera"
+  output text
+}
+
+start -> first
+first -> success
+exit success
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_error_names_profile_model_and_url_once() {
+    for extra in [&[][..], &["-q"][..]] {
+        let screen = new_screen();
+        let server = start(screen.clone()).await;
+        let (code, lines, _) = run_shown(WRONG_URL, extra, &screen, &server).await;
+        assert_eq!(code, 2, "{}", lines.join("\n"));
+        let url = format!("http://{}/wrong/chat/completions", server.addr);
+        let text = lines.join("\n");
+        assert!(
+            text.contains(&format!("(profile `main`, model `m` at {url})")),
+            "{extra:?}: {text}"
+        );
+        assert_eq!(text.matches("Not Found").count(), 1, "{extra:?}: {text}");
+    }
+}
+
+const TOOL_AND_MAP: &str = r#"
+workflow terminal {
+  prompts = "prompts"
+  provider = main
+  input question: string = "the question"
+  input items: list[string] = ["a", "b", "c"]
+}
+
+provider main {
+  kind = "openai-compatible"
+  model = "m"
+  base_url = "@URL@/v1"
+}
+
+role shout: tool {
+  env = local
+  command = ["printf", "\\033[31mRED\\033[0m \\033]0;owned\\007 \\033[2J done\\n"]
+}
+
+role worker: llm {
+  prompt = "ask.tera"
+  output text
+}
+
+role collect: builtin {
+}
+
+start -> shout
+shout -> map worker over input.items -> collect
+collect -> success
+exit success
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_escapes_are_shown_not_obeyed_and_map_branches_have_their_steps() {
+    let screen = new_screen();
+    let server = start(screen.clone()).await;
+    let (code, lines, _) = run_shown(TOOL_AND_MAP, &[], &screen, &server).await;
+    let text = lines.join("\n");
+    assert_eq!(code, 0, "{text}");
+    let tool = row_of(&lines, "shout| ");
+    assert_eq!(lines[tool], "shout| ^[[31mRED^[[0m ^[]0;owned^G ^[[2J done");
+    {
+        let parser = screen.lock().unwrap();
+        let col = lines[tool].find("RED").unwrap() as u16;
+        let red = parser.screen().cell(tool as u16, col).expect("a cell");
+        assert_eq!(
+            red.fgcolor(),
+            vt100::Color::Default,
+            "the tool recoloured the screen"
+        );
+    }
+    // The branches stream at once: each piece of a reply is labelled with its visit, on a
+    // line of its own when another branch's piece came in between.
+    for visit in 1..=3 {
+        let label = format!("worker #{visit}> ");
+        assert!(
+            lines.iter().any(|l| l.starts_with(&label)),
+            "{label}: {text}"
+        );
+        assert!(lines.iter().all(|l| l.matches("> ").count() <= 1), "{text}");
+    }
+    // The screen was not cleared: the first step's line is still there.
+    row_of(&lines, "step    1  shout (tool)");
+    for (step, name) in [(2, "worker"), (3, "worker"), (4, "worker"), (5, "collect")] {
+        row_of(&lines, &format!("step {step:>4}  {name} ("));
+    }
 }

@@ -117,7 +117,12 @@ impl<'w> Interpreter<'w> {
                 records.push(r);
             };
             // On a terminal the reply is shown as it arrives; the parsed result is the same.
-            let show_delta = |delta: &str| self.reporter.delta(&name, delta);
+            // A map's branches stream at once: each reply is labelled with its visit.
+            let label = match item {
+                Some(_) => format!("{name} #{visit}"),
+                None => name.clone(),
+            };
+            let show_delta = |delta: &str| self.reporter.delta(&label, delta);
             let stream: Option<rondo_provider::StreamCallback> = if self.reporter.live() {
                 Some(&show_delta)
             } else {

@@ -31,6 +31,9 @@ type SharedScreen = Arc<Mutex<vt100::Parser>>;
 enum Reply {
     /// The normal answer (streamed when asked).
     Answer,
+    /// The answer as one JSON body, even to a request that asked to stream (LiteLLM's
+    /// Anthropic route does so).
+    Whole,
     /// A status and a body, with an optional Retry-After.
     Status(u16, String, Option<&'static str>),
     /// The reply, once `text` is on screen (or after `SCREEN_WAIT`); whether it was is
@@ -146,6 +149,12 @@ async fn serve(
         match reply {
             Reply::Status(status, text, retry_after) => {
                 write_plain(&mut sock, status, "text/plain", &text, retry_after).await?;
+                continue;
+            }
+            Reply::Whole => {
+                let mut whole = body.clone();
+                whole["stream"] = Value::Bool(false);
+                answer(&mut sock, &whole).await?;
                 continue;
             }
             Reply::Answer | Reply::WhenShown(..) => {}
@@ -605,4 +614,32 @@ async fn tool_escapes_are_shown_not_obeyed_and_map_branches_have_their_steps() {
     for (step, name) in [(2, "worker"), (3, "worker"), (4, "worker"), (5, "collect")] {
         row_of(&lines, &format!("step {step:>4}  {name} ("));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_json_answer_to_a_streamed_request_is_shown_and_accepted() {
+    let screen = new_screen();
+    let server = start(screen.clone()).await;
+    server
+        .script
+        .lock()
+        .unwrap()
+        .extend([Reply::Whole, Reply::Whole]);
+    let (code, lines, _) = run_shown(TWO_ROLES, &[], &screen, &server).await;
+    let text = lines.join("\n");
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        server
+            .bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|b| b["stream"] == true)
+    );
+    let second = row_of(
+        &lines,
+        "second> Oslo is the answer to step 2 of the question.",
+    );
+    assert_eq!(lines[second + 1], "Second line of the reply.");
+    assert!(!text.contains("attempt"), "no retry: {text}");
 }

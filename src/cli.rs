@@ -231,6 +231,21 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = DumpFormat::Json)]
         format: DumpFormat,
     },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  rondo completions bash > ~/.local/share/bash-completion/completions/rondo\n  rondo completions zsh > ~/.zfunc/_rondo    # with fpath+=(~/.zfunc) before compinit\n  rondo completions fish > ~/.config/fish/completions/rondo.fish"
+    )]
+    Completions {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,6 +281,7 @@ pub fn main_entry() -> i32 {
             output,
         } => cmd_graph(&file, format, output),
         Command::Dump { file, .. } => cmd_dump(&file),
+        Command::Completions { shell } => cmd_completions(shell),
         Command::Run {
             file,
             inputs,
@@ -357,6 +373,20 @@ pub fn main_entry() -> i32 {
     }
 }
 
+fn cmd_completions(shell: CompletionShell) -> i32 {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let shell = match shell {
+        CompletionShell::Bash => Shell::Bash,
+        CompletionShell::Zsh => Shell::Zsh,
+        CompletionShell::Fish => Shell::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "rondo", &mut script);
+    out!("{}", String::from_utf8_lossy(&script));
+    0
+}
+
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
@@ -401,9 +431,9 @@ async fn drive_with_ctrl_c(interp: Interpreter<'_>, state: run::RunState) -> run
     outcome
 }
 
-fn report_outcome(outcome: &run::Outcome) -> i32 {
-    // Even with --quiet, a run that did not succeed says why.
-    if outcome.exit_code != 0 {
+fn report_outcome(outcome: &run::Outcome, quiet: bool) -> i32 {
+    // Even with --quiet, a run that did not succeed says why (else its exit line did).
+    if quiet && outcome.exit_code != 0 {
         errln!("exit `{}`: {}", outcome.exit, outcome.reason);
     }
     errln!("run directory: {}", outcome.run_dir.display());
@@ -418,7 +448,10 @@ fn cmd_run(path: &std::path::Path, options: RunOptions) -> i32 {
     };
     runtime().block_on(async {
         match Interpreter::start(&workflow, &options) {
-            Ok((interp, state)) => report_outcome(&drive_with_ctrl_c(interp, state).await),
+            Ok((interp, state)) => report_outcome(
+                &drive_with_ctrl_c(interp, state).await,
+                options.progress == progress::Mode::Quiet,
+            ),
             Err(e) => {
                 errln!("error: {e}");
                 2
@@ -441,7 +474,10 @@ fn cmd_resume(run_path: &std::path::Path, options: RunOptions) -> i32 {
     };
     runtime().block_on(async {
         match Interpreter::resume(&workflow, run_path, &options) {
-            Ok((interp, state)) => report_outcome(&drive_with_ctrl_c(interp, state).await),
+            Ok((interp, state)) => report_outcome(
+                &drive_with_ctrl_c(interp, state).await,
+                options.progress == progress::Mode::Quiet,
+            ),
             Err(e) => {
                 errln!("error: {e}");
                 2

@@ -740,3 +740,66 @@ fn every_reference_workflow_runs_its_demo_with_the_scripted_provider() {
         );
     }
 }
+
+/// What bash completes after `words` (the last one being typed), with the script sourced.
+fn bash_completes(script: &str, words: &[&str]) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rondo.bash");
+    std::fs::write(&path, script).expect("write the script");
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let probe = format!(
+        "source '{}'\nCOMP_WORDS=({})\nCOMP_CWORD={}\nCOMP_LINE=\"${{COMP_WORDS[*]}}\"\nCOMP_POINT=${{#COMP_LINE}}\n_rondo rondo '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        path.display(),
+        quoted.join(" "),
+        words.len() - 1,
+        words[words.len() - 1],
+        words[words.len().saturating_sub(2)],
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "-c", &probe])
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn completions_complete_subcommands_and_flags() {
+    let out = run(&["completions", "bash"]);
+    assert!(out.status.success());
+    let script = String::from_utf8_lossy(&out.stdout).into_owned();
+    let subcommands = bash_completes(&script, &["rondo", ""]);
+    for sub in ["check", "run", "resume", "test", "completions"] {
+        assert!(
+            subcommands.iter().any(|s| s == sub),
+            "{sub} in {subcommands:?}"
+        );
+    }
+    assert_eq!(
+        bash_completes(&script, &["rondo", "run", "--prov"]),
+        ["--provider"]
+    );
+    let shells = bash_completes(&script, &["rondo", "completions", ""]);
+    assert_eq!(shells, ["-h", "--help", "bash", "zsh", "fish"]);
+
+    let zsh = run(&["completions", "zsh"]);
+    let zsh = String::from_utf8_lossy(&zsh.stdout);
+    assert!(zsh.starts_with("#compdef rondo"), "{zsh}");
+    assert!(zsh.contains("--replay-from"));
+    let fish = run(&["completions", "fish"]);
+    let fish = String::from_utf8_lossy(&fish.stdout);
+    assert!(
+        fish.contains("complete -c rondo") && fish.contains("replay-from"),
+        "{fish}"
+    );
+    let bad = run(&["completions", "powershell-ish"]);
+    assert_eq!(bad.status.code(), Some(2));
+}

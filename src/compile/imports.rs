@@ -10,6 +10,7 @@ use rondo_config::yaml::{FieldPos, Fields, Pos, struct_fields};
 use rondo_env::tool::{Installation, IssueKind, SpecIssue, SpecOrigin, ToolSpec};
 use rondo_provider::{
     FileIssue, Price, PriceEnv, ProfileIssue, ProviderKind, ProviderProfile, RetryPolicy,
+    StreamMode,
 };
 use serde_json::Value;
 
@@ -503,6 +504,9 @@ impl Compiler<'_> {
             .map(|x| x.0 as u32);
         if let Some((d, _)) = attrs.duration("circuit_breaker_cooldown", diags) {
             p.circuit_breaker_cooldown = d;
+        }
+        if let Some(mode) = stream_mode(&mut attrs, diags) {
+            p.stream = mode;
         }
         attrs.finish(diags);
         PendingProvider { profile: p, place }
@@ -1155,6 +1159,38 @@ pub fn resolve_executable(executable: &str, dir: &Path) -> String {
 
 /// `extra_fields = "reject" | "allow"` (default `reject`: the schema shown for an `input`
 /// block admits no other field, and the check holds calls to it).
+/// `stream = auto | true | false`.
+fn stream_mode(attrs: &mut Attrs, diags: &mut Diagnostics) -> Option<StreamMode> {
+    let value = attrs.value("stream")?;
+    let written = match &value.kind {
+        ValueKind::Bool(b) => {
+            return Some(if *b {
+                StreamMode::Always
+            } else {
+                StreamMode::Never
+            });
+        }
+        ValueKind::Ident(s) | ValueKind::String(s) => s.clone(),
+        _ => String::new(),
+    };
+    if let Some(mode) = StreamMode::parse(&written) {
+        return Some(mode);
+    }
+    diags.push(
+        Diagnostic::error(
+            Code::ProviderBadStream,
+            "`stream` is auto, true or false".to_string(),
+        )
+        .label(value.span, "not a choice")
+        .help(
+            did_you_mean(&written, StreamMode::NAMES).unwrap_or_else(|| {
+                "auto: stream when a person watches; true: always; false: never".into()
+            }),
+        ),
+    );
+    None
+}
+
 fn extra_fields(attrs: &mut Attrs, diags: &mut Diagnostics) -> bool {
     match attrs.string("extra_fields", diags) {
         None => false,

@@ -82,6 +82,7 @@ codes! {
     MemoryUnknown = "rondo::memory::unknown",
     NameDuplicate = "rondo::name::duplicate",
     NameReserved = "rondo::name::reserved",
+    ProviderBadStream = "rondo::provider::bad_stream",
     ProviderNoKind = "rondo::provider::no_kind",
     ProviderNoModel = "rondo::provider::no_model",
     ProviderSelfFallback = "rondo::provider::self_fallback",

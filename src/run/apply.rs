@@ -35,6 +35,13 @@ impl<'w> Interpreter<'w> {
         let visit = state.visits[node.index()];
         self.flush_buffered_events();
         self.settle(state);
+        self.reporter.role_done(
+            &name,
+            role.kind.name(),
+            state.step,
+            &state.totals,
+            self.started,
+        );
         let invalid = eval::is_json_llm(workflow, node) && eval::is_invalid_record(&run.output);
         if self.wants_events() {
             self.event(Event::RoleStart {

@@ -105,9 +105,24 @@ impl<'w> Interpreter<'w> {
                 })?;
             }
             let mut records: Vec<AttemptRecord> = Vec::new();
-            let mut sink = |r: AttemptRecord| records.push(r);
+            // Each attempt is shown as it ends, so a wait before a retry is not silence.
+            let chain = self.pool.chain(&profile);
+            let reporter = &self.reporter;
+            let mut sink = |r: AttemptRecord| {
+                let next = chain
+                    .iter()
+                    .position(|p| *p == r.profile)
+                    .and_then(|i| chain.get(i + 1));
+                reporter.attempt(&r, next.map(String::as_str));
+                records.push(r);
+            };
             // On a terminal the reply is shown as it arrives; the parsed result is the same.
-            let show_delta = |delta: &str| self.reporter.delta(&name, delta);
+            // A map's branches stream at once: each reply is labelled with its visit.
+            let label = match item {
+                Some(_) => format!("{name} #{visit}"),
+                None => name.clone(),
+            };
+            let show_delta = |delta: &str| self.reporter.delta(&label, delta);
             let stream: Option<rondo_provider::StreamCallback> = if self.reporter.live() {
                 Some(&show_delta)
             } else {
@@ -118,10 +133,24 @@ impl<'w> Interpreter<'w> {
                 c = call => c,
                 _ = self.interrupt.notified() => return Err(StepError::Interrupted),
             };
-            self.reporter.attempts(&records);
             let completion = match completion {
                 Ok(c) => c,
                 Err(e) => {
+                    // Which profile, model and server failed last, so a wrong `base_url` or
+                    // a local server that is not running says so.
+                    let last = records
+                        .last()
+                        .map_or(profile.clone(), |r| r.profile.clone());
+                    let last = last.as_str();
+                    let called = match self.pool.profile(last) {
+                        Some(p) => {
+                            let url = p.endpoint().map(|u| format!(" at {u}")).unwrap_or_default();
+                            format!("profile `{last}`, model `{}`{url}", p.model)
+                        }
+                        None => format!("profile `{last}`"),
+                    };
+                    let message =
+                        format!("role `{name}`: the provider call failed ({called}): {e}");
                     self.buffer_event(Event::LlmFailed {
                         role: name.clone(),
                         visit,
@@ -129,16 +158,6 @@ impl<'w> Interpreter<'w> {
                         error: e.to_string(),
                         attempts: records,
                     });
-                    // Which server was asked, so a local one that is not running says so.
-                    let endpoint = self
-                        .pool
-                        .profile(&profile)
-                        .and_then(|p| p.base_url())
-                        .map(|u| format!(" at {u}"))
-                        .unwrap_or_default();
-                    let message = format!(
-                        "role `{name}`: the provider call failed (profile `{profile}`{endpoint}): {e}"
-                    );
                     return Err(StepError::Failed(
                         self.redactor.redact(&message).into_owned(),
                     ));

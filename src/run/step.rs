@@ -558,13 +558,10 @@ impl<'w> Interpreter<'w> {
             .role(node)
             .ok_or_else(|| StepError::Failed("not a role".into()))?;
         let name = &self.workflow.node(node).name;
-        self.reporter.role_start(
-            name,
-            role.kind.name(),
-            state.step + 1,
-            &state.totals,
-            self.started,
-        );
+        // Branches are applied, and so numbered, in their order.
+        let step = state.step + 1 + branch.map_or(0, |b| b as u64);
+        self.reporter
+            .role_start(name, role.kind.name(), step, self.started);
         match &role.kind {
             RoleKind::Builtin => Ok(RoleRun::plain(Value::Null)),
             RoleKind::Llm(llm) => self.call_llm(state, node, llm, visit, item).await,

@@ -1105,7 +1105,7 @@ fn the_local_provider_without_a_server_fails_naming_its_address() {
     let err = String::from_utf8_lossy(&run.out.stderr);
     assert!(
         err.contains(&format!(
-            "role `planner`: the provider call failed (profile `local` at {endpoint})"
+            "role `planner`: the provider call failed (profile `local`, model `local` at {endpoint}/chat/completions)"
         )),
         "{err}"
     );

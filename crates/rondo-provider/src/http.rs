@@ -155,6 +155,25 @@ pub(crate) async fn post_json<B: Serialize + ?Sized>(
     ))
 }
 
+/// Whether a reply to a streamed request came as one JSON document instead (some proxies,
+/// LiteLLM among them, answer so): `application/json` or `...+json`, not NDJSON.
+pub(crate) fn is_whole_json(resp: &reqwest::Response) -> bool {
+    let Some(ct) = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    media == "application/json" || media.ends_with("+json")
+}
+
 /// What is read of a reply beyond `max_reply` bytes of text: a JSON body's envelope and
 /// escapes, a stream's pending line or event.
 pub(crate) const BODY_SLACK: usize = 64 * 1024;

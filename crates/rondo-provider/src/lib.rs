@@ -35,8 +35,8 @@ pub use http::ApiKey;
 pub use pool::{AttemptOutcome, AttemptRecord, AttemptSink, Completion, ProviderPool, backoff};
 pub use profile::{
     FileIssue, LocatedProfile, MissingKey, Price, PriceEnv, ProfileIssue, ProviderKind,
-    ProviderProfile, ProvidersFile, RetryPolicy, load_profiles, missing_keys, missing_keys_in_env,
-    parse_profiles, read_profiles,
+    ProviderProfile, ProvidersFile, RetryPolicy, StreamMode, load_profiles, missing_keys,
+    missing_keys_in_env, parse_profiles, read_profiles,
 };
 pub use types::{
     BoxFuture, CallContext, ChatModel, ChatRequest, ChatResponse, Message, Role, StreamCallback,

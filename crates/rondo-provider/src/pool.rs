@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use crate::cost::{CallEstimate, estimate_call};
 use crate::error::{ErrorKind, ProviderError};
 use crate::http::{ApiKey, shared_client};
-use crate::profile::{ProviderKind, ProviderProfile, RetryPolicy};
+use crate::profile::{ProviderKind, ProviderProfile, RetryPolicy, StreamMode};
 use crate::providers::build_model;
 use crate::types::{ChatModel, ChatRequest, ChatResponse, StreamCallback, Usage};
 
@@ -309,6 +309,7 @@ impl ProviderPool {
             }
         };
 
+        let stream = profile_stream(profile.stream, stream);
         let policy = &profile.retry;
         let max_attempts = policy.max_attempts.max(1);
         let started = Instant::now();
@@ -411,6 +412,21 @@ impl ProviderPool {
         drop(permit);
         let latency = t0.elapsed();
         result.map(|r| (r, latency)).map_err(|e| (e, latency))
+    }
+}
+
+/// The callback a profile's calls stream to: the caller's under `auto` (given when a
+/// person watches), none under `false`, and under `true` one that drops the text when
+/// nobody watches, so the server still streams.
+fn profile_stream(
+    mode: StreamMode,
+    given: Option<StreamCallback<'_>>,
+) -> Option<StreamCallback<'_>> {
+    static UNWATCHED: fn(&str) = |_| {};
+    match mode {
+        StreamMode::Auto => given,
+        StreamMode::Never => None,
+        StreamMode::Always => Some(given.unwrap_or(&UNWATCHED)),
     }
 }
 

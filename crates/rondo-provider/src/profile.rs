@@ -74,6 +74,72 @@ impl ProviderKind {
     }
 }
 
+/// Whether calls on a profile stream their reply (`stream = auto | true | false`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StreamMode {
+    /// Stream when a person watches (the caller passes a callback only then).
+    #[default]
+    Auto,
+    /// Always ask for a streamed reply, watched or not.
+    Always,
+    /// Never stream: one JSON reply, also on a terminal.
+    Never,
+}
+
+impl StreamMode {
+    pub const NAMES: [&'static str; 3] = ["auto", "true", "false"];
+
+    /// `auto`, `true` or `false`, as written in a profile.
+    pub fn parse(text: &str) -> Option<StreamMode> {
+        match text {
+            "auto" => Some(StreamMode::Auto),
+            "true" => Some(StreamMode::Always),
+            "false" => Some(StreamMode::Never),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamMode::Auto => "auto",
+            StreamMode::Always => "true",
+            StreamMode::Never => "false",
+        }
+    }
+
+    fn is_auto(&self) -> bool {
+        *self == StreamMode::Auto
+    }
+}
+
+impl Serialize for StreamMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            StreamMode::Auto => s.serialize_str("auto"),
+            StreamMode::Always => s.serialize_bool(true),
+            StreamMode::Never => s.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StreamMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Bool(bool),
+            Text(String),
+        }
+        match Written::deserialize(d)? {
+            Written::Bool(true) => Ok(StreamMode::Always),
+            Written::Bool(false) => Ok(StreamMode::Never),
+            Written::Text(t) => StreamMode::parse(&t).ok_or_else(|| {
+                serde::de::Error::custom(format!("`stream` is auto, true or false, not {t:?}"))
+            }),
+        }
+    }
+}
+
 /// Retry policy for one profile. Durations are written `250ms`, `1.5s`, `1m` or a number of seconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -175,6 +241,9 @@ pub struct ProviderProfile {
     pub circuit_breaker_threshold: Option<u32>,
     #[serde(default = "default_cooldown", with = "duration_str")]
     pub circuit_breaker_cooldown: Duration,
+    /// Whether replies are streamed; `auto` streams when a person watches.
+    #[serde(default, skip_serializing_if = "StreamMode::is_auto")]
+    pub stream: StreamMode,
 }
 
 fn default_timeout() -> Duration {
@@ -207,6 +276,7 @@ impl ProviderProfile {
             requests_per_minute: None,
             circuit_breaker_threshold: None,
             circuit_breaker_cooldown: default_cooldown(),
+            stream: StreamMode::Auto,
         }
     }
 
@@ -274,6 +344,23 @@ impl ProviderProfile {
             .as_deref()
             .or(self.kind.default_base_url())
             .map(|u| u.trim_end_matches('/'))
+    }
+
+    /// The URL a non-streamed call posts to (the one a person can check with curl).
+    pub fn endpoint(&self) -> Option<String> {
+        let base = self.base_url()?;
+        Some(match self.kind {
+            ProviderKind::OpenAi | ProviderKind::OpenAiCompatible => {
+                format!("{base}/chat/completions")
+            }
+            ProviderKind::Anthropic => format!("{base}/v1/messages"),
+            ProviderKind::Gemini => format!(
+                "{base}/models/{}:generateContent",
+                self.model.trim_start_matches("models/")
+            ),
+            ProviderKind::Ollama => format!("{base}/api/chat"),
+            ProviderKind::Scripted => return None,
+        })
     }
 
     /// The env var holding the key, if this profile uses one.

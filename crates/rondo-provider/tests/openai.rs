@@ -255,3 +255,126 @@ async fn more_than_four_stop_sequences_are_refused_before_sending() {
     );
     assert_eq!(server.request_count(), 0);
 }
+
+#[tokio::test]
+async fn a_whole_json_reply_to_a_stream_request_is_accepted() {
+    let _ = fake::request_validator();
+    let server = common::FakeServer::start(
+        |r| fake::validate(r, Some(KEY)),
+        |r| fake::respond(&common::unstreamed(r)),
+    )
+    .await;
+    let m = model(&server, Some(KEY), false);
+    for req in requests() {
+        let whole = m.complete(&req, None).await.expect("whole");
+        let deltas = Mutex::new(String::new());
+        let cb = |d: &str| deltas.lock().unwrap().push_str(d);
+        let streamed = m.complete(&req, Some(&cb)).await.expect("streamed");
+        assert_eq!(whole, streamed);
+        assert_eq!(*deltas.lock().unwrap(), whole.content);
+    }
+    server.assert_no_violations();
+    let asked: Vec<Option<bool>> = server
+        .requests()
+        .iter()
+        .map(|r| r.json()["stream"].as_bool())
+        .collect();
+    assert_eq!(asked, [None, Some(true)].repeat(4));
+}
+
+fn schema_request(text: &str, schema: Value) -> ChatRequest {
+    let mut req = ChatRequest::new(vec![Message::user(text)]);
+    req.response_schema = Some(("reply".into(), schema));
+    req
+}
+
+#[tokio::test]
+async fn structured_outputs_are_strict_where_the_schema_allows() {
+    let server = fake::server(Some(KEY)).await;
+    let m = model(&server, Some(KEY), false);
+    // As Rondo writes a type with an optional field and a nested object.
+    let schema = json!({"type": "object", "properties": {
+        "answer": {"type": "string"},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "score": {"type": "integer"},
+        "where": {"type": "object", "properties": {"city": {"type": "string"}}, "required": []},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+        "kind": {"type": "string", "enum": ["x", "y"]}
+    }, "required": ["answer", "tags"], "additionalProperties": false});
+    m.complete(&schema_request("verdict?", schema), None)
+        .await
+        .expect("strict");
+    server.assert_no_violations();
+    let body = server.requests()[0].json();
+    let format = &body["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["strict"], true);
+    let s = &format["json_schema"]["schema"];
+    let mut required: Vec<&str> = s["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    required.sort_unstable();
+    assert_eq!(
+        required,
+        ["answer", "kind", "note", "score", "tags", "where"]
+    );
+    assert_eq!(s["additionalProperties"], false);
+    assert_eq!(
+        s["properties"]["note"],
+        json!({"anyOf": [{"type": "string"}, {"type": "null"}]})
+    );
+    assert_eq!(s["properties"]["score"]["type"], json!(["integer", "null"]));
+    assert_eq!(
+        s["properties"]["where"],
+        json!({"anyOf": [{"type": "object", "properties": {"city": {"type": ["string", "null"]}},
+            "required": ["city"], "additionalProperties": false}, {"type": "null"}]})
+    );
+    assert_eq!(
+        s["properties"]["kind"],
+        json!({"anyOf": [{"type": "string", "enum": ["x", "y"]}, {"type": "null"}]})
+    );
+    assert_eq!(s["properties"]["tags"]["items"]["enum"], json!(["a", "b"]));
+}
+
+#[tokio::test]
+async fn schemas_strict_mode_cannot_express_get_plain_json_mode() {
+    let server = fake::server(Some(KEY)).await;
+    let openai = model(&server, Some(KEY), false);
+    let compatible = model(&server, Some(KEY), true);
+    let map = json!({"type": "object", "additionalProperties": {"type": "integer"}});
+    let any_field = json!({"type": "object", "properties": {"x": {}}, "required": ["x"],
+        "additionalProperties": false});
+    let not_object = json!({"type": "array", "items": {"type": "string"}});
+    for schema in [map.clone(), any_field, not_object] {
+        openai
+            .complete(&schema_request("Answer in JSON.", schema), None)
+            .await
+            .expect("json mode");
+    }
+    // OpenAI refuses JSON mode unless a message says "JSON": the schema goes unenforced.
+    openai
+        .complete(&schema_request("counts?", map.clone()), None)
+        .await
+        .expect("unenforced");
+    compatible
+        .complete(&schema_request("Answer in JSON.", map.clone()), None)
+        .await
+        .expect("compatible");
+    server.assert_no_violations();
+    let formats: Vec<Value> = server
+        .requests()
+        .iter()
+        .map(|r| r.json()["response_format"].clone())
+        .collect();
+    for f in &formats[..3] {
+        assert_eq!(*f, json!({"type": "json_object"}));
+    }
+    for f in &formats[3..] {
+        assert_eq!(f["type"], "json_schema");
+        assert!(f["json_schema"].get("strict").is_none(), "{f}");
+        assert_eq!(f["json_schema"]["schema"], map);
+    }
+}

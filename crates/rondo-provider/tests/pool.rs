@@ -506,3 +506,53 @@ async fn base_url_env_replaces_base_url_when_set() {
     assert_eq!(recs[0].error_kind, Some(ErrorKind::Connection));
     server.assert_no_violations();
 }
+
+#[tokio::test]
+async fn the_profile_decides_whether_a_call_streams() {
+    let server = fake::server(Some(KEY)).await;
+    let profile = |name: &str, mode: StreamMode| {
+        let mut p = openai_profile(name, &server);
+        p.stream = mode;
+        p
+    };
+    let pool = ProviderPool::with_env(
+        vec![
+            profile("auto", StreamMode::Auto),
+            profile("always", StreamMode::Always),
+            profile("never", StreamMode::Never),
+        ],
+        &env_with(ENV),
+    )
+    .expect("pool");
+    let req = ChatRequest::new(vec![Message::user("hi")]);
+    let shown = Mutex::new(String::new());
+    let watch = |d: &str| shown.lock().unwrap().push_str(d);
+    let mut cases = Vec::new();
+    for name in ["auto", "always", "never"] {
+        for watched in [false, true] {
+            shown.lock().unwrap().clear();
+            let cb: Option<StreamCallback> = if watched { Some(&watch) } else { None };
+            let done = pool
+                .complete(name, &req, cb, &mut |_| {})
+                .await
+                .expect("complete");
+            assert_eq!(done.response.content, "echo: hi");
+            let streamed = server.requests().last().map(|r| r.wants_stream());
+            let text = shown.lock().unwrap().clone();
+            cases.push((name, watched, streamed == Some(true), text));
+        }
+    }
+    let echo = || "echo: hi".to_string();
+    assert_eq!(
+        cases,
+        vec![
+            ("auto", false, false, String::new()),
+            ("auto", true, true, echo()),
+            ("always", false, true, String::new()),
+            ("always", true, true, echo()),
+            ("never", false, false, String::new()),
+            ("never", true, false, String::new()),
+        ]
+    );
+    server.assert_no_violations();
+}

@@ -228,3 +228,29 @@ profiles:
         "{issues:?}"
     );
 }
+
+#[test]
+fn stream_is_auto_true_or_false() {
+    let yaml = "profiles:\n  - {name: a, kind: openai, model: m}\n  - {name: b, kind: openai, model: m, stream: true}\n  - {name: c, kind: openai, model: m, stream: false}\n  - {name: d, kind: openai, model: m, stream: auto}\n";
+    let modes: Vec<StreamMode> = parse_profiles(yaml)
+        .expect("profiles")
+        .iter()
+        .map(|p| p.stream)
+        .collect();
+    assert_eq!(
+        modes,
+        [
+            StreamMode::Auto,
+            StreamMode::Always,
+            StreamMode::Never,
+            StreamMode::Auto
+        ]
+    );
+    let err =
+        parse_profiles("profiles:\n  - {name: a, kind: openai, model: m, stream: sometimes}\n")
+            .expect_err("a bad stream value");
+    assert!(
+        err.to_string().contains("`stream` is auto, true or false"),
+        "{err}"
+    );
+}

@@ -568,3 +568,91 @@ async fn ollama_chat() {
         ErrorKind::Connection
     );
 }
+
+// ------------------------------------------- a whole JSON reply to a streamed request
+
+/// Calls each request whole and streamed against a server that answers every request
+/// with a whole JSON body: the streamed call asked to stream, and its result (and the
+/// text shown) is the whole one.
+async fn whole_reply_to_stream_is_accepted(m: &dyn ChatModel, server: &FakeServer) {
+    for req in requests() {
+        let before = server.request_count();
+        let whole = m.complete(&req, None).await.expect("whole");
+        let text = Mutex::new(String::new());
+        let cb = |d: &str| text.lock().unwrap().push_str(d);
+        let streamed = m.complete(&req, Some(&cb)).await.expect("streamed");
+        assert_eq!(whole, streamed);
+        if req.response_schema.is_none() {
+            assert_eq!(*text.lock().unwrap(), whole.content);
+        }
+        let asked: Vec<bool> = server.requests()[before..]
+            .iter()
+            .map(Recorded::wants_stream)
+            .collect();
+        assert_eq!(asked, vec![false, true]);
+    }
+    server.assert_no_violations();
+}
+
+#[tokio::test]
+async fn anthropic_whole_reply_to_a_stream_request() {
+    let server = FakeServer::start(anthropic_validate, |r| {
+        anthropic_respond(&common::unstreamed(r))
+    })
+    .await;
+    let m = AnthropicModel::new(
+        shared_client().expect("client"),
+        &server.url(""),
+        "claude-sonnet-4-5",
+        Some(ApiKey::new(KEY)),
+    );
+    whole_reply_to_stream_is_accepted(&m, &server).await;
+}
+
+#[tokio::test]
+async fn gemini_whole_reply_to_a_stream_request() {
+    let server =
+        FakeServer::start(gemini_validate, |r| gemini_respond(&common::unstreamed(r))).await;
+    let m = GeminiModel::new(
+        shared_client().expect("client"),
+        &server.url("/v1beta"),
+        "models/gemini-2.5-flash",
+        Some(ApiKey::new(KEY)),
+    );
+    whole_reply_to_stream_is_accepted(&m, &server).await;
+}
+
+#[tokio::test]
+async fn gemini_array_reply_to_a_stream_request() {
+    // Without `alt=sse` honoured, streamGenerateContent answers with a JSON array of chunks.
+    let server = FakeServer::start(gemini_validate, |r| {
+        let whole = match gemini_respond(&common::unstreamed(r)) {
+            Reply::Json(200, v) if r.wants_stream() => v,
+            other => return other,
+        };
+        let head = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "index": 0}],
+            "modelVersion": "gemini-2.5-flash"});
+        Reply::Json(200, json!([head, whole]))
+    })
+    .await;
+    let m = GeminiModel::new(
+        shared_client().expect("client"),
+        &server.url("/v1beta"),
+        "models/gemini-2.5-flash",
+        Some(ApiKey::new(KEY)),
+    );
+    whole_reply_to_stream_is_accepted(&m, &server).await;
+}
+
+#[tokio::test]
+async fn ollama_whole_reply_to_a_stream_request() {
+    let server =
+        FakeServer::start(ollama_validate, |r| ollama_respond(&common::unstreamed(r))).await;
+    let m = OllamaModel::new(
+        shared_client().expect("client"),
+        &server.url(""),
+        "llama3.2",
+        None,
+    );
+    whole_reply_to_stream_is_accepted(&m, &server).await;
+}

@@ -427,9 +427,18 @@ impl AnthropicModel {
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let (body, schema_tool) = self.wire_request(req, false)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        self.read_whole(resp, req, schema_tool.as_deref()).await
+    }
+
+    async fn read_whole(
+        &self,
+        resp: reqwest::Response,
+        req: &ChatRequest,
+        schema_tool: Option<&str>,
+    ) -> Result<ChatResponse, ProviderError> {
         let budget = ReplyBudget::new(req.max_reply);
         match http::read_json::<Response>(resp, self.key.as_ref(), &budget).await? {
-            Some((wire, _)) => ChatResponse::try_from(Converted(wire, schema_tool.as_deref())),
+            Some((wire, _)) => ChatResponse::try_from(Converted(wire, schema_tool)),
             None => Ok(ChatResponse::truncated(&self.model)),
         }
     }
@@ -441,6 +450,13 @@ impl AnthropicModel {
     ) -> Result<ChatResponse, ProviderError> {
         let (body, schema_tool) = self.wire_request(req, true)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        if http::is_whole_json(&resp) {
+            let out = self.read_whole(resp, req, schema_tool.as_deref()).await?;
+            if schema_tool.is_none() {
+                http::emit(Some(cb), &out.content);
+            }
+            return Ok(out);
+        }
         let mut message: Option<Response> = None;
         let mut partial_json: Vec<String> = Vec::new();
         let mut done = false;

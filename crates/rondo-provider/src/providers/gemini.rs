@@ -435,10 +435,30 @@ impl GeminiModel {
         .await?;
         let mut acc = Assembler::default();
         let budget = ReplyBudget::new(req.max_reply);
-        let truncated = http::for_each_event(resp, &budget, |ev| {
-            acc.chunk(http::decode_frame(&ev.data)?, cb, &budget)
-        })
-        .await?;
+        let truncated = if http::is_whole_json(&resp) {
+            // One response, or (when `alt=sse` is ignored) the array of all chunks.
+            match http::read_json::<Value>(resp, self.key.as_ref(), &budget).await? {
+                None => true,
+                Some((value, _)) => {
+                    let chunks = match value {
+                        Value::Array(items) => items,
+                        one => vec![one],
+                    };
+                    for chunk in chunks {
+                        let r = Response::deserialize(&chunk).map_err(|e| {
+                            ProviderError::MalformedResponse(format!("unexpected body shape: {e}"))
+                        })?;
+                        acc.chunk(r, cb, &budget)?;
+                    }
+                    budget.exceeded()
+                }
+            }
+        } else {
+            http::for_each_event(resp, &budget, |ev| {
+                acc.chunk(http::decode_frame(&ev.data)?, cb, &budget)
+            })
+            .await?
+        };
         // Gemini has no end-of-stream marker: the last chunk carries the finish reason.
         if acc.finish_reason.is_none() && !truncated {
             return Err(ProviderError::Connection(

@@ -273,6 +273,14 @@ impl OllamaModel {
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, false)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        self.read_whole(resp, req).await
+    }
+
+    async fn read_whole(
+        &self,
+        resp: reqwest::Response,
+        req: &ChatRequest,
+    ) -> Result<ChatResponse, ProviderError> {
         let budget = ReplyBudget::new(req.max_reply);
         match http::read_json::<Response>(resp, self.key.as_ref(), &budget).await? {
             Some((wire, _)) => ChatResponse::try_from(wire),
@@ -287,6 +295,11 @@ impl OllamaModel {
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, true)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        if http::is_whole_json(&resp) {
+            let out = self.read_whole(resp, req).await?;
+            http::emit(Some(cb), &out.content);
+            return Ok(out);
+        }
         let mut content = String::new();
         let mut thinking: Option<String> = None;
         let mut calls: Vec<WireToolCall> = Vec::new();

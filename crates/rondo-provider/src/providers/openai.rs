@@ -89,16 +89,21 @@ pub mod wire {
     }
 
     #[derive(Debug, Serialize)]
-    pub struct ResponseFormat {
-        #[serde(rename = "type")]
-        pub kind: &'static str,
-        pub json_schema: JsonSchemaFormat,
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum ResponseFormat {
+        JsonSchema {
+            json_schema: JsonSchemaFormat,
+        },
+        /// Plain JSON mode: any JSON object, no schema.
+        JsonObject,
     }
 
     #[derive(Debug, Serialize)]
     pub struct JsonSchemaFormat {
         pub name: String,
         pub schema: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub strict: Option<bool>,
     }
 
     #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -293,6 +298,149 @@ fn schema_name(name: &str) -> String {
     }
 }
 
+/// The keywords OpenAI's strict mode accepts (its structured-outputs guide); a schema using
+/// any other is sent unenforced.
+const STRICT_KEYWORDS: &[&str] = &[
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "enum",
+    "const",
+    "description",
+    "title",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minItems",
+    "maxItems",
+];
+
+/// OpenAI's nesting limit for a strict schema.
+const STRICT_MAX_DEPTH: usize = 10;
+
+/// `schema` as OpenAI's strict mode requires it, or `None` when it cannot be: the root an
+/// object, every object closed (`additionalProperties: false`) with every property
+/// required (an optional one becomes a union with null), every schema typed (no `{}`),
+/// only the keywords strict mode knows.
+pub fn strict_schema(schema: &Value) -> Option<Value> {
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return None;
+    }
+    let mut out = schema.clone();
+    strict_node(&mut out, 0).then_some(out)
+}
+
+fn strict_node(v: &mut Value, depth: usize) -> bool {
+    if depth > STRICT_MAX_DEPTH {
+        return false;
+    }
+    let Value::Object(map) = v else {
+        return false;
+    };
+    if map.keys().any(|k| !STRICT_KEYWORDS.contains(&k.as_str())) {
+        return false;
+    }
+    if let Some(members) = map.get_mut("anyOf") {
+        return match members {
+            Value::Array(ms) if !ms.is_empty() => ms.iter_mut().all(|m| strict_node(m, depth + 1)),
+            _ => false,
+        };
+    }
+    let types: Vec<String> = match map.get("type") {
+        Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect(),
+        Some(_) => return false,
+        None if map.contains_key("enum") || map.contains_key("const") => Vec::new(),
+        None => return false,
+    };
+    if types.iter().any(|t| t == "object") {
+        if !matches!(
+            map.get("additionalProperties"),
+            None | Some(Value::Bool(false))
+        ) {
+            return false;
+        }
+        map.insert("additionalProperties".into(), Value::Bool(false));
+        let required: Vec<String> = map
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| {
+                r.iter()
+                    .filter_map(|n| n.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Some(Value::Object(props)) = map.get_mut("properties") else {
+            return false;
+        };
+        let mut names = Vec::new();
+        for (name, prop) in props.iter_mut() {
+            if !strict_node(prop, depth + 1) {
+                return false;
+            }
+            if !required.contains(name) {
+                make_nullable(prop);
+            }
+            names.push(Value::String(name.clone()));
+        }
+        map.insert("required".into(), Value::Array(names));
+    }
+    if types.iter().any(|t| t == "array") {
+        match map.get_mut("items") {
+            Some(items) => strict_node(items, depth + 1),
+            None => false,
+        }
+    } else {
+        true
+    }
+}
+
+/// Let a property strict mode makes required hold null, which stands for "left out".
+fn make_nullable(prop: &mut Value) {
+    let null = Value::String("null".into());
+    let accepts_null = |p: &Value| match p.get("type") {
+        Some(Value::String(t)) => t == "null",
+        Some(Value::Array(ts)) => ts.contains(&null),
+        _ => false,
+    };
+    if accepts_null(prop)
+        || prop
+            .get("anyOf")
+            .and_then(Value::as_array)
+            .is_some_and(|ms| ms.iter().any(accepts_null))
+    {
+        return;
+    }
+    // A scalar type takes `null` in its list; an enum, an object or an array goes into a
+    // union with null, as OpenAI's guide writes them.
+    let constrained = prop.get("enum").is_some() || prop.get("const").is_some();
+    match prop.get_mut("type") {
+        Some(Value::String(t)) if !constrained && t != "object" && t != "array" => {
+            let t = Value::String(std::mem::take(t));
+            prop["type"] = Value::Array(vec![t, null]);
+        }
+        Some(Value::Array(ts))
+            if !constrained && !ts.iter().any(|t| t == "object" || t == "array") =>
+        {
+            ts.push(null)
+        }
+        _ => {
+            let inner = std::mem::take(prop);
+            *prop = serde_json::json!({"anyOf": [inner, {"type": "null"}]});
+        }
+    }
+}
+
 impl TryFrom<Response> for ChatResponse {
     type Error = ProviderError;
 
@@ -416,13 +564,7 @@ impl OpenAiModel {
             response_format: req
                 .response_schema
                 .as_ref()
-                .map(|(name, schema)| ResponseFormat {
-                    kind: "json_schema",
-                    json_schema: JsonSchemaFormat {
-                        name: schema_name(name),
-                        schema: schema.clone(),
-                    },
-                }),
+                .map(|(name, schema)| self.response_format(name, schema, req)),
             temperature: req.temperature.or(self.temperature),
             max_completion_tokens: if self.compatible { None } else { max },
             max_tokens: if self.compatible { max } else { None },
@@ -432,6 +574,32 @@ impl OpenAiModel {
                 include_usage: true,
             }),
         })
+    }
+
+    /// Structured outputs with `strict: true` when the schema fits OpenAI's subset. When it
+    /// does not, OpenAI itself gets plain JSON mode (which it refuses unless a message says
+    /// "JSON"; then the schema goes unenforced), a compatible server the schema unenforced
+    /// by OpenAI's rules (most enforce any schema by guided decoding).
+    fn response_format(&self, name: &str, schema: &Value, req: &ChatRequest) -> ResponseFormat {
+        let schema_format = |schema: Value, strict: Option<bool>| ResponseFormat::JsonSchema {
+            json_schema: JsonSchemaFormat {
+                name: schema_name(name),
+                schema,
+                strict,
+            },
+        };
+        if let Some(strict) = strict_schema(schema) {
+            return schema_format(strict, Some(true));
+        }
+        let says_json = req
+            .messages
+            .iter()
+            .any(|m| m.content.to_ascii_lowercase().contains("json"));
+        if !self.compatible && says_json {
+            ResponseFormat::JsonObject
+        } else {
+            schema_format(schema.clone(), None)
+        }
     }
 
     fn post(&self) -> reqwest::RequestBuilder {
@@ -445,6 +613,14 @@ impl OpenAiModel {
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, false)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        self.read_whole(resp, req).await
+    }
+
+    async fn read_whole(
+        &self,
+        resp: reqwest::Response,
+        req: &ChatRequest,
+    ) -> Result<ChatResponse, ProviderError> {
         let budget = ReplyBudget::new(req.max_reply);
         match http::read_json::<Response>(resp, self.key.as_ref(), &budget).await? {
             Some((wire, _)) => ChatResponse::try_from(wire),
@@ -459,6 +635,11 @@ impl OpenAiModel {
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, true)?;
         let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        if http::is_whole_json(&resp) {
+            let out = self.read_whole(resp, req).await?;
+            http::emit(Some(cb), &out.content);
+            return Ok(out);
+        }
         let mut acc = StreamAssembler::default();
         let budget = ReplyBudget::new(req.max_reply);
         let truncated = http::for_each_event(resp, &budget, |ev| {

@@ -336,3 +336,21 @@ pub fn last_user_text(body: &Value) -> String {
         .to_string()
 }
 pub mod openai;
+
+/// The request as it would be without asking to stream, for a server that answers a
+/// streamed request with a whole JSON body (as LiteLLM's Anthropic route does).
+pub fn unstreamed(r: &Recorded) -> Recorded {
+    let mut r = r.clone();
+    let mut body = r.json();
+    if let Some(o) = body.as_object_mut() {
+        o.remove("stream");
+        o.remove("stream_options");
+    }
+    if !r.body.is_empty() {
+        r.body = serde_json::to_vec(&body).unwrap_or_default();
+    }
+    r.path = r
+        .path
+        .replace("streamGenerateContent?alt=sse", "generateContent");
+    r
+}

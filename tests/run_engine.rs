@@ -500,3 +500,41 @@ fn inputs_and_the_default_profile_come_from_the_environment() {
         "{err}"
     );
 }
+
+/// Runs started at the same moment get their own ids and records: a new id is claimed by
+/// creating its folder (a server or an eval starts hundreds a second; the id's random part
+/// is 16 bits).
+#[test]
+fn runs_started_together_never_share_a_run_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = project(
+        tmp.path(),
+        "workflow w {}\nrole b: builtin { update {} }\nstart -> b\nb -> done\nexit done\n",
+        &[],
+        "replies: {}\n",
+    );
+    let (_, loaded) = rondo::cli::load_checked(&path, &Default::default()).unwrap();
+    let Ok(workflow) = loaded.checked else {
+        panic!("the workflow does not check")
+    };
+    let runs = tmp.path().join("runs");
+    let ids: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..1000)
+            .map(|_| {
+                scope.spawn(|| {
+                    let options = rondo::run::RunOptions {
+                        runs_root: runs.clone(),
+                        ..Default::default()
+                    };
+                    let (_, state) = rondo::run::Interpreter::start(&workflow, &options)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    state.run_id
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), ids.len());
+    assert_eq!(std::fs::read_dir(&runs).unwrap().count(), ids.len());
+}

@@ -43,8 +43,17 @@ impl<'w> Interpreter<'w> {
             script: options.script.clone().or_else(|| workflow.script.clone()),
             ..options.clone()
         };
-        let script = load_script(options)?;
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+        let claimed = (options.run_id.is_none()).then(|| layout.system.clone());
+        let started = load_script(options).and_then(|script| {
+            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+        });
+        if started.is_err()
+            && let Some(dir) = claimed
+        {
+            // Only the empty folder claimed above; a failed start leaves nothing behind.
+            let _ = std::fs::remove_dir(dir);
+        }
+        started
     }
 
     /// The run id (checked, or a new one) and where the run lives.
@@ -72,7 +81,39 @@ impl<'w> Interpreter<'w> {
             }
         }
         let layout = rundir::Layout::new(&options.runs_root, options.workspace.as_deref(), &run_id);
-        Ok((run_id, layout))
+        if options.run_id.is_some() {
+            return Ok((run_id, layout));
+        }
+        // A new id is claimed by creating its folder, which only one caller can do: runs
+        // started in the same second (a server, an eval, two shells) never share records.
+        let mut attempt = (run_id, layout);
+        for _ in 0..1000 {
+            let system = &attempt.1.system;
+            if let Some(parent) = system.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    StartError::Setup(format!("cannot create {}: {e}", parent.display()))
+                })?;
+            }
+            match std::fs::create_dir(system) {
+                Ok(()) => return Ok(attempt),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let id = new_run_id();
+                    let layout =
+                        rundir::Layout::new(&options.runs_root, options.workspace.as_deref(), &id);
+                    attempt = (id, layout);
+                }
+                Err(e) => {
+                    return Err(StartError::Setup(format!(
+                        "cannot create {}: {e}",
+                        system.display()
+                    )));
+                }
+            }
+        }
+        Err(StartError::Setup(format!(
+            "no free run id in {}",
+            options.runs_root.display()
+        )))
     }
 
     /// [`start`](Self::start) with replies given in code (`test` blocks).

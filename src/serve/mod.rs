@@ -129,7 +129,10 @@ pub fn serve(workflows: Vec<(PathBuf, Checked)>, options: ServeOptions) -> i32 {
         unconfined_tools: options.unconfined_tools,
         tasks: Mutex::new(tokio::task::JoinSet::new()),
     });
+    // A run's durable steps fsync on the thread that drives it: with a thread per run
+    // slot, concurrent runs wait on the disk together instead of in a line of two.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(options.concurrency.clamp(2, 256))
         .enable_all()
         .build()
     {

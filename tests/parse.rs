@@ -1684,3 +1684,33 @@ fn a_reserved_word_declared_as_a_name_is_reported_once() {
         assert_eq!(declared, 1, "{text}");
     }
 }
+
+/// Brackets nested past what the parser's stack allows are one diagnostic that says so,
+/// never a stack overflow.
+#[test]
+fn brackets_nested_past_the_stack_are_one_diagnostic() {
+    let depth = 200_000;
+    let cases = [
+        format!("a -> b when {}x{}\n", "(".repeat(depth), ")".repeat(depth)),
+        format!("workflow w {{\n  x = {}1{}\n}}\n", "[".repeat(depth), "]".repeat(depth)),
+    ];
+    for text in cases {
+        // The main thread's 8 MiB, as `rondo check` has.
+        let codes = std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || {
+                let file = SourceFile::new("t.rondo", text.as_str());
+                let (_, diags) = syntax::parse(&file);
+                diags
+                    .iter()
+                    .map(|d| (d.code.as_str(), d.message.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .expect("thread")
+            .join()
+            .expect("no panic");
+        assert_eq!(codes.len(), 1, "{codes:?}");
+        assert_eq!(codes[0].0, "rondo::syntax::too_deep");
+        assert!(codes[0].1.contains("nested too deeply"), "{}", codes[0].1);
+    }
+}

@@ -12,6 +12,7 @@
 #
 #   bench/check/run.sh            # hyperfine + criterion
 #   bench/check/run.sh --quick    # hyperfine only
+#   RONDO_BIN=path bench/check/run.sh --quick   # that binary, no build
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -22,8 +23,10 @@ if ! command -v hyperfine >/dev/null; then
   exit 2
 fi
 
-cargo build --release -p rondo --bin rondo
-BIN=$ROOT/target/release/rondo
+if [ -z "${RONDO_BIN:-}" ]; then
+  cargo build --release -p rondo --bin rondo
+fi
+BIN=${RONDO_BIN:-$ROOT/target/release/rondo}
 
 BIG=bench/check/big_10k.rondo
 HUGE=bench/check/big_75k.rondo

@@ -80,7 +80,15 @@ fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
             words.dedup();
             words
         }
-        pest::error::ErrorVariant::CustomError { .. } => Vec::new(),
+        // pest's guards: the stack or the call budget ran out.
+        pest::error::ErrorVariant::CustomError { .. } => {
+            return Diagnostic::error(
+                Code::SyntaxTooDeep,
+                "syntax error: brackets nested too deeply to read",
+            )
+            .label(span, "nested too deeply")
+            .help("split the expression: compute parts in `update` blocks and refer to them");
+        }
     };
     let text = if expected.is_empty() {
         "unexpected input".to_string()
@@ -89,7 +97,7 @@ fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
     };
     Diagnostic::error(Code::SyntaxUnexpected, format!("syntax error: {text}"))
         .label(span, text)
-        .help("an unclosed `{`, `[`, `(` or `\"\"\"`, or brackets nested thousands deep, is the usual cause")
+        .help("an unclosed `{`, `[`, `(` or `\"\"\"` is the usual cause")
 }
 
 fn rule_word(rule: Rule) -> Option<String> {

@@ -1692,7 +1692,11 @@ fn brackets_nested_past_the_stack_are_one_diagnostic() {
     let depth = 200_000;
     let cases = [
         format!("a -> b when {}x{}\n", "(".repeat(depth), ")".repeat(depth)),
-        format!("workflow w {{\n  x = {}1{}\n}}\n", "[".repeat(depth), "]".repeat(depth)),
+        format!(
+            "workflow w {{\n  x = {}1{}\n}}\n",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        ),
     ];
     for text in cases {
         // The main thread's 8 MiB, as `rondo check` has.

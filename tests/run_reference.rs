@@ -43,7 +43,6 @@ fn run(wf: &Checked, test: &str, root: &Path) -> TestReport {
     report
 }
 
-
 /// The parsed replies of one llm role, in order.
 fn replies(events: &[Value], role: &str) -> Vec<Value> {
     events

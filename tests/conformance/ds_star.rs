@@ -163,7 +163,6 @@ impl Run {
     }
 }
 
-
 fn step(id: u64, title: &str, details: &str, status: &str) -> Value {
     json!({"id": id, "title": title, "details": details, "status": status})
 }

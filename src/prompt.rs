@@ -122,7 +122,7 @@ impl Prompts {
         };
         // Parsed first, then added parents and imported macro files first: tera refuses a
         // template whose parent it does not have yet.
-        let mut parsed: Vec<(String, String, Vec<String>)> = Vec::new();
+        let mut parsed: Vec<(String, String, tera::Template, Vec<String>)> = Vec::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut queue: Vec<String> = names.to_vec();
         while let Some(name) = queue.pop() {
@@ -150,7 +150,7 @@ impl Prompts {
                     needs.extend(template.imported_macro_files.iter().map(|(f, _)| f.clone()));
                     queue.extend(includes);
                     queue.extend(needs.iter().cloned());
-                    parsed.push((name, text, needs));
+                    parsed.push((name, text, template, needs));
                 }
                 Err(e) => {
                     prompts.errors.insert(name, e);
@@ -160,9 +160,15 @@ impl Prompts {
         loop {
             let before = parsed.len();
             let mut waiting = Vec::new();
-            for (name, text, needs) in parsed {
+            for (name, text, template, needs) in parsed {
                 if needs.iter().all(|n| prompts.has(n)) {
-                    match prompts.tera.add_raw_template(&name, &text) {
+                    // What `add_raw_template` does, without parsing the text a second time.
+                    prompts.tera.templates.insert(name.clone(), template);
+                    let added = prompts
+                        .tera
+                        .build_inheritance_chains()
+                        .and_then(|()| prompts.tera.check_macro_files());
+                    match added {
                         Ok(()) => {
                             prompts.sources.insert(name, Arc::from(text));
                         }
@@ -171,7 +177,7 @@ impl Prompts {
                         }
                     }
                 } else {
-                    waiting.push((name, text, needs));
+                    waiting.push((name, text, template, needs));
                 }
             }
             parsed = waiting;
@@ -179,7 +185,7 @@ impl Prompts {
                 break;
             }
         }
-        for (name, _, needs) in parsed {
+        for (name, _, _, needs) in parsed {
             let missing: Vec<&str> = needs
                 .iter()
                 .filter(|n| !prompts.has(n))
@@ -240,6 +246,17 @@ impl Prompts {
             .render(name, context)
             .map_err(|e| crate::compile::tera_error_text(&e))
     }
+}
+
+/// Parses a one-off template string as `render_str` would take it: one that extends or
+/// imports another template is refused there, since it stands alone. Tera's registry
+/// (its filters and functions) is built only for that refusal.
+pub fn parse_inline(name: &str, text: &str) -> Result<tera::Template, tera::Error> {
+    let template = tera::Template::new(name, None, text)?;
+    if template.parent.is_some() || !template.imported_macro_files.is_empty() {
+        Tera::default().add_raw_template(name, text)?;
+    }
+    Ok(template)
 }
 
 /// Renders a one-off template string (artifact names, command arguments).

@@ -22,24 +22,63 @@ use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::syntax::BinOp;
 
 /// The roles with a definitely valid output at each node's start.
+///
+/// Each set is a sorted list of role node indices: the sets are small in real workflows
+/// (a role is definite only where every path ran it), so the analysis costs about the
+/// number of routes times the size of the sets, not the number of roles squared as a
+/// bitset per node would.
 #[derive(Debug, Clone)]
 pub struct DefiniteRuns {
-    /// Bit of each node index, for roles.
-    bit: Vec<Option<usize>>,
     /// Per node index: the set when the node starts.
-    sets: Vec<Vec<u64>>,
+    sets: Vec<Vec<u32>>,
+    /// Per node index: whether a route from the start reaches it. An unreached node's set
+    /// is every role (nothing constrains it), kept implicit.
+    reached: Vec<bool>,
+    is_role: Vec<bool>,
     /// Valid after every step: what exit guards and workflow artifacts may read.
-    always: Vec<u64>,
+    always: Vec<u32>,
+}
+
+fn contains(set: &[u32], role: NodeIndex) -> bool {
+    u32::try_from(role.index()).is_ok_and(|r| set.binary_search(&r).is_ok())
+}
+
+/// `set` with `role` added or removed.
+fn with(set: &[u32], role: NodeIndex, present: bool) -> Vec<u32> {
+    let mut out = set.to_vec();
+    let Ok(r) = u32::try_from(role.index()) else {
+        return out;
+    };
+    match (out.binary_search(&r), present) {
+        (Err(at), true) => out.insert(at, r),
+        (Ok(at), false) => {
+            out.remove(at);
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Keeps in `have` what is also in `new` (both sorted); whether anything was removed.
+fn meet(have: &mut Vec<u32>, new: &[u32]) -> bool {
+    let before = have.len();
+    let mut j = 0;
+    have.retain(|&x| {
+        while j < new.len() && new[j] < x {
+            j += 1;
+        }
+        j < new.len() && new[j] == x
+    });
+    have.len() != before
 }
 
 impl DefiniteRuns {
     /// Whether `role` surely has a valid latest output when `at` starts.
     pub fn has(&self, at: NodeIndex, role: NodeIndex) -> bool {
-        let (Some(set), Some(Some(bit))) = (self.sets.get(at.index()), self.bit.get(role.index()))
-        else {
-            return false;
-        };
-        set[bit / 64] & (1 << (bit % 64)) != 0
+        match self.reached.get(at.index()) {
+            Some(true) => contains(&self.sets[at.index()], role),
+            _ => self.is_role.get(role.index()).copied().unwrap_or(false),
+        }
     }
 
     /// Whether `role` surely has a valid output after `at` ran with a valid outcome
@@ -50,49 +89,41 @@ impl DefiniteRuns {
 
     /// Whether `role` surely has a valid output after every step of a run.
     pub fn has_always(&self, role: NodeIndex) -> bool {
-        match self.bit.get(role.index()) {
-            Some(Some(bit)) => self.always[bit / 64] & (1 << (bit % 64)) != 0,
-            _ => false,
-        }
-    }
-
-    fn with(&self, set: &[u64], role: NodeIndex, present: bool) -> Vec<u64> {
-        let mut out = set.to_vec();
-        if let Some(Some(bit)) = self.bit.get(role.index()) {
-            if present {
-                out[bit / 64] |= 1 << (bit % 64);
-            } else {
-                out[bit / 64] &= !(1 << (bit % 64));
-            }
-        }
-        out
+        contains(&self.always, role)
     }
 }
 
 /// Computes [`DefiniteRuns`] for a compiled workflow.
 pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
     let n = workflow.graph.node_count();
-    let mut bit = vec![None; n];
-    let mut roles: usize = 0;
-    for (index, _) in workflow.roles() {
-        bit[index.index()] = Some(roles);
-        roles += 1;
-    }
-    let words = roles.div_ceil(64).max(1);
-    let mut full = vec![u64::MAX; words];
-    if !roles.is_multiple_of(64) {
-        full[words - 1] = (1u64 << (roles % 64)) - 1;
-    }
-    let mut runs = DefiniteRuns {
-        bit,
-        sets: vec![full.clone(); n],
-        always: full,
+    let is_role = {
+        let mut is_role = vec![false; n];
+        for (index, _) in workflow.roles() {
+            is_role[index.index()] = true;
+        }
+        is_role
     };
+    let role_with = |set: &[u32], node: NodeIndex, present: bool| {
+        if is_role.get(node.index()).copied().unwrap_or(false) {
+            with(set, node, present)
+        } else {
+            set.to_vec()
+        }
+    };
+    let mut sets = vec![Vec::new(); n];
     let start = workflow.start.index();
     if start >= n {
-        return runs;
+        let always = (0..n)
+            .filter(|&i| is_role[i])
+            .filter_map(|i| u32::try_from(i).ok())
+            .collect();
+        return DefiniteRuns {
+            sets,
+            reached: vec![false; n],
+            is_role,
+            always,
+        };
     }
-    runs.sets[start] = vec![0; words];
     let mut reached = vec![false; n];
     reached[start] = true;
     // Nodes are taken in reverse postorder, so a pass sees a node after its predecessors
@@ -108,21 +139,21 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
             let Some(route) = workflow.routes.get(route_id) else {
                 continue;
             };
-            let out = runs.with(&runs.sets[x], from, !route.on_invalid);
-            let mut meets: Vec<(NodeIndex, Vec<u64>)> = Vec::new();
+            let out = role_with(&sets[x], from, !route.on_invalid);
+            let mut meets: Vec<(NodeIndex, Vec<u32>)> = Vec::new();
             match &route.target {
                 RouteTarget::Node { node } => meets.push((*node, out)),
                 RouteTarget::Parallel { branches, join } => {
                     let mut joined = out.clone();
                     for b in branches {
                         meets.push((*b, out.clone()));
-                        joined = runs.with(&joined, *b, true);
+                        joined = role_with(&joined, *b, true);
                     }
                     meets.push((*join, joined));
                 }
                 RouteTarget::Map { worker, join, .. } => {
                     meets.push((*worker, out.clone()));
-                    meets.push((*join, runs.with(&out, *worker, true)));
+                    meets.push((*join, role_with(&out, *worker, true)));
                 }
             }
             for (target, set) in meets {
@@ -130,13 +161,13 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
                 if t >= n {
                     continue;
                 }
-                let mut changed = !reached[t];
-                reached[t] = true;
-                for (have, new) in runs.sets[t].iter_mut().zip(&set) {
-                    let met = *have & new;
-                    changed |= met != *have;
-                    *have = met;
-                }
+                let changed = if reached[t] {
+                    meet(&mut sets[t], &set)
+                } else {
+                    reached[t] = true;
+                    sets[t] = set;
+                    true
+                };
                 if changed && !queued[t] {
                     queued[t] = true;
                     work.insert((order[t], t));
@@ -144,28 +175,26 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
             }
         }
     }
-    let mut always = vec![0; words];
-    let mut first = true;
+    let mut always: Option<Vec<u32>> = None;
     for (index, role) in workflow.roles() {
         if !reached[index.index()] {
             continue;
         }
-        let mut after = runs.with(&runs.sets[index.index()], index, true);
-        if may_be_invalid(workflow, index, role) {
-            after = runs.sets[index.index()].clone();
-            after = runs.with(&after, index, false);
-        }
-        if first {
-            always = after;
-            first = false;
-        } else {
-            for (a, b) in always.iter_mut().zip(&after) {
-                *a &= b;
+        let valid = !may_be_invalid(workflow, index, role);
+        let after = with(&sets[index.index()], index, valid);
+        match &mut always {
+            None => always = Some(after),
+            Some(have) => {
+                meet(have, &after);
             }
         }
     }
-    runs.always = always;
-    runs
+    DefiniteRuns {
+        sets,
+        reached,
+        is_role,
+        always: always.unwrap_or_default(),
+    }
 }
 
 /// Each node's position in a reverse postorder of the route graph from `start`

@@ -93,7 +93,7 @@ fn vnum(v: &Value) -> f64 {
 
 fn vdur(v: &Value) -> u64 {
     match &v.kind {
-        ValueKind::Duration(ms) => *ms,
+        ValueKind::Duration(d) => u64::try_from(d.as_millis()).expect("ms"),
         other => panic!("expected a duration, found {other:?}"),
     }
 }
@@ -465,6 +465,47 @@ fn durations_in_milliseconds() {
     assert_eq!(vdur(attr(retry, "initial_backoff")), 30_000);
     assert_eq!(vdur(attr(retry, "max_backoff")), 300_000);
     assert_eq!(vdur(attr(retry, "total_budget")), 7_200_000);
+}
+
+/// Duration literals are read by rondo-config's parser, as provider profiles and tool
+/// specs are: a fraction is exact, a value past 64 bits of milliseconds is reported.
+#[test]
+fn durations_are_read_by_the_one_duration_parser() {
+    let text = "provider p {\n  timeout = 1.5s\n  retry { initial_backoff = 0.25ms  max_backoff = 2.5m }\n}\n";
+    let ast = parse_ok(text);
+    let attrs = &ast.providers[0].attrs;
+    let ValueKind::Duration(d) = attr(attrs, "timeout").kind else {
+        panic!("duration expected")
+    };
+    assert_eq!(d, std::time::Duration::from_millis(1500));
+    let retry = vblock(attr(attrs, "retry"));
+    let ValueKind::Duration(d) = attr(retry, "initial_backoff").kind else {
+        panic!("duration expected")
+    };
+    assert_eq!(d, std::time::Duration::from_micros(250));
+    assert_eq!(vdur(attr(retry, "max_backoff")), 150_000);
+    for (value, code) in [
+        ("18446744073709551.615s", None),
+        (
+            "18446744073709551.616s",
+            Some("rondo::syntax::number_too_large"),
+        ),
+        (
+            "307445734561825.9h",
+            Some("rondo::syntax::number_too_large"),
+        ),
+        ("1.5sec", Some("rondo::syntax::invalid_line")),
+        ("1.s", Some("rondo::syntax::invalid_line")),
+    ] {
+        let text = format!("workflow w {{\n  x = {value}\n}}\n");
+        let file = SourceFile::new("t.rondo", text.as_str());
+        let codes: Vec<&str> = syntax::parse(&file)
+            .1
+            .iter()
+            .map(|d| d.code.as_str())
+            .collect();
+        assert_eq!(codes, code.into_iter().collect::<Vec<_>>(), "{value}");
+    }
 }
 
 #[test]

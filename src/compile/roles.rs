@@ -679,7 +679,7 @@ fn value_to_expr(v: &syntax::Value) -> syntax::Expr {
     let kind = match &v.kind {
         ValueKind::String(s) => K::String(s.clone()),
         ValueKind::Number(n) => K::Number(*n),
-        ValueKind::Duration(ms) => K::Number(*ms as f64),
+        ValueKind::Duration(d) => K::Number(d.as_nanos() as f64 / 1e6),
         ValueKind::Bool(b) => K::Bool(*b),
         ValueKind::Null | ValueKind::Block(_) => K::Null,
         ValueKind::Ident(s) => K::Path(vec![Ident {

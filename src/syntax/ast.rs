@@ -72,7 +72,7 @@ pub struct Attr {
 pub enum ValueKind {
     String(String),
     Number(f64),
-    Duration(u64),
+    Duration(std::time::Duration),
     Bool(bool),
     Null,
     Ident(String),

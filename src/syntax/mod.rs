@@ -15,7 +15,7 @@ pub use ast::*;
 
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::source::{SourceFile, Span};
-use literals::{dedent, duration_ms, number_fits, unescape};
+use literals::{dedent, number_fits, unescape};
 
 // The derive lives here so `Rule` is in scope for every conversion function below.
 #[derive(pest_derive::Parser)]
@@ -262,13 +262,15 @@ impl<'t> Builder<'t> {
         text.parse().unwrap_or(f64::NAN)
     }
 
-    fn duration(&mut self, pair: &Pair<'_, Rule>) -> u64 {
-        duration_ms(pair.as_str()).unwrap_or_else(|| {
+    /// A duration literal, read by the one duration parser (`rondo_config`). The grammar
+    /// admits only its syntax, so what it refuses is a duration past its range.
+    fn duration(&mut self, pair: &Pair<'_, Rule>) -> std::time::Duration {
+        rondo_config::parse_duration(pair.as_str()).unwrap_or_else(|_| {
             self.too_large(
                 span(pair),
                 "this duration does not fit in 64 bits of milliseconds",
             );
-            u64::MAX
+            rondo_config::duration::MAX
         })
     }
 

@@ -1759,3 +1759,20 @@ fn brackets_nested_past_the_stack_are_one_diagnostic() {
         assert!(codes[0].1.contains("nested too deeply"), "{}", codes[0].1);
     }
 }
+
+/// `'text'` is read as the string meant, with one diagnostic each.
+#[test]
+fn single_quoted_strings_are_read_as_strings() {
+    let (ast, found) = mistakes("workflow w {\n  d = 'it\\'s'\n}\na -> b when a.x == 'done'\n");
+    assert_eq!(
+        found,
+        [
+            ("rondo::syntax::single_quote", "'it\\'s'".to_string()),
+            ("rondo::syntax::single_quote", "'done'".to_string()),
+        ]
+    );
+    let wf = ast.workflow.as_ref().expect("workflow");
+    assert_eq!(vstr(attr(&wf.attrs, "d")), "it's");
+    let (_, _, r) = binary(route_condition(&ast, 0));
+    assert_eq!(string(r), "done");
+}

@@ -500,6 +500,10 @@ impl<'t> Builder<'t> {
         let s = span(&pair);
         let kind = match pair.as_rule() {
             Rule::string | Rule::raw_string => ValueKind::String(string_value(pair)),
+            Rule::single_string => {
+                self.single_quote(s);
+                ValueKind::String(string_value(pair))
+            }
             Rule::duration => ValueKind::Duration(self.duration(&pair)),
             Rule::number => ValueKind::Number(self.number(&pair)),
             Rule::name_value => self.name_value(pair),

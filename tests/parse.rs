@@ -1760,6 +1760,40 @@ fn brackets_nested_past_the_stack_are_one_diagnostic() {
     }
 }
 
+/// A line that starts with a declaration's keyword but is not that declaration is one
+/// diagnostic with the block it opens, nested blocks and strings with braces included; a
+/// missing `}` ends it before the next declaration, which still counts.
+#[test]
+fn a_broken_declaration_is_one_diagnostic_with_its_block() {
+    let cases = [
+        (
+            "role x {\n  command = [\"}\"]\n  update {\n    set n = 1\n  }\n}\nrole y: tool {}\n",
+            1,
+        ),
+        (
+            "test t {\n  input x = 1\n  expect exit done\nrole y: tool {}\n",
+            1,
+        ),
+        ("exit 5\nrole y: tool {}\n", 1),
+        // Names that begin with a keyword are routes, not broken declarations.
+        ("role_x -> y\nrole y: tool {}\n", 0),
+    ];
+    for (text, count) in cases {
+        let (ast, found) = mistakes(text);
+        assert_eq!(found.len(), count, "{text}: {found:?}");
+        assert!(
+            found
+                .iter()
+                .all(|(code, _)| *code == "rondo::syntax::invalid_line"),
+            "{found:?}"
+        );
+        assert_eq!(ast.roles.len(), 1, "{text}");
+        assert_eq!(ast.roles[0].name.name, "y", "{text}");
+    }
+    let (ast, _) = mistakes("role x {\n}\nstart -> x\n");
+    assert_eq!(ast.broken_nodes, ["x"]);
+}
+
 /// `'text'` is read as the string meant, with one diagnostic each.
 #[test]
 fn single_quoted_strings_are_read_as_strings() {

@@ -515,6 +515,10 @@ impl Compiler<'_> {
                 Cow::Owned(Type::String),
                 Described::Text("run_id"),
             ),
+            // A role whose declaration did not parse is reported there.
+            name if self.broken_nodes.contains(name) && !self.node_names.contains_key(name) => {
+                return (ExprKind::Literal { value: Value::Null }, Type::Any);
+            }
             name => match self.node_names.get(name).copied() {
                 Some(node) if self.workflow.role(node).is_some() => {
                     if let Some(ty) = rest

@@ -340,6 +340,51 @@ impl<'t> Builder<'t> {
         );
     }
 
+    /// A declaration's keyword, then something that is not that declaration: one
+    /// diagnostic at its first line, with the form; the block it opens is skipped. The
+    /// name of a broken `role` or `exit`, when it has one.
+    fn bad_decl(&mut self, pair: Pair<'_, Rule>) -> Option<String> {
+        let text = pair.as_str();
+        let line = text.lines().next().unwrap_or("").trim_end();
+        let at = Span::new(pair.as_span().start(), pair.as_span().start() + line.len());
+        let keyword = line
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .next()
+            .unwrap_or("");
+        let form = match keyword {
+            "role" => "`role NAME: KIND { ... }`, KIND being `llm`, `tool` or `builtin`",
+            "exit" => "`exit NAME`, optionally with a `{ ... }` block and `when <condition>`",
+            "type" => "`type NAME { field: type }` or `type NAME = type`",
+            "workflow" => "`workflow NAME { ... }`",
+            "memory" => "`memory { name: type = value }`",
+            "import" => "`import providers \"file.yaml\"` or `import tool \"file.yaml\"`",
+            "provider" => "`provider NAME { ... }`",
+            "tool" => "`tool NAME { ... }`",
+            "environment" => "`environment NAME { ... }`",
+            "test" => "`test \"name\" { ... }`: a test's name is a string",
+            _ => "`artifact \"name\" = expression` or `artifact \"name\" += expression`",
+        };
+        let skipped = if text.contains('\n') {
+            "; the block it opens is skipped"
+        } else {
+            ""
+        };
+        self.diagnostics.push(
+            Diagnostic::error(
+                Code::SyntaxInvalidLine,
+                format!("this `{keyword}` declaration does not parse"),
+            )
+            .label(at, "not understood")
+            .help(format!("a `{keyword}` declaration is {form}{skipped}")),
+        );
+        let mut words = line
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty());
+        let name = words.nth(1)?;
+        let is_name = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        (matches!(keyword, "role" | "exit") && is_name).then(|| name.to_string())
+    }
+
     fn file(&mut self, pair: Pair<'_, Rule>) -> Ast {
         let mut ast = Ast::default();
         for item in pair.into_inner() {
@@ -377,6 +422,11 @@ impl<'t> Builder<'t> {
                 }
                 Rule::test_decl => ast.tests.push(self.test(item)),
                 Rule::bad_line => self.bad_line(item, Context::Top),
+                Rule::bad_decl => {
+                    if let Some(name) = self.bad_decl(item) {
+                        ast.broken_nodes.push(name);
+                    }
+                }
                 _ => {}
             }
         }

@@ -125,6 +125,7 @@ impl Prompts {
         let mut parsed: Vec<(String, String, tera::Template, Vec<String>)> = Vec::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut queue: Vec<String> = names.to_vec();
+        let mut ready = parse_named(dir, names);
         while let Some(name) = queue.pop() {
             if !seen.insert(name.clone()) {
                 continue;
@@ -140,7 +141,10 @@ impl Prompts {
             if !dir.join(&name).exists() && std::fs::symlink_metadata(dir.join(&name)).is_err() {
                 continue;
             }
-            match read_template(dir, &name) {
+            let read = ready
+                .remove(&name)
+                .unwrap_or_else(|| read_template(dir, &name));
+            match read {
                 Ok((text, template)) => {
                     let mut locals = Vec::new();
                     let mut vars = BTreeSet::new();
@@ -248,14 +252,34 @@ impl Prompts {
     }
 }
 
+/// Inline templates parsed already in this thread, by text: compile and check both parse
+/// every artifact name, and tera's parser costs far more than a copy of its tree.
+const MAX_INLINE_CACHED: usize = 4096;
+
+thread_local! {
+    static INLINE: std::cell::RefCell<HashMap<String, tera::Template>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
 /// Parses a one-off template string as `render_str` would take it: one that extends or
 /// imports another template is refused there, since it stands alone. Tera's registry
 /// (its filters and functions) is built only for that refusal.
 pub fn parse_inline(name: &str, text: &str) -> Result<tera::Template, tera::Error> {
+    if let Some(mut template) = INLINE.with(|cache| cache.borrow().get(text).cloned()) {
+        template.name = name.to_string();
+        return Ok(template);
+    }
     let template = tera::Template::new(name, None, text)?;
     if template.parent.is_some() || !template.imported_macro_files.is_empty() {
         Tera::default().add_raw_template(name, text)?;
     }
+    INLINE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.len() >= MAX_INLINE_CACHED {
+            cache.clear();
+        }
+        cache.insert(text.to_string(), template.clone());
+    });
     Ok(template)
 }
 
@@ -273,8 +297,53 @@ pub fn render_str(text: &str, context: &tera::Context) -> Result<String, String>
         .map_err(|e| crate::compile::tera_error_text(&e))
 }
 
+/// A template file read and parsed, or why it cannot be used.
+type Read = Result<(String, tera::Template), TemplateError>;
+
+/// The named templates (a workflow's prompts: most of the parsing there is) read and parsed
+/// on the available cores, as tera's parser is slow; what they include is parsed after.
+/// Empty when one core or one name would do the same alone.
+fn parse_named(dir: &Path, names: &[String]) -> HashMap<String, Read> {
+    let distinct: Vec<&String> = names
+        .iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .take(MAX_TEMPLATES)
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+        .min(distinct.len());
+    if threads < 2 {
+        return HashMap::new();
+    }
+    let per_thread = distinct.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = distinct
+            .chunks(per_thread)
+            .filter_map(|part| {
+                // The main thread's stack: tera's parser recurses once per nesting level.
+                std::thread::Builder::new()
+                    .stack_size(8 << 20)
+                    .spawn_scoped(scope, move || {
+                        part.iter()
+                            .map(|name| ((*name).clone(), read_template(dir, name)))
+                            .collect::<Vec<_>>()
+                    })
+                    .ok()
+            })
+            .collect();
+        // A worker that could not start or failed leaves its names to the caller.
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().ok())
+            .flatten()
+            .collect()
+    })
+}
+
 /// Reads and parses one template of the folder.
-fn read_template(dir: &Path, name: &str) -> Result<(String, tera::Template), TemplateError> {
+fn read_template(dir: &Path, name: &str) -> Read {
     let rel = Path::new(name);
     if rel.is_absolute()
         || rel

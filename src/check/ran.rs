@@ -23,53 +23,116 @@ use crate::syntax::BinOp;
 
 /// The roles with a definitely valid output at each node's start.
 ///
-/// Each set is a sorted list of role node indices: the sets are small in real workflows
-/// (a role is definite only where every path ran it), so the analysis costs about the
-/// number of routes times the size of the sets, not the number of roles squared as a
-/// bitset per node would.
+/// Each set is a sorted list of role node indices while that is smaller than a bitset of
+/// all nodes, and a bitset after: the sets are small in most workflows (a role is
+/// definite only where every path ran it), so the analysis costs about the routes times
+/// the size of the sets, and never more than a bitset per node (a long chain of roles).
 #[derive(Debug, Clone)]
 pub struct DefiniteRuns {
     /// Per node index: the set when the node starts.
-    sets: Vec<Vec<u32>>,
+    sets: Vec<Set>,
     /// Per node index: whether a route from the start reaches it. An unreached node's set
     /// is every role (nothing constrains it), kept implicit.
     reached: Vec<bool>,
     is_role: Vec<bool>,
     /// Valid after every step: what exit guards and workflow artifacts may read.
-    always: Vec<u32>,
+    always: Set,
 }
 
-fn contains(set: &[u32], role: NodeIndex) -> bool {
-    u32::try_from(role.index()).is_ok_and(|r| set.binary_search(&r).is_ok())
+#[derive(Debug, Clone)]
+enum Set {
+    /// Sorted node indices.
+    Few(Vec<u32>),
+    /// One bit per node index.
+    Many(Vec<u64>),
 }
 
-/// `set` with `role` added or removed.
-fn with(set: &[u32], role: NodeIndex, present: bool) -> Vec<u32> {
-    let mut out = set.to_vec();
-    let Ok(r) = u32::try_from(role.index()) else {
-        return out;
-    };
-    match (out.binary_search(&r), present) {
-        (Err(at), true) => out.insert(at, r),
-        (Ok(at), false) => {
-            out.remove(at);
-        }
-        _ => {}
+fn bit(bits: &[u64], x: usize) -> bool {
+    bits.get(x / 64).is_some_and(|w| w & (1 << (x % 64)) != 0)
+}
+
+fn contains(set: &Set, role: NodeIndex) -> bool {
+    match set {
+        Set::Few(list) => u32::try_from(role.index()).is_ok_and(|r| list.binary_search(&r).is_ok()),
+        Set::Many(bits) => bit(bits, role.index()),
     }
-    out
 }
 
-/// Keeps in `have` what is also in `new` (both sorted); whether anything was removed.
-fn meet(have: &mut Vec<u32>, new: &[u32]) -> bool {
-    let before = have.len();
-    let mut j = 0;
-    have.retain(|&x| {
-        while j < new.len() && new[j] < x {
-            j += 1;
+/// `set` with `role` added or removed; `words` is the size of a bitset of every node.
+fn with(set: &Set, role: NodeIndex, present: bool, words: usize) -> Set {
+    let r = role.index();
+    match set {
+        Set::Few(list) => {
+            let mut out = list.clone();
+            let Ok(r) = u32::try_from(r) else {
+                return Set::Few(out);
+            };
+            match (out.binary_search(&r), present) {
+                (Err(at), true) => out.insert(at, r),
+                (Ok(at), false) => {
+                    out.remove(at);
+                }
+                _ => {}
+            }
+            if out.len() > 2 * words {
+                let mut bits = vec![0u64; words];
+                for &x in &out {
+                    bits[x as usize / 64] |= 1 << (x % 64);
+                }
+                return Set::Many(bits);
+            }
+            Set::Few(out)
         }
-        j < new.len() && new[j] == x
-    });
-    have.len() != before
+        Set::Many(bits) => {
+            let mut out = bits.clone();
+            if let Some(w) = out.get_mut(r / 64) {
+                if present {
+                    *w |= 1 << (r % 64);
+                } else {
+                    *w &= !(1 << (r % 64));
+                }
+            }
+            Set::Many(out)
+        }
+    }
+}
+
+/// Keeps in `have` what is also in `new`; whether anything was removed.
+fn meet(have: &mut Set, new: &Set) -> bool {
+    match (&mut *have, new) {
+        (Set::Few(h), Set::Few(n)) => {
+            let before = h.len();
+            let mut j = 0;
+            h.retain(|&x| {
+                while j < n.len() && n[j] < x {
+                    j += 1;
+                }
+                j < n.len() && n[j] == x
+            });
+            h.len() != before
+        }
+        (Set::Few(h), Set::Many(n)) => {
+            let before = h.len();
+            h.retain(|&x| bit(n, x as usize));
+            h.len() != before
+        }
+        (Set::Many(h), Set::Many(n)) => {
+            let mut changed = false;
+            for (a, b) in h.iter_mut().zip(n) {
+                let met = *a & b;
+                changed |= met != *a;
+                *a = met;
+            }
+            changed
+        }
+        (Set::Many(h), Set::Few(n)) => {
+            let kept: Vec<u32> = n.iter().copied().filter(|&x| bit(h, x as usize)).collect();
+            let count: u32 = h.iter().map(|w| w.count_ones()).sum();
+            let changed = kept.len() != count as usize;
+            *have = Set::Few(kept);
+            changed
+        }
+    }
 }
 
 impl DefiniteRuns {
@@ -103,20 +166,23 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
         }
         is_role
     };
-    let role_with = |set: &[u32], node: NodeIndex, present: bool| {
+    let words = n.div_ceil(64).max(1);
+    let role_with = |set: &Set, node: NodeIndex, present: bool| {
         if is_role.get(node.index()).copied().unwrap_or(false) {
-            with(set, node, present)
+            with(set, node, present, words)
         } else {
-            set.to_vec()
+            set.clone()
         }
     };
-    let mut sets = vec![Vec::new(); n];
+    let mut sets = vec![Set::Few(Vec::new()); n];
     let start = workflow.start.index();
     if start >= n {
-        let always = (0..n)
-            .filter(|&i| is_role[i])
-            .filter_map(|i| u32::try_from(i).ok())
-            .collect();
+        let always = Set::Few(
+            (0..n)
+                .filter(|&i| is_role[i])
+                .filter_map(|i| u32::try_from(i).ok())
+                .collect(),
+        );
         return DefiniteRuns {
             sets,
             reached: vec![false; n],
@@ -140,7 +206,7 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
                 continue;
             };
             let out = role_with(&sets[x], from, !route.on_invalid);
-            let mut meets: Vec<(NodeIndex, Vec<u32>)> = Vec::new();
+            let mut meets: Vec<(NodeIndex, Set)> = Vec::new();
             match &route.target {
                 RouteTarget::Node { node } => meets.push((*node, out)),
                 RouteTarget::Parallel { branches, join } => {
@@ -175,13 +241,13 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
             }
         }
     }
-    let mut always: Option<Vec<u32>> = None;
+    let mut always: Option<Set> = None;
     for (index, role) in workflow.roles() {
         if !reached[index.index()] {
             continue;
         }
         let valid = !may_be_invalid(workflow, index, role);
-        let after = with(&sets[index.index()], index, valid);
+        let after = with(&sets[index.index()], index, valid, words);
         match &mut always {
             None => always = Some(after),
             Some(have) => {
@@ -193,7 +259,7 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
         sets,
         reached,
         is_role,
-        always: always.unwrap_or_default(),
+        always: always.unwrap_or(Set::Few(Vec::new())),
     }
 }
 

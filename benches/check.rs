@@ -1,5 +1,6 @@
-//! parse + compile + check of a 10,000-role workflow (target < 100 ms) and of
-//! workflows/ds_star.rondo. The big file is made by bench/check/gen.py when missing.
+//! parse + compile + check of a 10,000-role workflow and of workflows/ds_star.rondo (the
+//! whole-process targets are in bench/check/run.sh). The big file is made by
+//! bench/check/gen.py when missing.
 //!
 //!     cargo bench -p rondo --bench check
 

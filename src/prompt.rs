@@ -122,9 +122,10 @@ impl Prompts {
         };
         // Parsed first, then added parents and imported macro files first: tera refuses a
         // template whose parent it does not have yet.
-        let mut parsed: Vec<(String, String, Vec<String>)> = Vec::new();
+        let mut parsed: Vec<(String, String, tera::Template, Vec<String>)> = Vec::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut queue: Vec<String> = names.to_vec();
+        let mut ready = parse_named(dir, names);
         while let Some(name) = queue.pop() {
             if !seen.insert(name.clone()) {
                 continue;
@@ -140,7 +141,10 @@ impl Prompts {
             if !dir.join(&name).exists() && std::fs::symlink_metadata(dir.join(&name)).is_err() {
                 continue;
             }
-            match read_template(dir, &name) {
+            let read = ready
+                .remove(&name)
+                .unwrap_or_else(|| read_template(dir, &name));
+            match read {
                 Ok((text, template)) => {
                     let mut locals = Vec::new();
                     let mut vars = BTreeSet::new();
@@ -150,7 +154,7 @@ impl Prompts {
                     needs.extend(template.imported_macro_files.iter().map(|(f, _)| f.clone()));
                     queue.extend(includes);
                     queue.extend(needs.iter().cloned());
-                    parsed.push((name, text, needs));
+                    parsed.push((name, text, template, needs));
                 }
                 Err(e) => {
                     prompts.errors.insert(name, e);
@@ -160,9 +164,15 @@ impl Prompts {
         loop {
             let before = parsed.len();
             let mut waiting = Vec::new();
-            for (name, text, needs) in parsed {
+            for (name, text, template, needs) in parsed {
                 if needs.iter().all(|n| prompts.has(n)) {
-                    match prompts.tera.add_raw_template(&name, &text) {
+                    // What `add_raw_template` does, without parsing the text a second time.
+                    prompts.tera.templates.insert(name.clone(), template);
+                    let added = prompts
+                        .tera
+                        .build_inheritance_chains()
+                        .and_then(|()| prompts.tera.check_macro_files());
+                    match added {
                         Ok(()) => {
                             prompts.sources.insert(name, Arc::from(text));
                         }
@@ -171,7 +181,7 @@ impl Prompts {
                         }
                     }
                 } else {
-                    waiting.push((name, text, needs));
+                    waiting.push((name, text, template, needs));
                 }
             }
             parsed = waiting;
@@ -179,7 +189,7 @@ impl Prompts {
                 break;
             }
         }
-        for (name, _, needs) in parsed {
+        for (name, _, _, needs) in parsed {
             let missing: Vec<&str> = needs
                 .iter()
                 .filter(|n| !prompts.has(n))
@@ -242,6 +252,37 @@ impl Prompts {
     }
 }
 
+/// Inline templates parsed already in this thread, by text: compile and check both parse
+/// every artifact name, and tera's parser costs far more than a copy of its tree.
+const MAX_INLINE_CACHED: usize = 4096;
+
+thread_local! {
+    static INLINE: std::cell::RefCell<HashMap<String, tera::Template>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// Parses a one-off template string as `render_str` would take it: one that extends or
+/// imports another template is refused there, since it stands alone. Tera's registry
+/// (its filters and functions) is built only for that refusal.
+pub fn parse_inline(name: &str, text: &str) -> Result<tera::Template, tera::Error> {
+    if let Some(mut template) = INLINE.with(|cache| cache.borrow().get(text).cloned()) {
+        template.name = name.to_string();
+        return Ok(template);
+    }
+    let template = tera::Template::new(name, None, text)?;
+    if template.parent.is_some() || !template.imported_macro_files.is_empty() {
+        Tera::default().add_raw_template(name, text)?;
+    }
+    INLINE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.len() >= MAX_INLINE_CACHED {
+            cache.clear();
+        }
+        cache.insert(text.to_string(), template.clone());
+    });
+    Ok(template)
+}
+
 /// Renders a one-off template string (artifact names, command arguments).
 pub fn render_str(text: &str, context: &tera::Context) -> Result<String, String> {
     if !text.contains("{{") && !text.contains("{%") {
@@ -256,8 +297,53 @@ pub fn render_str(text: &str, context: &tera::Context) -> Result<String, String>
         .map_err(|e| crate::compile::tera_error_text(&e))
 }
 
+/// A template file read and parsed, or why it cannot be used.
+type Read = Result<(String, tera::Template), TemplateError>;
+
+/// The named templates (a workflow's prompts: most of the parsing there is) read and parsed
+/// on the available cores, as tera's parser is slow; what they include is parsed after.
+/// Empty when one core or one name would do the same alone.
+fn parse_named(dir: &Path, names: &[String]) -> HashMap<String, Read> {
+    let distinct: Vec<&String> = names
+        .iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .take(MAX_TEMPLATES)
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+        .min(distinct.len());
+    if threads < 2 {
+        return HashMap::new();
+    }
+    let per_thread = distinct.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = distinct
+            .chunks(per_thread)
+            .filter_map(|part| {
+                // The main thread's stack: tera's parser recurses once per nesting level.
+                std::thread::Builder::new()
+                    .stack_size(8 << 20)
+                    .spawn_scoped(scope, move || {
+                        part.iter()
+                            .map(|name| ((*name).clone(), read_template(dir, name)))
+                            .collect::<Vec<_>>()
+                    })
+                    .ok()
+            })
+            .collect();
+        // A worker that could not start or failed leaves its names to the caller.
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().ok())
+            .flatten()
+            .collect()
+    })
+}
+
 /// Reads and parses one template of the folder.
-fn read_template(dir: &Path, name: &str) -> Result<(String, tera::Template), TemplateError> {
+fn read_template(dir: &Path, name: &str) -> Read {
     let rel = Path::new(name);
     if rel.is_absolute()
         || rel

@@ -362,7 +362,7 @@ fn a_missing_executable_is_reported_once() {
 }
 
 /// Input: a route condition nested 100,000 parentheses deep. pest's stack guard makes the
-/// whole-file parse fail (`syntax::unexpected`), and then `workflow::empty` claims the
+/// whole-file parse fail (`syntax::too_deep`), and then `workflow::empty` claims the
 /// file "declares no workflow" — it does; the compiler does not see the syntax error
 /// because `compile::run` only looks at its own diagnostics.
 #[test]
@@ -384,7 +384,7 @@ fn a_syntax_error_is_not_also_an_empty_workflow() {
         .expect("thread")
         .join()
         .expect("no panic");
-    assert!(codes.contains(&"rondo::syntax::unexpected"), "{codes:?}");
+    assert!(codes.contains(&"rondo::syntax::too_deep"), "{codes:?}");
     assert!(!codes.contains(&"rondo::workflow::empty"), "{codes:?}");
 }
 

@@ -93,7 +93,7 @@ fn vnum(v: &Value) -> f64 {
 
 fn vdur(v: &Value) -> u64 {
     match &v.kind {
-        ValueKind::Duration(ms) => *ms,
+        ValueKind::Duration(d) => u64::try_from(d.as_millis()).expect("ms"),
         other => panic!("expected a duration, found {other:?}"),
     }
 }
@@ -465,6 +465,47 @@ fn durations_in_milliseconds() {
     assert_eq!(vdur(attr(retry, "initial_backoff")), 30_000);
     assert_eq!(vdur(attr(retry, "max_backoff")), 300_000);
     assert_eq!(vdur(attr(retry, "total_budget")), 7_200_000);
+}
+
+/// Duration literals are read by rondo-config's parser, as provider profiles and tool
+/// specs are: a fraction is exact, a value past 64 bits of milliseconds is reported.
+#[test]
+fn durations_are_read_by_the_one_duration_parser() {
+    let text = "provider p {\n  timeout = 1.5s\n  retry { initial_backoff = 0.25ms  max_backoff = 2.5m }\n}\n";
+    let ast = parse_ok(text);
+    let attrs = &ast.providers[0].attrs;
+    let ValueKind::Duration(d) = attr(attrs, "timeout").kind else {
+        panic!("duration expected")
+    };
+    assert_eq!(d, std::time::Duration::from_millis(1500));
+    let retry = vblock(attr(attrs, "retry"));
+    let ValueKind::Duration(d) = attr(retry, "initial_backoff").kind else {
+        panic!("duration expected")
+    };
+    assert_eq!(d, std::time::Duration::from_micros(250));
+    assert_eq!(vdur(attr(retry, "max_backoff")), 150_000);
+    for (value, code) in [
+        ("18446744073709551.615s", None),
+        (
+            "18446744073709551.616s",
+            Some("rondo::syntax::number_too_large"),
+        ),
+        (
+            "307445734561825.9h",
+            Some("rondo::syntax::number_too_large"),
+        ),
+        ("1.5sec", Some("rondo::syntax::invalid_line")),
+        ("1.s", Some("rondo::syntax::invalid_line")),
+    ] {
+        let text = format!("workflow w {{\n  x = {value}\n}}\n");
+        let file = SourceFile::new("t.rondo", text.as_str());
+        let codes: Vec<&str> = syntax::parse(&file)
+            .1
+            .iter()
+            .map(|d| d.code.as_str())
+            .collect();
+        assert_eq!(codes, code.into_iter().collect::<Vec<_>>(), "{value}");
+    }
 }
 
 #[test]
@@ -1683,4 +1724,89 @@ fn a_reserved_word_declared_as_a_name_is_reported_once() {
             + ast.workflow.map_or(0, |w| w.inputs.len());
         assert_eq!(declared, 1, "{text}");
     }
+}
+
+/// Brackets nested past what the parser's stack allows are one diagnostic that says so,
+/// never a stack overflow.
+#[test]
+fn brackets_nested_past_the_stack_are_one_diagnostic() {
+    let depth = 200_000;
+    let cases = [
+        format!("a -> b when {}x{}\n", "(".repeat(depth), ")".repeat(depth)),
+        format!(
+            "workflow w {{\n  x = {}1{}\n}}\n",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        ),
+    ];
+    for text in cases {
+        // The main thread's 8 MiB, as `rondo check` has.
+        let codes = std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || {
+                let file = SourceFile::new("t.rondo", text.as_str());
+                let (_, diags) = syntax::parse(&file);
+                diags
+                    .iter()
+                    .map(|d| (d.code.as_str(), d.message.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .expect("thread")
+            .join()
+            .expect("no panic");
+        assert_eq!(codes.len(), 1, "{codes:?}");
+        assert_eq!(codes[0].0, "rondo::syntax::too_deep");
+        assert!(codes[0].1.contains("nested too deeply"), "{}", codes[0].1);
+    }
+}
+
+/// A line that starts with a declaration's keyword but is not that declaration is one
+/// diagnostic with the block it opens, nested blocks and strings with braces included; a
+/// missing `}` ends it before the next declaration, which still counts.
+#[test]
+fn a_broken_declaration_is_one_diagnostic_with_its_block() {
+    let cases = [
+        (
+            "role x {\n  command = [\"}\"]\n  update {\n    set n = 1\n  }\n}\nrole y: tool {}\n",
+            1,
+        ),
+        (
+            "test t {\n  input x = 1\n  expect exit done\nrole y: tool {}\n",
+            1,
+        ),
+        ("exit 5\nrole y: tool {}\n", 1),
+        // Names that begin with a keyword are routes, not broken declarations.
+        ("role_x -> y\nrole y: tool {}\n", 0),
+    ];
+    for (text, count) in cases {
+        let (ast, found) = mistakes(text);
+        assert_eq!(found.len(), count, "{text}: {found:?}");
+        assert!(
+            found
+                .iter()
+                .all(|(code, _)| *code == "rondo::syntax::invalid_line"),
+            "{found:?}"
+        );
+        assert_eq!(ast.roles.len(), 1, "{text}");
+        assert_eq!(ast.roles[0].name.name, "y", "{text}");
+    }
+    let (ast, _) = mistakes("role x {\n}\nstart -> x\n");
+    assert_eq!(ast.broken_nodes, ["x"]);
+}
+
+/// `'text'` is read as the string meant, with one diagnostic each.
+#[test]
+fn single_quoted_strings_are_read_as_strings() {
+    let (ast, found) = mistakes("workflow w {\n  d = 'it\\'s'\n}\na -> b when a.x == 'done'\n");
+    assert_eq!(
+        found,
+        [
+            ("rondo::syntax::single_quote", "'it\\'s'".to_string()),
+            ("rondo::syntax::single_quote", "'done'".to_string()),
+        ]
+    );
+    let wf = ast.workflow.as_ref().expect("workflow");
+    assert_eq!(vstr(attr(&wf.attrs, "d")), "it's");
+    let (_, _, r) = binary(route_condition(&ast, 0));
+    assert_eq!(string(r), "done");
 }

@@ -22,24 +22,126 @@ use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::syntax::BinOp;
 
 /// The roles with a definitely valid output at each node's start.
+///
+/// Each set is a sorted list of role node indices while that is smaller than a bitset of
+/// all nodes, and a bitset after: the sets are small in most workflows (a role is
+/// definite only where every path ran it), so the analysis costs about the routes times
+/// the size of the sets, and never more than a bitset per node (a long chain of roles).
 #[derive(Debug, Clone)]
 pub struct DefiniteRuns {
-    /// Bit of each node index, for roles.
-    bit: Vec<Option<usize>>,
     /// Per node index: the set when the node starts.
-    sets: Vec<Vec<u64>>,
+    sets: Vec<Set>,
+    /// Per node index: whether a route from the start reaches it. An unreached node's set
+    /// is every role (nothing constrains it), kept implicit.
+    reached: Vec<bool>,
+    is_role: Vec<bool>,
     /// Valid after every step: what exit guards and workflow artifacts may read.
-    always: Vec<u64>,
+    always: Set,
+}
+
+#[derive(Debug, Clone)]
+enum Set {
+    /// Sorted node indices.
+    Few(Vec<u32>),
+    /// One bit per node index.
+    Many(Vec<u64>),
+}
+
+fn bit(bits: &[u64], x: usize) -> bool {
+    bits.get(x / 64).is_some_and(|w| w & (1 << (x % 64)) != 0)
+}
+
+fn contains(set: &Set, role: NodeIndex) -> bool {
+    match set {
+        Set::Few(list) => u32::try_from(role.index()).is_ok_and(|r| list.binary_search(&r).is_ok()),
+        Set::Many(bits) => bit(bits, role.index()),
+    }
+}
+
+/// `set` with `role` added or removed; `words` is the size of a bitset of every node.
+fn with(set: &Set, role: NodeIndex, present: bool, words: usize) -> Set {
+    let r = role.index();
+    match set {
+        Set::Few(list) => {
+            let mut out = list.clone();
+            let Ok(r) = u32::try_from(r) else {
+                return Set::Few(out);
+            };
+            match (out.binary_search(&r), present) {
+                (Err(at), true) => out.insert(at, r),
+                (Ok(at), false) => {
+                    out.remove(at);
+                }
+                _ => {}
+            }
+            if out.len() > 2 * words {
+                let mut bits = vec![0u64; words];
+                for &x in &out {
+                    bits[x as usize / 64] |= 1 << (x % 64);
+                }
+                return Set::Many(bits);
+            }
+            Set::Few(out)
+        }
+        Set::Many(bits) => {
+            let mut out = bits.clone();
+            if let Some(w) = out.get_mut(r / 64) {
+                if present {
+                    *w |= 1 << (r % 64);
+                } else {
+                    *w &= !(1 << (r % 64));
+                }
+            }
+            Set::Many(out)
+        }
+    }
+}
+
+/// Keeps in `have` what is also in `new`; whether anything was removed.
+fn meet(have: &mut Set, new: &Set) -> bool {
+    match (&mut *have, new) {
+        (Set::Few(h), Set::Few(n)) => {
+            let before = h.len();
+            let mut j = 0;
+            h.retain(|&x| {
+                while j < n.len() && n[j] < x {
+                    j += 1;
+                }
+                j < n.len() && n[j] == x
+            });
+            h.len() != before
+        }
+        (Set::Few(h), Set::Many(n)) => {
+            let before = h.len();
+            h.retain(|&x| bit(n, x as usize));
+            h.len() != before
+        }
+        (Set::Many(h), Set::Many(n)) => {
+            let mut changed = false;
+            for (a, b) in h.iter_mut().zip(n) {
+                let met = *a & b;
+                changed |= met != *a;
+                *a = met;
+            }
+            changed
+        }
+        (Set::Many(h), Set::Few(n)) => {
+            let kept: Vec<u32> = n.iter().copied().filter(|&x| bit(h, x as usize)).collect();
+            let count: u32 = h.iter().map(|w| w.count_ones()).sum();
+            let changed = kept.len() != count as usize;
+            *have = Set::Few(kept);
+            changed
+        }
+    }
 }
 
 impl DefiniteRuns {
     /// Whether `role` surely has a valid latest output when `at` starts.
     pub fn has(&self, at: NodeIndex, role: NodeIndex) -> bool {
-        let (Some(set), Some(Some(bit))) = (self.sets.get(at.index()), self.bit.get(role.index()))
-        else {
-            return false;
-        };
-        set[bit / 64] & (1 << (bit % 64)) != 0
+        match self.reached.get(at.index()) {
+            Some(true) => contains(&self.sets[at.index()], role),
+            _ => self.is_role.get(role.index()).copied().unwrap_or(false),
+        }
     }
 
     /// Whether `role` surely has a valid output after `at` ran with a valid outcome
@@ -50,49 +152,44 @@ impl DefiniteRuns {
 
     /// Whether `role` surely has a valid output after every step of a run.
     pub fn has_always(&self, role: NodeIndex) -> bool {
-        match self.bit.get(role.index()) {
-            Some(Some(bit)) => self.always[bit / 64] & (1 << (bit % 64)) != 0,
-            _ => false,
-        }
-    }
-
-    fn with(&self, set: &[u64], role: NodeIndex, present: bool) -> Vec<u64> {
-        let mut out = set.to_vec();
-        if let Some(Some(bit)) = self.bit.get(role.index()) {
-            if present {
-                out[bit / 64] |= 1 << (bit % 64);
-            } else {
-                out[bit / 64] &= !(1 << (bit % 64));
-            }
-        }
-        out
+        contains(&self.always, role)
     }
 }
 
 /// Computes [`DefiniteRuns`] for a compiled workflow.
 pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
     let n = workflow.graph.node_count();
-    let mut bit = vec![None; n];
-    let mut roles: usize = 0;
-    for (index, _) in workflow.roles() {
-        bit[index.index()] = Some(roles);
-        roles += 1;
-    }
-    let words = roles.div_ceil(64).max(1);
-    let mut full = vec![u64::MAX; words];
-    if !roles.is_multiple_of(64) {
-        full[words - 1] = (1u64 << (roles % 64)) - 1;
-    }
-    let mut runs = DefiniteRuns {
-        bit,
-        sets: vec![full.clone(); n],
-        always: full,
+    let is_role = {
+        let mut is_role = vec![false; n];
+        for (index, _) in workflow.roles() {
+            is_role[index.index()] = true;
+        }
+        is_role
     };
+    let words = n.div_ceil(64).max(1);
+    let role_with = |set: &Set, node: NodeIndex, present: bool| {
+        if is_role.get(node.index()).copied().unwrap_or(false) {
+            with(set, node, present, words)
+        } else {
+            set.clone()
+        }
+    };
+    let mut sets = vec![Set::Few(Vec::new()); n];
     let start = workflow.start.index();
     if start >= n {
-        return runs;
+        let always = Set::Few(
+            (0..n)
+                .filter(|&i| is_role[i])
+                .filter_map(|i| u32::try_from(i).ok())
+                .collect(),
+        );
+        return DefiniteRuns {
+            sets,
+            reached: vec![false; n],
+            is_role,
+            always,
+        };
     }
-    runs.sets[start] = vec![0; words];
     let mut reached = vec![false; n];
     reached[start] = true;
     // Nodes are taken in reverse postorder, so a pass sees a node after its predecessors
@@ -108,21 +205,21 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
             let Some(route) = workflow.routes.get(route_id) else {
                 continue;
             };
-            let out = runs.with(&runs.sets[x], from, !route.on_invalid);
-            let mut meets: Vec<(NodeIndex, Vec<u64>)> = Vec::new();
+            let out = role_with(&sets[x], from, !route.on_invalid);
+            let mut meets: Vec<(NodeIndex, Set)> = Vec::new();
             match &route.target {
                 RouteTarget::Node { node } => meets.push((*node, out)),
                 RouteTarget::Parallel { branches, join } => {
                     let mut joined = out.clone();
                     for b in branches {
                         meets.push((*b, out.clone()));
-                        joined = runs.with(&joined, *b, true);
+                        joined = role_with(&joined, *b, true);
                     }
                     meets.push((*join, joined));
                 }
                 RouteTarget::Map { worker, join, .. } => {
                     meets.push((*worker, out.clone()));
-                    meets.push((*join, runs.with(&out, *worker, true)));
+                    meets.push((*join, role_with(&out, *worker, true)));
                 }
             }
             for (target, set) in meets {
@@ -130,13 +227,13 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
                 if t >= n {
                     continue;
                 }
-                let mut changed = !reached[t];
-                reached[t] = true;
-                for (have, new) in runs.sets[t].iter_mut().zip(&set) {
-                    let met = *have & new;
-                    changed |= met != *have;
-                    *have = met;
-                }
+                let changed = if reached[t] {
+                    meet(&mut sets[t], &set)
+                } else {
+                    reached[t] = true;
+                    sets[t] = set;
+                    true
+                };
                 if changed && !queued[t] {
                     queued[t] = true;
                     work.insert((order[t], t));
@@ -146,31 +243,29 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
     }
     // The `finally` role runs however the run ended, possibly before any role ran.
     if let Some(f) = workflow.finally.filter(|f| f.index() < n) {
-        runs.sets[f.index()] = vec![0; words];
+        sets[f.index()] = Set::Few(Vec::new());
         reached[f.index()] = false;
     }
-    let mut always = vec![0; words];
-    let mut first = true;
+    let mut always: Option<Set> = None;
     for (index, role) in workflow.roles() {
         if !reached[index.index()] {
             continue;
         }
-        let mut after = runs.with(&runs.sets[index.index()], index, true);
-        if may_be_invalid(workflow, index, role) {
-            after = runs.sets[index.index()].clone();
-            after = runs.with(&after, index, false);
-        }
-        if first {
-            always = after;
-            first = false;
-        } else {
-            for (a, b) in always.iter_mut().zip(&after) {
-                *a &= b;
+        let valid = !may_be_invalid(workflow, index, role);
+        let after = with(&sets[index.index()], index, valid, words);
+        match &mut always {
+            None => always = Some(after),
+            Some(have) => {
+                meet(have, &after);
             }
         }
     }
-    runs.always = always;
-    runs
+    DefiniteRuns {
+        sets,
+        reached,
+        is_role,
+        always: always.unwrap_or(Set::Few(Vec::new())),
+    }
 }
 
 /// Each node's position in a reverse postorder of the route graph from `start`

@@ -309,27 +309,26 @@ fn check_inline(
             continue;
         }
         let text_start = (span.len() == text.len() + 2).then_some(span.start + 1);
-        let mut tera = tera::Tera::default();
-        if let Err(e) = tera.add_raw_template("inline", text) {
-            if report_parse {
-                let (at, label) = tera_error_at(&crate::compile::tera_error_text(&e), text);
-                let at = match (text_start, at) {
-                    (Some(start), Some(at)) => Span::new(start + at, start + at + 1),
-                    _ => span,
-                };
-                diags.push(
-                    Diagnostic::error(
-                        Code::TemplateParse,
-                        format!("{what} is not a valid template"),
-                    )
-                    .label(at, label)
-                    .help(TAG_HELP),
-                );
+        let template = match crate::prompt::parse_inline("inline", text) {
+            Ok(template) => template,
+            Err(e) => {
+                if report_parse {
+                    let (at, label) = tera_error_at(&crate::compile::tera_error_text(&e), text);
+                    let at = match (text_start, at) {
+                        (Some(start), Some(at)) => Span::new(start + at, start + at + 1),
+                        _ => span,
+                    };
+                    diags.push(
+                        Diagnostic::error(
+                            Code::TemplateParse,
+                            format!("{what} is not a valid template"),
+                        )
+                        .label(at, label)
+                        .help(TAG_HELP),
+                    );
+                }
+                continue;
             }
-            continue;
-        }
-        let Ok(template) = tera.get_template("inline") else {
-            continue;
         };
         let inline = Inline {
             span,

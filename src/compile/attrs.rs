@@ -98,7 +98,7 @@ impl<'a> Attrs<'a> {
     pub fn duration(&mut self, key: &str, diags: &mut Diagnostics) -> Option<(Duration, Span)> {
         let attr = self.get(key)?;
         let parsed = match &attr.value.kind {
-            ValueKind::Duration(ms) => Ok(Duration::from_millis(*ms)),
+            ValueKind::Duration(d) => Ok(*d),
             ValueKind::Number(n) => rondo_config::duration_from_secs(*n).map_err(|e| e.to_string()),
             _ => Err(String::new()),
         };

@@ -524,6 +524,10 @@ impl Compiler<'_> {
                 };
                 (Root::Ended, Cow::Owned(ty), Described::Text("ended"))
             }
+            // A role whose declaration did not parse is reported there.
+            name if self.broken_nodes.contains(name) && !self.node_names.contains_key(name) => {
+                return (ExprKind::Literal { value: Value::Null }, Type::Any);
+            }
             name => match self.node_names.get(name).copied() {
                 Some(node) if self.workflow.role(node).is_some() => {
                     if let Some(ty) = rest

@@ -84,6 +84,8 @@ struct Compiler<'f> {
     /// Role and exit names whose declaration was refused (reserved): their uses are not
     /// reported again.
     refused_nodes: std::collections::HashSet<String>,
+    /// Roles and exits whose declaration did not parse (reported by the parser).
+    broken_nodes: std::collections::HashSet<String>,
     /// Role and exit names declared twice: uses resolve to the first declaration, but what
     /// they read of it is not checked (the author may mean the second).
     twice_declared: std::collections::HashSet<String>,
@@ -151,6 +153,7 @@ impl<'f> Compiler<'f> {
             env_names: HashMap::new(),
             node_names: HashMap::new(),
             refused_nodes: Default::default(),
+            broken_nodes: Default::default(),
             twice_declared: Default::default(),
             input_names: HashMap::new(),
             pending_providers: Vec::new(),
@@ -161,6 +164,8 @@ impl<'f> Compiler<'f> {
     }
 
     fn run(&mut self, ast: &Ast) {
+        self.broken_nodes = ast.broken_nodes.iter().cloned().collect();
+        self.refused_nodes.extend(self.broken_nodes.iter().cloned());
         for span in &ast.extra_headers {
             self.diags.push(
                 Diagnostic::error(Code::WorkflowDuplicate, "a file declares one workflow")

@@ -349,7 +349,7 @@ impl Compiler<'_> {
 
     pub(super) fn artifact(&mut self, a: &syntax::ArtifactDecl, scope: &Scope) -> Artifact {
         let (value, _) = self.expr(&a.value, scope);
-        if let Err(e) = tera::Tera::default().add_raw_template("artifact", &a.name) {
+        if let Err(e) = crate::prompt::parse_inline("artifact", &a.name) {
             self.diags.push(
                 Diagnostic::error(
                     Code::ArtifactBadName,
@@ -698,7 +698,7 @@ fn value_to_expr(v: &syntax::Value) -> syntax::Expr {
     let kind = match &v.kind {
         ValueKind::String(s) => K::String(s.clone()),
         ValueKind::Number(n) => K::Number(*n),
-        ValueKind::Duration(ms) => K::Number(*ms as f64),
+        ValueKind::Duration(d) => K::Number(d.as_nanos() as f64 / 1e6),
         ValueKind::Bool(b) => K::Bool(*b),
         ValueKind::Null | ValueKind::Block(_) => K::Null,
         ValueKind::Ident(s) => K::Path(vec![Ident {

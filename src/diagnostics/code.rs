@@ -123,6 +123,7 @@ codes! {
     SyntaxNumberTooLarge = "rondo::syntax::number_too_large",
     SyntaxPythonLiteral = "rondo::syntax::python_literal",
     SyntaxSingleEquals = "rondo::syntax::single_equals",
+    SyntaxSingleQuote = "rondo::syntax::single_quote",
     SyntaxTooDeep = "rondo::syntax::too_deep",
     SyntaxUnclosedBlock = "rondo::syntax::unclosed_block",
     SyntaxUnclosedComment = "rondo::syntax::unclosed_comment",

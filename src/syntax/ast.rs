@@ -28,6 +28,9 @@ pub struct Ast {
     pub tests: Vec<TestDecl>,
     /// Duplicate `workflow` or `memory` headers, kept so the checker can point at them.
     pub extra_headers: Vec<Span>,
+    /// Names of `role` and `exit` declarations that did not parse (reported there): their
+    /// uses are not reported again as undeclared.
+    pub broken_nodes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -72,7 +75,7 @@ pub struct Attr {
 pub enum ValueKind {
     String(String),
     Number(f64),
-    Duration(u64),
+    Duration(std::time::Duration),
     Bool(bool),
     Null,
     Ident(String),

@@ -251,6 +251,16 @@ impl Builder<'_> {
         );
     }
 
+    /// `'text'` where `"text"` was meant: reported, read as the string.
+    pub(super) fn single_quote(&mut self, at: Span) {
+        let inner = self.text.get(at.start + 1..at.end - 1).unwrap_or("");
+        self.diagnostics.push(
+            Diagnostic::error(Code::SyntaxSingleQuote, "strings take double quotes")
+                .label(at, format!("write `\"{inner}\"`"))
+            .help("Rondo's strings are `\"text\"`, or `\"\"\"...\"\"\"` over several lines; `'` is no quote"),
+        );
+    }
+
     /// Reports the first expression nested past the limit; the caller stops descending.
     fn too_deep(&mut self, at: Span) -> bool {
         if self.depth < MAX_EXPR_DEPTH {
@@ -355,6 +365,10 @@ impl Builder<'_> {
         let s = span(&pair);
         let kind = match pair.as_rule() {
             Rule::string | Rule::raw_string => ExprKind::String(string_value(pair)),
+            Rule::single_string => {
+                self.single_quote(s);
+                ExprKind::String(string_value(pair))
+            }
             Rule::number => ExprKind::Number(self.number(&pair)),
             Rule::path => match word_literal(pair.as_str()) {
                 Some((literal, python)) => {

@@ -49,15 +49,3 @@ pub(super) fn number_fits(text: &str) -> bool {
     let whole = digits.split('.').next().unwrap_or("");
     whole.parse::<u64>().is_ok()
 }
-
-/// The milliseconds of a duration literal (`500ms`, `30s`, `5m`, `2h`); `None` past 64 bits.
-pub(super) fn duration_ms(text: &str) -> Option<u64> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let factor: u64 = match &text[digits..] {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        _ => 3_600_000,
-    };
-    text[..digits].parse::<u64>().ok()?.checked_mul(factor)
-}

@@ -15,7 +15,7 @@ pub use ast::*;
 
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::source::{SourceFile, Span};
-use literals::{dedent, duration_ms, number_fits, unescape};
+use literals::{dedent, number_fits, unescape};
 
 // The derive lives here so `Rule` is in scope for every conversion function below.
 #[derive(pest_derive::Parser)]
@@ -80,7 +80,15 @@ fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
             words.dedup();
             words
         }
-        pest::error::ErrorVariant::CustomError { .. } => Vec::new(),
+        // pest's guards: the stack or the call budget ran out.
+        pest::error::ErrorVariant::CustomError { .. } => {
+            return Diagnostic::error(
+                Code::SyntaxTooDeep,
+                "syntax error: brackets nested too deeply to read",
+            )
+            .label(span, "nested too deeply")
+            .help("split the expression: compute parts in `update` blocks and refer to them");
+        }
     };
     let text = if expected.is_empty() {
         "unexpected input".to_string()
@@ -89,7 +97,7 @@ fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
     };
     Diagnostic::error(Code::SyntaxUnexpected, format!("syntax error: {text}"))
         .label(span, text)
-        .help("an unclosed `{`, `[`, `(` or `\"\"\"`, or brackets nested thousands deep, is the usual cause")
+        .help("an unclosed `{`, `[`, `(` or `\"\"\"` is the usual cause")
 }
 
 fn rule_word(rule: Rule) -> Option<String> {
@@ -254,13 +262,15 @@ impl<'t> Builder<'t> {
         text.parse().unwrap_or(f64::NAN)
     }
 
-    fn duration(&mut self, pair: &Pair<'_, Rule>) -> u64 {
-        duration_ms(pair.as_str()).unwrap_or_else(|| {
+    /// A duration literal, read by the one duration parser (`rondo_config`). The grammar
+    /// admits only its syntax, so what it refuses is a duration past its range.
+    fn duration(&mut self, pair: &Pair<'_, Rule>) -> std::time::Duration {
+        rondo_config::parse_duration(pair.as_str()).unwrap_or_else(|_| {
             self.too_large(
                 span(pair),
                 "this duration does not fit in 64 bits of milliseconds",
             );
-            u64::MAX
+            rondo_config::duration::MAX
         })
     }
 
@@ -330,6 +340,51 @@ impl<'t> Builder<'t> {
         );
     }
 
+    /// A declaration's keyword, then something that is not that declaration: one
+    /// diagnostic at its first line, with the form; the block it opens is skipped. The
+    /// name of a broken `role` or `exit`, when it has one.
+    fn bad_decl(&mut self, pair: Pair<'_, Rule>) -> Option<String> {
+        let text = pair.as_str();
+        let line = text.lines().next().unwrap_or("").trim_end();
+        let at = Span::new(pair.as_span().start(), pair.as_span().start() + line.len());
+        let keyword = line
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .next()
+            .unwrap_or("");
+        let form = match keyword {
+            "role" => "`role NAME: KIND { ... }`, KIND being `llm`, `tool` or `builtin`",
+            "exit" => "`exit NAME`, optionally with a `{ ... }` block and `when <condition>`",
+            "type" => "`type NAME { field: type }` or `type NAME = type`",
+            "workflow" => "`workflow NAME { ... }`",
+            "memory" => "`memory { name: type = value }`",
+            "import" => "`import providers \"file.yaml\"` or `import tool \"file.yaml\"`",
+            "provider" => "`provider NAME { ... }`",
+            "tool" => "`tool NAME { ... }`",
+            "environment" => "`environment NAME { ... }`",
+            "test" => "`test \"name\" { ... }`: a test's name is a string",
+            _ => "`artifact \"name\" = expression` or `artifact \"name\" += expression`",
+        };
+        let skipped = if text.contains('\n') {
+            "; the block it opens is skipped"
+        } else {
+            ""
+        };
+        self.diagnostics.push(
+            Diagnostic::error(
+                Code::SyntaxInvalidLine,
+                format!("this `{keyword}` declaration does not parse"),
+            )
+            .label(at, "not understood")
+            .help(format!("a `{keyword}` declaration is {form}{skipped}")),
+        );
+        let mut words = line
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty());
+        let name = words.nth(1)?;
+        let is_name = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+        (matches!(keyword, "role" | "exit") && is_name).then(|| name.to_string())
+    }
+
     fn file(&mut self, pair: Pair<'_, Rule>) -> Ast {
         let mut ast = Ast::default();
         for item in pair.into_inner() {
@@ -367,6 +422,11 @@ impl<'t> Builder<'t> {
                 }
                 Rule::test_decl => ast.tests.push(self.test(item)),
                 Rule::bad_line => self.bad_line(item, Context::Top),
+                Rule::bad_decl => {
+                    if let Some(name) = self.bad_decl(item) {
+                        ast.broken_nodes.push(name);
+                    }
+                }
                 _ => {}
             }
         }
@@ -490,6 +550,10 @@ impl<'t> Builder<'t> {
         let s = span(&pair);
         let kind = match pair.as_rule() {
             Rule::string | Rule::raw_string => ValueKind::String(string_value(pair)),
+            Rule::single_string => {
+                self.single_quote(s);
+                ValueKind::String(string_value(pair))
+            }
             Rule::duration => ValueKind::Duration(self.duration(&pair)),
             Rule::number => ValueKind::Number(self.number(&pair)),
             Rule::name_value => self.name_value(pair),

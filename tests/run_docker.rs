@@ -40,13 +40,14 @@ fn parallel_branches_get_their_own_containers_and_none_is_left() {
     let wf = tmp.path().join("boxes.rondo");
     std::fs::write(&wf, WORKFLOW).unwrap();
     let runs = tmp.path().join("runs");
-    let (out, _) = common::run(&wf, "boxes-test");
+    let id = format!("boxes-test-{}", std::process::id());
+    let (out, _) = common::run(&wf, &id);
     common::assert_success(&out);
     let state: Value =
-        serde_json::from_str(&std::fs::read_to_string(runs.join("boxes-test/state.json")).unwrap())
+        serde_json::from_str(&std::fs::read_to_string(runs.join(&id).join("state.json")).unwrap())
             .unwrap();
     let host = |role: &str| {
-        let events = std::fs::read_to_string(runs.join("boxes-test/events.jsonl")).unwrap();
+        let events = std::fs::read_to_string(runs.join(&id).join("events.jsonl")).unwrap();
         events
             .lines()
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -63,7 +64,7 @@ fn parallel_branches_get_their_own_containers_and_none_is_left() {
     assert_ne!(left, first);
     assert_eq!(state["status"], "finished");
     let left_over = Command::new("docker")
-        .args(["ps", "-aq", "--filter", "label=rondo.run_id=boxes-test"])
+        .args(["ps", "-aq", "--filter", &format!("label=rondo.run_id={id}")])
         .output()
         .unwrap();
     assert!(
@@ -177,10 +178,11 @@ fn a_workspace_mount_replaced_by_a_link_out_is_refused_at_run_time() {
     let wf = tmp.path().join("planted.rondo");
     std::fs::write(&wf, PLANTED).unwrap();
     let runs = tmp.path().join("runs");
-    let (out, _) = common::run(&wf, "planted-test");
+    let id = format!("planted-test-{}", std::process::id());
+    let (out, _) = common::run(&wf, &id);
     assert_eq!(out.status.code(), Some(2), "ends at `error`");
     let run: Value =
-        serde_json::from_str(&std::fs::read_to_string(runs.join("planted-test/run.json")).unwrap())
+        serde_json::from_str(&std::fs::read_to_string(runs.join(&id).join("run.json")).unwrap())
             .unwrap();
     let reason = run["reason"].as_str().unwrap();
     assert!(
@@ -188,7 +190,7 @@ fn a_workspace_mount_replaced_by_a_link_out_is_refused_at_run_time() {
         "{reason}"
     );
     let left_over = Command::new("docker")
-        .args(["ps", "-aq", "--filter", "label=rondo.run_id=planted-test"])
+        .args(["ps", "-aq", "--filter", &format!("label=rondo.run_id={id}")])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&left_over.stdout).trim().is_empty());
@@ -227,9 +229,11 @@ fn the_wall_time_kills_a_long_docker_step() {
     let tmp = tempfile::tempdir().unwrap();
     let wf = tmp.path().join("slow.rondo");
     std::fs::write(&wf, SLOW).unwrap();
-    let (out, run) = common::run_with(&wf, "wall-test", &["--keep-env"]);
+    // An id of its own: other checkouts may run this test on the same engine at once.
+    let id = format!("wall-test-{}", std::process::id());
+    let (out, run) = common::run_with(&wf, &id, &["--keep-env"]);
     let containers = Command::new("docker")
-        .args(["ps", "-q", "--filter", "label=rondo.run_id=wall-test"])
+        .args(["ps", "-q", "--filter", &format!("label=rondo.run_id={id}")])
         .output()
         .unwrap();
     let containers = String::from_utf8_lossy(&containers.stdout).to_string();

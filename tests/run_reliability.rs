@@ -15,7 +15,14 @@ fn rondo() -> Command {
 
 /// A workflow mixing llm (scripted), tool (a real process) and builtin steps, with an
 /// append-mode artifact whose lines must appear exactly once each.
+/// The tool's command line carries `marker` (the test's folder name), so a test looks for
+/// its own processes only, not those of tests running beside it.
+fn marker(dir: &Path) -> String {
+    dir.file_name().unwrap().to_string_lossy().into_owned()
+}
+
 fn project(dir: &Path, sleep_s: f64) -> PathBuf {
+    let marker = marker(dir);
     std::fs::create_dir_all(dir.join("prompts")).unwrap();
     std::fs::write(
         dir.join("prompts/plan.tera"),
@@ -49,7 +56,7 @@ role plan: llm {{
   update {{ seen.append(output.k) }}
 }}
 role work: tool {{
-  command = ["python3", "-c", "import time; time.sleep({sleep_s}); print('worked {{{{ memory.counter }}}}')"]
+  command = ["python3", "-c", "import time; time.sleep({sleep_s}); print('worked {{{{ memory.counter }}}}') # {marker}"]
   timeout = 30s
 }}
 role count: builtin {{
@@ -272,7 +279,7 @@ fn ctrl_c_checkpoints_marks_interrupted_and_resumes() {
     assert!(done_before < 3 * ROUNDS);
     // No process of the interrupted step is left running.
     let ps = Command::new("pgrep")
-        .args(["-f", "time.sleep\\(0.6\\)"])
+        .args(["-f", &marker(tmp.path())])
         .output()
         .unwrap();
     assert!(

@@ -738,9 +738,8 @@ async fn serve_help_examples_work_as_written() {
         let mut extra = Vec::new();
         let mut words = args[2..].iter();
         while let Some(w) = words.next() {
-            if w == "--port" {
-                words.next();
-            } else if w == "--provider" {
+            // The helper picks a free port and the scripted provider.
+            if w == "--port" || w == "--provider" {
                 words.next();
             } else if let Some(dir) = w.strip_suffix("*.rondo") {
                 files.extend(common::files_with_ext(&common::root().join(dir), "rondo"));

@@ -81,14 +81,7 @@ impl<'w> Interpreter<'w> {
         ctx.insert("run_id", &state.run_id);
         ctx.insert("role", &self.workflow.node(node).name);
         ctx.insert("item", &item.cloned().unwrap_or(Value::Null));
-        let inputs: serde_json::Map<String, Value> = self
-            .workflow
-            .inputs
-            .iter()
-            .zip(&state.inputs)
-            .map(|(i, v)| (i.name.clone(), v.clone()))
-            .collect();
-        ctx.insert("input", &inputs);
+        ctx.insert("input", &state.inputs_by_name(self.workflow));
         for (index, _) in self.workflow.roles() {
             let mut value = state
                 .outputs

@@ -158,12 +158,7 @@ impl<'w> Interpreter<'w> {
                 workflow_path: std::fs::canonicalize(&workflow.path)
                     .unwrap_or(workflow.path.clone()),
                 workflow_hash: workflow.source_hash.clone(),
-                inputs: workflow
-                    .inputs
-                    .iter()
-                    .zip(&state.inputs)
-                    .map(|(i, v)| (i.name.clone(), v.clone()))
-                    .collect(),
+                inputs: state.inputs_by_name(workflow),
                 providers: provider_summaries(workflow, &interp.pool),
                 provider_override: options.provider.clone(),
                 script: options

@@ -122,6 +122,16 @@ impl Totals {
 }
 
 impl RunState {
+    /// The run's inputs by name, as templates and `run.json` show them.
+    pub fn inputs_by_name(&self, workflow: &Workflow) -> serde_json::Map<String, Value> {
+        workflow
+            .inputs
+            .iter()
+            .zip(&self.inputs)
+            .map(|(i, v)| (i.name.clone(), v.clone()))
+            .collect()
+    }
+
     /// A run's state before its first step; `Err` when a memory slot cannot be made
     /// (a code context's parameters out of range, whiteboard sections that clash).
     pub fn new(workflow: &Workflow, run_id: String, inputs: Vec<Value>) -> Result<Self, String> {

@@ -136,13 +136,7 @@ pub async fn run_test(
             TestExpectation::Artifact { name, contains, .. } => {
                 let mut ctx = tera::Context::new();
                 ctx.insert("run_id", &state.run_id);
-                let inputs: serde_json::Map<String, Value> = workflow
-                    .inputs
-                    .iter()
-                    .zip(&state.inputs)
-                    .map(|(i, v)| (i.name.clone(), v.clone()))
-                    .collect();
-                ctx.insert("input", &inputs);
+                ctx.insert("input", &state.inputs_by_name(workflow));
                 let name = &crate::prompt::render_str(name, &ctx).unwrap_or_else(|_| name.clone());
                 // `{{ input.DIR }}/...`: a file of the folder a `path` input names.
                 let read = if std::path::Path::new(name).is_absolute() {

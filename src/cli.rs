@@ -292,6 +292,7 @@ pub fn main_entry() -> i32 {
                 progress: progress_mode(quiet),
                 keep_env,
                 unconfined_tools,
+                pool: None,
             };
             cmd_run(&file, options)
         }

@@ -437,12 +437,24 @@ impl Eval {
         let permits = Arc::new(tokio::sync::Semaphore::new(self.setup.concurrency.max(1)));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<CaseResult>();
         let mut tasks = tokio::task::JoinSet::new();
-        let shared = Arc::new(Shared {
-            workflow: self.workflow,
-            weights: self.weights,
+        let base = RunOptions {
             runs_root: out.join(RUNS_DIR),
             provider: self.setup.provider.clone(),
             script: self.setup.script.clone(),
+            progress: progress::Mode::Quiet,
+            ..RunOptions::default()
+        };
+        // One pool for every run: rate limits, concurrency bounds and circuit breakers
+        // hold across the runs, and each HTTP client is made once.
+        let script = Interpreter::script_for(self.workflow, &base).map_err(|e| e.to_string())?;
+        let pool = Interpreter::provider_pool(self.workflow, script).map_err(|e| e.to_string())?;
+        let shared = Arc::new(Shared {
+            workflow: self.workflow,
+            weights: self.weights,
+            base: RunOptions {
+                pool: Some(Arc::new(pool)),
+                ..base
+            },
         });
         for case in todo {
             let permits = permits.clone();
@@ -505,9 +517,8 @@ impl Eval {
 struct Shared {
     workflow: &'static Checked,
     weights: Weights,
-    runs_root: PathBuf,
-    provider: Option<String>,
-    script: Option<PathBuf>,
+    /// The options of every run (the shared pool among them), less its id and inputs.
+    base: RunOptions,
 }
 
 impl Shared {
@@ -515,15 +526,11 @@ impl Shared {
     /// `None` when the run was interrupted.
     async fn run_case(&self, case: &Case, stop: &Stop) -> Option<CaseResult> {
         let workflow = self.workflow;
-        let run_dir = self.runs_root.join(&case.run_id);
+        let run_dir = self.base.runs_root.join(&case.run_id);
         let options = RunOptions {
-            runs_root: self.runs_root.clone(),
             run_id: Some(case.run_id.clone()),
             inputs: case.inputs.clone(),
-            provider: self.provider.clone(),
-            script: self.script.clone(),
-            progress: progress::Mode::Quiet,
-            ..RunOptions::default()
+            ..self.base.clone()
         };
         let started = Instant::now();
         let exists = run_dir.join("run.json").exists();

@@ -352,8 +352,19 @@ impl LineCtx<'_> {
                 ok = false;
             }
         }
+        // Checks add up: the rubrics' default ones, the case's in the rubrics, its own.
+        let texts: Vec<String> = [
+            rubrics.default.checks.as_ref(),
+            from_rubric.and_then(|r| r.checks.as_ref()),
+            own.checks.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .cloned()
+        .collect();
         let mut checks = Vec::new();
-        for text in pick(|s| s.checks.as_ref()) {
+        for text in texts {
             match crate::compile::condition_over(workflow, &text) {
                 Ok(expr) => checks.push(Check { text, expr }),
                 Err(problems) => {

@@ -133,6 +133,9 @@ fn every_case_runs_and_the_metrics_follow_from_the_results_field_by_field() {
     );
     // A case failed: exit 1, and the table names it.
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // Not a terminal: one progress line a case, with the running success rate.
+    assert!(stderr(&out).contains("[3/3] "), "{}", stderr(&out));
+    assert!(stderr(&out).contains("success "), "{}", stderr(&out));
     let table = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(table.contains("success_rate"), "{table}");
     assert!(table.contains("1 passed, 2 failed"), "{table}");
@@ -155,7 +158,10 @@ fn every_case_runs_and_the_metrics_follow_from_the_results_field_by_field() {
             ("check".into(), "look.data.length == 5".into(), true),
         ]
     );
-    assert_eq!((pass["llm_calls"].as_u64(), pass["tool_calls"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (pass["llm_calls"].as_u64(), pass["tool_calls"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(pass["steps"], 2);
 
     let miss = &rs[1];
@@ -284,7 +290,13 @@ fn an_empty_dataset_gives_zero_metrics_and_n_0() {
     std::fs::write(tmp.path().join("empty.jsonl"), "\n").unwrap();
     let out = eval(
         tmp.path(),
-        &[wf.to_str().unwrap(), "--dataset", "empty.jsonl", "--out", "res"],
+        &[
+            wf.to_str().unwrap(),
+            "--dataset",
+            "empty.jsonl",
+            "--out",
+            "res",
+        ],
     );
     assert_success(&out);
     let summary = json(tmp.path().join("res/summary.json"));
@@ -312,7 +324,13 @@ fn a_bad_dataset_line_is_located_and_nothing_runs() {
     .unwrap();
     let out = eval(
         tmp.path(),
-        &[wf.to_str().unwrap(), "--dataset", "bad.jsonl", "--out", "res"],
+        &[
+            wf.to_str().unwrap(),
+            "--dataset",
+            "bad.jsonl",
+            "--out",
+            "res",
+        ],
     );
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
@@ -346,7 +364,13 @@ fn a_check_that_does_not_type_check_is_located_on_its_text() {
     .unwrap();
     let out = eval(
         tmp.path(),
-        &[wf.to_str().unwrap(), "--dataset", "bad.jsonl", "--out", "res"],
+        &[
+            wf.to_str().unwrap(),
+            "--dataset",
+            "bad.jsonl",
+            "--out",
+            "res",
+        ],
     );
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
@@ -395,7 +419,13 @@ fn resume_runs_only_the_cases_without_a_result() {
     std::fs::write(tmp.path().join("cases.jsonl"), CASES).unwrap();
     let out = eval(
         tmp.path(),
-        &[wf.to_str().unwrap(), "--dataset", "cases.jsonl", "--out", "res"],
+        &[
+            wf.to_str().unwrap(),
+            "--dataset",
+            "cases.jsonl",
+            "--out",
+            "res",
+        ],
     );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let res = tmp.path().join("res");
@@ -415,7 +445,13 @@ fn resume_runs_only_the_cases_without_a_result() {
     // Again from the start of the same folder: refused, it says how to continue.
     let again = eval(
         tmp.path(),
-        &[wf.to_str().unwrap(), "--dataset", "cases.jsonl", "--out", "res"],
+        &[
+            wf.to_str().unwrap(),
+            "--dataset",
+            "cases.jsonl",
+            "--out",
+            "res",
+        ],
     );
     assert_eq!(again.status.code(), Some(2));
     assert!(stderr(&again).contains("--resume"), "{}", stderr(&again));
@@ -430,7 +466,15 @@ fn resume_runs_only_the_cases_without_a_result() {
     assert_eq!(events("broken"), broken_events);
     assert!(runs.join("miss/run.json").exists(), "miss ran again");
     for (b, a) in before.iter().zip(&after) {
-        for k in ["exit", "passed", "score", "checks", "steps", "llm_calls", "answer"] {
+        for k in [
+            "exit",
+            "passed",
+            "score",
+            "checks",
+            "steps",
+            "llm_calls",
+            "answer",
+        ] {
             assert_eq!(b[k], a[k], "{} {k}", b["id"]);
         }
     }

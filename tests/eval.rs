@@ -604,3 +604,73 @@ fn eval_help_examples_work_as_written() {
         assert!(out.status.success(), "`{line}`: {}", stderr(&out));
     }
 }
+
+/// Ctrl-C stops the runs going on and records no result for them; `--resume` continues the
+/// interrupted run (not a new one) and records its result.
+#[test]
+fn an_interrupted_eval_resumes_its_interrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The tool works in its run's workspace (local tools are confined to it).
+    let workflow = r#"
+workflow slow {
+  input question: string
+}
+role wait: tool {
+  command = ["python3", "-c", "import os, time; open('started', 'a').close(); d = time.time() + 60; [time.sleep(0.02) for _ in iter(lambda: os.path.exists('go') or time.time() > d, True)]; print('through' if os.path.exists('go') else 'timed out')"]
+}
+start -> wait
+wait -> done
+exit done
+"#;
+    let wf = project(tmp.path(), workflow, &[], "replies: {}\n");
+    std::fs::write(
+        tmp.path().join("cases.jsonl"),
+        "{\"id\": \"slow\", \"inputs\": {\"question\": \"q\"}, \"expect\": {\"checks\": [\"contains(wait.stdout, \\\"through\\\")\"]}}\n",
+    )
+    .unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(tmp.path())
+        .args([
+            "eval",
+            wf.to_str().unwrap(),
+            "--dataset",
+            "cases.jsonl",
+            "--out",
+            "res",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let workspace = tmp.path().join("res/runs/slow/workspace");
+    let started = workspace.join("started");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(started.exists(), "the tool never started");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(table.contains("1 unfinished"), "{table}");
+    let res = tmp.path().join("res");
+    assert!(results(&res).is_empty());
+    assert_eq!(
+        json(res.join("runs/slow/run.json"))["status"],
+        "interrupted"
+    );
+
+    std::fs::write(workspace.join("go"), "").unwrap();
+    let out = eval(tmp.path(), &["--resume", "res"]);
+    assert_success(&out);
+    let rs = results(&res);
+    assert_eq!(rs.len(), 1);
+    assert_eq!(rs[0]["passed"], true, "{}", rs[0]);
+    let events = std::fs::read_to_string(res.join("runs/slow/events.jsonl")).unwrap();
+    assert!(events.contains("\"run_resumed\""), "{events}");
+}

@@ -836,7 +836,20 @@ fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -
         out: out.clone(),
         progress,
     };
-    match runtime().block_on(job.run()) {
+    // A run's checkpoints are synchronous writes with fsync on the runtime's threads: a
+    // thread per run in flight keeps one run's fsync from stalling the others.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(job.setup.concurrency.clamp(2, 128))
+        .enable_all()
+        .build();
+    let rt = match rt {
+        Ok(rt) => rt,
+        Err(e) => {
+            errln!("error: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    match rt.block_on(job.run()) {
         Ok(report) => {
             out!("{}", eval::render_table(&report));
             errln!("results: {}", out.display());

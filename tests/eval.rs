@@ -70,7 +70,7 @@ fn calc_project(dir: &Path) -> PathBuf {
 const CASES: &str = r#"{"id": "pass", "inputs": {"question": "hello"}, "expect": {"contains": "42", "keys": ["length"], "tools": ["lookup"], "checks": ["look.data.length == 5"]}}
 {"id": "miss", "inputs": {"question": "abc"}, "expect": {"contains": "nope", "keys": ["missing"], "checks": ["look.data.length == 3"]}}
 
-{"id": "broken", "inputs": {"question": "x", "fail": true}, "expect": {"contains": "42"}}
+{"id": "broken", "inputs": {"question": "x", "fail": true}, "expect": {"contains": "answer is"}}
 "#;
 
 fn eval(dir: &Path, args: &[&str]) -> Output {
@@ -189,6 +189,8 @@ fn every_case_runs_and_the_metrics_follow_from_the_results_field_by_field() {
         broken["reason"].as_str().unwrap().contains("no reply"),
         "{broken}"
     );
+    // No `answer` declared: the output of the last role run, the tool before the failure.
+    assert_eq!(broken["answer"]["tool_name"], "lookup", "{broken}");
 
     // Each run is a normal run directory, and the result's figures are its own.
     for r in &rs {

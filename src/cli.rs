@@ -222,6 +222,38 @@ pub enum Command {
         #[arg(long)]
         unconfined_tools: bool,
     },
+    /// Evaluate a workflow on a dataset: one run per case, scored against its expectations.
+    #[command(
+        after_help = "A dataset is JSON Lines, one case a line: {\"id\": \"c1\", \"inputs\": {...}, \"expect\": {\"contains\": \"...\", \"keys\": [...], \"tools\": [...], \"checks\": [\"<rondo expression>\"]}}. The results folder holds runs/, cases.jsonl (one result a case) and summary.json (the metrics). docs/eval.md has the details.\n\nExamples:\n  rondo eval workflows/micro_agent.rondo --provider scripted \\\n    --dataset workflows/evals/micro_agent.jsonl --out evals/micro\n  rondo eval --resume evals/micro\n  rondo eval workflows/micro_agent.rondo --provider scripted -c 8 \\\n    --dataset workflows/evals/micro_agent.jsonl \\\n    --rubrics workflows/evals/micro_agent_rubrics.yaml --out evals/rubric\n\nExit code: 0 every case passed, 1 some failed or did not finish, 2 an unreadable or bad dataset, rubrics or workflow."
+    )]
+    Eval {
+        #[arg(required_unless_present = "resume")]
+        workflow: Option<PathBuf>,
+        /// The cases: JSON Lines.
+        #[arg(long, required_unless_present = "resume")]
+        dataset: Option<PathBuf>,
+        /// Weights and expectations by default and by case (YAML).
+        #[arg(long)]
+        rubrics: Option<PathBuf>,
+        /// Runs at a time.
+        #[arg(long, short = 'c')]
+        concurrency: Option<usize>,
+        /// Use this provider profile for every llm role of every run.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Replies for the scripted provider (YAML), for every run.
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// The results folder (default: evals/<workflow>-<time>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Continue the eval of this results folder: run only the cases without a result.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["workflow", "dataset", "rubrics", "provider", "script", "out"])]
+        resume: Option<PathBuf>,
+        /// No progress output.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Print the compiled workflow.
     #[command(
         after_help = "Example:\n  rondo dump workflows/iter.rondo --format json | jq '.routes | length'"
@@ -309,6 +341,7 @@ pub fn main_entry() -> i32 {
                 progress: progress_mode(quiet),
                 keep_env,
                 unconfined_tools,
+                pool: None,
             };
             cmd_run(&file, options)
         }
@@ -370,6 +403,28 @@ pub fn main_entry() -> i32 {
             },
             token_env,
         ),
+        Command::Eval {
+            workflow,
+            dataset,
+            rubrics,
+            concurrency,
+            provider,
+            script,
+            out,
+            resume,
+            quiet,
+        } => {
+            let args = EvalArgs {
+                workflow,
+                dataset,
+                rubrics,
+                concurrency,
+                provider,
+                script,
+                out,
+            };
+            cmd_eval(args, resume, progress_mode(quiet))
+        }
     }
 }
 
@@ -767,5 +822,158 @@ fn cmd_dump(path: &std::path::Path) -> i32 {
             0
         }
         Err(code) => code,
+    }
+}
+
+struct EvalArgs {
+    workflow: Option<PathBuf>,
+    dataset: Option<PathBuf>,
+    rubrics: Option<PathBuf>,
+    concurrency: Option<usize>,
+    provider: Option<String>,
+    script: Option<PathBuf>,
+    out: Option<PathBuf>,
+}
+
+const DEFAULT_EVAL_CONCURRENCY: usize = 4;
+
+fn absolute(path: &std::path::Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| {
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or(path.to_path_buf())
+    })
+}
+
+fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -> i32 {
+    use crate::eval;
+    let (setup, out) = match resume {
+        Some(dir) => {
+            let file = dir.join(eval::SETUP_FILE);
+            let setup = std::fs::read_to_string(&file)
+                .map_err(|e| format!("{} is not an eval's results folder: {e}", dir.display()))
+                .and_then(|text| {
+                    serde_json::from_str::<eval::Setup>(&text)
+                        .map_err(|e| format!("{}: {e}", file.display()))
+                });
+            match setup {
+                Ok(mut setup) => {
+                    if let Some(n) = args.concurrency {
+                        setup.concurrency = n;
+                    }
+                    (setup, dir)
+                }
+                Err(e) => {
+                    errln!("error: {e}");
+                    return 2;
+                }
+            }
+        }
+        None => {
+            let (Some(workflow), Some(dataset)) = (args.workflow, args.dataset) else {
+                errln!("error: give a workflow and --dataset, or --resume DIR");
+                return 2;
+            };
+            let out = args.out.unwrap_or_else(|| {
+                let stem = workflow
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "eval".into());
+                let stamp = run::clock::rfc3339(run::clock::unix_ms())
+                    .replace(['-', ':'], "")
+                    .replace('T', "-");
+                let stamp = stamp.split('.').next().unwrap_or("").to_string();
+                PathBuf::from("evals").join(format!("{stem}-{stamp}"))
+            });
+            if out.join(eval::SETUP_FILE).exists() {
+                errln!(
+                    "error: {} already holds an eval; continue it with `rondo eval --resume {}`",
+                    out.display(),
+                    out.display()
+                );
+                return 2;
+            }
+            let setup = eval::Setup {
+                workflow: absolute(&workflow),
+                dataset: absolute(&dataset),
+                rubrics: args.rubrics.as_deref().map(absolute),
+                provider: args.provider,
+                script: args.script.as_deref().map(absolute),
+                concurrency: args.concurrency.unwrap_or(DEFAULT_EVAL_CONCURRENCY),
+            };
+            (setup, out)
+        }
+    };
+    if setup.concurrency == 0 {
+        errln!("error: --concurrency must be at least 1");
+        return 2;
+    }
+    let workflow = match compiled_or_report(&setup.workflow) {
+        Ok(w) => w,
+        Err(_) => return 2,
+    };
+    let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let show = |problems: Box<eval::dataset::Problems>| {
+        err!(
+            "{}",
+            diagnostics::render_human(&problems.file, &problems.diagnostics.sorted(), color, 100)
+        );
+        errln!(
+            "x {}: {} error(s); nothing ran",
+            problems.file.path.display(),
+            problems.diagnostics.error_count()
+        );
+        2
+    };
+    let rubrics = match &setup.rubrics {
+        Some(path) => match eval::dataset::read_rubrics(path) {
+            Ok(r) => r,
+            Err(p) => return show(p),
+        },
+        None => eval::Rubrics::default(),
+    };
+    let cases = match eval::dataset::read_dataset(
+        &setup.dataset,
+        &workflow,
+        &rubrics,
+        setup.rubrics.as_deref(),
+    ) {
+        Ok(c) => c,
+        Err(p) => return show(p),
+    };
+    // Every run's task borrows the workflow for the rest of the process.
+    let workflow: &'static check::Checked = Box::leak(Box::new(workflow));
+    let job = eval::Eval {
+        workflow,
+        cases,
+        weights: rubrics.weights(),
+        setup,
+        out: out.clone(),
+        progress,
+    };
+    // A run's checkpoints are synchronous writes with fsync on the runtime's threads: a
+    // thread per run in flight keeps one run's fsync from stalling the others.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(job.setup.concurrency.clamp(2, 128))
+        .enable_all()
+        .build();
+    let rt = match rt {
+        Ok(rt) => rt,
+        Err(e) => {
+            errln!("error: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    match rt.block_on(job.run()) {
+        Ok(report) => {
+            out!("{}", eval::render_table(&report));
+            errln!("results: {}", out.display());
+            let all_passed = report.unfinished == 0 && report.results.iter().all(|r| r.passed);
+            i32::from(!all_passed)
+        }
+        Err(e) => {
+            errln!("error: {e}");
+            2
+        }
     }
 }

@@ -8,6 +8,7 @@
 pub mod check;
 pub mod compile;
 pub mod diagnostics;
+pub mod eval;
 pub mod render;
 pub mod source;
 pub mod syntax;

@@ -33,6 +33,15 @@ const LIBRARY_ONLY: &[(&str, &str)] = &[
         "rondo::syntax::unexpected",
         "tests/parse.rs: parse_expr_reports_pest_errors",
     ),
+    // Problems of an eval's dataset and rubrics, not of a workflow file.
+    (
+        "rondo::eval::bad_case",
+        "tests/eval.rs: a_bad_dataset_line_is_located_and_nothing_runs",
+    ),
+    (
+        "rondo::eval::bad_rubrics",
+        "tests/eval.rs: a_bad_rubrics_file_is_reported",
+    ),
     // Needs a variable set: fixtures are checked with the test's own environment.
     (
         "rondo::tool::too_many_plugins",

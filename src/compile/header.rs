@@ -176,6 +176,28 @@ impl Compiler<'_> {
     }
 }
 
+impl Compiler<'_> {
+    /// `answer = EXPR`: read once the run has ended, like a `test` block's `expect`.
+    pub(super) fn header_answer(&mut self, ast: &Ast) {
+        let Some(wf) = &ast.workflow else { return };
+        let mut answers = wf.answers.iter();
+        if let Some(first) = answers.next() {
+            let (expr, _) = self.expr(first, &super::Scope::global());
+            self.workflow.answer = Some(expr);
+        }
+        for again in answers {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::AttrDuplicate,
+                    "`answer` is set twice in the workflow header",
+                )
+                .label(again.span, "set again here")
+                .help("remove one of the two lines"),
+            );
+        }
+    }
+}
+
 /// The header's `script`: the workflow's default reply set (its demo), served by the scripted
 /// provider when a run gives no `--script`. It must exist, parse, and reply only as llm roles.
 fn script_replies(

@@ -143,6 +143,7 @@ impl<'f> Compiler<'f> {
                 finally: None,
                 durable: Vec::new(),
                 script: None,
+                answer: None,
                 tests: Vec::new(),
             },
             types: HashMap::new(),
@@ -189,6 +190,7 @@ impl<'f> Compiler<'f> {
         self.exits(ast);
         self.workflow_artifacts(ast);
         self.routes(ast);
+        self.header_answer(ast);
         self.tests(ast);
         if ast.workflow.is_none()
             && ast.roles.is_empty()
@@ -382,6 +384,43 @@ fn const_eval(e: &syntax::Expr) -> Option<Value> {
         },
         _ => return None,
     })
+}
+
+/// Compiles one expression over an already compiled workflow, as a `test` block's `expect`
+/// is (the whole run in scope, no current role) and type-checked as a condition:
+/// `rondo eval`'s checks. Spans are offsets into `text`.
+pub fn condition_over(workflow: &Workflow, text: &str) -> Result<Expr, Diagnostics> {
+    let parsed = syntax::parse_expr(text).map_err(|d| {
+        let mut diags = Diagnostics::default();
+        diags.push(d);
+        diags
+    })?;
+    let file = SourceFile::new(workflow.path.clone(), text);
+    let mut c = Compiler::new(&file);
+    c.workflow = workflow.clone();
+    for index in workflow.graph.node_indices() {
+        c.node_names
+            .insert(workflow.graph[index].name.clone(), index);
+        if crate::run::eval::is_json_llm(workflow, index) {
+            c.json_llm.insert(index);
+        }
+    }
+    for (id, input) in workflow.inputs.iter().enumerate() {
+        c.input_names.insert(input.name.clone(), id);
+    }
+    for (id, slot) in workflow.memory.iter().enumerate() {
+        c.memory_names.insert(slot.name.clone(), id);
+    }
+    for (id, tool) in workflow.tools.iter().enumerate() {
+        c.tool_names.insert(tool.name().to_string(), id);
+    }
+    let (expr, ty) = c.expr(&parsed, &Scope::global());
+    c.expect_bool(&expr, &ty, "a check");
+    if c.diags.has_errors() {
+        Err(c.diags)
+    } else {
+        Ok(expr)
+    }
 }
 
 pub fn number_value(n: f64) -> Value {

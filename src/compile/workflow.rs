@@ -58,6 +58,10 @@ pub struct Workflow {
     pub durable: Vec<MemoryId>,
     /// Default replies for the scripted provider (`script = "..."` in the header).
     pub script: Option<PathBuf>,
+    /// `answer = EXPR`: what a run answers (`rondo eval`); without it, the output of the
+    /// last role run.
+    #[serde(default)]
+    pub answer: Option<Expr>,
     pub tests: Vec<TestCase>,
 }
 

@@ -41,6 +41,8 @@ codes! {
     EnvironmentNoImage = "rondo::environment::no_image",
     EnvironmentUnknown = "rondo::environment::unknown",
     EnvironmentUnknownKind = "rondo::environment::unknown_kind",
+    EvalBadCase = "rondo::eval::bad_case",
+    EvalBadRubrics = "rondo::eval::bad_rubrics",
     ExitCodeOutOfRange = "rondo::exit::code_out_of_range",
     ExitReservedCode = "rondo::exit::reserved_code",
     ExitSharedCode = "rondo::exit::shared_code",

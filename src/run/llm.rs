@@ -87,6 +87,7 @@ impl<'w> Interpreter<'w> {
             request.context = CallContext {
                 role: name.clone(),
                 visit: visit as u32,
+                run: self.run_dir.to_string_lossy().into_owned(),
             };
             if let OutputFormat::Json { ty } = &llm.output {
                 request.response_schema = Some((name.clone(), ty.json_schema()));

@@ -69,6 +69,10 @@ pub struct RunOptions {
     pub keep_env: bool,
     /// Run local tools unconfined when the kernel has no Landlock (instead of refusing).
     pub unconfined_tools: bool,
+    /// A provider pool shared with other runs (`rondo eval`): its rate limits, concurrency
+    /// bounds and circuit breakers hold across them. Its scripted profiles must serve the
+    /// script this run would load (see [`Interpreter::provider_pool`]).
+    pub pool: Option<Arc<ProviderPool>>,
 }
 
 impl Default for RunOptions {
@@ -86,6 +90,7 @@ impl Default for RunOptions {
             progress: progress::Mode::Quiet,
             keep_env: false,
             unconfined_tools: false,
+            pool: None,
         }
     }
 }

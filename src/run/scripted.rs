@@ -149,8 +149,9 @@ impl Script {
 /// Serves a [`Script`] through the provider interface.
 pub struct ScriptedModel {
     pub script: Arc<Script>,
-    /// Calls made per (role, visit), so a retry gets the next reply.
-    calls: std::sync::Mutex<HashMap<(String, u64), usize>>,
+    /// Calls made per (run, role, visit), so a retry gets the next reply (runs of an eval
+    /// share one model).
+    calls: std::sync::Mutex<HashMap<(String, String, u64), usize>>,
 }
 
 impl ScriptedModel {
@@ -175,7 +176,9 @@ impl ChatModel for ScriptedModel {
                 .calls
                 .lock()
                 .map(|mut calls| {
-                    let n = calls.entry((role.clone(), visit)).or_insert(0);
+                    let n = calls
+                        .entry((req.context.run.clone(), role.clone(), visit))
+                        .or_insert(0);
                     *n += 1;
                     *n - 1
                 })

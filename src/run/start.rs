@@ -44,7 +44,12 @@ impl<'w> Interpreter<'w> {
             ..options.clone()
         };
         let claimed = (options.run_id.is_none()).then(|| layout.system.clone());
-        let started = load_script(options).and_then(|script| {
+        // A shared pool already serves the replies.
+        let script = match options.pool {
+            Some(_) => Ok(Script::default()),
+            None => load_script(options),
+        };
+        let started = script.and_then(|script| {
             Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
         });
         if started.is_err()
@@ -297,18 +302,10 @@ impl<'w> Interpreter<'w> {
             StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
         })?;
         let run_dir = layout.system.clone();
-        let scripted = |p: &&crate::compile::Provider| p.profile.kind == ProviderKind::Scripted;
-        let profiles = workflow
-            .providers
-            .iter()
-            .filter(|p| !scripted(p))
-            .map(|p| p.profile.clone())
-            .collect();
-        let mut pool = ProviderPool::new(profiles).map_err(|e| StartError::Setup(e.to_string()))?;
-        let model: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel::new(script));
-        for p in workflow.providers.iter().filter(scripted) {
-            pool.register_model(p.name(), model.clone());
-        }
+        let pool = match &options.pool {
+            Some(pool) => pool.clone(),
+            None => Arc::new(Self::provider_pool(workflow, script)?),
+        };
         let default = default_profile(workflow, &pool)?;
         let mut profile_of = HashMap::new();
         for (index, role) in workflow.roles() {
@@ -349,7 +346,7 @@ impl<'w> Interpreter<'w> {
             workspace,
             dir: None,
             info: None,
-            pool: Arc::new(pool),
+            pool,
             prompts: Prompts::load_named(&workflow.prompts_dir, &template_names(workflow)),
             profile_of,
             interrupted,
@@ -360,6 +357,32 @@ impl<'w> Interpreter<'w> {
             spent: Default::default(),
             resumed: false,
             durable: super::durable::Durable::new(workflow, layout),
+        })
+    }
+
+    /// The workflow's provider profiles, its scripted ones serving `script`.
+    pub fn provider_pool(workflow: &Workflow, script: Script) -> Result<ProviderPool, StartError> {
+        let scripted = |p: &&crate::compile::Provider| p.profile.kind == ProviderKind::Scripted;
+        let profiles = workflow
+            .providers
+            .iter()
+            .filter(|p| !scripted(p))
+            .map(|p| p.profile.clone())
+            .collect();
+        let mut pool = ProviderPool::new(profiles).map_err(|e| StartError::Setup(e.to_string()))?;
+        let model: Arc<dyn rondo_provider::ChatModel> = Arc::new(ScriptedModel::new(script));
+        for p in workflow.providers.iter().filter(scripted) {
+            pool.register_model(p.name(), model.clone());
+        }
+        Ok(pool)
+    }
+
+    /// The replies a run with these options gets from the scripted provider: `--script`,
+    /// else the workflow's own, with `--replay-from`'s recorded ones over them.
+    pub fn script_for(workflow: &Workflow, options: &RunOptions) -> Result<Script, StartError> {
+        load_script(&RunOptions {
+            script: options.script.clone().or_else(|| workflow.script.clone()),
+            ..options.clone()
         })
     }
 

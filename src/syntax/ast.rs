@@ -38,6 +38,8 @@ pub struct WorkflowDecl {
     pub name: Ident,
     pub inputs: Vec<InputDecl>,
     pub attrs: Vec<Attr>,
+    /// `answer = EXPR`, each one written (a second is reported).
+    pub answers: Vec<Expr>,
     pub span: Span,
 }
 

@@ -441,6 +441,7 @@ impl<'t> Builder<'t> {
             name,
             inputs: Vec::new(),
             attrs: Vec::new(),
+            answers: Vec::new(),
             span: s,
         };
         for item in inner {
@@ -458,6 +459,12 @@ impl<'t> Builder<'t> {
                         default: parts.next().map(|e| self.expr(e)),
                         span: s,
                     });
+                }
+                Rule::answer_decl => {
+                    if let Some(e) = item.into_inner().next() {
+                        let e = self.expr(e);
+                        decl.answers.push(e);
+                    }
                 }
                 _ => self.body_attr(item, s, &mut decl.attrs),
             }

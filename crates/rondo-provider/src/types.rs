@@ -89,6 +89,9 @@ pub struct ToolCall {
 pub struct CallContext {
     pub role: String,
     pub visit: u32,
+    /// Which run made the call, when runs share one pool (`rondo eval`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run: String,
 }
 
 /// A provider-neutral chat request. `temperature` and `max_tokens` override the profile's.

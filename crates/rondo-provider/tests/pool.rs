@@ -80,6 +80,7 @@ fn req() -> ChatRequest {
     r.context = CallContext {
         role: "coder".into(),
         visit: 2,
+        run: String::new(),
     };
     r
 }

@@ -760,3 +760,86 @@ async fn serve_help_examples_work_as_written() {
         assert_eq!(s.child.wait().unwrap().code(), Some(0), "{example}");
     }
 }
+
+/// An OpenAI-compatible server that answers "ok" after `delay` and records the most
+/// requests it ever had in flight at once.
+async fn counting_llm(delay: Duration) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let (now, peak) = (in_flight.clone(), most.clone());
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |body: axum::Json<Value>| {
+            let (now, peak) = (now.clone(), peak.clone());
+            async move {
+                assert_ne!(body["stream"], json!(true), "{}", body.0);
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(n, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                axum::Json(json!({
+                    "id": "c", "object": "chat.completion", "created": 0, "model": "fake",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "ok"}}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+                }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/v1"), most)
+}
+
+/// The runs of a server share one provider pool: a profile's `max_concurrency = 1` holds
+/// across all of them, not per run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_profiles_limits_hold_across_the_servers_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, most) = counting_llm(Duration::from_millis(150)).await;
+    std::fs::create_dir_all(tmp.path().join("prompts")).unwrap();
+    std::fs::write(tmp.path().join("prompts/a.tera"), "Say ok.\n").unwrap();
+    let wf = tmp.path().join("one.rondo");
+    std::fs::write(
+        &wf,
+        format!(
+            r#"workflow one {{
+  prompts = "prompts"
+  provider = local
+}}
+provider local {{
+  kind = "openai-compatible"
+  model = "fake"
+  base_url = "{url}"
+  max_concurrency = 1
+  stream = false
+}}
+role a: llm {{
+  prompt = "a.tera"
+  output text
+}}
+start -> a
+a -> done
+exit done
+"#
+        ),
+    )
+    .unwrap();
+    let s = serve(tmp.path(), &[&wf], &["--concurrency", "8"], &[]);
+    // `serve` passes --provider scripted; this server must use the workflow's own profile.
+    let body = json!({"workflow": "one", "provider": "local"}).to_string();
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        let a = s.post("/runs", &body).await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.text);
+        ids.push(a.body["id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        let run = s.wait_status(id, &["finished", "failed"]).await;
+        assert_eq!(run["exit"], "done", "{run}");
+    }
+    assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

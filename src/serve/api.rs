@@ -269,6 +269,7 @@ async fn launch(
         provider,
         progress: progress::Mode::Quiet,
         unconfined_tools: server.unconfined_tools,
+        pool: server.pools.get(&workflow.name).cloned(),
         ..RunOptions::default()
     };
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();

@@ -21,7 +21,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, Semaphore};
 
+use rondo_provider::ProviderPool;
+
 use crate::check::Checked;
+use crate::run::{Interpreter, RunOptions};
 
 /// What `rondo serve` was asked to do.
 pub struct ServeOptions {
@@ -51,6 +54,9 @@ struct LiveRun {
 
 pub(crate) struct Server {
     workflows: BTreeMap<String, Arc<Checked>>,
+    /// One provider pool per workflow, shared by its runs: rate limits, concurrency bounds
+    /// and circuit breakers hold across every run the server makes.
+    pools: BTreeMap<String, Arc<ProviderPool>>,
     ask: String,
     runs_root: PathBuf,
     token: Option<String>,
@@ -116,8 +122,35 @@ pub fn serve(workflows: Vec<(PathBuf, Checked)>, options: ServeOptions) -> i32 {
         say!("error: cannot create {}: {e}", options.runs_root.display());
         return 2;
     }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(options.concurrency.clamp(2, 256))
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            say!("error: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    let _context = runtime.enter();
+    let mut pools = BTreeMap::new();
+    for (name, workflow) in &by_name {
+        let pool = Interpreter::script_for(workflow, &RunOptions::default())
+            .and_then(|script| Interpreter::provider_pool(workflow, script));
+        match pool {
+            Ok(pool) => {
+                pools.insert(name.clone(), Arc::new(pool));
+            }
+            Err(e) => {
+                say!("error: workflow `{name}`: {e}");
+                return 2;
+            }
+        }
+    }
     let server = Arc::new(Server {
         workflows: by_name,
+        pools,
         ask,
         runs_root: options.runs_root.clone(),
         token: options.token.clone(),
@@ -131,17 +164,6 @@ pub fn serve(workflows: Vec<(PathBuf, Checked)>, options: ServeOptions) -> i32 {
     });
     // A run's durable steps fsync on the thread that drives it: with a thread per run
     // slot, concurrent runs wait on the disk together instead of in a line of two.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(options.concurrency.clamp(2, 256))
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            say!("error: cannot start the async runtime: {e}");
-            return 2;
-        }
-    };
     runtime.block_on(async move {
         let addr = format!("{}:{}", options.host, options.port);
         let listener = match tokio::net::TcpListener::bind(&addr).await {

@@ -375,7 +375,14 @@ impl<'t> Builder<'t> {
                 format!("this `{keyword}` declaration does not parse"),
             )
             .label(at, "not understood")
-            .help(format!("a `{keyword}` declaration is {form}{skipped}")),
+            .help(format!(
+                "{} `{keyword}` declaration is {form}{skipped}",
+                if keyword.starts_with(['a', 'e', 'i']) {
+                    "an"
+                } else {
+                    "a"
+                }
+            )),
         );
         let mut words = line
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

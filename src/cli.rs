@@ -557,11 +557,11 @@ fn cmd_replay(run_path: &std::path::Path, full: bool) -> i32 {
 fn cmd_replay_record(path: &std::path::Path, index: i64) -> i32 {
     match run::replay::record(path, index) {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             0
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             2
         }
     }

@@ -672,7 +672,9 @@ impl Bar {
             }
             (None, progress::Mode::Plain) => {
                 let mark = if r.passed { "ok" } else { "FAILED" };
-                eprintln!(
+                // A reader that went away (`2>&1 | head`) does not stop the eval.
+                let _ = writeln!(
+                    std::io::stderr(),
                     "[{n}/{}] {} {mark} (exit {}, {:.2}s)  success {:.1}%  cost ${cost:.4}",
                     self.total,
                     r.id,
@@ -688,7 +690,9 @@ impl Bar {
     fn warn(&self, text: &str) {
         match &self.bar {
             Some(bar) => bar.println(format!("warning: {text}")),
-            None => eprintln!("warning: {text}"),
+            None => {
+                let _ = writeln!(std::io::stderr(), "warning: {text}");
+            }
         }
     }
 

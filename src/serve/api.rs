@@ -545,10 +545,9 @@ async fn ask(
         )
     })?;
     let record = trace_record(&outcome.run_dir, &outcome.workspace, &id);
-    let answer = record
-        .as_ref()
-        .and_then(|r| r.get("answer").cloned())
-        .unwrap_or_else(|| last_output(&workflow, &outcome.state));
+    // The workflow's declared `answer = EXPR` (else its last role's output), as `rondo eval`
+    // scores it.
+    let answer = crate::eval::answer(&workflow, &outcome.state, &outcome.workspace);
     let steps = record
         .as_ref()
         .and_then(|r| r.get("steps").cloned())
@@ -562,21 +561,6 @@ async fn ask(
         "usage": outcome.state.totals,
     }))
     .into_response())
-}
-
-/// The output of the last role the run visited.
-fn last_output(workflow: &Checked, state: &crate::run::RunState) -> Value {
-    state
-        .path
-        .last()
-        .and_then(|name| {
-            workflow
-                .graph
-                .node_indices()
-                .find(|&n| &workflow.graph[n].name == name)
-        })
-        .and_then(|n| state.outputs.get(&n.index()).cloned())
-        .unwrap_or(Value::Null)
 }
 
 /// The record a workflow wrote for a run into a `<id>.jsonl` artifact (micro-agent's

@@ -9,6 +9,7 @@ mod apply;
 mod artifacts;
 pub mod clock;
 mod context;
+pub mod demos;
 pub mod durable;
 pub mod eval;
 pub mod events;
@@ -144,6 +145,8 @@ pub struct Interpreter<'w> {
     resumed: bool,
     /// Memory carried over between runs of a `--workspace` folder.
     durable: Option<durable::Durable>,
+    /// Each demos-taking llm role's demos (node index), read when the run starts.
+    demos: HashMap<usize, Value>,
 }
 
 enum Flow {

@@ -329,6 +329,7 @@ impl<'w> Interpreter<'w> {
                 known.join(", ")
             )));
         }
+        let demos = super::demos::load(workflow).map_err(StartError::Setup)?;
         let interrupted = Arc::new(AtomicBool::new(false));
         let interrupt = Arc::new(Notify::new());
         let redactor = redact::for_workflow(workflow);
@@ -357,6 +358,7 @@ impl<'w> Interpreter<'w> {
             spent: Default::default(),
             resumed: false,
             durable: super::durable::Durable::new(workflow, layout),
+            demos,
         })
     }
 

@@ -74,6 +74,8 @@ pub struct RunOptions {
     /// bounds and circuit breakers hold across them. Its scripted profiles must serve the
     /// script this run would load (see [`Interpreter::provider_pool`]).
     pub pool: Option<Arc<ProviderPool>>,
+    /// Run every role without its demos file (`rondo optimize`'s "before").
+    pub no_demos: bool,
 }
 
 impl Default for RunOptions {
@@ -92,6 +94,7 @@ impl Default for RunOptions {
             keep_env: false,
             unconfined_tools: false,
             pool: None,
+            no_demos: false,
         }
     }
 }

@@ -329,7 +329,11 @@ impl<'w> Interpreter<'w> {
                 known.join(", ")
             )));
         }
-        let demos = super::demos::load(workflow).map_err(StartError::Setup)?;
+        let demos = if options.no_demos {
+            HashMap::new()
+        } else {
+            super::demos::load(workflow).map_err(StartError::Setup)?
+        };
         let interrupted = Arc::new(AtomicBool::new(false));
         let interrupt = Arc::new(Notify::new());
         let redactor = redact::for_workflow(workflow);

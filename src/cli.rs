@@ -256,7 +256,7 @@ pub enum Command {
     },
     /// Bootstrap few-shot demos for an llm role from the cases of a training set that pass.
     #[command(
-        after_help = "Runs the dataset as `rondo eval` does, without demos (OUT/before); of the cases that passed, the role's first accepted reply with the run's inputs is a demo; a seeded choice keeps at most --max-demos; they are written to --out (default: the role's `demos` file) and the dataset runs again with them (OUT/after). docs/optimize.md has the details.\n\nExample:\n  rondo optimize tests/fixtures/run/optimize/qa.rondo --provider scripted \\\n    --dataset tests/fixtures/run/optimize/train.jsonl --role answer \\\n    --max-demos 2 --out /tmp/qa_demos.json --runs /tmp/qa-optimize"
+        after_help = "Runs the dataset as `rondo eval` does, without demos (OUT/before); of the cases that passed, the role's first accepted reply with the run's inputs is a demo; a seeded choice keeps at most --max-demos; they are written to --out (default: the role's `demos` file) and the dataset runs again with them (OUT/after). docs/optimize.md has the details.\n\nExample:\n  rondo optimize tests/fixtures/optimize/qa.rondo --provider scripted \\\n    --dataset tests/fixtures/optimize/train.jsonl --role answer \\\n    --max-demos 2 --out evals/qa_demos.json --runs evals/qa-optimize"
     )]
     Optimize {
         workflow: PathBuf,

@@ -953,6 +953,13 @@ fn cmd_optimize(
         let stamp = run::clock::rfc3339(run::clock::unix_ms()).replace(['-', ':', '.'], "");
         PathBuf::from("evals").join(format!("{stem}-optimize-{stamp}"))
     });
+    if out.join("before").exists() {
+        errln!(
+            "error: {} already holds an optimize run; give another --runs folder",
+            out.display()
+        );
+        return 2;
+    }
     let concurrency = args.concurrency.unwrap_or(DEFAULT_EVAL_CONCURRENCY).max(1);
     let workflow: &'static check::Checked = Box::leak(Box::new(workflow));
     let job = eval::Eval {

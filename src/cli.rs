@@ -254,6 +254,43 @@ pub enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Bootstrap few-shot demos for an llm role from the cases of a training set that pass.
+    #[command(
+        after_help = "Runs the dataset as `rondo eval` does, without demos (OUT/before); of the cases that passed, the role's first accepted reply with the run's inputs is a demo; a seeded choice keeps at most --max-demos; they are written to --out (default: the role's `demos` file) and the dataset runs again with them (OUT/after). docs/optimize.md has the details.\n\nExample:\n  rondo optimize tests/fixtures/optimize/qa.rondo --provider scripted \\\n    --dataset tests/fixtures/optimize/train.jsonl --role answer \\\n    --max-demos 2 --out evals/qa_demos.json --runs evals/qa-optimize"
+    )]
+    Optimize {
+        workflow: PathBuf,
+        /// The training cases: JSON Lines, as for `rondo eval`.
+        #[arg(long)]
+        dataset: PathBuf,
+        /// The llm role whose replies become demos.
+        #[arg(long)]
+        role: String,
+        /// Keep at most this many demos.
+        #[arg(long, default_value_t = 4)]
+        max_demos: usize,
+        /// Seed of the choice among the passing cases.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The demos file to write (default: the role's `demos` file).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The results folder of the two evals (default: evals/<workflow>-optimize-<time>).
+        #[arg(long)]
+        runs: Option<PathBuf>,
+        /// Use this provider profile for every llm role of every run.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Replies for the scripted provider (YAML), for every run.
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// Runs at a time.
+        #[arg(long, short = 'c')]
+        concurrency: Option<usize>,
+        /// No progress output.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Print the compiled workflow.
     #[command(
         after_help = "Example:\n  rondo dump workflows/iter.rondo --format json | jq '.routes | length'"
@@ -342,6 +379,7 @@ pub fn main_entry() -> i32 {
                 keep_env,
                 unconfined_tools,
                 pool: None,
+                no_demos: false,
             };
             cmd_run(&file, options)
         }
@@ -425,6 +463,31 @@ pub fn main_entry() -> i32 {
             };
             cmd_eval(args, resume, progress_mode(quiet))
         }
+        Command::Optimize {
+            workflow,
+            dataset,
+            role,
+            max_demos,
+            seed,
+            out,
+            runs,
+            provider,
+            script,
+            concurrency,
+            quiet,
+        } => cmd_optimize(
+            EvalArgs {
+                workflow: Some(workflow),
+                dataset: Some(dataset),
+                rubrics: None,
+                concurrency,
+                provider,
+                script,
+                out: runs,
+            },
+            (role, max_demos, seed, out),
+            progress_mode(quiet),
+        ),
     }
 }
 
@@ -845,6 +908,99 @@ fn absolute(path: &std::path::Path) -> PathBuf {
     })
 }
 
+fn cmd_optimize(
+    args: EvalArgs,
+    (role, max_demos, seed, demos_out): (String, usize, u64, Option<PathBuf>),
+    progress: progress::Mode,
+) -> i32 {
+    use crate::eval;
+    let (Some(path), Some(dataset)) = (args.workflow, args.dataset) else {
+        return 2;
+    };
+    let Ok(workflow) = compiled_or_report(&path) else {
+        return 2;
+    };
+    let llm = workflow.roles().find_map(|(i, r)| match &r.kind {
+        crate::compile::RoleKind::Llm(l) if workflow.node(i).name == role => Some(l),
+        _ => None,
+    });
+    let Some(llm) = llm else {
+        errln!("error: `{role}` is not an llm role of {}", path.display());
+        return 2;
+    };
+    let Some(demos) = demos_out.or_else(|| run::demos::path(&workflow, llm)) else {
+        errln!(
+            "error: role `{role}` takes no demos: give it `demos = \"opt/{role}_demos.json\"` or pass --out"
+        );
+        return 2;
+    };
+    let cases = match eval::dataset::read_dataset(&dataset, &workflow, &Default::default(), None) {
+        Ok(c) => c,
+        Err(p) => {
+            let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            err!(
+                "{}",
+                diagnostics::render_human(&p.file, &p.diagnostics.sorted(), color, 100)
+            );
+            return 2;
+        }
+    };
+    let out = args.out.unwrap_or_else(|| {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stamp = run::clock::rfc3339(run::clock::unix_ms()).replace(['-', ':', '.'], "");
+        PathBuf::from("evals").join(format!("{stem}-optimize-{stamp}"))
+    });
+    if out.join("before").exists() {
+        errln!(
+            "error: {} already holds an optimize run; give another --runs folder",
+            out.display()
+        );
+        return 2;
+    }
+    let concurrency = args.concurrency.unwrap_or(DEFAULT_EVAL_CONCURRENCY).max(1);
+    let workflow: &'static check::Checked = Box::leak(Box::new(workflow));
+    let job = eval::Eval {
+        workflow,
+        cases,
+        weights: eval::Rubrics::default().weights(),
+        setup: eval::Setup {
+            workflow: absolute(&path),
+            dataset: absolute(&dataset),
+            rubrics: None,
+            provider: args.provider,
+            script: args.script.as_deref().map(absolute),
+            concurrency,
+        },
+        out: out.clone(),
+        progress,
+        no_demos: true,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(concurrency.clamp(2, 128))
+        .enable_all()
+        .build();
+    let Ok(rt) = rt else {
+        errln!("error: cannot start the async runtime");
+        return 2;
+    };
+    match rt.block_on(eval::optimize::optimize(
+        job, &role, max_demos, seed, &demos,
+    )) {
+        Ok(outcome) => {
+            out!("{}", eval::optimize::render(&outcome));
+            errln!("demos: {}\nresults: {}", demos.display(), out.display());
+            0
+        }
+        Err(e) => {
+            errln!("error: {e}");
+            2
+        }
+    }
+}
+
 fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -> i32 {
     use crate::eval;
     let (setup, out) = match resume {
@@ -950,6 +1106,7 @@ fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -
         setup,
         out: out.clone(),
         progress,
+        no_demos: false,
     };
     // A run's checkpoints are synchronous writes with fsync on the runtime's threads: a
     // thread per run in flight keeps one run's fsync from stalling the others.

@@ -35,6 +35,7 @@ pub const PROMPT_ROOTS: &[&str] = &[
     "item",
     "last_error",
     "run_id",
+    "demos",
 ];
 
 /// Nesting (blocks, expressions, includes) past which a template is not walked further.
@@ -534,6 +535,19 @@ enum Global {
     Tools,
 }
 
+/// A role's few-shot demos: `[]` unless it names a demos file (`rondo optimize`).
+fn demos_type() -> Type {
+    Type::list(Type::object(vec![
+        (
+            "inputs",
+            Type::Map {
+                value: Box::new(Type::Any),
+            },
+        ),
+        ("reply", Type::Any),
+    ]))
+}
+
 /// What every role's templates see alike, built once per workflow.
 struct Shared {
     globals: BTreeMap<String, Global>,
@@ -584,6 +598,7 @@ impl Shared {
             ("last_error", Type::optional(Type::String)),
             ("run_id", Type::String),
             ("role", Type::String),
+            ("demos", demos_type()),
             ("__tera_context", Type::Any),
         ] {
             globals.insert(name.to_string(), Global::Plain(ty));
@@ -599,6 +614,7 @@ impl Shared {
         let mut inline_globals = globals.clone();
         inline_globals.remove("tools");
         inline_globals.remove("last_error");
+        inline_globals.remove("demos");
         let value_memory = workflow
             .memory
             .iter()

@@ -1,5 +1,6 @@
 //! Roles: names first (with exits), then bodies: llm and tool roles, their outputs and artifacts.
 
+use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 
 use petgraph::graph::NodeIndex;
@@ -421,6 +422,17 @@ impl Compiler<'_> {
         let retries = attrs.count("retries", diags).map_or(2, |x| x.0);
         let tools = attrs.ident_list("tools", diags);
         let max_reply = attrs.bytes("max_reply", diags).map(|x| x.0);
+        let demos = attrs.string("demos", diags).and_then(|(d, span)| {
+            if d.ends_with(".json") && !d.starts_with('/') {
+                return Some(PathBuf::from(d));
+            }
+            self.diags.push(
+                Diagnostic::error(Code::RoleBadDemos, "`demos` names a JSON file")
+                    .label(span, "not a relative path ending in `.json`")
+                    .help("e.g. `demos = \"opt/plan_demos.json\"`, relative to the workflow file"),
+            );
+            None
+        });
         // The header, compiled before role bodies, has set the default.
         let default_provider = provider.is_none();
         let provider = provider
@@ -466,6 +478,7 @@ impl Compiler<'_> {
             tools: self.tool_list(&tools),
             coerce,
             max_reply,
+            demos,
         }
     }
 
@@ -731,6 +744,7 @@ const LLM_KEYS: &[&str] = &[
     "coerce",
     "max_visits",
     "max_reply",
+    "demos",
 ];
 const TOOL_KEYS: &[&str] = &[
     "env",

@@ -329,6 +329,10 @@ pub struct LlmRole {
     /// The largest reply accepted, in bytes; a longer one is an invalid attempt.
     #[serde(default)]
     pub max_reply: Option<u64>,
+    /// Few-shot demos (`rondo optimize` writes them), relative to the workflow file;
+    /// a missing file is no demos.
+    #[serde(default)]
+    pub demos: Option<PathBuf>,
 }
 
 /// A reply longer than this is an invalid attempt unless the role says otherwise.

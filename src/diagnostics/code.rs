@@ -92,6 +92,7 @@ codes! {
     ProviderUnknownKind = "rondo::provider::unknown_kind",
     ProviderZeroLimit = "rondo::provider::zero_limit",
     RoleBadCall = "rondo::role::bad_call",
+    RoleBadDemos = "rondo::role::bad_demos",
     RoleBadMaxVisits = "rondo::role::bad_max_visits",
     RoleBadShow = "rondo::role::bad_show",
     RoleDuplicateOutput = "rondo::role::duplicate_output",

@@ -4,6 +4,7 @@
 //! `cases.jsonl` (one result a case) and `summary.json` (the metrics).
 
 pub mod dataset;
+pub mod optimize;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -350,6 +351,8 @@ pub struct Eval {
     pub setup: Setup,
     pub out: PathBuf,
     pub progress: progress::Mode,
+    /// Run without the roles' demos files (`rondo optimize`'s "before").
+    pub no_demos: bool,
 }
 
 /// The interrupters of the runs going on, and whether to start more.
@@ -442,6 +445,7 @@ impl Eval {
             provider: self.setup.provider.clone(),
             script: self.setup.script.clone(),
             progress: progress::Mode::Quiet,
+            no_demos: self.no_demos,
             ..RunOptions::default()
         };
         // One pool for every run: rate limits, concurrency bounds and circuit breakers

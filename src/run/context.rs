@@ -41,6 +41,8 @@ impl<'w> Interpreter<'w> {
         ctx.insert("tools", &tools);
         ctx.insert("step", &(state.step + 1));
         ctx.insert("last_error", &last_error);
+        let none = Value::Array(Vec::new());
+        ctx.insert("demos", self.demos.get(&node.index()).unwrap_or(&none));
         ctx
     }
 

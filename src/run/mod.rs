@@ -9,6 +9,7 @@ mod apply;
 mod artifacts;
 pub mod clock;
 mod context;
+pub mod demos;
 pub mod durable;
 pub mod eval;
 pub mod events;
@@ -73,6 +74,8 @@ pub struct RunOptions {
     /// bounds and circuit breakers hold across them. Its scripted profiles must serve the
     /// script this run would load (see [`Interpreter::provider_pool`]).
     pub pool: Option<Arc<ProviderPool>>,
+    /// Run every role without its demos file (`rondo optimize`'s "before").
+    pub no_demos: bool,
 }
 
 impl Default for RunOptions {
@@ -91,6 +94,7 @@ impl Default for RunOptions {
             keep_env: false,
             unconfined_tools: false,
             pool: None,
+            no_demos: false,
         }
     }
 }
@@ -144,6 +148,8 @@ pub struct Interpreter<'w> {
     resumed: bool,
     /// Memory carried over between runs of a `--workspace` folder.
     durable: Option<durable::Durable>,
+    /// Each demos-taking llm role's demos (node index), read when the run starts.
+    demos: HashMap<usize, Value>,
 }
 
 enum Flow {

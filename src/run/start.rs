@@ -329,6 +329,11 @@ impl<'w> Interpreter<'w> {
                 known.join(", ")
             )));
         }
+        let demos = if options.no_demos {
+            HashMap::new()
+        } else {
+            super::demos::load(workflow).map_err(StartError::Setup)?
+        };
         let interrupted = Arc::new(AtomicBool::new(false));
         let interrupt = Arc::new(Notify::new());
         let redactor = redact::for_workflow(workflow);
@@ -357,6 +362,7 @@ impl<'w> Interpreter<'w> {
             spent: Default::default(),
             resumed: false,
             durable: super::durable::Durable::new(workflow, layout),
+            demos,
         })
     }
 

@@ -1,0 +1,141 @@
+//! `rondo optimize`: bootstrap few-shot demos (DSPy's `BootstrapFewShot`). The training
+//! set runs as an eval without demos; of the cases that passed, the role's first accepted
+//! reply and the run's inputs are demos; a seeded choice keeps at most N; the set runs
+//! again with them.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::{Eval, RUNS_DIR, Report, Summary};
+use crate::run::events::Event;
+use crate::run::rundir;
+
+/// The demos the passing cases of `report` give, in dataset order: the run's inputs and
+/// `role`'s first accepted reply.
+pub fn candidates(report: &Report, out: &Path, role: &str) -> Vec<Value> {
+    report
+        .results
+        .iter()
+        .filter(|r| r.passed)
+        .filter_map(|r| {
+            let dir = out.join(RUNS_DIR).join(&r.run_id);
+            let info = rundir::read_info(&dir).ok()?;
+            let text = std::fs::read_to_string(dir.join("events.jsonl")).ok()?;
+            let reply = text.lines().find_map(|line| {
+                let value: Value = serde_json::from_str(line).ok()?;
+                match Event::from_line(&value)? {
+                    Event::LlmResponse(r) if r.call.role == role => Some(r.call.raw),
+                    _ => None,
+                }
+            })?;
+            Some(json!({"inputs": info.inputs, "reply": reply}))
+        })
+        .collect()
+}
+
+/// At most `max` of `items`, chosen by a seeded shuffle, kept in their first order: the
+/// same items and seed give the same choice on every machine.
+pub fn choose(items: Vec<Value>, max: usize, seed: u64) -> Vec<Value> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    let mut state = seed;
+    // Fisher-Yates with splitmix64: fixed, unlike a library's default generator.
+    for i in (1..order.len()).rev() {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        order.swap(i, (z % (i as u64 + 1)) as usize);
+    }
+    let mut kept: Vec<usize> = order.into_iter().take(max).collect();
+    kept.sort_unstable();
+    kept.into_iter().map(|i| items[i].clone()).collect()
+}
+
+/// Writes the demos as a JSON list, making the folders it needs.
+pub fn write(path: &Path, demos: &[Value]) -> Result<(), String> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    let text = serde_json::to_string_pretty(demos).unwrap_or_default() + "\n";
+    rundir::write_atomic(path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// What `rondo optimize` did.
+pub struct Outcome {
+    pub before: Report,
+    pub after: Report,
+    pub candidates: usize,
+    pub chosen: usize,
+}
+
+/// Runs the set without demos in `OUT/before`, writes the chosen demos to `demos`, and
+/// runs it again in `OUT/after` (which reads them when `demos` is the role's file).
+pub async fn optimize(
+    before: Eval,
+    role: &str,
+    max: usize,
+    seed: u64,
+    demos: &Path,
+) -> Result<Outcome, String> {
+    let out: PathBuf = before.out.clone();
+    let after = Eval {
+        workflow: before.workflow,
+        cases: before.cases.clone(),
+        weights: before.weights,
+        setup: before.setup.clone(),
+        out: out.join("after"),
+        progress: before.progress,
+        no_demos: false,
+    };
+    let before = Eval {
+        out: out.join("before"),
+        no_demos: true,
+        ..before
+    };
+    let before_out = before.out.clone();
+    let before = before.run().await?;
+    let found = candidates(&before, &before_out, role);
+    let candidates = found.len();
+    let chosen = choose(found, max, seed);
+    write(demos, &chosen)?;
+    let after = after.run().await?;
+    Ok(Outcome {
+        before,
+        after,
+        candidates,
+        chosen: chosen.len(),
+    })
+}
+
+/// The metrics before and after, side by side.
+pub fn render(outcome: &Outcome) -> String {
+    let rows = |s: &Summary| -> [(&'static str, String); 9] {
+        [
+            ("success_rate", format!("{:.4}", s.success_rate)),
+            ("contains_hit_rate", format!("{:.4}", s.contains_hit_rate)),
+            ("key_hit_rate", format!("{:.4}", s.key_hit_rate)),
+            ("avg_latency_sec", format!("{:.4}", s.avg_latency_sec)),
+            ("avg_lm_calls", format!("{:.4}", s.avg_lm_calls)),
+            ("avg_tool_calls", format!("{:.4}", s.avg_tool_calls)),
+            ("avg_steps", format!("{:.4}", s.avg_steps)),
+            ("avg_cost_usd", format!("{:.6}", s.avg_cost_usd)),
+            ("n", s.n.to_string()),
+        ]
+    };
+    let mut out = format!("{:<18} {:>12} {:>12}\n", "metric", "before", "after");
+    for ((name, b), (_, a)) in rows(&outcome.before.summary)
+        .into_iter()
+        .zip(rows(&outcome.after.summary))
+    {
+        out.push_str(&format!("{name:<18} {b:>12} {a:>12}\n"));
+    }
+    out.push_str(&format!(
+        "\n{} demos chosen of {} passing cases\n",
+        outcome.chosen, outcome.candidates
+    ));
+    out
+}

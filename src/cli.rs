@@ -978,13 +978,12 @@ fn cmd_optimize(
         progress,
         no_demos: true,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(concurrency.clamp(2, 128))
-        .enable_all()
-        .build();
-    let Ok(rt) = rt else {
-        errln!("error: cannot start the async runtime");
-        return 2;
+    let rt = match run::runtime_for_runs(concurrency) {
+        Ok(rt) => rt,
+        Err(e) => {
+            errln!("error: cannot start the async runtime: {e}");
+            return 2;
+        }
     };
     match rt.block_on(eval::optimize::optimize(
         job, &role, max_demos, seed, &demos,
@@ -1108,13 +1107,7 @@ fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -
         progress,
         no_demos: false,
     };
-    // A run's checkpoints are synchronous writes with fsync on the runtime's threads: a
-    // thread per run in flight keeps one run's fsync from stalling the others.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(job.setup.concurrency.clamp(2, 128))
-        .enable_all()
-        .build();
-    let rt = match rt {
+    let rt = match run::runtime_for_runs(job.setup.concurrency) {
         Ok(rt) => rt,
         Err(e) => {
             errln!("error: cannot start the async runtime: {e}");

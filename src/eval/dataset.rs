@@ -484,11 +484,7 @@ impl LineCtx<'_> {
                 ok = false;
                 continue;
             }
-            let text = match value {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            out.push((name.clone(), text));
+            out.push((name.clone(), crate::run::input_text(value)));
         }
         for input in &workflow.inputs {
             let required =

@@ -169,15 +169,9 @@ fn as_text(v: &Value) -> String {
 
 /// What the run's journal shows as observations: each tool call's result data (the
 /// result itself when it has no object data) and each parsed role output.
-fn observations(run_dir: &Path) -> Vec<Value> {
-    let Ok(text) = std::fs::read_to_string(run_dir.join("events.jsonl")) else {
-        return Vec::new();
-    };
+fn observations(journal: &[Value]) -> Vec<Value> {
     let mut out = Vec::new();
-    for line in text.lines() {
-        let Ok(event) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
+    for event in journal {
         match event.get("event").and_then(Value::as_str) {
             Some("tool_call") => {
                 let result = event.get("result").cloned().unwrap_or(Value::Null);
@@ -196,25 +190,20 @@ fn observations(run_dir: &Path) -> Vec<Value> {
 }
 
 /// The names of the tools a run called: its `used()` set and the tool results' names.
-fn tools_called(workflow: &Checked, state: &RunState, observations_dir: &Path) -> Vec<String> {
+fn tools_called(workflow: &Checked, state: &RunState, journal: &[Value]) -> Vec<String> {
     let mut names: Vec<String> = state
         .tools_used
         .iter()
         .filter_map(|&id| workflow.tools.get(id).map(|t| t.name().to_string()))
         .collect();
-    if let Ok(text) = std::fs::read_to_string(observations_dir.join("events.jsonl")) {
-        for line in text.lines() {
-            let Ok(event) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            if event.get("event").and_then(Value::as_str) == Some("tool_call")
-                && let Some(name) = event
-                    .get("result")
-                    .and_then(|r| r.get("tool_name"))
-                    .and_then(Value::as_str)
-            {
-                names.push(name.to_string());
-            }
+    for event in journal {
+        if event.get("event").and_then(Value::as_str) == Some("tool_call")
+            && let Some(name) = event
+                .get("result")
+                .and_then(|r| r.get("tool_name"))
+                .and_then(Value::as_str)
+        {
+            names.push(name.to_string());
         }
     }
     names.sort();
@@ -240,11 +229,13 @@ fn score(workflow: &Checked, case: &Case, weights: Weights, end: Ending<'_>) -> 
         }
         None => true,
     };
-    let observed = if case.expect.keys.is_empty() {
+    // Read once, and only when an expectation looks at it.
+    let journal = if case.expect.keys.is_empty() && case.expect.tools.is_empty() {
         Vec::new()
     } else {
-        observations(end.run_dir)
+        rundir::read_journal(end.run_dir).unwrap_or_default()
     };
+    let observed = observations(&journal);
     let mut key_hit = true;
     for key in &case.expect.keys {
         let hit = observed
@@ -258,11 +249,7 @@ fn score(workflow: &Checked, case: &Case, weights: Weights, end: Ending<'_>) -> 
             error: None,
         });
     }
-    let called = if case.expect.tools.is_empty() {
-        Vec::new()
-    } else {
-        tools_called(workflow, state, end.run_dir)
-    };
+    let called = tools_called(workflow, state, &journal);
     let mut tools_hit = true;
     for tool in &case.expect.tools {
         let hit = called.contains(tool);

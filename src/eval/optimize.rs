@@ -21,14 +21,13 @@ pub fn candidates(report: &Report, out: &Path, role: &str) -> Vec<Value> {
         .filter_map(|r| {
             let dir = out.join(RUNS_DIR).join(&r.run_id);
             let info = rundir::read_info(&dir).ok()?;
-            let text = std::fs::read_to_string(dir.join("events.jsonl")).ok()?;
-            let reply = text.lines().find_map(|line| {
-                let value: Value = serde_json::from_str(line).ok()?;
-                match Event::from_line(&value)? {
+            let journal = rundir::read_journal(&dir).ok()?;
+            let reply = journal
+                .iter()
+                .find_map(|value| match Event::from_line(value)? {
                     Event::LlmResponse(r) if r.call.role == role => Some(r.call.raw),
                     _ => None,
-                }
-            })?;
+                })?;
             Some(json!({"inputs": info.inputs, "reply": reply}))
         })
         .collect()

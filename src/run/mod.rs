@@ -78,6 +78,25 @@ pub struct RunOptions {
     pub no_demos: bool,
 }
 
+/// An input value as `--input` (and [`RunOptions::inputs`]) takes it: a string as written,
+/// anything else as its JSON text.
+pub fn input_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The runtime for up to `runs_at_once` runs in flight (a server, an eval). A run's
+/// checkpoints are synchronous writes with fsync on the thread that drives it: a thread per
+/// run in flight lets concurrent runs wait on the disk together, not in a line of cores.
+pub fn runtime_for_runs(runs_at_once: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(runs_at_once.clamp(2, 128))
+        .enable_all()
+        .build()
+}
+
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {

@@ -437,6 +437,16 @@ pub fn artifact_root(dir: &str, layout: &Layout) -> std::io::Result<rondo_worksp
     Ok(workspace)
 }
 
+/// A run's journal, one value per line. A line that is not JSON (the torn last line of a
+/// killed process) is left out.
+pub fn read_journal(dir: &Path) -> std::io::Result<Vec<Value>> {
+    let text = std::fs::read_to_string(dir.join(JOURNAL))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect())
+}
+
 pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
     let text = std::fs::read_to_string(dir.join("run.json"))
         .map_err(|e| format!("{} is not a run directory ({e})", dir.display()))?;

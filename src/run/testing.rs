@@ -20,13 +20,6 @@ impl TestReport {
     }
 }
 
-fn input_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
 pub async fn run_test(
     workflow: &Checked,
     case: &TestCase,
@@ -52,7 +45,7 @@ pub async fn run_test(
     let mut inputs: Vec<(String, String)> = case
         .inputs
         .iter()
-        .map(|(id, v)| (workflow.inputs[*id].name.clone(), input_text(v)))
+        .map(|(id, v)| (workflow.inputs[*id].name.clone(), super::input_text(v)))
         .collect();
     // A test writes nothing outside its run: a folder artifacts are written to is, when
     // relative, a folder of the test's workspace.

@@ -217,14 +217,6 @@ impl Server {
     }
 }
 
-/// An input value as `--input` takes it: strings as written, anything else as JSON.
-fn input_text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// Starts a run (its records exist when this returns) and queues it for a permit. With
 /// `done`, the run's outcome is sent there when it ends.
 async fn launch(
@@ -264,7 +256,7 @@ async fn launch(
         runs_root: server.runs_root.clone(),
         inputs: inputs
             .iter()
-            .map(|(k, v)| (k.clone(), input_text(v)))
+            .map(|(k, v)| (k.clone(), crate::run::input_text(v)))
             .collect(),
         provider,
         progress: progress::Mode::Quiet,
@@ -567,11 +559,10 @@ async fn ask(
 /// `traces/<id>.jsonl`): the last line of the last such file the journal names.
 fn trace_record(run_dir: &std::path::Path, workspace: &std::path::Path, id: &str) -> Option<Value> {
     let name = format!("{id}.jsonl");
-    let journal = std::fs::read_to_string(run_dir.join("events.jsonl")).ok()?;
-    let (folder, file) = journal
-        .lines()
+    let (folder, file) = rundir::read_journal(run_dir)
+        .ok()?
+        .into_iter()
         .rev()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["event"] == "artifact")
         .filter_map(|e| {
             let file = e["file"].as_str()?.to_string();

@@ -122,11 +122,7 @@ pub fn serve(workflows: Vec<(PathBuf, Checked)>, options: ServeOptions) -> i32 {
         say!("error: cannot create {}: {e}", options.runs_root.display());
         return 2;
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(options.concurrency.clamp(2, 256))
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::run::runtime_for_runs(options.concurrency) {
         Ok(r) => r,
         Err(e) => {
             say!("error: cannot start the async runtime: {e}");

@@ -578,95 +578,17 @@ fn output_that_cannot_be_written_is_an_error() {
 
 // ---------- the examples of `rondo run --help` and the README, run as written ----------
 
-/// Hosted providers' key variables: an example must not need one.
-const KEY_VARS: &[&str] = &[
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GEMINI_API_KEY",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_BASE_URL",
-    "OLLAMA_HOST",
-];
-
-/// A fresh folder holding what the examples read from the repository root (workflows with
-/// their prompts, tools and config), so examples that write runs leave the checkout alone.
-fn repo_copy() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for sub in ["workflows", "prompts", "tools", "config"] {
-        let status = std::process::Command::new("cp")
-            .arg("-R")
-            .arg(root.join(sub))
-            .arg(dir.path())
-            .status()
-            .expect("cp");
-        assert!(status.success(), "copying {sub}");
-    }
-    dir
-}
-
-/// Runs one example line with `sh` in `dir`, `rondo` being the binary under test (and
-/// `cargo run --release --` the same command, as the README's set-up spells it).
-fn run_example(dir: &Path, line: &str) -> Output {
-    let line = line.replace("cargo run --release -- ", "rondo ");
-    let bin = Path::new(env!("CARGO_BIN_EXE_rondo"))
-        .parent()
-        .expect("bin dir");
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut cmd = std::process::Command::new("sh");
-    cmd.arg("-c").arg(&line).current_dir(dir).env("PATH", path);
-    for var in KEY_VARS {
-        cmd.env_remove(var);
-    }
-    cmd.output().expect("sh")
-}
-
-fn assert_example_ran(line: &str, output: &Output) {
-    assert!(
-        output.status.success(),
-        "`{line}` exited {:?}:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// Every line of `rondo run --help`'s examples, in order, in one copy of the repository:
 /// the replay example replays the run the first one made.
 #[test]
 fn run_help_examples_work_as_written() {
-    let help = run(&["run", "--help"]);
-    let text = String::from_utf8_lossy(&help.stdout).into_owned();
-    // One command a line, or several joined by a trailing `\` as a shell joins them.
-    let mut examples: Vec<String> = Vec::new();
-    let mut continued = false;
-    for line in text
-        .split("Examples:\n")
-        .nth(1)
-        .expect("an Examples section")
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-    {
-        // Longer lines would wrap on an 80-column terminal, and a wrapped line is no command.
-        assert!(line.len() <= 80, "`{line}` is longer than 80 columns");
-        match examples.last_mut() {
-            Some(last) if continued => last.push_str(line.trim()),
-            _ => examples.push(line.trim().to_string()),
-        }
-        continued = line.ends_with('\\');
-        if let Some(last) = examples.last_mut() {
-            *last = last.trim_end_matches('\\').to_string();
-        }
-    }
-    assert!(examples.len() >= 3, "{text}");
-    let dir = repo_copy();
+    let examples = common::help_examples("run");
+    assert!(examples.len() >= 3, "{examples:?}");
+    let dir = common::repo_copy();
     for line in &examples {
         assert!(line.starts_with("rondo run "), "{line}");
-        let output = run_example(dir.path(), line);
-        assert_example_ran(line, &output);
+        let output = common::run_example(dir.path(), line);
+        common::assert_example_ran(line, &output);
     }
 }
 
@@ -687,9 +609,9 @@ fn readme_run_examples_work_as_written() {
         {
             continue;
         }
-        let dir = repo_copy();
-        let output = run_example(dir.path(), line);
-        assert_example_ran(line, &output);
+        let dir = common::repo_copy();
+        let output = common::run_example(dir.path(), line);
+        common::assert_example_ran(line, &output);
         ran += 1;
     }
     assert!(ran >= 3, "the README's run examples were not found");
@@ -715,12 +637,12 @@ fn every_reference_workflow_runs_its_demo_with_the_scripted_provider() {
             workflow.script.is_some(),
             "{name} declares no default reply set"
         );
-        let dir = repo_copy();
+        let dir = common::repo_copy();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
         cmd.current_dir(dir.path())
             .args(["run", "-q", "--provider", "scripted"])
             .arg(&path);
-        for var in KEY_VARS {
+        for var in common::KEY_VARS {
             cmd.env_remove(var);
         }
         for input in workflow

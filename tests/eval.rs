@@ -488,26 +488,9 @@ fn resume_runs_only_the_cases_without_a_result() {
     assert_eq!(json(res.join("summary.json"))["n"], 3);
 }
 
-/// A copy of what the reference workflows read, so their runs and traces stay out of the
-/// checkout.
-fn repo_copy() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for sub in ["workflows", "prompts", "tools", "config"] {
-        let status = std::process::Command::new("cp")
-            .arg("-R")
-            .arg(root.join(sub))
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    dir
-}
-
 #[test]
 fn micro_agent_is_evaluated_on_its_dataset_with_its_rubrics() {
-    let dir = repo_copy();
+    let dir = common::repo_copy();
     let out = eval(
         dir.path(),
         &[
@@ -544,7 +527,7 @@ fn micro_agent_is_evaluated_on_its_dataset_with_its_rubrics() {
 
 #[test]
 fn ds_star_is_evaluated_by_the_output_of_its_last_role() {
-    let dir = repo_copy();
+    let dir = common::repo_copy();
     let out = eval(
         dir.path(),
         &[
@@ -566,43 +549,12 @@ fn ds_star_is_evaluated_by_the_output_of_its_last_role() {
 
 #[test]
 fn eval_help_examples_work_as_written() {
-    let help = common::rondo(&["eval", "--help"]);
-    let text = String::from_utf8_lossy(&help.stdout).into_owned();
-    let mut examples: Vec<String> = Vec::new();
-    let mut continued = false;
-    for line in text
-        .split("Examples:\n")
-        .nth(1)
-        .expect("an Examples section")
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-    {
-        assert!(line.len() <= 80, "`{line}` is longer than 80 columns");
-        match examples.last_mut() {
-            Some(last) if continued => last.push_str(line.trim()),
-            _ => examples.push(line.trim().to_string()),
-        }
-        continued = line.ends_with('\\');
-        if let Some(last) = examples.last_mut() {
-            *last = last.trim_end_matches('\\').to_string();
-        }
-    }
-    assert!(examples.len() >= 3, "{text}");
-    let dir = repo_copy();
-    let bin = Path::new(env!("CARGO_BIN_EXE_rondo")).parent().unwrap();
+    let examples = common::help_examples("eval");
+    assert!(examples.len() >= 3, "{examples:?}");
+    let dir = common::repo_copy();
     for line in &examples {
         assert!(line.starts_with("rondo eval "), "{line}");
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(line)
-            .current_dir(dir.path())
-            .env(
-                "PATH",
-                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-            )
-            .env_remove("OPENAI_API_KEY")
-            .output()
-            .unwrap();
+        let out = common::run_example(dir.path(), line);
         assert!(out.status.success(), "`{line}`: {}", stderr(&out));
     }
 }

@@ -210,3 +210,87 @@ pub fn go_ready() -> bool {
     }
     ok
 }
+
+/// Hosted providers' key variables: an example must not need one.
+pub const KEY_VARS: &[&str] = &[
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    "OLLAMA_HOST",
+];
+
+/// A fresh folder holding what the examples read from the repository root (workflows with
+/// their prompts, tools and config), so examples that write runs leave the checkout alone.
+pub fn repo_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for sub in ["workflows", "prompts", "tools", "config"] {
+        let status = std::process::Command::new("cp")
+            .arg("-R")
+            .arg(root.join(sub))
+            .arg(dir.path())
+            .status()
+            .expect("cp");
+        assert!(status.success(), "copying {sub}");
+    }
+    dir
+}
+
+/// Runs one example line with `sh` in `dir`, `rondo` being the binary under test (and
+/// `cargo run --release --` the same command, as the README's set-up spells it).
+pub fn run_example(dir: &Path, line: &str) -> std::process::Output {
+    let line = line.replace("cargo run --release -- ", "rondo ");
+    let bin = Path::new(env!("CARGO_BIN_EXE_rondo"))
+        .parent()
+        .expect("bin dir");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg(&line).current_dir(dir).env("PATH", path);
+    for var in KEY_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.output().expect("sh")
+}
+
+pub fn assert_example_ran(line: &str, output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "`{line}` exited {:?}:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The commands of `rondo COMMAND --help`'s examples: one a line, or several lines joined
+/// by a trailing `\` as a shell joins them.
+pub fn help_examples(command: &str) -> Vec<String> {
+    let help = rondo(&[command, "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout).into_owned();
+    let mut examples: Vec<String> = Vec::new();
+    let mut continued = false;
+    for line in text
+        .split("Examples:\n")
+        .nth(1)
+        .expect("an Examples section")
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+    {
+        // Longer lines would wrap on an 80-column terminal, and a wrapped line is no command.
+        assert!(line.len() <= 80, "`{line}` is longer than 80 columns");
+        match examples.last_mut() {
+            Some(last) if continued => last.push_str(line.trim()),
+            _ => examples.push(line.trim().to_string()),
+        }
+        continued = line.ends_with('\\');
+        if let Some(last) = examples.last_mut() {
+            *last = last.trim_end_matches('\\').to_string();
+        }
+    }
+    examples
+}

@@ -64,12 +64,16 @@ impl Follow {
                     .map(BufReader::new);
             }
             if let Some(reader) = &mut self.reader {
-                let mut chunk = Vec::new();
-                let read = reader.read_until(b'\n', &mut chunk).await.unwrap_or(0);
-                if read > 0 {
-                    self.partial.extend_from_slice(&chunk);
-                    self.partial.truncate(MAX_LINE);
-                    if self.partial.ends_with(b"\n") {
+                // Read by buffer, never a whole line at once: a line is kept up to
+                // MAX_LINE and the rest of it is skipped, not held.
+                let buf = reader.fill_buf().await.unwrap_or(&[]);
+                if !buf.is_empty() {
+                    let newline = buf.iter().position(|&b| b == b'\n');
+                    let take = newline.map_or(buf.len(), |i| i + 1);
+                    let room = MAX_LINE.saturating_sub(self.partial.len());
+                    self.partial.extend_from_slice(&buf[..take.min(room)]);
+                    reader.consume(take);
+                    if newline.is_some() {
                         let line = String::from_utf8_lossy(&self.partial)
                             .trim_end()
                             .to_string();

@@ -611,6 +611,7 @@ pub enum Func {
     Lower,
     Now,
     If,
+    All,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

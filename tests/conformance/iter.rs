@@ -586,6 +586,39 @@ fn summary_md_existing_is_a_completion_indicator() {
     assert!(ran.has("summary.md"));
 }
 
+/// A step the validator keeps rejecting ends `rejected` (code 6) once `max_rejections` is
+/// reached, and summary.md is still written: it says why the run gave up.
+#[test]
+fn a_step_rejected_every_time_ends_rejected_after_the_summary() {
+    if !needs_go() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ran = Iter::new()
+        .input("max_rejections", "2")
+        .reply(
+            "validator",
+            &[verdict(
+                "reject",
+                json!({"R1": false, "R2": true}),
+                true,
+                true,
+                true,
+                "REJECT: R1 untraced",
+            )],
+        )
+        .run(tmp.path());
+    assert_eq!(ran.exit(), "rejected", "{}", ran.describe());
+    assert_eq!(ran.code(), Some(6));
+    assert_eq!(ran.count("worker"), 2, "{}", ran.describe());
+    assert_eq!(ran.path().last().map(String::as_str), Some("summarizer"));
+    assert!(ran.has("summary.md"));
+    let prompt = &ran.prompts("summarizer")[0];
+    assert!(prompt.contains("a step was rejected 2 times"), "{prompt}");
+    assert!(prompt.contains("reason: REJECT: R1 untraced"), "{prompt}");
+    assert!(!ran.has("final_validation.md"));
+}
+
 // ---- Architect Agent: steps and their dependencies ---------------------------------------------
 
 /// A plan whose dependencies cannot be followed (on a later step, on an unknown step) or that

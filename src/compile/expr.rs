@@ -43,6 +43,7 @@ const FUNCTIONS: &[(&str, Func, usize)] = &[
     ("now", Func::Now, 0),
     ("if", Func::If, 3),
     ("all", Func::All, 1),
+    ("without", Func::Without, 2),
 ];
 
 impl Compiler<'_> {
@@ -840,6 +841,19 @@ impl Compiler<'_> {
                 }
                 Type::Bool
             }
+            Func::Without => {
+                let list = typed[0].1.strip_optional().clone();
+                if !matches!(list, Type::List { .. } | Type::Any) {
+                    bad(self, 0, "a list");
+                }
+                if !matches!(
+                    typed[1].1.strip_optional(),
+                    Type::List { .. } | Type::Map { .. } | Type::Object { .. } | Type::Any
+                ) {
+                    bad(self, 1, "a list or map to look in");
+                }
+                list
+            }
             Func::If => {
                 if !typed[0].1.is_bool() {
                     bad(self, 0, "a condition (true or false)");
@@ -915,6 +929,7 @@ fn example_call(func: Func) -> &'static str {
         Func::Now => "`now()`",
         Func::If => "`if(executor.ok, \"done\", \"failed\")`",
         Func::All => "`all(validator.requirement_status)`",
+        Func::Without => "`len(without(step.requirements, validator.requirement_status)) == 0`",
     }
 }
 

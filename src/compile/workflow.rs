@@ -612,6 +612,7 @@ pub enum Func {
     Now,
     If,
     All,
+    Without,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -268,6 +268,20 @@ impl Env<'_> {
                 Value::Object(o) => o.values().all(|v| v == &Value::Bool(true)),
                 _ => false,
             }),
+            Func::Without => {
+                let (items, other) = (arg(0)?, arg(1)?);
+                let present = |x: &Value| match &other {
+                    Value::Array(a) => a.iter().any(|y| equal(x, y)),
+                    Value::Object(o) => x.as_str().is_some_and(|k| o.contains_key(k)),
+                    _ => false,
+                };
+                match items {
+                    Value::Array(a) => {
+                        Value::Array(a.into_iter().filter(|x| !present(x)).collect())
+                    }
+                    _ => Value::Array(Vec::new()),
+                }
+            }
             // Only the branch taken is evaluated.
             Func::If => {
                 if arg(0)?.as_bool().unwrap_or(false) {

@@ -317,6 +317,17 @@ fn a_pass_with_any_field_short_of_a_pass_goes_back_to_the_worker() {
             verdict("pass", json!({}), true, true, true, "claimed pass"),
         ),
         (
+            "a requirement of the step not traced",
+            verdict(
+                "pass",
+                json!({"R1": true}),
+                true,
+                true,
+                true,
+                "claimed pass",
+            ),
+        ),
+        (
             "cleanup not verified",
             verdict(
                 "pass",

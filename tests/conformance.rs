@@ -7,5 +7,7 @@ mod common;
 mod catmaster;
 #[path = "conformance/ds_star.rs"]
 mod ds_star;
+#[path = "conformance/iter.rs"]
+mod iter;
 #[path = "conformance/micro_agent.rs"]
 mod micro_agent;

@@ -42,6 +42,8 @@ const FUNCTIONS: &[(&str, Func, usize)] = &[
     ("lower", Func::Lower, 1),
     ("now", Func::Now, 0),
     ("if", Func::If, 3),
+    ("all", Func::All, 1),
+    ("without", Func::Without, 2),
 ];
 
 impl Compiler<'_> {
@@ -827,6 +829,31 @@ impl Compiler<'_> {
             }
             Func::Json | Func::Now => Type::String,
             Func::Visits | Func::Used => Type::Int,
+            Func::All => {
+                let items = match typed[0].1.strip_optional() {
+                    Type::List { item } => Some((**item).clone()),
+                    Type::Map { value } => Some((**value).clone()),
+                    Type::Any => Some(Type::Any),
+                    _ => None,
+                };
+                if !items.is_some_and(|t| t.is_bool()) {
+                    bad(self, 0, "a list or map of true/false values");
+                }
+                Type::Bool
+            }
+            Func::Without => {
+                let list = typed[0].1.strip_optional().clone();
+                if !matches!(list, Type::List { .. } | Type::Any) {
+                    bad(self, 0, "a list");
+                }
+                if !matches!(
+                    typed[1].1.strip_optional(),
+                    Type::List { .. } | Type::Map { .. } | Type::Object { .. } | Type::Any
+                ) {
+                    bad(self, 1, "a list or map to look in");
+                }
+                list
+            }
             Func::If => {
                 if !typed[0].1.is_bool() {
                     bad(self, 0, "a condition (true or false)");
@@ -901,6 +928,8 @@ fn example_call(func: Func) -> &'static str {
         Func::Lower => "`lower(input.question)`",
         Func::Now => "`now()`",
         Func::If => "`if(executor.ok, \"done\", \"failed\")`",
+        Func::All => "`all(validator.requirement_status)`",
+        Func::Without => "`len(without(step.requirements, validator.requirement_status)) == 0`",
     }
 }
 

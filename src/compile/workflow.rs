@@ -611,6 +611,8 @@ pub enum Func {
     Lower,
     Now,
     If,
+    All,
+    Without,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

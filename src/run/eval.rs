@@ -262,6 +262,26 @@ impl Env<'_> {
             Func::Json => Value::String(serde_json::to_string(&arg(0)?).unwrap_or_default()),
             Func::Lower => Value::String(arg(0)?.as_str().unwrap_or("").to_lowercase()),
             Func::Now => Value::String(super::clock::now_rfc3339()),
+            // A missing value proves nothing: `all(null)` is false, `all([])` true.
+            Func::All => Value::Bool(match arg(0)? {
+                Value::Array(a) => a.iter().all(|v| v == &Value::Bool(true)),
+                Value::Object(o) => o.values().all(|v| v == &Value::Bool(true)),
+                _ => false,
+            }),
+            Func::Without => {
+                let (items, other) = (arg(0)?, arg(1)?);
+                let present = |x: &Value| match &other {
+                    Value::Array(a) => a.iter().any(|y| equal(x, y)),
+                    Value::Object(o) => x.as_str().is_some_and(|k| o.contains_key(k)),
+                    _ => false,
+                };
+                match items {
+                    Value::Array(a) => {
+                        Value::Array(a.into_iter().filter(|x| !present(x)).collect())
+                    }
+                    _ => Value::Array(Vec::new()),
+                }
+            }
             // Only the branch taken is evaluated.
             Func::If => {
                 if arg(0)?.as_bool().unwrap_or(false) {

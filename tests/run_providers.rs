@@ -2461,3 +2461,63 @@ async fn a_resumed_native_run_sends_the_checkpointed_conversation() {
     assert_eq!(native_chat(&case, "r1").len(), 7);
     assert_eq!(case.artifact("r1", "answer.txt"), "Oslo");
 }
+
+/// A role that does not take native tool calls (`mode = json`, the default) is never
+/// answered by a reply that holds only tool calls: each is an invalid attempt, and when
+/// the retries are used up the run stops resumably instead of taking empty text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_with_only_tool_calls_is_not_an_empty_answer() {
+    let secret = Secret::new();
+    let srv = server(Kind::OpenAi, &secret, (10, 5)).await;
+    let only_calls = json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
+        "model": Kind::OpenAi.model(),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": null,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "lookup", "arguments": "{\"city\":\"Oslo\"}"}}]},
+            "logprobs": null, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    })
+    .to_string();
+    srv.always(Some(Reply::status(200, &only_calls)));
+    let block = provider_for("main", &srv, &secret, "");
+    let case = Case::one(secret, &block);
+    let out = case.run("r1", &[]).await;
+    srv.assert_valid();
+    assert_failed_resumable(&case, "r1", &out);
+    // The default two retries: three attempts, each refused with the reason.
+    assert_eq!(srv.count(), 3);
+    assert!(
+        out.stderr.contains("holds only tool calls (lookup)"),
+        "{}",
+        out.stderr
+    );
+    let refused = case.events_of("r1", "invalid_output");
+    assert_eq!(refused.len(), 3, "{refused:#?}");
+    assert!(
+        !case.run_dir("r1").join("workspace/answer.txt").exists(),
+        "no answer was written"
+    );
+}
+
+/// `rondo test` covers native mode: the scripted provider answers a role that offers tools
+/// with the tool calls its reply lists (tests/fixtures/native/agent.rondo).
+#[test]
+fn rondo_test_runs_native_tool_calls_from_scripted_replies() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/native/agent.rondo");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(tmp.path())
+        .env("NO_COLOR", "1")
+        .arg("test")
+        .arg(&fixture)
+        .output()
+        .expect("run rondo test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed, 0 failed"), "{text}");
+}

@@ -226,12 +226,15 @@ fn conversation_turns(kind: &RoleKind, run: &RoleRun) -> Option<(usize, Vec<Mess
                         Value::String(s) => s.clone(),
                         other => other.to_string(),
                     };
+                    let error = r["observation"]["error"]
+                        .as_str()
+                        .map_or(observation.clone(), str::to_string);
                     let content = match (r["ok"].as_bool(), r["error_kind"].as_str()) {
                         (Some(true), _) => observation,
                         (_, Some("validation" | "unknown_tool")) => {
-                            format!("⛔️validation_error: {observation}")
+                            format!("⛔️validation_error: {error}")
                         }
-                        (_, kind) => format!("error ({}): {observation}", kind.unwrap_or("tool")),
+                        (_, kind) => format!("error ({}): {error}", kind.unwrap_or("tool")),
                     };
                     Message::tool_result(r["id"].as_str().unwrap_or_default(), content)
                 })

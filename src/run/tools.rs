@@ -557,7 +557,7 @@ pub(super) async fn run_tool_role(
 /// Runs every call of a native reply at once, each checked against its tool's `input`
 /// first: `{ok, results: [{id, tool, args, ok, error_kind, observation}]}` in the calls'
 /// order. A call that cannot run (unknown tool, bad arguments, past the per-turn bound) is a
-/// result with its reason, never a failed step.
+/// result with its reason (`observation: {tool, error}`), never a failed step.
 async fn run_calls(
     workflow: &Workflow,
     environment: &dyn Environment,
@@ -567,7 +567,16 @@ async fn run_calls(
     step_id: &str,
 ) -> Result<Value, StepError> {
     let calls: &[Value] = calls.as_array().map_or(&[], Vec::as_slice);
-    let refused = |id: &Value, tool: &str, args: &Value, kind: &str, why: String| json!({"id": id, "tool": tool, "args": args, "ok": false, "error_kind": kind, "observation": why});
+    // A refused call is recorded as the reference records one: a `⛔️validation_error`
+    // step whose observation names the tool and why.
+    let refused = |id: &Value, tool: &str, args: &Value, kind: &str, why: String| {
+        let name = match kind {
+            "validation" | "unknown_tool" => "⛔️validation_error",
+            _ => tool,
+        };
+        json!({"id": id, "tool": name, "args": args, "ok": false, "error_kind": kind,
+            "observation": {"tool": tool, "error": why}})
+    };
     let runs = calls.iter().enumerate().map(|(i, call)| async move {
         let id = call.get("id").cloned().unwrap_or(Value::Null);
         let chosen = call.get("tool").and_then(Value::as_str).unwrap_or("");

@@ -2501,16 +2501,18 @@ async fn a_reply_with_only_tool_calls_is_not_an_empty_answer() {
 }
 
 /// `rondo test` covers native mode: the scripted provider answers a role that offers tools
-/// with the tool calls its reply lists (tests/fixtures/native/agent.rondo).
+/// with the tool calls its reply lists (tests/fixtures/native/agent.rondo), and a model that
+/// calls tools forever fills its conversation's bound and stops at `limit` (bounded.rondo).
 #[test]
 fn rondo_test_runs_native_tool_calls_from_scripted_replies() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/native/agent.rondo");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/native");
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
         .current_dir(tmp.path())
         .env("NO_COLOR", "1")
         .arg("test")
-        .arg(&fixture)
+        .arg(fixtures.join("agent.rondo"))
+        .arg(fixtures.join("bounded.rondo"))
         .output()
         .expect("run rondo test");
     let text = format!(
@@ -2519,5 +2521,5 @@ fn rondo_test_runs_native_tool_calls_from_scripted_replies() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("1 passed, 0 failed"), "{text}");
+    assert!(text.contains("2 passed, 0 failed"), "{text}");
 }

@@ -31,6 +31,15 @@ impl<'w> Interpreter<'w> {
         if let Some(prompt) = &mut run.prompt {
             *prompt = self.redactor.redact(prompt).into_owned();
         }
+        // The role's turns go into its conversation first: past its bounds the step is not
+        // applied at all, and the run ends at `limit`.
+        let invalid = eval::is_json_llm(workflow, node) && eval::is_invalid_record(&run.output);
+        if !invalid && let Some((memory_id, turns)) = conversation_turns(&role.kind, &run) {
+            let slot = &workflow.memory[memory_id];
+            memory::extend_conversation(&slot.kind, &mut state.memory[memory_id], turns).map_err(
+                |e| StepError::Limit(format!("role `{name}`: conversation `{}`: {e}", slot.name)),
+            )?;
+        }
         state.visits[node.index()] += 1;
         state.step += 1;
         state.path.push(name.clone());
@@ -44,10 +53,6 @@ impl<'w> Interpreter<'w> {
             &state.totals,
             self.started,
         );
-        let invalid = eval::is_json_llm(workflow, node) && eval::is_invalid_record(&run.output);
-        let turns = (!invalid)
-            .then(|| conversation_turns(&role.kind, &run))
-            .flatten();
         if self.wants_events() {
             self.event(Event::RoleStart {
                 role: name.clone(),
@@ -108,12 +113,6 @@ impl<'w> Interpreter<'w> {
             RoleKind::Builtin => {}
         }
         state.outputs.insert(node.index(), run.output.clone());
-        if let Some((memory_id, turns)) = turns {
-            let slot = &workflow.memory[memory_id];
-            memory::extend_conversation(&slot.kind, &mut state.memory[memory_id], turns).map_err(
-                |e| StepError::Limit(format!("role `{name}`: conversation `{}`: {e}", slot.name)),
-            )?;
-        }
         // An invalid outcome is only routed: the role's updates and artifacts expect a valid output.
         let (updates, artifacts): (&[Update], &[crate::compile::Artifact]) = if invalid {
             (&[], &[])

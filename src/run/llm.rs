@@ -75,7 +75,11 @@ impl<'w> Interpreter<'w> {
             if let Some(id) = llm.conversation
                 && let Some(super::memory::MemoryValue::Conversation(chat)) = state.memory.get(id)
             {
-                messages.extend(chat.iter().cloned());
+                // Tool results and updates may have brought a key in since it was stored.
+                messages.extend(chat.iter().map(|m| Message {
+                    content: self.redactor.redact(&m.content).into_owned(),
+                    ..m.clone()
+                }));
             }
             let prompt = match &llm.prompt {
                 Some(template) => {

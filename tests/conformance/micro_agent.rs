@@ -841,6 +841,9 @@ fn a_user_with_only_ollama_runs_it_with_ollama_host_and_ollama_model() {
         assert_eq!(path, "/api/chat");
         assert_eq!(body["model"], "qwen2.5:0.5b");
         assert_eq!(body["stream"], false);
+        // The JSON decision loop: the tools are described in the prompt, not offered natively.
+        assert!(body.get("tools").is_none(), "{body}");
+        assert!(body["format"].is_object(), "the decision's schema: {body}");
     }
     let responses = of_kind(&asked.events(), "llm_response");
     assert!(responses.iter().all(|r| r["profile"] == "ollama"));

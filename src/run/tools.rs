@@ -386,10 +386,7 @@ pub(super) async fn run_tool_role(
             .env(state, Some(node), None, item)
             .eval(calls)
             .map_err(|e| StepError::Failed(format!("role `{name}`: `calls`: {e}")))?;
-        let step_id = match branch {
-            Some(b) => format!("{}-{}.{b}", state.run_id, state.step + 1),
-            None => format!("{}-{}", state.run_id, state.step + 1),
-        };
+        let step_id = step_id(state, branch);
         let output = run_calls(
             workflow,
             environment.as_ref(),
@@ -503,12 +500,9 @@ pub(super) async fn run_tool_role(
         .or_else(|| tool_id.and_then(|t| workflow.tools[t].spec.timeout))
         .unwrap_or(Duration::from_secs(300));
     request.timeout = Some(timeout);
-    // The same for a step run again after a crash: a tool can make itself idempotent.
-    let step_id = match branch {
-        Some(b) => format!("{}-{}.{b}", state.run_id, state.step + 1),
-        None => format!("{}-{}", state.run_id, state.step + 1),
-    };
-    request.env.insert("RONDO_STEP_ID".into(), step_id);
+    request
+        .env
+        .insert("RONDO_STEP_ID".into(), step_id(state, branch));
     request.max_output = role
         .max_output
         .or_else(|| tool_id.and_then(|t| workflow.tools[t].spec.max_output))
@@ -552,6 +546,15 @@ pub(super) async fn run_tool_role(
         prompt: None,
         record: None,
     })
+}
+
+/// `RONDO_STEP_ID`: the same for a step run again after a crash, so a tool can make itself
+/// idempotent (a native reply's calls add `.call<n>`).
+fn step_id(state: &RunState, branch: Option<usize>) -> String {
+    match branch {
+        Some(b) => format!("{}-{}.{b}", state.run_id, state.step + 1),
+        None => format!("{}-{}", state.run_id, state.step + 1),
+    }
 }
 
 /// Runs every call of a native reply at once, each checked against its tool's `input`

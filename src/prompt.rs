@@ -98,7 +98,7 @@ impl Prompts {
                 names.extend(
                     l.system
                         .iter()
-                        .chain(std::iter::once(&l.prompt))
+                        .chain(l.prompt.iter())
                         .map(|p| p.to_string_lossy().replace('\\', "/"))
                         .filter(|n| !n.is_empty()),
                 );

@@ -880,3 +880,75 @@ fn inputs_from_secret_looking_variables_are_refused_by_whole_parts() {
         assert_eq!(common::codes(&diags), ["rondo::input::secret_env"], "{var}");
     }
 }
+
+/// A conversation reads as its typed message list, changes only through its operations, and
+/// a native loop is proven bounded like any other: the agent's worst case is its bound.
+#[test]
+fn a_conversation_is_typed_and_a_native_loop_is_bounded() {
+    let native = |extra: &str| {
+        format!(
+            r#"workflow chat {{
+  prompts = "_support/prompts"
+  input question: string
+}}
+memory {{
+  chat: conversation
+}}
+tool calc {{
+  executable = "python3 calc.py"
+  input {{ expression: string }}
+}}
+role begin: builtin {{
+  update {{ chat.system("Be brief.")  chat.user(input.question) }}
+}}
+role agent: llm {{
+  conversation = chat
+  mode = native
+  tools = [calc]
+  max_visits = 5
+}}
+role run_calls: tool {{
+  tools = [calc]
+  calls = agent.calls
+  conversation = chat
+  max_visits = 5
+}}
+{extra}
+start -> begin
+begin -> agent
+agent -> run_calls when len(agent.calls) > 0
+agent -> success when at(memory.chat, 0).role == "system"
+agent -> success otherwise
+run_calls -> agent
+exit success
+"#
+        )
+    };
+    let (_, diags, summary) = check(&native(""));
+    assert!(diags.is_empty(), "{:?}", common::codes(&diags));
+    // 5 visits × (1 + 2 retries).
+    assert_eq!(bound(&summary, "agent"), Some(5));
+    assert_eq!(summary.worst_case_llm_calls, Some(15));
+    for (extra, code) in [
+        (
+            "role note: builtin {\n  update { set chat = [] }\n}\nagent -> note when agent.text == \"x\"\nnote -> success",
+            "rondo::update::set_structured",
+        ),
+        (
+            "role note: builtin {\n  update { chat.append(\"x\") }\n}\nagent -> note when agent.text == \"x\"\nnote -> success",
+            "rondo::update::unknown_op",
+        ),
+        (
+            "role note: builtin {\n  update { chat.user(at(memory.chat, 0).contents) }\n}\nagent -> note when agent.text == \"x\"\nnote -> success",
+            "rondo::expr::unknown_field",
+        ),
+        (
+            "role note: builtin {\n  update { chat.user(agent.answer) }\n}\nagent -> note when agent.text == \"x\"\nnote -> success",
+            "rondo::expr::unknown_field",
+        ),
+    ] {
+        let (_, diags, _) = check(&native(extra));
+        let codes = common::codes(&diags);
+        assert!(codes.contains(&code), "{extra}: {codes:?}");
+    }
+}

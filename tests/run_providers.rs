@@ -168,6 +168,9 @@ struct Expect {
     key: Option<String>,
     /// The profile's `max_tokens`, sent in each kind's own field.
     max_tokens: u64,
+    /// A native tool conversation (`native.rondo.tmpl`): requests are checked and answered
+    /// by [`validate_native`] and [`respond_native`].
+    native: bool,
 }
 
 struct Shared {
@@ -366,6 +369,9 @@ fn only_keys(v: &Value, allowed: &[&str], what: &str) -> Result<(), String> {
 /// The checks each API makes of a request (only non-streamed calls: the interpreter does
 /// not stream).
 fn validate(e: &Expect, r: &Recorded) -> Result<(), String> {
+    if e.native {
+        return validate_native(e, r);
+    }
     check(r.method == "POST", format!("method {}", r.method))?;
     check(
         r.header("content-type") == Some("application/json"),
@@ -587,6 +593,9 @@ fn validate(e: &Expect, r: &Recorded) -> Result<(), String> {
 /// A normal answer in the kind's documented format. Anthropic reports part of the input
 /// as cache tokens and Gemini part of the output as thinking tokens: both count.
 fn respond(e: &Expect, (input, output): (u64, u64), r: &Recorded) -> String {
+    if e.native {
+        return respond_native(e, (input, output), r);
+    }
     let b = r.json();
     let text = e.kind.answer();
     match e.kind {
@@ -858,6 +867,7 @@ async fn server(kind: Kind, secret: &Secret, usage: (u64, u64)) -> Server {
             kind,
             key: Some(secret.value.clone()),
             max_tokens: 256,
+            native: false,
         },
         usage,
     )
@@ -1011,6 +1021,7 @@ async fn openai_compatible_without_key_sends_no_auth_header() {
             kind: Kind::Compatible,
             key: None,
             max_tokens: 64,
+            native: false,
         },
         (10, 5),
     )
@@ -1967,4 +1978,548 @@ async fn an_auth_failure_echoing_the_key_stops_resumably_without_leaking_it() {
     srv.always(None);
     let out = case.resume("r1").await;
     assert_finished(&case, "r1", &out);
+}
+
+// ====================================================================== native tool calling
+// `native.rondo.tmpl`: the model is offered `lookup {city}` and `population {city, year:
+// int}`. Turn 1 asks for both at once, `population` with a bad year; turn 2 corrects it;
+// turn 3 answers. Each server checks, in its protocol's own form, the tools it is offered
+// and the whole conversation it is sent back: the assistant turns with their calls and
+// one result per call, matched by id (or by name where the protocol has no ids).
+
+/// A request's conversation, read back from the wire form of its protocol.
+#[derive(Debug, PartialEq)]
+enum Turn {
+    /// `user` or `assistant` text.
+    Text(&'static str, String),
+    /// An assistant turn's calls: (id, tool, arguments).
+    Calls(Vec<(String, String, Value)>),
+    /// A result: (the call's id, or its tool's name where the protocol has no ids; content).
+    Result(String, String),
+}
+
+/// The call ids each protocol's server gives (Gemini and Ollama give none).
+fn call_id(kind: Kind, n: usize) -> Option<String> {
+    match kind {
+        Kind::OpenAi | Kind::Compatible => Some(format!("call_{n}")),
+        Kind::Anthropic => Some(format!("toolu_{n}")),
+        Kind::Gemini | Kind::Ollama => None,
+    }
+}
+
+/// The calls of turn `turn` (1-based): both tools at once, then the corrected one.
+fn native_calls(turn: usize) -> Vec<(&'static str, Value)> {
+    match turn {
+        1 => vec![
+            ("lookup", json!({"city": "Oslo"})),
+            ("population", json!({"city": "Oslo", "year": "now"})),
+        ],
+        2 => vec![("population", json!({"city": "Oslo", "year": 2024}))],
+        _ => vec![],
+    }
+}
+
+fn arguments_object(v: &Value, what: &str) -> Result<Value, String> {
+    match v {
+        Value::String(s) => serde_json::from_str(s).map_err(|e| format!("{what}: {e}")),
+        Value::Object(_) => Ok(v.clone()),
+        other => Err(format!("{what} is {other}")),
+    }
+}
+
+/// Reads the conversation out of a request, checking each protocol's own shapes, and
+/// checks the tools offered.
+fn native_turns(kind: Kind, b: &Value) -> Result<Vec<Turn>, String> {
+    let mut turns = Vec::new();
+    let str_of = |v: &Value, what: &str| {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or(format!("{what} is not a string: {v}"))
+    };
+    let tools = match kind {
+        Kind::Gemini => b["tools"][0]["functionDeclarations"].clone(),
+        _ => b["tools"].clone(),
+    };
+    let tools = tools.as_array().ok_or("no tools offered")?;
+    check(tools.len() == 2, "two tools")?;
+    for (tool, name) in tools.iter().zip(["lookup", "population"]) {
+        let (fname, schema) = match kind {
+            Kind::OpenAi | Kind::Compatible | Kind::Ollama => {
+                check(tool["type"] == "function", "a tool is a function")?;
+                (&tool["function"]["name"], &tool["function"]["parameters"])
+            }
+            Kind::Anthropic => (&tool["name"], &tool["input_schema"]),
+            Kind::Gemini => (&tool["name"], &tool["parameters"]),
+        };
+        check(fname == name, format!("tool {fname}"))?;
+        check(
+            schema["properties"]["city"]["type"]
+                .as_str()
+                .is_some_and(|t| t.eq_ignore_ascii_case("string")),
+            format!("the schema of {name}: {schema}"),
+        )?;
+        let required = schema["required"].as_array().ok_or("required")?;
+        check(
+            required.contains(&json!("city")),
+            format!("{name} requires city"),
+        )?;
+    }
+    match kind {
+        Kind::OpenAi | Kind::Compatible | Kind::Ollama => {
+            let msgs = b["messages"].as_array().ok_or("messages")?;
+            check(
+                msgs.first().is_some_and(|m| m["role"] == "system"),
+                "system first",
+            )?;
+            for m in &msgs[1..] {
+                match m["role"].as_str() {
+                    Some("user") => {
+                        turns.push(Turn::Text("user", str_of(&m["content"], "content")?))
+                    }
+                    Some("assistant") => match m["tool_calls"].as_array() {
+                        Some(calls) => {
+                            let mut out = Vec::new();
+                            for c in calls {
+                                let f = &c["function"];
+                                let args = if kind == Kind::Ollama {
+                                    check(
+                                        f["arguments"].is_object(),
+                                        "Ollama's arguments are an object",
+                                    )?;
+                                    f["arguments"].clone()
+                                } else {
+                                    check(c["type"] == "function", "a call's type is function")?;
+                                    check(
+                                        f["arguments"].is_string(),
+                                        "OpenAI's arguments are a JSON string",
+                                    )?;
+                                    arguments_object(&f["arguments"], "arguments")?
+                                };
+                                let id = if kind == Kind::Ollama {
+                                    String::new()
+                                } else {
+                                    str_of(&c["id"], "id")?
+                                };
+                                out.push((id, str_of(&f["name"], "name")?, args));
+                            }
+                            turns.push(Turn::Calls(out));
+                        }
+                        None => {
+                            turns.push(Turn::Text("assistant", str_of(&m["content"], "content")?))
+                        }
+                    },
+                    Some("tool") => {
+                        let to = if kind == Kind::Ollama {
+                            str_of(&m["tool_name"], "tool_name")?
+                        } else {
+                            str_of(&m["tool_call_id"], "tool_call_id")?
+                        };
+                        turns.push(Turn::Result(to, str_of(&m["content"], "content")?));
+                    }
+                    other => return Err(format!("a message of role {other:?}")),
+                }
+            }
+        }
+        Kind::Anthropic => {
+            let msgs = b["messages"].as_array().ok_or("messages")?;
+            for (i, m) in msgs.iter().enumerate() {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                check(m["role"] == role, "user and assistant turns alternate")?;
+                let blocks = match &m["content"] {
+                    Value::String(s) => vec![json!({"type": "text", "text": s})],
+                    Value::Array(a) => a.clone(),
+                    other => return Err(format!("content {other}")),
+                };
+                let mut calls = Vec::new();
+                for bl in &blocks {
+                    match bl["type"].as_str() {
+                        Some("text") => turns.push(Turn::Text(role, str_of(&bl["text"], "text")?)),
+                        Some("tool_use") if role == "assistant" => {
+                            check(bl["input"].is_object(), "tool_use input is an object")?;
+                            calls.push((
+                                str_of(&bl["id"], "id")?,
+                                str_of(&bl["name"], "name")?,
+                                bl["input"].clone(),
+                            ));
+                        }
+                        Some("tool_result") if role == "user" => turns.push(Turn::Result(
+                            str_of(&bl["tool_use_id"], "tool_use_id")?,
+                            str_of(&bl["content"], "tool_result content")?,
+                        )),
+                        other => return Err(format!("a {role} block of type {other:?}")),
+                    }
+                }
+                if !calls.is_empty() {
+                    turns.push(Turn::Calls(calls));
+                }
+            }
+        }
+        Kind::Gemini => {
+            for c in b["contents"].as_array().ok_or("contents")? {
+                let role = c["role"].as_str().unwrap_or("");
+                let mut calls = Vec::new();
+                for p in c["parts"].as_array().ok_or("parts")? {
+                    check(
+                        p.as_object().is_some_and(|o| o.len() == 1),
+                        format!("a part has one field: {p}"),
+                    )?;
+                    if let Some(t) = p["text"].as_str() {
+                        turns.push(Turn::Text(
+                            if role == "model" { "assistant" } else { "user" },
+                            t.to_string(),
+                        ));
+                    } else if p["functionCall"].is_object() && role == "model" {
+                        let f = &p["functionCall"];
+                        check(f["args"].is_object(), "functionCall args is an object")?;
+                        calls.push((
+                            String::new(),
+                            str_of(&f["name"], "name")?,
+                            f["args"].clone(),
+                        ));
+                    } else if p["functionResponse"].is_object() && role == "user" {
+                        let f = &p["functionResponse"];
+                        check(
+                            f["response"].is_object(),
+                            "functionResponse response is an object",
+                        )?;
+                        turns.push(Turn::Result(
+                            str_of(&f["name"], "name")?,
+                            f["response"].to_string(),
+                        ));
+                    } else {
+                        return Err(format!("a {role} part {p}"));
+                    }
+                }
+                if !calls.is_empty() {
+                    turns.push(Turn::Calls(calls));
+                }
+            }
+        }
+    }
+    Ok(turns)
+}
+
+/// The conversation a request of turn `turn` must carry: the question, then per earlier
+/// turn its calls and one result per call (a refused call's result says why).
+fn validate_native(e: &Expect, r: &Recorded) -> Result<(), String> {
+    check(r.method == "POST", format!("method {}", r.method))?;
+    let b = r.json();
+    check(b.to_string().contains(SYSTEM), "the system prompt is sent")?;
+    let turns = native_turns(e.kind, &b)?;
+    check(
+        turns.first() == Some(&Turn::Text("user", QUESTION.to_string())),
+        format!("the conversation starts with the question: {turns:?}"),
+    )?;
+    let mut at = 1;
+    let mut n = 0;
+    for turn in 1.. {
+        if at == turns.len() {
+            break;
+        }
+        let Some(Turn::Calls(calls)) = turns.get(at) else {
+            return Err(format!(
+                "turn {turn}: the assistant's calls, got {:?}",
+                turns.get(at)
+            ));
+        };
+        let wanted = native_calls(turn);
+        check(
+            calls.len() == wanted.len(),
+            format!("turn {turn}: {} calls", wanted.len()),
+        )?;
+        for (i, ((id, name, args), (want_name, want_args))) in calls.iter().zip(&wanted).enumerate()
+        {
+            check(
+                name == want_name && args == want_args,
+                format!("turn {turn}: call {name} {args}"),
+            )?;
+            if let Some(want) = call_id(e.kind, n + i + 1) {
+                check(*id == want, format!("call id {id}, sent {want}"))?;
+            }
+        }
+        for (i, (want_name, want_args)) in wanted.iter().enumerate() {
+            let Some(Turn::Result(to, content)) = turns.get(at + 1 + i) else {
+                return Err(format!("turn {turn}: a result per call: {turns:?}"));
+            };
+            let want_to = call_id(e.kind, n + i + 1).unwrap_or(want_name.to_string());
+            check(*to == want_to, format!("result for {to}, not {want_to}"))?;
+            let refused = want_args["year"] == "now";
+            let fits = if refused {
+                content.contains("⛔️validation_error") && content.contains("year")
+            } else {
+                // `echo` prints the arguments back.
+                content.contains("Oslo") && (want_name != &"population" || content.contains("2024"))
+            };
+            check(
+                fits,
+                format!("turn {turn}: the result of {want_name}: {content}"),
+            )?;
+        }
+        n += wanted.len();
+        at += 1 + wanted.len();
+    }
+    Ok(())
+}
+
+/// Calls of the next turn (the number of results sent so far says which), or the answer.
+fn respond_native(e: &Expect, (input, output): (u64, u64), r: &Recorded) -> String {
+    let b = r.json();
+    let turns = native_turns(e.kind, &b).unwrap_or_default();
+    let done = turns
+        .iter()
+        .filter(|t| matches!(t, Turn::Result(..)))
+        .count();
+    let turn = match done {
+        0 => 1,
+        2 => 2,
+        _ => 3,
+    };
+    let first = if turn == 2 { 3 } else { 1 };
+    let calls: Vec<(Option<String>, &str, Value)> = native_calls(turn)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, args))| (call_id(e.kind, first + i), name, args))
+        .collect();
+    let text = if calls.is_empty() { "Oslo" } else { "" };
+    match e.kind {
+        Kind::OpenAi | Kind::Compatible => {
+            let tool_calls: Vec<Value> = calls
+                .iter()
+                .map(|(id, name, args)| json!({"id": id, "type": "function",
+                    "function": {"name": name, "arguments": args.to_string()}}))
+                .collect();
+            let message = if calls.is_empty() {
+                json!({"role": "assistant", "content": text, "refusal": null})
+            } else {
+                json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": tool_calls})
+            };
+            json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
+                "model": b["model"],
+                "choices": [{"index": 0, "message": message, "logprobs": null,
+                    "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}],
+                "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output},
+            })
+        }
+        Kind::Anthropic => {
+            let mut content: Vec<Value> = calls
+                .iter()
+                .map(|(id, name, args)| json!({"type": "tool_use", "id": id, "name": name, "input": args}))
+                .collect();
+            if calls.is_empty() {
+                content.push(json!({"type": "text", "text": text}));
+            }
+            json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "content": content,
+                "model": b["model"], "stop_reason": if calls.is_empty() { "end_turn" } else { "tool_use" },
+                "stop_sequence": null, "usage": {"input_tokens": input, "output_tokens": output},
+            })
+        }
+        Kind::Gemini => {
+            let mut parts: Vec<Value> = calls
+                .iter()
+                .map(|(_, name, args)| json!({"functionCall": {"name": name, "args": args}}))
+                .collect();
+            if calls.is_empty() {
+                parts.push(json!({"text": text}));
+            }
+            json!({
+                "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": input, "candidatesTokenCount": output,
+                    "totalTokenCount": input + output},
+                "modelVersion": e.kind.model(),
+            })
+        }
+        Kind::Ollama => {
+            let tool_calls: Vec<Value> = calls
+                .iter()
+                .map(|(_, name, args)| json!({"function": {"name": name, "arguments": args}}))
+                .collect();
+            let mut message = json!({"role": "assistant", "content": text});
+            if !calls.is_empty() {
+                message["tool_calls"] = json!(tool_calls);
+            }
+            json!({
+                "model": b["model"], "created_at": "2025-01-01T00:00:00Z", "message": message,
+                "done": true, "done_reason": "stop", "total_duration": 1000,
+                "prompt_eval_count": input, "eval_count": output,
+            })
+        }
+    }
+    .to_string()
+}
+
+async fn native_server(kind: Kind, secret: &Secret) -> Server {
+    Server::start(
+        Expect {
+            kind,
+            key: Some(secret.value.clone()),
+            max_tokens: 256,
+            native: true,
+        },
+        (100, 20),
+    )
+    .await
+}
+
+/// The conversation a finished native run holds: 7 messages, as `rondo run` left them.
+fn native_chat(case: &Case, id: &str) -> Vec<Value> {
+    let path = case.run_dir(id).join("state.json");
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("state.json"))
+        .expect("state.json is JSON");
+    state["memory"][0]
+        .as_array()
+        .cloned()
+        .expect("the conversation is a list")
+}
+
+/// Three calls through `rondo run`: parallel calls, a refused one, a corrected one, the
+/// answer; every request checked by the protocol's server.
+async fn native_round_trip(kind: Kind) {
+    let secret = Secret::new();
+    let srv = native_server(kind, &secret).await;
+    let block = provider_for("main", &srv, &secret, "");
+    let case = Case::new("native.rondo.tmpl", secret, &block, "");
+    let out = case.run("r1", &[]).await;
+    srv.assert_valid();
+    let info = assert_finished(&case, "r1", &out);
+    assert_eq!(srv.count(), 3, "three calls");
+    assert_eq!(case.artifact("r1", "answer.txt"), "Oslo");
+    assert_eq!(u(&info["totals"]["llm_calls"]), 3);
+    // Two tools ran (the refused call did not).
+    assert_eq!(u(&info["totals"]["tool_calls"]), 2, "{info:#}");
+    let chat = native_chat(&case, "r1");
+    let roles: Vec<&str> = chat
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant"
+        ]
+    );
+    assert_eq!(chat[6]["content"], "Oslo");
+    let refused = chat[3]["content"].as_str().unwrap_or_default();
+    assert!(refused.starts_with("⛔️validation_error"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_native_tool_calls_round_trip_through_a_run() {
+    native_round_trip(Kind::OpenAi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_compatible_native_tool_calls_round_trip_through_a_run() {
+    native_round_trip(Kind::Compatible).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_native_tool_calls_round_trip_through_a_run() {
+    native_round_trip(Kind::Anthropic).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_native_tool_calls_round_trip_through_a_run() {
+    native_round_trip(Kind::Gemini).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ollama_native_tool_calls_round_trip_through_a_run() {
+    native_round_trip(Kind::Ollama).await;
+}
+
+/// A run that stops after two turns resumes with the same conversation: the third
+/// request carries every message the first two made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_native_run_sends_the_checkpointed_conversation() {
+    let secret = Secret::new();
+    let srv = native_server(Kind::OpenAi, &secret).await;
+    srv.script([Reply::Normal, Reply::Normal, Reply::server_error(500)]);
+    let block = provider_for("main", &srv, &secret, "  retry { max_attempts = 1 }");
+    let case = Case::new("native.rondo.tmpl", secret, &block, "");
+    let out = case.run("r1", &[]).await;
+    assert_failed_resumable(&case, "r1", &out);
+    assert_eq!(native_chat(&case, "r1").len(), 6);
+    let out = case.resume("r1").await;
+    srv.assert_valid();
+    assert_finished(&case, "r1", &out);
+    assert_eq!(srv.count(), 4);
+    // The retried third turn was sent the six checkpointed messages (and validated).
+    let last = srv.requests().pop().expect("a request").json();
+    assert_eq!(
+        last["messages"].as_array().map(Vec::len),
+        Some(7),
+        "{last:#}"
+    );
+    assert_eq!(native_chat(&case, "r1").len(), 7);
+    assert_eq!(case.artifact("r1", "answer.txt"), "Oslo");
+}
+
+/// A role that does not take native tool calls (`mode = json`, the default) is never
+/// answered by a reply that holds only tool calls: each is an invalid attempt, and when
+/// the retries are used up the run stops resumably instead of taking empty text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_with_only_tool_calls_is_not_an_empty_answer() {
+    let secret = Secret::new();
+    let srv = server(Kind::OpenAi, &secret, (10, 5)).await;
+    let only_calls = json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
+        "model": Kind::OpenAi.model(),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": null,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "lookup", "arguments": "{\"city\":\"Oslo\"}"}}]},
+            "logprobs": null, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    })
+    .to_string();
+    srv.always(Some(Reply::status(200, &only_calls)));
+    let block = provider_for("main", &srv, &secret, "");
+    let case = Case::one(secret, &block);
+    let out = case.run("r1", &[]).await;
+    srv.assert_valid();
+    assert_failed_resumable(&case, "r1", &out);
+    // The default two retries: three attempts, each refused with the reason.
+    assert_eq!(srv.count(), 3);
+    assert!(
+        out.stderr.contains("holds only tool calls (lookup)"),
+        "{}",
+        out.stderr
+    );
+    let refused = case.events_of("r1", "invalid_output");
+    assert_eq!(refused.len(), 3, "{refused:#?}");
+    assert!(
+        !case.run_dir("r1").join("workspace/answer.txt").exists(),
+        "no answer was written"
+    );
+}
+
+/// `rondo test` covers native mode: the scripted provider answers a role that offers tools
+/// with the tool calls its reply lists (tests/fixtures/native/agent.rondo), and a model that
+/// calls tools forever fills its conversation's bound and stops at `limit` (bounded.rondo).
+#[test]
+fn rondo_test_runs_native_tool_calls_from_scripted_replies() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/native");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(tmp.path())
+        .env("NO_COLOR", "1")
+        .arg("test")
+        .arg(fixtures.join("agent.rondo"))
+        .arg(fixtures.join("bounded.rondo"))
+        .output()
+        .expect("run rondo test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("2 passed, 0 failed"), "{text}");
 }

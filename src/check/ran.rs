@@ -404,6 +404,9 @@ pub fn check(workflow: &Workflow, runs: &DefiniteRuns, diags: &mut Diagnostics) 
                         exprs.push((e, before, Site::ToolArgs(index)));
                     }
                 }
+                ToolAction::Calls { calls, .. } => {
+                    exprs.push((calls, before, Site::ToolArgs(index)));
+                }
             }
         }
     }

@@ -153,7 +153,7 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
         };
         let name = node_name(workflow, index);
         let span = workflow.node(index).span;
-        for template in llm.system.iter().chain(std::iter::once(&llm.prompt)) {
+        for template in llm.system.iter().chain(llm.prompt.iter()) {
             let file = template.to_string_lossy().replace('\\', "/");
             if file.is_empty() {
                 continue;
@@ -1723,6 +1723,7 @@ fn memory_type(kind: &MemoryKind) -> Type {
     let opt = Type::optional;
     match kind {
         MemoryKind::Value { ty, .. } => ty.clone(),
+        MemoryKind::Conversation { .. } => crate::compile::conversation_type(),
         MemoryKind::Whiteboard { .. } => {
             let entry = Type::object(vec![
                 ("id", s.clone()),

@@ -64,7 +64,9 @@ impl Compiler<'_> {
             };
             if matches!(
                 self.workflow.memory[id].kind,
-                MemoryKind::CodeContext { .. } | MemoryKind::History
+                MemoryKind::CodeContext { .. }
+                    | MemoryKind::History
+                    | MemoryKind::Conversation { .. }
             ) {
                 self.diags.push(
                     Diagnostic::error(
@@ -75,7 +77,7 @@ impl Compiler<'_> {
                         ),
                     )
                     .label(name.span, "not a whiteboard or a value")
-                    .help("`durable` takes whiteboards and plain values; a code context and a history describe one run"),
+                    .help("`durable` takes whiteboards and plain values; a code context, a history and a conversation describe one run"),
                 );
             } else if !self.workflow.durable.contains(&id) {
                 self.workflow.durable.push(id);

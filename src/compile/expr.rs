@@ -475,6 +475,7 @@ impl Compiler<'_> {
                 };
                 let ty = match &self.workflow.memory[id].kind {
                     MemoryKind::Value { ty, .. } => Cow::Borrowed(ty),
+                    MemoryKind::Conversation { .. } => Cow::Owned(super::conversation_type()),
                     _ => Cow::Owned(Type::Any),
                 };
                 (Root::Memory { id }, ty, Described::Memory(&name.name))

@@ -5,7 +5,9 @@ use serde_json::Value;
 use super::Compiler;
 use super::attrs::Attrs;
 use super::types::Type;
-use super::workflow::{MemoryKind, MemorySlot};
+use super::workflow::{
+    DEFAULT_CONVERSATION_BYTES, DEFAULT_CONVERSATION_MESSAGES, MemoryKind, MemorySlot,
+};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::syntax::{self, Ast, Ident};
 
@@ -115,6 +117,30 @@ impl Compiler<'_> {
                     gamma,
                     threshold,
                     root,
+                }
+            }
+            "conversation" => {
+                let mut a = Attrs::new(attrs, &["max_messages", "max_bytes"], "a conversation");
+                let max_messages = a.count("max_messages", diags);
+                let max_bytes = a.bytes("max_bytes", diags);
+                a.finish(diags);
+                for (key, bound) in [("max_messages", max_messages), ("max_bytes", max_bytes)] {
+                    if let Some((0, span)) = bound {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::MemoryBadBound,
+                                format!("`{key} = 0` leaves the conversation no room"),
+                            )
+                            .label(span, "no message fits")
+                            .help(format!(
+                                "a conversation is bounded by `max_messages` (default {DEFAULT_CONVERSATION_MESSAGES}) and `max_bytes` (default 1MB): give at least 1"
+                            )),
+                        );
+                    }
+                }
+                MemoryKind::Conversation {
+                    max_messages: max_messages.map_or(DEFAULT_CONVERSATION_MESSAGES, |x| x.0),
+                    max_bytes: max_bytes.map_or(DEFAULT_CONVERSATION_BYTES, |x| x.0),
                 }
             }
             _ => {

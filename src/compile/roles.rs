@@ -9,8 +9,8 @@ use super::attrs::Attrs;
 use super::expr::Scope;
 use super::types::{self, Type};
 use super::workflow::{
-    Artifact, ExitSpec, InputId, LlmRole, MaxVisits, Node, NodeKind, OutputFormat, Role, RoleKind,
-    Show, ToolAction, ToolRole, Update,
+    Artifact, ExitSpec, InputId, LlmRole, MaxVisits, MemoryId, MemoryKind, Node, NodeKind,
+    OutputFormat, Role, RoleKind, Show, ToolAction, ToolMode, ToolRole, Update,
 };
 use super::{BUILTIN_EXITS, Compiler, INVALID_FIELDS, RESERVED_ROOTS, tera_error_text};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
@@ -103,10 +103,16 @@ impl Compiler<'_> {
 
     fn role_output_type(&mut self, role: &syntax::RoleDecl) -> Arc<Type> {
         match role.kind.name.as_str() {
+            "tool" if role.attrs.iter().any(|a| a.key.name == "calls") => {
+                Arc::new(calls_result_type())
+            }
             "tool" => self
                 .tool_result
                 .get_or_insert_with(|| Arc::new(tool_result_type()))
                 .clone(),
+            "llm" if declared_mode(role).is_some_and(ToolMode::native) => {
+                Arc::new(native_output_type())
+            }
             "llm" => Arc::new(match &role.output {
                 Some((syntax::OutputDecl::Json(ty), span)) => {
                     let ty = self.resolve_type(ty);
@@ -419,6 +425,8 @@ impl Compiler<'_> {
         let provider = attrs.ident("provider", diags);
         let prompt = attrs.string("prompt", diags);
         let system = attrs.string("system", diags);
+        let conversation = attrs.ident("conversation", diags);
+        let mode_attr = attrs.get("mode").map(|a| (a.value.span, a.key.span));
         let retries = attrs.count("retries", diags).map_or(2, |x| x.0);
         let tools = attrs.ident_list("tools", diags);
         let max_reply = attrs.bytes("max_reply", diags).map(|x| x.0);
@@ -438,9 +446,12 @@ impl Compiler<'_> {
         let provider = provider
             .and_then(|p| self.lookup_provider(&p))
             .unwrap_or(self.workflow.default_provider);
+        let conversation = conversation.and_then(|c| self.conversation_memory(&c));
         let prompt = match prompt {
-            Some((p, _)) => p.into(),
-            None if attrs.misspells(&["prompt"]) => Default::default(),
+            Some((p, _)) => Some(p.into()),
+            // The conversation holds the user's turns.
+            None if conversation.is_some() => None,
+            None if attrs.misspells(&["prompt"]) => None,
             None => {
                 self.diags.push(
                     Diagnostic::error(
@@ -453,9 +464,46 @@ impl Compiler<'_> {
                         decl.name.name
                     )),
                 );
-                Default::default()
+                None
             }
         };
+        let mode = match (declared_mode(decl), mode_attr) {
+            (Some(mode), _) => mode,
+            (None, None) => ToolMode::Json,
+            (None, Some((span, _))) => {
+                self.diags.push(
+                    Diagnostic::error(Code::RoleBadMode, "`mode` is `json`, `native` or `auto`")
+                        .label(span, "not a mode")
+                        .help("`native` sends the tools' schemas in the provider's own form and the reply's calls become `{text, calls}`; `json` (the default) shows their usage in the prompt; `auto` is native where the provider supports it"),
+                );
+                ToolMode::Json
+            }
+        };
+        if mode.native() {
+            let span = mode_attr.map_or(decl.name.span, |(_, key)| key);
+            let lacking: Vec<&str> = [
+                (tools.is_empty(), "`tools`"),
+                (conversation.is_none(), "a `conversation`"),
+                (decl.output.is_some(), "no declared `output`"),
+            ]
+            .into_iter()
+            .filter_map(|(missing, what)| missing.then_some(what))
+            .collect();
+            if !lacking.is_empty() {
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::RoleNativeNeeds,
+                        format!(
+                            "native tool calling in `{}` needs {}",
+                            decl.name.name,
+                            lacking.join(" and ")
+                        ),
+                    )
+                    .label(span, "native tool calls")
+                    .help("a native role offers `tools = [..]`, sends and extends `conversation = NAME`, and outputs `{text, calls}` (no `output` line): route `calls` to a tool role with `calls = ROLE.calls`"),
+                );
+            }
+        }
         let output = match &decl.output {
             Some((syntax::OutputDecl::Json(_), _)) => OutputFormat::Json {
                 ty: self
@@ -479,7 +527,31 @@ impl Compiler<'_> {
             coerce,
             max_reply,
             demos,
+            conversation,
+            mode,
         }
+    }
+
+    /// `conversation = NAME` names a conversation memory.
+    fn conversation_memory(&mut self, name: &Ident) -> Option<MemoryId> {
+        let id = self.lookup_memory(name)?;
+        let kind = &self.workflow.memory[id].kind;
+        if matches!(kind, MemoryKind::Conversation { .. }) {
+            return Some(id);
+        }
+        let kind = kind.kind_name();
+        self.diags.push(
+            Diagnostic::error(
+                Code::RoleNotConversation,
+                format!("`{}` is a {kind}, not a conversation", name.name),
+            )
+            .label(name.span, format!("a {kind}"))
+            .help(format!(
+                "declare it `{}: conversation` in `memory {{ }}`",
+                name.name
+            )),
+        );
+        None
     }
 
     /// `coerce = safe` (default), `coerce = strict`, or a list of coercion names.
@@ -547,6 +619,8 @@ impl Compiler<'_> {
         let args = attrs.value("args");
         let call = attrs.value("call");
         let argv = attrs.value("argv");
+        let calls = attrs.value("calls");
+        let conversation = attrs.ident("conversation", diags);
         let choices = attrs.ident_list("tools", diags);
         let show = match attrs.value("show") {
             None => Show::All,
@@ -564,8 +638,38 @@ impl Compiler<'_> {
         };
         let env = env.and_then(|e| self.lookup_env(&e));
         let mut argv_spans = Vec::new();
-        let action = match (command, run, call) {
-            (Some(argv), None, None) => {
+        let conversation = conversation.and_then(|c| self.conversation_memory(&c));
+        let action = match (command, run, call, calls) {
+            (None, None, None, Some(calls)) => {
+                if choices.is_empty() {
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::RoleNoChoices,
+                            "`calls` runs tools among `tools`, which is missing",
+                        )
+                        .label(calls.span, "runs the model's calls")
+                        .help("list the tools the calls may name: `tools = [calculator, now]`"),
+                    );
+                }
+                let (calls_expr, calls_ty) = self.expr(&value_to_expr(calls), scope);
+                let wanted = Type::list(call_type());
+                if let Some(why) = calls_ty.strip_optional().assign_mismatch(&wanted) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::RoleBadCalls,
+                            "`calls` must give a native llm role's tool calls",
+                        )
+                        .label(calls.span, format!("this is {}: {why}", calls_ty.display()))
+                        .help("e.g. `calls = agent.calls`, where `agent` is an llm role with `mode = native`"),
+                    );
+                }
+                ToolAction::Calls {
+                    choices: self.tool_list(&choices),
+                    calls: Box::new(calls_expr),
+                    conversation,
+                }
+            }
+            (Some(argv), None, None, None) => {
                 if argv.is_empty() {
                     self.diags.push(
                         Diagnostic::error(Code::RoleEmptyCommand, "the command is empty")
@@ -577,7 +681,7 @@ impl Compiler<'_> {
                 argv_spans = spans;
                 ToolAction::Command { argv }
             }
-            (None, Some(tool), None) => {
+            (None, Some(tool), None, None) => {
                 let tool = self.lookup_tool(&tool).unwrap_or(usize::MAX);
                 let args = match args {
                     None => Vec::new(),
@@ -591,7 +695,7 @@ impl Compiler<'_> {
                 };
                 ToolAction::Tool { tool, args }
             }
-            (None, None, Some(call)) => {
+            (None, None, Some(call), None) => {
                 if choices.is_empty() {
                     self.diags.push(
                         Diagnostic::error(
@@ -620,14 +724,14 @@ impl Compiler<'_> {
                     argv: argv.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
                 }
             }
-            _ if attrs.misspells(&["command", "run", "call"]) => {
+            _ if attrs.misspells(&["command", "run", "call", "calls"]) => {
                 ToolAction::Command { argv: Vec::new() }
             }
             _ => {
                 self.diags.push(
                     Diagnostic::error(Code::RoleNoAction, format!("tool role `{}` must say what it runs, in one way", decl.name.name))
-                        .label(decl.name.span, "needs exactly one of `command`, `run`, `call`")
-                        .help("`command = [\"prog\", \"arg\"]` runs a program; `run = tool` runs a declared tool; `call = expr` with `tools = [..]` runs the tool an LLM chose"),
+                        .label(decl.name.span, "needs exactly one of `command`, `run`, `call`, `calls`")
+                        .help("`command = [\"prog\", \"arg\"]` runs a program; `run = tool` runs a declared tool; `call = expr` with `tools = [..]` runs the tool an LLM chose; `calls = agent.calls` runs a native reply's tool calls"),
                 );
                 ToolAction::Command { argv: Vec::new() }
             }
@@ -642,6 +746,60 @@ impl Compiler<'_> {
             argv_spans,
             max_output,
         }
+    }
+}
+
+/// A message of a conversation, as templates and expressions read `memory.NAME`.
+pub fn conversation_type() -> Type {
+    let call = Type::object(vec![
+        ("id", Type::String),
+        ("name", Type::String),
+        ("arguments", Type::Any),
+    ]);
+    Type::list(Type::object(vec![
+        ("role", literals(&["system", "user", "assistant", "tool"])),
+        ("content", Type::String),
+        ("tool_call_id", Type::optional(Type::String)),
+        ("tool_calls", Type::optional(Type::list(call))),
+    ]))
+}
+
+/// One tool call of a native reply: `agent.calls`.
+pub fn call_type() -> Type {
+    Type::object(vec![
+        ("id", Type::String),
+        ("tool", Type::String),
+        ("args", Type::Any),
+    ])
+}
+
+/// What a native llm role outputs: its text (empty when it only called tools) and its calls.
+pub fn native_output_type() -> Type {
+    Type::object(vec![
+        ("text", Type::String),
+        ("calls", Type::list(call_type())),
+    ])
+}
+
+/// What a `calls` tool role outputs: one result per call, in the calls' order.
+pub fn calls_result_type() -> Type {
+    let result = Type::object(vec![
+        ("id", Type::String),
+        ("tool", Type::String),
+        ("args", Type::Any),
+        ("ok", Type::Bool),
+        ("error_kind", Type::optional(Type::String)),
+        ("observation", Type::Any),
+    ]);
+    Type::object(vec![("ok", Type::Bool), ("results", Type::list(result))])
+}
+
+fn literals(values: &[&str]) -> Type {
+    Type::Union {
+        members: values
+            .iter()
+            .map(|v| Type::Literal { value: (*v).into() })
+            .collect(),
     }
 }
 
@@ -733,6 +891,20 @@ fn value_to_expr(v: &syntax::Value) -> syntax::Expr {
     syntax::Expr { kind, span: v.span }
 }
 
+/// The `mode` an llm role declares, when it is one.
+fn declared_mode(role: &syntax::RoleDecl) -> Option<ToolMode> {
+    let attr = role.attrs.iter().find(|a| a.key.name == "mode")?;
+    match &attr.value.kind {
+        ValueKind::Ident(s) | ValueKind::String(s) => match s.as_str() {
+            "json" => Some(ToolMode::Json),
+            "native" => Some(ToolMode::Native),
+            "auto" => Some(ToolMode::Auto),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// The attributes of each role kind.
 const LLM_KEYS: &[&str] = &[
     "provider",
@@ -745,6 +917,8 @@ const LLM_KEYS: &[&str] = &[
     "max_visits",
     "max_reply",
     "demos",
+    "conversation",
+    "mode",
 ];
 const TOOL_KEYS: &[&str] = &[
     "env",
@@ -760,6 +934,8 @@ const TOOL_KEYS: &[&str] = &[
     "reads",
     "max_visits",
     "max_output",
+    "calls",
+    "conversation",
 ];
 /// Every key some role kind takes: of a role whose kind is unknown, only others are reported.
 static ANY_ROLE_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {

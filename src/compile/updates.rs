@@ -594,5 +594,11 @@ fn ops_for(kind: &MemoryKind) -> &'static [MemoryOp] {
         MemoryKind::Whiteboard { .. } => &[MemoryOp::Apply],
         MemoryKind::CodeContext { .. } => &[MemoryOp::Access, MemoryOp::Cite],
         MemoryKind::History => &[MemoryOp::Push, MemoryOp::Observe, MemoryOp::Reflect],
+        MemoryKind::Conversation { .. } => &[
+            MemoryOp::System,
+            MemoryOp::User,
+            MemoryOp::Assistant,
+            MemoryOp::Clear,
+        ],
     }
 }

@@ -108,7 +108,17 @@ pub enum MemoryKind {
         root: Option<String>,
     },
     History,
+    /// A chat: the typed message list llm roles can send whole (`conversation = NAME`).
+    Conversation {
+        /// Bounds; a step that would pass one ends the run at `limit`.
+        max_messages: u64,
+        max_bytes: u64,
+    },
 }
+
+/// The bounds of a conversation that declares none.
+pub const DEFAULT_CONVERSATION_MESSAGES: u64 = 200;
+pub const DEFAULT_CONVERSATION_BYTES: u64 = 1 << 20;
 
 impl MemoryKind {
     pub fn kind_name(&self) -> &'static str {
@@ -117,6 +127,7 @@ impl MemoryKind {
             MemoryKind::Whiteboard { .. } => "whiteboard",
             MemoryKind::CodeContext { .. } => "code_context",
             MemoryKind::History => "history",
+            MemoryKind::Conversation { .. } => "conversation",
         }
     }
 }
@@ -318,7 +329,8 @@ pub struct LlmRole {
     #[serde(default)]
     pub default_provider: bool,
     pub system: Option<PathBuf>,
-    pub prompt: PathBuf,
+    /// The user turn; a role with a `conversation` may have none.
+    pub prompt: Option<PathBuf>,
     pub output: OutputFormat,
     pub retries: u64,
     /// Tools whose usage text the prompt shows.
@@ -333,7 +345,38 @@ pub struct LlmRole {
     /// a missing file is no demos.
     #[serde(default)]
     pub demos: Option<PathBuf>,
+    /// `conversation = NAME`: the chat sent as the messages, which the role's turns extend.
+    #[serde(default)]
+    pub conversation: Option<MemoryId>,
+    /// How the role's `tools` reach the model.
+    #[serde(default)]
+    pub mode: ToolMode,
 }
+
+/// `mode = json | native | auto` of an llm role.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolMode {
+    /// The tools' usage is shown in the prompt; the reply is the declared output.
+    #[default]
+    Json,
+    /// The tools' input schemas are sent in the provider's own form; the output is
+    /// `{text, calls}`.
+    Native,
+    /// Native where the profile's protocol supports tool calling (every kind does).
+    Auto,
+}
+
+impl ToolMode {
+    /// Whether the role's output is `{text, calls}` (resolved at compile time: every
+    /// protocol, the scripted provider included, takes native tools).
+    pub fn native(self) -> bool {
+        matches!(self, ToolMode::Native | ToolMode::Auto)
+    }
+}
+
+/// At most this many tool calls of one reply are run; the rest get an error result.
+pub const MAX_CALLS_PER_TURN: usize = 32;
 
 /// A reply longer than this is an invalid attempt unless the role says otherwise.
 pub const DEFAULT_MAX_REPLY: u64 = 1 << 20;
@@ -379,6 +422,13 @@ pub enum ToolAction {
         args: Option<Box<Expr>>,
         /// What the tool gets on its command line, when not the arguments themselves.
         argv: Option<Box<Expr>>,
+    },
+    /// Every tool call of a native llm reply (`calls = agent.calls`), in parallel, each
+    /// validated against its tool's `input`; the results go to `conversation`.
+    Calls {
+        choices: Vec<ToolId>,
+        calls: Box<Expr>,
+        conversation: Option<MemoryId>,
     },
 }
 
@@ -438,6 +488,9 @@ pub enum MemoryOp {
     Reflect,
     Access,
     Cite,
+    System,
+    User,
+    Assistant,
 }
 
 impl MemoryOp {
@@ -455,6 +508,9 @@ impl MemoryOp {
             MemoryOp::Reflect => "reflect",
             MemoryOp::Access => "access",
             MemoryOp::Cite => "cite",
+            MemoryOp::System => "system",
+            MemoryOp::User => "user",
+            MemoryOp::Assistant => "assistant",
         }
     }
 }

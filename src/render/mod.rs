@@ -60,7 +60,7 @@ fn role_detail(workflow: &Workflow, index: NodeIndex) -> Vec<String> {
                     .get(*tool)
                     .map(|t| t.name().to_string())
                     .unwrap_or_default(),
-                ToolAction::Choose { choices, .. } => choices
+                ToolAction::Choose { choices, .. } | ToolAction::Calls { choices, .. } => choices
                     .iter()
                     .filter_map(|c| workflow.tools.get(*c))
                     .map(|t| t.name())

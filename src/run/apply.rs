@@ -8,7 +8,9 @@ use super::events::Event;
 use super::memory::{self, MemoryValue};
 use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
-use crate::compile::{MemoryKind, MemoryOp, RoleKind, Update};
+use rondo_provider::{Message, ToolCall};
+
+use crate::compile::{MemoryKind, MemoryOp, RoleKind, ToolAction, Update};
 
 impl<'w> Interpreter<'w> {
     /// Stores a role's result: visits, output, events, updates, artifacts.
@@ -29,6 +31,15 @@ impl<'w> Interpreter<'w> {
         if let Some(prompt) = &mut run.prompt {
             *prompt = self.redactor.redact(prompt).into_owned();
         }
+        // The role's turns go into its conversation first: past its bounds the step is not
+        // applied at all, and the run ends at `limit`.
+        let invalid = eval::is_json_llm(workflow, node) && eval::is_invalid_record(&run.output);
+        if !invalid && let Some((memory_id, turns)) = conversation_turns(&role.kind, &run) {
+            let slot = &workflow.memory[memory_id];
+            memory::extend_conversation(&slot.kind, &mut state.memory[memory_id], turns).map_err(
+                |e| StepError::Limit(format!("role `{name}`: conversation `{}`: {e}", slot.name)),
+            )?;
+        }
         state.visits[node.index()] += 1;
         state.step += 1;
         state.path.push(name.clone());
@@ -42,7 +53,6 @@ impl<'w> Interpreter<'w> {
             &state.totals,
             self.started,
         );
-        let invalid = eval::is_json_llm(workflow, node) && eval::is_invalid_record(&run.output);
         if self.wants_events() {
             self.event(Event::RoleStart {
                 role: name.clone(),
@@ -72,8 +82,25 @@ impl<'w> Interpreter<'w> {
                     });
                 }
             }
-            RoleKind::Tool(_) => {
-                state.totals.tool_calls += 1;
+            RoleKind::Tool(t) => {
+                if let ToolAction::Calls { choices, .. } = &t.action {
+                    // Each call that ran counts, as one tool role's run would.
+                    for r in run.output["results"].as_array().into_iter().flatten() {
+                        let ran = r["error_kind"].as_str().is_none_or(|k| {
+                            !matches!(k, "validation" | "unknown_tool" | "too_many_calls")
+                        });
+                        if let Some(&id) = choices
+                            .iter()
+                            .find(|&&c| Some(workflow.tools[c].name()) == r["tool"].as_str())
+                            && ran
+                        {
+                            state.totals.tool_calls += 1;
+                            state.tools_used.insert(id);
+                        }
+                    }
+                } else {
+                    state.totals.tool_calls += 1;
+                }
                 if let Some(tool) = run.tool {
                     state.tools_used.insert(tool);
                 }
@@ -140,6 +167,80 @@ impl<'w> Interpreter<'w> {
             });
         }
         Ok(())
+    }
+}
+
+/// What a role adds to its conversation, before its updates run: an llm role its prompt
+/// (when it has one) and its reply, tool calls included; a `calls` tool role one tool
+/// message per call.
+fn conversation_turns(kind: &RoleKind, run: &RoleRun) -> Option<(usize, Vec<Message>)> {
+    match kind {
+        RoleKind::Llm(llm) => {
+            let id = llm.conversation?;
+            let mut turns = Vec::new();
+            if let Some(prompt) = &run.prompt {
+                turns.push(Message::user(prompt.clone()));
+            }
+            if llm.mode.native() {
+                let calls: Vec<ToolCall> = run.output["calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| ToolCall {
+                        id: c["id"].as_str().unwrap_or_default().to_string(),
+                        name: c["tool"].as_str().unwrap_or_default().to_string(),
+                        arguments: c["args"].clone(),
+                    })
+                    .collect();
+                let text = run.output["text"].as_str().unwrap_or_default();
+                turns.push(if calls.is_empty() {
+                    Message::assistant(text)
+                } else {
+                    Message::assistant_tool_calls(text, calls)
+                });
+            } else {
+                let text = match (&run.record, &run.output) {
+                    (Some(record), _) => record.call.raw.clone(),
+                    (None, Value::String(s)) => s.clone(),
+                    (None, other) => other.to_string(),
+                };
+                turns.push(Message::assistant(text));
+            }
+            Some((id, turns))
+        }
+        RoleKind::Tool(tool) => {
+            let ToolAction::Calls {
+                conversation: Some(id),
+                ..
+            } = &tool.action
+            else {
+                return None;
+            };
+            let turns = run.output["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    let observation = match &r["observation"] {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    let error = r["observation"]["error"]
+                        .as_str()
+                        .map_or(observation.clone(), str::to_string);
+                    let content = match (r["ok"].as_bool(), r["error_kind"].as_str()) {
+                        (Some(true), _) => observation,
+                        (_, Some("validation" | "unknown_tool")) => {
+                            format!("⛔️validation_error: {error}")
+                        }
+                        (_, kind) => format!("error ({}): {error}", kind.unwrap_or("tool")),
+                    };
+                    Message::tool_result(r["id"].as_str().unwrap_or_default(), content)
+                })
+                .collect();
+            Some((*id, turns))
+        }
+        RoleKind::Builtin => None,
     }
 }
 

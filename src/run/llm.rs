@@ -2,11 +2,14 @@
 //! the reply, retry an invalid one; the tokens and cost it spent.
 
 use petgraph::graph::NodeIndex;
-use rondo_provider::{AttemptRecord, CallContext, ChatRequest, LimitExceeded, Message, Spend};
+use rondo_provider::{
+    AttemptRecord, CallContext, ChatRequest, LimitExceeded, Message, Spend, ToolDef,
+};
 use serde_json::{Value, json};
 
 use super::events::{Event, LlmCall, LlmResponse};
-use super::output;
+use super::output::{self, Parsed};
+use super::scripted;
 use super::state::RunState;
 use super::{Interpreter, RoleRun, StepError};
 use crate::compile::OutputFormat;
@@ -68,18 +71,34 @@ impl<'w> Interpreter<'w> {
                 let text = self.redactor.redact(&text).into_owned();
                 messages.push(Message::system(text));
             }
-            let prompt = self
-                .prompts
-                .render(&llm.prompt.to_string_lossy(), &ctx)
-                .map_err(|e| {
-                    StepError::Failed(format!(
-                        "role `{name}`: template {}: {e}",
-                        llm.prompt.display()
-                    ))
-                })?;
-            // A tool's output, a file or an input holding a key never reaches a provider.
-            let prompt = self.redactor.redact(&prompt).into_owned();
-            messages.push(Message::user(prompt.clone()));
+            // The conversation, then this turn's prompt as the user's message.
+            if let Some(id) = llm.conversation
+                && let Some(super::memory::MemoryValue::Conversation(chat)) = state.memory.get(id)
+            {
+                // Tool results and updates may have brought a key in since it was stored.
+                messages.extend(chat.iter().map(|m| Message {
+                    content: self.redactor.redact(&m.content).into_owned(),
+                    ..m.clone()
+                }));
+            }
+            let prompt = match &llm.prompt {
+                Some(template) => {
+                    let text = self
+                        .prompts
+                        .render(&template.to_string_lossy(), &ctx)
+                        .map_err(|e| {
+                            StepError::Failed(format!(
+                                "role `{name}`: template {}: {e}",
+                                template.display()
+                            ))
+                        })?;
+                    // A tool's output, a file or an input holding a key never reaches a provider.
+                    let text = self.redactor.redact(&text).into_owned();
+                    messages.push(Message::user(text.clone()));
+                    Some(text)
+                }
+                None => None,
+            };
             let max_reply = llm.max_reply.unwrap_or(crate::compile::DEFAULT_MAX_REPLY);
             let max_reply = usize::try_from(max_reply).unwrap_or(usize::MAX);
             let mut request = ChatRequest::new(messages);
@@ -91,6 +110,9 @@ impl<'w> Interpreter<'w> {
             };
             if let OutputFormat::Json { ty } = &llm.output {
                 request.response_schema = Some((name.clone(), ty.json_schema()));
+            }
+            if llm.mode.native() {
+                request.tools = self.tool_defs(&llm.tools);
             }
             // Stop before a call whose worst case would exceed a budget.
             if let Some(estimate) = self.pool.estimate(&profile, &request) {
@@ -165,9 +187,16 @@ impl<'w> Interpreter<'w> {
                 }
             };
             let response = &completion.response;
-            let oversized = response.truncated || response.content.len() > max_reply;
+            let native = llm.mode.native();
+            // A native reply with calls is recorded as the scripted provider reads it back.
+            let text = if native && !response.tool_calls.is_empty() {
+                scripted::tool_call_reply(&response.content, &response.tool_calls)
+            } else {
+                response.content.clone()
+            };
+            let oversized = response.truncated || text.len() > max_reply;
             // Only a bounded reply is kept: in the record, the state and the journal.
-            let raw = output::cut_reply(&response.content, max_reply, response.truncated);
+            let raw = output::cut_reply(&text, max_reply, response.truncated);
             let raw = self.redactor.redact(&raw).into_owned();
             let usage = completion.response.usage;
             if let Ok(mut spent) = self.spent.lock() {
@@ -182,16 +211,33 @@ impl<'w> Interpreter<'w> {
                 visit,
                 attempt,
                 profile: completion.profile,
-                model: completion.response.model,
-                prompt: prompt.clone(),
+                model: completion.response.model.clone(),
+                prompt: prompt.clone().unwrap_or_default(),
                 raw: raw.clone(),
                 usage,
                 cost: completion.cost,
                 attempts: records,
             };
-            let parsed = if oversized && matches!(llm.output, OutputFormat::Json { .. }) {
+            let parsed = if oversized && (native || matches!(llm.output, OutputFormat::Json { .. }))
+            {
                 Err(format!(
                     "the reply is longer than max_reply = {max_reply} bytes"
+                ))
+            } else if native {
+                Ok(native_output(&completion.response))
+            } else if completion.response.content.trim().is_empty()
+                && !completion.response.tool_calls.is_empty()
+            {
+                // Tools were not offered natively: calls are not an answer, empty or not.
+                let names: Vec<&str> = completion
+                    .response
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                Err(format!(
+                    "the reply holds only tool calls ({}) and no answer; this role does not take native tool calls (`mode = json`)",
+                    names.join(", ")
                 ))
             } else {
                 output::parse(&llm.output, &raw, &llm.coerce)
@@ -210,7 +256,7 @@ impl<'w> Interpreter<'w> {
                     return Ok(RoleRun {
                         output: value,
                         tool: None,
-                        prompt: Some(prompt),
+                        prompt,
                         record: Some(LlmResponse {
                             call,
                             parsed,
@@ -235,18 +281,40 @@ impl<'w> Interpreter<'w> {
         }
         if attempts > RECORDED_INVALID_ATTEMPTS {
             self.buffer_event(Event::InvalidOutputOmitted {
-                role: name,
+                role: name.clone(),
                 visit,
                 attempts: attempts - RECORDED_INVALID_ATTEMPTS,
             });
         }
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
+        // A text or native role has no invalid route: what its replies lacked ends the run.
+        if !matches!(llm.output, OutputFormat::Json { .. }) || llm.mode.native() {
+            return Err(StepError::Failed(format!(
+                "role `{name}`: no usable reply in {attempts} attempt(s): {}",
+                last_error.unwrap_or_default()
+            )));
+        }
         Ok(RoleRun::plain(json!({
             "invalid": true,
             "raw": last_raw,
             "error": last_error.unwrap_or_default(),
             "attempts": attempts,
         })))
+    }
+
+    /// The tools a native role offers, in the provider-neutral form each protocol translates.
+    fn tool_defs(&self, tools: &[usize]) -> Vec<ToolDef> {
+        tools
+            .iter()
+            .filter_map(|&t| self.workflow.tools.get(t))
+            .map(|tool| ToolDef {
+                name: tool.name().to_string(),
+                description: tool.spec.usage.trim().to_string(),
+                parameters: tool
+                    .input_schema()
+                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            })
+            .collect()
     }
 
     /// The state's totals plus the attempts not settled yet.
@@ -263,6 +331,20 @@ impl<'w> Interpreter<'w> {
         let pending = self.spent.get_mut().map(std::mem::take).unwrap_or_default();
         state.totals.add(pending);
     }
+}
+
+/// A native role's output: the reply's text and its calls as `{id, tool, args}`.
+fn native_output(response: &rondo_provider::ChatResponse) -> output::ParsedReply {
+    let calls: Vec<Value> = response
+        .tool_calls
+        .iter()
+        .map(|c| json!({"id": c.id, "tool": c.name, "args": c.arguments}))
+        .collect();
+    (
+        json!({"text": response.content, "calls": calls}),
+        Parsed::Native,
+        Vec::new(),
+    )
 }
 
 /// Invalid attempts of one call recorded in full; the rest are counted.

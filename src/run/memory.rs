@@ -9,6 +9,8 @@ use rondo_memory::{
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
+use rondo_provider::Message;
+
 use super::value::equal;
 use crate::compile::{MemoryKind, MemoryOp};
 
@@ -22,6 +24,8 @@ pub enum MemoryValue {
     Whiteboard(Whiteboard),
     CodeContext(CodeContext),
     History(OperationHistory),
+    /// A chat, in the provider crate's message type.
+    Conversation(Vec<Message>),
 }
 
 impl Serialize for MemoryValue {
@@ -31,6 +35,7 @@ impl Serialize for MemoryValue {
             MemoryValue::Whiteboard(w) => w.serialize(s),
             MemoryValue::CodeContext(c) => c.serialize(s),
             MemoryValue::History(h) => h.serialize(s),
+            MemoryValue::Conversation(m) => m.serialize(s),
         }
     }
 }
@@ -61,6 +66,7 @@ impl MemoryValue {
                 .map_err(|e| e.to_string())?,
             ),
             MemoryKind::History => MemoryValue::History(OperationHistory::new()),
+            MemoryKind::Conversation { .. } => MemoryValue::Conversation(Vec::new()),
         })
     }
 
@@ -74,6 +80,7 @@ impl MemoryValue {
             MemoryKind::Whiteboard { .. } => MemoryValue::Whiteboard(typed(stored)?),
             MemoryKind::CodeContext { .. } => MemoryValue::CodeContext(typed(stored)?),
             MemoryKind::History => MemoryValue::History(typed(stored)?),
+            MemoryKind::Conversation { .. } => MemoryValue::Conversation(typed(stored)?),
         })
     }
 
@@ -98,6 +105,9 @@ impl MemoryValue {
             },
             MemoryValue::History(history) => {
                 serde_json::to_value(history.view()).unwrap_or(Value::Null)
+            }
+            MemoryValue::Conversation(messages) => {
+                serde_json::to_value(messages).unwrap_or(Value::Null)
             }
             MemoryValue::Whiteboard(board) => serde_json::json!({
                 "sections": board.sections(),
@@ -396,12 +406,79 @@ pub fn apply(
             }
             Ok(notes.join("; "))
         }
+        (MemoryValue::Conversation(messages), MemoryOp::Clear) => {
+            messages.clear();
+            Ok(String::new())
+        }
+        (
+            MemoryValue::Conversation(messages),
+            op @ (MemoryOp::System | MemoryOp::User | MemoryOp::Assistant),
+        ) => {
+            let text = text_of(&next());
+            let message = match op {
+                MemoryOp::System => Message::system(text),
+                MemoryOp::User => Message::user(text),
+                _ => Message::assistant(text),
+            };
+            push_bounded(kind, messages, vec![message])?;
+            Ok(String::new())
+        }
         (_, op) => Err(MemoryError::Failed(format!(
             "a {} has no operation `{}`",
             kind.kind_name(),
             op.name()
         ))),
     }
+}
+
+/// Appends `messages` to a conversation within its bounds; past them nothing is appended.
+pub fn extend_conversation(
+    kind: &MemoryKind,
+    slot: &mut MemoryValue,
+    messages: Vec<Message>,
+) -> Result<(), String> {
+    match slot {
+        MemoryValue::Conversation(list) => push_bounded(kind, list, messages),
+        _ => Err("this memory is not a conversation".into()),
+    }
+}
+
+fn push_bounded(
+    kind: &MemoryKind,
+    list: &mut Vec<Message>,
+    messages: Vec<Message>,
+) -> Result<(), String> {
+    let MemoryKind::Conversation {
+        max_messages,
+        max_bytes,
+    } = kind
+    else {
+        return Err("this memory is not a conversation".into());
+    };
+    let count = list.len() + messages.len();
+    if count as u64 > *max_messages {
+        return Err(format!(
+            "the conversation would hold {count} messages, past its max_messages = {max_messages}"
+        ));
+    }
+    let bytes: usize = list.iter().chain(&messages).map(message_bytes).sum();
+    if bytes as u64 > *max_bytes {
+        return Err(format!(
+            "the conversation would hold {bytes} bytes, past its max_bytes = {max_bytes}"
+        ));
+    }
+    list.extend(messages);
+    Ok(())
+}
+
+/// What a message weighs against `max_bytes`: its text and its calls' arguments.
+fn message_bytes(m: &Message) -> usize {
+    m.content.len()
+        + m.tool_calls
+            .iter()
+            .flatten()
+            .map(|c| c.name.len() + c.arguments.to_string().len())
+            .sum::<usize>()
 }
 
 /// Renders a whiteboard memory to `whiteboard.md` in `run_dir` (the system area).

@@ -14,6 +14,8 @@ pub enum Parsed {
     Fenced,
     Repaired,
     Text,
+    /// A native tool-calling reply: `{text, calls}`.
+    Native,
 }
 
 /// A reply as a value, how it was read, and the coercions that aligned it to its type.

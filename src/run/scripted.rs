@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rondo_provider::{
-    BoxFuture, ChatModel, ChatRequest, ChatResponse, ProviderError, StreamCallback, Usage,
+    BoxFuture, ChatModel, ChatRequest, ChatResponse, ProviderError, StreamCallback, ToolCall, Usage,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -146,6 +146,53 @@ impl Script {
     }
 }
 
+/// A reply with tool calls as a script writes it (and a run records it):
+/// `{"content": "...", "tool_calls": [{"id": "...", "name": "calculator", "arguments": {...}}]}`.
+pub fn tool_call_reply(content: &str, calls: &[ToolCall]) -> String {
+    serde_json::json!({ "content": content, "tool_calls": calls }).to_string()
+}
+
+/// A scripted reply to a request that offers tools: the form of [`tool_call_reply`]
+/// (`content` and each `id` may be left out: a call's id is then `call_<visit>_<n>`), or
+/// any other text as the reply's text.
+fn read_tool_call_reply(text: &str, visit: u64) -> (String, Vec<ToolCall>) {
+    #[derive(Deserialize)]
+    struct Call {
+        #[serde(default)]
+        id: Option<String>,
+        name: String,
+        #[serde(default)]
+        arguments: Value,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Reply {
+        #[serde(default)]
+        content: String,
+        tool_calls: Vec<Call>,
+    }
+    match serde_json::from_str::<Reply>(text.trim()) {
+        Ok(reply) => {
+            let calls = reply
+                .tool_calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| ToolCall {
+                    id: c.id.unwrap_or_else(|| format!("call_{visit}_{}", i + 1)),
+                    name: c.name,
+                    arguments: if c.arguments.is_null() {
+                        Value::Object(Default::default())
+                    } else {
+                        c.arguments
+                    },
+                })
+                .collect();
+            (reply.content, calls)
+        }
+        Err(_) => (text.to_string(), Vec::new()),
+    }
+}
+
 /// Serves a [`Script`] through the provider interface.
 pub struct ScriptedModel {
     pub script: Arc<Script>,
@@ -188,14 +235,19 @@ impl ChatModel for ScriptedModel {
                     "the scripted provider has no reply for role `{role}` (visit {visit}); add one to the script (`replies: {{{role}: ...}}`) or the test (`reply {role} = \"...\"`)"
                 )));
             };
+            let (content, tool_calls) = if req.tools.is_empty() {
+                (text.to_string(), Vec::new())
+            } else {
+                read_tool_call_reply(text, visit)
+            };
             if let Some(cb) = stream {
-                cb(text);
+                cb(&content);
             }
             // Roughly four characters a token, so budgets and costs behave as with a real model.
             let input: usize = req.messages.iter().map(|m| m.content.len()).sum();
             Ok(ChatResponse {
-                content: text.to_string(),
-                tool_calls: Vec::new(),
+                content,
+                tool_calls,
                 usage: Usage {
                     input_tokens: input.div_ceil(4) as u64,
                     output_tokens: text.len().div_ceil(4) as u64,

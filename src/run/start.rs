@@ -463,7 +463,7 @@ fn template_names(workflow: &Workflow) -> Vec<String> {
             names.extend(
                 l.system
                     .iter()
-                    .chain(std::iter::once(&l.prompt))
+                    .chain(l.prompt.iter())
                     .map(|p| p.to_string_lossy().replace('\\', "/")),
             );
         }

@@ -91,7 +91,9 @@ impl Envs {
                 let env = t.env.unwrap_or(0);
                 let ids: Vec<usize> = match &t.action {
                     ToolAction::Tool { tool, .. } => vec![*tool],
-                    ToolAction::Choose { choices, .. } => choices.clone(),
+                    ToolAction::Choose { choices, .. } | ToolAction::Calls { choices, .. } => {
+                        choices.clone()
+                    }
                     ToolAction::Command { .. } => Vec::new(),
                 };
                 for id in ids {
@@ -379,6 +381,23 @@ pub(super) async fn run_tool_role(
         .get(env_id, branch)
         .await
         .map_err(StepError::Failed)?;
+    if let ToolAction::Calls { choices, calls, .. } = &role.action {
+        let calls = interp
+            .env(state, Some(node), None, item)
+            .eval(calls)
+            .map_err(|e| StepError::Failed(format!("role `{name}`: `calls`: {e}")))?;
+        let step_id = step_id(state, branch);
+        let output = run_calls(
+            workflow,
+            environment.as_ref(),
+            role,
+            choices,
+            &calls,
+            &step_id,
+        )
+        .await?;
+        return Ok(RoleRun::plain(output));
+    }
     let names = interp.name_context(state, node, visit, item);
     let ctx = &names;
     let (request, tool_id, tool_name, args) = match &role.action {
@@ -470,6 +489,9 @@ pub(super) async fn run_tool_role(
             let request = tool_command(environment.as_ref(), spec, &argv)?;
             (request, Some(tool), spec.name().to_string(), arguments)
         }
+        ToolAction::Calls { .. } => {
+            return Err(StepError::Failed(format!("role `{name}`: calls run apart")));
+        }
     };
     let mut request = request;
     let timeout = role
@@ -478,12 +500,9 @@ pub(super) async fn run_tool_role(
         .or_else(|| tool_id.and_then(|t| workflow.tools[t].spec.timeout))
         .unwrap_or(Duration::from_secs(300));
     request.timeout = Some(timeout);
-    // The same for a step run again after a crash: a tool can make itself idempotent.
-    let step_id = match branch {
-        Some(b) => format!("{}-{}.{b}", state.run_id, state.step + 1),
-        None => format!("{}-{}", state.run_id, state.step + 1),
-    };
-    request.env.insert("RONDO_STEP_ID".into(), step_id);
+    request
+        .env
+        .insert("RONDO_STEP_ID".into(), step_id(state, branch));
     request.max_output = role
         .max_output
         .or_else(|| tool_id.and_then(|t| workflow.tools[t].spec.max_output))
@@ -527,6 +546,103 @@ pub(super) async fn run_tool_role(
         prompt: None,
         record: None,
     })
+}
+
+/// `RONDO_STEP_ID`: the same for a step run again after a crash, so a tool can make itself
+/// idempotent (a native reply's calls add `.call<n>`).
+fn step_id(state: &RunState, branch: Option<usize>) -> String {
+    match branch {
+        Some(b) => format!("{}-{}.{b}", state.run_id, state.step + 1),
+        None => format!("{}-{}", state.run_id, state.step + 1),
+    }
+}
+
+/// Runs every call of a native reply at once, each checked against its tool's `input`
+/// first: `{ok, results: [{id, tool, args, ok, error_kind, observation}]}` in the calls'
+/// order. A call that cannot run (unknown tool, bad arguments, past the per-turn bound) is a
+/// result with its reason (`observation: {tool, error}`), never a failed step.
+async fn run_calls(
+    workflow: &Workflow,
+    environment: &dyn Environment,
+    role: &ToolRole,
+    choices: &[usize],
+    calls: &Value,
+    step_id: &str,
+) -> Result<Value, StepError> {
+    let calls: &[Value] = calls.as_array().map_or(&[], Vec::as_slice);
+    // A refused call is recorded as the reference records one: a `⛔️validation_error`
+    // step whose observation names the tool and why.
+    let refused = |id: &Value, tool: &str, args: &Value, kind: &str, why: String| {
+        let name = match kind {
+            "validation" | "unknown_tool" => "⛔️validation_error",
+            _ => tool,
+        };
+        json!({"id": id, "tool": name, "args": args, "ok": false, "error_kind": kind,
+            "observation": {"tool": tool, "error": why}})
+    };
+    let runs = calls.iter().enumerate().map(|(i, call)| async move {
+        let id = call.get("id").cloned().unwrap_or(Value::Null);
+        let chosen = call.get("tool").and_then(Value::as_str).unwrap_or("");
+        let args = call.get("args").cloned().unwrap_or(Value::Null);
+        if i >= crate::compile::MAX_CALLS_PER_TURN {
+            let why = format!(
+                "not run: at most {} tool calls are run per reply",
+                crate::compile::MAX_CALLS_PER_TURN
+            );
+            return Ok(refused(&id, chosen, &args, "too_many_calls", why));
+        }
+        let Some(&tool) = choices
+            .iter()
+            .find(|&&t| workflow.tools[t].name() == chosen)
+        else {
+            let known: Vec<&str> = choices.iter().map(|&t| workflow.tools[t].name()).collect();
+            let why = format!(
+                "`{chosen}` is not one of the available tools ({})",
+                known.join(", ")
+            );
+            return Ok(refused(&id, chosen, &args, "unknown_tool", why));
+        };
+        let spec = &workflow.tools[tool];
+        if let Err(e) = spec.check_args(&args) {
+            let why = format!("invalid arguments for `{chosen}`: {e}");
+            return Ok(refused(&id, chosen, &args, "validation", why));
+        }
+        let mut request = tool_command(environment, spec, &[arg_text(&args)])?;
+        request.timeout = Some(
+            role.timeout_ms
+                .map(Duration::from_millis)
+                .or(spec.spec.timeout)
+                .unwrap_or(Duration::from_secs(300)),
+        );
+        request
+            .env
+            .insert("RONDO_STEP_ID".into(), format!("{step_id}.call{}", i + 1));
+        request.max_output = role
+            .max_output
+            .or(spec.spec.max_output)
+            .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+        let out = environment
+            .exec(request)
+            .await
+            .map_err(|e| StepError::Failed(format!("tool `{chosen}`: {e}")))?;
+        let result = tool_result(chosen, &out, role.show, None, args.clone());
+        let ok = result["ok"].as_bool().unwrap_or(false);
+        let observation = match (&result["data"], &result["error"]) {
+            (Value::Null, Value::Null) => result["stdout"].clone(),
+            (Value::Null, error) => error.clone(),
+            (data, _) => data.clone(),
+        };
+        Ok::<Value, StepError>(json!({
+            "id": id, "tool": chosen, "args": args, "ok": ok,
+            "error_kind": result["error_kind"], "observation": observation,
+        }))
+    });
+    let results = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<Value>, StepError>>()?;
+    let ok = results.iter().all(|r| r["ok"] == true);
+    Ok(json!({"ok": ok, "results": results}))
 }
 
 /// The standard tool result. A tool that prints CatMaster's shape

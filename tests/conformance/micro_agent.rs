@@ -208,6 +208,34 @@ fn final_answer(answer: &str) -> String {
     serde_json::json!({"final": {"answer": answer}}).to_string()
 }
 
+/// A native reply of the model: tool calls `(id, tool, arguments)` (the scripted provider's
+/// form, which the OpenAI server sends as `tool_calls`).
+fn tool_calls(calls: &[(&str, &str, Value)]) -> String {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, args)| serde_json::json!({"id": id, "name": name, "arguments": args}))
+        .collect();
+    serde_json::json!({ "tool_calls": calls }).to_string()
+}
+
+/// An OpenAI chat completion's message: a reply of [`tool_calls`] as `tool_calls` with
+/// their arguments as JSON text, anything else as the content.
+fn openai_message(text: &str) -> Value {
+    let calls = serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| v.get("tool_calls").and_then(Value::as_array).cloned());
+    match calls {
+        Some(calls) => serde_json::json!({
+            "role": "assistant", "content": null, "refusal": null,
+            "tool_calls": calls.iter().map(|c| serde_json::json!({
+                "id": c["id"], "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"].to_string()},
+            })).collect::<Vec<_>>(),
+        }),
+        None => serde_json::json!({"role": "assistant", "content": text, "refusal": null}),
+    }
+}
+
 // ---- "Tool args are validated against JSON Schema before execution; invalid inputs add a
 // ⛔️validation_error step. The loop then requests a corrected call next iteration." --------
 
@@ -758,7 +786,7 @@ impl Server {
                         serde_json::json!({
                             "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000,
                             "model": body["model"],
-                            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},
+                            "choices": [{"index": 0, "message": openai_message(&text),
                                 "logprobs": null, "finish_reason": "stop"}],
                             "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1,
                                 "total_tokens": usage.0 + usage.1},
@@ -813,6 +841,9 @@ fn a_user_with_only_ollama_runs_it_with_ollama_host_and_ollama_model() {
         assert_eq!(path, "/api/chat");
         assert_eq!(body["model"], "qwen2.5:0.5b");
         assert_eq!(body["stream"], false);
+        // The JSON decision loop: the tools are described in the prompt, not offered natively.
+        assert!(body.get("tools").is_none(), "{body}");
+        assert!(body["format"].is_object(), "the decision's schema: {body}");
     }
     let responses = of_kind(&asked.events(), "llm_response");
     assert!(responses.iter().all(|r| r["profile"] == "ollama"));
@@ -866,9 +897,17 @@ fn llm_provider_must_name_a_profile() {
 
 #[test]
 fn openai_model_and_the_price_variables_reach_the_call_and_the_cost() {
+    // OpenAI runs natively: a tool call, then the answer as text.
     let server = Server::start(
         Wire::OpenAi,
-        vec![calc("6*7"), final_answer("42")],
+        vec![
+            tool_calls(&[(
+                "call_1",
+                "calculator",
+                serde_json::json!({"expression": "6*7"}),
+            )]),
+            "42".into(),
+        ],
         (1000, 500),
     );
     let key = "sk-test-micro-agent-0123456789";
@@ -902,6 +941,133 @@ fn openai_model_and_the_price_variables_reach_the_call_and_the_cost() {
             entry.display()
         );
     }
+}
+
+// ---- "OpenAI → native tool-calls ...; Others (e.g., Ollama) → robust JSON decision loop" ------
+
+/// One ask on OpenAI: the tools' schemas in the request, a refused call and a good one made
+/// at once, the results back in the conversation, the answer in text.
+#[test]
+fn openai_calls_the_tools_natively_and_sees_every_result_in_the_conversation() {
+    let server = Server::start(
+        Wire::OpenAi,
+        vec![
+            tool_calls(&[
+                ("call_a", "calculator", serde_json::json!({"expr": "6*7"})),
+                ("call_b", "now", serde_json::json!({"timezone": "utc"})),
+            ]),
+            tool_calls(&[(
+                "call_c",
+                "calculator",
+                serde_json::json!({"expression": "6*7"}),
+            )]),
+            "6*7 is 42.".into(),
+        ],
+        (10, 5),
+    );
+    let (_tmp, asked) = Ask::new("What is 6*7, and what time is it?")
+        .own_provider()
+        .env("LLM_PROVIDER", "openai")
+        .env("OPENAI_API_KEY", "sk-test-native")
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", server.addr))
+        .run();
+    let asked = asked.ok();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    let first = &requests[0].2;
+    // The tools in OpenAI's own form, with their schemas; no JSON decision format.
+    let tools = first["tools"].as_array().expect("tools offered");
+    let names: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["calculator", "now"]);
+    assert!(tools.iter().all(|t| t["type"] == "function"));
+    let calculator = &tools[0]["function"]["parameters"];
+    assert_eq!(calculator["required"], serde_json::json!(["expression"]));
+    assert_eq!(calculator["additionalProperties"], false);
+    assert!(first.get("response_format").is_none(), "{first}");
+    let roles = |body: &Value| -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(roles(first), ["system", "user"]);
+    assert_eq!(
+        first["messages"][1]["content"],
+        "What is 6*7, and what time is it?"
+    );
+    // Turn 2 is sent both calls and a result for each: the refused one says why.
+    let second = &requests[1].2;
+    assert_eq!(
+        roles(second),
+        ["system", "user", "assistant", "tool", "tool"]
+    );
+    let calls = &second["messages"][2]["tool_calls"];
+    assert_eq!(calls[0]["id"], "call_a");
+    assert_eq!(calls[0]["function"]["arguments"], r#"{"expr":"6*7"}"#);
+    let refused = &second["messages"][3];
+    assert_eq!(refused["tool_call_id"], "call_a");
+    let refused = refused["content"].as_str().unwrap();
+    assert!(
+        refused.starts_with("⛔️validation_error: invalid arguments for `calculator`"),
+        "{refused}"
+    );
+    assert_eq!(second["messages"][4]["tool_call_id"], "call_b");
+    assert!(
+        second["messages"][4]["content"]
+            .as_str()
+            .unwrap()
+            .contains('T')
+    );
+    let third = &requests[2].2;
+    assert_eq!(third["messages"][6]["tool_call_id"], "call_c");
+    assert!(
+        third["messages"][6]["content"]
+            .as_str()
+            .unwrap()
+            .contains("42")
+    );
+    // The trace: a ⛔️validation_error step, then the calls that ran; the model's answer.
+    assert_eq!(asked.tools(), ["⛔️validation_error", "now", "calculator"]);
+    assert_eq!(asked.record()["answer"], "6*7 is 42.");
+    assert_eq!(asked.steps()[0]["observation"]["tool"], "calculator");
+}
+
+/// A native answer before the calculator ran is a policy violation the model is told of.
+#[test]
+fn a_native_answer_before_the_calculator_is_a_policy_violation_the_model_reads() {
+    let server = Server::start(
+        Wire::OpenAi,
+        vec![
+            "80235".into(),
+            tool_calls(&[(
+                "call_1",
+                "calculator",
+                serde_json::json!({"expression": "12345 + 67890"}),
+            )]),
+            "80235".into(),
+        ],
+        (10, 5),
+    );
+    let (_tmp, asked) = Ask::new("Add 12345 and 67890.")
+        .own_provider()
+        .env("LLM_PROVIDER", "openai")
+        .env("OPENAI_API_KEY", "sk-test-native")
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", server.addr))
+        .run();
+    let asked = asked.ok();
+    assert_eq!(asked.tools(), ["⛔️policy_violation", "calculator"]);
+    let second = &server.requests()[1].2;
+    let told = second["messages"][3]["content"].as_str().unwrap();
+    assert!(
+        told.contains("Finalize attempted before calculator"),
+        "{told}"
+    );
+    assert_eq!(asked.record()["answer"], "80235");
 }
 
 #[test]

@@ -2502,7 +2502,8 @@ async fn a_reply_with_only_tool_calls_is_not_an_empty_answer() {
 
 /// `rondo test` covers native mode: the scripted provider answers a role that offers tools
 /// with the tool calls its reply lists (tests/fixtures/native/agent.rondo), and a model that
-/// calls tools forever fills its conversation's bound and stops at `limit` (bounded.rondo).
+/// calls tools forever fills its conversation's bound and stops at `limit` (bounded.rondo),
+/// and so does an `update` past the bound (update_bound.rondo).
 #[test]
 fn rondo_test_runs_native_tool_calls_from_scripted_replies() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/native");
@@ -2513,6 +2514,7 @@ fn rondo_test_runs_native_tool_calls_from_scripted_replies() {
         .arg("test")
         .arg(fixtures.join("agent.rondo"))
         .arg(fixtures.join("bounded.rondo"))
+        .arg(fixtures.join("update_bound.rondo"))
         .output()
         .expect("run rondo test");
     let text = format!(
@@ -2521,5 +2523,5 @@ fn rondo_test_runs_native_tool_calls_from_scripted_replies() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("2 passed, 0 failed"), "{text}");
+    assert!(text.contains("3 passed, 0 failed"), "{text}");
 }

@@ -121,7 +121,13 @@ impl<'w> Interpreter<'w> {
         };
         let notes = self
             .run_updates(state, node, updates, &run.output, item)
-            .map_err(|e| StepError::Failed(format!("role `{name}`: {}", e.message())))?;
+            .map_err(|e| {
+                let message = format!("role `{name}`: {}", e.message());
+                match e {
+                    UpdateError::Limit(_) => StepError::Limit(message),
+                    _ => StepError::Failed(message),
+                }
+            })?;
         for n in &notes {
             // whiteboard.md, in the system area, follows every applied batch.
             if n.op == Some(MemoryOp::Apply) {
@@ -260,12 +266,14 @@ pub(super) enum UpdateError {
     Refused(String),
     /// Anything else (an expression that cannot be evaluated, a damaged checkpoint).
     Failed(String),
+    /// A memory's declared bound would be passed: the run ends at `limit`.
+    Limit(String),
 }
 
 impl UpdateError {
     pub fn message(&self) -> &str {
         match self {
-            UpdateError::Refused(m) | UpdateError::Failed(m) => m,
+            UpdateError::Refused(m) | UpdateError::Failed(m) | UpdateError::Limit(m) => m,
         }
     }
 }
@@ -344,6 +352,7 @@ impl<'w> Interpreter<'w> {
                         match e {
                             memory::MemoryError::Refused(_) => UpdateError::Refused(message),
                             memory::MemoryError::Failed(_) => UpdateError::Failed(message),
+                            memory::MemoryError::Limit(_) => UpdateError::Limit(message),
                         }
                     })?;
                     if let (MemoryKind::Value { ty, .. }, MemoryValue::Plain(v)) =

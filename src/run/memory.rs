@@ -180,12 +180,15 @@ pub enum MemoryError {
     Refused(String),
     /// The memory cannot take the operation (a damaged checkpoint, a list that is not one).
     Failed(String),
+    /// The operation would take the memory past its declared bound (a conversation's
+    /// `max_messages`/`max_bytes`): the run ends at `limit`.
+    Limit(String),
 }
 
 impl MemoryError {
     pub fn message(&self) -> &str {
         match self {
-            MemoryError::Refused(m) | MemoryError::Failed(m) => m,
+            MemoryError::Refused(m) | MemoryError::Failed(m) | MemoryError::Limit(m) => m,
         }
     }
 }
@@ -420,7 +423,7 @@ pub fn apply(
                 MemoryOp::User => Message::user(text),
                 _ => Message::assistant(text),
             };
-            push_bounded(kind, messages, vec![message])?;
+            push_bounded(kind, messages, vec![message]).map_err(MemoryError::Limit)?;
             Ok(String::new())
         }
         (_, op) => Err(MemoryError::Failed(format!(

@@ -164,6 +164,17 @@ pub enum Command {
         #[arg(long, default_value_t = -1, allow_negative_numbers = true, requires = "path")]
         index: i64,
     },
+    /// Write a run as one self-contained HTML page: its graph with the path taken, a step
+    /// timeline, prompts, replies, tool calls and totals. It opens from disk, offline.
+    #[command(
+        after_help = "Examples:\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello\n  rondo view runs/hello -o hello.html\n\nWithout -o the page is written to view.html in the run directory. `rondo serve` serves the same page at /, live."
+    )]
+    View {
+        run: PathBuf,
+        /// Where to write the page.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// List runs with their status.
     #[command(
         after_help = "Examples:\n  rondo runs --run-dir runs\n  rondo runs --workspace ./project"
@@ -405,6 +416,7 @@ pub fn main_entry() -> i32 {
             (Some(run), None) => cmd_replay(&run, full),
             (None, None) => 2,
         },
+        Command::View { run, output } => cmd_view(&run, output),
         Command::Runs { run_dir, workspace } => cmd_runs(
             &workspace
                 .as_deref()
@@ -612,6 +624,27 @@ fn cmd_replay(run_path: &std::path::Path, full: bool) -> i32 {
         }
         Err(e) => {
             errln!("error: {e}");
+            2
+        }
+    }
+}
+
+fn cmd_view(run_path: &std::path::Path, output: Option<PathBuf>) -> i32 {
+    let page = match crate::view::render(run_path) {
+        Ok(page) => page,
+        Err(e) => {
+            errln!("error: {e}");
+            return 2;
+        }
+    };
+    let out = output.unwrap_or_else(|| run_path.join("view.html"));
+    match std::fs::write(&out, page) {
+        Ok(()) => {
+            outln!("wrote {}", out.display());
+            0
+        }
+        Err(e) => {
+            errln!("error: cannot write {}: {e}", out.display());
             2
         }
     }

@@ -1,0 +1,390 @@
+//! The run viewer in a real headless Chromium, driven over the DevTools protocol (through
+//! `--remote-debugging-pipe`: the same CDP messages as over a WebSocket, on two pipes).
+//! The tests assert what a person sees: nodes and steps, the path taken, a prompt opened
+//! from the timeline, hostile replies shown as text, a served run updating live. Every
+//! test leaves screenshots in target/viewer-screenshots/.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// A headless Chromium and the page target the tests drive.
+struct Browser {
+    child: Child,
+    commands: std::fs::File,
+    replies: mpsc::Receiver<Value>,
+    session: String,
+    next: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+impl Browser {
+    fn launch() -> Browser {
+        let found = Command::new("sh")
+            .args(["-c", "command -v chromium"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(
+            found,
+            "the viewer tests need Chromium: `apt-get install chromium` (scripts/test.sh installs it)"
+        );
+        let profile = tempfile::tempdir().unwrap();
+        let (cmd_read, cmd_write) = std::io::pipe().unwrap();
+        let (reply_read, reply_write) = std::io::pipe().unwrap();
+        let (cr, rw) = (cmd_read.as_raw_fd(), reply_write.as_raw_fd());
+        let mut command = Command::new("chromium");
+        command
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--remote-debugging-pipe",
+                "--window-size=1400,1200",
+                "--no-first-run",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // Chromium reads commands on fd 3 and writes replies on fd 4. Both are first moved
+        // above 4 so that neither dup2 clobbers the other; dup2's copies are inherited.
+        unsafe {
+            command.pre_exec(move || {
+                let a = libc::fcntl(cr, libc::F_DUPFD, 10);
+                let b = libc::fcntl(rw, libc::F_DUPFD, 10);
+                if a < 0 || b < 0 || libc::dup2(a, 3) < 0 || libc::dup2(b, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("chromium starts");
+        drop(cmd_read);
+        drop(reply_write);
+        let (tx, replies) = mpsc::channel();
+        let reply_fd: OwnedFd = reply_read.into();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(std::fs::File::from(reply_fd));
+            let mut message = Vec::new();
+            while reader.read_until(0, &mut message).is_ok_and(|n| n > 0) {
+                if message.last() == Some(&0) {
+                    message.pop();
+                }
+                if let Ok(v) = serde_json::from_slice::<Value>(&message)
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+                message.clear();
+            }
+        });
+        let commands = std::fs::File::from(OwnedFd::from(cmd_write));
+        let mut browser = Browser {
+            child,
+            commands,
+            replies,
+            session: String::new(),
+            next: 0,
+            _profile: profile,
+        };
+        let targets = browser.call("Target.getTargets", json!({}));
+        let page = targets["targetInfos"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page")
+            .expect("a page target")["targetId"]
+            .clone();
+        let attached = browser.call(
+            "Target.attachToTarget",
+            json!({"targetId": page, "flatten": true}),
+        );
+        browser.session = attached["sessionId"].as_str().unwrap().to_string();
+        browser.call("Page.enable", json!({}));
+        browser
+    }
+
+    /// Sends a command (to the page once attached) and waits for its answer.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        let mut message = json!({"id": id, "method": method, "params": params});
+        if !self.session.is_empty() {
+            message["sessionId"] = json!(self.session);
+        }
+        let mut bytes = serde_json::to_vec(&message).unwrap();
+        bytes.push(0);
+        self.commands
+            .write_all(&bytes)
+            .expect("chromium reads commands");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let reply = self
+                .replies
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer from chromium to {method}"));
+            if reply["id"] == id {
+                if let Some(e) = reply.get("error") {
+                    panic!("{method}: {e}");
+                }
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// The value of a JavaScript expression in the page (awaited when it is a promise).
+    fn eval(&mut self, expression: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+        );
+        if let Some(e) = r.get("exceptionDetails") {
+            panic!("`{expression}` threw: {e}");
+        }
+        r["result"]["value"].clone()
+    }
+
+    /// Waits until the expression is true (the page draws asynchronously).
+    fn wait_for(&mut self, expression: &str, shot: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.eval(expression) != json!(true) {
+            if Instant::now() > deadline {
+                self.screenshot(shot);
+                panic!(
+                    "the page never showed `{expression}` (screenshot: {shot}.png); its text:\n{}",
+                    self.eval("document.body.innerText")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn open(&mut self, url: &str) {
+        self.call("Page.navigate", json!({"url": url}));
+        self.wait_for("document.readyState === 'complete'", "loading");
+    }
+
+    /// Writes target/viewer-screenshots/NAME.png.
+    fn screenshot(&mut self, name: &str) {
+        let shot = self.call("Page.captureScreenshot", json!({"format": "png"}));
+        let dir = common::root().join("target/viewer-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        let bytes = base64_decode(shot["data"].as_str().unwrap());
+        assert!(bytes.starts_with(b"\x89PNG"), "a PNG screenshot");
+        std::fs::write(dir.join(format!("{name}.png")), bytes).unwrap();
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let clean: Vec<u8> = text.bytes().filter(|&c| c != b'=' && c != b'\n').collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= u32::from(value(c)) << (18 - 6 * i);
+        }
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+fn file_url(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// `rondo view` on a finished run, then the written page read back by the output.
+fn view(run_dir: &Path, out: &Path) -> String {
+    let o = common::rondo(&[
+        "view",
+        run_dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    common::assert_success(&o);
+    std::fs::read_to_string(out).unwrap()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    let mut s: Vec<String> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    s.sort();
+    s
+}
+
+/// DS-STAR's hello run as `rondo view` writes it: the page draws every node of the graph
+/// `rondo graph` draws, marks the visited ones, the routes taken and the exit, lists every
+/// step, and clicking a step of the timeline opens its prompt, reply and memory changes.
+#[test]
+fn a_written_page_shows_the_graph_the_path_taken_and_a_prompt_opened_from_the_timeline() {
+    let repo = common::repo_copy();
+    let out = common::run_example(
+        repo.path(),
+        "rondo run -q workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello",
+    );
+    common::assert_example_ran("ds_star hello", &out);
+    let run_dir = repo.path().join("runs/hello");
+    let page = repo.path().join("hello.html");
+    let html = view(&run_dir, &page);
+    assert!(html.contains("id=\"run-data\""), "the run is embedded");
+
+    let dot = common::rondo(&[
+        "graph",
+        repo.path()
+            .join("workflows/ds_star.rondo")
+            .to_str()
+            .unwrap(),
+    ]);
+    let dot = String::from_utf8(dot.stdout).unwrap();
+    let drawn = dot
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| {
+            l.starts_with('n')
+                && l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|w| w.starts_with("[label="))
+        })
+        .count();
+    let journal = common::events(&run_dir);
+    let roles: Vec<String> = common::of_kind(&journal, "role_start")
+        .iter()
+        .map(|e| e["role"].as_str().unwrap().to_string())
+        .collect();
+    let mut visited: Vec<String> = roles.clone();
+    visited.extend(["start".to_string(), "success".to_string()]);
+    visited.sort();
+    visited.dedup();
+    let mut taken: Vec<String> = common::of_kind(&journal, "route")
+        .iter()
+        .flat_map(|e| {
+            let from = e["from"].as_str().unwrap().to_string();
+            e["to"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |t| format!("{from}->{}", t.as_str().unwrap()))
+        })
+        .collect();
+    taken.sort();
+    taken.dedup();
+
+    let mut b = Browser::launch();
+    b.open(&file_url(&page));
+    b.wait_for(
+        "document.querySelectorAll('#graph .node').length > 0",
+        "ds_star-graph",
+    );
+    b.screenshot("ds_star-page");
+    // Self-contained: the page loaded nothing besides itself.
+    assert_eq!(
+        b.eval("performance.getEntriesByType('resource').length"),
+        json!(0)
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#graph .node').length"),
+        json!(drawn)
+    );
+    assert_eq!(
+        strings(&b.eval(
+            "[...document.querySelectorAll('#graph .node.visited')].map(n => n.dataset.name)"
+        )),
+        visited
+    );
+    assert_eq!(
+        strings(&b.eval("[...document.querySelectorAll('#graph .edge.taken')].filter(e => e.dataset.route !== '').map(e => e.dataset.from + '->' + e.dataset.to)")),
+        taken
+    );
+    assert_eq!(
+        b.eval(
+            "[...document.querySelectorAll('#graph .node.exit.reached')].map(n => n.dataset.name)"
+        ),
+        json!(["success"])
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#timeline tbody tr').length"),
+        json!(roles.len())
+    );
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#timeline tbody tr')].map(r => r.dataset.role)"),
+        json!(roles)
+    );
+    assert!(
+        b.eval("document.getElementById('status').textContent")
+            .as_str()
+            .unwrap()
+            .contains("exit success (0)")
+    );
+
+    // A prompt opened from the timeline: the planner's, as the journal recorded it.
+    let planner = common::of_kind(&journal, "llm_response")
+        .into_iter()
+        .find(|e| e["role"] == "planner")
+        .unwrap();
+    assert!(b.eval("document.getElementById('detail').hidden") == json!(true));
+    b.eval("document.querySelector('#timeline tr[data-role=planner]').click()");
+    b.wait_for(
+        "!!document.getElementById('detail-prompt')",
+        "ds_star-prompt",
+    );
+    b.eval("document.getElementById('detail').scrollIntoView()");
+    b.screenshot("ds_star-prompt");
+    assert_eq!(
+        b.eval("document.getElementById('detail-prompt').textContent"),
+        planner["prompt"]
+    );
+    assert_eq!(
+        b.eval("document.getElementById('detail-reply').textContent"),
+        planner["raw"]
+    );
+    let memory = b.eval("document.getElementById('detail-memory').innerText");
+    assert!(memory.as_str().unwrap().contains("plan"), "{memory}");
+    // A tool step shows its arguments and the output it showed the model.
+    let executor = common::of_kind(&journal, "tool_call")
+        .into_iter()
+        .find(|e| e["role"] == "executor")
+        .unwrap();
+    b.eval("document.querySelector('#timeline tr[data-role=executor]').click()");
+    b.wait_for("!!document.getElementById('detail-shown')", "ds_star-tool");
+    assert_eq!(
+        b.eval("document.getElementById('detail-shown').textContent"),
+        executor["result"]["shown"]
+    );
+    // Totals: the run's row holds the run's tokens.
+    let info = common::json(run_dir.join("run.json"));
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#totals .run-total th')].map(c => c.textContent)")
+            [2],
+        json!(info["totals"]["input_tokens"].to_string())
+    );
+}

@@ -202,7 +202,7 @@ pub enum Command {
     },
     /// Serve workflows over HTTP: runs on request, their status, live events and graphs.
     #[command(
-        after_help = "Routes: POST /runs, GET /runs, GET /runs/{id}, GET /runs/{id}/events (SSE),\n  POST /runs/{id}/cancel, GET /workflows, GET /workflows/{name}/graph?format=dot|mermaid|svg,\n  POST /ask, GET /trace/{id}, GET /openapi.json, GET /health (docs/serve.md)\n\nExamples:\n  rondo serve workflows/micro_agent.rondo --provider scripted --port 8080\n  RONDO_TOKEN=s3cret rondo serve workflows/*.rondo --token-env RONDO_TOKEN --concurrency 8"
+        after_help = "Routes: GET / (the run viewer), POST /runs, GET /runs, GET /runs/{id},\n  GET /runs/{id}/events (SSE), GET /runs/{id}/view, POST /runs/{id}/cancel, GET /workflows, GET /workflows/{name}/graph?format=dot|mermaid|svg,\n  POST /ask, GET /trace/{id}, GET /openapi.json, GET /health (docs/serve.md)\n\nExamples:\n  rondo serve workflows/micro_agent.rondo --provider scripted --port 8080\n  RONDO_TOKEN=s3cret rondo serve workflows/*.rondo --token-env RONDO_TOKEN --concurrency 8"
     )]
     Serve {
         #[arg(required = true)]

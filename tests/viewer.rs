@@ -380,6 +380,18 @@ fn a_written_page_shows_the_graph_the_path_taken_and_a_prompt_opened_from_the_ti
         b.eval("document.getElementById('detail-shown').textContent"),
         executor["result"]["shown"]
     );
+    // ... and links its full log, a file of the run's workspace.
+    let href = b.eval("document.getElementById('detail-log').getAttribute('href')");
+    let log = href
+        .as_str()
+        .unwrap()
+        .strip_prefix("file://")
+        .unwrap()
+        .to_string();
+    let expected = run_dir
+        .join("workspace")
+        .join(executor["result"]["log"].as_str().unwrap());
+    assert_eq!(Path::new(&log), expected.canonicalize().unwrap());
     // Totals: the run's row holds the run's tokens.
     let info = common::json(run_dir.join("run.json"));
     assert_eq!(
@@ -387,4 +399,272 @@ fn a_written_page_shows_the_graph_the_path_taken_and_a_prompt_opened_from_the_ti
             [2],
         json!(info["totals"]["input_tokens"].to_string())
     );
+}
+
+/// What a model said that looks like HTML.
+const HOSTILE: &str = "</script><script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"> <b>bold</b> &amp; <!-- end";
+
+/// A reply that tries to be HTML shows as its text, and a 1 MB reply is cut with a note
+/// saying how long it was, so the page stays small.
+#[test]
+fn hostile_replies_show_as_text_and_huge_ones_are_cut_with_their_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let huge = "y".repeat(1_000_000);
+    let script = format!(
+        "replies:\n  say: {}\n  big: {}\n",
+        serde_json::to_string(HOSTILE).unwrap(),
+        serde_json::to_string(&huge).unwrap()
+    );
+    let wf = common::project(
+        tmp.path(),
+        r#"workflow hostile {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+role say: llm { prompt = "say.tera" }
+role big: llm { prompt = "big.tera" }
+exit done
+start -> say
+say -> big
+big -> done
+"#,
+        &[
+            ("say.tera", "Say something.\n"),
+            ("big.tera", "Say a lot.\n"),
+        ],
+        &script,
+    );
+    let (out, run_dir) = common::run(&wf, "h");
+    common::assert_success(&out);
+    let journal_size = std::fs::metadata(run_dir.join("events.jsonl"))
+        .unwrap()
+        .len();
+    assert!(journal_size > 1_000_000);
+    let page = tmp.path().join("h.html");
+    let html = view(&run_dir, &page);
+    assert!(
+        html.len() < 200_000,
+        "a {journal_size}-byte journal made a {}-byte page",
+        html.len()
+    );
+    assert_eq!(
+        html.matches("<script").count(),
+        2,
+        "only the page's own scripts"
+    );
+
+    let mut b = Browser::launch();
+    b.open(&file_url(&page));
+    b.wait_for(
+        "document.querySelectorAll('#timeline tbody tr').length === 2",
+        "hostile",
+    );
+    b.eval("document.querySelector('#timeline tr[data-role=say]').click()");
+    b.wait_for("!!document.getElementById('detail-reply')", "hostile-reply");
+    b.eval("document.getElementById('detail').scrollIntoView()");
+    b.screenshot("hostile-reply");
+    assert_eq!(
+        b.eval("document.getElementById('detail-reply').textContent"),
+        json!(HOSTILE)
+    );
+    assert_eq!(b.eval("typeof window.pwned"), json!("undefined"));
+    assert_eq!(
+        b.eval("document.querySelectorAll('img, b').length"),
+        json!(0)
+    );
+    assert_eq!(b.eval("document.scripts.length"), json!(2));
+
+    b.eval("document.querySelector('#timeline tr[data-role=big]').click()");
+    b.wait_for(
+        "document.getElementById('detail-reply').textContent.startsWith('yyy')",
+        "huge-reply",
+    );
+    b.screenshot("huge-reply");
+    let shown = b.eval("document.getElementById('detail-reply').textContent");
+    let shown = shown.as_str().unwrap();
+    assert!(
+        shown.ends_with("[cut: 16384 of 1000000 bytes shown]"),
+        "{}",
+        &shown[shown.len() - 80..]
+    );
+    assert!(shown.len() < 17_000);
+
+    // The workflow file gone: the page draws the path from the journal alone, and says so.
+    std::fs::remove_file(&wf).unwrap();
+    let page = tmp.path().join("h2.html");
+    view(&run_dir, &page);
+    b.open(&file_url(&page));
+    b.wait_for(
+        "document.querySelectorAll('#graph .node').length > 0",
+        "journal-graph",
+    );
+    b.screenshot("journal-graph");
+    assert_eq!(
+        strings(&b.eval(
+            "[...document.querySelectorAll('#graph .node.visited')].map(n => n.dataset.name)"
+        )),
+        ["big", "done", "say", "start"]
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#graph .edge.taken').length"),
+        json!(3)
+    );
+    assert!(
+        b.eval("document.getElementById('note').textContent")
+            .as_str()
+            .unwrap()
+            .contains("could not be checked")
+    );
+}
+
+const TOKEN: &str = "viewer-s3cret";
+
+/// A `rondo serve` process and its address.
+struct Served {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `rondo serve WORKFLOW` on a free port, every route but `/` and `/health` behind `TOKEN`.
+fn serve(dir: &Path, workflow: &Path) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir)
+        .arg("serve")
+        .arg(workflow)
+        .args(["--port", "0", "--token-env", "VIEWER_TEST_TOKEN"])
+        .env("VIEWER_TEST_TOKEN", TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let base = first
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    Served { child, base }
+}
+
+/// POST /runs: one HTTP/1.1 request, the `id` of the answer.
+fn start_run(base: &str, workflow: &str) -> String {
+    let addr = base.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let body = json!({"workflow": workflow}).to_string();
+    write!(
+        stream,
+        "POST /runs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut answer).unwrap();
+    let json_start = answer.find("\r\n\r\n").unwrap() + 4;
+    let v: Value = serde_json::from_str(answer[json_start..].trim()).unwrap();
+    v["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_string()
+}
+
+/// The page `rondo serve` serves at `/` (here behind a token) lists the runs, opens one, and
+/// shows its steps as
+/// they arrive: a first step and the role running now, then, once that role is let go, its
+/// step, the next and the exit. (A step is journaled when it ends.)
+#[test]
+fn a_served_run_updates_live_in_the_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let release = tmp.path().join("release");
+    let wf = tmp.path().join("slow.rondo");
+    std::fs::write(
+        &wf,
+        format!(
+            r#"workflow slow {{
+  description = "waits for a file"
+}}
+role wait: tool {{ command = ["python3", "-c", "import os, time; d = time.time() + 60; [time.sleep(0.02) for _ in iter(lambda: os.path.exists('{release}') or time.time() > d, True)]; print('released')"] }}
+role first: tool {{ command = ["echo", "first"] }}
+role after: tool {{ command = ["echo", "after"] }}
+start -> first
+first -> wait
+wait -> after
+after -> done
+exit done
+"#,
+            release = release.display()
+        ),
+    )
+    .unwrap();
+    let s = serve(tmp.path(), &wf);
+    let id = start_run(&s.base, "slow");
+
+    let mut b = Browser::launch();
+    // The token is given in the page's address, as docs/view.md says.
+    b.open(&format!("{}/#token={TOKEN}", s.base));
+    b.wait_for(
+        &format!("!!document.querySelector('#run-list tr[data-run=\"{id}\"]')"),
+        "runs",
+    );
+    b.screenshot("served-runs");
+    b.eval(&format!(
+        "document.querySelector('#run-list tr[data-run=\"{id}\"] a').click()"
+    ));
+    // The first step, the role running now marked, no exit yet.
+    b.wait_for(
+        "document.body.dataset.steps === '1' && !!document.querySelector('#graph .node.running[data-name=wait]')",
+        "served-running",
+    );
+    b.screenshot("served-running");
+    assert_eq!(b.eval("document.body.dataset.exit"), json!(""));
+    assert_eq!(
+        b.eval("document.getElementById('status').textContent"),
+        json!("running")
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#graph .node.reached').length"),
+        json!(0)
+    );
+
+    std::fs::write(&release, "").unwrap();
+    b.wait_for("document.body.dataset.exit === 'done'", "served-done");
+    b.screenshot("served-done");
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#timeline tbody tr')].map(r => r.dataset.role)"),
+        json!(["first", "wait", "after"])
+    );
+    assert_eq!(
+        strings(&b.eval("[...document.querySelectorAll('#graph .edge.taken')].map(e => e.dataset.from + '->' + e.dataset.to)")),
+        ["after->done", "first->wait", "start->first", "wait->after"]
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#graph .node.running').length"),
+        json!(0)
+    );
+    assert!(b.eval("location.hash").as_str().unwrap().contains(&id));
+}
+
+/// Every example of `rondo view --help`, in order, in one copy of the repository.
+#[test]
+fn view_help_examples_work_as_written() {
+    let examples = common::help_examples("view");
+    assert!(
+        examples.iter().any(|l| l.starts_with("rondo view ")),
+        "{examples:?}"
+    );
+    let dir = common::repo_copy();
+    for line in &examples {
+        let output = common::run_example(dir.path(), line);
+        common::assert_example_ran(line, &output);
+    }
+    let page = std::fs::read_to_string(dir.path().join("hello.html")).unwrap();
+    assert!(page.contains("\"run_id\":\"hello\""));
 }

@@ -131,3 +131,68 @@ pub fn render(run_dir: &Path) -> Result<String, String> {
     let data = data(run_dir, workflow.as_deref())?;
     Ok(page(&data))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_are_cut_on_a_character_boundary_with_their_size() {
+        // 3-byte characters: the limit falls inside one.
+        let mut v = json!({"a": ["€".repeat(10)], "b": "short"});
+        cut_texts(&mut v, 10);
+        assert_eq!(v["a"][0], "€€€\n… [cut: 9 of 30 bytes shown]");
+        assert_eq!(v["b"], "short");
+    }
+
+    #[test]
+    fn nested_values_deeper_than_serde_would_read_are_walked_without_recursion() {
+        let mut v = json!("x".repeat(100));
+        for _ in 0..100_000 {
+            v = Value::Array(vec![v]);
+        }
+        cut_texts(&mut v, 4);
+        let mut inner = &v;
+        while let Value::Array(items) = inner {
+            inner = &items[0];
+        }
+        assert!(
+            inner
+                .as_str()
+                .unwrap()
+                .starts_with("xxxx\n… [cut: 4 of 100")
+        );
+        // Dropping a 100,000-deep value recurses in serde_json: leak it (test only).
+        std::mem::forget(v);
+    }
+
+    #[test]
+    fn embedded_data_cannot_close_its_script_element() {
+        let page = page(&json!({"raw": "</script><script>alert(1)</script><!-- &amp;"}));
+        let data = page
+            .split(r#"<script type="application/json" id="run-data">"#)
+            .nth(1)
+            .unwrap()
+            .split("</script>")
+            .next()
+            .unwrap();
+        assert!(!data.contains(['<', '>', '&']), "{data}");
+        let back: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(back["raw"], "</script><script>alert(1)</script><!-- &amp;");
+    }
+
+    #[test]
+    fn a_journal_past_its_budget_keeps_short_texts_and_counts_what_it_left_out() {
+        // 600 replies of 20 KiB pass the 8 MiB budget; small events then fill the count.
+        let big = json!({"event": "llm_response", "raw": "r".repeat(20 * 1024)});
+        let mut journal = vec![big; 600];
+        journal.extend(vec![json!({"event": "route"}); MAX_EVENTS - 600 + 7]);
+        let (kept, omitted) = bound_journal(journal);
+        assert_eq!(omitted, 7);
+        assert_eq!(kept.len(), MAX_EVENTS);
+        let first = kept[0]["raw"].as_str().unwrap().len();
+        let last = kept[599]["raw"].as_str().unwrap().len();
+        assert!(first > MAX_TEXT && first < MAX_TEXT + 64, "{first}");
+        assert!(last < MAX_TEXT_OVER + 64, "{last}");
+    }
+}

@@ -43,12 +43,7 @@
   }
 
   const fmtTime = (ts) => (ts ? String(ts).replace("T", " ").replace("Z", "") : "");
-  function duration(a, b) {
-    if (!a || !b) return null;
-    const ms = Date.parse(b) - Date.parse(a);
-    return isNaN(ms) ? null : ms;
-  }
-  const fmtMs = (ms) => (ms === null ? "running…" : ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(2) + " s");
+  const fmtMs = (ms) => (ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(2) + " s");
   const fmtCost = (c) => (c ? "$" + Number(c).toFixed(4) : "0");
   const pretty = (v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2));
 
@@ -61,6 +56,9 @@
     const routes = [];
     let pending = [];
     let exit = null;
+    let lastElapsed = 0;
+    // Where the run goes next: routed to, not started yet.
+    const next = new Set();
     const find = (e) => byKey.get(e.role + "#" + e.visit) || lastOfRole.get(e.role);
     for (const e of events) {
       const s = e.role !== undefined ? find(e) : null;
@@ -68,7 +66,7 @@
         case "role_start": {
           const step = {
             n: steps.length + 1, step: e.step, role: e.role, kind: e.kind, visit: e.visit,
-            start: e.ts, end: null, calls: [], rejected: [], failures: [], providerErrors: [],
+            start: e.ts, end: null, ms: null, calls: [], rejected: [], failures: [], providerErrors: [],
             parsed: undefined, coercions: [], tool: null, memory: [], artifacts: [],
             input_tokens: 0, output_tokens: 0, cost: 0, omitted: 0,
           };
@@ -76,10 +74,11 @@
           byKey.set(e.role + "#" + e.visit, step);
           lastOfRole.set(e.role, step);
           pending.push(step);
+          next.delete(e.role);
           visits[e.role] = (visits[e.role] || 0) + 1;
           break;
         }
-        case "role_end": if (s) s.end = e.ts; break;
+        case "role_end": if (s) s.ended = true; break;
         case "llm_response":
         case "invalid_output":
           if (!s) break;
@@ -101,8 +100,18 @@
         case "tool_call": if (s) s.tool = e.result; break;
         case "memory": if (s) s.memory.push({ name: e.memory, op: e.op, note: e.note }); break;
         case "artifact": if (s) s.artifacts.push(e); break;
-        case "route": routes.push(e); break;
+        case "route": routes.push(e); for (const to of e.to || []) next.add(to); break;
         case "checkpoint": {
+          // A step's events are journaled when it ends, so their times are its end; its
+          // duration is what the run's clock (`elapsed_ms`) advanced over it.
+          const elapsed = e.delta && e.delta.elapsed_ms;
+          const ms = typeof elapsed === "number" ? Math.max(0, elapsed - lastElapsed) : null;
+          if (typeof elapsed === "number") lastElapsed = elapsed;
+          for (const step of pending) {
+            step.ms = ms;
+            step.end = e.ts;
+            if (ms !== null && !isNaN(Date.parse(e.ts))) step.start = new Date(Date.parse(e.ts) - ms).toISOString();
+          }
           const mem = (e.delta && e.delta["~memory"]) || {};
           for (const step of pending) {
             for (const m of step.memory) {
@@ -113,10 +122,10 @@
           pending = [];
           break;
         }
-        case "exit": exit = e; break;
+        case "exit": exit = e; next.clear(); break;
       }
     }
-    return { steps, visits, routes, exit };
+    return { steps, visits, routes, exit, next };
   }
 
   // The graph of the journal alone, when the workflow could not be read.
@@ -214,7 +223,7 @@
       }
       root.append(g);
     }
-    const running = new Set(a.steps.filter((s) => !s.end).map((s) => s.role));
+    const running = view.live ? a.next : new Set();
     for (const n of graph.nodes) {
       const p = pos.get(n.name);
       const count = a.visits[n.name] || 0;
@@ -266,7 +275,7 @@
         el("td", {}, s.role + (s.visit > 1 ? " #" + s.visit : "")),
         el("td", {}, s.kind),
         el("td", {}, fmtTime(s.start)),
-        el("td", {}, fmtMs(duration(s.start, s.end))),
+        el("td", {}, s.ms !== null ? fmtMs(s.ms) : "unfinished"),
         el("td", {}, s.kind === "llm" ? s.input_tokens + " / " + s.output_tokens : ""),
         el("td", {}, s.kind === "llm" ? fmtCost(s.cost) : ""),
         el("td", {}, attemptsOf(s)),

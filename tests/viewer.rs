@@ -411,7 +411,7 @@ fn hostile_replies_show_as_text_and_huge_ones_are_cut_with_their_size() {
     let tmp = tempfile::tempdir().unwrap();
     let huge = "y".repeat(1_000_000);
     let script = format!(
-        "replies:\n  say: {}\n  big: {}\n",
+        "replies:\n  say: {}\n  big: {}\n  num:\n    \"1\": [\"no number here\", \"{{\\\"n\\\": \\\"5\\\"}}\"]\n",
         serde_json::to_string(HOSTILE).unwrap(),
         serde_json::to_string(&huge).unwrap()
     );
@@ -422,14 +422,21 @@ fn hostile_replies_show_as_text_and_huge_ones_are_cut_with_their_size() {
   script = "script.yaml"
 }
 role say: llm { prompt = "say.tera" }
+role num: llm {
+  prompt = "num.tera"
+  output json { n: int }
+}
 role big: llm { prompt = "big.tera" }
 exit done
 start -> say
-say -> big
+say -> num
+num -> invalid_output when num.invalid
+num -> big
 big -> done
 "#,
         &[
             ("say.tera", "Say something.\n"),
+            ("num.tera", "A number.\n"),
             ("big.tera", "Say a lot.\n"),
         ],
         &script,
@@ -456,7 +463,7 @@ big -> done
     let mut b = Browser::launch();
     b.open(&file_url(&page));
     b.wait_for(
-        "document.querySelectorAll('#timeline tbody tr').length === 2",
+        "document.querySelectorAll('#timeline tbody tr').length === 3",
         "hostile",
     );
     b.eval("document.querySelector('#timeline tr[data-role=say]').click()");
@@ -473,6 +480,55 @@ big -> done
         json!(0)
     );
     assert_eq!(b.eval("document.scripts.length"), json!(2));
+
+    // A reply rejected, then one accepted with a coercion: the attempts and flags columns,
+    // and the rejected reply with its error in the step.
+    let journal = common::events(&run_dir);
+    let rejected = &common::of_kind(&journal, "invalid_output")[0];
+    let accepted = common::of_kind(&journal, "llm_response")
+        .into_iter()
+        .find(|e| e["role"] == "num")
+        .unwrap();
+    let flags: Vec<String> = accepted["coercions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["flag"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(!flags.is_empty(), "{accepted}");
+    let row = "document.querySelector('#timeline tr[data-role=num]')";
+    assert_eq!(
+        b.eval(&format!("{row}.cells[7].textContent")),
+        json!("2 (1 rejected)")
+    );
+    assert_eq!(
+        b.eval(&format!(
+            "[...{row}.cells[8].querySelectorAll('.flag')].map(f => f.textContent)"
+        )),
+        json!(flags)
+    );
+    b.eval(&format!("{row}.click()"));
+    b.wait_for("!!document.getElementById('detail-parsed')", "num");
+    let detail = b.eval("document.getElementById('detail').innerText");
+    let detail = detail.as_str().unwrap();
+    assert!(
+        detail.contains(&format!(
+            "Rejected attempt 1: {}",
+            rejected["error"].as_str().unwrap()
+        )),
+        "{detail}"
+    );
+    assert!(detail.contains("no number here"), "{detail}");
+    assert_eq!(
+        b.eval("JSON.parse(document.getElementById('detail-parsed').textContent)"),
+        json!({"n": 5})
+    );
 
     b.eval("document.querySelector('#timeline tr[data-role=big]').click()");
     b.wait_for(
@@ -503,11 +559,11 @@ big -> done
         strings(&b.eval(
             "[...document.querySelectorAll('#graph .node.visited')].map(n => n.dataset.name)"
         )),
-        ["big", "done", "say", "start"]
+        ["big", "done", "num", "say", "start"]
     );
     assert_eq!(
         b.eval("document.querySelectorAll('#graph .edge.taken').length"),
-        json!(3)
+        json!(4)
     );
     assert!(
         b.eval("document.getElementById('note').textContent")

@@ -60,7 +60,9 @@
     // Where the run goes next: routed to, not started yet.
     const next = new Set();
     const find = (e) => byKey.get(e.role + "#" + e.visit) || lastOfRole.get(e.role);
-    for (const e of events) {
+    // A role's rejected replies are journaled before its `role_start`: held until it.
+    const early = new Map();
+    const handle = (e) => {
       const s = e.role !== undefined ? find(e) : null;
       switch (e.event) {
         case "role_start": {
@@ -123,6 +125,19 @@
           break;
         }
         case "exit": exit = e; next.clear(); break;
+      }
+    };
+    for (const e of events) {
+      const key = e.role + "#" + e.visit;
+      if (e.event !== "role_start" && e.role !== undefined && e.visit !== undefined && !byKey.has(key)) {
+        if (!early.has(key)) early.set(key, []);
+        early.get(key).push(e);
+        continue;
+      }
+      handle(e);
+      if (e.event === "role_start" && early.has(key)) {
+        for (const held of early.get(key)) handle(held);
+        early.delete(key);
       }
     }
     return { steps, visits, routes, exit, next };

@@ -368,7 +368,23 @@ fn a_written_page_shows_the_graph_the_path_taken_and_a_prompt_opened_from_the_ti
         planner["raw"]
     );
     let memory = b.eval("document.getElementById('detail-memory').innerText");
-    assert!(memory.as_str().unwrap().contains("plan"), "{memory}");
+    let memory = memory.as_str().unwrap();
+    assert!(memory.contains("plan append"), "{memory}");
+    // The plan after the step, as the checkpoint recorded it.
+    let checkpoint = common::of_kind(&journal, "checkpoint")
+        .into_iter()
+        .find(|c| c["delta"]["+path"] == json!(["planner"]))
+        .unwrap();
+    let plan = checkpoint["delta"]["~memory"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|v| v.is_array())
+        .unwrap();
+    assert_eq!(
+        b.eval("JSON.parse(document.querySelector('#detail-memory pre').textContent)"),
+        *plan
+    );
     // A tool step shows its arguments and the output it showed the model.
     let executor = common::of_kind(&journal, "tool_call")
         .into_iter()
@@ -399,6 +415,65 @@ fn a_written_page_shows_the_graph_the_path_taken_and_a_prompt_opened_from_the_ti
             [2],
         json!(info["totals"]["input_tokens"].to_string())
     );
+}
+
+/// Each reference workflow's demo run (iter's has a `map` route; llm_ide's needs Docker and
+/// iter's Go, skipped without them as tests/cli.rs skips them) draws every step and the exit
+/// it reached.
+#[test]
+fn every_reference_workflows_demo_run_is_drawn_whole() {
+    let mut b = Browser::launch();
+    for path in common::workflow_files() {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if (name == "llm_ide" && !common::docker_ready()) || (name == "iter" && !common::go_ready())
+        {
+            eprintln!("skipping {name}: Docker or Go is missing");
+            continue;
+        }
+        let (_, workflow, _, _) = common::check_path(&path, true);
+        let dir = common::repo_copy();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+        cmd.current_dir(dir.path())
+            .args(["run", "-q", "--provider", "scripted", "--run-id", "demo"])
+            .arg(&path);
+        for var in common::KEY_VARS {
+            cmd.env_remove(var);
+        }
+        for input in workflow
+            .inputs
+            .iter()
+            .filter(|i| i.default.is_none() && !i.ty.is_optional())
+        {
+            cmd.arg("--input")
+                .arg(format!("{}=a demo question", input.name));
+        }
+        let out = cmd.output().unwrap();
+        common::assert_success(&out);
+        let run_dir = dir.path().join("runs/demo");
+        let journal = common::events(&run_dir);
+        let steps = common::of_kind(&journal, "role_start").len();
+        let exit = common::of_kind(&journal, "exit")[0]["exit"].clone();
+        let page = dir.path().join("demo.html");
+        view(&run_dir, &page);
+        b.open(&file_url(&page));
+        b.wait_for("document.body.dataset.steps !== undefined", &name);
+        b.screenshot(&format!("demo-{name}"));
+        assert_eq!(
+            b.eval("document.querySelectorAll('#timeline tbody tr').length"),
+            json!(steps),
+            "{name}"
+        );
+        assert_eq!(
+            b.eval("[...document.querySelectorAll('#graph .node.exit.reached')].map(n => n.dataset.name)"),
+            json!([exit]),
+            "{name}"
+        );
+        assert_eq!(
+            b.eval("document.querySelectorAll('#timeline td').length > 0 && [...document.querySelectorAll('#timeline tbody tr')].every(r => r.cells[4].textContent !== 'unfinished')"),
+            json!(true),
+            "{name}: every step of a finished run has its duration"
+        );
+    }
 }
 
 /// What a model said that looks like HTML.

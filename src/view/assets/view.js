@@ -233,8 +233,12 @@
       }
       g.append(svg("path", { d, "marker-end": taken ? "url(#arrow-taken)" : "url(#arrow)" }));
       if (e.label) {
-        const label = e.label.length > 40 ? e.label.slice(0, 39) + "…" : e.label;
-        g.append(svgText(lx, ly, label));
+        // Every condition is in the edge's tooltip; only the taken ones are written out, so
+        // the many routes leaving one role do not write over each other.
+        const title = svg("title");
+        title.textContent = e.label;
+        g.append(title);
+        if (taken) g.append(svgText(lx, ly, e.label.length > 40 ? e.label.slice(0, 39) + "…" : e.label));
       }
       root.append(g);
     }
@@ -290,7 +294,7 @@
         el("td", {}, s.role + (s.visit > 1 ? " #" + s.visit : "")),
         el("td", {}, s.kind),
         el("td", {}, fmtTime(s.start)),
-        el("td", {}, s.ms !== null ? fmtMs(s.ms) : "unfinished"),
+        el("td", {}, s.ms !== null ? fmtMs(s.ms) : s.ended ? "–" : "unfinished"),
         el("td", {}, s.kind === "llm" ? s.input_tokens + " / " + s.output_tokens : ""),
         el("td", {}, s.kind === "llm" ? fmtCost(s.cost) : ""),
         el("td", {}, attemptsOf(s)),

@@ -799,3 +799,23 @@ fn view_help_examples_work_as_written() {
     let page = std::fs::read_to_string(dir.path().join("hello.html")).unwrap();
     assert!(page.contains("\"run_id\":\"hello\""));
 }
+
+/// A folder that holds no run is refused, and nothing is written.
+#[test]
+fn view_refuses_a_folder_that_is_not_a_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let page = tmp.path().join("page.html");
+    let out = common::rondo(&[
+        "view",
+        tmp.path().to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        common::stderr(&out).contains("is not a run directory"),
+        "{}",
+        common::stderr(&out)
+    );
+    assert!(!page.exists());
+}

@@ -463,16 +463,23 @@ async fn run_view(
             .filter(|w| w.source_hash == info.workflow_hash)
             .cloned()
     });
-    let loaded;
-    let workflow: Option<&crate::compile::Workflow> = match &served {
-        Some(w) => Some(w),
-        None => {
-            loaded = crate::view::load_workflow(&dir);
-            loaded.as_deref()
-        }
-    };
-    let mut data = crate::view::data(&dir, workflow)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
+    // Reading the journal (and checking a workflow the server does not serve) blocks.
+    let data = tokio::task::spawn_blocking(move || {
+        let loaded;
+        let workflow: Option<&crate::compile::Workflow> = match &served {
+            Some(w) => Some(w),
+            None => {
+                loaded = crate::view::load_workflow(&dir);
+                loaded.as_deref()
+            }
+        };
+        crate::view::data(&dir, workflow)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let mut data =
+        data.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
     if server.is_queued(&id) {
         data["run"]["status"] = json!("queued");
     }

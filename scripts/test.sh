@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
+# The viewer tests (tests/viewer.rs) run the page in a headless Chromium.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 # Iter's demo runs its default build command, `go build ./... && go test ./...`.
 command -v go >/dev/null 2>&1 || need+=(golang-go)

@@ -164,6 +164,17 @@ pub enum Command {
         #[arg(long, default_value_t = -1, allow_negative_numbers = true, requires = "path")]
         index: i64,
     },
+    /// Write a run as one self-contained HTML page: its graph with the path taken, a step
+    /// timeline, prompts, replies, tool calls and totals. It opens from disk, offline.
+    #[command(
+        after_help = "Examples:\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello\n  rondo view runs/hello -o hello.html\n\nWithout -o the page is written to view.html in the run directory. `rondo serve` serves the same page at /, live."
+    )]
+    View {
+        run: PathBuf,
+        /// Where to write the page.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// List runs with their status.
     #[command(
         after_help = "Examples:\n  rondo runs --run-dir runs\n  rondo runs --workspace ./project"
@@ -191,7 +202,7 @@ pub enum Command {
     },
     /// Serve workflows over HTTP: runs on request, their status, live events and graphs.
     #[command(
-        after_help = "Routes: POST /runs, GET /runs, GET /runs/{id}, GET /runs/{id}/events (SSE),\n  POST /runs/{id}/cancel, GET /workflows, GET /workflows/{name}/graph?format=dot|mermaid|svg,\n  POST /ask, GET /trace/{id}, GET /openapi.json, GET /health (docs/serve.md)\n\nExamples:\n  rondo serve workflows/micro_agent.rondo --provider scripted --port 8080\n  RONDO_TOKEN=s3cret rondo serve workflows/*.rondo --token-env RONDO_TOKEN --concurrency 8"
+        after_help = "Routes: GET / (the run viewer), POST /runs, GET /runs, GET /runs/{id},\n  GET /runs/{id}/events (SSE), GET /runs/{id}/view, POST /runs/{id}/cancel, GET /workflows, GET /workflows/{name}/graph?format=dot|mermaid|svg,\n  POST /ask, GET /trace/{id}, GET /openapi.json, GET /health (docs/serve.md)\n\nExamples:\n  rondo serve workflows/micro_agent.rondo --provider scripted --port 8080\n  RONDO_TOKEN=s3cret rondo serve workflows/*.rondo --token-env RONDO_TOKEN --concurrency 8"
     )]
     Serve {
         #[arg(required = true)]
@@ -405,6 +416,7 @@ pub fn main_entry() -> i32 {
             (Some(run), None) => cmd_replay(&run, full),
             (None, None) => 2,
         },
+        Command::View { run, output } => cmd_view(&run, output),
         Command::Runs { run_dir, workspace } => cmd_runs(
             &workspace
                 .as_deref()
@@ -612,6 +624,27 @@ fn cmd_replay(run_path: &std::path::Path, full: bool) -> i32 {
         }
         Err(e) => {
             errln!("error: {e}");
+            2
+        }
+    }
+}
+
+fn cmd_view(run_path: &std::path::Path, output: Option<PathBuf>) -> i32 {
+    let page = match crate::view::render(run_path) {
+        Ok(page) => page,
+        Err(e) => {
+            errln!("error: {e}");
+            return 2;
+        }
+    };
+    let out = output.unwrap_or_else(|| run_path.join("view.html"));
+    match std::fs::write(&out, page) {
+        Ok(()) => {
+            outln!("wrote {}", out.display());
+            0
+        }
+        Err(e) => {
+            errln!("error: cannot write {}: {e}", out.display());
             2
         }
     }

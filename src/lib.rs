@@ -20,3 +20,4 @@ pub mod cli;
 pub mod prompt;
 pub mod run;
 pub mod serve;
+pub mod view;

@@ -262,6 +262,39 @@ async fn a_run_is_answered_at_once_followed_live_and_listed() {
     assert_eq!(a.body["workflow"], "ds_star");
     assert!(a.body["totals"]["llm_calls"].as_u64().unwrap() > 0);
 
+    // The viewer's data: the run, the graph `rondo graph` draws, the whole (short) journal.
+    let a = s.get(&format!("/runs/{id}/view")).await;
+    conforms(&doc, "get", "/runs/{id}/view", &a);
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.body["events"], json!(journal));
+    assert_eq!(a.body["run"]["run_id"], json!(id));
+    assert_eq!(a.body["graph"]["name"], "ds_star");
+    let names: Vec<&str> = a.body["graph"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"planner") && names.contains(&"success"),
+        "{names:?}"
+    );
+    let a = s.get("/runs/no-such-run/view").await;
+    conforms(&doc, "get", "/runs/{id}/view", &a);
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    // The viewer page itself, with no run in it (it asks the routes above).
+    let a = s.get("/").await;
+    conforms(&doc, "get", "/", &a);
+    assert!(
+        a.content_type.starts_with("text/html"),
+        "{}",
+        a.content_type
+    );
+    assert!(
+        a.text
+            .contains(r#"<script type="application/json" id="run-data">null</script>"#)
+    );
+
     let a = s.get("/runs").await;
     conforms(&doc, "get", "/runs", &a);
     let ids: Vec<&str> = a.body["runs"]
@@ -502,6 +535,7 @@ async fn a_token_guards_every_route_but_health() {
         ("get", "/workflows", "/workflows"),
         ("get", "/openapi.json", "/openapi.json"),
         ("post", "/ask", "/ask"),
+        ("get", "/runs/some-run/view", "/runs/{id}/view"),
     ] {
         for token in [None, Some("wrong"), Some("s3cret-token-and-more")] {
             s.token = token.map(String::from);
@@ -515,6 +549,11 @@ async fn a_token_guards_every_route_but_health() {
             conforms(&doc, method, template, &a);
         }
     }
+    // The viewer page holds no run: it is served without the token, and asks with it.
+    s.token = None;
+    let a = s.get("/").await;
+    assert_eq!(a.status, StatusCode::OK);
+    conforms(&doc, "get", "/", &a);
     s.token = Some("s3cret-token".into());
     let a = s.get("/runs").await;
     assert_eq!(a.status, StatusCode::OK);

@@ -314,6 +314,57 @@ pub fn svg(workflow: &Workflow) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// The drawn nodes and edges as data, for the run viewer (which lays them out itself):
+/// nodes `{id, name, kind, detail, exit_code?}`, edges `{from, to, route?, label, kind}` with
+/// names for ends and `route` the route's index, as a run's `route` events name it.
+pub fn graph_data(workflow: &Workflow) -> serde_json::Value {
+    use serde_json::json;
+    let nodes: Vec<serde_json::Value> = drawn(workflow)
+        .into_iter()
+        .map(|index| {
+            let node = workflow.node(index);
+            let (kind, code) = match &node.kind {
+                NodeKind::Start => ("start", None),
+                NodeKind::Exit(spec) => ("exit", Some(spec.code)),
+                NodeKind::Role(role) => match role.kind {
+                    RoleKind::Llm(_) => ("llm", None),
+                    RoleKind::Tool(_) => ("tool", None),
+                    RoleKind::Builtin => ("builtin", None),
+                },
+            };
+            json!({
+                "id": format!("n{}", index.index()),
+                "name": node.name,
+                "kind": kind,
+                "detail": role_detail(workflow, index),
+                "exit_code": code,
+            })
+        })
+        .collect();
+    let name = |i: NodeIndex| workflow.node(i).name.clone();
+    let mut edges = Vec::new();
+    for (rid, route) in workflow.routes.iter().enumerate() {
+        let label = route_label(route);
+        let kind = if route.backtrack {
+            "backtrack"
+        } else {
+            "route"
+        };
+        let (targets, join) = match &route.target {
+            RouteTarget::Node { node } => (vec![*node], None),
+            RouteTarget::Parallel { branches, join } => (branches.clone(), Some(*join)),
+            RouteTarget::Map { worker, join, .. } => (vec![*worker], Some(*join)),
+        };
+        for t in targets {
+            edges.push(json!({"from": name(route.from), "to": name(t), "route": rid, "label": label, "kind": kind}));
+            if let Some(j) = join {
+                edges.push(json!({"from": name(t), "to": name(j), "route": null, "label": "join", "kind": "join"}));
+            }
+        }
+    }
+    json!({"name": workflow.name, "nodes": nodes, "edges": edges})
+}
+
 pub fn render(workflow: &Workflow, format: Format) -> Result<String, String> {
     match format {
         Format::Dot => Ok(dot(workflow)),

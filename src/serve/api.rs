@@ -44,6 +44,7 @@ pub(super) fn router(server: Arc<Server>, origins: &[String]) -> axum::Router {
         .route("/runs/{id}", get(run_status))
         .route("/runs/{id}/events", get(super::events::stream))
         .route("/runs/{id}/cancel", post(cancel_run))
+        .route("/runs/{id}/view", get(run_view))
         .route("/workflows", get(list_workflows))
         .route("/workflows/{name}/graph", get(graph))
         .route("/ask", post(ask))
@@ -53,6 +54,8 @@ pub(super) fn router(server: Arc<Server>, origins: &[String]) -> axum::Router {
             require_token,
         ))
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        // The viewer page holds no data: it asks the routes above, with the token.
+        .route("/", get(viewer))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(cors)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
@@ -441,6 +444,46 @@ async fn run_status(
     run_summary(&dir, server.is_queued(&id))
         .map(Json)
         .ok_or_else(|| ApiError::unknown_run(&id))
+}
+
+async fn viewer() -> Response {
+    axum::response::Html(crate::view::page(&Value::Null)).into_response()
+}
+
+/// What the viewer shows of a run: its record, graph and bounded journal.
+async fn run_view(
+    State(server): State<Arc<Server>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let dir = server.run_dir(&id)?;
+    let served = rundir::read_info(&dir).ok().and_then(|info| {
+        server
+            .workflows
+            .get(&info.workflow)
+            .filter(|w| w.source_hash == info.workflow_hash)
+            .cloned()
+    });
+    // Reading the journal (and checking a workflow the server does not serve) blocks.
+    let data = tokio::task::spawn_blocking(move || {
+        let loaded;
+        let workflow: Option<&crate::compile::Workflow> = match &served {
+            Some(w) => Some(w),
+            None => {
+                loaded = crate::view::load_workflow(&dir);
+                loaded.as_deref()
+            }
+        };
+        crate::view::data(&dir, workflow)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let mut data =
+        data.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
+    if server.is_queued(&id) {
+        data["run"]["status"] = json!("queued");
+    }
+    Ok(Json(data))
 }
 
 async fn cancel_run(

@@ -1,0 +1,821 @@
+//! The run viewer in a real headless Chromium, driven over the DevTools protocol (through
+//! `--remote-debugging-pipe`: the same CDP messages as over a WebSocket, on two pipes).
+//! The tests assert what a person sees: nodes and steps, the path taken, a prompt opened
+//! from the timeline, hostile replies shown as text, a served run updating live. Every
+//! test leaves screenshots in target/viewer-screenshots/.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// A headless Chromium and the page target the tests drive.
+struct Browser {
+    child: Child,
+    commands: std::fs::File,
+    replies: mpsc::Receiver<Value>,
+    session: String,
+    next: u64,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+impl Browser {
+    fn launch() -> Browser {
+        let found = Command::new("sh")
+            .args(["-c", "command -v chromium"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(
+            found,
+            "the viewer tests need Chromium: `apt-get install chromium` (scripts/test.sh installs it)"
+        );
+        let profile = tempfile::tempdir().unwrap();
+        let (cmd_read, cmd_write) = std::io::pipe().unwrap();
+        let (reply_read, reply_write) = std::io::pipe().unwrap();
+        let (cr, rw) = (cmd_read.as_raw_fd(), reply_write.as_raw_fd());
+        let mut command = Command::new("chromium");
+        command
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--remote-debugging-pipe",
+                "--window-size=1400,1200",
+                "--no-first-run",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // Chromium reads commands on fd 3 and writes replies on fd 4. Both are first moved
+        // above 4 so that neither dup2 clobbers the other; dup2's copies are inherited.
+        unsafe {
+            command.pre_exec(move || {
+                let a = libc::fcntl(cr, libc::F_DUPFD, 10);
+                let b = libc::fcntl(rw, libc::F_DUPFD, 10);
+                if a < 0 || b < 0 || libc::dup2(a, 3) < 0 || libc::dup2(b, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("chromium starts");
+        drop(cmd_read);
+        drop(reply_write);
+        let (tx, replies) = mpsc::channel();
+        let reply_fd: OwnedFd = reply_read.into();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(std::fs::File::from(reply_fd));
+            let mut message = Vec::new();
+            while reader.read_until(0, &mut message).is_ok_and(|n| n > 0) {
+                if message.last() == Some(&0) {
+                    message.pop();
+                }
+                if let Ok(v) = serde_json::from_slice::<Value>(&message)
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+                message.clear();
+            }
+        });
+        let commands = std::fs::File::from(OwnedFd::from(cmd_write));
+        let mut browser = Browser {
+            child,
+            commands,
+            replies,
+            session: String::new(),
+            next: 0,
+            _profile: profile,
+        };
+        let targets = browser.call("Target.getTargets", json!({}));
+        let page = targets["targetInfos"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page")
+            .expect("a page target")["targetId"]
+            .clone();
+        let attached = browser.call(
+            "Target.attachToTarget",
+            json!({"targetId": page, "flatten": true}),
+        );
+        browser.session = attached["sessionId"].as_str().unwrap().to_string();
+        browser.call("Page.enable", json!({}));
+        browser
+    }
+
+    /// Sends a command (to the page once attached) and waits for its answer.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        let mut message = json!({"id": id, "method": method, "params": params});
+        if !self.session.is_empty() {
+            message["sessionId"] = json!(self.session);
+        }
+        let mut bytes = serde_json::to_vec(&message).unwrap();
+        bytes.push(0);
+        self.commands
+            .write_all(&bytes)
+            .expect("chromium reads commands");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let reply = self
+                .replies
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer from chromium to {method}"));
+            if reply["id"] == id {
+                if let Some(e) = reply.get("error") {
+                    panic!("{method}: {e}");
+                }
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// The value of a JavaScript expression in the page (awaited when it is a promise).
+    fn eval(&mut self, expression: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+        );
+        if let Some(e) = r.get("exceptionDetails") {
+            panic!("`{expression}` threw: {e}");
+        }
+        r["result"]["value"].clone()
+    }
+
+    /// Waits until the expression is true (the page draws asynchronously).
+    fn wait_for(&mut self, expression: &str, shot: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.eval(expression) != json!(true) {
+            if Instant::now() > deadline {
+                self.screenshot(shot);
+                panic!(
+                    "the page never showed `{expression}` (screenshot: {shot}.png); its text:\n{}",
+                    self.eval("document.body.innerText")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn open(&mut self, url: &str) {
+        self.call("Page.navigate", json!({"url": url}));
+        self.wait_for("document.readyState === 'complete'", "loading");
+    }
+
+    /// Writes target/viewer-screenshots/NAME.png.
+    fn screenshot(&mut self, name: &str) {
+        let shot = self.call("Page.captureScreenshot", json!({"format": "png"}));
+        let dir = common::root().join("target/viewer-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        let bytes = base64_decode(shot["data"].as_str().unwrap());
+        assert!(bytes.starts_with(b"\x89PNG"), "a PNG screenshot");
+        std::fs::write(dir.join(format!("{name}.png")), bytes).unwrap();
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let clean: Vec<u8> = text.bytes().filter(|&c| c != b'=' && c != b'\n').collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= u32::from(value(c)) << (18 - 6 * i);
+        }
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+fn file_url(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// `rondo view` on a finished run, then the written page read back by the output.
+fn view(run_dir: &Path, out: &Path) -> String {
+    let o = common::rondo(&[
+        "view",
+        run_dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    common::assert_success(&o);
+    std::fs::read_to_string(out).unwrap()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    let mut s: Vec<String> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    s.sort();
+    s
+}
+
+/// DS-STAR's hello run as `rondo view` writes it: the page draws every node of the graph
+/// `rondo graph` draws, marks the visited ones, the routes taken and the exit, lists every
+/// step, and clicking a step of the timeline opens its prompt, reply and memory changes.
+#[test]
+fn a_written_page_shows_the_graph_the_path_taken_and_a_prompt_opened_from_the_timeline() {
+    let repo = common::repo_copy();
+    let out = common::run_example(
+        repo.path(),
+        "rondo run -q workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello",
+    );
+    common::assert_example_ran("ds_star hello", &out);
+    let run_dir = repo.path().join("runs/hello");
+    let page = repo.path().join("hello.html");
+    let html = view(&run_dir, &page);
+    assert!(html.contains("id=\"run-data\""), "the run is embedded");
+
+    let dot = common::rondo(&[
+        "graph",
+        repo.path()
+            .join("workflows/ds_star.rondo")
+            .to_str()
+            .unwrap(),
+    ]);
+    let dot = String::from_utf8(dot.stdout).unwrap();
+    let drawn = dot
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| {
+            l.starts_with('n')
+                && l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|w| w.starts_with("[label="))
+        })
+        .count();
+    let journal = common::events(&run_dir);
+    let roles: Vec<String> = common::of_kind(&journal, "role_start")
+        .iter()
+        .map(|e| e["role"].as_str().unwrap().to_string())
+        .collect();
+    let mut visited: Vec<String> = roles.clone();
+    visited.extend(["start".to_string(), "success".to_string()]);
+    visited.sort();
+    visited.dedup();
+    let mut taken: Vec<String> = common::of_kind(&journal, "route")
+        .iter()
+        .flat_map(|e| {
+            let from = e["from"].as_str().unwrap().to_string();
+            e["to"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |t| format!("{from}->{}", t.as_str().unwrap()))
+        })
+        .collect();
+    taken.sort();
+    taken.dedup();
+
+    let mut b = Browser::launch();
+    b.open(&file_url(&page));
+    b.wait_for(
+        "document.querySelectorAll('#graph .node').length > 0",
+        "ds_star-graph",
+    );
+    b.screenshot("ds_star-page");
+    // Self-contained: the page loaded nothing besides itself.
+    assert_eq!(
+        b.eval("performance.getEntriesByType('resource').length"),
+        json!(0)
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#graph .node').length"),
+        json!(drawn)
+    );
+    assert_eq!(
+        strings(&b.eval(
+            "[...document.querySelectorAll('#graph .node.visited')].map(n => n.dataset.name)"
+        )),
+        visited
+    );
+    assert_eq!(
+        strings(&b.eval("[...document.querySelectorAll('#graph .edge.taken')].filter(e => e.dataset.route !== '').map(e => e.dataset.from + '->' + e.dataset.to)")),
+        taken
+    );
+    assert_eq!(
+        b.eval(
+            "[...document.querySelectorAll('#graph .node.exit.reached')].map(n => n.dataset.name)"
+        ),
+        json!(["success"])
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#timeline tbody tr').length"),
+        json!(roles.len())
+    );
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#timeline tbody tr')].map(r => r.dataset.role)"),
+        json!(roles)
+    );
+    assert!(
+        b.eval("document.getElementById('status').textContent")
+            .as_str()
+            .unwrap()
+            .contains("exit success (0)")
+    );
+
+    // A prompt opened from the timeline: the planner's, as the journal recorded it.
+    let planner = common::of_kind(&journal, "llm_response")
+        .into_iter()
+        .find(|e| e["role"] == "planner")
+        .unwrap();
+    assert!(b.eval("document.getElementById('detail').hidden") == json!(true));
+    b.eval("document.querySelector('#timeline tr[data-role=planner]').click()");
+    b.wait_for(
+        "!!document.getElementById('detail-prompt')",
+        "ds_star-prompt",
+    );
+    b.eval("document.getElementById('detail').scrollIntoView()");
+    b.screenshot("ds_star-prompt");
+    assert_eq!(
+        b.eval("document.getElementById('detail-prompt').textContent"),
+        planner["prompt"]
+    );
+    assert_eq!(
+        b.eval("document.getElementById('detail-reply').textContent"),
+        planner["raw"]
+    );
+    let memory = b.eval("document.getElementById('detail-memory').innerText");
+    let memory = memory.as_str().unwrap();
+    assert!(memory.contains("plan append"), "{memory}");
+    // The plan after the step, as the checkpoint recorded it.
+    let checkpoint = common::of_kind(&journal, "checkpoint")
+        .into_iter()
+        .find(|c| c["delta"]["+path"] == json!(["planner"]))
+        .unwrap();
+    let plan = checkpoint["delta"]["~memory"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|v| v.is_array())
+        .unwrap();
+    assert_eq!(
+        b.eval("JSON.parse(document.querySelector('#detail-memory pre').textContent)"),
+        *plan
+    );
+    // A tool step shows its arguments and the output it showed the model.
+    let executor = common::of_kind(&journal, "tool_call")
+        .into_iter()
+        .find(|e| e["role"] == "executor")
+        .unwrap();
+    b.eval("document.querySelector('#timeline tr[data-role=executor]').click()");
+    b.wait_for("!!document.getElementById('detail-shown')", "ds_star-tool");
+    assert_eq!(
+        b.eval("document.getElementById('detail-shown').textContent"),
+        executor["result"]["shown"]
+    );
+    // ... and links its full log, a file of the run's workspace.
+    let href = b.eval("document.getElementById('detail-log').getAttribute('href')");
+    let log = href
+        .as_str()
+        .unwrap()
+        .strip_prefix("file://")
+        .unwrap()
+        .to_string();
+    let expected = run_dir
+        .join("workspace")
+        .join(executor["result"]["log"].as_str().unwrap());
+    assert_eq!(Path::new(&log), expected.canonicalize().unwrap());
+    // Totals: the run's row holds the run's tokens.
+    let info = common::json(run_dir.join("run.json"));
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#totals .run-total th')].map(c => c.textContent)")
+            [2],
+        json!(info["totals"]["input_tokens"].to_string())
+    );
+}
+
+/// Each reference workflow's demo run (iter's has a `map` route; llm_ide's needs Docker and
+/// iter's Go, skipped without them as tests/cli.rs skips them) draws every step and the exit
+/// it reached.
+#[test]
+fn every_reference_workflows_demo_run_is_drawn_whole() {
+    let mut b = Browser::launch();
+    for path in common::workflow_files() {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if (name == "llm_ide" && !common::docker_ready()) || (name == "iter" && !common::go_ready())
+        {
+            eprintln!("skipping {name}: Docker or Go is missing");
+            continue;
+        }
+        let (_, workflow, _, _) = common::check_path(&path, true);
+        let dir = common::repo_copy();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+        cmd.current_dir(dir.path())
+            .args(["run", "-q", "--provider", "scripted", "--run-id", "demo"])
+            .arg(&path);
+        for var in common::KEY_VARS {
+            cmd.env_remove(var);
+        }
+        for input in workflow
+            .inputs
+            .iter()
+            .filter(|i| i.default.is_none() && !i.ty.is_optional())
+        {
+            cmd.arg("--input")
+                .arg(format!("{}=a demo question", input.name));
+        }
+        let out = cmd.output().unwrap();
+        common::assert_success(&out);
+        let run_dir = dir.path().join("runs/demo");
+        let journal = common::events(&run_dir);
+        let steps = common::of_kind(&journal, "role_start").len();
+        let exit = common::of_kind(&journal, "exit")[0]["exit"].clone();
+        let page = dir.path().join("demo.html");
+        view(&run_dir, &page);
+        b.open(&file_url(&page));
+        b.wait_for("document.body.dataset.steps !== undefined", &name);
+        b.screenshot(&format!("demo-{name}"));
+        assert_eq!(
+            b.eval("document.querySelectorAll('#timeline tbody tr').length"),
+            json!(steps),
+            "{name}"
+        );
+        assert_eq!(
+            b.eval("[...document.querySelectorAll('#graph .node.exit.reached')].map(n => n.dataset.name)"),
+            json!([exit]),
+            "{name}"
+        );
+        assert_eq!(
+            b.eval("document.querySelectorAll('#timeline td').length > 0 && [...document.querySelectorAll('#timeline tbody tr')].every(r => r.cells[4].textContent !== 'unfinished')"),
+            json!(true),
+            "{name}: every step of a finished run has its duration"
+        );
+    }
+}
+
+/// What a model said that looks like HTML.
+const HOSTILE: &str = "</script><script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\"> <b>bold</b> &amp; <!-- end";
+
+/// A reply that tries to be HTML shows as its text, and a 1 MB reply is cut with a note
+/// saying how long it was, so the page stays small.
+#[test]
+fn hostile_replies_show_as_text_and_huge_ones_are_cut_with_their_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let huge = "y".repeat(1_000_000);
+    let script = format!(
+        "replies:\n  say: {}\n  big: {}\n  num:\n    \"1\": [\"no number here\", \"{{\\\"n\\\": \\\"5\\\"}}\"]\n",
+        serde_json::to_string(HOSTILE).unwrap(),
+        serde_json::to_string(&huge).unwrap()
+    );
+    let wf = common::project(
+        tmp.path(),
+        r#"workflow hostile {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+role say: llm { prompt = "say.tera" }
+role num: llm {
+  prompt = "num.tera"
+  output json { n: int }
+}
+role big: llm { prompt = "big.tera" }
+exit done
+start -> say
+say -> num
+num -> invalid_output when num.invalid
+num -> big
+big -> done
+"#,
+        &[
+            ("say.tera", "Say something.\n"),
+            ("num.tera", "A number.\n"),
+            ("big.tera", "Say a lot.\n"),
+        ],
+        &script,
+    );
+    let (out, run_dir) = common::run(&wf, "h");
+    common::assert_success(&out);
+    let journal_size = std::fs::metadata(run_dir.join("events.jsonl"))
+        .unwrap()
+        .len();
+    assert!(journal_size > 1_000_000);
+    let page = tmp.path().join("h.html");
+    let html = view(&run_dir, &page);
+    assert!(
+        html.len() < 200_000,
+        "a {journal_size}-byte journal made a {}-byte page",
+        html.len()
+    );
+    assert_eq!(
+        html.matches("<script").count(),
+        2,
+        "only the page's own scripts"
+    );
+
+    let mut b = Browser::launch();
+    b.open(&file_url(&page));
+    b.wait_for(
+        "document.querySelectorAll('#timeline tbody tr').length === 3",
+        "hostile",
+    );
+    b.eval("document.querySelector('#timeline tr[data-role=say]').click()");
+    b.wait_for("!!document.getElementById('detail-reply')", "hostile-reply");
+    b.eval("document.getElementById('detail').scrollIntoView()");
+    b.screenshot("hostile-reply");
+    assert_eq!(
+        b.eval("document.getElementById('detail-reply').textContent"),
+        json!(HOSTILE)
+    );
+    assert_eq!(b.eval("typeof window.pwned"), json!("undefined"));
+    assert_eq!(
+        b.eval("document.querySelectorAll('img, b').length"),
+        json!(0)
+    );
+    assert_eq!(b.eval("document.scripts.length"), json!(2));
+
+    // A reply rejected, then one accepted with a coercion: the attempts and flags columns,
+    // and the rejected reply with its error in the step.
+    let journal = common::events(&run_dir);
+    let rejected = &common::of_kind(&journal, "invalid_output")[0];
+    let accepted = common::of_kind(&journal, "llm_response")
+        .into_iter()
+        .find(|e| e["role"] == "num")
+        .unwrap();
+    let flags: Vec<String> = accepted["coercions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["flag"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(!flags.is_empty(), "{accepted}");
+    let row = "document.querySelector('#timeline tr[data-role=num]')";
+    assert_eq!(
+        b.eval(&format!("{row}.cells[7].textContent")),
+        json!("2 (1 rejected)")
+    );
+    assert_eq!(
+        b.eval(&format!(
+            "[...{row}.cells[8].querySelectorAll('.flag')].map(f => f.textContent)"
+        )),
+        json!(flags)
+    );
+    b.eval(&format!("{row}.click()"));
+    b.wait_for("!!document.getElementById('detail-parsed')", "num");
+    let detail = b.eval("document.getElementById('detail').innerText");
+    let detail = detail.as_str().unwrap();
+    assert!(
+        detail.contains(&format!(
+            "Rejected attempt 1: {}",
+            rejected["error"].as_str().unwrap()
+        )),
+        "{detail}"
+    );
+    assert!(detail.contains("no number here"), "{detail}");
+    assert_eq!(
+        b.eval("JSON.parse(document.getElementById('detail-parsed').textContent)"),
+        json!({"n": 5})
+    );
+
+    b.eval("document.querySelector('#timeline tr[data-role=big]').click()");
+    b.wait_for(
+        "document.getElementById('detail-reply').textContent.startsWith('yyy')",
+        "huge-reply",
+    );
+    b.screenshot("huge-reply");
+    let shown = b.eval("document.getElementById('detail-reply').textContent");
+    let shown = shown.as_str().unwrap();
+    assert!(
+        shown.ends_with("[cut: 16384 of 1000000 bytes shown]"),
+        "{}",
+        &shown[shown.len() - 80..]
+    );
+    assert!(shown.len() < 17_000);
+
+    // The workflow file gone: the page draws the path from the journal alone, and says so.
+    std::fs::remove_file(&wf).unwrap();
+    let page = tmp.path().join("h2.html");
+    view(&run_dir, &page);
+    b.open(&file_url(&page));
+    b.wait_for(
+        "document.querySelectorAll('#graph .node').length > 0",
+        "journal-graph",
+    );
+    b.screenshot("journal-graph");
+    assert_eq!(
+        strings(&b.eval(
+            "[...document.querySelectorAll('#graph .node.visited')].map(n => n.dataset.name)"
+        )),
+        ["big", "done", "num", "say", "start"]
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#graph .edge.taken').length"),
+        json!(4)
+    );
+    assert!(
+        b.eval("document.getElementById('note').textContent")
+            .as_str()
+            .unwrap()
+            .contains("could not be checked")
+    );
+}
+
+const TOKEN: &str = "viewer-s3cret";
+
+/// A `rondo serve` process and its address.
+struct Served {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `rondo serve WORKFLOW` on a free port, every route but `/` and `/health` behind `TOKEN`.
+fn serve(dir: &Path, workflow: &Path) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir)
+        .arg("serve")
+        .arg(workflow)
+        .args(["--port", "0", "--token-env", "VIEWER_TEST_TOKEN"])
+        .env("VIEWER_TEST_TOKEN", TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let base = first
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    Served { child, base }
+}
+
+/// POST /runs: one HTTP/1.1 request, the `id` of the answer.
+fn start_run(base: &str, workflow: &str) -> String {
+    let addr = base.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let body = json!({"workflow": workflow}).to_string();
+    write!(
+        stream,
+        "POST /runs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut answer).unwrap();
+    let json_start = answer.find("\r\n\r\n").unwrap() + 4;
+    let v: Value = serde_json::from_str(answer[json_start..].trim()).unwrap();
+    v["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_string()
+}
+
+/// The page `rondo serve` serves at `/` (here behind a token) lists the runs, opens one, and
+/// shows its steps as
+/// they arrive: a first step and the role running now, then, once that role is let go, its
+/// step, the next and the exit. (A step is journaled when it ends.)
+#[test]
+fn a_served_run_updates_live_in_the_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let release = tmp.path().join("release");
+    let wf = tmp.path().join("slow.rondo");
+    std::fs::write(
+        &wf,
+        format!(
+            r#"workflow slow {{
+  description = "waits for a file"
+}}
+role wait: tool {{ command = ["python3", "-c", "import os, time; d = time.time() + 60; [time.sleep(0.02) for _ in iter(lambda: os.path.exists('{release}') or time.time() > d, True)]; print('released')"] }}
+role first: tool {{ command = ["echo", "first"] }}
+role after: tool {{ command = ["echo", "after"] }}
+start -> first
+first -> wait
+wait -> after
+after -> done
+exit done
+"#,
+            release = release.display()
+        ),
+    )
+    .unwrap();
+    let s = serve(tmp.path(), &wf);
+    let id = start_run(&s.base, "slow");
+
+    let mut b = Browser::launch();
+    // The token is given in the page's address, as docs/view.md says.
+    b.open(&format!("{}/#token={TOKEN}", s.base));
+    b.wait_for(
+        &format!("!!document.querySelector('#run-list tr[data-run=\"{id}\"]')"),
+        "runs",
+    );
+    b.screenshot("served-runs");
+    b.eval(&format!(
+        "document.querySelector('#run-list tr[data-run=\"{id}\"] a').click()"
+    ));
+    // The first step, the role running now marked, no exit yet.
+    b.wait_for(
+        "document.body.dataset.steps === '1' && !!document.querySelector('#graph .node.running[data-name=wait]')",
+        "served-running",
+    );
+    b.screenshot("served-running");
+    assert_eq!(b.eval("document.body.dataset.exit"), json!(""));
+    assert_eq!(
+        b.eval("document.getElementById('status').textContent"),
+        json!("running")
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#graph .node.reached').length"),
+        json!(0)
+    );
+
+    std::fs::write(&release, "").unwrap();
+    b.wait_for("document.body.dataset.exit === 'done'", "served-done");
+    b.screenshot("served-done");
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#timeline tbody tr')].map(r => r.dataset.role)"),
+        json!(["first", "wait", "after"])
+    );
+    assert_eq!(
+        strings(&b.eval("[...document.querySelectorAll('#graph .edge.taken')].map(e => e.dataset.from + '->' + e.dataset.to)")),
+        ["after->done", "first->wait", "start->first", "wait->after"]
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#graph .node.running').length"),
+        json!(0)
+    );
+    assert!(b.eval("location.hash").as_str().unwrap().contains(&id));
+}
+
+/// Every example of `rondo view --help`, in order, in one copy of the repository.
+#[test]
+fn view_help_examples_work_as_written() {
+    let examples = common::help_examples("view");
+    assert!(
+        examples.iter().any(|l| l.starts_with("rondo view ")),
+        "{examples:?}"
+    );
+    let dir = common::repo_copy();
+    for line in &examples {
+        let output = common::run_example(dir.path(), line);
+        common::assert_example_ran(line, &output);
+    }
+    let page = std::fs::read_to_string(dir.path().join("hello.html")).unwrap();
+    assert!(page.contains("\"run_id\":\"hello\""));
+}
+
+/// A folder that holds no run is refused, and nothing is written.
+#[test]
+fn view_refuses_a_folder_that_is_not_a_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let page = tmp.path().join("page.html");
+    let out = common::rondo(&[
+        "view",
+        tmp.path().to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        common::stderr(&out).contains("is not a run directory"),
+        "{}",
+        common::stderr(&out)
+    );
+    assert!(!page.exists());
+}

@@ -5,6 +5,7 @@
 
 pub mod dataset;
 pub mod optimize;
+pub mod swebench;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -517,10 +518,15 @@ impl Shared {
     /// `None` when the run was interrupted.
     async fn run_case(&self, case: &Case, stop: &Stop) -> Option<CaseResult> {
         let workflow = self.workflow;
-        let run_dir = self.base.runs_root.join(&case.run_id);
+        let run_dir = match &case.workspace {
+            Some(ws) => rundir::runs_in_workspace(ws).join(&case.run_id),
+            None => self.base.runs_root.join(&case.run_id),
+        };
         let options = RunOptions {
             run_id: Some(case.run_id.clone()),
             inputs: case.inputs.clone(),
+            workspace: case.workspace.clone(),
+            image: case.image.clone(),
             ..self.base.clone()
         };
         let started = Instant::now();

@@ -348,3 +348,170 @@ fn swebench_help_examples_work_as_written() {
         assert!(out.status.success(), "`{line}`: {}", stderr(&out));
     }
 }
+
+/// A one-reply OpenAI-compatible server on a free port: every request body is kept, every
+/// reply is `content` with 1000 prompt and 500 completion tokens.
+fn chat_server(content: &'static str) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut data = Vec::new();
+            let mut buf = [0u8; 8192];
+            let body = loop {
+                let n = stream.read(&mut buf).unwrap_or(0);
+                if n == 0 {
+                    break None;
+                }
+                data.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&data).into_owned();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len: usize = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    if data.len() >= end + 4 + len {
+                        break Some(data[end + 4..end + 4 + len].to_vec());
+                    }
+                }
+            };
+            let Some(body) = body else { continue };
+            if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+                kept.lock().unwrap().push(v);
+            }
+            let reply = serde_json::json!({
+                "id": "c1", "object": "chat.completion", "created": 0, "model": "served",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500}
+            })
+            .to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// `--model` is the model the provider is asked for, the run's cost is the instance's, and
+/// an instance's `image` is the image its run starts (a missing one ends it at `error`).
+#[test]
+fn the_model_the_cost_and_the_image_of_an_instance_reach_its_run() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let (port, seen) = chat_server("Replace the minus with a plus.");
+    let workflow = format!(
+        r#"
+workflow agent {{
+  prompts = "prompts"
+  provider = local
+  input task: string
+}}
+provider local {{
+  kind = "openai-compatible"
+  model = "declared-model"
+  base_url = "http://127.0.0.1:{port}/v1"
+  api_key_env = "RONDO_SWE_TEST_KEY"
+  price {{ input_per_1k = 1.0  output_per_1k = 2.0 }}
+}}
+environment box {{
+  kind = "docker"
+  image = "rondo-test-base:latest"
+  mounts = [".:/work:rw"]
+}}
+role plan: llm {{
+  prompt = "plan.tera"
+  output text
+}}
+role edit: tool {{
+  env = box
+  command = ["sh", "-c", "sed -i 's/a - b/a + b/' /work/calc.py"]
+}}
+start -> plan
+plan -> edit
+edit -> submitted
+exit submitted
+"#
+    );
+    let wf = common::project(
+        &dir.path().join("agent"),
+        &workflow,
+        &[("plan.tera", "Fix this: {{ input.task }}\n")],
+        "",
+    );
+    std::fs::write(
+        dir.path().join("imaged.jsonl"),
+        concat!(
+            r#"{"instance_id": "calc", "repo": "tests/fixtures/swebench/repos/calc", "problem_statement": "add(2, 3) returns -1", "test_commands": ["python3 -m unittest -q test_calc"]}"#,
+            "\n",
+            r#"{"instance_id": "imaged", "repo": "tests/fixtures/swebench/repos/calc", "problem_statement": "x", "image": "rondo-no-such-image:0"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir.path())
+        .env("RONDO_SWE_TEST_KEY", "sk-local-test")
+        .args(["swebench", "imaged.jsonl", "-q", "--workflow"])
+        .arg(&wf)
+        .args(["--model", "other-model", "-c", "1", "--out", "m"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let seen = seen.lock().unwrap();
+    // One call a run (the image is needed only after it).
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert!(
+        seen.iter().all(|s| s["model"] == "other-model"),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|s| s.to_string().contains("Fix this: add(2, 3) returns -1")),
+        "{seen:#?}"
+    );
+    let res = results(&dir.path().join("m"));
+    let calc = by_id(&res, "calc");
+    assert_eq!(calc["exit"], "submitted");
+    assert_eq!(calc["resolved"], true);
+    // 1000 tokens in at $1 per 1k, 500 out at $2 per 1k.
+    assert!(
+        (calc["cost_usd"].as_f64().unwrap() - 2.0).abs() < 1e-9,
+        "{calc:#}"
+    );
+    assert!(
+        calc["patch"]
+            .as_str()
+            .unwrap()
+            .contains("+    return a + b\n")
+    );
+    let imaged = by_id(&res, "imaged");
+    assert_eq!(imaged["exit"], "error");
+    assert!(
+        imaged["reason"]
+            .as_str()
+            .unwrap()
+            .contains("rondo-no-such-image:0"),
+        "{imaged:#}"
+    );
+    assert_eq!(imaged["patch"], "");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("m/report.json")).unwrap())
+            .unwrap();
+    // The run that ended at `error` spent its call too.
+    assert!((imaged["cost_usd"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+    assert!((report["cost_usd"].as_f64().unwrap() - 4.0).abs() < 1e-9);
+}

@@ -515,3 +515,66 @@ exit submitted
     assert!((imaged["cost_usd"].as_f64().unwrap() - 2.0).abs() < 1e-9);
     assert!((report["cost_usd"].as_f64().unwrap() - 4.0).abs() < 1e-9);
 }
+
+/// The agent can write the workspace's `.git` (its config, its hooks): the patch is taken
+/// with a git directory the container never sees, so nothing written there runs on the host.
+#[test]
+fn what_the_agent_writes_in_the_workspaces_git_never_runs_on_the_host() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let marker = dir.path().join("ran-on-the-host");
+    let command = format!(
+        "cd /work && printf '[core]\\n\\tfsmonitor = touch {m}\\n[diff]\\n\\texternal = touch {m}\\n' >> .git/config && sed -i 's/a - b/a + b/' calc.py",
+        m = marker.display()
+    );
+    // A JSON string is a YAML double-quoted scalar.
+    let act = serde_json::json!({"thought": "Fix it.", "action_type": "bash", "action_params": {"command": command}});
+    let script = format!(
+        "replies:\n  act_next:\n    - {}\n    - '{{\"thought\": \"Submit.\", \"action_type\": \"submit\", \"action_params\": {{}}}}'\n  reflect:\n    - '{{\"bad_action\": false, \"lessons\": \"\", \"summary\": \"edited\"}}'\n",
+        serde_json::to_string(&act.to_string()).unwrap()
+    );
+    std::fs::write(dir.path().join("evil.yaml"), script).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[
+            DATASET,
+            "--provider",
+            "scripted",
+            "--script",
+            "evil.yaml",
+            "-i",
+            "calc-add",
+            "--out",
+            "e",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = results(&dir.path().join("e"));
+    let ws = PathBuf::from(res[0]["workspace"].as_str().unwrap());
+    // The container did write the workspace's git config ...
+    let set = std::process::Command::new("git")
+        .args(["config", "-f"])
+        .arg(ws.join(".git/config"))
+        .arg("core.fsmonitor")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&set.stdout).trim(),
+        format!("touch {}", marker.display())
+    );
+    // ... and the host never ran it, yet took the patch.
+    assert!(!marker.exists(), "the agent's git config ran on the host");
+    assert!(
+        res[0]["patch"]
+            .as_str()
+            .unwrap()
+            .contains("+    return a + b\n"),
+        "{:#}",
+        res[0]
+    );
+    assert_eq!(res[0]["resolved"], true);
+}

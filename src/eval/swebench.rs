@@ -25,6 +25,8 @@ pub const RESULTS_FILE: &str = "results.jsonl";
 pub const REPORT_FILE: &str = "report.json";
 pub const PREDS_FILE: &str = "preds.json";
 pub const WORKSPACES_DIR: &str = "workspaces";
+/// The git directories the patches are taken with, out of every container's reach.
+pub const GIT_DIR: &str = "git";
 /// The workflow input that receives the problem statement.
 pub const TASK_INPUT: &str = "task";
 
@@ -493,20 +495,26 @@ fn read_results(out: &Path) -> BTreeMap<String, InstanceResult> {
     done
 }
 
+/// Settings of every git command: an identity for the base commit, and nothing a
+/// repository's own settings could make it run.
+const SAFE_GIT: &[&str] = &[
+    "-c",
+    "user.name=rondo",
+    "-c",
+    "user.email=rondo@localhost",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+];
+
 fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     let out = std::process::Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args([
-            "-c",
-            "user.name=rondo",
-            "-c",
-            "user.email=rondo@localhost",
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "core.hooksPath=/dev/null",
-        ])
+        .args(SAFE_GIT)
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
@@ -523,9 +531,11 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
 }
 
 /// The instance's workspace: a copy of its repository at its base commit, a git repository
-/// whose base is `HEAD`, with the run's system area ignored. Made under a temporary name
-/// and renamed, so a workspace that exists is complete.
-fn prepare(instance: &Instance, dir: &Path) -> Result<(), String> {
+/// whose base is `HEAD` (for the agent), and a bare copy of that repository in `git_dir`
+/// (for the patch: the agent can rewrite the workspace's `.git`, hooks and config included,
+/// and the host must not run what it wrote there). Made under temporary names and renamed,
+/// the git directory first, so a workspace that exists is complete.
+fn prepare(instance: &Instance, dir: &Path, git_dir: &Path) -> Result<(), String> {
     if dir.exists() {
         return Ok(());
     }
@@ -557,14 +567,35 @@ fn prepare(instance: &Instance, dir: &Path) -> Result<(), String> {
         git(&tmp, &["add", "-A"])?;
         git(&tmp, &["commit", "-q", "--allow-empty", "-m", "base"])?;
     }
-    let exclude = tmp.join(".git/info/exclude");
-    let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
-    text.push_str(&format!("/{}/\n", rondo_workspace::SYSTEM_DIR));
-    if let Some(parent) = exclude.parent() {
-        let _ = std::fs::create_dir_all(parent);
+    let tmp_git = git_dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&tmp_git);
+    if let Some(parent) = tmp_git.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
-    std::fs::write(&exclude, text)
-        .map_err(|e| format!("cannot write {}: {e}", exclude.display()))?;
+    git(
+        cwd,
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            "--no-hardlinks",
+            &tmp.to_string_lossy(),
+            &tmp_git.to_string_lossy(),
+        ],
+    )?;
+    for exclude in [tmp.join(".git/info/exclude"), tmp_git.join("info/exclude")] {
+        let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+        text.push_str(&format!("/{}/\n", rondo_workspace::SYSTEM_DIR));
+        if let Some(parent) = exclude.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        std::fs::write(&exclude, text)
+            .map_err(|e| format!("cannot write {}: {e}", exclude.display()))?;
+    }
+    let _ = std::fs::remove_dir_all(git_dir);
+    std::fs::rename(&tmp_git, git_dir)
+        .map_err(|e| format!("cannot rename {}: {e}", tmp_git.display()))?;
     std::fs::rename(&tmp, dir).map_err(|e| format!("cannot rename {}: {e}", tmp.display()))
 }
 
@@ -597,17 +628,24 @@ fn run_files(run_dir: &Path, workspace: &Path) -> Vec<String> {
 }
 
 /// The workspace's changes against `HEAD` (untracked files included), less `skip`; cut at
-/// [`MAX_PATCH`].
-fn patch(workspace: &Path, skip: &[String]) -> Result<(String, bool), String> {
-    git(workspace, &["add", "-A"])?;
-    let mut args: Vec<String> = ["diff", "--cached", "--binary", "HEAD", "--", "."]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+/// [`MAX_PATCH`]. Taken with the instance's own git directory, never the workspace's.
+fn patch(workspace: &Path, git_dir: &Path, skip: &[String]) -> Result<(String, bool), String> {
+    let dirs = [
+        format!("--git-dir={}", git_dir.display()),
+        format!("--work-tree={}", workspace.display()),
+    ];
+    git(workspace, &[&dirs[0], &dirs[1], "add", "-A"])?;
+    let mut args: Vec<String> = dirs.to_vec();
+    args.extend(
+        ["diff", "--cached", "--binary", "HEAD", "--", "."]
+            .iter()
+            .map(|s| s.to_string()),
+    );
     args.extend(skip.iter().map(|f| format!(":(exclude,literal){f}")));
     let mut child = std::process::Command::new("git")
         .arg("-C")
         .arg(workspace)
+        .args(SAFE_GIT)
         .args(&args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -697,7 +735,9 @@ impl Swebench {
     /// Prepares the workspaces, runs the agent on every instance without a result (as
     /// `rondo eval` runs its cases), then takes each patch and runs each instance's tests.
     pub async fn run(self) -> Result<Report, String> {
-        let out = self.out.clone();
+        // Git runs in other folders: every path it is given is absolute.
+        let out =
+            std::path::absolute(&self.out).map_err(|e| format!("{}: {e}", self.out.display()))?;
         std::fs::create_dir_all(&out)
             .map_err(|e| format!("cannot create {}: {e}", out.display()))?;
         let setup_text = serde_json::to_string_pretty(&self.setup).unwrap_or_default();
@@ -705,11 +745,12 @@ impl Swebench {
             .map_err(|e| format!("cannot write {}: {e}", out.join(SETUP_FILE).display()))?;
         let mut done = read_results(&out);
         let workspaces = out.join(WORKSPACES_DIR);
+        let git_dirs = out.join(GIT_DIR);
         let mut cases = Vec::new();
         for inst in &self.instances {
             let ws = workspaces.join(&inst.run_id);
             if !done.contains_key(&inst.id) {
-                prepare(inst, &ws)?;
+                prepare(inst, &ws, &git_dirs.join(format!("{}.git", inst.run_id)))?;
             }
             cases.push(Case {
                 id: inst.id.clone(),
@@ -755,7 +796,8 @@ impl Swebench {
             let ws = case.workspace.clone().unwrap_or_default();
             let run_dir = rundir::runs_in_workspace(&ws).join(&inst.run_id);
             let skip = run_files(&run_dir, &ws);
-            let (patch, patch_cut, patch_error) = match patch(&ws, &skip) {
+            let git_dir = git_dirs.join(format!("{}.git", inst.run_id));
+            let (patch, patch_cut, patch_error) = match patch(&ws, &git_dir, &skip) {
                 Ok((p, cut)) => (p, cut, None),
                 Err(e) => (String::new(), false, Some(e)),
             };

@@ -992,6 +992,15 @@ fn absolute(path: &std::path::Path) -> PathBuf {
     })
 }
 
+/// `evals/<name>-<time>`: the default results folder of a batch.
+fn evals_dir(name: &str) -> PathBuf {
+    let stamp = run::clock::rfc3339(run::clock::unix_ms())
+        .replace(['-', ':'], "")
+        .replace('T', "-");
+    let stamp = stamp.split('.').next().unwrap_or("").to_string();
+    PathBuf::from("evals").join(format!("{name}-{stamp}"))
+}
+
 fn cmd_swebench(
     setup: Option<eval::swebench::Setup>,
     out: Option<PathBuf>,
@@ -1023,13 +1032,7 @@ fn cmd_swebench(
             }
         }
         (Some(setup), None) => {
-            let out = out.unwrap_or_else(|| {
-                let stamp = run::clock::rfc3339(run::clock::unix_ms())
-                    .replace(['-', ':'], "")
-                    .replace('T', "-");
-                let stamp = stamp.split('.').next().unwrap_or("").to_string();
-                PathBuf::from("evals").join(format!("swebench-{stamp}"))
-            });
+            let out = out.unwrap_or_else(|| evals_dir("swebench"));
             if out.join(swebench::SETUP_FILE).exists() {
                 errln!(
                     "error: {} already holds a swebench run; continue it with `rondo swebench --resume {}`",
@@ -1249,11 +1252,7 @@ fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -
                     .file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_else(|| "eval".into());
-                let stamp = run::clock::rfc3339(run::clock::unix_ms())
-                    .replace(['-', ':'], "")
-                    .replace('T', "-");
-                let stamp = stamp.split('.').next().unwrap_or("").to_string();
-                PathBuf::from("evals").join(format!("{stem}-{stamp}"))
+                evals_dir(&stem)
             });
             if out.join(eval::SETUP_FILE).exists() {
                 errln!(

@@ -305,6 +305,8 @@ fn a_bad_instance_is_located_and_nothing_runs() {
             "\n",
             r#"{"instance_id": "a", "repo": "tests/fixtures/swebench/repos/calc"}"#,
             "\n",
+            r#"{"instance_id": "c", "repo": }"#,
+            "\n",
         ),
     )
     .unwrap();
@@ -329,6 +331,8 @@ fn a_bad_instance_is_located_and_nothing_runs() {
         err.contains("this instance has no `problem_statement`"),
         "{err}"
     );
+    assert!(err.contains("bad.jsonl:4:"), "{err}");
+    assert!(err.contains("this line is not JSON"), "{err}");
     assert!(err.contains("nothing ran"), "{err}");
     assert!(!dir.path().join("bad").exists());
 }

@@ -243,15 +243,8 @@ impl LineCtx<'_> {
         let value: Value = match serde_json::from_str(self.text) {
             Ok(v) => v,
             Err(e) => {
-                let col = e.column().saturating_sub(1).min(self.text.len());
-                let at = self.start + col;
-                let what = e.to_string();
-                let what = what.split(" at line").next().unwrap_or(&what).to_string();
-                self.bad(
-                    format!("this line is not JSON: {what}"),
-                    Span::new(at, (at + 1).min(self.start + self.text.len())),
-                    "here",
-                );
+                let (message, span) = not_json(&e, self.text, self.start);
+                self.bad(message, span, "here");
                 return None;
             }
         };
@@ -508,6 +501,17 @@ impl LineCtx<'_> {
         }
         ok.then_some(out)
     }
+}
+
+/// What is wrong with a dataset line that is not JSON, and where (`start`: the line's offset).
+pub(crate) fn not_json(e: &serde_json::Error, line: &str, start: usize) -> (String, Span) {
+    let at = start + e.column().saturating_sub(1).min(line.len());
+    let what = e.to_string();
+    let what = what.split(" at line").next().unwrap_or(&what).to_string();
+    (
+        format!("this line is not JSON: {what}"),
+        Span::new(at, (at + 1).min(start + line.len())),
+    )
 }
 
 pub(crate) fn find(text: &str, base: usize, needle: &str) -> Option<Span> {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::dataset::{Problems, find, read_file, unique_run_id};
+use super::dataset::{Problems, find, not_json, read_file, unique_run_id};
 use super::{Case, CaseResult, Eval};
 use crate::check::Checked;
 use crate::compile::Workflow;
@@ -154,15 +154,8 @@ fn instance(
     let value: Value = match serde_json::from_str(line) {
         Ok(v) => v,
         Err(e) => {
-            let col = e.column().saturating_sub(1).min(line.len());
-            let what = e.to_string();
-            let what = what.split(" at line").next().unwrap_or(&what).to_string();
-            bad(
-                diags,
-                format!("this line is not JSON: {what}"),
-                Span::new(start + col, (start + col + 1).min(start + line.len())),
-                "here",
-            );
+            let (message, span) = not_json(&e, line, start);
+            bad(diags, message, span, "here");
             return None;
         }
     };
@@ -482,19 +475,6 @@ fn test_site(workflow: &Workflow) -> TestSite {
     }
 }
 
-/// Results already in `DIR/results.jsonl`, by instance id.
-fn read_results(out: &Path) -> BTreeMap<String, InstanceResult> {
-    let mut done = BTreeMap::new();
-    if let Ok(text) = std::fs::read_to_string(out.join(RESULTS_FILE)) {
-        for line in text.lines() {
-            if let Ok(r) = serde_json::from_str::<InstanceResult>(line) {
-                done.insert(r.instance_id.clone(), r);
-            }
-        }
-    }
-    done
-}
-
 /// Settings of every git command: an identity for the base commit, and nothing a
 /// repository's own settings could make it run.
 const SAFE_GIT: &[&str] = &[
@@ -743,7 +723,9 @@ impl Swebench {
         let setup_text = serde_json::to_string_pretty(&self.setup).unwrap_or_default();
         rundir::write_atomic(&out.join(SETUP_FILE), setup_text.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", out.join(SETUP_FILE).display()))?;
-        let mut done = read_results(&out);
+        let mut done = super::read_jsonl(&out.join(RESULTS_FILE), |r: &InstanceResult| {
+            r.instance_id.clone()
+        });
         let workspaces = out.join(WORKSPACES_DIR);
         let git_dirs = out.join(GIT_DIR);
         let mut cases = Vec::new();
@@ -839,13 +821,7 @@ impl Swebench {
             .iter()
             .filter_map(|i| done.get(&i.id).cloned())
             .collect();
-        let mut text = String::new();
-        for r in &results {
-            text.push_str(&serde_json::to_string(r).unwrap_or_default());
-            text.push('\n');
-        }
-        rundir::write_atomic(&out.join(RESULTS_FILE), text.as_bytes())
-            .map_err(|e| format!("cannot write {RESULTS_FILE}: {e}"))?;
+        super::write_jsonl(&out.join(RESULTS_FILE), &results)?;
         let model = self
             .setup
             .model

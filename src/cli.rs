@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::check::{self, CheckOptions};
 use crate::diagnostics::{self, Diagnostic, Diagnostics};
+use crate::eval;
 use crate::render;
 use crate::run::{self, Interpreter, RunOptions, progress};
 use crate::source::SourceFile;
@@ -265,6 +266,55 @@ pub enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Run an agent workflow on SWE-bench-style instances: one run per instance, in its own
+    /// copy of the repository and its own container; patches, test results and costs.
+    #[command(
+        after_help = "A dataset is JSON Lines, one instance a line: {\"instance_id\": \"...\", \"repo\": \"folder, relative to the dataset\", \"problem_statement\": \"...\", \"test_commands\": [\"...\"], \"image\": \"optional\", \"split\": \"optional\", \"subset\": \"optional\"}. Each instance's repository is copied to OUT/workspaces/<id> (a git repository) and the workflow runs with it as its --workspace; the patch is its git diff, then the test commands run in a fresh container. OUT holds results.jsonl (exit, patch, tests, resolved, cost an instance), preds.json (SWE-bench's predictions) and report.json. docs/swebench.md has the details.\n\nExamples:\n  rondo swebench tests/fixtures/swebench/instances.jsonl --provider scripted \\\n    --script tests/fixtures/swebench/fix.yaml --subset lite --out evals/swe\n  rondo swebench --resume evals/swe\n  rondo swebench tests/fixtures/swebench/instances.jsonl --provider scripted \\\n    --script tests/fixtures/swebench/fix.yaml -i calc-add --out evals/one\n\nExit code: 0 every run ended at a success exit and no tests failed, 1 otherwise (or some did not finish), 2 a bad dataset or workflow."
+    )]
+    Swebench {
+        /// The instances: JSON Lines.
+        #[arg(required_unless_present = "resume")]
+        dataset: Option<PathBuf>,
+        /// The agent (default: workflows/llm_ide.rondo).
+        #[arg(long)]
+        workflow: Option<PathBuf>,
+        /// Only the instances whose `subset` is this.
+        #[arg(long)]
+        subset: Option<String>,
+        /// Only the instances whose `split` is this.
+        #[arg(long)]
+        split: Option<String>,
+        /// Only the instances whose id matches this regular expression.
+        #[arg(long)]
+        filter: Option<String>,
+        /// START:END of the selected instances (e.g. 0:5).
+        #[arg(long)]
+        slice: Option<String>,
+        /// Only this instance (repeatable): the single-instance mode prints its patch.
+        #[arg(long = "instance", short = 'i', value_name = "ID")]
+        instances: Vec<String>,
+        /// Runs at a time.
+        #[arg(long, short = 'c')]
+        concurrency: Option<usize>,
+        /// Use this provider profile for every llm role.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Call this model with every provider profile.
+        #[arg(long)]
+        model: Option<String>,
+        /// Replies for the scripted provider (YAML), for every run.
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// The results folder (default: evals/swebench-<time>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Continue the runs of this results folder: only the instances without a result.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out"])]
+        resume: Option<PathBuf>,
+        /// No progress output.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Bootstrap few-shot demos for an llm role from the cases of a training set that pass.
     #[command(
         after_help = "Runs the dataset as `rondo eval` does, without demos (OUT/before); of the cases that passed, the role's first accepted reply with the run's inputs is a demo; a seeded choice keeps at most --max-demos; they are written to --out (default: the role's `demos` file) and the dataset runs again with them (OUT/after). docs/optimize.md has the details.\n\nExample:\n  rondo optimize tests/fixtures/optimize/qa.rondo --provider scripted \\\n    --dataset tests/fixtures/optimize/train.jsonl --role answer \\\n    --max-demos 2 --out evals/qa_demos.json --runs evals/qa-optimize"
@@ -391,6 +441,7 @@ pub fn main_entry() -> i32 {
                 unconfined_tools,
                 pool: None,
                 no_demos: false,
+                image: None,
             };
             cmd_run(&file, options)
         }
@@ -474,6 +525,39 @@ pub fn main_entry() -> i32 {
                 out,
             };
             cmd_eval(args, resume, progress_mode(quiet))
+        }
+        Command::Swebench {
+            dataset,
+            workflow,
+            subset,
+            split,
+            filter,
+            slice,
+            instances,
+            concurrency,
+            provider,
+            model,
+            script,
+            out,
+            resume,
+            quiet,
+        } => {
+            let setup = dataset.map(|dataset| eval::swebench::Setup {
+                workflow: absolute(
+                    &workflow.unwrap_or_else(|| PathBuf::from("workflows/llm_ide.rondo")),
+                ),
+                dataset: absolute(&dataset),
+                subset,
+                split,
+                filter,
+                slice,
+                instances,
+                provider,
+                model,
+                script: script.as_deref().map(absolute),
+                concurrency: concurrency.unwrap_or(DEFAULT_EVAL_CONCURRENCY),
+            });
+            cmd_swebench(setup, out, resume, concurrency, progress_mode(quiet))
         }
         Command::Optimize {
             workflow,
@@ -941,6 +1025,140 @@ fn absolute(path: &std::path::Path) -> PathBuf {
     })
 }
 
+/// `evals/<name>-<time>`: the default results folder of a batch.
+fn evals_dir(name: &str) -> PathBuf {
+    let stamp = run::clock::rfc3339(run::clock::unix_ms())
+        .replace(['-', ':'], "")
+        .replace('T', "-");
+    let stamp = stamp.split('.').next().unwrap_or("").to_string();
+    PathBuf::from("evals").join(format!("{name}-{stamp}"))
+}
+
+fn cmd_swebench(
+    setup: Option<eval::swebench::Setup>,
+    out: Option<PathBuf>,
+    resume: Option<PathBuf>,
+    concurrency: Option<usize>,
+    progress: progress::Mode,
+) -> i32 {
+    use eval::swebench;
+    let (setup, out) = match (setup, resume) {
+        (_, Some(dir)) => {
+            let file = dir.join(swebench::SETUP_FILE);
+            let setup = std::fs::read_to_string(&file)
+                .map_err(|e| format!("{} is not a swebench results folder: {e}", dir.display()))
+                .and_then(|text| {
+                    serde_json::from_str::<swebench::Setup>(&text)
+                        .map_err(|e| format!("{}: {e}", file.display()))
+                });
+            match setup {
+                Ok(mut setup) => {
+                    if let Some(n) = concurrency {
+                        setup.concurrency = n;
+                    }
+                    (setup, dir)
+                }
+                Err(e) => {
+                    errln!("error: {e}");
+                    return 2;
+                }
+            }
+        }
+        (Some(setup), None) => {
+            let out = out.unwrap_or_else(|| evals_dir("swebench"));
+            if out.join(swebench::SETUP_FILE).exists() {
+                errln!(
+                    "error: {} already holds a swebench run; continue it with `rondo swebench --resume {}`",
+                    out.display(),
+                    out.display()
+                );
+                return 2;
+            }
+            (setup, out)
+        }
+        (None, None) => {
+            errln!("error: give a dataset, or --resume DIR");
+            return 2;
+        }
+    };
+    if setup.concurrency == 0 {
+        errln!("error: --concurrency must be at least 1");
+        return 2;
+    }
+    let workflow = match compiled_or_report(&setup.workflow) {
+        Ok(w) => w,
+        Err(_) => return 2,
+    };
+    let workflow = match &setup.model {
+        Some(model) => workflow.with_model(model),
+        None => workflow,
+    };
+    let instances = match swebench::read_instances(&setup.dataset, &workflow) {
+        Ok(i) => i,
+        Err(problems) => {
+            let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            err!(
+                "{}",
+                diagnostics::render_human(
+                    &problems.file,
+                    &problems.diagnostics.sorted(),
+                    color,
+                    100
+                )
+            );
+            errln!(
+                "x {}: {} error(s); nothing ran",
+                problems.file.path.display(),
+                problems.diagnostics.error_count()
+            );
+            return 2;
+        }
+    };
+    let instances = match swebench::select(instances, &setup) {
+        Ok(i) => i,
+        Err(e) => {
+            errln!("error: {e}");
+            return 2;
+        }
+    };
+    let single = setup.instances.len() == 1;
+    // Every run's task borrows the workflow for the rest of the process.
+    let workflow: &'static check::Checked = Box::leak(Box::new(workflow));
+    let rt = match run::runtime_for_runs(setup.concurrency) {
+        Ok(rt) => rt,
+        Err(e) => {
+            errln!("error: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    let job = swebench::Swebench {
+        workflow,
+        instances,
+        setup,
+        out: out.clone(),
+        progress,
+    };
+    match rt.block_on(job.run()) {
+        Ok(report) => {
+            if single && let Some(r) = report.results.first() {
+                out!("{}", r.patch);
+            }
+            out!("{}", swebench::render_table(&report));
+            errln!("results: {}", out.display());
+            let all = report.unfinished == 0
+                && report
+                    .results
+                    .iter()
+                    .all(|r| r.exit_code == 0 && r.resolved != Some(false));
+            i32::from(!all)
+        }
+        Err(e) => {
+            errln!("error: {e}");
+            2
+        }
+    }
+}
+
 fn cmd_optimize(
     args: EvalArgs,
     (role, max_demos, seed, demos_out): (String, usize, u64, Option<PathBuf>),
@@ -1067,11 +1285,7 @@ fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -
                     .file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_else(|| "eval".into());
-                let stamp = run::clock::rfc3339(run::clock::unix_ms())
-                    .replace(['-', ':'], "")
-                    .replace('T', "-");
-                let stamp = stamp.split('.').next().unwrap_or("").to_string();
-                PathBuf::from("evals").join(format!("{stem}-{stamp}"))
+                evals_dir(&stem)
             });
             if out.join(eval::SETUP_FILE).exists() {
                 errln!(

@@ -42,6 +42,11 @@ const LIBRARY_ONLY: &[(&str, &str)] = &[
         "rondo::eval::bad_rubrics",
         "tests/eval.rs: a_bad_rubrics_file_is_reported",
     ),
+    // Problems of a SWE-bench dataset.
+    (
+        "rondo::swebench::bad_instance",
+        "tests/swebench.rs: a_bad_instance_is_located_and_nothing_runs",
+    ),
     // Needs a variable set: fixtures are checked with the test's own environment.
     (
         "rondo::tool::too_many_plugins",

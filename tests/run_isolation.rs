@@ -824,3 +824,68 @@ exit success
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("--unconfined-tools") && help.contains("RONDO_UNCONFINED_TOOLS"));
 }
+
+/// A mount onto a path where the image has files would hide them: the run is refused
+/// before any role runs (and no container is left), unless the mount says `:replace`.
+/// A mount onto an empty folder of the image (`/work`) is fine.
+#[test]
+fn a_mount_hides_nothing_the_image_has_unless_it_says_replace() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let workflow = |mount: &str| {
+        format!(
+            r#"
+workflow covered {{}}
+environment box {{
+  kind = "docker"
+  image = "rondo-test-base:latest"
+  mounts = ["{mount}"]
+}}
+role look: tool {{
+  env = box
+  command = ["sh", "-c", "ls -A /opt /work"]
+}}
+start -> look
+look -> success
+exit success
+"#
+        )
+    };
+    let hiding = write_workflow(tmp.path(), &workflow("data:/opt:rw"));
+    let out = run(tmp.path(), &hiding, "hide", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    let info = json(tmp.path().join("runs/hide/run.json"));
+    assert_eq!(info["exit"], "error");
+    let reason = info["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("-> /opt: the image rondo-test-base:latest has files there (envs)"),
+        "{reason}"
+    );
+    assert!(reason.contains("`:replace`"), "{reason}");
+    assert!(of_kind(&events(&tmp.path().join("runs/hide")), "tool_call").is_empty());
+    let left = Command::new("docker")
+        .args(["ps", "-aq", "--filter", "label=rondo.run_id=hide"])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "containers left: {:?}", left);
+
+    std::fs::create_dir_all(tmp.path().join("replace")).unwrap();
+    let replacing = tmp.path().join("replace/w.rondo");
+    std::fs::write(&replacing, workflow("data:/opt:rw:replace")).unwrap();
+    let out = run(tmp.path(), &replacing, "replace", &[]);
+    assert_ok(&out);
+    let look = of_kind(&events(&tmp.path().join("runs/replace")), "tool_call")
+        .into_iter()
+        .next()
+        .unwrap();
+    // The mount (an empty folder of the workspace) is all the container sees at /opt.
+    assert_eq!(look["result"]["stdout"], "/opt:\n\n/work:\n", "{look:#}");
+
+    std::fs::create_dir_all(tmp.path().join("empty")).unwrap();
+    let onto_empty = tmp.path().join("empty/w.rondo");
+    std::fs::write(&onto_empty, workflow("data:/work:rw")).unwrap();
+    assert_ok(&run(tmp.path(), &onto_empty, "empty", &[]));
+}

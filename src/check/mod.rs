@@ -101,6 +101,18 @@ impl Summary {
 #[derive(Debug, Clone)]
 pub struct Checked(Workflow);
 
+impl Checked {
+    /// The same workflow with every provider profile calling `model` (`rondo swebench
+    /// --model`): a model name is free text, so nothing checked depends on it.
+    pub fn with_model(mut self, model: &str) -> Checked {
+        for p in &mut self.0.providers {
+            p.profile.model = model.to_string();
+            p.profile.model_env = None;
+        }
+        self
+    }
+}
+
 impl std::ops::Deref for Checked {
     type Target = Workflow;
 

@@ -873,9 +873,21 @@ fn check_mount(text: &str, span: Span, diags: &mut Diagnostics) {
         Err(e) => diags.push(
             Diagnostic::error(Code::EnvironmentBadMount, format!("mount `{text}`: {e}"))
                 .label(span, "not a mount")
-                .help("`dir:/container[:ro|:rw]` with `dir` inside the run's workspace, or `host:/abs/path:/container[:ro|:rw]`"),
+                .help("`dir:/container[:ro|:rw][:replace]` with `dir` inside the run's workspace, or `host:/abs/path:/container[:ro|:rw][:replace]`"),
         ),
         Ok(m) => {
+            if !m.replace
+                && let Some(system) = super::mounts::hides_system(&m.container)
+            {
+                diags.push(
+                    Diagnostic::error(
+                        Code::EnvironmentHidesImage,
+                        format!("mount `{text}` would hide the image's `{system}`"),
+                    )
+                    .label(span, format!("every image has `{system}`: the container would see this mount instead"))
+                    .help("mount onto a path of your own (`/work`, `/data`), or end the mount with `:replace` to cover what the image has there on purpose"),
+                );
+            }
             if let MountSource::Host(path) = &m.source {
                 if let Some(why) = rondo_env::refused_mount(path) {
                     diags.push(

@@ -1,6 +1,7 @@
 //! The `mounts` of a Docker environment: `"dir:/container[:ro|:rw]"` with `dir` a folder
 //! of the run's workspace, or `"host:/abs/path:/container[:ro|:rw]"` for a folder of the
-//! host outside it (explicit, and `check` warns). Read-only unless `rw`.
+//! host outside it (explicit, and `check` warns). Read-only unless `rw`. A mount never hides
+//! what the image has at its container path unless it ends with `:replace`.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -18,11 +19,30 @@ pub struct MountSpec {
     pub source: MountSource,
     pub container: String,
     pub writable: bool,
+    /// `:replace`: the mount may cover what the image has at `container`.
+    pub replace: bool,
+}
+
+/// Folders every Linux image has: a mount onto one (or onto `/`) would hide the system.
+pub const SYSTEM_PATHS: &[&str] = &[
+    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys",
+    "/usr", "/var",
+];
+
+/// The system folder `container` covers, if it is one (or `/`).
+pub fn hides_system(container: &str) -> Option<&'static str> {
+    let trimmed = container.trim_end_matches('/');
+    let path = if trimmed.is_empty() { "/" } else { trimmed };
+    SYSTEM_PATHS.iter().copied().find(|p| *p == path)
 }
 
 /// Parses one entry of `mounts`; the error says what is wrong with it.
 pub fn parse_mount(text: &str) -> Result<MountSpec, String> {
     let mut parts: Vec<&str> = text.split(':').collect();
+    let replace = parts.len() > 2 && parts.last() == Some(&"replace");
+    if replace {
+        parts.pop();
+    }
     let writable = match parts.last().copied() {
         Some("rw") if parts.len() > 2 => {
             parts.pop();
@@ -61,7 +81,7 @@ pub fn parse_mount(text: &str) -> Result<MountSpec, String> {
         }
         _ => {
             return Err(
-                "a mount is `dir:/container[:ro|:rw]` or `host:/abs/path:/container[:ro|:rw]`"
+                "a mount is `dir:/container[:ro|:rw][:replace]` or `host:/abs/path:/container[:ro|:rw][:replace]`"
                     .into(),
             );
         }
@@ -73,6 +93,7 @@ pub fn parse_mount(text: &str) -> Result<MountSpec, String> {
         source,
         container: container.to_string(),
         writable,
+        replace,
     })
 }
 
@@ -88,6 +109,14 @@ mod tests {
         let m = parse_mount("host:/data/set:/data").unwrap();
         assert_eq!(m.source, MountSource::Host("/data/set".into()));
         assert!(!m.writable);
+        assert!(!m.replace);
+        let m = parse_mount(".:/testbed:rw:replace").unwrap();
+        assert_eq!(m.source, MountSource::Workspace(".".into()));
+        assert!(m.writable && m.replace);
+        assert!(parse_mount("repo:/work:replace").unwrap().replace);
+        assert_eq!(hides_system("/usr/"), Some("/usr"));
+        assert_eq!(hides_system("/"), Some("/"));
+        assert_eq!(hides_system("/usr/src"), None);
         assert!(parse_mount("/etc:/etc").is_err());
         assert!(parse_mount("../up:/x").is_err());
         assert!(parse_mount("host:rel:/x").is_err());

@@ -2,7 +2,7 @@
 //! against the workflow before anything runs, every problem located in its file.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -20,6 +20,10 @@ pub struct Case {
     /// `--input name=value` pairs: strings as they are, other values as JSON.
     pub inputs: Vec<(String, String)>,
     pub expect: Expect,
+    /// `--workspace` of the case's run (its records go to `WORKSPACE/.rondo/runs/`).
+    pub workspace: Option<PathBuf>,
+    /// [`crate::run::RunOptions::image`] of the case's run.
+    pub image: Option<String>,
 }
 
 /// What a case expects; absent parts always hold.
@@ -104,7 +108,7 @@ pub struct Problems {
 
 /// Reads `--rubrics FILE`.
 pub fn read_rubrics(path: &Path) -> Result<Rubrics, Box<Problems>> {
-    let file = read_file(path)?;
+    let file = read_file(path, Code::EvalBadCase)?;
     let fail = |message: String, span: Span| {
         let mut diagnostics = Diagnostics::default();
         diagnostics.push(
@@ -148,15 +152,13 @@ pub fn read_rubrics(path: &Path) -> Result<Rubrics, Box<Problems>> {
     Ok(rubrics)
 }
 
-fn read_file(path: &Path) -> Result<SourceFile, Box<Problems>> {
+/// The text of a dataset-like file, or its unreadability as a `code` diagnostic.
+pub(crate) fn read_file(path: &Path, code: Code) -> Result<SourceFile, Box<Problems>> {
     SourceFile::read(path).map_err(|e| {
         let mut diagnostics = Diagnostics::default();
         diagnostics.push(
-            Diagnostic::error(
-                Code::EvalBadCase,
-                format!("cannot read {}: {e}", path.display()),
-            )
-            .label(Span::new(0, 0), "unreadable"),
+            Diagnostic::error(code, format!("cannot read {}: {e}", path.display()))
+                .label(Span::new(0, 0), "unreadable"),
         );
         Box::new(Problems {
             file: SourceFile::new(path, ""),
@@ -173,7 +175,7 @@ pub fn read_dataset(
     rubrics: &Rubrics,
     rubrics_file: Option<&Path>,
 ) -> Result<Vec<Case>, Box<Problems>> {
-    let file = read_file(path)?;
+    let file = read_file(path, Code::EvalBadCase)?;
     let mut diags = Diagnostics::default();
     let mut cases = Vec::new();
     let mut ids: HashSet<String> = HashSet::new();
@@ -241,15 +243,8 @@ impl LineCtx<'_> {
         let value: Value = match serde_json::from_str(self.text) {
             Ok(v) => v,
             Err(e) => {
-                let col = e.column().saturating_sub(1).min(self.text.len());
-                let at = self.start + col;
-                let what = e.to_string();
-                let what = what.split(" at line").next().unwrap_or(&what).to_string();
-                self.bad(
-                    format!("this line is not JSON: {what}"),
-                    Span::new(at, (at + 1).min(self.start + self.text.len())),
-                    "here",
-                );
+                let (message, span) = not_json(&e, self.text, self.start);
+                self.bad(message, span, "here");
                 return None;
             }
         };
@@ -387,6 +382,8 @@ impl LineCtx<'_> {
                 tools,
                 checks,
             },
+            workspace: None,
+            image: None,
         })
     }
 
@@ -506,13 +503,24 @@ impl LineCtx<'_> {
     }
 }
 
-fn find(text: &str, base: usize, needle: &str) -> Option<Span> {
+/// What is wrong with a dataset line that is not JSON, and where (`start`: the line's offset).
+pub(crate) fn not_json(e: &serde_json::Error, line: &str, start: usize) -> (String, Span) {
+    let at = start + e.column().saturating_sub(1).min(line.len());
+    let what = e.to_string();
+    let what = what.split(" at line").next().unwrap_or(&what).to_string();
+    (
+        format!("this line is not JSON: {what}"),
+        Span::new(at, (at + 1).min(start + line.len())),
+    )
+}
+
+pub(crate) fn find(text: &str, base: usize, needle: &str) -> Option<Span> {
     text.find(needle)
         .map(|at| Span::new(base + at, base + at + needle.len()))
 }
 
 /// A plain folder name from a case id, unique among the dataset's.
-fn unique_run_id(id: &str, taken: &mut HashSet<String>) -> String {
+pub(crate) fn unique_run_id(id: &str, taken: &mut HashSet<String>) -> String {
     let mut slug: String = id
         .chars()
         .map(|c| {

@@ -5,6 +5,7 @@
 
 pub mod dataset;
 pub mod optimize;
+pub mod swebench;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -363,15 +364,34 @@ impl Stop {
 
 /// Results already in `DIR/cases.jsonl` (a resumed eval), by case id.
 pub fn read_results(out: &Path) -> BTreeMap<String, CaseResult> {
+    read_jsonl(&out.join(CASES_FILE), |r: &CaseResult| r.id.clone())
+}
+
+/// The lines of a results file that parse, by key (a line cut by a crash does not).
+pub(crate) fn read_jsonl<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    key: impl Fn(&T) -> String,
+) -> BTreeMap<String, T> {
     let mut done = BTreeMap::new();
-    if let Ok(text) = std::fs::read_to_string(out.join(CASES_FILE)) {
+    if let Ok(text) = std::fs::read_to_string(path) {
         for line in text.lines() {
-            if let Ok(r) = serde_json::from_str::<CaseResult>(line) {
-                done.insert(r.id.clone(), r);
+            if let Ok(r) = serde_json::from_str::<T>(line) {
+                done.insert(key(&r), r);
             }
         }
     }
     done
+}
+
+/// Replaces a results file with one line a result, atomically.
+pub(crate) fn write_jsonl<T: Serialize>(path: &Path, results: &[T]) -> Result<(), String> {
+    let mut text = String::new();
+    for r in results {
+        text.push_str(&serde_json::to_string(r).unwrap_or_default());
+        text.push('\n');
+    }
+    rundir::write_atomic(path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// The outcome of an eval.
@@ -483,13 +503,7 @@ impl Eval {
             .iter()
             .filter_map(|c| done.get(&c.id).cloned())
             .collect();
-        let mut text = String::new();
-        for r in &results {
-            text.push_str(&serde_json::to_string(r).unwrap_or_default());
-            text.push('\n');
-        }
-        rundir::write_atomic(&out.join(CASES_FILE), text.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", out.join(CASES_FILE).display()))?;
+        write_jsonl(&out.join(CASES_FILE), &results)?;
         let refs: Vec<&CaseResult> = results.iter().collect();
         let summary = Summary::of(&refs);
         let summary_text = serde_json::to_string_pretty(&summary).unwrap_or_default();
@@ -517,10 +531,15 @@ impl Shared {
     /// `None` when the run was interrupted.
     async fn run_case(&self, case: &Case, stop: &Stop) -> Option<CaseResult> {
         let workflow = self.workflow;
-        let run_dir = self.base.runs_root.join(&case.run_id);
+        let run_dir = match &case.workspace {
+            Some(ws) => rundir::runs_in_workspace(ws).join(&case.run_id),
+            None => self.base.runs_root.join(&case.run_id),
+        };
         let options = RunOptions {
             run_id: Some(case.run_id.clone()),
             inputs: case.inputs.clone(),
+            workspace: case.workspace.clone(),
+            image: case.image.clone(),
             ..self.base.clone()
         };
         let started = Instant::now();

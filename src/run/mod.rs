@@ -76,6 +76,9 @@ pub struct RunOptions {
     pub pool: Option<Arc<ProviderPool>>,
     /// Run every role without its demos file (`rondo optimize`'s "before").
     pub no_demos: bool,
+    /// Every Docker environment runs this image instead of its declared one (a SWE-bench
+    /// instance's image). Not recorded: a resume must give it again.
+    pub image: Option<String>,
 }
 
 /// An input value as `--input` (and [`RunOptions::inputs`]) takes it: a string as written,
@@ -114,6 +117,7 @@ impl Default for RunOptions {
             unconfined_tools: false,
             pool: None,
             no_demos: false,
+            image: None,
         }
     }
 }

@@ -153,6 +153,7 @@ impl<'w> Interpreter<'w> {
             .as_mut()
             .map(|d| d.load(workflow, &mut state));
         interp.envs.input_paths = input_paths(workflow, &state);
+        interp.envs.image = options.image.clone();
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
                 StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
@@ -268,6 +269,7 @@ impl<'w> Interpreter<'w> {
         let mut interp = Self::build(workflow, &layout, &options, script)?;
         interp.check_keys()?;
         interp.envs.input_paths = input_paths(workflow, &state);
+        interp.envs.image = options.image.clone();
         RunDir::rewind(&layout, &state)
             .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
         let dir = RunDir::open(run_dir, &layout.workspace)

@@ -33,6 +33,9 @@ pub struct Envs {
     redactor: rondo_env::Redactor,
     /// Host paths named by `path` inputs: mounted read-only, at the same path, in Docker.
     pub input_paths: Vec<std::path::PathBuf>,
+    /// The image every Docker environment runs instead of its declared one
+    /// ([`super::RunOptions::image`]).
+    pub image: Option<String>,
     /// Events produced while roles run concurrently, written when their result is applied.
     pub pending_events: Mutex<Vec<Event>>,
 }
@@ -130,6 +133,7 @@ impl Envs {
             unconfined,
             redactor,
             input_paths: Vec::new(),
+            image: None,
             pending_events: Mutex::new(Vec::new()),
         }
     }
@@ -194,7 +198,10 @@ impl Envs {
                         });
                     }
                     let mut config = DockerConfig::new(
-                        spec.image.clone().unwrap_or_default(),
+                        self.image
+                            .clone()
+                            .or_else(|| spec.image.clone())
+                            .unwrap_or_default(),
                         self.run_id.clone(),
                     );
                     if let Some(w) = &spec.workdir {
@@ -217,6 +224,7 @@ impl Envs {
                             host: p.clone(),
                             container: p.to_string_lossy().into_owned(),
                             writable: false,
+                            replace: false,
                         }));
                     config.install_log_dir = Some(run_dir.join("install_logs"));
                     DockerEnv::start(config)
@@ -334,6 +342,7 @@ fn docker_mounts(
             host,
             container: spec.container,
             writable: spec.writable,
+            replace: spec.replace,
         });
     }
     Ok((mounts, masks))

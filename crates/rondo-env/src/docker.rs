@@ -286,6 +286,7 @@ impl DockerEnv {
             tools.image = Some(tag.clone());
             image = tag;
         }
+        hidden_by_mounts(&docker, &config, &image).await?;
         let id = create_container(&docker, &config, &image, "run").await?;
         let env = DockerEnv {
             docker,
@@ -357,6 +358,108 @@ impl DockerEnv {
         });
         let _ = handle.join();
     }
+}
+
+/// Refuses a mount (not marked `replace`) onto a path where `image` has something: a file,
+/// or a folder with entries. A probe container (created, never started) is read through
+/// the archive API, and only the first entries of each path.
+async fn hidden_by_mounts(
+    docker: &Docker,
+    config: &DockerConfig,
+    image: &str,
+) -> Result<(), EnvError> {
+    let covering: Vec<&Mount> = config.mounts.iter().filter(|m| !m.replace).collect();
+    if covering.is_empty() {
+        return Ok(());
+    }
+    let probe_config = DockerConfig {
+        mounts: Vec::new(),
+        masks: Vec::new(),
+        read_only_root: false,
+        ..config.clone()
+    };
+    let probe = create_container(docker, &probe_config, image, "probe").await?;
+    let mut refused = None;
+    for m in covering {
+        let names = image_entries(docker, &probe, &m.container).await;
+        if !names.is_empty() {
+            refused = Some(format!(
+                "refusing mount {} -> {}: the image {image} has {} there ({}{}), which the mount \
+                 would hide; mount elsewhere, or mark the mount `:replace` to cover it on purpose",
+                m.host.display(),
+                m.container,
+                if names.len() == 1 && names[0] == "." {
+                    "a file"
+                } else {
+                    "files"
+                },
+                names
+                    .iter()
+                    .take(PROBE_NAMES)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if names.len() > PROBE_NAMES {
+                    ", ..."
+                } else {
+                    ""
+                },
+            ));
+            break;
+        }
+    }
+    let _ = remove(docker, &probe).await;
+    match refused {
+        Some(why) => Err(EnvError::InvalidRequest(why)),
+        None => Ok(()),
+    }
+}
+
+/// How many names of a covered path a refusal shows.
+const PROBE_NAMES: usize = 3;
+/// At most this much of a path's archive is read to find its first entries.
+const PROBE_BYTES: usize = 256 * 1024;
+
+/// The first names under `path` in the container's file system (`.` alone: `path` is a
+/// file); empty when it is missing or an empty folder.
+async fn image_entries(docker: &Docker, id: &str, path: &str) -> Vec<String> {
+    let opts = DownloadFromContainerOptions {
+        path: path.to_string(),
+    };
+    let mut stream = docker.download_from_container(id, Some(opts));
+    let mut data = Vec::new();
+    let mut names = Vec::new();
+    while let Some(Ok(chunk)) = stream.next().await {
+        data.extend_from_slice(&chunk);
+        names = tar_names(&data);
+        if names.len() > PROBE_NAMES || data.len() >= PROBE_BYTES {
+            break;
+        }
+    }
+    names
+}
+
+/// The names in a (possibly cut) tar of one path, below its top entry; `.` for a top entry
+/// that is not a folder.
+fn tar_names(data: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut archive = tar::Archive::new(data);
+    let Ok(entries) = archive.entries() else {
+        return names;
+    };
+    for (i, entry) in entries.enumerate() {
+        let Ok(entry) = entry else { break };
+        if i == 0 {
+            if entry.header().entry_type() != tar::EntryType::Directory {
+                names.push(".".to_string());
+            }
+            continue;
+        }
+        let Ok(path) = entry.path() else { break };
+        let rest: PathBuf = path.components().skip(1).collect();
+        names.push(rest.to_string_lossy().into_owned());
+    }
+    names
 }
 
 async fn create_container(

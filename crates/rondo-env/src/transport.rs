@@ -12,6 +12,9 @@ pub struct Mount {
     pub host: PathBuf,
     pub container: String,
     pub writable: bool,
+    /// The mount may cover what the image has at `container`; otherwise a Docker
+    /// environment refuses to start when the image has anything there.
+    pub replace: bool,
 }
 
 /// See the module documentation.

@@ -508,11 +508,13 @@ async fn both_transports_give_the_same_workspace_contract() {
                 host: ws.clone(),
                 container: "/work".into(),
                 writable: true,
+                replace: false,
             },
             Mount {
                 host: data.clone(),
                 container: "/data".into(),
                 writable: false,
+                replace: false,
             },
         ];
         let env = DockerEnv::start(config).await.unwrap();
@@ -556,6 +558,7 @@ async fn the_docker_socket_is_never_mounted() {
             host: host.into(),
             container: "/x".into(),
             writable: false,
+            replace: false,
         }];
         let err = DockerEnv::start(config)
             .await

@@ -7,5 +7,7 @@ mod common;
 mod catmaster;
 #[path = "conformance/ds_star.rs"]
 mod ds_star;
+#[path = "conformance/llm_ide.rs"]
+mod llm_ide;
 #[path = "conformance/micro_agent.rs"]
 mod micro_agent;

@@ -42,6 +42,8 @@ const FUNCTIONS: &[(&str, Func, usize)] = &[
     ("lower", Func::Lower, 1),
     ("now", Func::Now, 0),
     ("if", Func::If, 3),
+    ("shell_reads", Func::ShellReads, 3),
+    ("repo_path", Func::RepoPath, 2),
 ];
 
 impl Compiler<'_> {
@@ -826,6 +828,19 @@ impl Compiler<'_> {
                 item
             }
             Func::Json | Func::Now => Type::String,
+            Func::ShellReads | Func::RepoPath => {
+                let wrong: Vec<usize> = (0..typed.len())
+                    .filter(|&i| !typed[i].1.is_stringy())
+                    .collect();
+                for i in wrong {
+                    bad(self, i, "strings");
+                }
+                if func == Func::RepoPath {
+                    Type::optional(Type::String)
+                } else {
+                    Type::list(Type::Any)
+                }
+            }
             Func::Visits | Func::Used => Type::Int,
             Func::If => {
                 if !typed[0].1.is_bool() {
@@ -901,6 +916,8 @@ fn example_call(func: Func) -> &'static str {
         Func::Lower => "`lower(input.question)`",
         Func::Now => "`now()`",
         Func::If => "`if(executor.ok, \"done\", \"failed\")`",
+        Func::ShellReads => "`shell_reads(memory.command, output.stdout, \"/work\")`",
+        Func::RepoPath => "`repo_path(memory.file, \"/work\")`",
     }
 }
 

@@ -341,9 +341,16 @@ pub const DEFAULT_MAX_REPLY: u64 = 1 << 20;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
 pub enum OutputFormat {
-    Json { ty: Type },
+    /// `output json T`, or `output tagged T` (`tagged`): one `<field>...</field>` per field.
+    Json {
+        ty: Type,
+        #[serde(default)]
+        tagged: bool,
+    },
     Text,
-    Code { language: Option<String> },
+    Code {
+        language: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -611,6 +618,8 @@ pub enum Func {
     Lower,
     Now,
     If,
+    ShellReads,
+    RepoPath,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

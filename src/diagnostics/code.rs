@@ -103,6 +103,7 @@ codes! {
     RoleNoPrompt = "rondo::role::no_prompt",
     RoleOutputOnNonLlm = "rondo::role::output_on_non_llm",
     RoleReservedOutputField = "rondo::role::reserved_output_field",
+    RoleTaggedOutputNotObject = "rondo::role::tagged_output_not_object",
     RoleUnknownCoercion = "rondo::role::unknown_coercion",
     RoleUnknownInput = "rondo::role::unknown_input",
     RoleUnknownKind = "rondo::role::unknown_kind",

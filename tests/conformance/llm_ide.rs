@@ -428,3 +428,78 @@ fn tagged_replies_are_typed_and_a_missing_or_repeated_tag_is_asked_again_with_th
     assert!(alt.contains("Say more."), "{alt}");
     assert!(alt.contains("Check paths."), "{alt}");
 }
+
+// ---- Tools: the debugger, installed the spec's way ----------------------------------------
+
+#[test]
+fn the_debugger_is_a_tool_installed_from_its_spec_and_debugs_a_program_in_the_container() {
+    if !common::docker_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = workspace(tmp.path());
+    std::fs::write(
+        ws.join("repo/prog.py"),
+        "from calc import Shape\n\n\ndef scale(s, k):\n    s.w = s.w * k\n    return s\n\n\ns = Shape()\ns.w, s.h = 2, 3\nprint('area', scale(s, 0).area())\n",
+    )
+    .unwrap();
+    let rdb = |command: &str, args: Value| {
+        act("Debug.", "rdb", json!({"command": command, "args": args}))
+    };
+    let run = ide(
+        &ws,
+        "debug",
+        "Why is the area 0?",
+        json!({
+            "act_next": [
+                rdb("start", json!(["/work/prog.py", "--break", "/work/calc.py:7"])),
+                rdb("locals", json!([])),
+                rdb("where", json!([])),
+                rdb("eval", json!(["self.w * self.h"])),
+                rdb("next", json!([])),
+                rdb("continue", json!([])),
+                rdb("locals", json!([])),
+                bash(
+                    "How was it installed?",
+                    "cat /tools/rdb/.installed; /opt/envs/rdb/bin/python -c 'import sys, rdb; print(sys.executable, sys.version[:4])'",
+                ),
+                submit(),
+            ],
+            "reflect": [sound(), sound(), sound(), sound(), sound(), sound(), sound(), sound()],
+        }),
+    );
+    assert_ok(&run);
+    let nodes = run.nodes();
+    let obs = |i: usize| nodes[i]["observation"].as_str().unwrap().to_string();
+    assert!(
+        obs(0).contains("stopped /work/calc.py:7 in area()"),
+        "{}",
+        obs(0)
+    );
+    assert!(obs(0).contains("if self.w > 0:"), "{}", obs(0));
+    assert!(obs(1).contains("self = <calc.Shape object"), "{}", obs(1));
+    assert!(
+        obs(2).contains("/work/prog.py:11 in <module>()"),
+        "{}",
+        obs(2)
+    );
+    assert!(obs(2).contains("/work/calc.py:7 in area()"), "{}", obs(2));
+    assert_eq!(obs(3).lines().last(), Some("0"), "{}", obs(3));
+    // w is 0: `if` is false, the next line is `return 0`
+    assert!(
+        obs(4).contains("stopped /work/calc.py:9 in area()"),
+        "{}",
+        obs(4)
+    );
+    assert!(obs(5).contains("area 0"), "{}", obs(5));
+    assert!(obs(5).contains("program finished"), "{}", obs(5));
+    assert!(obs(6).contains("no debug session"), "{}", obs(6));
+    // installed the spec's way: source in /tools/rdb, its own Python (/opt/envs/rdb), the
+    // setup script (a template) run after pip, which wrote this marker
+    assert_eq!(
+        obs(7).trim(),
+        "rdb 0.1.0 installed in /opt/envs/rdb from /tools/rdb\n/opt/envs/rdb/bin/python 3.11"
+    );
+    // the prompts show its usage text
+    assert!(run.prompts("act_next")[0].contains("rdb locals               the local variables"));
+}

@@ -503,3 +503,162 @@ fn the_debugger_is_a_tool_installed_from_its_spec_and_debugs_a_program_in_the_co
     // the prompts show its usage text
     assert!(run.prompts("act_next")[0].contains("rdb locals               the local variables"));
 }
+
+// ---- Tools: py_standalone with conda, and without it ----------------------------------------
+
+/// The image with the stand-in `conda` (tests/fixtures/conda), built from the test image.
+fn conda_image() -> &'static str {
+    let out = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", "rondo-test-conda:latest"])
+        .arg(common::root().join("tests/fixtures/conda"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    "rondo-test-conda:latest"
+}
+
+/// A copy of the project whose workflow runs in `image` (prompts, configs and tools linked).
+fn project_with_image(dir: &Path, image: &str) -> PathBuf {
+    let root = common::root();
+    std::fs::create_dir_all(dir.join("workflows")).unwrap();
+    for name in ["prompts", "config", "tools"] {
+        std::os::unix::fs::symlink(root.join(name), dir.join(name)).unwrap();
+    }
+    std::os::unix::fs::symlink(
+        root.join("workflows/scripts"),
+        dir.join("workflows/scripts"),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(root.join("workflows/llm_ide.rondo")).unwrap();
+    let old = "image = \"rondo-test-base:latest\"";
+    assert!(text.contains(old));
+    let path = dir.join("workflows/llm_ide.rondo");
+    std::fs::write(&path, text.replace(old, &format!("image = \"{image}\""))).unwrap();
+    path
+}
+
+#[test]
+fn with_conda_each_standalone_tool_gets_a_conda_env_and_runs_through_conda_run() {
+    if !common::docker_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = workspace(tmp.path());
+    let workflow = project_with_image(&tmp.path().join("proj"), conda_image());
+    let run = ide_with(
+        &workflow,
+        &ws,
+        "conda",
+        "Tools through conda",
+        json!({
+            "act_next": [
+                act("Definitions.", "pyfind", json!({"command": "defs", "args": ["/work/calc.py"]})),
+                act("Debug.", "rdb", json!({"command": "start", "args": ["/work/calc.py", "--stop-at-entry"]})),
+                act("Quit.", "rdb", json!({"command": "quit", "args": []})),
+                bash(
+                    "What ran?",
+                    "cat /var/log/conda-calls; cat /tools/rdb/.installed; echo \"venvs: $(ls /opt/envs 2>/dev/null)\"",
+                ),
+                submit(),
+            ],
+            "reflect": [sound(), sound(), sound(), sound()],
+        }),
+    );
+    assert_ok(&run);
+    let nodes = run.nodes();
+    assert!(
+        nodes[0]["observation"].as_str().unwrap().contains("add"),
+        "{}",
+        nodes[0]
+    );
+    assert!(
+        nodes[1]["observation"]
+            .as_str()
+            .unwrap()
+            .contains("stopped /work/calc.py:1"),
+        "{}",
+        nodes[1]
+    );
+    let seen = nodes[3]["observation"].as_str().unwrap();
+    let calls: Vec<&str> = seen.lines().filter(|l| l.starts_with("conda ")).collect();
+    // created and verified per tool, pip and the setup script in the env, calls through `conda run`
+    for expected in [
+        "conda create -n pyfind python=3.11 -y",
+        "conda create -n rdb python=3.11 -y",
+        "conda run -n pyfind pyfind defs /work/calc.py",
+        "conda run -n rdb python -m rdb.client start /work/calc.py --stop-at-entry",
+        "conda run -n rdb python -m rdb.client quit",
+    ] {
+        assert!(calls.contains(&expected), "{expected} not in {calls:#?}");
+    }
+    let in_env = |what: &str| {
+        calls
+            .iter()
+            .any(|c| c.starts_with("conda run -n rdb bash -c") && c.contains(what))
+    };
+    assert!(in_env("sys.version_info"), "{calls:#?}");
+    assert!(in_env("-m pip install --no-index"), "{calls:#?}");
+    assert!(in_env("# The debugger's own check"), "{calls:#?}");
+    assert!(
+        seen.contains("rdb 0.1.0 installed in /opt/conda/envs/rdb from /tools/rdb"),
+        "{seen}"
+    );
+    // no venv was made
+    assert_eq!(seen.lines().last(), Some("venvs: "), "{seen}");
+}
+
+#[test]
+fn without_conda_standalone_tools_get_a_venv_and_the_install_log_says_so() {
+    if !common::docker_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = workspace(tmp.path());
+    // A fresh image id, so the tools are installed (not taken from a cached tool image).
+    let tag = format!("rondo-test-venv:{}", std::process::id());
+    let mut build = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &tag, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    std::io::Write::write_all(
+        build.stdin.as_mut().unwrap(),
+        format!("FROM rondo-test-base:latest\nLABEL rondo.test.nonce={nonce}\n").as_bytes(),
+    )
+    .unwrap();
+    drop(build.stdin.take());
+    let out = build.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let workflow = project_with_image(&tmp.path().join("proj"), &tag);
+    let run = ide_with(
+        &workflow,
+        &ws,
+        "venv",
+        "Tools in venvs",
+        json!({
+            "act_next": [
+                bash("Where?", "ls /opt/envs; command -v conda || echo 'no conda'"),
+                submit(),
+            ],
+            "reflect": [sound()],
+        }),
+    );
+    let _ = std::process::Command::new("docker")
+        .args(["image", "rm", &tag])
+        .output();
+    assert_ok(&run);
+    let seen = run.nodes()[0]["observation"].as_str().unwrap().to_string();
+    assert_eq!(seen.trim(), "pyfind\nrdb\nno conda");
+    let log = run.system.join("install_logs/env-manager.log");
+    let log = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    assert!(
+        log.contains("no conda in this image: py_standalone tools get venvs"),
+        "{log}"
+    );
+}

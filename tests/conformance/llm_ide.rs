@@ -662,3 +662,82 @@ fn without_conda_standalone_tools_get_a_venv_and_the_install_log_says_so() {
         "{log}"
     );
 }
+
+// ---- environment.tools: the reference's fields, and the config/tools form -------------------
+
+#[test]
+fn environment_tool_entries_in_the_reference_fields_install_like_tool_spec_files() {
+    if !common::docker_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = workspace(tmp.path());
+    let proj = tmp.path().join("proj");
+    let workflow = project_with_image(&proj, "rondo-test-base:latest");
+    std::fs::create_dir_all(proj.join("counter")).unwrap();
+    std::fs::write(proj.join("counter/count.sh"), "wc -l < \"$1\"\n").unwrap();
+    let nonce = std::process::id();
+    let text = std::fs::read_to_string(&workflow).unwrap();
+    let entry = format!(
+        "tools = [pyfind, rdb, {{ name = \"counter\", source = \"../counter\", target = \"/opt/counter\", installation_script = \"chmod +x count.sh && echo \\\"{{{{tool_name}}}} {nonce}\\\" > {{{{tool_dir}}}}/.done\", command = \"/opt/counter/count.sh\", usage = \"count FILE: its lines\" }}]"
+    );
+    assert!(text.contains("tools = [pyfind, rdb]"));
+    let text = text.replacen("tools = [pyfind, rdb]", &entry, 1);
+    std::fs::write(&workflow, text).unwrap();
+    let check = common::rondo(&["check", "--offline", workflow.to_str().unwrap()]);
+    assert!(check.status.success(), "{}", common::stderr(&check));
+    let run = ide_with(
+        &workflow,
+        &ws,
+        "entries",
+        "Count",
+        json!({
+            "act_next": [bash("Count.", "cat /opt/counter/.done; /opt/counter/count.sh /work/calc.py"), submit()],
+            "reflect": [sound()],
+        }),
+    );
+    assert_ok(&run);
+    let seen = run.nodes()[0]["observation"].as_str().unwrap().to_string();
+    assert_eq!(seen.trim(), format!("counter {nonce}\n9"));
+    // installed like any spec: copy to the target, the installation script, the executable check
+    let logs = run.system.join("install_logs");
+    let mut steps: Vec<String> = std::fs::read_dir(&logs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("counter-"))
+        .collect();
+    steps.sort();
+    assert_eq!(
+        steps,
+        [
+            "counter-01-copy-source.log",
+            "counter-02-installation-script.log",
+            "counter-03-check-executable.log"
+        ]
+    );
+    let copy = std::fs::read_to_string(logs.join("counter-01-copy-source.log")).unwrap();
+    assert!(copy.contains("-> /opt/counter"), "{copy}");
+}
+
+#[test]
+fn a_tool_entry_without_a_name_or_with_a_relative_target_is_refused_by_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let proj = tmp.path().join("proj");
+    let workflow = project_with_image(&proj, "rondo-test-base:latest");
+    let text = std::fs::read_to_string(&workflow).unwrap();
+    let bad = text.replacen(
+        "tools = [pyfind, rdb]",
+        "tools = [pyfind, rdb, { command = \"x\" }, { name = \"y\", command = \"y\", target = \"opt/y\", installation_script = \"true\" }]",
+        1,
+    );
+    std::fs::write(&workflow, bad).unwrap();
+    let check = common::rondo(&["check", "--offline", workflow.to_str().unwrap()]);
+    assert!(!check.status.success());
+    let err = common::stderr(&check);
+    assert!(err.contains("this tool entry has no `name`"), "{err}");
+    assert!(
+        err.contains("field `target` is `opt/y`, not an absolute path in the container"),
+        "{err}"
+    );
+}

@@ -164,7 +164,11 @@ pub(crate) fn installed_paths(spec: &ToolSpec, layout: &ToolLayout) -> Installed
     };
     InstalledTool {
         spec: spec.clone(),
-        tool_dir: format!("{}/{name}", layout.tools_root),
+        // `target` is a container path; local installs keep their own folder.
+        tool_dir: match (&spec.target, layout.always_venv) {
+            (Some(target), false) => target.clone(),
+            _ => format!("{}/{name}", layout.tools_root),
+        },
         env_dir,
         env_python,
         conda_env,
@@ -283,7 +287,9 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
         push("verify-env", field, version_check(&want), None);
     }
     let pip = format!("{py} -m pip install --no-index --find-links {wheels}");
-    if spec.source.is_some() {
+    // Without `installation` only the installation script installs.
+    let pip_install = spec.installation.is_some();
+    if pip_install && spec.source.is_some() {
         // setuptools < 70 needs `wheel` to build; with --no-build-isolation it must be in
         // the target environment already.
         push(
@@ -300,7 +306,7 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
             in_env(format!("{pip} --no-build-isolation -e .")),
             Some(&tool.tool_dir),
         );
-    } else {
+    } else if pip_install {
         let version = spec.version.as_deref().unwrap_or_default();
         push(
             "pip-install",
@@ -310,6 +316,18 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
                 q(&format!("{}=={version}", spec.tool_name))
             )),
             None,
+        );
+    }
+    if let Some(script) = &spec.installation_script {
+        let rendered = render_template(script, &|n| tool.var(n)).map_err(|m| {
+            EnvError::InvalidRequest(format!("{}: {m}", spec.locate("installation_script")))
+        })?;
+        let workdir = spec.source.is_some().then_some(tool.tool_dir.as_str());
+        push(
+            "installation-script",
+            "installation_script",
+            tool.in_env(&rendered),
+            workdir,
         );
     }
     if let Some(script) = &spec.setup_script {

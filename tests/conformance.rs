@@ -9,5 +9,7 @@ mod catmaster;
 mod ds_star;
 #[path = "conformance/iter.rs"]
 mod iter;
+#[path = "conformance/llm_ide.rs"]
+mod llm_ide;
 #[path = "conformance/micro_agent.rs"]
 mod micro_agent;

@@ -44,6 +44,8 @@ const FUNCTIONS: &[(&str, Func, usize)] = &[
     ("if", Func::If, 3),
     ("all", Func::All, 1),
     ("without", Func::Without, 2),
+    ("shell_reads", Func::ShellReads, 3),
+    ("repo_path", Func::RepoPath, 2),
 ];
 
 impl Compiler<'_> {
@@ -829,6 +831,19 @@ impl Compiler<'_> {
                 item
             }
             Func::Json | Func::Now => Type::String,
+            Func::ShellReads | Func::RepoPath => {
+                let wrong: Vec<usize> = (0..typed.len())
+                    .filter(|&i| !typed[i].1.is_stringy())
+                    .collect();
+                for i in wrong {
+                    bad(self, i, "strings");
+                }
+                if func == Func::RepoPath {
+                    Type::optional(Type::String)
+                } else {
+                    Type::list(Type::Any)
+                }
+            }
             Func::Visits | Func::Used => Type::Int,
             Func::All => {
                 let items = match typed[0].1.strip_optional() {
@@ -931,6 +946,8 @@ fn example_call(func: Func) -> &'static str {
         Func::If => "`if(executor.ok, \"done\", \"failed\")`",
         Func::All => "`all(validator.requirement_status)`",
         Func::Without => "`len(without(step.requirements, validator.requirement_status)) == 0`",
+        Func::ShellReads => "`shell_reads(memory.command, output.stdout, \"/work\")`",
+        Func::RepoPath => "`repo_path(memory.file, \"/work\")`",
     }
 }
 

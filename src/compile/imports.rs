@@ -680,6 +680,8 @@ impl Compiler<'_> {
             }
         }
         spec.setup_script = attrs.string("setup_script", diags).map(|x| x.0);
+        spec.installation_script = attrs.string("installation_script", diags).map(|x| x.0);
+        spec.target = attrs.string("target", diags).map(|x| x.0);
         spec.usage = attrs
             .string("usage", diags)
             .map(|x| x.0)
@@ -798,7 +800,37 @@ impl Compiler<'_> {
             let memory = attrs.bytes("memory", diags).map(|x| x.0);
             let cpus = attrs.number("cpus", diags).map(|x| x.0);
             let pids = attrs.count("pids", diags).map(|x| x.0);
-            let tools = attrs.ident_list("tools", diags);
+            // `tools = [pyfind, { name = "rdb", source = "...", command = "...", ... }]`: a
+            // name, or an entry in the reference's fields, read like a `tool` block.
+            let mut inline: Vec<ToolDecl> = Vec::new();
+            let tools: Vec<syntax::Ident> = match attrs.value("tools").map(|v| &v.kind) {
+                Some(ValueKind::List(items))
+                    if items.iter().any(|i| matches!(i.kind, ValueKind::Map(_))) =>
+                {
+                    let mut names = Vec::new();
+                    for item in items {
+                        match &item.kind {
+                            ValueKind::Ident(s) | ValueKind::String(s) => names.push(syntax::Ident {
+                                name: s.clone(),
+                                span: item.span,
+                            }),
+                            ValueKind::Map(entries) => {
+                                if let Some(decl) = inline_tool(entries, item.span, diags) {
+                                    names.push(decl.name.clone());
+                                    inline.push(decl);
+                                }
+                            }
+                            _ => diags.push(
+                                Diagnostic::error(Code::AttrWrongKind, "`tools` lists tool names or tool entries")
+                                    .label(item.span, "neither a name nor `{ name = ..., command = ... }`")
+                                    .help("write `tools = [pyfind, { name = \"rdb\", command = \"rdb\", usage = \"...\" }]`"),
+                            ),
+                        }
+                    }
+                    names
+                }
+                _ => attrs.ident_list("tools", diags),
+            };
             let per_branch = matches!(
                 attrs.value("per_branch").map(|v| &v.kind),
                 Some(ValueKind::Bool(true))
@@ -837,6 +869,13 @@ impl Compiler<'_> {
                         .help("write `image = \"rondo-test-base:latest\"` (built by scripts/build-test-image.sh)"),
                 );
             }
+            if !inline.is_empty() {
+                let lines = Lines::new(&self.file.text);
+                for tool in &inline {
+                    let tool = self.dsl_tool(tool, &lines);
+                    self.add_tool(tool);
+                }
+            }
             let tools = tools.iter().filter_map(|t| self.lookup_tool(t)).collect();
             if let Some(&id) = self.env_names.get(&decl.name.name) {
                 let first = self.workflow.environments[id].span;
@@ -864,6 +903,54 @@ impl Compiler<'_> {
             });
         }
     }
+}
+
+/// An `environment.tools` entry in the reference's fields (`name`, `source`, `target`,
+/// `installation_script`, `command`, `usage`, or any field of a `tool` block) as a `tool`
+/// block: `name` names it, `command` is its `executable`.
+fn inline_tool(
+    entries: &[(syntax::Ident, syntax::Value)],
+    span: Span,
+    diags: &mut Diagnostics,
+) -> Option<ToolDecl> {
+    let mut name = None;
+    let mut attrs = Vec::new();
+    for (key, value) in entries {
+        match (key.name.as_str(), &value.kind) {
+            ("name", ValueKind::String(n) | ValueKind::Ident(n)) => {
+                name = Some(syntax::Ident {
+                    name: n.clone(),
+                    span: value.span,
+                })
+            }
+            (k, _) => attrs.push(syntax::Attr {
+                key: syntax::Ident {
+                    name: if k == "command" {
+                        "executable".into()
+                    } else {
+                        k.to_string()
+                    },
+                    span: key.span,
+                },
+                value: value.clone(),
+                span: Span::new(key.span.start, value.span.end),
+            }),
+        }
+    }
+    let Some(name) = name else {
+        diags.push(
+            Diagnostic::error(Code::ToolNoName, "this tool entry has no `name`")
+                .label(span, "which tool?")
+                .help("write `name = \"mytool\"` in the entry"),
+        );
+        return None;
+    };
+    Some(ToolDecl {
+        name,
+        attrs,
+        input: None,
+        span,
+    })
 }
 
 /// A mount must parse; a host folder is worth a warning; the Docker socket is refused.
@@ -1016,6 +1103,11 @@ fn tool_issue(tool: &str, place: &Place, issue: &SpecIssue) -> Diagnostic {
             Code::ImportBadField,
             "not a tool name",
             "a tool name has letters, digits, `-`, `_` and `.`".into(),
+        ),
+        IssueKind::BadTarget => (
+            Code::ImportBadField,
+            "not an absolute container path",
+            "write where the source goes in the container, e.g. `/tools/mytool`".into(),
         ),
         IssueKind::NoExecutable => (
             Code::ToolNoExecutable,

@@ -47,7 +47,13 @@ impl Compiler<'_> {
                 });
                 self.node_names.insert(role.name.name.clone(), index);
                 if role.kind.name == "llm"
-                    && matches!(role.output, Some((syntax::OutputDecl::Json(_), _)))
+                    && matches!(
+                        role.output,
+                        Some((
+                            syntax::OutputDecl::Json(_) | syntax::OutputDecl::Tagged(_),
+                            _
+                        ))
+                    )
                 {
                     self.json_llm.insert(index);
                 }
@@ -117,6 +123,25 @@ impl Compiler<'_> {
                 Some((syntax::OutputDecl::Json(ty), span)) => {
                     let ty = self.resolve_type(ty);
                     self.reserved_output_fields(&role.name.name, &ty, *span);
+                    ty
+                }
+                Some((syntax::OutputDecl::Tagged(ty), span)) => {
+                    let ty = self.resolve_type(ty);
+                    self.reserved_output_fields(&role.name.name, &ty, *span);
+                    if !matches!(ty, Type::Object { .. }) {
+                        self.diags.push(
+                            Diagnostic::error(
+                                Code::RoleTaggedOutputNotObject,
+                                format!(
+                                    "`output tagged` of `{}` needs an object type, not {}",
+                                    role.name.name,
+                                    ty.display()
+                                ),
+                            )
+                            .label(*span, "each field is one `<field>...</field>` tag of the reply")
+                            .help("declare the fields, e.g. `output tagged { thought: string, action: string }`, or use `output json`"),
+                        );
+                    }
                     ty
                 }
                 _ => Type::String,
@@ -509,6 +534,13 @@ impl Compiler<'_> {
                 ty: self
                     .workflow
                     .node_output_type(&self.node_names, &decl.name.name),
+                tagged: false,
+            },
+            Some((syntax::OutputDecl::Tagged(_), _)) => OutputFormat::Json {
+                ty: self
+                    .workflow
+                    .node_output_type(&self.node_names, &decl.name.name),
+                tagged: true,
             },
             Some((syntax::OutputDecl::Code(lang), _)) => OutputFormat::Code {
                 language: lang.clone(),

@@ -384,9 +384,16 @@ pub const DEFAULT_MAX_REPLY: u64 = 1 << 20;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
 pub enum OutputFormat {
-    Json { ty: Type },
+    /// `output json T`, or `output tagged T` (`tagged`): one `<field>...</field>` per field.
+    Json {
+        ty: Type,
+        #[serde(default)]
+        tagged: bool,
+    },
     Text,
-    Code { language: Option<String> },
+    Code {
+        language: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -669,6 +676,8 @@ pub enum Func {
     If,
     All,
     Without,
+    ShellReads,
+    RepoPath,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

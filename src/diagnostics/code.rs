@@ -109,6 +109,7 @@ codes! {
     RoleNotConversation = "rondo::role::not_conversation",
     RoleOutputOnNonLlm = "rondo::role::output_on_non_llm",
     RoleReservedOutputField = "rondo::role::reserved_output_field",
+    RoleTaggedOutputNotObject = "rondo::role::tagged_output_not_object",
     RoleUnknownCoercion = "rondo::role::unknown_coercion",
     RoleUnknownInput = "rondo::role::unknown_input",
     RoleUnknownKind = "rondo::role::unknown_kind",

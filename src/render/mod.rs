@@ -71,7 +71,7 @@ fn role_detail(workflow: &Workflow, index: NodeIndex) -> Vec<String> {
             match t.show {
                 Show::Tail { lines: n } => lines.push(format!("shows tail {n}")),
                 Show::HeadTail { head, tail } => {
-                    lines.push(format!("shows head {head} + tail {tail}"))
+                    lines.push(format!("shows head {head} + tail {tail} lines"))
                 }
                 Show::Status => lines.push("shows status".into()),
                 Show::All => {}

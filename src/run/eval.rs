@@ -282,6 +282,22 @@ impl Env<'_> {
                     _ => Value::Array(Vec::new()),
                 }
             }
+            Func::ShellReads => {
+                let text = |v: Value| v.as_str().unwrap_or("").to_string();
+                let (command, output, dir) = (text(arg(0)?), text(arg(1)?), text(arg(2)?));
+                serde_json::to_value(rondo_memory::shell_reads(&command, &output, &dir))
+                    .unwrap_or(Value::Null)
+            }
+            Func::RepoPath => {
+                let dir = arg(1)?;
+                let dir = dir.as_str().unwrap_or("");
+                match arg(0)? {
+                    Value::String(p) => {
+                        rondo_memory::repo_relative(&p, dir, dir).map_or(Value::Null, Value::String)
+                    }
+                    _ => Value::Null,
+                }
+            }
             // Only the branch taken is evaluated.
             Func::If => {
                 if arg(0)?.as_bool().unwrap_or(false) {

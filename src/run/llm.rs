@@ -108,7 +108,7 @@ impl<'w> Interpreter<'w> {
                 visit: visit as u32,
                 run: self.run_dir.to_string_lossy().into_owned(),
             };
-            if let OutputFormat::Json { ty } = &llm.output {
+            if let OutputFormat::Json { ty, tagged: false } = &llm.output {
                 request.response_schema = Some((name.clone(), ty.json_schema()));
             }
             if llm.mode.native() {

@@ -100,7 +100,13 @@ impl MemoryValue {
             MemoryValue::Plain(v) => v.clone(),
             // Rendering fills the parse cache; the run's value keeps the one it has.
             MemoryValue::CodeContext(code) => match code_root(kind, workspace) {
-                Ok(root) => serde_json::to_value(code.clone().render(&root)).unwrap_or(Value::Null),
+                Ok(root) => {
+                    let mut view =
+                        serde_json::to_value(code.clone().render(&root)).unwrap_or(Value::Null);
+                    // Each chunk with its activity and score, for templates that show them.
+                    view["chunks"] = serde_json::to_value(code.chunks()).unwrap_or(Value::Null);
+                    view
+                }
                 Err(_) => Value::Null,
             },
             MemoryValue::History(history) => {
@@ -162,6 +168,13 @@ pub fn code_root(kind: &MemoryKind, workspace: &Path) -> Result<std::path::PathB
             .map_err(|e| format!("code context root `{root}`: {e}")),
         _ => Ok(workspace.to_path_buf()),
     }
+}
+
+/// A line number as tools and models write it: a number or a numeric string.
+fn line_number(v: &Value) -> Option<usize> {
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        .and_then(|n| usize::try_from(n).ok())
 }
 
 fn text_of(v: &Value) -> String {
@@ -360,6 +373,8 @@ pub fn apply(
             let report = code
                 .record_citations(&root, &text_of(&next()))
                 .map_err(|e| e.to_string())?;
+            // The stored score is the one the next rendering shows.
+            code.update_scores();
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
         (MemoryValue::CodeContext(code), MemoryOp::Access) => {
@@ -382,23 +397,15 @@ pub fn apply(
                     .map(text_of)
                     .unwrap_or_default();
                 let lines: Vec<usize> = match access.get("lines") {
-                    // Tools print line numbers: accept numbers and numeric strings.
-                    Some(Value::Array(l)) => l
-                        .iter()
-                        .filter_map(|v| {
-                            v.as_u64()
-                                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-                        })
-                        .map(|n| n as usize)
-                        .collect(),
+                    Some(Value::Array(l)) => l.iter().filter_map(line_number).collect(),
                     _ => Vec::new(),
                 };
-                let result = match (
-                    access.get("start").and_then(Value::as_u64),
-                    access.get("end").and_then(Value::as_u64),
-                ) {
+                let start = access.get("start").and_then(line_number);
+                // `show FILE START` without an end opens one line.
+                let end = access.get("end").and_then(line_number).or(start);
+                let result = match (start, end) {
                     (Some(s), Some(e)) if lines.is_empty() => {
-                        code.record_access_range(&root, &path, s as usize, e as usize)
+                        code.record_access_range(&root, &path, s, e)
                     }
                     _ => code.record_access(&root, &path, &lines),
                 };
@@ -407,6 +414,7 @@ pub fn apply(
                     Err(e) => notes.push(format!("{path}: {e}")),
                 }
             }
+            code.update_scores();
             Ok(notes.join("; "))
         }
         (MemoryValue::Conversation(messages), MemoryOp::Clear) => {

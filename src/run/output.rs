@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::compile::OutputFormat;
-use crate::compile::types::{Coerced, Coercion};
+use crate::compile::types::{Coerced, Coercion, Type};
 
 /// How the value was obtained, for the event log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -16,6 +16,8 @@ pub enum Parsed {
     Text,
     /// A native tool-calling reply: `{text, calls}`.
     Native,
+    /// `<field>...</field>` tags (`output tagged`).
+    Tagged,
 }
 
 /// A reply as a value, how it was read, and the coercions that aligned it to its type.
@@ -33,7 +35,14 @@ pub fn parse(
             Parsed::Text,
             Vec::new(),
         )),
-        OutputFormat::Json { ty } => {
+        OutputFormat::Json { ty, tagged: true } => {
+            let value = parse_tagged(raw, ty)?;
+            let (value, flags) = ty
+                .coerce(value, allowed)
+                .map_err(|e| format!("the tags do not match the expected shape: {e}"))?;
+            Ok((value, Parsed::Tagged, flags))
+        }
+        OutputFormat::Json { ty, tagged: false } => {
             let (value, how) = parse_json(raw)?;
             let (value, flags) = ty
                 .coerce(value, allowed)
@@ -41,6 +50,66 @@ pub fn parse(
             Ok((value, how, flags))
         }
     }
+}
+
+/// The fields of an object type read from `<field>...</field>` tags: each tag once (an
+/// optional field may be absent), `_` and `-` alike in the name (`<action-params>` is
+/// `action_params`). A string field is the trimmed text; any other is read as JSON when
+/// it is JSON, else as the text, and then coerced like a JSON field (`True` → `true`).
+/// Text outside the tags is ignored. One pass over the reply per field, no recursion.
+pub fn parse_tagged(raw: &str, ty: &Type) -> Result<Value, String> {
+    let Type::Object { fields } = ty else {
+        return Err("`output tagged` needs an object type".into());
+    };
+    let mut object = serde_json::Map::new();
+    for field in fields {
+        let dashed = field.name.replace('_', "-");
+        let names: Vec<&str> = if dashed == field.name {
+            vec![&field.name]
+        } else {
+            vec![&field.name, &dashed]
+        };
+        let mut found: Vec<(usize, usize)> = Vec::new();
+        for name in &names {
+            let open = format!("<{name}>");
+            found.extend(raw.match_indices(&open).map(|(i, _)| (i, i + open.len())));
+        }
+        let tag = format!("<{}>", field.name);
+        match found.len() {
+            0 if field.ty.is_optional() => continue,
+            0 => {
+                return Err(format!("the reply has no {tag}...</{}> tag", field.name));
+            }
+            1 => {}
+            n => return Err(format!("the reply has {n} {tag} tags; give each tag once")),
+        }
+        let (_, body) = found[0];
+        let close = names
+            .iter()
+            .filter_map(|name| raw[body..].find(&format!("</{name}>")))
+            .min()
+            .ok_or_else(|| format!("the {tag} tag is not closed with </{}>", field.name))?;
+        let text = raw[body..body + close].trim();
+        let value = match field.ty.strip_optional() {
+            t if t.is_stringy() && !matches!(t, Type::Any) => Value::String(text.to_string()),
+            t => match serde_json::from_str::<Value>(text) {
+                Ok(v) => v,
+                Err(_)
+                    if matches!(
+                        t,
+                        Type::Map { .. } | Type::Object { .. } | Type::List { .. }
+                    ) =>
+                {
+                    parse_json(text)
+                        .map(|(v, _)| v)
+                        .map_err(|e| format!("{tag}: {e}"))?
+                }
+                Err(_) => Value::String(text.to_string()),
+            },
+        };
+        object.insert(field.name.clone(), value);
+    }
+    Ok(Value::Object(object))
 }
 
 /// Deeper JSON is refused before repair: the repairer recurses once per level, and
@@ -242,10 +311,54 @@ mod tests {
     #[test]
     fn validates_against_type() {
         let ty = Type::object(vec![("n", Type::Int)]);
-        let format = OutputFormat::Json { ty };
+        let format = OutputFormat::Json { ty, tagged: false };
         assert!(parse(&format, r#"{"n": 3}"#, &[]).is_ok());
         let err = parse(&format, r#"{"n": "x"}"#, &[]).unwrap_err();
         assert!(err.contains("$.n: expected an integer"), "{err}");
+    }
+
+    #[test]
+    fn tagged_fields_one_tag_each() {
+        let ty = Type::object(vec![
+            ("bad_action", Type::Bool),
+            (
+                "action_params",
+                Type::Map {
+                    value: Box::new(Type::Any),
+                },
+            ),
+            ("summary", Type::String),
+        ]);
+        let format = OutputFormat::Json { ty, tagged: true };
+        let (v, how, _) = parse(
+            &format,
+            "Reflection:\n<bad_action> True </bad_action>\n<action-params>{\"command\": \"ls\"}</action-params>\n<summary>ran `ls`: <b>ok</b></summary>",
+            &Coercion::safe(),
+        )
+        .unwrap();
+        assert_eq!(how, Parsed::Tagged);
+        assert_eq!(
+            v,
+            serde_json::json!({"bad_action": true, "action_params": {"command": "ls"}, "summary": "ran `ls`: <b>ok</b>"})
+        );
+        let missing = parse(
+            &format,
+            "<bad_action>false</bad_action><summary>s</summary>",
+            &[],
+        );
+        assert!(missing.unwrap_err().contains("no <action_params>"));
+        let twice = parse(
+            &format,
+            "<bad_action>false</bad_action><bad_action>true</bad_action><action_params>{}</action_params><summary>s</summary>",
+            &[],
+        );
+        assert!(twice.unwrap_err().contains("2 <bad_action> tags"));
+        let open = parse(
+            &format,
+            "<bad_action>false</bad_action><action_params>{}</action_params><summary>s",
+            &[],
+        );
+        assert!(open.unwrap_err().contains("not closed"));
     }
 
     #[test]

@@ -714,7 +714,7 @@ fn tool_result(
             }
         }
         Show::HeadTail { head, tail } => {
-            rondo_env::truncate_for_prompt(&out.merged, head as usize, tail as usize)
+            rondo_env::head_tail_lines(&out.merged, head as usize, tail as usize)
         }
     };
     let error_kind = if ok {

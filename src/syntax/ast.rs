@@ -156,6 +156,8 @@ pub struct MemoryEntry {
 #[derive(Debug, Clone, Serialize)]
 pub enum OutputDecl {
     Json(TypeExpr),
+    /// `output tagged T`: `<field>...</field>` per field of the object type `T`.
+    Tagged(TypeExpr),
     Text,
     Code(Option<String>),
 }

@@ -817,6 +817,10 @@ impl<'t> Builder<'t> {
                 Some(t) => OutputDecl::Json(self.type_expr(t)),
                 None => OutputDecl::Text,
             },
+            Rule::output_tagged => match decl.into_inner().next() {
+                Some(t) => OutputDecl::Tagged(self.type_expr(t)),
+                None => OutputDecl::Text,
+            },
             Rule::output_code => OutputDecl::Code(decl.into_inner().next().map(string_value)),
             _ => OutputDecl::Text,
         };

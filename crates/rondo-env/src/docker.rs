@@ -32,6 +32,8 @@ const LABEL_HOST: &str = "rondo.owner_host";
 /// Set on every exec so a timed-out command and all its descendants can be found and killed.
 const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 pub const TOOLS_REPO: &str = "rondo-tools";
+/// The tool image's label saying how `py_standalone` environments were made: `conda` or `venv`.
+const ENV_MANAGER_LABEL: &str = "rondo.env_manager";
 
 /// Settings of a [`DockerEnv`]. The defaults are the hardened ones.
 #[derive(Debug, Clone)]
@@ -269,20 +271,29 @@ impl DockerEnv {
             for spec in &config.tools {
                 spec.validate()?;
             }
-            let layout = ToolLayout::container(config.install_timeout);
+            let mut layout = ToolLayout::container(config.install_timeout);
             let base_id = base.id.unwrap_or_default();
             let hash = tool::tools_hash(&config.tools, &format!("docker:{base_id}"))?;
             let tag = format!("{TOOLS_REPO}:{}", &hash[..16]);
+            tools.hash = Some(hash.clone());
+            match docker.inspect_image(&tag).await {
+                Ok(cached) => {
+                    tools.cached = true;
+                    layout.conda = cached
+                        .config
+                        .and_then(|c| c.labels)
+                        .and_then(|l| l.get(ENV_MANAGER_LABEL).cloned())
+                        .is_some_and(|m| m == "conda");
+                }
+                Err(_) => {
+                    tools.steps = build_tools_image(&docker, &config, &mut layout, &hash).await?;
+                }
+            }
             tools.tools = config
                 .tools
                 .iter()
                 .map(|s| tool::installed_paths(s, &layout))
                 .collect();
-            tools.hash = Some(hash.clone());
-            tools.cached = docker.inspect_image(&tag).await.is_ok();
-            if !tools.cached {
-                tools.steps = build_tools_image(&docker, &config, &layout, &hash).await?;
-            }
             tools.image = Some(tag.clone());
             image = tag;
         }
@@ -538,7 +549,7 @@ async fn create_container(
 async fn build_tools_image(
     docker: &Docker,
     config: &DockerConfig,
-    layout: &ToolLayout,
+    layout: &mut ToolLayout,
     hash: &str,
 ) -> Result<Vec<tool::StepRecord>, EnvError> {
     let mut builder_config = DockerConfig::new(config.image.clone(), config.run_id.clone());
@@ -572,6 +583,10 @@ async fn build_tools_image(
             labels: Some(HashMap::from([
                 ("rondo.tools_hash".to_string(), hash.to_string()),
                 ("rondo.tools".to_string(), names.join(",")),
+                (
+                    ENV_MANAGER_LABEL.to_string(),
+                    if layout.conda { "conda" } else { "venv" }.to_string(),
+                ),
             ])),
             ..Default::default()
         };

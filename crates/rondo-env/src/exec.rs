@@ -202,6 +202,33 @@ pub fn truncate_for_prompt(text: &str, head: usize, tail: usize) -> String {
     )
 }
 
+/// Longest line [`head_tail_lines`] keeps whole; the rest of a longer one is cut.
+pub const MAX_SHOWN_LINE: usize = 2_000;
+
+/// The first `head` and last `tail` lines of `text`, with a `[... N lines elided ...]`
+/// line between them; each line kept is cut to [`MAX_SHOWN_LINE`] characters.
+pub fn head_tail_lines(text: &str, head: usize, tail: usize) -> String {
+    let cut = |line: &str| -> String {
+        match line.char_indices().nth(MAX_SHOWN_LINE) {
+            Some((i, _)) => format!(
+                "{}[... {} characters cut ...]",
+                &line[..i],
+                line[i..].chars().count()
+            ),
+            None => line.to_string(),
+        }
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= head + tail {
+        return lines.iter().map(|l| cut(l)).collect::<Vec<_>>().join("\n");
+    }
+    let elided = lines.len() - head - tail;
+    let mut out: Vec<String> = lines[..head].iter().map(|l| cut(l)).collect();
+    out.push(format!("[... {elided} lines elided ...]"));
+    out.extend(lines[lines.len() - tail..].iter().map(|l| cut(l)));
+    out.join("\n")
+}
+
 /// Quote a word for a POSIX shell.
 pub fn shell_quote(word: &str) -> String {
     if !word.is_empty()

@@ -22,8 +22,8 @@ use std::path::Path;
 pub use docker::{DockerConfig, DockerEnv, cleanup_stale, connect, remove_run};
 pub use error::{EnvError, InstallFailure};
 pub use exec::{
-    Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, StreamKind, shell_quote,
-    truncate_for_prompt,
+    Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, MAX_SHOWN_LINE, StreamKind,
+    head_tail_lines, shell_quote, truncate_for_prompt,
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor};

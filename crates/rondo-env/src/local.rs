@@ -203,7 +203,7 @@ impl LocalEnv {
 
     async fn install_tools(&self, root: PathBuf, hash: String) -> Result<InstalledTools, EnvError> {
         let specs = &self.config.tools;
-        let layout = ToolLayout {
+        let mut layout = ToolLayout {
             tools_root: root.join("tools").to_string_lossy().into_owned(),
             envs_root: root.join("envs").to_string_lossy().into_owned(),
             python: "python3".into(),
@@ -211,6 +211,7 @@ impl LocalEnv {
             // Never pip-install into the host's own Python.
             always_venv: true,
             install_timeout: self.config.install_timeout,
+            conda: false,
         };
         let marker = root.join(".installed");
         let mut installed = InstalledTools {
@@ -242,7 +243,7 @@ impl LocalEnv {
             .install_log_dir
             .clone()
             .unwrap_or_else(|| root.join("logs"));
-        installed.steps = tool::install_all(self, specs, &layout, &log_dir).await?;
+        installed.steps = tool::install_all(self, specs, &mut layout, &log_dir).await?;
         std::fs::write(&marker, &hash).map_err(|e| EnvError::io(&marker, e))?;
         Ok(installed)
     }

@@ -379,6 +379,8 @@ async fn installs_the_sample_tool_once_then_reuses_the_image() {
     assert_eq!(
         steps,
         [
+            // without conda in the image, a venv (the log says so)
+            "env-manager",
             "copy-source",
             "create-env",
             "verify-env",
@@ -388,7 +390,9 @@ async fn installs_the_sample_tool_once_then_reuses_the_image() {
             "check-executable"
         ]
     );
-    let verify = std::fs::read_to_string(&tools.steps[2].log).unwrap();
+    let manager = std::fs::read_to_string(&tools.steps[0].log).unwrap();
+    assert!(manager.contains("no conda in this image"), "{manager}");
+    let verify = std::fs::read_to_string(&tools.steps[3].log).unwrap();
     assert!(
         verify.contains("/opt/envs/pyfind/bin/python 3.11"),
         "{verify}"

@@ -14,6 +14,7 @@ mod citation;
 mod code_context;
 mod history;
 mod paths;
+mod reads;
 mod syntax;
 mod whiteboard;
 
@@ -26,6 +27,7 @@ pub use history::{
     HistoryError, HistoryView, LessonView, OperationHistory, OperationNode, Reflection,
 };
 pub use paths::{PathError, normalize_workspace_path};
+pub use reads::{FileRead, repo_relative, shell_reads};
 pub use whiteboard::{
     ApplyReport, DeprecateOp, Entry, EntryStatus, MAX_CARRIED_ENTRIES, OpError, OpsRejected,
     Section, SectionSpec, SectionsError, UpsertOp, WHITEBOARD_FILE, Whiteboard, WhiteboardOp,

@@ -18,6 +18,9 @@ pub(crate) struct ToolLayout {
     /// Make a venv even without `py_standalone` (local installs never touch the host Python).
     pub always_venv: bool,
     pub install_timeout: Duration,
+    /// The environment has `conda`: `py_standalone` tools get conda environments (found
+    /// by [`install_all`] in containers, or read from a cached tool image's label).
+    pub conda: bool,
 }
 
 impl ToolLayout {
@@ -29,6 +32,7 @@ impl ToolLayout {
             wheelhouse: DEFAULT_WHEELHOUSE.into(),
             always_venv: false,
             install_timeout,
+            conda: false,
         }
     }
 }
@@ -41,15 +45,20 @@ pub struct InstalledTool {
     pub tool_dir: String,
     /// The tool's own virtual environment, if it has one.
     pub env_dir: Option<String>,
-    /// The Python the tool was installed with.
+    /// The Python the tool was installed with (`python` inside a conda environment).
     pub env_python: String,
+    /// The conda environment (`conda create -n <tool_name>`) when the image has conda.
+    pub conda_env: Option<String>,
 }
 
 impl InstalledTool {
     /// The request that calls the tool with `args` (each shell-quoted) through its
     /// environment, with the spec's timeout. Add a workdir, log path, etc. as needed.
     pub fn command<S: AsRef<str>>(&self, args: &[S]) -> ExecRequest {
-        let mut line = self.env_prefix();
+        let mut line = match &self.conda_env {
+            Some(env) => format!("conda run -n {} ", shell_quote(env)),
+            None => self.env_prefix(),
+        };
         line.push_str(&self.spec.executable);
         for a in args {
             line.push(' ');
@@ -76,7 +85,24 @@ impl InstalledTool {
         }
     }
 
+    /// A shell line run inside the tool's environment.
+    fn in_env(&self, line: &str) -> String {
+        match &self.conda_env {
+            Some(env) => format!(
+                "conda run -n {} bash -c {}",
+                shell_quote(env),
+                shell_quote(line)
+            ),
+            None => format!("{}{line}", self.env_prefix()),
+        }
+    }
+
     fn var(&self, name: &str) -> Option<String> {
+        // conda decides where an environment lives; `conda run` says it in CONDA_PREFIX.
+        if self.conda_env.is_some() && (name == "env_dir" || name == "env_bin") {
+            let bin = if name == "env_bin" { "/bin" } else { "" };
+            return Some(format!("\"$CONDA_PREFIX\"{bin}"));
+        }
         Some(match name {
             "tool_name" => self.spec.tool_name.clone(),
             "tool_dir" => self.tool_dir.clone(),
@@ -125,17 +151,27 @@ impl InstalledTools {
 
 pub(crate) fn installed_paths(spec: &ToolSpec, layout: &ToolLayout) -> InstalledTool {
     let name = &spec.tool_name;
-    let env_dir = (spec.needs_install() && (spec.py_standalone.is_some() || layout.always_venv))
+    let conda_env = (layout.conda && spec.needs_install() && spec.py_standalone.is_some())
+        .then(|| name.clone());
+    let env_dir = (conda_env.is_none()
+        && spec.needs_install()
+        && (spec.py_standalone.is_some() || layout.always_venv))
         .then(|| format!("{}/{name}", layout.envs_root));
-    let env_python = match &env_dir {
-        Some(dir) => format!("{dir}/bin/python"),
-        None => layout.python.clone(),
+    let env_python = match (&env_dir, &conda_env) {
+        (Some(dir), _) => format!("{dir}/bin/python"),
+        (None, Some(_)) => "python".into(),
+        (None, None) => layout.python.clone(),
     };
     InstalledTool {
         spec: spec.clone(),
-        tool_dir: format!("{}/{name}", layout.tools_root),
+        // `target` is a container path; local installs keep their own folder.
+        tool_dir: match (&spec.target, layout.always_venv) {
+            (Some(target), false) => target.clone(),
+            _ => format!("{}/{name}", layout.tools_root),
+        },
         env_dir,
         env_python,
+        conda_env,
     }
 }
 
@@ -179,7 +215,14 @@ struct Step {
 fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, EnvError> {
     let spec = &tool.spec;
     let q = |s: &str| shell_quote(s);
-    let py = q(&tool.env_python);
+    // Inside a conda environment every step runs through `conda run -n <env>`.
+    let conda = tool.conda_env.is_some();
+    let py = if conda {
+        "python".to_string()
+    } else {
+        q(&tool.env_python)
+    };
+    let in_env = |line: String| if conda { tool.in_env(&line) } else { line };
     let wheels = q(&layout.wheelhouse);
     let mut steps = Vec::new();
     let mut push = |name, field, line: String, workdir: Option<&str>| {
@@ -194,7 +237,31 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
             request: req,
         });
     };
-    if let Some(dir) = &tool.env_dir {
+    let version_check = |want: &str| {
+        format!(
+            "{py} -c 'import sys; w = sys.argv[1]; v = \".\".join(map(str, sys.version_info[:len(w.split(\".\"))])); print(sys.executable, sys.version.split()[0]); sys.exit(0 if not w or v == w else \"python \" + v + \" != \" + w)' {w}",
+            w = q(want)
+        )
+    };
+    if let Some(env) = &tool.conda_env {
+        let want = spec.py_standalone.clone().unwrap_or_default();
+        push(
+            "create-env",
+            "py_standalone",
+            format!(
+                "conda create -n {} {} -y",
+                q(env),
+                q(&format!("python={want}"))
+            ),
+            None,
+        );
+        push(
+            "verify-env",
+            "py_standalone",
+            tool.in_env(&version_check(&want)),
+            None,
+        );
+    } else if let Some(dir) = &tool.env_dir {
         let base_python = match &spec.py_standalone {
             Some(v) if v == "3" => "python3".to_string(),
             Some(v) => format!("python{v}"),
@@ -217,39 +284,50 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
             None,
         );
         let want = spec.py_standalone.clone().unwrap_or_default();
-        push(
-            "verify-env",
-            field,
-            format!(
-                "{py} -c 'import sys; w = sys.argv[1]; v = \".\".join(map(str, sys.version_info[:len(w.split(\".\"))])); print(sys.executable, sys.version.split()[0]); sys.exit(0 if not w or v == w else \"python \" + v + \" != \" + w)' {w}",
-                w = q(&want)
-            ),
-            None,
-        );
+        push("verify-env", field, version_check(&want), None);
     }
     let pip = format!("{py} -m pip install --no-index --find-links {wheels}");
-    if spec.source.is_some() {
+    // Without `installation` only the installation script installs.
+    let pip_install = spec.installation.is_some();
+    if pip_install && spec.source.is_some() {
         // setuptools < 70 needs `wheel` to build; with --no-build-isolation it must be in
         // the target environment already.
         push(
             "build-backend",
             "installation",
-            format!("{py} -c 'import setuptools, wheel' 2>/dev/null || {pip} setuptools wheel"),
+            in_env(format!(
+                "{py} -c 'import setuptools, wheel' 2>/dev/null || {pip} setuptools wheel"
+            )),
             None,
         );
         push(
             "pip-install",
             "installation",
-            format!("{pip} --no-build-isolation -e ."),
+            in_env(format!("{pip} --no-build-isolation -e .")),
             Some(&tool.tool_dir),
         );
-    } else {
+    } else if pip_install {
         let version = spec.version.as_deref().unwrap_or_default();
         push(
             "pip-install",
             "installation",
-            format!("{pip} {}", q(&format!("{}=={version}", spec.tool_name))),
+            in_env(format!(
+                "{pip} {}",
+                q(&format!("{}=={version}", spec.tool_name))
+            )),
             None,
+        );
+    }
+    if let Some(script) = &spec.installation_script {
+        let rendered = render_template(script, &|n| tool.var(n)).map_err(|m| {
+            EnvError::InvalidRequest(format!("{}: {m}", spec.locate("installation_script")))
+        })?;
+        let workdir = spec.source.is_some().then_some(tool.tool_dir.as_str());
+        push(
+            "installation-script",
+            "installation_script",
+            tool.in_env(&rendered),
+            workdir,
         );
     }
     if let Some(script) = &spec.setup_script {
@@ -260,7 +338,7 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
         push(
             "setup-script",
             "setup_script",
-            format!("{}{rendered}", tool.env_prefix()),
+            tool.in_env(&rendered),
             workdir,
         );
     }
@@ -272,7 +350,7 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
     push(
         "check-executable",
         "executable",
-        format!("{}command -v {}", tool.env_prefix(), q(program)),
+        tool.in_env(&format!("command -v {}", q(program))),
         spec.source.is_some().then_some(tool.tool_dir.as_str()),
     );
     Ok(steps)
@@ -280,10 +358,12 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
 
 /// Install `specs` into `env`, one log file per step in `log_dir`. Stops at the first
 /// failing step with an error naming the spec file, field, step and log.
+/// In a container, whether `conda` is there decides how `py_standalone` environments are
+/// made (`layout.conda`); the answer is the `env-manager` step's log.
 pub(crate) async fn install_all(
     env: &dyn Environment,
     specs: &[ToolSpec],
-    layout: &ToolLayout,
+    layout: &mut ToolLayout,
     log_dir: &Path,
 ) -> Result<Vec<StepRecord>, EnvError> {
     for spec in specs {
@@ -291,6 +371,29 @@ pub(crate) async fn install_all(
     }
     std::fs::create_dir_all(log_dir).map_err(|e| EnvError::io(log_dir, e))?;
     let mut records = Vec::new();
+    let standalone = specs
+        .iter()
+        .any(|s| s.needs_install() && s.py_standalone.is_some());
+    if standalone && !layout.always_venv {
+        let log = log_dir.join("env-manager.log");
+        let probe = "if command -v conda >/dev/null 2>&1; then echo \"conda: $(command -v conda): py_standalone tools get conda environments (conda create -n <tool> python=<version> -y)\"; \
+                     else echo 'no conda in this image: py_standalone tools get venvs (python<version> -m venv /opt/envs/<tool>)'; fi";
+        let out = env
+            .exec(
+                ExecRequest::shell(probe)
+                    .timeout(layout.install_timeout)
+                    .log_path(&log),
+            )
+            .await?;
+        layout.conda = out.stdout.starts_with("conda: ");
+        records.push(StepRecord {
+            tool: String::new(),
+            step: "env-manager".into(),
+            log,
+            exit_code: out.exit_code,
+            duration: out.duration,
+        });
+    }
     for spec in specs.iter().filter(|s| s.needs_install()) {
         let tool = installed_paths(spec, layout);
         let name = &spec.tool_name;

@@ -44,6 +44,15 @@ pub struct ToolSpec {
     /// project root given to [`ToolSpec::from_file`].
     #[serde(default)]
     pub source: Option<PathBuf>,
+    /// Where `source` is copied in a container (the reference's `target`; default
+    /// `/tools/<tool_name>`), an absolute path.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// A shell script that installs the tool (the reference's `installation_script`), run
+    /// in the tool's folder and environment after `pip` (if any); a template like
+    /// `setup_script`.
+    #[serde(default)]
+    pub installation_script: Option<String>,
     /// A Python version ("3.11"): the tool gets its own virtual environment made with
     /// `python3.11 -m venv` (conda in the reference design).
     #[serde(default)]
@@ -108,6 +117,8 @@ pub enum IssueKind {
     ZeroTimeout,
     BadSchema,
     BadSetupScript,
+    /// `target` not an absolute path without `..`.
+    BadTarget,
 }
 
 /// One problem with one field of a spec.
@@ -189,6 +200,8 @@ impl ToolSpec {
             tool_name: tool_name.into(),
             version: None,
             source: None,
+            target: None,
+            installation_script: None,
             py_standalone: None,
             installation: None,
             setup_script: None,
@@ -203,7 +216,7 @@ impl ToolSpec {
 
     /// Whether the tool is installed into its environment before it runs.
     pub fn needs_install(&self) -> bool {
-        self.installation.is_some()
+        self.installation.is_some() || self.installation_script.is_some()
     }
 
     /// Parse and validate a spec file. A relative `source` is resolved against `project_root`.
@@ -317,6 +330,8 @@ impl ToolSpec {
             ("setup_script", self.setup_script.is_some()),
         ];
         match self.installation {
+            // An installation script installs the tool its own way.
+            None if self.installation_script.is_some() => {}
             None => {
                 if let Some((field, _)) = to_install.iter().find(|(_, set)| *set) {
                     issue(
@@ -372,13 +387,27 @@ impl ToolSpec {
                 "must be a mapping (a JSON-Schema-like object)".into(),
             );
         }
-        if let Some(script) = &self.setup_script
-            && let Err(msg) = render_template(script, &|_| Some(String::new()))
+        for (field, script) in [
+            ("setup_script", &self.setup_script),
+            ("installation_script", &self.installation_script),
+        ] {
+            if let Some(script) = script
+                && let Err(msg) = render_template(script, &|_| Some(String::new()))
+            {
+                issue(
+                    IssueKind::BadSetupScript,
+                    field,
+                    format!("is not a script the installer can render: {msg}"),
+                );
+            }
+        }
+        if let Some(target) = &self.target
+            && (!target.starts_with('/') || target.split('/').any(|p| p == ".."))
         {
             issue(
-                IssueKind::BadSetupScript,
-                "setup_script",
-                format!("is not a script the installer can render: {msg}"),
+                IssueKind::BadTarget,
+                "target",
+                format!("is `{target}`, not an absolute path in the container"),
             );
         }
         if issues.is_empty() {

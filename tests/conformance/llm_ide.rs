@@ -147,7 +147,7 @@ const CALC: &str = "def add(a, b):\n    return a + b\n\n\nclass Shape:\n    def 
 
 fn workspace(tmp: &Path) -> PathBuf {
     let ws = tmp.join("ws");
-    std::fs::create_dir_all(ws).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("calc.py"), CALC).unwrap();
     ws
 }

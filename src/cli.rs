@@ -1,7 +1,7 @@
 //! The command line: argument parsing and dispatch only.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -1034,6 +1034,19 @@ fn evals_dir(name: &str) -> PathBuf {
     PathBuf::from("evals").join(format!("{name}-{stamp}"))
 }
 
+/// The setup a batch (`rondo eval`, `rondo swebench`) saved in its results folder, read
+/// back to resume it.
+fn saved_setup<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    file: &str,
+    what: &str,
+) -> Result<T, String> {
+    let file = dir.join(file);
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("{} is not {what}: {e}", dir.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
+}
+
 fn cmd_swebench(
     setup: Option<eval::swebench::Setup>,
     out: Option<PathBuf>,
@@ -1044,14 +1057,11 @@ fn cmd_swebench(
     use eval::swebench;
     let (setup, out) = match (setup, resume) {
         (_, Some(dir)) => {
-            let file = dir.join(swebench::SETUP_FILE);
-            let setup = std::fs::read_to_string(&file)
-                .map_err(|e| format!("{} is not a swebench results folder: {e}", dir.display()))
-                .and_then(|text| {
-                    serde_json::from_str::<swebench::Setup>(&text)
-                        .map_err(|e| format!("{}: {e}", file.display()))
-                });
-            match setup {
+            match saved_setup::<swebench::Setup>(
+                &dir,
+                swebench::SETUP_FILE,
+                "a swebench results folder",
+            ) {
                 Ok(mut setup) => {
                     if let Some(n) = concurrency {
                         setup.concurrency = n;
@@ -1255,14 +1265,7 @@ fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -
     use crate::eval;
     let (setup, out) = match resume {
         Some(dir) => {
-            let file = dir.join(eval::SETUP_FILE);
-            let setup = std::fs::read_to_string(&file)
-                .map_err(|e| format!("{} is not an eval's results folder: {e}", dir.display()))
-                .and_then(|text| {
-                    serde_json::from_str::<eval::Setup>(&text)
-                        .map_err(|e| format!("{}: {e}", file.display()))
-                });
-            match setup {
+            match saved_setup::<eval::Setup>(&dir, eval::SETUP_FILE, "an eval's results folder") {
                 Ok(mut setup) => {
                     if let Some(n) = args.concurrency {
                         setup.concurrency = n;

@@ -637,23 +637,7 @@ fn every_reference_workflow_runs_its_demo_with_the_scripted_provider() {
             workflow.script.is_some(),
             "{name} declares no default reply set"
         );
-        let dir = common::repo_copy();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
-        cmd.current_dir(dir.path())
-            .args(["run", "-q", "--provider", "scripted"])
-            .arg(&path);
-        for var in common::KEY_VARS {
-            cmd.env_remove(var);
-        }
-        for input in workflow
-            .inputs
-            .iter()
-            .filter(|i| i.default.is_none() && !i.ty.is_optional())
-        {
-            cmd.arg("--input")
-                .arg(format!("{}=a demo question", input.name));
-        }
-        let output = cmd.output().expect("run");
+        let (_dir, output) = common::run_demo(&path, &[]);
         assert!(
             output.status.success(),
             "{name}: exit {:?}\n{}",

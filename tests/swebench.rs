@@ -534,11 +534,14 @@ fn what_the_agent_writes_in_the_workspaces_git_never_runs_on_the_host() {
         "cd /work && printf '[core]\\n\\tfsmonitor = touch {m}\\n[diff]\\n\\texternal = touch {m}\\n' >> .git/config && sed -i 's/a - b/a + b/' calc.py",
         m = marker.display()
     );
-    // A JSON string is a YAML double-quoted scalar.
-    let act = serde_json::json!({"thought": "Fix it.", "action_type": "bash", "action_params": {"command": command}});
+    // The spec's tagged reply; a JSON string is a YAML double-quoted scalar.
+    let act = format!(
+        "<thought>Fix it.</thought> <action_type>bash</action_type> <action-params>{}</action-params>",
+        serde_json::json!({ "command": command })
+    );
     let script = format!(
-        "replies:\n  act_next:\n    - {}\n    - '{{\"thought\": \"Submit.\", \"action_type\": \"submit\", \"action_params\": {{}}}}'\n  reflect:\n    - '{{\"bad_action\": false, \"lessons\": \"\", \"summary\": \"edited\"}}'\n",
-        serde_json::to_string(&act.to_string()).unwrap()
+        "replies:\n  act_next:\n    - {}\n    - '<thought>Submit.</thought> <action_type>submit</action_type> <action-params>{{}}</action-params>'\n  reflect:\n    - '<bad_action>false</bad_action> <lessons></lessons> <summary>edited</summary>'\n",
+        serde_json::to_string(&act).unwrap()
     );
     std::fs::write(dir.path().join("evil.yaml"), script).unwrap();
     let out = swebench(

@@ -430,24 +430,7 @@ fn every_reference_workflows_demo_run_is_drawn_whole() {
             eprintln!("skipping {name}: Docker or Go is missing");
             continue;
         }
-        let (_, workflow, _, _) = common::check_path(&path, true);
-        let dir = common::repo_copy();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
-        cmd.current_dir(dir.path())
-            .args(["run", "-q", "--provider", "scripted", "--run-id", "demo"])
-            .arg(&path);
-        for var in common::KEY_VARS {
-            cmd.env_remove(var);
-        }
-        for input in workflow
-            .inputs
-            .iter()
-            .filter(|i| i.default.is_none() && !i.ty.is_optional())
-        {
-            cmd.arg("--input")
-                .arg(format!("{}=a demo question", input.name));
-        }
-        let out = cmd.output().unwrap();
+        let (dir, out) = common::run_demo(&path, &["--run-id", "demo"]);
         common::assert_success(&out);
         let run_dir = dir.path().join("runs/demo");
         let journal = common::events(&run_dir);

@@ -177,6 +177,17 @@ pub fn of_kind(events: &[serde_json::Value], kind: &str) -> Vec<serde_json::Valu
         .collect()
 }
 
+/// The prompts an llm role was sent, every attempt, in order (from a run's journal).
+pub fn prompts_to(events: &[serde_json::Value], role: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| {
+            (e["event"] == "llm_response" || e["event"] == "invalid_output") && e["role"] == role
+        })
+        .map(|e| e["prompt"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// The standard error of a process, as text.
 pub fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -293,4 +304,30 @@ pub fn help_examples(command: &str) -> Vec<String> {
         }
     }
     examples
+}
+
+/// Runs a reference workflow's demo, `rondo run -q --provider scripted [ARGS] WORKFLOW`, in a
+/// copy of the repository, with no API key in its environment and a demo value for every
+/// input that has no default.
+pub fn run_demo(path: &Path, args: &[&str]) -> (tempfile::TempDir, std::process::Output) {
+    let (_, workflow, _, _) = check_path(path, true);
+    let dir = repo_copy();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.current_dir(dir.path())
+        .args(["run", "-q", "--provider", "scripted"])
+        .args(args)
+        .arg(path);
+    for var in KEY_VARS {
+        cmd.env_remove(var);
+    }
+    for input in workflow
+        .inputs
+        .iter()
+        .filter(|i| i.default.is_none() && !i.ty.is_optional())
+    {
+        cmd.arg("--input")
+            .arg(format!("{}=a demo question", input.name));
+    }
+    let out = cmd.output().expect("run the demo");
+    (dir, out)
 }

@@ -51,14 +51,7 @@ impl Run {
 
     /// The prompts an llm role was sent, attempts included, in order.
     fn prompts(&self, role: &str) -> Vec<String> {
-        self.events()
-            .iter()
-            .filter(|e| {
-                (e["event"] == "llm_response" || e["event"] == "invalid_output")
-                    && e["role"] == role
-            })
-            .map(|e| e["prompt"].as_str().unwrap_or_default().to_string())
-            .collect()
+        common::prompts_to(&self.events(), role)
     }
 }
 

@@ -232,12 +232,7 @@ impl Ran {
 
     /// The prompts `role` was sent, in order (rejected attempts included).
     fn prompts(&self, role: &str) -> Vec<String> {
-        events(&self.run_dir)
-            .iter()
-            .filter(|e| e["event"] == "llm_response" || e["event"] == "invalid_output")
-            .filter(|e| e["role"] == role)
-            .map(|e| e["prompt"].as_str().unwrap_or_default().to_string())
-            .collect()
+        super::common::prompts_to(&events(&self.run_dir), role)
     }
 
     fn file(&self, name: &str) -> String {

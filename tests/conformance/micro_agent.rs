@@ -175,12 +175,7 @@ impl Asked {
 
     /// The prompts the planner was sent, in order (rejected attempts included).
     fn prompts(&self) -> Vec<String> {
-        self.events()
-            .iter()
-            .filter(|e| e["event"] == "llm_response" || e["event"] == "invalid_output")
-            .filter(|e| e["role"] == "planner")
-            .map(|e| e["prompt"].as_str().unwrap_or_default().to_string())
-            .collect()
+        super::common::prompts_to(&self.events(), "planner")
     }
 
     /// The results of the calls the planner chose (the `act` role's).

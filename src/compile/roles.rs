@@ -231,7 +231,7 @@ impl Compiler<'_> {
             .map_or_else(|| Arc::new(Type::Any), |r| r.output_type.clone());
         let scope = Scope::role(index);
         let kind = match kind_name {
-            "llm" => RoleKind::Llm(self.llm_role(decl, &mut attrs)),
+            "llm" => RoleKind::Llm(Box::new(self.llm_role(decl, &mut attrs))),
             "tool" => RoleKind::Tool(Box::new(self.tool_role(decl, &mut attrs, &scope))),
             _ => RoleKind::Builtin,
         };

@@ -306,7 +306,7 @@ impl MaxVisits {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "role_kind", rename_all = "snake_case")]
 pub enum RoleKind {
-    Llm(LlmRole),
+    Llm(Box<LlmRole>),
     Tool(Box<ToolRole>),
     Builtin,
 }

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from tool_args import read_args
+
 TOOL_NAME = "apply_changes"
 ACTIONS = {"create", "modify", "delete"}
 MAX_DIFF = 64 * 1024
@@ -57,16 +59,6 @@ def read_flags(argv: list[str]) -> tuple[str, list[str], list[str]]:
 
 def allowed(rel: str, only: list[str]) -> bool:
     return not only or any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(Path(rel).name, g) for g in only)
-
-
-def read_args(argv: list[str]) -> dict:
-    if argv and argv[0].lstrip().startswith("{"):
-        return json.loads(argv[0])
-    if not sys.stdin.isatty():
-        raw = sys.stdin.read().strip()
-        if raw:
-            return json.loads(raw)
-    return {}
 
 
 def resolve(root: Path, rel: str) -> Path:

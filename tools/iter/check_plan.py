@@ -16,19 +16,10 @@ import json
 import sys
 import time
 
+from tool_args import read_args
+
 TOOL_NAME = "check_plan"
 MAX_PROBLEMS = 50
-
-
-def read_args() -> dict:
-    argv = sys.argv[1:]
-    if argv and argv[0].lstrip().startswith("{"):
-        return json.loads(argv[0])
-    if not sys.stdin.isatty():
-        raw = sys.stdin.read().strip()
-        if raw:
-            return json.loads(raw)
-    return {}
 
 
 def is_number(v) -> bool:
@@ -74,7 +65,7 @@ def main() -> int:
     problems: list[str] = []
     error = None
     try:
-        args = read_args()
+        args = read_args(sys.argv[1:])
         if not isinstance(args, dict):
             raise ValueError("the arguments must be a JSON object")
         problems = problems_of(args)

@@ -15,22 +15,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from tool_args import read_args
+
 TOOL_NAME = "survey"
 SKIP_DIRS = {"logs", "node_modules", "vendor", "target", "__pycache__", "dist", "build"}
 MANIFESTS = ("go.mod", "Cargo.toml", "pyproject.toml", "package.json", "Makefile", ".golangci.yml")
-
-
-def read_args() -> dict:
-    argv = sys.argv[1:]
-    if argv and argv[0].lstrip().startswith("{"):
-        return json.loads(argv[0])
-    if argv:
-        return {"workdir": argv[0]}
-    if not sys.stdin.isatty():
-        raw = sys.stdin.read().strip()
-        if raw:
-            return json.loads(raw)
-    return {}
 
 
 def head(path: Path, lines: int = 40) -> str:
@@ -40,7 +29,7 @@ def head(path: Path, lines: int = 40) -> str:
 
 def main() -> int:
     started = time.monotonic()
-    args = read_args()
+    args = read_args(sys.argv[1:], "workdir")
     root = Path(str(args.get("workdir") or "."))
     max_files = int(args.get("max_files", 300))
     warnings: list[str] = []

@@ -488,6 +488,28 @@ fn conflicts_or_a_failed_final_build_are_not_done() {
     assert!(prompt.contains("FAIL (exit 1)"), "{prompt}");
 }
 
+/// "Verifies all requirements satisfied": a final pass that leaves one of the plan's
+/// requirements out of its `requirement_status` (all it lists being true) is not done.
+#[test]
+fn a_final_pass_that_leaves_a_plan_requirement_untraced_is_not_done() {
+    if !needs_go() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let verdict = json!({"status": "pass", "reasons": ["reviewed"], "conflicts": [],
+                         "requirement_status": {"R1": true}, "build_passed": true, "tests_passed": true,
+                         "report": "# Final\nPASS\n"})
+    .to_string();
+    let ran = Iter::new()
+        .reply("final_validator", &[verdict])
+        .run(tmp.path());
+    assert_eq!(ran.exit(), "rejected", "{}", ran.describe());
+    assert_eq!(ran.count("final_rejected"), 1, "{}", ran.describe());
+    let report = ran.file("final_validation.md");
+    assert!(report.contains(r#""untraced":["R2"]"#), "{report}");
+    assert!(ran.has("summary.md"));
+}
+
 /// The final validator reviews the changes themselves: the diff of every validated step, so
 /// a later step's rewrite of an earlier step's line is visible as such.
 #[test]

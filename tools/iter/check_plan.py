@@ -8,7 +8,8 @@ Steps run in the order given, so a step may depend only on a step listed before 
 no steps, a step number that is not a positive whole number or is used twice, a dependency on
 the step itself, on a later step or on an unknown one, a requirement id the plan does not
 declare. Prints the standard tool result with data = {"problems": [...]} and exits 1 when there
-is any problem (at most 50 are listed).
+is any problem (at most 50 are listed). data.requirement_ids lists the plan's requirement ids: the
+final validator must trace every one.
 """
 from __future__ import annotations
 
@@ -63,18 +64,21 @@ def problems_of(plan: dict) -> list[str]:
 def main() -> int:
     started = time.monotonic()
     problems: list[str] = []
+    requirement_ids: list[str] = []
     error = None
     try:
         args = read_args(sys.argv[1:])
         if not isinstance(args, dict):
             raise ValueError("the arguments must be a JSON object")
         problems = problems_of(args)
+        requirement_ids = sorted({r.get("id") for r in args.get("requirements") or []
+                                  if isinstance(r, dict) and isinstance(r.get("id"), str)})
     except (ValueError, AttributeError, TypeError) as exc:
         error = f"{type(exc).__name__}: {exc}"
     print(json.dumps({
         "status": "failed" if error or problems else "success",
         "tool_name": TOOL_NAME,
-        "data": {"problems": problems},
+        "data": {"problems": problems, "requirement_ids": requirement_ids},
         "warnings": [],
         "error": error or ("; ".join(problems) if problems else None),
         "execution_time": round(time.monotonic() - started, 4),

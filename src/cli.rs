@@ -1047,6 +1047,20 @@ fn saved_setup<T: serde::de::DeserializeOwned>(
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))
 }
 
+/// Whether `out` already holds a batch (its saved setup): said, with how to continue it, so
+/// a new batch never mixes with an old one.
+fn holds_batch(out: &Path, setup_file: &str, what: &str, command: &str) -> bool {
+    let holds = out.join(setup_file).exists();
+    if holds {
+        errln!(
+            "error: {} already holds {what}; continue it with `rondo {command} --resume {}`",
+            out.display(),
+            out.display()
+        );
+    }
+    holds
+}
+
 fn cmd_swebench(
     setup: Option<eval::swebench::Setup>,
     out: Option<PathBuf>,
@@ -1076,12 +1090,7 @@ fn cmd_swebench(
         }
         (Some(setup), None) => {
             let out = out.unwrap_or_else(|| evals_dir("swebench"));
-            if out.join(swebench::SETUP_FILE).exists() {
-                errln!(
-                    "error: {} already holds a swebench run; continue it with `rondo swebench --resume {}`",
-                    out.display(),
-                    out.display()
-                );
+            if holds_batch(&out, swebench::SETUP_FILE, "a swebench run", "swebench") {
                 return 2;
             }
             (setup, out)
@@ -1290,12 +1299,7 @@ fn cmd_eval(args: EvalArgs, resume: Option<PathBuf>, progress: progress::Mode) -
                     .unwrap_or_else(|| "eval".into());
                 evals_dir(&stem)
             });
-            if out.join(eval::SETUP_FILE).exists() {
-                errln!(
-                    "error: {} already holds an eval; continue it with `rondo eval --resume {}`",
-                    out.display(),
-                    out.display()
-                );
+            if holds_batch(&out, eval::SETUP_FILE, "an eval", "eval") {
                 return 2;
             }
             let setup = eval::Setup {

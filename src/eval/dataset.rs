@@ -153,6 +153,17 @@ pub fn read_rubrics(path: &Path) -> Result<Rubrics, Box<Problems>> {
 }
 
 /// The text of a dataset-like file, or its unreadability as a `code` diagnostic.
+/// The non-blank lines of a JSON Lines text, each with its byte offset (for diagnostics).
+pub(crate) fn jsonl_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.split_inclusive('\n')
+        .scan(0, |offset, raw| {
+            let start = *offset;
+            *offset += raw.len();
+            Some((start, raw.trim_end_matches(['\n', '\r'])))
+        })
+        .filter(|(_, line)| !line.trim().is_empty())
+}
+
 pub(crate) fn read_file(path: &Path, code: Code) -> Result<SourceFile, Box<Problems>> {
     SourceFile::read(path).map_err(|e| {
         let mut diagnostics = Diagnostics::default();
@@ -180,14 +191,7 @@ pub fn read_dataset(
     let mut cases = Vec::new();
     let mut ids: HashSet<String> = HashSet::new();
     let mut run_ids: HashSet<String> = HashSet::new();
-    let mut offset = 0;
-    for raw in file.text.split_inclusive('\n') {
-        let start = offset;
-        offset += raw.len();
-        let line = raw.trim_end_matches(['\n', '\r']);
-        if line.trim().is_empty() {
-            continue;
-        }
+    for (start, line) in jsonl_lines(&file.text) {
         let mut ctx = LineCtx {
             text: line,
             start,

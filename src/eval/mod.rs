@@ -94,6 +94,24 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The metrics as the terminal table shows them, in micro-agent's order.
+    pub fn rows(&self) -> [(&'static str, String); 9] {
+        [
+            ("success_rate", format!("{:.4}", self.success_rate)),
+            (
+                "contains_hit_rate",
+                format!("{:.4}", self.contains_hit_rate),
+            ),
+            ("key_hit_rate", format!("{:.4}", self.key_hit_rate)),
+            ("avg_latency_sec", format!("{:.4}", self.avg_latency_sec)),
+            ("avg_lm_calls", format!("{:.4}", self.avg_lm_calls)),
+            ("avg_tool_calls", format!("{:.4}", self.avg_tool_calls)),
+            ("avg_steps", format!("{:.4}", self.avg_steps)),
+            ("avg_cost_usd", format!("{:.6}", self.avg_cost_usd)),
+            ("n", self.n.to_string()),
+        ]
+    }
+
     pub fn of(results: &[&CaseResult]) -> Summary {
         let mean = |f: &dyn Fn(&CaseResult) -> f64| {
             if results.is_empty() {
@@ -745,20 +763,8 @@ pub fn render_table(report: &Report) -> String {
         }
         out.push('\n');
     }
-    let s = &report.summary;
-    let rows: [(&str, String); 9] = [
-        ("success_rate", format!("{:.4}", s.success_rate)),
-        ("contains_hit_rate", format!("{:.4}", s.contains_hit_rate)),
-        ("key_hit_rate", format!("{:.4}", s.key_hit_rate)),
-        ("avg_latency_sec", format!("{:.4}", s.avg_latency_sec)),
-        ("avg_lm_calls", format!("{:.4}", s.avg_lm_calls)),
-        ("avg_tool_calls", format!("{:.4}", s.avg_tool_calls)),
-        ("avg_steps", format!("{:.4}", s.avg_steps)),
-        ("avg_cost_usd", format!("{:.6}", s.avg_cost_usd)),
-        ("n", s.n.to_string()),
-    ];
     out.push_str(&format!("{:<18} {:>12}\n", "metric", "value"));
-    for (name, value) in rows {
+    for (name, value) in report.summary.rows() {
         out.push_str(&format!("{name:<18} {value:>12}\n"));
     }
     let passed = report.results.iter().filter(|r| r.passed).count();

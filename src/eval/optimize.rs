@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::{Eval, RUNS_DIR, Report, Summary};
+use super::{Eval, RUNS_DIR, Report};
 use crate::run::events::Event;
 use crate::run::rundir;
 
@@ -112,23 +112,13 @@ pub async fn optimize(
 
 /// The metrics before and after, side by side.
 pub fn render(outcome: &Outcome) -> String {
-    let rows = |s: &Summary| -> [(&'static str, String); 9] {
-        [
-            ("success_rate", format!("{:.4}", s.success_rate)),
-            ("contains_hit_rate", format!("{:.4}", s.contains_hit_rate)),
-            ("key_hit_rate", format!("{:.4}", s.key_hit_rate)),
-            ("avg_latency_sec", format!("{:.4}", s.avg_latency_sec)),
-            ("avg_lm_calls", format!("{:.4}", s.avg_lm_calls)),
-            ("avg_tool_calls", format!("{:.4}", s.avg_tool_calls)),
-            ("avg_steps", format!("{:.4}", s.avg_steps)),
-            ("avg_cost_usd", format!("{:.6}", s.avg_cost_usd)),
-            ("n", s.n.to_string()),
-        ]
-    };
     let mut out = format!("{:<18} {:>12} {:>12}\n", "metric", "before", "after");
-    for ((name, b), (_, a)) in rows(&outcome.before.summary)
+    for ((name, b), (_, a)) in outcome
+        .before
+        .summary
+        .rows()
         .into_iter()
-        .zip(rows(&outcome.after.summary))
+        .zip(outcome.after.summary.rows())
     {
         out.push_str(&format!("{name:<18} {b:>12} {a:>12}\n"));
     }

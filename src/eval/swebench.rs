@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::dataset::{Problems, find, not_json, read_file, unique_run_id};
+use super::dataset::{Problems, find, jsonl_lines, not_json, read_file, unique_run_id};
 use super::{Case, CaseResult, Eval};
 use crate::check::Checked;
 use crate::compile::Workflow;
@@ -120,14 +120,7 @@ pub fn read_instances(path: &Path, workflow: &Workflow) -> Result<Vec<Instance>,
     let mut out = Vec::new();
     let mut ids = HashSet::new();
     let mut run_ids = HashSet::new();
-    let mut offset = 0;
-    for raw in file.text.split_inclusive('\n') {
-        let start = offset;
-        offset += raw.len();
-        let line = raw.trim_end_matches(['\n', '\r']);
-        if line.trim().is_empty() {
-            continue;
-        }
+    for (start, line) in jsonl_lines(&file.text) {
         if let Some(i) = instance(line, start, base, &mut diags, &mut ids, &mut run_ids) {
             out.push(i);
         }

@@ -98,9 +98,22 @@ exit done
 fn fake_secrets() -> BTreeMap<&'static str, String> {
     let tag = format!("{:x}", std::process::id() as u64 * 7919);
     BTreeMap::from([
-        ("OPENAI_API_KEY", format!("sk-proj-{tag}-FakeOpenAiKey_0123")),
-        ("ANTHROPIC_API_KEY", format!("sk-ant-api03-{tag}-FakeAnthropic")),
-        ("GITHUB_TOKEN", format!("ghp_{tag}FakeGitHubToken0123456789")),
+        // As long as real ones (164 characters): redacted piece by piece.
+        (
+            "OPENAI_API_KEY",
+            format!(
+                "sk-proj-{tag}-{}",
+                "FakeOpenAiKey_0123456789abcdefghij".repeat(4)
+            ),
+        ),
+        (
+            "ANTHROPIC_API_KEY",
+            format!("sk-ant-api03-{tag}-FakeAnthropic"),
+        ),
+        (
+            "GITHUB_TOKEN",
+            format!("ghp_{tag}FakeGitHubToken0123456789"),
+        ),
         (
             "AWS_SECRET_ACCESS_KEY",
             format!("wJalrXUtnFEMI/K7MDENG+{tag}/bPxRfiCY?>>?"),
@@ -139,7 +152,11 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 
 fn python(args: &[&Path]) -> Output {
     let out = Command::new("python3").args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
@@ -168,14 +185,19 @@ fn run_and_scan(user: Option<u32>) {
 
     // What the tool prints: every form of every secret, each a whole line.
     let printed = String::from_utf8(python(&[&leak_py, &secrets_json]).stdout).unwrap();
-    let needles: BTreeMap<String, Vec<String>> = serde_json::from_slice(
-        &python(&[&leak_py, &secrets_json, Path::new("--needles")]).stdout,
-    )
-    .unwrap();
+    let needles: BTreeMap<String, Vec<String>> =
+        serde_json::from_slice(&python(&[&leak_py, &secrets_json, Path::new("--needles")]).stdout)
+            .unwrap();
     for (name, of_one) in &needles {
-        assert!(of_one.contains(&secrets[name.as_str()]), "{name}: {of_one:?}");
+        assert!(
+            of_one.contains(&secrets[name.as_str()]),
+            "{name}: {of_one:?}"
+        );
         for needle in of_one {
-            assert!(needle.len() >= 10 && printed.contains(needle.as_str()), "{needle}");
+            assert!(
+                needle.len() >= 10 && printed.contains(needle.as_str()),
+                "{needle}"
+            );
         }
     }
     let all_needles: Vec<String> = needles.values().flatten().cloned().collect();
@@ -268,7 +290,7 @@ fn run_and_scan(user: Option<u32>) {
             .lines()
             .filter(|l| l.starts_with(&format!("{name}: ")))
             .count();
-        assert_eq!(log.matches(&marker).count(), 2 * lines, "{name} in {log}");
+        assert!(log.matches(&marker).count() >= 2 * lines, "{name} in {log}");
         assert!(answer.matches(&marker).count() >= lines, "{answer}");
     }
 

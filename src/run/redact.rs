@@ -84,8 +84,11 @@ fn secrets(
 }
 
 fn name_looks_secret(var: &str) -> bool {
-    var.split('_')
-        .any(|part| SECRET_NAME_PARTS.iter().any(|w| part.eq_ignore_ascii_case(w)))
+    var.split('_').any(|part| {
+        SECRET_NAME_PARTS
+            .iter()
+            .any(|w| part.eq_ignore_ascii_case(w))
+    })
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -163,7 +166,14 @@ mod tests {
         ] {
             assert!(name_looks_secret(name), "{name}");
         }
-        for name in ["TOKENIZER_PATH", "MONKEY", "KEYBOARD", "PATH", "HOME", "PASSAGE"] {
+        for name in [
+            "TOKENIZER_PATH",
+            "MONKEY",
+            "KEYBOARD",
+            "PATH",
+            "HOME",
+            "PASSAGE",
+        ] {
             assert!(!name_looks_secret(name), "{name}");
         }
     }
@@ -192,10 +202,8 @@ exit done
 
     #[test]
     fn every_secret_of_the_environment() {
-        let (workflow, diags) = crate::compile::load(&crate::source::SourceFile::new(
-            "w.rondo",
-            WORKFLOW,
-        ));
+        let (workflow, diags) =
+            crate::compile::load(&crate::source::SourceFile::new("w.rondo", WORKFLOW));
         assert!(!diags.has_errors(), "{diags:?}");
         let env: BTreeMap<String, String> = [
             ("USED_LLM", "used-profile-key"),
@@ -204,7 +212,10 @@ exit done
             ("DEPLOY_HOOK", "declared-secret"),
             ("GITHUB_TOKEN", "ghp_0123456789"),
             ("aws_secret_access_key", "wJalrXUtnFEMI"),
-            ("DATABASE_URL", "postgres://app:db-password@db/app?sslmode=require"),
+            (
+                "DATABASE_URL",
+                "postgres://app:db-password@db/app?sslmode=require",
+            ),
             ("TOKENIZER_PATH", "/models/tokenizer"),
             ("HOME", "/home/someone"),
         ]

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 
@@ -16,6 +16,10 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_S
 /// encoded forms of a short value (a base64 middle of a few characters) would match at
 /// random in any long base64 or hex text.
 pub const MIN_SECRET_LEN: usize = 8;
+
+/// Up to this many bytes of patterns (all forms of all values), the matcher is a DFA of
+/// at most some 6 MB; past it, a contiguous NFA.
+const DFA_PATTERN_BYTES: usize = 16 * 1024;
 
 /// A set of secret values, each with the name of the variable it came from.
 #[derive(Clone, Default)]
@@ -69,18 +73,31 @@ impl Redactor {
         let mut seen = std::collections::HashSet::new();
         for (name, value) in &pairs {
             let index = names.binary_search(name).unwrap_or(0);
-            for form in forms(value.as_bytes()) {
-                if seen.insert(form.clone()) {
-                    patterns.push(form);
-                    owner.push(index);
+            for piece in pieces(value) {
+                for form in forms(piece) {
+                    if seen.insert(form.clone()) {
+                        patterns.push(form);
+                        owner.push(index);
+                    }
                 }
             }
         }
+        // A DFA is twice as fast as the contiguous NFA the crate picks past 100 patterns
+        // (a handful of keys already make 140), but costs some 350 bytes a pattern byte.
+        let total: usize = patterns.iter().map(Vec::len).sum();
+        let kind = if total <= DFA_PATTERN_BYTES {
+            AhoCorasickKind::DFA
+        } else {
+            AhoCorasickKind::ContiguousNFA
+        };
         // Leftmost-longest: where a whole encoding and its middle part both match, the
         // whole is replaced.
-        let matcher = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
+        let mut builder = AhoCorasick::builder();
+        builder.match_kind(MatchKind::LeftmostLongest);
+        let matcher = builder
+            .kind(Some(kind))
             .build(&patterns)
+            .or_else(|_| builder.kind(None).build(&patterns))
             .ok();
         Redactor {
             longest: patterns.iter().map(Vec::len).max().unwrap_or(0),
@@ -98,10 +115,6 @@ impl Redactor {
     /// The variables whose values are redacted.
     pub fn names(&self) -> &[String] {
         &self.names
-    }
-
-    fn marker(&self, pattern: usize) -> &str {
-        &self.markers[self.owner[pattern]]
     }
 
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
@@ -125,14 +138,39 @@ impl Redactor {
             return Cow::Borrowed(bytes);
         }
         let mut out = Vec::with_capacity(bytes.len());
-        let mut last = 0;
-        for hit in found {
-            out.extend_from_slice(&bytes[last..hit.start()]);
-            out.extend_from_slice(self.marker(hit.pattern().as_usize()).as_bytes());
-            last = hit.end();
-        }
+        let (last, _) = self.replace_into(&mut out, bytes, found, usize::MAX, None);
         out.extend_from_slice(&bytes[last..]);
         Cow::Owned(out)
+    }
+
+    /// Copies `bytes` into `out` up to the first match that starts at or after `stop` (or
+    /// the end), each match replaced by its variable's marker: once for a run of adjacent
+    /// matches of one variable (the pieces of a long value). `joined`: the variable whose
+    /// marker ends what came before `bytes`, if nothing came after it. Returns where the
+    /// copy stopped (the end of the last match, at most) and the variable whose marker
+    /// ends `out` there.
+    fn replace_into(
+        &self,
+        out: &mut Vec<u8>,
+        bytes: &[u8],
+        found: impl Iterator<Item = aho_corasick::Match>,
+        stop: usize,
+        mut joined: Option<usize>,
+    ) -> (usize, Option<usize>) {
+        let mut last = 0;
+        for hit in found {
+            if hit.start() >= stop {
+                break;
+            }
+            let owner = self.owner[hit.pattern().as_usize()];
+            if hit.start() > last || joined != Some(owner) {
+                out.extend_from_slice(&bytes[last..hit.start()]);
+                out.extend_from_slice(self.markers[owner].as_bytes());
+            }
+            joined = Some(owner);
+            last = hit.end();
+        }
+        (last, joined)
     }
 
     /// Every string in `value` (object keys included), in place.
@@ -170,6 +208,7 @@ impl Redactor {
         StreamRedactor {
             redactor: self.clone(),
             carry: Vec::new(),
+            joined: None,
         }
     }
 }
@@ -179,6 +218,8 @@ impl Redactor {
 pub struct StreamRedactor {
     redactor: Redactor,
     carry: Vec<u8>,
+    /// The variable whose marker ends what was released, if nothing was released after it.
+    joined: Option<usize>,
 }
 
 impl StreamRedactor {
@@ -190,28 +231,68 @@ impl StreamRedactor {
         self.carry.extend_from_slice(chunk);
         let data = std::mem::take(&mut self.carry);
         // A pattern that starts before `safe` would end inside `data`, so it was found.
-        let mut safe = data.len().saturating_sub(self.redactor.longest - 1);
+        let safe = data.len().saturating_sub(self.redactor.longest - 1);
         let mut out = Vec::with_capacity(data.len());
-        let mut last = 0;
-        for found in m.find_iter(&data) {
-            if found.start() >= safe {
-                break;
-            }
-            out.extend_from_slice(&data[last..found.start()]);
-            out.extend_from_slice(self.redactor.marker(found.pattern().as_usize()).as_bytes());
-            last = found.end();
-            safe = safe.max(last);
-        }
-        out.extend_from_slice(&data[last..safe]);
-        self.carry = data[safe..].to_vec();
+        let (last, joined) =
+            self.redactor
+                .replace_into(&mut out, &data, m.find_iter(&data), safe, self.joined);
+        let released = safe.max(last);
+        out.extend_from_slice(&data[last..released]);
+        self.joined = if last == released { joined } else { None };
+        self.carry = data[released..].to_vec();
         out
     }
 
     /// The rest of the stream.
     pub fn finish(&mut self) -> Vec<u8> {
         let rest = std::mem::take(&mut self.carry);
-        self.redactor.redact_bytes(&rest).into_owned()
+        let Some(m) = &self.redactor.matcher else {
+            return rest;
+        };
+        let mut out = Vec::with_capacity(rest.len());
+        let (last, _) = self.redactor.replace_into(
+            &mut out,
+            &rest,
+            m.find_iter(&rest),
+            usize::MAX,
+            self.joined,
+        );
+        out.extend_from_slice(&rest[last..]);
+        out
     }
+}
+
+/// Values longer than this are redacted piece by piece, in pieces of at most this many
+/// bytes (a multiple of 3, so that base64 pieces of an aligned value meet at group
+/// boundaries): the longest pattern, and so what a stream holds back and scans again at
+/// each chunk, stays a few hundred bytes whatever the value (a PEM key is kilobytes).
+/// Inside a longer base64 text not aligned on the value, one character straddles each
+/// boundary between two pieces and stays.
+const MAX_PIECE: usize = 63;
+
+/// `value` cut into pieces of at most about [`MAX_PIECE`] bytes and about equal sizes, at
+/// character boundaries.
+fn pieces(value: &str) -> Vec<&[u8]> {
+    let count = value.len().div_ceil(MAX_PIECE);
+    let size = value.len().div_ceil(count).next_multiple_of(3);
+    let mut out = Vec::with_capacity(count);
+    let mut start = 0;
+    while start < value.len() {
+        let mut end = (start + size).min(value.len());
+        while !value.is_char_boundary(end) {
+            end += 1;
+        }
+        out.push(&value.as_bytes()[start..end]);
+        start = end;
+    }
+    // A short last piece would match everywhere: it goes with the one before.
+    if out.len() > 1 && out[out.len() - 1].len() < MIN_SECRET_LEN {
+        let last = out.len() - 1;
+        let start = value.len() - out[last].len() - out[last - 1].len();
+        out.truncate(last - 1);
+        out.push(&value.as_bytes()[start..]);
+    }
+    out
 }
 
 /// Punctuation an encoder may leave as it is or percent-encode (each encoder its own
@@ -222,12 +303,12 @@ fn optionally_escaped(b: u8) -> bool {
 }
 
 /// Up to this many distinct such characters in a value, every combination of kept and
-/// encoded ones is a pattern (2^6 per hex case); past it, the common encoders' choices.
-const MAX_FREE_PUNCTUATION: usize = 6;
+/// encoded ones is a pattern (2^4 per hex case); past it, the common encoders' choices.
+const MAX_FREE_PUNCTUATION: usize = 4;
 
 /// The text a leak of `value` may show, each at least as long as the base64 of
 /// [`MIN_SECRET_LEN`] bytes (10 characters) when `value` is at least that long.
-pub fn forms(value: &[u8]) -> Vec<Vec<u8>> {
+fn forms(value: &[u8]) -> Vec<Vec<u8>> {
     let mut out = vec![value.to_vec()];
     out.push(hex::encode(value).into_bytes());
     out.push(hex::encode_upper(value).into_bytes());
@@ -458,7 +539,11 @@ mod tests {
                         };
                         let expected =
                             format!("{}[REDACTED:S]{}", &encoded[..first], &encoded[end..]);
-                        assert_eq!(r.redact(&encoded), expected, "{secret:?} after {prefix} bytes, {encoded}");
+                        assert_eq!(
+                            r.redact(&encoded),
+                            expected,
+                            "{secret:?} after {prefix} bytes, {encoded}"
+                        );
                     }
                 }
             }
@@ -475,6 +560,15 @@ mod tests {
             r.redact(url),
             "https://h.example/cb?token=[REDACTED:GITHUB_TOKEN]&next=1"
         );
+        // A value with few punctuation characters: any of them kept, the others encoded.
+        let r = Redactor::new([("T", "tok/en+val:ue12")]);
+        for form in [
+            "tok%2Fen%2Bval:ue12",
+            "tok/en%2bval%3aue12",
+            "tok%2Fen+val%3Aue12",
+        ] {
+            assert_eq!(r.redact(&format!("={form}&")), "=[REDACTED:T]&", "{form}");
+        }
     }
 
     /// Every form of both values, one a line, in a stream cut at every size: what comes out
@@ -494,7 +588,10 @@ mod tests {
             text.push('\n');
         }
         let whole = r.redact(&text).into_owned();
-        assert_eq!(whole.matches("[REDACTED:").count(), AWS_FORMS.len() + GITHUB_FORMS.len() + 2);
+        assert_eq!(
+            whole.matches("[REDACTED:").count(),
+            AWS_FORMS.len() + GITHUB_FORMS.len() + 2
+        );
         for size in [1, 2, 3, 5, 7, 16, 63, 64, 65, 100, 1000] {
             let out = streamed(&r, text.as_bytes(), size);
             assert_eq!(out, whole, "chunk size {size}");
@@ -506,10 +603,86 @@ mod tests {
 
     #[test]
     fn names_once_each_in_order() {
-        let r = Redactor::new([("B_TOKEN", "same-value-1"), ("A_KEY", "other-value"), ("C_KEY", "same-value-1")]);
+        let r = Redactor::new([
+            ("B_TOKEN", "same-value-1"),
+            ("A_KEY", "other-value"),
+            ("C_KEY", "same-value-1"),
+        ]);
         assert_eq!(r.names(), ["A_KEY", "B_TOKEN", "C_KEY"]);
         assert_eq!(r.redact("same-value-1"), "[REDACTED:B_TOKEN]");
         assert!(!format!("{r:?}").contains("value"));
+    }
+
+    /// A PEM key (kilobytes, several lines), the bytes from a fixed xorshift.
+    fn pem_key() -> String {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let der: Vec<u8> = (0..1200)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let body = STANDARD.encode(der);
+        let lines: Vec<&str> = body
+            .as_bytes()
+            .chunks(64)
+            .map(|l| std::str::from_utf8(l).unwrap())
+            .collect();
+        format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----",
+            lines.join("\n")
+        )
+    }
+
+    /// Replaced piece by piece, a long value still gives one marker in each form, and a
+    /// stream holds back a few hundred bytes, not three times the value.
+    #[test]
+    fn a_long_value_gives_one_marker_in_each_form() {
+        let key = pem_key();
+        let r = Redactor::new([("SSH_KEY", key.as_str())]);
+        assert!(
+            r.longest <= 3 * (MAX_PIECE + MIN_SECRET_LEN),
+            "{}",
+            r.longest
+        );
+        let every_byte: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
+        for form in [
+            key.clone(),
+            hex::encode(&key),
+            hex::encode_upper(&key),
+            STANDARD.encode(&key),
+            URL_SAFE_NO_PAD.encode(&key),
+            every_byte,
+            serde_json::to_string(&key)
+                .unwrap()
+                .trim_matches('"')
+                .to_string(),
+        ] {
+            let text = format!("<{form}>");
+            assert_eq!(r.redact(&text), "<[REDACTED:SSH_KEY]>", "{form}");
+            for size in [1, 7, 64, 200, 4096] {
+                assert_eq!(streamed(&r, text.as_bytes(), size), "<[REDACTED:SSH_KEY]>");
+            }
+        }
+        // Not aligned inside a longer base64 text: a character between two pieces stays.
+        let pieces = key.len().div_ceil(MAX_PIECE);
+        for prefix in 1..3 {
+            let mut stream = vec![0xfbu8; prefix];
+            stream.extend_from_slice(key.as_bytes());
+            stream.extend_from_slice(b"~tail");
+            let encoded = STANDARD.encode(&stream);
+            let first = (8 * prefix).div_ceil(6);
+            let end = 8 * (prefix + key.len()) / 6;
+            let out = r.redact(&encoded);
+            let middle = out
+                .strip_prefix(&encoded[..first])
+                .and_then(|o| o.strip_suffix(&encoded[end..]))
+                .unwrap_or_else(|| panic!("{out}"));
+            let left = middle.replace("[REDACTED:SSH_KEY]", "");
+            assert!(left.len() < pieces, "{middle}");
+        }
     }
 
     fn streamed(r: &Redactor, text: &[u8], size: usize) -> String {

@@ -67,7 +67,7 @@ fn secrets(
     key_vars.extend(declared.iter().map(String::as_str));
     let mut found = Vec::new();
     for (var, value) in env {
-        if key_vars.contains(var.as_str()) || name_looks_secret(var) {
+        if key_vars.contains(var.as_str()) || (name_looks_secret(var) && !names_a_path(value)) {
             found.push((var.clone(), value.clone()));
         }
         // A base URL is an address, recorded as such; only credentials written into it
@@ -81,6 +81,13 @@ fn secrets(
         }
     }
     found
+}
+
+/// `GOOGLE_APPLICATION_CREDENTIALS=/home/me/key.json`, `SSH_KEY_DIR=/home/me/.ssh`: where a
+/// secret is, not the secret. Replacing a path of the machine would mangle the paths the
+/// records hold (a workspace under it, say).
+fn names_a_path(value: &str) -> bool {
+    value.starts_with('/') && std::path::Path::new(value).exists()
 }
 
 fn name_looks_secret(var: &str) -> bool {
@@ -217,6 +224,7 @@ exit done
                 "postgres://app:db-password@db/app?sslmode=require",
             ),
             ("TOKENIZER_PATH", "/models/tokenizer"),
+            ("SSH_KEY_DIR", "/proc/self"),
             ("HOME", "/home/someone"),
         ]
         .into_iter()

@@ -47,7 +47,7 @@ impl std::fmt::Debug for Redactor {
 
 impl Redactor {
     /// `(variable name, value)` pairs; values shorter than [`MIN_SECRET_LEN`] are ignored.
-    /// Each value is redacted in all the forms [`forms`] lists.
+    /// Each value is redacted in all the forms the module's documentation lists.
     pub fn new<I, N, V>(secrets: I) -> Self
     where
         I: IntoIterator<Item = (N, V)>,
@@ -120,8 +120,8 @@ impl Redactor {
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         match self.redact_bytes(text.as_bytes()) {
             Cow::Borrowed(_) => Cow::Borrowed(text),
-            // Every pattern is ASCII or a whole UTF-8 value, so a match starts and ends on
-            // character boundaries and the result is UTF-8.
+            // Every pattern is ASCII or a piece of a value cut at character boundaries, so
+            // a match starts and ends on character boundaries and the result is UTF-8.
             Cow::Owned(bytes) => Cow::Owned(
                 String::from_utf8(bytes)
                     .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),

@@ -124,10 +124,15 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
         "sk-proj-{:x}-standard-key",
         std::process::id() as u64 * 104_729
     );
+    // Any variable whose name looks secret is redacted too, and a key in hex as well.
+    let github_token = format!("ghp_{:x}0123456789abcdef", std::process::id());
+    let key_hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
     let leak_file = outside.path().join("credentials.txt");
     std::fs::write(
         &leak_file,
-        format!("profile key: {key}\nstandard key: {openai_key}\n"),
+        format!(
+            "profile key: {key}\nstandard key: {openai_key}\nhex: {key_hex}\ntoken: {github_token}\n"
+        ),
     )
     .unwrap();
     let (base_url, bodies) = fake_openai("The model read the output.");
@@ -154,6 +159,7 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
         .args(["--run-id", "leaky"])
         .env(&key_var, &key)
         .env("OPENAI_API_KEY", &openai_key)
+        .env("GITHUB_TOKEN", &github_token)
         .env("SOME_USER_SETTING", "not for tools")
         .output()
         .unwrap();
@@ -211,10 +217,13 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
         .expect("the leak output");
     assert_eq!(
         leak["stdout"],
-        format!("profile key: [REDACTED:{key_var}]\nstandard key: [REDACTED:OPENAI_API_KEY]\n")
+        format!(
+            "profile key: [REDACTED:{key_var}]\nstandard key: [REDACTED:OPENAI_API_KEY]\n\
+             hex: [REDACTED:{key_var}]\ntoken: [REDACTED:GITHUB_TOKEN]\n"
+        )
     );
 
-    for secret in [&key, &openai_key] {
+    for secret in [&key, &openai_key, &key_hex, &github_token] {
         let hits = files_containing(tmp.path(), secret);
         assert!(hits.is_empty(), "the key is in {hits:?}");
         assert!(!stdout.contains(secret.as_str()) && !stderr.contains(secret.as_str()));

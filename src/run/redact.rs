@@ -1,13 +1,14 @@
-//! The run's redactor: the values of the key variables the workflow's provider profiles
-//! name, replaced by `[REDACTED:VAR]` in everything the run records or shows (the
-//! second line of defence; the first is that tools never get these variables).
+//! The run's redactor: every secret `rondo` holds in its environment, replaced by
+//! `[REDACTED:VAR]` (as it is and in its encoded forms, see `rondo_env::Redactor`) in
+//! everything the run records or shows (the second line of defence; the first is that
+//! tools never get these variables).
 //!
 //! Applied where data enters the run or leaves it: tool output as it is captured (in
 //! rondo-env, before the log, the progress lines and the result), LLM replies, the
 //! prompts before they are sent, role results before they reach the state, events,
 //! artifacts, the run record's inputs and exit reason, and the terminal.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rondo_env::Redactor;
 
@@ -17,48 +18,127 @@ use crate::compile::Workflow;
 /// a user's shell often holds all of them.
 const STANDARD_KEY_VARS: &[&str] = &["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"];
 
+/// A variable is taken for a secret when one of its `_`-separated parts (any case) is one
+/// of these: `GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `MY_DB_PASSWORD`, `SOME_API_KEY`.
+/// Whole parts, so `TOKENIZER_PATH` or `MONKEY_BUSINESS` are not. The words `rondo check`
+/// refuses in an input's `env("...")` for the same reason.
+const SECRET_NAME_PARTS: &[&str] = &[
+    "KEY",
+    "KEYS",
+    "APIKEY",
+    "TOKEN",
+    "TOKENS",
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASSWD",
+    "PASS",
+    "CREDENTIAL",
+    "CREDENTIALS",
+];
+
 /// Built once at run start from the environment `rondo` was started with.
 pub fn for_workflow(workflow: &Workflow) -> Redactor {
-    let mut key_vars: BTreeSet<String> = STANDARD_KEY_VARS.iter().map(|s| s.to_string()).collect();
-    let mut url_vars = BTreeSet::new();
-    for p in &workflow.providers {
-        key_vars.extend(p.profile.key_env().map(str::to_string));
-        url_vars.extend(p.profile.base_url_env.clone());
-    }
-    let mut secrets: Vec<(String, String)> = key_vars
-        .into_iter()
-        .filter_map(|var| {
-            let value = std::env::var(&var).ok()?;
-            Some((var, value))
-        })
-        .collect();
-    // A base URL is an address, recorded as such; only credentials written into it are
-    // secret.
-    for var in url_vars {
-        if let Ok(url) = std::env::var(&var) {
-            secrets.extend(url_credentials(&url).into_iter().map(|c| (var.clone(), c)));
-        }
-    }
-    Redactor::new(secrets)
+    for_workflow_with(workflow, &[])
 }
 
-/// The user information (`user:password@`) and the query of a URL.
-fn url_credentials(url: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if let Some((user_info, _)) = authority.rsplit_once('@') {
-        found.push(user_info.to_string());
+/// [`for_workflow`], with the variables the workflow itself marks secret.
+pub fn for_workflow_with(workflow: &Workflow, declared_secret_vars: &[String]) -> Redactor {
+    let env: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    Redactor::new(secrets(workflow, declared_secret_vars, &env))
+}
+
+/// `(variable, value)` of every secret in `env`: the key of every provider profile of the
+/// workflow (used or not) and the standard ones, the variables the workflow marks secret,
+/// every variable whose name looks secret, and the credentials written into URLs.
+fn secrets(
+    workflow: &Workflow,
+    declared: &[String],
+    env: &BTreeMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut key_vars: BTreeSet<&str> = STANDARD_KEY_VARS.iter().copied().collect();
+    let mut url_vars = BTreeSet::new();
+    for p in &workflow.providers {
+        key_vars.extend(p.profile.key_env());
+        url_vars.extend(p.profile.base_url_env.as_deref());
     }
-    if let Some((_, query)) = url.split_once('?') {
-        let query = query.split('#').next().unwrap_or("");
-        found.extend(
-            query
-                .split('&')
-                .filter_map(|pair| pair.split_once('=').map(|(_, v)| v.to_string())),
-        );
+    key_vars.extend(declared.iter().map(String::as_str));
+    let mut found = Vec::new();
+    for (var, value) in env {
+        if key_vars.contains(var.as_str()) || (name_looks_secret(var) && !names_a_path(value)) {
+            found.push((var.clone(), value.clone()));
+        }
+        // A base URL is an address, recorded as such; only credentials written into it
+        // are secret. Any other variable may hold a URL with a password too
+        // (`DATABASE_URL`, `https_proxy`); its query is not taken, as it seldom is one.
+        let credentials = url_credentials(value);
+        if url_vars.contains(var.as_str()) {
+            found.extend(credentials.all().map(|c| (var.clone(), c)));
+        } else if let Some(user_info) = credentials.password_user_info() {
+            found.push((var.clone(), user_info));
+        }
     }
     found
+}
+
+/// `GOOGLE_APPLICATION_CREDENTIALS=/home/me/key.json`, `SSH_KEY_DIR=/home/me/.ssh`: where a
+/// secret is, not the secret. Replacing a path of the machine would mangle the paths the
+/// records hold (a workspace under it, say).
+fn names_a_path(value: &str) -> bool {
+    value.starts_with('/') && std::path::Path::new(value).exists()
+}
+
+fn name_looks_secret(var: &str) -> bool {
+    var.split('_').any(|part| {
+        SECRET_NAME_PARTS
+            .iter()
+            .any(|w| part.eq_ignore_ascii_case(w))
+    })
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct UrlCredentials {
+    /// `user:password` (or a lone token) before the `@` of the authority.
+    user_info: Option<String>,
+    query_values: Vec<String>,
+}
+
+impl UrlCredentials {
+    fn all(self) -> impl Iterator<Item = String> {
+        self.user_info.into_iter().chain(self.query_values)
+    }
+
+    /// The user information when it holds a password (`user:password`).
+    fn password_user_info(self) -> Option<String> {
+        self.user_info.filter(|u| u.contains(':'))
+    }
+}
+
+/// The user information (`user:password@`) and the query values of a URL.
+fn url_credentials(url: &str) -> UrlCredentials {
+    let Some((_, rest)) = url.split_once("://") else {
+        return UrlCredentials::default();
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let user_info = authority.rsplit_once('@').map(|(u, _)| u.to_string());
+    let query_values = url
+        .split_once('?')
+        .map(|(_, query)| {
+            query
+                .split('#')
+                .next()
+                .unwrap_or("")
+                .split('&')
+                .filter_map(|pair| pair.split_once('=').map(|(_, v)| v.to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    UrlCredentials {
+        user_info,
+        query_values,
+    }
 }
 
 #[cfg(test)]
@@ -68,9 +148,103 @@ mod tests {
     #[test]
     fn credentials_in_a_url() {
         assert_eq!(
-            url_credentials("https://bob:s3cret-pass@llm.example/v1?key=abcdefghijk#x"),
+            url_credentials("https://bob:s3cret-pass@llm.example/v1?key=abcdefghijk#x")
+                .all()
+                .collect::<Vec<_>>(),
             vec!["bob:s3cret-pass".to_string(), "abcdefghijk".into()]
         );
-        assert!(url_credentials("http://localhost:11434").is_empty());
+        assert_eq!(
+            url_credentials("http://localhost:11434"),
+            UrlCredentials::default()
+        );
+    }
+
+    #[test]
+    fn names_that_look_secret() {
+        for name in [
+            "GITHUB_TOKEN",
+            "AWS_SECRET_ACCESS_KEY",
+            "MY_DB_PASSWORD",
+            "SOME_API_KEY",
+            "stripe_secret",
+            "Npm_Token",
+            "TOKEN",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+        ] {
+            assert!(name_looks_secret(name), "{name}");
+        }
+        for name in [
+            "TOKENIZER_PATH",
+            "MONKEY",
+            "KEYBOARD",
+            "PATH",
+            "HOME",
+            "PASSAGE",
+        ] {
+            assert!(!name_looks_secret(name), "{name}");
+        }
+    }
+
+    /// Two profiles, one no role uses, each naming its key variable with a plain name.
+    const WORKFLOW: &str = r#"
+workflow w { provider = used }
+provider used {
+  kind = "openai-compatible"
+  model = "m"
+  base_url = "http://127.0.0.1:9/v1"
+  api_key_env = "USED_LLM"
+  base_url_env = "USED_URL"
+}
+provider spare {
+  kind = "openai-compatible"
+  model = "m"
+  base_url = "http://127.0.0.1:9/v1"
+  api_key_env = "SPARE_LLM"
+}
+role a: llm { prompt = "Say hi." output text }
+start -> a
+a -> done
+exit done
+"#;
+
+    #[test]
+    fn every_secret_of_the_environment() {
+        let (workflow, diags) =
+            crate::compile::load(&crate::source::SourceFile::new("w.rondo", WORKFLOW));
+        assert!(!diags.has_errors(), "{diags:?}");
+        let env: BTreeMap<String, String> = [
+            ("USED_LLM", "used-profile-key"),
+            ("SPARE_LLM", "spare-profile-key"),
+            ("USED_URL", "https://u:pw-in-base-url@h/v1?k=query-secret"),
+            ("DEPLOY_HOOK", "declared-secret"),
+            ("GITHUB_TOKEN", "ghp_0123456789"),
+            ("aws_secret_access_key", "wJalrXUtnFEMI"),
+            (
+                "DATABASE_URL",
+                "postgres://app:db-password@db/app?sslmode=require",
+            ),
+            ("TOKENIZER_PATH", "/models/tokenizer"),
+            ("SSH_KEY_DIR", "/proc/self"),
+            ("HOME", "/home/someone"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut found = secrets(&workflow, &["DEPLOY_HOOK".to_string()], &env);
+        found.sort();
+        let expected: Vec<(String, String)> = [
+            ("DATABASE_URL", "app:db-password"),
+            ("DEPLOY_HOOK", "declared-secret"),
+            ("GITHUB_TOKEN", "ghp_0123456789"),
+            ("SPARE_LLM", "spare-profile-key"),
+            ("USED_LLM", "used-profile-key"),
+            ("USED_URL", "query-secret"),
+            ("USED_URL", "u:pw-in-base-url"),
+            ("aws_secret_access_key", "wJalrXUtnFEMI"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(found, expected);
     }
 }

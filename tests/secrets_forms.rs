@@ -60,6 +60,7 @@ else:
 const WORKFLOW: &str = r#"
 workflow forms {
   prompts = "prompts"
+  secret_env = ["SHOP_SIGNING_CONF"]
   input note: string
 }
 // Named by no role: its key is redacted all the same.
@@ -120,6 +121,8 @@ fn fake_secrets() -> BTreeMap<&'static str, String> {
         ),
         ("MY_DB_PASSWORD", format!("p@ss w0rd!&=#%/{tag}\"\\~")),
         ("SPARE_LLM_AUTH", format!("spare-profile-{tag}-credential")),
+        // A name that does not look secret, marked so by the workflow's `secret_env`.
+        ("SHOP_SIGNING_CONF", format!("shop-conf-{tag}-signing")),
     ])
 }
 

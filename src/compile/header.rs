@@ -89,6 +89,7 @@ impl Compiler<'_> {
                 "script",
                 "finally",
                 "durable",
+                "secret_env",
             ],
             "the workflow header",
         );
@@ -120,6 +121,12 @@ impl Compiler<'_> {
             match env_name_problem(&var, span) {
                 Some(diag) => diags.push(diag),
                 None => self.workflow.default_provider_env = Some(var),
+            }
+        }
+        for (var, span) in attrs.string_list("secret_env", diags).unwrap_or_default() {
+            match env_name_syntax_problem(&var, span) {
+                Some(diag) => diags.push(diag),
+                None => self.workflow.secret_env.push(var),
             }
         }
         // Read by `plugin_tools` (imports), before the roles that list `plugins`.
@@ -293,6 +300,21 @@ fn env_default(e: &Expr) -> Option<Result<(String, Option<&Expr>), Diagnostic>> 
 /// Why `var` cannot be read into the workflow: not a variable name, or one that holds a
 /// secret (keys stay in the environment; only `api_key_env` names them).
 fn env_name_problem(var: &str, span: crate::source::Span) -> Option<Diagnostic> {
+    if let Some(diag) = env_name_syntax_problem(var, span) {
+        return Some(diag);
+    }
+    rondo_env::name_looks_secret(var).then(|| {
+        Diagnostic::error(
+            Code::InputSecretEnv,
+            format!("`{var}` looks like a secret; its value would be recorded with the run"),
+        )
+        .label(span, "a key, token or password")
+        .help("secrets stay in the environment: a provider names its key with `api_key_env`")
+    })
+}
+
+/// Why `var` is not an environment variable's name.
+fn env_name_syntax_problem(var: &str, span: crate::source::Span) -> Option<Diagnostic> {
     let valid = var
         .chars()
         .next()
@@ -308,30 +330,7 @@ fn env_name_problem(var: &str, span: crate::source::Span) -> Option<Diagnostic> 
             .help("e.g. \"TRACES_DIR\""),
         );
     }
-    let upper = var.to_ascii_uppercase();
-    const SECRET_WORDS: &[&str] = &[
-        "KEY",
-        "KEYS",
-        "APIKEY",
-        "TOKEN",
-        "TOKENS",
-        "SECRET",
-        "SECRETS",
-        "PASSWORD",
-        "PASSWD",
-        "PASS",
-        "CREDENTIAL",
-        "CREDENTIALS",
-    ];
-    let secret = upper.split('_').any(|part| SECRET_WORDS.contains(&part));
-    secret.then(|| {
-        Diagnostic::error(
-            Code::InputSecretEnv,
-            format!("`{var}` looks like a secret; its value would be recorded with the run"),
-        )
-        .label(span, "a key, token or password")
-        .help("secrets stay in the environment: a provider names its key with `api_key_env`")
-    })
+    None
 }
 
 /// `input NAME: path` (or `path?`): a string naming a file or folder of the host.

@@ -131,6 +131,7 @@ impl<'f> Compiler<'f> {
                 providers: Vec::new(),
                 default_provider: 0,
                 default_provider_env: None,
+                secret_env: Vec::new(),
                 tools: Vec::new(),
                 environments: Vec::new(),
                 graph,

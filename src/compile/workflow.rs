@@ -37,6 +37,10 @@ pub struct Workflow {
     /// instead (`provider_env = "LLM_PROVIDER"`); read when a run starts.
     #[serde(default)]
     pub default_provider_env: Option<String>,
+    /// `secret_env = ["DB_PASSWORD"]`: variables redacted from everything the run records,
+    /// beside the keys of the profiles and the names that look secret.
+    #[serde(default)]
+    pub secret_env: Vec<String>,
     pub tools: Vec<Tool>,
     pub environments: Vec<EnvSpec>,
     pub graph: DiGraph<Node, Edge>,

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rondo_env::Redactor;
+use rondo_env::{Redactor, name_looks_secret};
 
 use crate::compile::Workflow;
 
@@ -18,28 +18,9 @@ use crate::compile::Workflow;
 /// a user's shell often holds all of them.
 const STANDARD_KEY_VARS: &[&str] = &["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"];
 
-/// A variable is taken for a secret when one of its `_`-separated parts (any case) is one
-/// of these: `GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `MY_DB_PASSWORD`, `SOME_API_KEY`.
-/// Whole parts, so `TOKENIZER_PATH` or `MONKEY_BUSINESS` are not. The words `rondo check`
-/// refuses in an input's `env("...")` for the same reason.
-const SECRET_NAME_PARTS: &[&str] = &[
-    "KEY",
-    "KEYS",
-    "APIKEY",
-    "TOKEN",
-    "TOKENS",
-    "SECRET",
-    "SECRETS",
-    "PASSWORD",
-    "PASSWD",
-    "PASS",
-    "CREDENTIAL",
-    "CREDENTIALS",
-];
-
 /// Built once at run start from the environment `rondo` was started with.
 pub fn for_workflow(workflow: &Workflow) -> Redactor {
-    for_workflow_with(workflow, &[])
+    for_workflow_with(workflow, &workflow.secret_env)
 }
 
 /// [`for_workflow`], with the variables the workflow itself marks secret.
@@ -88,14 +69,6 @@ fn secrets(
 /// records hold (a workspace under it, say).
 fn names_a_path(value: &str) -> bool {
     value.starts_with('/') && std::path::Path::new(value).exists()
-}
-
-fn name_looks_secret(var: &str) -> bool {
-    var.split('_').any(|part| {
-        SECRET_NAME_PARTS
-            .iter()
-            .any(|w| part.eq_ignore_ascii_case(w))
-    })
 }
 
 #[derive(Debug, Default, PartialEq)]

@@ -26,7 +26,7 @@ pub use exec::{
     head_tail_lines, shell_quote, truncate_for_prompt,
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
-pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor};
+pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};
 

@@ -426,6 +426,34 @@ fn percent_encode(value: &[u8], upper: bool, literal: impl Fn(u8) -> Option<u8>)
     out
 }
 
+/// A variable is taken for a secret when one of its `_`-separated parts (any case) is one
+/// of these: `GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `MY_DB_PASSWORD`, `SOME_API_KEY`.
+/// Whole parts, so `TOKENIZER_PATH` or `MONKEY_BUSINESS` are not. The words `rondo check`
+/// refuses in an input's `env("...")` for the same reason.
+const SECRET_NAME_PARTS: &[&str] = &[
+    "KEY",
+    "KEYS",
+    "APIKEY",
+    "TOKEN",
+    "TOKENS",
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASSWD",
+    "PASS",
+    "CREDENTIAL",
+    "CREDENTIALS",
+];
+
+/// Whether an environment variable's name says it holds a secret (see [`SECRET_NAME_PARTS`]).
+pub fn name_looks_secret(var: &str) -> bool {
+    var.split('_').any(|part| {
+        SECRET_NAME_PARTS
+            .iter()
+            .any(|w| part.eq_ignore_ascii_case(w))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,19 +33,19 @@ trap summary EXIT
 
 # Cargo's progress bar (units built / total, the crates in progress) is drawn on one line
 # with carriage returns; this turns it into plain lines: each `Compiling` line gets the
-# elapsed time and the count, and 30 s without output get a line saying what is building.
+# elapsed time and the count, and 30 s without such a line get one saying what is building.
 cargo_progress() {
-  local chunk pending="" status bar line count="" doing=""
+  local chunk pending="" status bar line count="" doing="" printed=$SECONDS
   while true; do
     status=0
     IFS= read -r -t 30 -d $'\r' chunk || status=$?
     if ((status > 128)); then
       pending+=$chunk
-      if [[ -n $count ]]; then printf '    Building %s: %s  [%ds]\n' "$count" "$doing" "$SECONDS"; fi
-      continue
+      chunk=""
+    else
+      chunk=$pending$chunk
+      pending=""
     fi
-    chunk=$pending$chunk
-    pending=""
     bar=${chunk##*$'\n'}
     if [[ $chunk == *$'\n'* ]]; then chunk=${chunk%$'\n'*}; else chunk=""; fi
     if [[ -n $bar && $bar != *"Building ["* ]]; then
@@ -64,8 +64,12 @@ cargo_progress() {
           printf '%s\n' "$line"
         fi
       done <<<"$chunk"
+      printed=$SECONDS
+    elif [[ -n $count ]] && ((SECONDS - printed >= 30)); then
+      printf '    Building %s: %s  [%ds]\n' "$count" "$doing" "$SECONDS"
+      printed=$SECONDS
     fi
-    ((status == 0)) || break
+    ((status == 0 || status > 128)) || break
   done
 }
 

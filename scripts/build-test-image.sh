@@ -18,24 +18,27 @@ if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; th
   exit 0
 fi
 
-if ! command -v debootstrap >/dev/null 2>&1; then
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq debootstrap
-fi
+command -v debootstrap >/dev/null 2>&1 || bash "$(dirname "$0")/apt-install.sh" debootstrap
 
 start=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/rondo-rootfs.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 rootfs="$work/rootfs"
 
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$MIRROR"
+echo "debootstrap $SUITE from $MIRROR into $rootfs"
+# A download that fails is tried once more, into a fresh folder.
+if ! debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$MIRROR"; then
+  echo "debootstrap failed after $(( $(date +%s) - start ))s; trying once more"
+  rootfs="$work/rootfs-again"
+  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$MIRROR"
+fi
 
 # Keep the image small: package caches and docs are not needed at run time.
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* \
   "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/locale/*
 mkdir -p "$rootfs/tools" "$rootfs/opt/envs" "$rootfs/work"
 
+echo "importing $(du -sm "$rootfs" | cut -f1) MB into docker as $IMAGE ($(( $(date +%s) - start ))s so far)"
 tar -C "$rootfs" -c . | docker import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'WORKDIR /work' \

@@ -1,9 +1,85 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what the tests need (Debian packages,
 # the locally built Docker test image), then runs every test. `.ci/run` calls this.
+# Each phase starts with a `==> [elapsed] name` line; the last lines give each phase's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+phases=()
+phase_name=""
+phase_start=$SECONDS
+
+end_phase() {
+  if [[ -n $phase_name ]]; then
+    phases+=("$(printf '%5ds  %s' "$((SECONDS - phase_start))" "$phase_name")")
+  fi
+  phase_name=""
+}
+
+phase() {
+  end_phase
+  phase_name=$1
+  phase_start=$SECONDS
+  printf '\n==> [%4ds] %s\n' "$SECONDS" "$1" >&2
+}
+
+summary() {
+  local rc=$?
+  end_phase
+  printf '\n==> [%4ds] %s; time per phase:\n' "$SECONDS" "$( ((rc == 0)) && echo done || echo "failed ($rc)")" >&2
+  printf '%s\n' "${phases[@]}" >&2
+}
+trap summary EXIT
+
+# Cargo's progress bar (units built / total, the crates in progress) is drawn on one line
+# with carriage returns; this turns it into plain lines: each `Compiling` line gets the
+# elapsed time and the count, and 30 s without such a line get one saying what is building.
+cargo_progress() {
+  local chunk pending="" status bar line count="" doing="" printed=$SECONDS
+  while true; do
+    status=0
+    IFS= read -r -t 30 -d $'\r' chunk || status=$?
+    if ((status > 128)); then
+      pending+=$chunk
+      chunk=""
+    else
+      chunk=$pending$chunk
+      pending=""
+    fi
+    bar=${chunk##*$'\n'}
+    if [[ $chunk == *$'\n'* ]]; then chunk=${chunk%$'\n'*}; else chunk=""; fi
+    if [[ -n $bar && $bar != *"Building ["* ]]; then
+      chunk+=${chunk:+$'\n'}$bar
+      bar=""
+    fi
+    if [[ $bar =~ \]\ ([0-9]+/[0-9]+):\ (.*[^ ]) ]]; then
+      count=${BASH_REMATCH[1]}
+      doing=${BASH_REMATCH[2]}
+    fi
+    if [[ -n $chunk ]]; then
+      while IFS= read -r line; do
+        if [[ $line == *"Compiling "* ]]; then
+          printf '%s  [%ds%s]\n' "$line" "$SECONDS" "${count:+, $count}"
+        else
+          printf '%s\n' "$line"
+        fi
+      done <<<"$chunk"
+      printed=$SECONDS
+    elif [[ -n $count ]] && ((SECONDS - printed >= 30)); then
+      printf '    Building %s: %s  [%ds]\n' "$count" "$doing" "$SECONDS"
+      printed=$SECONDS
+    fi
+    ((status == 0 || status > 128)) || break
+  done
+}
+
+# Cargo with its progress shown as lines, whatever stderr is (cargo's status if it fails).
+cargo_shown() {
+  { CARGO_TERM_PROGRESS_WHEN=always CARGO_TERM_PROGRESS_WIDTH=160 cargo "$@" 2>&1 1>&3 3>&- |
+    cargo_progress >&2; } 3>&1
+}
+
+phase "Debian packages"
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
 # The viewer tests (tests/viewer.rs) run the page in a headless Chromium.
@@ -15,16 +91,23 @@ command -v go >/dev/null 2>&1 || need+=(golang-go)
 # needs the `wheel` wheel there to build a tool.
 compgen -G "/usr/share/python-wheels/wheel-*.whl" >/dev/null || need+=(python3-wheel-whl)
 if ((${#need[@]})); then
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq "${need[@]}"
+  echo "installing ${need[*]}" >&2
+  bash scripts/apt-install.sh "${need[@]}"
+else
+  echo "all present" >&2
 fi
 
 # The Docker tests need the local base image (no registry is reachable).
+phase "Docker test image"
 bash scripts/build-test-image.sh
 
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-cargo build --workspace --quiet
+phase "build (cargo build --workspace)"
+cargo_shown build --workspace
+phase "test build (cargo test --workspace --no-run)"
+cargo_shown test --workspace --no-run
+phase "tests (cargo test --workspace)"
 cargo test --workspace
 # The `test` blocks inside the five reference workflows.
-./target/debug/rondo test workflows/*.rondo
+phase "workflow tests (rondo test workflows/*.rondo)"
+"${CARGO_TARGET_DIR:-target}/debug/rondo" test workflows/*.rondo

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates the engine-overhead workloads in the Rondo language, equivalent to
-../shared/bench/langgraph/bench_langgraph.py's `chain` and `loop`.
+bench/langgraph/bench_langgraph.py's `chain` and `loop`.
 
   chain/chain.rondo        200 builtin roles in a line, each `set counter = memory.counter + 1`
   loop/loop.rondo          planner -> coder -> verifier (builtin), back to planner while

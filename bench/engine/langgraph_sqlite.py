@@ -5,7 +5,7 @@ checkpoint is committed before the next step runs, as Rondo's journal is). Same 
 bench_langgraph.py: a fresh process, one untimed warm-up, --repeats timed runs; one JSON
 line. The graph is bench_langgraph.py's `build_loop`, compiled with the checkpointer.
 
-  langgraph_sqlite.py --lg-dir ../shared/bench/langgraph --tmp /tmp/x [--repeats 3]
+  langgraph_sqlite.py --lg-dir bench/langgraph --tmp /tmp/x [--repeats 3]
       [--durability sync|async|exit]
 """
 import argparse

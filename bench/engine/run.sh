@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Engine overhead, side by side with LangGraph in one run (issue 3).
 #   bench/engine/run.sh [--repeats N] [--port P] [--hyperfine-runs N]
-# 1. sets up the LangGraph venv if missing (as ../shared/bench/langgraph/README.md says),
+# 1. sets up the LangGraph venv if missing (as bench/langgraph/README.md says),
 # 2. regenerates and checks the Rondo workloads (gen.py, `rondo check`),
 # 3. builds `rondo` and examples/bench_engine (release),
 # 4. runs LangGraph's chain,loop (bench_langgraph.py, each workload in a fresh child),
@@ -14,7 +14,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 HERE="$ROOT/bench/engine"
-LG="${LG_DIR:-$ROOT/../shared/bench/langgraph}"
+LG="${LG_DIR:-$ROOT/bench/langgraph}"
 VENV="${LG_VENV:-/tmp/lg-venv}"
 PORT=8791          # bench_langgraph.py starts its fake servers on PORT and PORT+1
 REPEATS=3

@@ -4,7 +4,7 @@
   summarize.py RONDO.jsonl LANGGRAPH.jsonl [HYPERFINE.json] [TIME_RSS_KB] [LG_SQLITE.jsonl]
 
 RONDO.jsonl comes from examples/bench_engine.rs, LANGGRAPH.jsonl from
-../shared/bench/langgraph/bench_langgraph.py --workloads chain,loop, HYPERFINE.json from
+bench/langgraph/bench_langgraph.py --workloads chain,loop, HYPERFINE.json from
 `hyperfine --export-json` of `rondo run` (loop), TIME_RSS_KB is /usr/bin/time's %M of it.
 """
 import json

@@ -4,7 +4,7 @@
 #   bench/eval/run.sh [--cases N] [--concurrency C] [--port P]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-LG="${LG_DIR:-$ROOT/../shared/bench/langgraph}"
+LG="${LG_DIR:-$ROOT/bench/langgraph}"
 CASES=1000
 CONC=50
 PORT=8795

@@ -5,7 +5,7 @@
 # LangGraph's fanout/llm_seq (their own script, --no-server) and ours, then prints a table.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-LG="${LG_DIR:-$ROOT/../shared/bench/langgraph}"
+LG="${LG_DIR:-$ROOT/bench/langgraph}"
 VENV="${LG_VENV:-/tmp/lg-venv}"
 PORT=8765
 REPEATS=3

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `rondo serve` under load (issue 16): 1,000 POST /ask from 100 concurrent clients on
-# one-call runs against ../shared/bench/langgraph/fake_llm.py at 100 ms.
+# one-call runs against bench/langgraph/fake_llm.py at 100 ms.
 #   bench/serve/run.sh [--rounds N] [--requests N] [--clients N]
 # Builds rondo (release), starts the fake server and `rondo serve --concurrency 100`, runs
 # load.py ROUNDS times (a fresh run directory each), and prints each round's JSON line
@@ -8,7 +8,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 HERE="$ROOT/bench/serve"
-FAKE="${FAKE_LLM:-$ROOT/../shared/bench/langgraph/fake_llm.py}"
+FAKE="${FAKE_LLM:-$ROOT/bench/langgraph/fake_llm.py}"
 ROUNDS=3 REQUESTS=1000 CLIENTS=100 LLM_PORT=8795 PORT=8796
 while [ $# -gt 0 ]; do
   case "$1" in

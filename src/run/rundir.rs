@@ -539,7 +539,7 @@ impl RunDir {
         for name in std::mem::take(&mut self.unsynced) {
             self.workspace
                 .sync(&name)
-                .map_err(|e| naming(&format!("{WORKSPACE_DIR}/{name}"), e))?;
+                .map_err(|e| naming(&format!("artifact {name}"), e))?;
         }
         let events_len = self.events.get_ref().metadata()?.len();
         state.file_lengths.insert(JOURNAL.into(), events_len);

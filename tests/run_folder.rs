@@ -143,12 +143,7 @@ fn wait_at(child: &Child, gate: &Path) -> (File, std::thread::JoinHandle<()>) {
         // its owner.
         unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PID,
-                pid,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            );
+            libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT);
         }
         let _reader = OpenOptions::new()
             .read(true)
@@ -212,7 +207,11 @@ fn assert_unchanged(dir: &Path, before: &BTreeMap<String, Vec<u8>>, what: &str) 
         .chain(after.keys())
         .filter(|k| before.get(*k) != after.get(*k))
         .collect();
-    assert!(changed.is_empty(), "{what}: {} changed: {changed:?}", dir.display());
+    assert!(
+        changed.is_empty(),
+        "{what}: {} changed: {changed:?}",
+        dir.display()
+    );
 }
 
 fn read(path: impl AsRef<Path>) -> String {
@@ -260,11 +259,7 @@ fn a_moved_run_resumes_where_it_is_now() {
     let info = json(moved.join("run.json"));
     assert_eq!(info["exit"], "success");
     assert_eq!(info["workspace"], "workspace");
-    let replay = rondo()
-        .args(["replay"])
-        .arg(&moved)
-        .output()
-        .unwrap();
+    let replay = rondo().args(["replay"]).arg(&moved).output().unwrap();
     assert_exit(&replay, 0);
     assert!(String::from_utf8_lossy(&replay.stdout).contains("resumed at step 0"));
 }
@@ -367,7 +362,10 @@ fn an_outside_workspace_holding_another_runs_records_is_refused() {
     assert_eq!(info["outside_workspace"], true);
     assert_eq!(
         info["workspace"],
-        std::fs::canonicalize(&project).unwrap().display().to_string()
+        std::fs::canonicalize(&project)
+            .unwrap()
+            .display()
+            .to_string()
     );
     let elsewhere = tmp.path().join("elsewhere/x");
     std::fs::create_dir_all(elsewhere.parent().unwrap()).unwrap();
@@ -419,9 +417,59 @@ fn an_outside_workspace_holding_another_runs_records_is_refused() {
     let third = Gate::new(tmp.path(), "third", &[2]);
     let out = resume_through(tmp.path(), &original, &third, 2);
     assert_exit(&out, 0);
-    assert!(stderr(&out).contains("works in the outside folder"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("works in the outside folder"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(read(project.join("out.txt")), "go\n");
     assert_eq!(json(original.join("run.json"))["exit"], "success");
+}
+
+/// `run.json` files written before relative paths recorded every workspace by absolute
+/// path, and had no `run_uid` nor `outside_workspace`: they still resume. A run's own
+/// workspace is found in the folder where it is now (it was moved here), a `--workspace`
+/// run's in the folder its records lie in.
+#[test]
+fn an_old_run_json_with_an_absolute_workspace_still_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    workflow(tmp.path());
+    let gate = Gate::new(tmp.path(), "gate", &[1, 2]);
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let outside = Gate::new(tmp.path(), "outside", &[1, 2]);
+    kill_mid_step(
+        run_cmd(tmp.path(), &gate, &["--run-dir", "runs", "--run-id", "r"]),
+        &gate,
+        1,
+    );
+    let ws = ["--workspace", project.to_str().unwrap(), "--run-id", "x"];
+    kill_mid_step(run_cmd(tmp.path(), &outside, &ws), &outside, 1);
+    let own = tmp.path().join("runs/r");
+    let system = project.join(".rondo/runs/x");
+    for (dir, workspace) in [
+        (&own, std::fs::canonicalize(own.join("workspace")).unwrap()),
+        (&system, std::fs::canonicalize(&project).unwrap()),
+    ] {
+        let mut info = json(dir.join("run.json"));
+        let fields = info.as_object_mut().unwrap();
+        fields.remove("run_uid");
+        fields.remove("outside_workspace");
+        fields.insert("workspace".into(), json!(workspace));
+        std::fs::write(dir.join("run.json"), info.to_string()).unwrap();
+    }
+    let moved = tmp.path().join("moved/r");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::rename(&own, &moved).unwrap();
+
+    let out = resume_through(tmp.path(), &moved, &gate, 2);
+    assert_exit(&out, 0);
+    assert!(!own.exists(), "the resume wrote into the old place");
+    assert_eq!(read(moved.join("workspace/out.txt")), "go\n");
+    let out = resume_through(tmp.path(), &system, &outside, 2);
+    assert_exit(&out, 0);
+    assert_eq!(read(project.join("out.txt")), "go\n");
+    assert_eq!(json(system.join("run.json"))["exit"], "success");
 }
 
 /// A crashed run of the gated workflow, for tests that damage its records: `runs/r`, its
@@ -635,7 +683,10 @@ fn a_taken_run_id_gives_advice_that_leads_somewhere() {
     assert_exit(&out, 2);
     let text = stderr(&out);
     assert!(text.contains("not finished"), "{text}");
-    assert!(text.contains("`rondo resume runs/r` continues it"), "{text}");
+    assert!(
+        text.contains("`rondo resume runs/r` continues it"),
+        "{text}"
+    );
 
     let gate = Gate::new(tmp.path(), "done", &[1]);
     let opened = gate.open(1);
@@ -717,7 +768,8 @@ fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
     assert_eq!(read(system.join("workspace/out.txt")), "go\n");
 
     let mut list = rondo();
-    list.current_dir(tmp.path()).args(["runs", "--run-dir", "runs"]);
+    list.current_dir(tmp.path())
+        .args(["runs", "--run-dir", "runs"]);
     as_user(&mut list);
     let listed = list.output().unwrap();
     assert_exit(&listed, 0);
@@ -731,7 +783,10 @@ fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
     // The step is in the journal: the resume ends the run, running nothing (the gate of a
     // second attempt does not exist).
     let mut again = rondo();
-    again.current_dir(tmp.path()).args(["resume", "-q"]).arg(&system);
+    again
+        .current_dir(tmp.path())
+        .args(["resume", "-q"])
+        .arg(&system);
     as_user(&mut again);
     let out = again.output().unwrap();
     assert_exit(&out, 0);

@@ -125,7 +125,9 @@ impl Layout {
         if !info.outside_workspace && names_own_workspace(system, recorded) {
             return Ok(at(system.join(WORKSPACE_DIR)));
         }
-        Ok(at(enclosing_workspace(system).unwrap_or_else(|| recorded.clone())))
+        Ok(at(
+            enclosing_workspace(system).unwrap_or_else(|| recorded.clone())
+        ))
     }
 }
 
@@ -171,8 +173,7 @@ pub fn check_outside_workspace(
         ));
     }
     let holder = runs_in_workspace(&layout.workspace).join(&info.run_id);
-    if std::fs::symlink_metadata(holder.join("run.json")).is_err() || same_folder(&holder, system)
-    {
+    if std::fs::symlink_metadata(holder.join(RUN_INFO)).is_err() || same_folder(&holder, system) {
         return Ok(());
     }
     let theirs = read_info(&holder).ok();
@@ -302,7 +303,7 @@ const RUN_INFO: &str = "run.json";
 const STATE: &str = "state.json";
 
 /// The run's record files. None is ever reached through a symbolic link.
-pub const RECORDS: [&str; 3] = [RUN_INFO, JOURNAL, STATE];
+const RECORDS: [&str; 3] = [RUN_INFO, JOURNAL, STATE];
 
 /// Largest `run.json` read.
 const MAX_INFO_BYTES: u64 = 64 << 20;
@@ -689,7 +690,13 @@ fn no_run(dir: &Path) -> String {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return format!("{shown} is not a run directory: there is no such folder");
     };
-    let start_up = [JOURNAL, STATE, WORKSPACE_DIR, ".events.jsonl.tmp", ".state.json.tmp"];
+    let start_up = [
+        JOURNAL,
+        STATE,
+        WORKSPACE_DIR,
+        ".events.jsonl.tmp",
+        ".state.json.tmp",
+    ];
     let left_by_start_up = entries
         .flatten()
         .all(|e| start_up.iter().any(|n| e.file_name() == *n));

@@ -155,9 +155,8 @@ impl<'w> Interpreter<'w> {
                 StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
             })?;
             let outside = options.workspace.is_some();
-            let run_uid = rundir::new_run_uid().map_err(|e| {
-                StartError::Setup(format!("cannot draw the run's unique id: {e}"))
-            })?;
+            let run_uid = rundir::new_run_uid()
+                .map_err(|e| StartError::Setup(format!("cannot draw the run's unique id: {e}")))?;
             let info = RunInfo {
                 run_id,
                 workflow: workflow.name.clone(),

@@ -198,7 +198,10 @@ impl RunState {
             if n.index() < nodes {
                 Ok(())
             } else {
-                Err(format!("{what} is node {}, but the workflow has {nodes}", n.index()))
+                Err(format!(
+                    "{what} is node {}, but the workflow has {nodes}",
+                    n.index()
+                ))
             }
         };
         match &self.position {
@@ -213,7 +216,9 @@ impl RunState {
                 let role_of = |i: usize| match workflow.routes.get(*route).map(|r| &r.target) {
                     Some(RouteTarget::Parallel { branches, .. }) => Ok(branches.get(i).copied()),
                     Some(RouteTarget::Map { worker, .. }) => Ok(Some(*worker)),
-                    _ => Err(format!("its position is in route {route}, which does not fork")),
+                    _ => Err(format!(
+                        "its position is in route {route}, which does not fork"
+                    )),
                 };
                 role_of(0)?;
                 for (&i, branch) in done {
@@ -227,11 +232,14 @@ impl RunState {
             }
         }
         if self.visits.len() != nodes {
-            return Err(format!("it counts visits of {} nodes, the workflow has {nodes}", self.visits.len()));
+            return Err(format!(
+                "it counts the visits of {} node(s), the workflow has {nodes}",
+                self.visits.len()
+            ));
         }
         if self.route_taken.len() != workflow.routes.len() {
             return Err(format!(
-                "it counts {} routes, the workflow has {}",
+                "it counts {} route(s), the workflow has {}",
                 self.route_taken.len(),
                 workflow.routes.len()
             ));
@@ -244,25 +252,40 @@ impl RunState {
             ("output_tokens", self.totals.output_tokens),
             ("tool_calls", self.totals.tool_calls),
         ];
-        let lists = self.visits.iter().chain(&self.route_taken).map(|&n| ("a visit or route count", n));
-        if let Some((what, n)) = counts.into_iter().chain(lists).find(|(_, n)| *n > MAX_COUNT) {
+        let lists = self
+            .visits
+            .iter()
+            .chain(&self.route_taken)
+            .map(|&n| ("a visit or route count", n));
+        if let Some((what, n)) = counts
+            .into_iter()
+            .chain(lists)
+            .find(|(_, n)| *n > MAX_COUNT)
+        {
             return Err(format!("{what} is {n}, more than {MAX_COUNT}"));
         }
         if !(0.0..=MAX_COUNT as f64).contains(&self.totals.cost) {
             return Err(format!("its cost {} is out of range", self.totals.cost));
         }
         if let Some(&k) = self.outputs.keys().find(|&&k| k >= nodes) {
-            return Err(format!("it holds an output of node {k}, but the workflow has {nodes}"));
+            return Err(format!(
+                "it holds an output of node {k}, but the workflow has {nodes}"
+            ));
         }
         if let Some(&t) = self.tools_used.iter().find(|&&t| t >= workflow.tools.len()) {
-            return Err(format!("it names tool {t}, but the workflow has {}", workflow.tools.len()));
+            return Err(format!(
+                "it names tool {t}, but the workflow has {}",
+                workflow.tools.len()
+            ));
         }
         let roles: BTreeSet<&str> = workflow
             .roles()
             .map(|(n, _)| workflow.node(n).name.as_str())
             .collect();
         if let Some(name) = self.path.iter().find(|name| !roles.contains(name.as_str())) {
-            return Err(format!("its path names `{name}`, which is not a role of the workflow"));
+            return Err(format!(
+                "its path names `{name}`, which is not a role of the workflow"
+            ));
         }
         if self.inputs.len() != workflow.inputs.len() {
             return Err(format!(
@@ -273,7 +296,11 @@ impl RunState {
         }
         for (input, value) in workflow.inputs.iter().zip(&self.inputs) {
             if !has_shape(&input.ty, value) {
-                return Err(format!("input `{}` is not a {}", input.name, input.ty.display()));
+                return Err(format!(
+                    "input `{}` is not a {}",
+                    input.name,
+                    input.ty.display()
+                ));
             }
         }
         for (slot, value) in workflow.memory.iter().zip(&self.memory) {
@@ -295,7 +322,9 @@ impl RunState {
                     .and_then(|id| workflow.inputs.get(id))
                     .is_some_and(|input| input.artifact_root);
             if !known {
-                return Err(format!("it records the length of {key:?}, which is no file of the run"));
+                return Err(format!(
+                    "it records the length of {key:?}, which is no file of the run"
+                ));
             }
         }
         Ok(())

@@ -499,6 +499,9 @@ fn copy_of(dir: &Path, name: &str) -> PathBuf {
     copy
 }
 
+/// A change to a checkpoint: edits it in place, or gives the whole new text.
+type Edit = Box<dyn Fn(&mut Value) -> Option<String>>;
+
 /// A hand-edited or damaged `state.json` is refused with a clear error (exit 2, no panic)
 /// before anything is written: the journal, the checkpoint and the workspace are byte for
 /// byte as they were. (Wrong indices and huge counts used to panic after the journal had
@@ -510,7 +513,7 @@ fn a_damaged_checkpoint_is_refused_before_anything_is_written() {
     let state: Value = json(pristine.join("state.json"));
     let nodes = state["visits"].as_array().unwrap().len();
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    let edits: Vec<(&str, Box<dyn Fn(&mut Value) -> Option<String>>)> = vec![
+    let edits: Vec<(&str, Edit)> = vec![
         ("not JSON", Box::new(|_| Some("{\"step\": 1,".into()))),
         (
             "a node that does not exist",

@@ -686,6 +686,14 @@ fn cmd_resume(run_path: &std::path::Path, options: RunOptions) -> i32 {
         Ok(w) => w,
         Err(code) => return code,
     };
+    let workspace = run::rundir::Layout::of(run_path, &info).workspace;
+    if !workspace.starts_with(run_path) {
+        errln!(
+            "note: run {} works in the outside folder {} (its --workspace), not in its run folder",
+            info.run_id,
+            workspace.display()
+        );
+    }
     runtime().block_on(async {
         match Interpreter::resume(&workflow, run_path, &options) {
             Ok((interp, state)) => report_outcome(
@@ -752,11 +760,11 @@ fn cmd_runs(root: &std::path::Path) -> i32 {
         outln!("no runs in {}", root.display());
         return 0;
     };
-    let mut rows: Vec<run::rundir::RunInfo> = entries
+    let mut rows: Vec<(PathBuf, run::rundir::RunInfo)> = entries
         .flatten()
-        .filter_map(|e| run::rundir::read_info(&e.path()).ok())
+        .filter_map(|e| Some((e.path(), run::rundir::read_info(&e.path()).ok()?)))
         .collect();
-    rows.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+    rows.sort_by(|a, b| a.1.started_at.cmp(&b.1.started_at));
     outln!(
         "{:<28} {:<14} {:<12} {:<12} {:>6} {:>9}  started",
         "run",
@@ -766,8 +774,8 @@ fn cmd_runs(root: &std::path::Path) -> i32 {
         "steps",
         "tokens"
     );
-    for info in rows {
-        let steps = run::rundir::read_checkpoint(&root.join(&info.run_id))
+    for (dir, info) in rows {
+        let steps = run::rundir::read_checkpoint(&dir)
             .ok()
             .and_then(|s| s["step"].as_u64())
             .unwrap_or(0);

@@ -36,7 +36,10 @@ impl Durable {
             return None;
         }
         let system = layout.workspace.join(rondo_workspace::SYSTEM_DIR);
-        if !layout.system.starts_with(&system) {
+        // Compared as the kernel resolves them: the run folder may be named relatively or
+        // through a link, and a resumed run's workspace is found from where it lies.
+        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        if !real(&layout.system).starts_with(real(&system)) {
             return None;
         }
         Some(Durable {

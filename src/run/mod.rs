@@ -173,6 +173,8 @@ pub struct Interpreter<'w> {
     durable: Option<durable::Durable>,
     /// Each demos-taking llm role's demos (node index), read when the run starts.
     demos: HashMap<usize, Value>,
+    /// The first failed write to the journal: the next checkpoint ends the run with it.
+    unrecorded: Option<String>,
 }
 
 enum Flow {
@@ -209,6 +211,15 @@ enum StepError {
     Limit(String),
 }
 
+impl StepError {
+    fn message(&self) -> &str {
+        match self {
+            StepError::Failed(m) | StepError::Limit(m) => m,
+            StepError::Interrupted => "interrupted",
+        }
+    }
+}
+
 impl<'w> Interpreter<'w> {
     /// A handle that stops the run at the next opportunity (Ctrl-C).
     pub fn interrupter(&self) -> (Arc<AtomicBool>, Arc<Notify>) {
@@ -239,6 +250,7 @@ impl<'w> Interpreter<'w> {
         if let Err(e) = written {
             self.reporter
                 .warn(&format!("cannot write events.jsonl: {e}"));
+            self.unrecorded.get_or_insert(format!("events.jsonl: {e}"));
         }
     }
 
@@ -247,15 +259,25 @@ impl<'w> Interpreter<'w> {
         state.elapsed_ms + self.started.elapsed().as_millis() as u64
     }
 
-    fn checkpoint(&mut self, state: &mut RunState) {
+    /// Makes the step durable. A record that cannot be written ends the run at `error`
+    /// at once: going on would run steps no resume knows about.
+    fn checkpoint(&mut self, state: &mut RunState) -> Result<(), StepError> {
         let elapsed = self.elapsed_ms(state);
         if let Some(dir) = &mut self.dir {
             let saved = state.elapsed_ms;
             state.elapsed_ms = elapsed;
-            let result = dir.checkpoint(state);
+            let result = match self.unrecorded.take() {
+                Some(e) => Err(e),
+                None => dir.checkpoint(state).map_err(|e| e.to_string()),
+            };
             state.elapsed_ms = saved;
             if let Err(e) = result {
-                self.reporter.warn(&format!("checkpoint failed: {e}"));
+                return Err(StepError::Failed(format!(
+                    "the run's records cannot be written in {} ({e}); the run stopped at its \
+                     last checkpoint: once they can, `rondo resume {}` continues it",
+                    self.run_dir.display(),
+                    self.run_dir.display()
+                )));
             }
         }
         if let Some(durable) = &mut self.durable
@@ -265,6 +287,7 @@ impl<'w> Interpreter<'w> {
             self.reporter
                 .warn(&format!("cannot save the durable memory to {file}: {e}"));
         }
+        Ok(())
     }
 
     /// `execute` runs with shared access (branches run concurrently), so its events

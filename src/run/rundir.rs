@@ -4,11 +4,14 @@
 //!   Docker mounts and `exists()` see. Every access on a workflow's behalf goes through
 //!   [`rondo_workspace::Workspace`].
 //! - the **system area**: `run.json`, `events.jsonl` (prompts, replies and tool calls are
-//!   recorded there), `state.json`, `whiteboard.md`, install logs. Tools never see it.
+//!   recorded there), `state.json`, `whiteboard.md`, install logs. Tools cannot write it.
 //!
 //! Without `--workspace`: `runs/<id>/` is the system area and `runs/<id>/workspace/` the
 //! workspace. With `--workspace DIR`: DIR is the workspace and `DIR/.rondo/runs/<id>/` the
 //! system area (`.rondo` is never reached through the workspace).
+//!
+//! A run folder names nothing in itself by an absolute path: its own workspace is
+//! `workspace`, relative to it, so a moved or copied run folder works where it is.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -42,10 +45,19 @@ pub struct RunInfo {
     pub exit_code: Option<i32>,
     pub reason: Option<String>,
     pub totals: Totals,
-    /// The run's workspace (absolute). Absent in runs from before the split, whose
-    /// workspace was the run directory itself.
+    /// The run's workspace: its own, `workspace` (relative to the run folder), or the
+    /// `--workspace` folder (absolute, with `outside_workspace`). Runs from before relative
+    /// paths recorded an absolute path in both cases, runs from before the split nothing
+    /// (their workspace was the run folder itself). Read it through [`Layout::of`].
     #[serde(default)]
     pub workspace: Option<PathBuf>,
+    /// The workspace is an outside folder (`--workspace`), which a moved or copied run
+    /// folder does not carry with it.
+    #[serde(default)]
+    pub outside_workspace: bool,
+    /// Unique to this run: tells it from a later run that reused its id.
+    #[serde(default)]
+    pub run_uid: Option<String>,
 }
 
 /// Where a run keeps its records and where its tools work.
@@ -75,16 +87,133 @@ impl Layout {
         }
     }
 
-    /// The layout of an existing run, from its `run.json`.
+    /// The layout of an existing run, from its `run.json` and where its folder is now
+    /// (a damaged `workspace` reads as the run's own one).
     pub fn of(system: &Path, info: &RunInfo) -> Layout {
-        Layout {
+        Self::resolve(system, info).unwrap_or_else(|_| Layout {
             system: system.to_path_buf(),
-            workspace: info
-                .workspace
-                .clone()
-                .unwrap_or_else(|| system.to_path_buf()),
-        }
+            workspace: system.join(WORKSPACE_DIR),
+        })
     }
+
+    /// Where an existing run works now. Its own workspace is inside its folder, wherever
+    /// that was moved or copied to; a `--workspace` folder is the one the run folder lies
+    /// in (`DIR/.rondo/runs/<id>`), else (the run folder was taken out of it) the one
+    /// recorded. An absolute `workspace` of an older run that names a `workspace` folder
+    /// of a run folder of the same name was its own.
+    pub fn resolve(system: &Path, info: &RunInfo) -> Result<Layout, String> {
+        let at = |workspace: PathBuf| Layout {
+            system: system.to_path_buf(),
+            workspace,
+        };
+        let Some(recorded) = &info.workspace else {
+            return Ok(at(system.to_path_buf()));
+        };
+        if recorded.is_relative() {
+            let plain = recorded
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if info.outside_workspace || !plain {
+                return Err(format!(
+                    "{}: damaged run.json: workspace {:?} is not a folder of the run",
+                    system.display(),
+                    recorded
+                ));
+            }
+            return Ok(at(system.join(recorded)));
+        }
+        if !info.outside_workspace && names_own_workspace(system, recorded) {
+            return Ok(at(system.join(WORKSPACE_DIR)));
+        }
+        Ok(at(
+            enclosing_workspace(system).unwrap_or_else(|| recorded.clone())
+        ))
+    }
+}
+
+/// The folder whose system area holds `system` (`DIR` of `DIR/.rondo/runs/<id>`).
+fn enclosing_workspace(system: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(system).ok()?;
+    let runs = real.parent()?;
+    let area = runs.parent()?;
+    (runs.file_name()? == "runs" && area.file_name()? == rondo_workspace::SYSTEM_DIR)
+        .then(|| area.parent().map(Path::to_path_buf))
+        .flatten()
+}
+
+/// Whether an absolute path an older `run.json` recorded was the run's own workspace:
+/// `<runs>/<name>/workspace` for a run folder named `<name>`.
+fn names_own_workspace(system: &Path, recorded: &Path) -> bool {
+    let name = std::fs::canonicalize(system)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_os_string()))
+        .or_else(|| system.file_name().map(|n| n.to_os_string()));
+    recorded.file_name().is_some_and(|n| n == WORKSPACE_DIR)
+        && recorded.parent().and_then(Path::file_name) == name.as_deref()
+}
+
+/// A run whose workspace is an outside folder resumes there only when that folder's
+/// system area holds no other records under the run's id: another run that reused the
+/// id, or the original of which this run folder is a copy (resuming the copy would work
+/// on the original's files). The folder must still exist: it is never made afresh.
+pub fn check_outside_workspace(
+    system: &Path,
+    info: &RunInfo,
+    layout: &Layout,
+) -> Result<(), String> {
+    if layout.workspace.starts_with(system) {
+        return Ok(());
+    }
+    let dir = layout.workspace.display();
+    if !layout.workspace.is_dir() {
+        return Err(format!(
+            "run {} works in the outside folder {dir} (its --workspace), which is gone; \
+             resuming would start over in an empty folder",
+            info.run_id
+        ));
+    }
+    let holder = runs_in_workspace(&layout.workspace).join(&info.run_id);
+    if std::fs::symlink_metadata(holder.join(RUN_INFO)).is_err() || same_folder(&holder, system) {
+        return Ok(());
+    }
+    let theirs = read_info(&holder).ok();
+    let theirs_uid = theirs.as_ref().and_then(|i| i.run_uid.as_deref());
+    if theirs.is_some() && theirs_uid == info.run_uid.as_deref() {
+        return Err(format!(
+            "{} is a copy of run {}, whose records are in {}: a copy of a run that works in \
+             an outside folder ({dir}) would work on the original's files; resume the \
+             original (`rondo resume {}`)",
+            system.display(),
+            info.run_id,
+            holder.display(),
+            holder.display()
+        ));
+    }
+    let started = theirs.map_or_else(String::new, |i| format!(", started {}", i.started_at));
+    Err(format!(
+        "run {} works in the outside folder {dir} (its --workspace), which now holds the \
+         records of another run with the same id ({}{started}): resuming would mix the two \
+         runs' files. Move that run's folder away first, or leave this run as it is",
+        info.run_id,
+        holder.display()
+    ))
+}
+
+/// Whether two paths name the same folder (same device and inode).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// A new run's unique id: 128 random bits, in hex.
+pub fn new_run_uid() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(hex::encode(bytes))
 }
 
 /// Where `rondo run --workspace DIR` keeps its runs.
@@ -170,27 +299,109 @@ impl Last {
 pub const SNAPSHOT_EVERY: u64 = 256;
 
 const JOURNAL: &str = "events.jsonl";
+const RUN_INFO: &str = "run.json";
+const STATE: &str = "state.json";
+
+/// The run's record files. None is ever reached through a symbolic link.
+const RECORDS: [&str; 3] = [RUN_INFO, JOURNAL, STATE];
+
+/// Largest `run.json` read.
+const MAX_INFO_BYTES: u64 = 64 << 20;
+/// Largest `state.json` read.
+const MAX_STATE_BYTES: u64 = 1 << 30;
+
+/// Opens one of the run's records: a regular file, not through a symbolic link, without
+/// blocking on a FIFO.
+fn open_record(dir: &Path, name: &str, write: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join(name))
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::new(e.kind(), format!("{name} {LINKED}")),
+            _ => e,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{name} is not a regular file"),
+        ));
+    }
+    Ok(file)
+}
+
+const LINKED: &str = "is a symbolic link: a run's records are never links, so it is refused";
+
+/// A record's bytes, at most `max`.
+fn read_record_bytes(dir: &Path, name: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_record(dir, name, false)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{name} is larger than {max} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A record's text, at most `max` bytes.
+fn read_record(dir: &Path, name: &str, max: u64) -> std::io::Result<String> {
+    String::from_utf8(read_record_bytes(dir, name, max)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Refuses a run folder whose records are symbolic links (or anything but files): a
+/// resume would read, cut and append to whatever they point to.
+pub fn refuse_linked_records(dir: &Path) -> Result<(), String> {
+    for name in RECORDS {
+        match std::fs::symlink_metadata(dir.join(name)) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!("{}: {name} {LINKED}", dir.display()));
+            }
+            Ok(m) if !m.is_file() => {
+                return Err(format!("{}: {name} is not a regular file", dir.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
 
 impl RunDir {
     /// A new run. A journal left by a start-up that was killed before `run.json` was
     /// written belongs to no run and is discarded.
     pub fn create(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
         std::fs::create_dir_all(path)?;
-        let stale = path.join(JOURNAL);
-        if stale.exists() {
-            OpenOptions::new().write(true).open(&stale)?.set_len(0)?;
+        if std::fs::symlink_metadata(path.join(JOURNAL)).is_ok() {
+            open_record(path, JOURNAL, true)?.set_len(0)?;
         }
         Self::open(path, workspace)
     }
 
     /// Opens an existing run directory to append to it (resume).
     pub fn open(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path.join(JOURNAL))?;
-        let seq =
-            std::fs::read_to_string(path.join(JOURNAL)).map_or(0, |t| t.lines().count() as u64);
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{JOURNAL} is not a regular file"),
+            ));
+        }
+        let seq = read_record_bytes(path, JOURNAL, u64::MAX).map_or(0, |b| {
+            let ended = b.last().is_none_or(|&c| c == b'\n');
+            (b.iter().filter(|&&c| c == b'\n').count() + usize::from(!ended)) as u64
+        });
         Ok(RunDir {
             path: path.to_path_buf(),
             events: BufWriter::with_capacity(64 * 1024, file),
@@ -312,26 +523,29 @@ impl RunDir {
             _ => None,
         };
         if let Some(delta) = delta {
-            self.event(&Event::Checkpoint { delta })?;
-            self.events.flush()?;
-            self.events.get_ref().sync_data()?;
+            self.event(&Event::Checkpoint { delta })
+                .and_then(|()| self.events.flush())
+                .and_then(|()| self.events.get_ref().sync_data())
+                .map_err(|e| naming(JOURNAL, e))?;
             self.since_snapshot += 1;
             if let Some(last) = self.last.as_mut() {
                 last.remember(state, small);
             }
             return Ok(());
         }
-        self.events.flush()?;
-        self.events.get_ref().sync_data()?;
+        self.events
+            .flush()
+            .and_then(|()| self.events.get_ref().sync_data())
+            .map_err(|e| naming(JOURNAL, e))?;
         for name in std::mem::take(&mut self.unsynced) {
-            self.workspace.sync(&name)?;
+            self.workspace
+                .sync(&name)
+                .map_err(|e| naming(&format!("artifact {name}"), e))?;
         }
         let events_len = self.events.get_ref().metadata()?.len();
         state.file_lengths.insert(JOURNAL.into(), events_len);
-        write_atomic(
-            &self.path.join("state.json"),
-            &serde_json::to_vec_pretty(state)?,
-        )?;
+        write_atomic(&self.path.join(STATE), &serde_json::to_vec_pretty(state)?)
+            .map_err(|e| naming(STATE, e))?;
         self.since_snapshot = 0;
         self.last = Some(Last {
             small,
@@ -349,7 +563,7 @@ impl RunDir {
         let journal = layout.system.join(JOURNAL);
         // Files first appended to by the unfinished step: cut back to their length then.
         if let Some(&start) = state.file_lengths.get(JOURNAL)
-            && let Ok(text) = std::fs::read(&journal)
+            && let Ok(text) = read_record_bytes(&layout.system, JOURNAL, u64::MAX)
             && let Some(tail) = text.get(start as usize..)
         {
             for line in tail.split(|&b| b == b'\n') {
@@ -380,12 +594,9 @@ impl RunDir {
                     workspace.truncate(name, *len)?;
                 }
                 None if key == JOURNAL
-                    && std::fs::metadata(&journal).is_ok_and(|m| m.len() > *len) =>
+                    && std::fs::symlink_metadata(&journal).is_ok_and(|m| m.len() > *len) =>
                 {
-                    OpenOptions::new()
-                        .write(true)
-                        .open(&journal)?
-                        .set_len(*len)?;
+                    open_record(&layout.system, JOURNAL, true)?.set_len(*len)?;
                 }
                 _ => {}
             }
@@ -397,12 +608,27 @@ impl RunDir {
         self.events.flush()
     }
 
+    /// Replaces `run.json` atomically. When the folder refuses the temporary file (its
+    /// permissions changed under the run, the disk is full), the record is rewritten in
+    /// place instead: a run never ends with `run.json` still saying `running`.
     pub fn write_info(&self, info: &RunInfo) -> std::io::Result<()> {
-        write_atomic(
-            &self.path.join("run.json"),
-            &serde_json::to_vec_pretty(info)?,
-        )
+        let bytes = serde_json::to_vec_pretty(info)?;
+        let atomic = write_atomic(&self.path.join(RUN_INFO), &bytes);
+        let Err(e) = atomic else {
+            return Ok(());
+        };
+        let in_place = open_record(&self.path, RUN_INFO, true).and_then(|mut f| {
+            f.set_len(0)?;
+            f.write_all(&bytes)?;
+            f.sync_all()
+        });
+        in_place.map_err(|_| e)
     }
+}
+
+/// An error that says which file it was about.
+fn naming(file: &str, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{file}: {e}"))
 }
 
 /// Key prefix of an append-mode artifact in the checkpoint's `file_lengths`.
@@ -440,7 +666,7 @@ pub fn artifact_root(dir: &str, layout: &Layout) -> std::io::Result<rondo_worksp
 /// A run's journal, one value per line. A line that is not JSON (the torn last line of a
 /// killed process) is left out.
 pub fn read_journal(dir: &Path) -> std::io::Result<Vec<Value>> {
-    let text = std::fs::read_to_string(dir.join(JOURNAL))?;
+    let text = read_record(dir, JOURNAL, u64::MAX)?;
     Ok(text
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
@@ -448,9 +674,54 @@ pub fn read_journal(dir: &Path) -> std::io::Result<Vec<Value>> {
 }
 
 pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
-    let text = std::fs::read_to_string(dir.join("run.json"))
-        .map_err(|e| format!("{} is not a run directory ({e})", dir.display()))?;
+    let text = match read_record(dir, RUN_INFO, MAX_INFO_BYTES) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_run(dir)),
+        Err(e) => return Err(format!("{}: cannot read run.json: {e}", dir.display())),
+    };
     serde_json::from_str(&text).map_err(|e| format!("{}: damaged run.json: {e}", dir.display()))
+}
+
+/// What a folder without `run.json` is. One that holds only what a start-up leaves (the
+/// folder claimed for the run id, a journal, a first checkpoint, the workspace) is a run
+/// whose start was stopped before it began.
+fn no_run(dir: &Path) -> String {
+    let shown = dir.display();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return format!("{shown} is not a run directory: there is no such folder");
+    };
+    let start_up = [
+        JOURNAL,
+        STATE,
+        WORKSPACE_DIR,
+        ".events.jsonl.tmp",
+        ".state.json.tmp",
+    ];
+    let left_by_start_up = entries
+        .flatten()
+        .all(|e| start_up.iter().any(|n| e.file_name() == *n));
+    if !left_by_start_up {
+        return format!("{shown} is not a run directory (it has no run.json)");
+    }
+    let name = dir
+        .file_name()
+        .map_or_else(|| "ID".into(), |n| n.to_string_lossy().into_owned());
+    let place = match enclosing_workspace(dir) {
+        Some(workspace) => format!("--workspace {}", workspace.display()),
+        None => {
+            let parent = std::fs::canonicalize(dir)
+                .ok()
+                .and_then(|d| d.parent().map(Path::to_path_buf))
+                .unwrap_or_else(|| PathBuf::from("runs"));
+            format!("--run-dir {}", parent.display())
+        }
+    };
+    format!(
+        "{shown} is not a run directory: its run never started (`rondo run` was stopped \
+         before the run's first checkpoint and run.json). No role ran; there is nothing to \
+         resume. Start it again with `rondo run WORKFLOW {place} --run-id {name}` (the id \
+         is free), or leave `--run-id` out for a fresh one"
+    )
 }
 
 /// The state at the last checkpoint, its memory typed by `workflow`'s declarations.
@@ -464,13 +735,13 @@ pub fn read_state(dir: &Path, workflow: &Workflow) -> Result<RunState, String> {
 /// of the last complete checkpoint record; anything after it belongs to an unfinished
 /// step.
 pub fn read_checkpoint(dir: &Path) -> Result<Value, String> {
-    let text = std::fs::read_to_string(dir.join("state.json"))
+    let text = read_record(dir, STATE, MAX_STATE_BYTES)
         .map_err(|e| format!("{}: no checkpoint ({e})", dir.display()))?;
     let damaged = |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
     let mut state: Value = serde_json::from_str(&text).map_err(damaged)?;
     if let Some(start) = state["file_lengths"][JOURNAL].as_u64() {
         let mut end = start;
-        if let Ok(mut file) = File::open(dir.join(JOURNAL)) {
+        if let Ok(mut file) = open_record(dir, JOURNAL, false) {
             use std::io::{Read, Seek, SeekFrom};
             let mut tail = Vec::new();
             file.seek(SeekFrom::Start(start))

@@ -32,12 +32,8 @@ impl<'w> Interpreter<'w> {
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
-        if layout.system.join("run.json").exists() {
-            return Err(StartError::Setup(format!(
-                "{} already holds a run; use `rondo resume {}`",
-                layout.system.display(),
-                layout.system.display()
-            )));
+        if std::fs::symlink_metadata(layout.system.join("run.json")).is_ok() {
+            return Err(StartError::Setup(id_taken(&layout.system)));
         }
         let options = &RunOptions {
             script: options.script.clone().or_else(|| workflow.script.clone()),
@@ -158,6 +154,9 @@ impl<'w> Interpreter<'w> {
             let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
                 StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
             })?;
+            let outside = options.workspace.is_some();
+            let run_uid = rundir::new_run_uid()
+                .map_err(|e| StartError::Setup(format!("cannot draw the run's unique id: {e}")))?;
             let info = RunInfo {
                 run_id,
                 workflow: workflow.name.clone(),
@@ -179,7 +178,13 @@ impl<'w> Interpreter<'w> {
                 exit_code: None,
                 reason: None,
                 totals: Default::default(),
-                workspace: Some(interp.workspace.root().to_path_buf()),
+                workspace: Some(if outside {
+                    interp.workspace.root().to_path_buf()
+                } else {
+                    PathBuf::from(rundir::WORKSPACE_DIR)
+                }),
+                outside_workspace: outside,
+                run_uid: Some(run_uid),
             };
             interp.dir = Some(dir);
             interp.event(interp.run_start());
@@ -242,6 +247,9 @@ impl<'w> Interpreter<'w> {
         run_dir: &Path,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
+        // Everything is read and checked before anything is written: a resume refused
+        // leaves the run folder as it was, byte for byte.
+        rundir::refuse_linked_records(run_dir).map_err(StartError::Setup)?;
         let info = rundir::read_info(run_dir).map_err(StartError::Setup)?;
         if info.workflow_hash != workflow.source_hash {
             return Err(StartError::Setup(format!(
@@ -250,14 +258,33 @@ impl<'w> Interpreter<'w> {
             )));
         }
         let mut state = rundir::read_state(run_dir, workflow).map_err(StartError::Setup)?;
+        let damaged = |why: String| {
+            StartError::Setup(format!("{}: damaged state.json: {why}", run_dir.display()))
+        };
+        state.validate(workflow).map_err(damaged)?;
+        if state.run_id != info.run_id {
+            return Err(damaged(format!(
+                "it is the state of run {:?}, run.json is run {:?}",
+                state.run_id, info.run_id
+            )));
+        }
+        if state.inputs_by_name(workflow) != info.inputs {
+            return Err(damaged("its inputs differ from run.json's".into()));
+        }
         // A run killed between its final checkpoint and its final `run.json` is finished
         // again (no role runs: the position is its exit) so the record is complete.
         if state.status == Status::Finished && info.ended_at.is_some() {
             return Err(StartError::Setup(format!(
-                "run {} has already finished",
-                info.run_id
+                "run {} has already finished at `{}`: there is nothing to resume. `rondo replay {}` \
+                 shows it; `rondo run {}` starts a new run (leave `--run-id` out for a fresh id)",
+                info.run_id,
+                info.exit.as_deref().unwrap_or("?"),
+                run_dir.display(),
+                info.workflow_path.display()
             )));
         }
+        let layout = rundir::Layout::resolve(run_dir, &info).map_err(StartError::Setup)?;
+        rundir::check_outside_workspace(run_dir, &info, &layout).map_err(StartError::Setup)?;
         let options = RunOptions {
             provider: info.provider_override.clone(),
             script: info.script.clone(),
@@ -265,7 +292,6 @@ impl<'w> Interpreter<'w> {
             ..options.clone()
         };
         let script = load_script(&options)?;
-        let layout = rundir::Layout::of(run_dir, &info);
         let mut interp = Self::build(workflow, &layout, &options, script)?;
         interp.check_keys()?;
         interp.envs.input_paths = input_paths(workflow, &state);
@@ -365,6 +391,7 @@ impl<'w> Interpreter<'w> {
             resumed: false,
             durable: super::durable::Durable::new(workflow, layout),
             demos,
+            unrecorded: None,
         })
     }
 
@@ -597,6 +624,25 @@ fn host_path(text: &str, base: Option<&Path>) -> Result<String, StartError> {
         .to_str()
         .map(str::to_string)
         .ok_or_else(|| StartError::Input(format!("path `{text}` is not UTF-8")))
+}
+
+/// Why `rondo run --run-id ID` refuses a run folder that holds a run, and what to do
+/// instead.
+fn id_taken(system: &Path) -> String {
+    let shown = system.display();
+    let fresh = "choose another `--run-id`, or leave it out for a fresh id";
+    match rundir::read_info(system) {
+        Ok(info) if info.ended_at.is_some() && info.status == "finished" => format!(
+            "{shown} already holds run {}, which finished at `{}`: {fresh}; `rondo replay {shown}` shows that run",
+            info.run_id,
+            info.exit.as_deref().unwrap_or("?")
+        ),
+        Ok(info) => format!(
+            "{shown} already holds run {} ({}, not finished): `rondo resume {shown}` continues it; or {fresh}",
+            info.run_id, info.status
+        ),
+        Err(e) => format!("{shown} already holds a run ({e}): {fresh}"),
+    }
 }
 
 fn new_run_id() -> String {

@@ -9,7 +9,12 @@ use serde_json::Value;
 
 use super::events::LlmResponse;
 use super::memory::MemoryValue;
-use crate::compile::Workflow;
+use crate::compile::types::Type;
+use crate::compile::{MemoryKind, RouteTarget, Workflow};
+
+/// The largest count a checkpoint may hold (steps, visits, tokens, milliseconds): far
+/// beyond any run, and low enough that the engine's additions cannot overflow.
+pub const MAX_COUNT: u64 = 1 << 53;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -183,6 +188,148 @@ impl RunState {
         Ok(state)
     }
 
+    /// Checks a restored checkpoint against `workflow` before a resume writes anything:
+    /// every node, route, tool and input it names exists, each memory slot and input has
+    /// its declared shape, and no count is out of bounds. A hand-edited or damaged
+    /// checkpoint is an error here, never a panic later.
+    pub fn validate(&self, workflow: &Workflow) -> Result<(), String> {
+        let nodes = workflow.graph.node_count();
+        let node = |n: NodeIndex, what: &str| {
+            if n.index() < nodes {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} is node {}, but the workflow has {nodes}",
+                    n.index()
+                ))
+            }
+        };
+        match &self.position {
+            Position::Node { node: n } => node(*n, "its position")?,
+            Position::Exited { node: n, .. } => {
+                node(*n, "its exit")?;
+                if !workflow.is_exit(*n) {
+                    return Err(format!("its exit, node {}, is not an exit", n.index()));
+                }
+            }
+            Position::Fork { route, done } => {
+                let role_of = |i: usize| match workflow.routes.get(*route).map(|r| &r.target) {
+                    Some(RouteTarget::Parallel { branches, .. }) => Ok(branches.get(i).copied()),
+                    Some(RouteTarget::Map { worker, .. }) => Ok(Some(*worker)),
+                    _ => Err(format!(
+                        "its position is in route {route}, which does not fork"
+                    )),
+                };
+                role_of(0)?;
+                for (&i, branch) in done {
+                    if role_of(i)? != Some(branch.node) {
+                        return Err(format!("branch {i} of route {route} is not its role"));
+                    }
+                    if branch.tool.is_some_and(|t| t >= workflow.tools.len()) {
+                        return Err(format!("branch {i} of route {route} names no tool"));
+                    }
+                }
+            }
+        }
+        if self.visits.len() != nodes {
+            return Err(format!(
+                "it counts the visits of {} node(s), the workflow has {nodes}",
+                self.visits.len()
+            ));
+        }
+        if self.route_taken.len() != workflow.routes.len() {
+            return Err(format!(
+                "it counts {} route(s), the workflow has {}",
+                self.route_taken.len(),
+                workflow.routes.len()
+            ));
+        }
+        let counts = [
+            ("step", self.step),
+            ("elapsed_ms", self.elapsed_ms),
+            ("llm_calls", self.totals.llm_calls),
+            ("input_tokens", self.totals.input_tokens),
+            ("output_tokens", self.totals.output_tokens),
+            ("tool_calls", self.totals.tool_calls),
+        ];
+        let lists = self
+            .visits
+            .iter()
+            .chain(&self.route_taken)
+            .map(|&n| ("a visit or route count", n));
+        if let Some((what, n)) = counts
+            .into_iter()
+            .chain(lists)
+            .find(|(_, n)| *n > MAX_COUNT)
+        {
+            return Err(format!("{what} is {n}, more than {MAX_COUNT}"));
+        }
+        if !(0.0..=MAX_COUNT as f64).contains(&self.totals.cost) {
+            return Err(format!("its cost {} is out of range", self.totals.cost));
+        }
+        if let Some(&k) = self.outputs.keys().find(|&&k| k >= nodes) {
+            return Err(format!(
+                "it holds an output of node {k}, but the workflow has {nodes}"
+            ));
+        }
+        if let Some(&t) = self.tools_used.iter().find(|&&t| t >= workflow.tools.len()) {
+            return Err(format!(
+                "it names tool {t}, but the workflow has {}",
+                workflow.tools.len()
+            ));
+        }
+        let roles: BTreeSet<&str> = workflow
+            .roles()
+            .map(|(n, _)| workflow.node(n).name.as_str())
+            .collect();
+        if let Some(name) = self.path.iter().find(|name| !roles.contains(name.as_str())) {
+            return Err(format!(
+                "its path names `{name}`, which is not a role of the workflow"
+            ));
+        }
+        if self.inputs.len() != workflow.inputs.len() {
+            return Err(format!(
+                "it holds {} inputs, the workflow declares {}",
+                self.inputs.len(),
+                workflow.inputs.len()
+            ));
+        }
+        for (input, value) in workflow.inputs.iter().zip(&self.inputs) {
+            if !has_shape(&input.ty, value) {
+                return Err(format!(
+                    "input `{}` is not a {}",
+                    input.name,
+                    input.ty.display()
+                ));
+            }
+        }
+        for (slot, value) in workflow.memory.iter().zip(&self.memory) {
+            if let (MemoryKind::Value { ty, .. }, MemoryValue::Plain(v)) = (&slot.kind, value)
+                && !has_shape(ty, v)
+            {
+                return Err(format!("memory `{}` is not a {}", slot.name, ty.display()));
+            }
+        }
+        for key in self.file_lengths.keys() {
+            let known = key == "events.jsonl"
+                || key
+                    .strip_prefix(super::rundir::ARTIFACT_KEY)
+                    .is_some_and(|name| rondo_workspace::relative_name(name).is_ok())
+                || key
+                    .strip_prefix(super::rundir::ROOT_KEY)
+                    .and_then(|k| k.split_once('/'))
+                    .and_then(|(id, _)| id.parse::<usize>().ok())
+                    .and_then(|id| workflow.inputs.get(id))
+                    .is_some_and(|input| input.artifact_root);
+            if !known {
+                return Err(format!(
+                    "it records the length of {key:?}, which is no file of the run"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// `round`: how many times the workflow's round role has completed (0 in the first
     /// round); without a round role, the number of completed steps.
     pub fn round(&self, workflow: &Workflow) -> u64 {
@@ -190,5 +337,21 @@ impl RunState {
             Some(r) => self.visits[r.index()],
             None => self.step,
         }
+    }
+}
+
+/// Whether `value` is of the kind of JSON value `ty` is (a list, a map, a string, ...):
+/// what a step could have left in a slot. Items and fields are not checked, since
+/// updates such as `append` and `patch` do not check them either; null fits any type.
+fn has_shape(ty: &Type, value: &Value) -> bool {
+    match (ty.strip_optional(), value) {
+        (_, Value::Null) | (Type::Any, _) => true,
+        (Type::String | Type::Literal { .. }, Value::String(_)) => true,
+        (Type::Int | Type::Float, Value::Number(_)) => true,
+        (Type::Bool, Value::Bool(_)) => true,
+        (Type::List { .. }, Value::Array(_)) => true,
+        (Type::Map { .. } | Type::Object { .. }, Value::Object(_)) => true,
+        (Type::Union { members }, v) => members.iter().any(|m| has_shape(m, v)),
+        _ => false,
     }
 }

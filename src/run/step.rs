@@ -64,11 +64,16 @@ impl<'w> Interpreter<'w> {
 
     fn stop_interrupted(&mut self, state: &mut RunState) -> (NodeIndex, String) {
         state.status = Status::Interrupted;
-        self.checkpoint(state);
-        (
-            self.builtin_exit("interrupted"),
-            "interrupted; `rondo resume` continues the run".into(),
-        )
+        match self.checkpoint(state) {
+            Ok(()) => (
+                self.builtin_exit("interrupted"),
+                "interrupted; `rondo resume` continues the run".into(),
+            ),
+            Err(e) => {
+                state.status = Status::Running;
+                (self.builtin_exit("error"), e.message().to_string())
+            }
+        }
     }
 
     fn builtin_exit(&self, name: &str) -> NodeIndex {
@@ -81,12 +86,9 @@ impl<'w> Interpreter<'w> {
         exit: NodeIndex,
         reason: String,
     ) -> Outcome {
-        let reason = self.redactor.redact(&reason).into_owned();
-        let name = self.workflow.node(exit).name.clone();
-        let code = match &self.workflow.node(exit).kind {
-            NodeKind::Exit(spec) => spec.code,
-            _ => 2,
-        };
+        let mut reason = self.redactor.redact(&reason).into_owned();
+        let mut name = self.workflow.node(exit).name.clone();
+        let mut code = self.exit_code(exit);
         let already_finished = state.status == Status::Finished;
         if state.status != Status::Interrupted {
             // An error exit keeps the position of the failed step, so `resume` retries it.
@@ -116,7 +118,32 @@ impl<'w> Interpreter<'w> {
                 step: state.step,
                 totals: state.totals.clone(),
             });
-            self.checkpoint(&mut state);
+            if let Err(e) = self.checkpoint(&mut state) {
+                // The end could not be recorded: the run ends at `error`, which says why,
+                // and `rondo resume` finishes it from the last checkpoint.
+                let error = self.builtin_exit("error");
+                reason = if name == "error" && reason != e.message() {
+                    format!("{reason}; then {}", e.message())
+                } else {
+                    e.message().to_string()
+                };
+                name = self.workflow.node(error).name.clone();
+                code = self.exit_code(error);
+                state.status = Status::Failed;
+                state.ended = Some(state::Ended {
+                    exit: name.clone(),
+                    code,
+                    reason: reason.clone(),
+                });
+                self.event(Event::Exit {
+                    exit: name.clone(),
+                    code,
+                    reason: reason.clone(),
+                    step: state.step,
+                    totals: state.totals.clone(),
+                });
+                let _ = self.checkpoint(&mut state);
+            }
         }
         self.envs.shutdown().await;
         if let Some(mut info) = self.info.take() {
@@ -130,8 +157,10 @@ impl<'w> Interpreter<'w> {
             info.exit_code = Some(code);
             info.reason = Some(reason.clone());
             info.totals = state.totals.clone();
-            if let Some(dir) = &self.dir {
-                let _ = dir.write_info(&info);
+            if let Some(dir) = &self.dir
+                && let Err(e) = dir.write_info(&info)
+            {
+                self.reporter.warn(&format!("cannot write run.json: {e}"));
             }
         }
         if let Some(dir) = &mut self.dir {
@@ -145,6 +174,13 @@ impl<'w> Interpreter<'w> {
             exit_code: code,
             reason,
             state,
+        }
+    }
+
+    fn exit_code(&self, exit: NodeIndex) -> i32 {
+        match &self.workflow.node(exit).kind {
+            NodeKind::Exit(spec) => spec.code,
+            _ => 2,
         }
     }
 
@@ -182,13 +218,9 @@ impl<'w> Interpreter<'w> {
     }
 
     fn end_failed(&mut self, exit: &str, e: &StepError) {
-        let error = match e {
-            StepError::Failed(m) | StepError::Limit(m) => m.as_str(),
-            StepError::Interrupted => "interrupted",
-        };
         self.event(Event::EndFailed {
             exit: exit.to_string(),
-            error: error.to_string(),
+            error: e.message().to_string(),
         });
     }
 
@@ -235,12 +267,12 @@ impl<'w> Interpreter<'w> {
         self.apply(state, node, run, None)?;
         if let Some(flow) = self.exit_guards(state)? {
             mark_exit(state, &flow);
-            self.checkpoint(state);
+            self.checkpoint(state)?;
             return Ok(flow);
         }
         let flow = self.route(state, node)?;
         mark_exit(state, &flow);
-        self.checkpoint(state);
+        self.checkpoint(state)?;
         Ok(flow)
     }
 
@@ -477,7 +509,7 @@ impl<'w> Interpreter<'w> {
             done: done.clone(),
         };
         self.settle(state);
-        self.checkpoint(state);
+        self.checkpoint(state)?;
         // Every branch finished: their own containers (`per_branch`) are not needed any more.
         self.envs.release_branches().await;
         // A branch cannot route, so its invalid outcome ends the run (the join's readers
@@ -511,11 +543,11 @@ impl<'w> Interpreter<'w> {
         }
         if let Some(flow) = self.exit_guards(state)? {
             mark_exit(state, &flow);
-            self.checkpoint(state);
+            self.checkpoint(state)?;
             return Ok(flow);
         }
         state.position = Position::Node { node: join };
-        self.checkpoint(state);
+        self.checkpoint(state)?;
         Ok(Flow::Continue)
     }
 

@@ -632,7 +632,7 @@ async fn trace(
 ) -> Result<Json<Value>, ApiError> {
     let dir = server.run_dir(&id)?;
     let info = rundir::read_info(&dir).map_err(|_| ApiError::unknown_run(&id))?;
-    let workspace = info.workspace.unwrap_or_else(|| dir.join("workspace"));
+    let workspace = rundir::Layout::of(&dir, &info).workspace;
     trace_record(&dir, &workspace, &id)
         .map(Json)
         .ok_or_else(|| {

@@ -515,7 +515,11 @@ fn pad(value: &Value, args: &Args) -> tera::Result<Value> {
             Some(w) if w.is_nan() || w <= 0.0 => 0,
             // `as` saturates: 1e300 is usize::MAX here, then the bound.
             Some(w) => (w as usize).min(MAX_PAD_WIDTH),
-            None => return Err(tera::Error::msg(format!("`pad`: width {w} is not a number"))),
+            None => {
+                return Err(tera::Error::msg(format!(
+                    "`pad`: width {w} is not a number"
+                )));
+            }
         },
         None => 2,
     };
@@ -564,9 +568,7 @@ fn replace(value: &Value, args: &Args) -> tera::Result<Value> {
     } else {
         text.matches(from.as_str()).count()
     };
-    let size = found
-        .saturating_mul(to.len())
-        .saturating_add(text.len());
+    let size = found.saturating_mul(to.len()).saturating_add(text.len());
     within_bound("replace", size)?;
     Ok(Value::String(text.replace(&from, &to)))
 }
@@ -587,7 +589,10 @@ fn indent(value: &Value, args: &Args) -> tera::Result<Value> {
     let lines = text.lines().count();
     within_bound(
         "indent",
-        prefix.len().saturating_mul(lines).saturating_add(text.len()),
+        prefix
+            .len()
+            .saturating_mul(lines)
+            .saturating_add(text.len()),
     )?;
     let mut out = String::with_capacity(text.len() + prefix.len() * lines);
     for (i, line) in text.lines().enumerate() {
@@ -655,7 +660,11 @@ fn range(args: &Args) -> tera::Result<Value> {
             ))
         }),
     };
-    let (start, end, step) = (number("start", Some(0))?, number("end", None)?, number("step_by", Some(1))?);
+    let (start, end, step) = (
+        number("start", Some(0))?,
+        number("end", None)?,
+        number("step_by", Some(1))?,
+    );
     if start > end {
         return Err(tera::Error::msg(format!(
             "`range`: start {start} is past end {end}"

@@ -471,7 +471,14 @@ fn template_functions_refuse_to_allocate_gigabytes() {
 fn quiet_prints_nothing_for_a_successful_run() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("ok.rondo"), workflow("", &format!("{TOOL}work -> success when work.ok\nwork -> failed otherwise"))).unwrap();
+    std::fs::write(
+        d.join("ok.rondo"),
+        workflow(
+            "",
+            &format!("{TOOL}work -> success when work.ok\nwork -> failed otherwise"),
+        ),
+    )
+    .unwrap();
     let out = run(d, "ok.rondo", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(text(&out), "", "-q printed something");
@@ -540,23 +547,25 @@ fn completion(content: &str, extra: &str) -> String {
 /// when every attempt is one, the role's invalid route takes the run to its declared exit.
 #[test]
 fn a_reply_body_nested_90000_deep_is_an_invalid_attempt() {
-    let deep = format!(
-        ",\"extra\":{}{}",
-        "[".repeat(90_000),
-        "]".repeat(90_000)
-    );
+    let deep = format!(",\"extra\":{}{}", "[".repeat(90_000), "]".repeat(90_000));
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir(d.join("prompts")).unwrap();
     std::fs::write(d.join("prompts/ask.tera"), "Answer").unwrap();
     for (bodies, code, exit) in [
         (
-            vec![completion("{\"a\": 1}", &deep), completion("{\"a\": 2}", "")],
+            vec![
+                completion("{\"a\": 1}", &deep),
+                completion("{\"a\": 2}", ""),
+            ],
             0,
             "success",
         ),
         (
-            vec![completion("{\"a\": 1}", &deep), completion("{\"a\": 1}", &deep)],
+            vec![
+                completion("{\"a\": 1}", &deep),
+                completion("{\"a\": 1}", &deep),
+            ],
             1,
             "failed",
         ),
@@ -575,13 +584,21 @@ fn a_reply_body_nested_90000_deep_is_an_invalid_attempt() {
         assert_exit(&out, code, "");
         assert_eq!(server.join().unwrap(), 2, "both attempts reach the server");
         let info = std::fs::read_to_string(d.join("runs/r/run.json")).unwrap();
-        assert!(info.contains(&format!("\"exit\": \"{exit}\"")) || info.contains(&format!("\"exit\":\"{exit}\"")), "{info}");
+        assert!(
+            info.contains(&format!("\"exit\": \"{exit}\""))
+                || info.contains(&format!("\"exit\":\"{exit}\"")),
+            "{info}"
+        );
         let events = std::fs::read_to_string(d.join("runs/r/events.jsonl")).unwrap();
         let invalid: Vec<&str> = events
             .lines()
             .filter(|l| l.contains("\"event\":\"invalid_output\""))
             .collect();
         assert_eq!(invalid.len(), code as usize + 1, "{events}");
-        assert!(invalid[0].contains("nests deeper than 128 levels"), "{}", invalid[0]);
+        assert!(
+            invalid[0].contains("nests deeper than 128 levels"),
+            "{}",
+            invalid[0]
+        );
     }
 }

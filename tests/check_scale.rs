@@ -41,11 +41,13 @@ fn check(file: &Path) -> Checked {
         let code = (waited == pid && libc::WIFEXITED(status)).then(|| libc::WEXITSTATUS(status));
         let _ = tx.send((code, usage.ru_maxrss));
     });
-    let (code, max_rss_kib) = rx.recv_timeout(Duration::from_secs(900)).unwrap_or_else(|_| {
-        // SAFETY: signals our own child.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        panic!("rondo check {} did not finish", file.display())
-    });
+    let (code, max_rss_kib) = rx
+        .recv_timeout(Duration::from_secs(900))
+        .unwrap_or_else(|_| {
+            // SAFETY: signals our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("rondo check {} did not finish", file.display())
+        });
     std::mem::forget(child);
     let output = format!(
         "{}{}",
@@ -95,11 +97,19 @@ fn the_largest_files_check_or_stop_at_a_located_limit() {
         let file = generate(dir.path(), kind, n);
         let ran = check(&file);
         assert_eq!(ran.code, Some(code), "{kind}: {}", head(&ran.output));
-        assert!(ran.output.contains(needle), "{kind}: {needle} not in {}", head(&ran.output));
+        assert!(
+            ran.output.contains(needle),
+            "{kind}: {needle} not in {}",
+            head(&ran.output)
+        );
         if code != 0 {
             // Located: the file, a line and a column.
             let located = format!("{}:", file.display());
-            assert!(ran.output.contains(&located), "{kind}: {}", head(&ran.output));
+            assert!(
+                ran.output.contains(&located),
+                "{kind}: {}",
+                head(&ran.output)
+            );
         }
         assert!(
             ran.max_rss_kib < MAX_RSS_KIB,

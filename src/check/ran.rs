@@ -148,7 +148,11 @@ fn meet(have: &mut Set, new: &Set) -> bool {
         }
         (Set::Many(h), Set::Few(n)) => {
             let kept: Vec<u32> = n.iter().copied().filter(|&x| bit(h, x as usize)).collect();
-            let count: u32 = h.iter().flat_map(|c| c.iter()).map(|w| w.count_ones()).sum();
+            let count: u32 = h
+                .iter()
+                .flat_map(|c| c.iter())
+                .map(|w| w.count_ones())
+                .sum();
             let changed = kept.len() != count as usize;
             *have = Set::Few(kept);
             changed

@@ -21,12 +21,24 @@ pub enum Type {
     Bool,
     Any,
     Null,
-    Literal { value: String },
-    List { item: Box<Type> },
-    Map { value: Box<Type> },
-    Object { fields: Vec<Field> },
-    Union { members: Vec<Type> },
-    Optional { inner: Box<Type> },
+    Literal {
+        value: String,
+    },
+    List {
+        item: Box<Type>,
+    },
+    Map {
+        value: Box<Type>,
+    },
+    Object {
+        fields: Vec<Field>,
+    },
+    Union {
+        members: Vec<Type>,
+    },
+    Optional {
+        inner: Box<Type>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -911,6 +911,36 @@ impl Type {
     }
 }
 
+/// Why `text` cannot be a [`Type::WorkspacePath`]: `.` (the workspace itself) and names
+/// beneath it are fine; an absolute path, `..`, a `.rondo` component or a NUL are not.
+pub fn workspace_path_problem(text: &str) -> Option<&'static str> {
+    let path = std::path::Path::new(text);
+    if text.is_empty() {
+        return Some("is empty (`.` is the workspace itself)");
+    }
+    if text.contains('\0') {
+        return Some("holds a NUL character");
+    }
+    if text.len() > 4096 {
+        return Some("is longer than 4096 bytes");
+    }
+    for part in path.components() {
+        match part {
+            std::path::Component::Normal(name) if name == ".rondo" => {
+                return Some("names the run's system area (`.rondo`)");
+            }
+            std::path::Component::Normal(_) | std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                return Some("climbs out with `..`: a path stays inside the workspace");
+            }
+            std::path::Component::RootDir | std::path::Component::Prefix(_) => {
+                return Some("is absolute: a path is relative to the workspace");
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1072,34 +1102,17 @@ mod tests {
         let err = safe(&ty, v).unwrap_err();
         assert!(err.contains("nested too deeply"), "{err}");
     }
+
+    #[test]
+    fn a_workspace_path_stays_inside() {
+        for fine in [".", "svc", "a/b/c.txt", "./x"] {
+            assert_eq!(workspace_path_problem(fine), None, "{fine}");
+        }
+        for bad in ["", "..", "../../..", "a/../../b", "/etc", ".rondo", "x/.rondo/y", "a\0b"] {
+            assert!(workspace_path_problem(bad).is_some(), "{bad}");
+            assert!(Type::WorkspacePath.validate(&Value::from(bad)).is_err(), "{bad}");
+        }
+        assert!(Type::WorkspacePath.validate(&Value::from(3)).is_err());
+    }
 }
 
-/// Why `text` cannot be a [`Type::WorkspacePath`]: `.` (the workspace itself) and names
-/// beneath it are fine; an absolute path, `..`, a `.rondo` component or a NUL are not.
-pub fn workspace_path_problem(text: &str) -> Option<&'static str> {
-    let path = std::path::Path::new(text);
-    if text.is_empty() {
-        return Some("is empty (`.` is the workspace itself)");
-    }
-    if text.contains('\0') {
-        return Some("holds a NUL character");
-    }
-    if text.len() > 4096 {
-        return Some("is longer than 4096 bytes");
-    }
-    for part in path.components() {
-        match part {
-            std::path::Component::Normal(name) if name == ".rondo" => {
-                return Some("names the run's system area (`.rondo`)");
-            }
-            std::path::Component::Normal(_) | std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                return Some("climbs out with `..`: a path stays inside the workspace");
-            }
-            std::path::Component::RootDir | std::path::Component::Prefix(_) => {
-                return Some("is absolute: a path is relative to the workspace");
-            }
-        }
-    }
-    None
-}

@@ -1108,11 +1108,22 @@ mod tests {
         for fine in [".", "svc", "a/b/c.txt", "./x"] {
             assert_eq!(workspace_path_problem(fine), None, "{fine}");
         }
-        for bad in ["", "..", "../../..", "a/../../b", "/etc", ".rondo", "x/.rondo/y", "a\0b"] {
+        for bad in [
+            "",
+            "..",
+            "../../..",
+            "a/../../b",
+            "/etc",
+            ".rondo",
+            "x/.rondo/y",
+            "a\0b",
+        ] {
             assert!(workspace_path_problem(bad).is_some(), "{bad}");
-            assert!(Type::WorkspacePath.validate(&Value::from(bad)).is_err(), "{bad}");
+            assert!(
+                Type::WorkspacePath.validate(&Value::from(bad)).is_err(),
+                "{bad}"
+            );
         }
         assert!(Type::WorkspacePath.validate(&Value::from(3)).is_err());
     }
 }
-

@@ -646,8 +646,11 @@ async fn drive_with_ctrl_c(interp: Interpreter<'_>, state: run::RunState) -> run
 }
 
 fn report_outcome(outcome: &run::Outcome, quiet: bool) -> i32 {
-    // Even with --quiet, a run that did not succeed says why (else its exit line did).
-    if quiet && outcome.exit_code != 0 {
+    // --quiet prints nothing for a run that succeeded; one that did not says why and where.
+    if quiet && outcome.exit_code == 0 {
+        return 0;
+    }
+    if quiet {
         errln!("exit `{}`: {}", outcome.exit, outcome.reason);
     }
     errln!("run directory: {}", outcome.run_dir.display());

@@ -88,6 +88,13 @@ const MAX_TEMPLATES: usize = 1000;
 const MAX_TEMPLATE_DEPTH: usize = 64;
 /// Entries looked at when listing the folder for "did you mean" suggestions.
 const MAX_LISTED: usize = 10_000;
+/// The most one rendering, or one filter's result within it, may hold. Widths, counts and
+/// separators may come from replies: a bound keeps a wild one from allocating gigabytes.
+pub const MAX_RENDERED: usize = 16 << 20;
+/// `pad(width=N)` pads to this many characters at most.
+pub const MAX_PAD_WIDTH: usize = 4096;
+/// `range(...)` yields this many numbers at most.
+pub const MAX_RANGE: usize = 100_000;
 
 impl Prompts {
     /// The templates a workflow's llm roles name, and what they include, extend or import.
@@ -246,9 +253,34 @@ impl Prompts {
     }
 
     pub fn render(&self, name: &str, context: &tera::Context) -> Result<String, String> {
-        self.tera
-            .render(name, context)
-            .map_err(|e| crate::compile::tera_error_text(&e))
+        bounded_render(&self.tera, name, context)
+    }
+}
+
+/// Renders into a buffer that refuses to grow past [`MAX_RENDERED`].
+fn bounded_render(tera: &Tera, name: &str, context: &tera::Context) -> Result<String, String> {
+    let mut out = BoundedBuffer(Vec::new());
+    tera.render_to(name, context, &mut out)
+        .map_err(|e| crate::compile::tera_error_text(&e))?;
+    String::from_utf8(out.0).map_err(|e| e.to_string())
+}
+
+struct BoundedBuffer(Vec<u8>);
+
+impl std::io::Write for BoundedBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.0.len().saturating_add(bytes.len()) > MAX_RENDERED {
+            return Err(std::io::Error::other(format!(
+                "the template renders more than {} MiB",
+                MAX_RENDERED >> 20
+            )));
+        }
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -293,8 +325,7 @@ pub fn render_str(text: &str, context: &tera::Context) -> Result<String, String>
     register(&mut tera);
     tera.add_raw_template("inline", text)
         .map_err(|e| crate::compile::tera_error_text(&e))?;
-    tera.render("inline", context)
-        .map_err(|e| crate::compile::tera_error_text(&e))
+    bounded_render(&tera, "inline", context)
 }
 
 /// A template file read and parsed, or why it cannot be used.
@@ -461,20 +492,196 @@ fn list_names(root: &Path) -> Vec<String> {
 }
 
 fn register(tera: &mut Tera) {
-    tera.register_filter("pad", |value: &Value, args: &HashMap<String, Value>| {
-        let width = args.get("width").and_then(Value::as_u64).unwrap_or(2) as usize;
-        let text = match value {
-            Value::Number(n) => n.to_string(),
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        Ok(Value::String(format!("{text:0>width$}")))
-    });
+    tera.register_filter("pad", pad);
     tera.register_filter("to_json", |value: &Value, _: &HashMap<String, Value>| {
         Ok(Value::String(
             serde_json::to_string_pretty(value).unwrap_or_default(),
         ))
     });
+    // Tera's own versions allocate whatever their arguments ask for.
+    tera.register_filter("replace", replace);
+    tera.register_filter("indent", indent);
+    tera.register_filter("join", join);
+    tera.register_function("range", range);
+}
+
+type Args = HashMap<String, Value>;
+
+/// Zeros on the left up to `width` characters (default 2), `width` bounded by
+/// [`MAX_PAD_WIDTH`]; a negative one pads nothing.
+fn pad(value: &Value, args: &Args) -> tera::Result<Value> {
+    let width = match args.get("width") {
+        Some(w) => match w.as_f64() {
+            Some(w) if w.is_nan() || w <= 0.0 => 0,
+            // `as` saturates: 1e300 is usize::MAX here, then the bound.
+            Some(w) => (w as usize).min(MAX_PAD_WIDTH),
+            None => {
+                return Err(tera::Error::msg(format!(
+                    "`pad`: width {w} is not a number"
+                )));
+            }
+        },
+        None => 2,
+    };
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let missing = width.saturating_sub(text.chars().count());
+    Ok(Value::String("0".repeat(missing) + &text))
+}
+
+fn string_arg(filter: &str, args: &Args, name: &str) -> tera::Result<Option<String>> {
+    match args.get(name) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(tera::Error::msg(format!(
+            "`{filter}`: `{name}` must be a string, not {other}"
+        ))),
+    }
+}
+
+fn string_value<'a>(filter: &str, value: &'a Value) -> tera::Result<&'a str> {
+    value
+        .as_str()
+        .ok_or_else(|| tera::Error::msg(format!("`{filter}` applies to a string, not {value}")))
+}
+
+fn within_bound(filter: &str, size: usize) -> tera::Result<()> {
+    if size > MAX_RENDERED {
+        return Err(tera::Error::msg(format!(
+            "`{filter}` would make {size} bytes, more than the {} MiB a template may produce",
+            MAX_RENDERED >> 20
+        )));
+    }
+    Ok(())
+}
+
+fn replace(value: &Value, args: &Args) -> tera::Result<Value> {
+    let text = string_value("replace", value)?;
+    let from = string_arg("replace", args, "from")?
+        .ok_or_else(|| tera::Error::msg("`replace` needs `from`"))?;
+    let to = string_arg("replace", args, "to")?
+        .ok_or_else(|| tera::Error::msg("`replace` needs `to`"))?;
+    let found = if from.is_empty() {
+        text.chars().count() + 1
+    } else {
+        text.matches(from.as_str()).count()
+    };
+    let size = found.saturating_mul(to.len()).saturating_add(text.len());
+    within_bound("replace", size)?;
+    Ok(Value::String(text.replace(&from, &to)))
+}
+
+/// Tera's `indent`: `prefix` (four spaces) before every line but the first (unless
+/// `first`), and before blank ones only with `blank`.
+fn indent(value: &Value, args: &Args) -> tera::Result<Value> {
+    let text = string_value("indent", value)?;
+    let prefix = string_arg("indent", args, "prefix")?.unwrap_or_else(|| "    ".into());
+    let flag = |name: &str| match args.get(name) {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(tera::Error::msg(format!(
+            "`indent`: `{name}` must be true or false, not {other}"
+        ))),
+    };
+    let (first, blank) = (flag("first")?, flag("blank")?);
+    let lines = text.lines().count();
+    within_bound(
+        "indent",
+        prefix
+            .len()
+            .saturating_mul(lines)
+            .saturating_add(text.len()),
+    )?;
+    let mut out = String::with_capacity(text.len() + prefix.len() * lines);
+    for (i, line) in text.lines().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        if (i == 0 && first) || (i > 0 && (blank || !line.trim_start().is_empty())) {
+            out.push_str(&prefix);
+        }
+        out.push_str(line);
+    }
+    Ok(Value::String(out))
+}
+
+/// Tera's `join`: each item as a template prints it, `sep` between them (`\n` and `\t`
+/// written out in a template file are the characters).
+fn join(value: &Value, args: &Args) -> tera::Result<Value> {
+    let Value::Array(items) = value else {
+        return Err(tera::Error::msg(format!(
+            "`join` applies to a list, not {value}"
+        )));
+    };
+    let sep = string_arg("join", args, "sep")?
+        .unwrap_or_default()
+        .replace("\\n", "\n")
+        .replace("\\t", "\t");
+    let mut out = String::new();
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            within_bound("join", out.len().saturating_add(sep.len()))?;
+            out.push_str(&sep);
+        }
+        let text = match item {
+            Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+            other => std::borrow::Cow::Owned(printed(other)),
+        };
+        within_bound("join", out.len().saturating_add(text.len()))?;
+        out.push_str(&text);
+    }
+    Ok(Value::String(out))
+}
+
+/// A value as tera prints it: null as nothing, a list as `[a, b]`, a map as `[object]`.
+fn printed(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(printed).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(_) => "[object]".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Tera's `range(end, start=0, step_by=1)`, refused past [`MAX_RANGE`] numbers or with a
+/// step of 0 (which never ends).
+fn range(args: &Args) -> tera::Result<Value> {
+    let number = |name: &str, default: Option<u64>| match args.get(name) {
+        None => default.ok_or_else(|| tera::Error::msg(format!("`range` needs `{name}`"))),
+        Some(v) => v.as_u64().ok_or_else(|| {
+            tera::Error::msg(format!(
+                "`range`: `{name}` must be a whole number, at least 0, not {v}"
+            ))
+        }),
+    };
+    let (start, end, step) = (
+        number("start", Some(0))?,
+        number("end", None)?,
+        number("step_by", Some(1))?,
+    );
+    if start > end {
+        return Err(tera::Error::msg(format!(
+            "`range`: start {start} is past end {end}"
+        )));
+    }
+    if step == 0 {
+        return Err(tera::Error::msg("`range`: step_by must be at least 1"));
+    }
+    let count = (end - start).div_ceil(step);
+    if count > MAX_RANGE as u64 {
+        return Err(tera::Error::msg(format!(
+            "`range` would yield {count} numbers, more than {MAX_RANGE}"
+        )));
+    }
+    Ok(Value::Array(
+        (0..count).map(|i| Value::from(start + i * step)).collect(),
+    ))
 }
 
 fn split_ident(ident: &str) -> (String, Option<String>) {

@@ -350,3 +350,255 @@ fn an_endless_reply_body_is_read_no_further_than_max_reply() {
         &events[..events.len().min(4000)]
     );
 }
+
+/// One scripted reply for the role `answer` (`{"w": W}`), and a workflow whose templates
+/// take their widths and counts from it.
+fn run_with_width(d: &Path, width: &str, prompt: &str, artifact: &str) -> Output {
+    let _ = std::fs::remove_dir_all(d.join("runs"));
+    std::fs::create_dir_all(d.join("prompts")).unwrap();
+    std::fs::write(d.join("prompts/ask.tera"), "Give a width").unwrap();
+    std::fs::write(d.join("prompts/use.tera"), prompt).unwrap();
+    let source = workflow(
+        "  prompts = \"prompts\"",
+        &format!(
+            "type W {{ w: any }}\nrole answer: llm {{\n  prompt = \"ask.tera\"\n  output json W\n  artifact \"{artifact}\" = \"x\"\n}}\nrole again: llm {{\n  prompt = \"use.tera\"\n  output text\n}}\nstart -> answer\nanswer -> failed when answer.invalid\nanswer -> again otherwise\nagain -> success"
+        ),
+    );
+    std::fs::write(d.join("width.rondo"), source).unwrap();
+    let script = serde_json::json!({"replies": {
+        "answer": format!("{{\"w\": {width}}}"),
+        "again": "done",
+    }})
+    .to_string();
+    std::fs::write(d.join("script.yaml"), script).unwrap();
+    run(
+        d,
+        "width.rondo",
+        &["--provider", "scripted", "--script", "script.yaml"],
+    )
+}
+
+/// `pad(width=...)` with a width from a reply: a huge, a negative or a fractional one pads
+/// to a bounded length (it used to panic the run, exit 101, and every resume after it).
+#[test]
+fn a_pad_width_from_a_reply_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // (the width, the padded width in the prompt and in the name; none when cut)
+    for (width, padded) in [
+        ("1000000000000", None),
+        ("1e300", None),
+        ("70000", None),
+        ("-5", Some(("-5", "7"))),
+        ("3.7", Some(("3.7", "007"))),
+        ("4", Some(("0004", "0007"))),
+    ] {
+        let out = run_with_width(
+            d,
+            width,
+            "Prompt {{ answer.w | pad(width=answer.w) }} end",
+            "pad_{{ 7 | pad(width=answer.w) }}.txt",
+        );
+        assert_exit(&out, 0, "");
+        let journal = std::fs::read_to_string(d.join("runs/r/events.jsonl")).unwrap();
+        let names: Vec<String> = std::fs::read_dir(d.join("runs/r/workspace"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("pad_"))
+            .collect();
+        assert_eq!(names.len(), 1, "{width}: {names:?}");
+        match padded {
+            Some((prompt, name)) => {
+                assert!(journal.contains(&format!("Prompt {prompt} end")), "{width}");
+                assert_eq!(names[0], format!("pad_{name}.txt"));
+            }
+            // Padded to 4,096 characters, no more.
+            None => {
+                let start = journal.find("Prompt 0").expect("the padded prompt") + 7;
+                let padded = &journal[start..start + journal[start..].find(" end").unwrap()];
+                assert_eq!(padded.chars().count(), 4096, "{width}");
+                assert!(padded.starts_with(&"0".repeat(4000)), "{width}");
+            }
+        }
+    }
+}
+
+/// `range`, `replace`, `indent` and `join` with counts or strings from a reply stop at a
+/// bound with an error that names it, instead of allocating gigabytes (or, for
+/// `step_by = 0`, looping until memory runs out); what a template renders is bounded too.
+#[test]
+fn template_functions_refuse_to_allocate_gigabytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases = [
+        (
+            "1000000000000",
+            "{% for i in range(end=answer.w) %}.{% endfor %}",
+            "`range` would yield 1000000000000 numbers, more than 100000",
+        ),
+        (
+            "0",
+            "{% for i in range(end=10, step_by=answer.w) %}.{% endfor %}",
+            "step_by must be at least 1",
+        ),
+        (
+            "40",
+            "{{ range(end=100000) | join(sep=\"-\") | replace(from=\"\", to=\"0123456789012345678901234567890123456789\") }}",
+            "`replace` would make",
+        ),
+        (
+            "1",
+            "{% set text = range(end=3000) | join(sep=\"\\n\") %}{{ text | indent(prefix=text) }}",
+            "`indent` would make",
+        ),
+        (
+            "1",
+            "{% set row = range(end=100000) | join(sep=\"0123456789\") %}{% for i in range(end=20) %}{{ row }}{% endfor %}",
+            "the template renders more than 16 MiB",
+        ),
+    ];
+    for (width, prompt, needle) in cases {
+        let out = run_with_width(d, width, prompt, "a.txt");
+        // The run ends at `error` with the reason, never a panic (101) or an abort.
+        assert_exit(&out, 2, "");
+        let info = std::fs::read_to_string(d.join("runs/r/run.json")).unwrap();
+        assert!(info.contains(needle), "{needle} not in {info}");
+    }
+}
+
+/// `-q` prints nothing at all for a run that succeeds; a run that fails still says why.
+#[test]
+fn quiet_prints_nothing_for_a_successful_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("ok.rondo"),
+        workflow(
+            "",
+            &format!("{TOOL}work -> success when work.ok\nwork -> failed otherwise"),
+        ),
+    )
+    .unwrap();
+    let out = run(d, "ok.rondo", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(text(&out), "", "-q printed something");
+    std::fs::write(
+        d.join("no.rondo"),
+        workflow("", "role work: tool {\n  command = [\"false\"]\n}\nstart -> work\nwork -> success when work.ok\nwork -> failed otherwise"),
+    )
+    .unwrap();
+    let _ = std::fs::remove_dir_all(d.join("runs"));
+    let out = run(d, "no.rondo", &[]);
+    assert_exit(&out, 1, "exit `failed`");
+}
+
+/// A server speaking OpenAI's chat completions protocol that answers each request with the
+/// next of `bodies` (status 200, JSON), then stops. Returns its port and how many it served.
+fn chat_server(bodies: Vec<String>) -> (u16, std::thread::JoinHandle<usize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        let mut served = 0;
+        for body in bodies {
+            let Ok((mut sock, _)) = listener.accept() else {
+                break;
+            };
+            // The whole request (head and body), so closing sends no reset.
+            let mut request = Vec::new();
+            let mut buf = [0u8; 8192];
+            let body_start = loop {
+                let n = sock.read(&mut buf).unwrap();
+                request.extend_from_slice(&buf[..n]);
+                if let Some(i) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+            };
+            let head = String::from_utf8_lossy(&request[..body_start]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            while request.len() < body_start + length {
+                let n = sock.read(&mut buf).unwrap();
+                request.extend_from_slice(&buf[..n]);
+            }
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            sock.write_all(reply.as_bytes()).unwrap();
+            served += 1;
+        }
+        served
+    });
+    (port, handle)
+}
+
+fn completion(content: &str, extra: &str) -> String {
+    format!(
+        "{{\"id\":\"x\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":{}}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}{extra}}}",
+        serde_json::Value::String(content.into())
+    )
+}
+
+/// A reply whose HTTP body nests JSON 90,000 deep is a bad reply like any other: an invalid
+/// attempt, asked again (it used to end the run at `error`, "recursion limit exceeded");
+/// when every attempt is one, the role's invalid route takes the run to its declared exit.
+#[test]
+fn a_reply_body_nested_90000_deep_is_an_invalid_attempt() {
+    let deep = format!(",\"extra\":{}{}", "[".repeat(90_000), "]".repeat(90_000));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("prompts")).unwrap();
+    std::fs::write(d.join("prompts/ask.tera"), "Answer").unwrap();
+    for (bodies, code, exit) in [
+        (
+            vec![
+                completion("{\"a\": 1}", &deep),
+                completion("{\"a\": 2}", ""),
+            ],
+            0,
+            "success",
+        ),
+        (
+            vec![
+                completion("{\"a\": 1}", &deep),
+                completion("{\"a\": 1}", &deep),
+            ],
+            1,
+            "failed",
+        ),
+    ] {
+        let (port, server) = chat_server(bodies);
+        let source = format!(
+            "provider local {{\n  kind = \"openai-compatible\"\n  model = \"m\"\n  base_url = \"http://127.0.0.1:{port}/v1\"\n  retry {{ max_attempts = 1 }}\n}}\n{}",
+            workflow(
+                "  prompts = \"prompts\"",
+                "type A { a: int }\nrole answer: llm {\n  prompt = \"ask.tera\"\n  retries = 1\n  output json A\n}\nstart -> answer\nanswer -> failed when answer.invalid\nanswer -> success otherwise",
+            )
+        );
+        std::fs::write(d.join("deep.rondo"), source).unwrap();
+        let _ = std::fs::remove_dir_all(d.join("runs"));
+        let out = run(d, "deep.rondo", &["--provider", "local"]);
+        assert_exit(&out, code, "");
+        assert_eq!(server.join().unwrap(), 2, "both attempts reach the server");
+        let info = std::fs::read_to_string(d.join("runs/r/run.json")).unwrap();
+        assert!(
+            info.contains(&format!("\"exit\": \"{exit}\""))
+                || info.contains(&format!("\"exit\":\"{exit}\"")),
+            "{info}"
+        );
+        let events = std::fs::read_to_string(d.join("runs/r/events.jsonl")).unwrap();
+        let invalid: Vec<&str> = events
+            .lines()
+            .filter(|l| l.contains("\"event\":\"invalid_output\""))
+            .collect();
+        assert_eq!(invalid.len(), code as usize + 1, "{events}");
+        assert!(
+            invalid[0].contains("nests deeper than 128 levels"),
+            "{}",
+            invalid[0]
+        );
+    }
+}

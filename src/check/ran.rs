@@ -26,7 +26,9 @@ use crate::syntax::BinOp;
 /// Each set is a sorted list of role node indices while that is smaller than a bitset of
 /// all nodes, and a bitset after: the sets are small in most workflows (a role is
 /// definite only where every path ran it), so the analysis costs about the routes times
-/// the size of the sets, and never more than a bitset per node (a long chain of roles).
+/// the size of the sets. A long chain of roles makes large sets that differ by one role
+/// from node to node: a bitset is cut in chunks shared between the sets that agree on
+/// them, so each node costs a chunk and the chunk pointers, not a bitset of every node.
 #[derive(Debug, Clone)]
 pub struct DefiniteRuns {
     /// Per node index: the set when the node starts.
@@ -39,22 +41,39 @@ pub struct DefiniteRuns {
     always: Set,
 }
 
+/// Bits per chunk of a [`Set::Many`].
+const CHUNK_BITS: usize = 4096;
+type Chunk = std::sync::Arc<[u64; CHUNK_BITS / 64]>;
+
 #[derive(Debug, Clone)]
 enum Set {
     /// Sorted node indices.
     Few(Vec<u32>),
-    /// One bit per node index.
-    Many(Vec<u64>),
+    /// One bit per node index, in shared chunks.
+    Many(Vec<Chunk>),
 }
 
-fn bit(bits: &[u64], x: usize) -> bool {
-    bits.get(x / 64).is_some_and(|w| w & (1 << (x % 64)) != 0)
+fn bit(chunks: &[Chunk], x: usize) -> bool {
+    chunks
+        .get(x / CHUNK_BITS)
+        .is_some_and(|c| c[(x % CHUNK_BITS) / 64] & (1 << (x % 64)) != 0)
+}
+
+fn set_bit(chunks: &mut [Chunk], x: usize, present: bool) {
+    if let Some(chunk) = chunks.get_mut(x / CHUNK_BITS) {
+        let word = &mut std::sync::Arc::make_mut(chunk)[(x % CHUNK_BITS) / 64];
+        if present {
+            *word |= 1 << (x % 64);
+        } else {
+            *word &= !(1 << (x % 64));
+        }
+    }
 }
 
 fn contains(set: &Set, role: NodeIndex) -> bool {
     match set {
         Set::Few(list) => u32::try_from(role.index()).is_ok_and(|r| list.binary_search(&r).is_ok()),
-        Set::Many(bits) => bit(bits, role.index()),
+        Set::Many(chunks) => bit(chunks, role.index()),
     }
 }
 
@@ -75,22 +94,19 @@ fn with(set: &Set, role: NodeIndex, present: bool, words: usize) -> Set {
                 _ => {}
             }
             if out.len() > 2 * words {
-                let mut bits = vec![0u64; words];
+                let empty: Chunk = std::sync::Arc::new([0; CHUNK_BITS / 64]);
+                let mut chunks = vec![empty; (words * 64).div_ceil(CHUNK_BITS)];
                 for &x in &out {
-                    bits[x as usize / 64] |= 1 << (x % 64);
+                    set_bit(&mut chunks, x as usize, true);
                 }
-                return Set::Many(bits);
+                return Set::Many(chunks);
             }
             Set::Few(out)
         }
-        Set::Many(bits) => {
-            let mut out = bits.clone();
-            if let Some(w) = out.get_mut(r / 64) {
-                if present {
-                    *w |= 1 << (r % 64);
-                } else {
-                    *w &= !(1 << (r % 64));
-                }
+        Set::Many(chunks) => {
+            let mut out = chunks.clone();
+            if bit(&out, r) != present {
+                set_bit(&mut out, r, present);
             }
             Set::Many(out)
         }
@@ -119,15 +135,24 @@ fn meet(have: &mut Set, new: &Set) -> bool {
         (Set::Many(h), Set::Many(n)) => {
             let mut changed = false;
             for (a, b) in h.iter_mut().zip(n) {
-                let met = *a & b;
-                changed |= met != *a;
-                *a = met;
+                if std::sync::Arc::ptr_eq(a, b) {
+                    continue;
+                }
+                let met: Vec<u64> = a.iter().zip(b.iter()).map(|(x, y)| x & y).collect();
+                if met[..] != a[..] {
+                    changed = true;
+                    std::sync::Arc::make_mut(a).copy_from_slice(&met);
+                }
             }
             changed
         }
         (Set::Many(h), Set::Few(n)) => {
             let kept: Vec<u32> = n.iter().copied().filter(|&x| bit(h, x as usize)).collect();
-            let count: u32 = h.iter().map(|w| w.count_ones()).sum();
+            let count: u32 = h
+                .iter()
+                .flat_map(|c| c.iter())
+                .map(|w| w.count_ones())
+                .sum();
             let changed = kept.len() != count as usize;
             *have = Set::Few(kept);
             changed

@@ -811,6 +811,7 @@ impl Compiler<'_> {
                     );
                 }
                 if func == Func::Exists {
+                    self.string_inputs_name_files(&typed[0].0, "a file `exists` looks for");
                     Type::Bool
                 } else {
                     Type::String

@@ -9,6 +9,7 @@ mod header;
 mod imports;
 mod memory;
 pub mod mounts;
+mod paths;
 mod roles;
 mod routes;
 mod test_blocks;

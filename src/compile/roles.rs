@@ -725,6 +725,9 @@ impl Compiler<'_> {
                         _ => vec![self.expr(&value_to_expr(v), scope).0],
                     },
                 };
+                if let [object] = args.as_slice() {
+                    self.folder_args_from_inputs(&[tool], object);
+                }
                 ToolAction::Tool { tool, args }
             }
             (None, None, Some(call), None) => {
@@ -749,10 +752,15 @@ impl Compiler<'_> {
                         .help("e.g. `call = planner.tool`"),
                     );
                 }
+                let choices = self.tool_list(&choices);
+                let args = args.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0));
+                if let Some(object) = &args {
+                    self.folder_args_from_inputs(&choices, object);
+                }
                 ToolAction::Choose {
-                    choices: self.tool_list(&choices),
+                    choices,
                     call: Box::new(call_expr),
-                    args: args.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
+                    args,
                     argv: argv.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
                 }
             }
@@ -768,6 +776,9 @@ impl Compiler<'_> {
                 ToolAction::Command { argv: Vec::new() }
             }
         };
+        if let (Some(log), Some(span)) = (&log, log_span) {
+            self.template_inputs_name_files(log, span, "the tool's log file");
+        }
         ToolRole {
             env,
             action,

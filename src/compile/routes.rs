@@ -63,16 +63,22 @@ impl Compiler<'_> {
             NodeKind::Exit(spec) => spec.code,
             _ => -1,
         };
-        let mut taken: Vec<i32> = exits
-            .iter()
-            .map(|&(n, _)| code_of(&self.workflow, n))
-            .collect();
+        // Codes are 0 to 255 (others were refused above): a table, not a search of every
+        // exit for each suggestion.
+        let mut taken = [false; 256];
+        for &(n, _) in exits {
+            if let Ok(code) = usize::try_from(code_of(&self.workflow, n))
+                && code < taken.len()
+            {
+                taken[code] = true;
+            }
+        }
         // Each suggestion is a different free code, so following them all leaves none shared.
         let mut free = || {
             let code = (1..=255)
-                .find(|c| builtin_exit_with_code(*c).is_none() && !taken.contains(c))
+                .find(|&c| builtin_exit_with_code(c).is_none() && !taken[c as usize])
                 .unwrap_or(1);
-            taken.push(code);
+            taken[code as usize] = true;
             code
         };
         let mut first_with: HashMap<i32, (NodeIndex, Span)> = HashMap::new();

@@ -95,6 +95,7 @@ impl Compiler<'_> {
         match &ty.kind {
             TypeKind::Named(name) => match name.as_str() {
                 "string" => Type::String,
+                "workspace_path" => Type::WorkspacePath,
                 "int" => Type::Int,
                 "float" | "number" => Type::Float,
                 "bool" => Type::Bool,
@@ -123,7 +124,7 @@ impl Compiler<'_> {
                         return t.clone();
                     }
                     let mut candidates: Vec<&str> = self.types.keys().map(String::as_str).collect();
-                    candidates.extend(["string", "int", "float", "bool", "any"]);
+                    candidates.extend(["string", "int", "float", "bool", "any", "workspace_path"]);
                     self.diags.push(
                         Diagnostic::error(Code::TypeUnknown, format!("unknown type `{name}`"))
                             .label(ty.span, "not a declared type")

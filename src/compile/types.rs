@@ -13,17 +13,32 @@ const MAX_TYPE_DEPTH: usize = 128;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Type {
     String,
+    /// A string naming a file or folder inside the run's workspace: relative, without
+    /// `..` or a `.rondo` component, so a tool given it as a folder stays inside.
+    WorkspacePath,
     Int,
     Float,
     Bool,
     Any,
     Null,
-    Literal { value: String },
-    List { item: Box<Type> },
-    Map { value: Box<Type> },
-    Object { fields: Vec<Field> },
-    Union { members: Vec<Type> },
-    Optional { inner: Box<Type> },
+    Literal {
+        value: String,
+    },
+    List {
+        item: Box<Type>,
+    },
+    Map {
+        value: Box<Type>,
+    },
+    Object {
+        fields: Vec<Field>,
+    },
+    Union {
+        members: Vec<Type>,
+    },
+    Optional {
+        inner: Box<Type>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -141,7 +156,7 @@ impl Type {
 
     pub fn is_stringy(&self) -> bool {
         match self.strip_optional() {
-            Type::String | Type::Literal { .. } | Type::Any => true,
+            Type::String | Type::WorkspacePath | Type::Literal { .. } | Type::Any => true,
             Type::Union { members } => members.iter().all(Type::is_stringy),
             _ => false,
         }
@@ -256,7 +271,8 @@ impl Type {
                     misfit(path)
                 }
             }
-            (Type::String, Type::String)
+            (Type::String | Type::WorkspacePath, Type::String)
+            | (Type::WorkspacePath, Type::WorkspacePath)
             | (Type::Literal { .. }, Type::String)
             | (Type::Int, Type::Int | Type::Float)
             | (Type::Float, Type::Float)
@@ -298,6 +314,7 @@ impl Type {
     pub fn display(&self) -> String {
         match self {
             Type::String => "string".into(),
+            Type::WorkspacePath => "workspace_path".into(),
             Type::Int => "int".into(),
             Type::Float => "float".into(),
             Type::Bool => "bool".into(),
@@ -364,6 +381,11 @@ impl Type {
                     fail("a string")
                 }
             }
+            Type::WorkspacePath => match value.as_str() {
+                Some(text) => workspace_path_problem(text)
+                    .map_or(Ok(()), |why| Err(format!("{path}: {text:?} {why}"))),
+                None => fail("a path (a string)"),
+            },
             Type::Int => {
                 if value.as_i64().is_some()
                     || value.as_u64().is_some()
@@ -463,7 +485,7 @@ impl Type {
     fn schema(&self, closed: bool) -> Value {
         use serde_json::json;
         match self {
-            Type::String => json!({"type": "string"}),
+            Type::String | Type::WorkspacePath => json!({"type": "string"}),
             Type::Int => json!({"type": "integer"}),
             Type::Float => json!({"type": "number"}),
             Type::Bool => json!({"type": "boolean"}),
@@ -633,6 +655,11 @@ impl Aligner<'_> {
                     Ok(Value::String(n.to_string()))
                 }
                 other => self.unwrap_one(ty, other, path, depth, "a string"),
+            },
+            // Nothing makes a path of another value; the validation says why it is not one.
+            Type::WorkspacePath => match ty.validate(&value) {
+                Ok(()) => Ok(value),
+                Err(e) => Err(e.replacen('$', path, 1)),
             },
             Type::Int | Type::Float => {
                 if ty.validate(&value).is_ok() {
@@ -884,6 +911,36 @@ impl Type {
     }
 }
 
+/// Why `text` cannot be a [`Type::WorkspacePath`]: `.` (the workspace itself) and names
+/// beneath it are fine; an absolute path, `..`, a `.rondo` component or a NUL are not.
+pub fn workspace_path_problem(text: &str) -> Option<&'static str> {
+    let path = std::path::Path::new(text);
+    if text.is_empty() {
+        return Some("is empty (`.` is the workspace itself)");
+    }
+    if text.contains('\0') {
+        return Some("holds a NUL character");
+    }
+    if text.len() > 4096 {
+        return Some("is longer than 4096 bytes");
+    }
+    for part in path.components() {
+        match part {
+            std::path::Component::Normal(name) if name == ".rondo" => {
+                return Some("names the run's system area (`.rondo`)");
+            }
+            std::path::Component::Normal(_) | std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                return Some("climbs out with `..`: a path stays inside the workspace");
+            }
+            std::path::Component::RootDir | std::path::Component::Prefix(_) => {
+                return Some("is absolute: a path is relative to the workspace");
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1044,5 +1101,29 @@ mod tests {
         }
         let err = safe(&ty, v).unwrap_err();
         assert!(err.contains("nested too deeply"), "{err}");
+    }
+
+    #[test]
+    fn a_workspace_path_stays_inside() {
+        for fine in [".", "svc", "a/b/c.txt", "./x"] {
+            assert_eq!(workspace_path_problem(fine), None, "{fine}");
+        }
+        for bad in [
+            "",
+            "..",
+            "../../..",
+            "a/../../b",
+            "/etc",
+            ".rondo",
+            "x/.rondo/y",
+            "a\0b",
+        ] {
+            assert!(workspace_path_problem(bad).is_some(), "{bad}");
+            assert!(
+                Type::WorkspacePath.validate(&Value::from(bad)).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Type::WorkspacePath.validate(&Value::from(3)).is_err());
     }
 }

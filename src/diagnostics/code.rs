@@ -76,6 +76,7 @@ codes! {
     InputBadDefault = "rondo::input::bad_default",
     InputBadEnv = "rondo::input::bad_env",
     InputSecretEnv = "rondo::input::secret_env",
+    InputStringPath = "rondo::input::string_path",
     LoopUnbounded = "rondo::loop::unbounded",
     MemoryBadBound = "rondo::memory::bad_bound",
     MemoryBadDefault = "rondo::memory::bad_default",

@@ -158,6 +158,40 @@ impl<'w> Interpreter<'w> {
             };
             let completion = match completion {
                 Ok(c) => c,
+                // A reply too deep to read is a bad reply like any other: asked again,
+                // then the role's invalid outcome.
+                Err(e) if e.kind() == rondo_provider::ErrorKind::UnreadableReply => {
+                    let error = e.to_string();
+                    self.reporter.invalid_reply(&name, attempt, &error);
+                    if attempt <= RECORDED_INVALID_ATTEMPTS {
+                        let profile = records
+                            .last()
+                            .map_or(profile.clone(), |r| r.profile.clone());
+                        let model = self
+                            .pool
+                            .profile(&profile)
+                            .map(|p| p.model.clone())
+                            .unwrap_or_default();
+                        self.buffer_event(Event::InvalidOutput {
+                            call: LlmCall {
+                                role: name.clone(),
+                                visit,
+                                attempt,
+                                profile,
+                                model,
+                                prompt: prompt.clone().unwrap_or_default(),
+                                raw: String::new(),
+                                usage: Default::default(),
+                                cost: 0.0,
+                                attempts: records,
+                            },
+                            error: error.clone(),
+                        });
+                    }
+                    last_error = Some(error);
+                    last_raw = String::new();
+                    continue;
+                }
                 Err(e) => {
                     // Which profile, model and server failed last, so a wrong `base_url` or
                     // a local server that is not running says so.

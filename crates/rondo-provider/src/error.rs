@@ -15,6 +15,9 @@ pub enum ErrorKind {
     Timeout,
     Connection,
     MalformedResponse,
+    /// A complete reply the client refuses to read (JSON nested past [`crate::MAX_JSON_DEPTH`]):
+    /// a bad answer of the model, not a failure of the provider.
+    UnreadableReply,
     MissingApiKey,
     CircuitOpen,
     Config,
@@ -50,6 +53,8 @@ pub enum ProviderError {
     Connection(String),
     #[error("malformed response: {0}")]
     MalformedResponse(String),
+    #[error("the reply cannot be read: {0}")]
+    UnreadableReply(String),
     #[error("API key missing: environment variable {env} is not set")]
     MissingApiKey { env: String },
     #[error("circuit open for profile `{profile}` after {failures} consecutive failures")]
@@ -81,6 +86,7 @@ impl ProviderError {
             ProviderError::Timeout(_) => ErrorKind::Timeout,
             ProviderError::Connection(_) => ErrorKind::Connection,
             ProviderError::MalformedResponse(_) => ErrorKind::MalformedResponse,
+            ProviderError::UnreadableReply(_) => ErrorKind::UnreadableReply,
             ProviderError::MissingApiKey { .. } => ErrorKind::MissingApiKey,
             ProviderError::CircuitOpen { .. } => ErrorKind::CircuitOpen,
             ProviderError::Config(_) => ErrorKind::Config,

@@ -257,6 +257,9 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
         Err((e, _)) => return Err(ProviderError::Connection(error_chain(&e.without_url()))),
     };
     let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        if nests_deeper_than(&bytes, MAX_JSON_DEPTH) {
+            return too_deep();
+        }
         ProviderError::MalformedResponse(redact(
             &format!(
                 "{e} in body `{}`",
@@ -376,9 +379,51 @@ impl SseDecoder {
     }
 }
 
+/// JSON nested deeper than this is not read (serde_json's own limit, which stops its
+/// recursion): a reply that does is the model's bad answer, [`ProviderError::UnreadableReply`].
+pub const MAX_JSON_DEPTH: usize = 128;
+
+/// Whether `json` opens more than `max` arrays and objects inside one another, strings
+/// skipped. One pass, no recursion, whatever the text.
+pub fn nests_deeper_than(json: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+pub(crate) fn too_deep() -> ProviderError {
+    ProviderError::UnreadableReply(format!(
+        "its JSON nests deeper than {MAX_JSON_DEPTH} levels"
+    ))
+}
+
 /// Decode one streamed JSON frame.
 pub(crate) fn decode_frame<T: DeserializeOwned>(data: &str) -> Result<T, ProviderError> {
     serde_json::from_str(data).map_err(|e| {
+        if nests_deeper_than(data.as_bytes(), MAX_JSON_DEPTH) {
+            return too_deep();
+        }
         ProviderError::MalformedResponse(format!(
             "bad stream frame ({e}): `{}`",
             truncate(data, 200)

@@ -232,6 +232,9 @@ impl ProviderPool {
                     c.attempts = attempts;
                     return Ok(c);
                 }
+                // The model answered: its answer is bad, which the caller handles as any
+                // bad reply (asking again), not the next profile.
+                Err(e) if e.kind() == ErrorKind::UnreadableReply => return Err(e),
                 Err(e) => last = Some(e),
             }
         }
@@ -542,8 +545,9 @@ impl CircuitBreaker {
             return;
         };
         let mut s = lock(&self.state);
-        // A request the provider rejects says nothing about the provider's health.
-        if kind == ErrorKind::BadRequest {
+        // A request the provider rejects, or a reply the model made unreadable, says
+        // nothing about the provider's health.
+        if matches!(kind, ErrorKind::BadRequest | ErrorKind::UnreadableReply) {
             s.trial_running = false;
             return;
         }

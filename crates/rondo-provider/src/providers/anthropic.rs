@@ -532,6 +532,9 @@ impl AnthropicModel {
                         && !p.trim().is_empty()
                     {
                         *input = serde_json::from_str(p).map_err(|e| {
+                            if http::nests_deeper_than(p.as_bytes(), http::MAX_JSON_DEPTH) {
+                                return http::too_deep();
+                            }
                             ProviderError::MalformedResponse(format!("tool input is not JSON: {e}"))
                         })?;
                     }

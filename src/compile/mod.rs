@@ -404,7 +404,7 @@ pub fn condition_over(workflow: &Workflow, text: &str) -> Result<Expr, Diagnosti
     for index in workflow.graph.node_indices() {
         c.node_names
             .insert(workflow.graph[index].name.clone(), index);
-        if crate::run::eval::is_json_llm(workflow, index) {
+        if workflow.is_json_llm(index) {
             c.json_llm.insert(index);
         }
     }

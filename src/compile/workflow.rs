@@ -727,6 +727,14 @@ impl Workflow {
         }
     }
 
+    /// An llm role whose output is JSON: it has the `invalid` / `invalid_reply` pseudo-fields.
+    pub fn is_json_llm(&self, node: NodeIndex) -> bool {
+        matches!(
+            self.role(node).map(|r| &r.kind),
+            Some(RoleKind::Llm(l)) if matches!(l.output, OutputFormat::Json { .. })
+        )
+    }
+
     pub fn roles(&self) -> impl Iterator<Item = (NodeIndex, &Role)> {
         self.graph
             .node_indices()

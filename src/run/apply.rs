@@ -33,7 +33,7 @@ impl<'w> Interpreter<'w> {
         }
         // The role's turns go into its conversation first: past its bounds the step is not
         // applied at all, and the run ends at `limit`.
-        let invalid = eval::is_json_llm(workflow, node) && eval::is_invalid_record(&run.output);
+        let invalid = workflow.is_json_llm(node) && eval::is_invalid_record(&run.output);
         if !invalid && let Some((memory_id, turns)) = conversation_turns(&role.kind, &run) {
             let slot = &workflow.memory[memory_id];
             memory::extend_conversation(&slot.kind, &mut state.memory[memory_id], turns).map_err(

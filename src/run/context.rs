@@ -90,7 +90,7 @@ impl<'w> Interpreter<'w> {
                 .get(&index.index())
                 .cloned()
                 .unwrap_or(Value::Null);
-            if eval::is_invalid_record(&value) && eval::is_json_llm(self.workflow, index) {
+            if eval::is_invalid_record(&value) && self.workflow.is_json_llm(index) {
                 value["invalid_reply"] = eval::invalid_reply(&value);
             }
             ctx.insert(self.workflow.node(index).name.as_str(), &value);

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::memory::MemoryValue;
 use super::state::RunState;
 use super::value::{equal, truthy};
-use crate::compile::{Expr, ExprKind, Func, OutputFormat, RoleKind, Root, Workflow, number_value};
+use crate::compile::{Expr, ExprKind, Func, Root, Workflow, number_value};
 use crate::syntax::BinOp;
 
 /// What an expression can see besides the state.
@@ -65,7 +65,7 @@ impl Env<'_> {
             } if fields
                 .first()
                 .is_some_and(|f| f == "invalid" || f == "invalid_reply")
-                && is_json_llm(self.workflow, *node) =>
+                && self.workflow.is_json_llm(*node) =>
             {
                 let output = self.state.outputs.get(&node.index()).unwrap_or(&NULL);
                 let invalid = is_invalid_record(output);
@@ -308,14 +308,6 @@ impl Env<'_> {
             }
         })
     }
-}
-
-/// An llm role whose output is JSON: it has the `invalid` / `invalid_reply` pseudo-fields.
-pub fn is_json_llm(workflow: &Workflow, node: NodeIndex) -> bool {
-    matches!(
-        workflow.role(node).map(|r| &r.kind),
-        Some(RoleKind::Llm(l)) if matches!(l.output, OutputFormat::Json { .. })
-    )
 }
 
 /// The stored output of a reply that stayed invalid: `{"invalid": true, raw, error, attempts}`.

@@ -315,7 +315,7 @@ impl<'w> Interpreter<'w> {
     ) -> Result<Flow, StepError> {
         let mut exhausted = false;
         // An invalid outcome takes only invalid routes; a valid one never does.
-        let invalid = eval::is_json_llm(self.workflow, from)
+        let invalid = self.workflow.is_json_llm(from)
             && state
                 .outputs
                 .get(&from.index())
@@ -514,9 +514,10 @@ impl<'w> Interpreter<'w> {
         self.envs.release_branches().await;
         // A branch cannot route, so its invalid outcome ends the run (the join's readers
         // expect every branch's valid output).
-        if let Some(r) = done.values().find(|r| {
-            eval::is_json_llm(self.workflow, r.node) && eval::is_invalid_record(&r.output)
-        }) {
+        if let Some(r) = done
+            .values()
+            .find(|r| self.workflow.is_json_llm(r.node) && eval::is_invalid_record(&r.output))
+        {
             let name = self.workflow.node(r.node).name.clone();
             return Ok(Flow::Exit {
                 node: self.builtin_exit("invalid_output"),

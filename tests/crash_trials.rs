@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use rondo::run::rundir;
 
+mod common;
+
 const WORKFLOW: &str = "workflows/ds_star.rondo";
 const SCRIPT: &str = "workflows/scripts/ds_star_hello.yaml";
 
@@ -283,13 +285,7 @@ exit done
 /// when what is left of the run never starts a Docker environment again.
 #[test]
 fn resume_removes_the_orphaned_container_first() {
-    let docker = Command::new("docker")
-        .args(["image", "inspect", "rondo-test-base:latest"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !docker {
-        assert!(std::env::var_os("CI").is_none(), "CI needs Docker");
-        eprintln!("skipped locally: no Docker engine or test image");
+    if !common::docker_ready() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -22,25 +22,26 @@ pub fn pyfind_spec() -> ToolSpec {
 
 static IMAGE_LOCK: Mutex<bool> = Mutex::new(false);
 
-/// Whether Docker tests can run. In CI (the `CI` variable is set) a missing engine or
-/// image is a failure, never a skip; locally the image is built if missing.
+/// Whether Docker tests can run. A missing engine fails the test unless the developer lists
+/// `docker` in `RONDO_TEST_SKIP`, and then the skip is printed; a missing image is built.
 pub async fn docker_ready() -> bool {
-    let ci = std::env::var_os("CI").is_some();
     let docker = match rondo_env::connect().await {
         Ok(d) => d,
         Err(e) => {
-            assert!(!ci, "CI is set but Docker is unavailable: {e}");
-            eprintln!("SKIPPING Docker test: {e}");
+            let skipped = std::env::var("RONDO_TEST_SKIP")
+                .is_ok_and(|list| list.split(',').any(|e| e.trim() == "docker"));
+            assert!(
+                skipped,
+                "this test needs a Docker engine ({e}); RONDO_TEST_SKIP=docker skips it"
+            );
+            let test = std::thread::current().name().unwrap_or("?").to_string();
+            eprintln!("SKIPPED {test}: no Docker engine (RONDO_TEST_SKIP): {e}");
             return false;
         }
     };
     if docker.inspect_image(IMAGE).await.is_ok() {
         return true;
     }
-    assert!(
-        !ci,
-        "CI is set but {IMAGE} is missing; run scripts/build-test-image.sh first"
-    );
     let mut built = IMAGE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !*built {
         let status = std::process::Command::new(project_root().join("scripts/build-test-image.sh"))

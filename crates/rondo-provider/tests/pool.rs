@@ -200,12 +200,13 @@ async fn slow_responses_time_out_and_are_retried() {
     let mut p = openai_profile("main", &server);
     p.timeout = Duration::from_millis(100);
     let pool = ProviderPool::with_env(vec![p], &env_with(ENV)).expect("pool");
-    let t0 = Instant::now();
     let (r, recs) = run(&pool, "main").await;
     assert!(r.is_ok());
-    assert!(t0.elapsed() < Duration::from_millis(350));
+    // Without the timeout the first attempt would have had its (slow) answer.
+    assert_eq!(recs.len(), 2);
     assert_eq!(recs[0].error_kind, Some(ErrorKind::Timeout));
-    assert!(recs[0].latency_ms >= 100.0 && recs[0].latency_ms < 300.0);
+    assert!(recs[0].latency_ms >= 100.0);
+    assert_eq!(recs[1].error_kind, None);
 }
 
 #[tokio::test]
@@ -215,13 +216,9 @@ async fn the_total_budget_caps_waiting() {
     let mut p = openai_profile("main", &server);
     p.retry.total_budget = Duration::from_secs(1);
     let pool = ProviderPool::with_env(vec![p], &env_with(ENV)).expect("pool");
-    let t0 = Instant::now();
     let (r, recs) = run(&pool, "main").await;
     assert_eq!(r.expect_err("gives up").kind(), ErrorKind::RateLimited);
-    assert!(
-        t0.elapsed() < Duration::from_millis(500),
-        "did not wait 30 s"
-    );
+    // One attempt and no wait planned: a 30 s wait would pass the 1 s budget.
     assert_eq!((recs.len(), recs[0].retry_delay_ms), (1, None));
 }
 

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
-use super::{Code, CliError, stderr_color};
+use super::{CliError, Code, stderr_color};
 use crate::check::{CheckOptions, load_checked};
 use crate::diagnostics;
 

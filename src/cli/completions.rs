@@ -1,7 +1,7 @@
 use clap::{CommandFactory, ValueEnum};
 use clap_complete::Shell;
 
-use super::{Cli, Code, CliError};
+use super::{Cli, CliError, Code};
 
 /// Print a shell completion script.
 #[derive(clap::Args, Debug)]

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
-use super::{Code, CliError, load_workflow};
+use super::{CliError, Code, load_workflow};
 
 /// Print the compiled workflow.
 #[derive(clap::Args, Debug)]

@@ -39,10 +39,6 @@ impl CliError {
         CliError { code, ..self }
     }
 
-    pub fn code(&self) -> i32 {
-        self.code
-    }
-
     /// Writes the report on standard error; the exit code.
     pub fn report(&self) -> i32 {
         match &self.report {

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{Code, CliError, input_problems, load_workflow, progress_mode, runtime_error};
+use super::{CliError, Code, input_problems, load_workflow, progress_mode, runtime_error};
 use crate::eval::{self, batch};
 use crate::run;
 
@@ -52,7 +52,9 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         }
         None => {
             let (Some(workflow), Some(dataset)) = (args.workflow, args.dataset) else {
-                return Err(CliError::new("give a workflow and --dataset, or --resume DIR"));
+                return Err(CliError::new(
+                    "give a workflow and --dataset, or --resume DIR",
+                ));
             };
             let out = args.out.unwrap_or_else(|| {
                 let stem = workflow

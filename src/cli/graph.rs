@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
-use super::{Code, CliError, load_workflow};
+use super::{CliError, Code, load_workflow};
 use crate::render;
 
 /// Draw a workflow's graph.

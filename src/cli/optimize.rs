@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{Code, CliError, load_workflow, progress_mode, render_problems, runtime_error};
+use super::{CliError, Code, load_workflow, progress_mode, render_problems, runtime_error};
 use crate::eval::{self, batch, optimize};
 use crate::run;
 
@@ -47,9 +47,8 @@ pub struct Args {
 pub fn run(args: Args) -> Result<Code, CliError> {
     let workflow = load_workflow(&args.workflow).map_err(|e| e.with_code(2))?;
     let demos = optimize::demos_file(&workflow, &args.role, args.out)?;
-    let cases =
-        eval::dataset::read_dataset(&args.dataset, &workflow, &Default::default(), None)
-            .map_err(|p| CliError::shown(render_problems(&p), 2))?;
+    let cases = eval::dataset::read_dataset(&args.dataset, &workflow, &Default::default(), None)
+        .map_err(|p| CliError::shown(render_problems(&p), 2))?;
     let out = args
         .runs
         .unwrap_or_else(|| batch::default_optimize_dir(&args.workflow));

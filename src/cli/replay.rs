@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use super::{Code, CliError};
+use super::{CliError, Code};
 use crate::run::replay;
 
 /// Show a finished or stopped run step by step, or one record of a JSONL file.
@@ -26,8 +26,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     let text = match (args.run, args.path) {
         (_, Some(path)) => replay::record(&path, args.index)?,
         (Some(run), None) => replay::render(&run, args.full)?,
-        // clap requires one of them.
-        (None, None) => return Ok(2),
+        (None, None) => return Err(CliError::new("give a run folder, or --path FILE")),
     };
     out!("{text}");
     Ok(0)

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use super::run::{drive_with_ctrl_c, report_outcome};
-use super::{Code, CliError, load_workflow, progress_mode, runtime};
+use super::{CliError, Code, load_workflow, progress_mode, runtime};
 use crate::run::{Interpreter, RunOptions, rundir};
 
 /// Continue a stopped or crashed run from its last checkpoint.

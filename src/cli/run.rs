@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use super::{Code, CliError, load_workflow, progress_mode, runtime};
+use super::{CliError, Code, load_workflow, progress_mode, runtime};
 use crate::run::{self, Interpreter, RunOptions, progress};
 
 /// Run a workflow.

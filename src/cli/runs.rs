@@ -1,11 +1,13 @@
 use std::path::PathBuf;
 
-use super::{Code, CliError};
+use super::{CliError, Code};
 use crate::run::rundir;
 
 /// List runs with their status.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Examples:\n  rondo runs --run-dir runs\n  rondo runs --workspace ./project")]
+#[command(
+    after_help = "Examples:\n  rondo runs --run-dir runs\n  rondo runs --workspace ./project"
+)]
 pub struct Args {
     #[arg(long, default_value = "runs")]
     run_dir: PathBuf,
@@ -34,7 +36,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     );
     for run in runs {
         let info = &run.info;
-        // A run that is not going on any more but never recorded its end.
+        // `running` in run.json: going on now, or ended without recording its end.
         let status = if info.status == "running" {
             "crashed?"
         } else {

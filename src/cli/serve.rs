@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use super::{Code, CliError, load_workflow};
+use super::{CliError, Code, load_workflow};
 use crate::serve::{self, ServeOptions};
 
 /// Serve workflows over HTTP: runs on request, their status, live events and graphs.

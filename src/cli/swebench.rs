@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{Code, CliError, input_problems, load_workflow, progress_mode, runtime_error};
+use super::{CliError, Code, input_problems, load_workflow, progress_mode, runtime_error};
 use crate::eval::{batch, swebench};
 use crate::run;
 
@@ -72,7 +72,9 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         (None, Some(dataset)) => {
             let setup = swebench::Setup {
                 workflow: batch::absolute(
-                    &args.workflow.unwrap_or_else(|| PathBuf::from(DEFAULT_AGENT)),
+                    &args
+                        .workflow
+                        .unwrap_or_else(|| PathBuf::from(DEFAULT_AGENT)),
                 ),
                 dataset: batch::absolute(&dataset),
                 subset: args.subset,

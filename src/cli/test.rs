@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use super::{Code, CliError, load_workflow, runtime};
+use super::{CliError, Code, load_workflow, runtime};
 use crate::run::testing;
 
 /// Run the `test` blocks of workflow files.

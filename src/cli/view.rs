@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use super::{Code, CliError};
+use super::{CliError, Code};
 
 /// Write a run as one self-contained HTML page: its graph with the path taken, a step
 /// timeline, prompts, replies, tool calls and totals. It opens from disk, offline.

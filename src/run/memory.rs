@@ -56,7 +56,9 @@ impl MemoryValue {
                 gamma,
                 threshold,
                 ..
-            } => MemoryValue::CodeContext(compile::new_code_context(alpha, beta, gamma, threshold)?),
+            } => {
+                MemoryValue::CodeContext(compile::new_code_context(alpha, beta, gamma, threshold)?)
+            }
             MemoryKind::History => MemoryValue::History(OperationHistory::new()),
             MemoryKind::Conversation { .. } => MemoryValue::Conversation(Vec::new()),
         })

@@ -213,7 +213,7 @@ fn child(workload: &str, mode: &str, args: &Args) -> Result<Value, String> {
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
     let rss_after_compile = status_mb("VmHWM:");
-    // The same runtime as `rondo run` (src/cli.rs).
+    // The same runtime as `rondo run` (src/cli/mod.rs).
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -513,7 +513,7 @@ fn runs_started_together_never_share_a_run_directory() {
         &[],
         "replies: {}\n",
     );
-    let (_, loaded) = rondo::cli::load_checked(&path, &Default::default()).unwrap();
+    let (_, loaded) = rondo::check::load_checked(&path, &Default::default()).unwrap();
     let Ok(workflow) = loaded.checked else {
         panic!("the workflow does not check")
     };

@@ -171,6 +171,29 @@ pub fn unreadable(diagnostics: Diagnostics) -> Loaded {
     }
 }
 
+/// Reads, compiles and checks one file. `Err` when the file cannot be read; a file that is
+/// not UTF-8 is a diagnostic, pointing at its first bad byte.
+pub fn load_checked(
+    path: &std::path::Path,
+    options: &CheckOptions,
+) -> Result<(SourceFile, Loaded), String> {
+    let file = match SourceFile::read(path) {
+        Ok(file) => file,
+        Err(e) => {
+            let Some((text, span, label)) = e.bad_byte() else {
+                return Err(format!("cannot read {}: {e}", path.display()));
+            };
+            let mut diags = Diagnostics::default();
+            diags.push(
+                Diagnostic::not_utf8(format_args!("`{}`", path.display())).label(span, label),
+            );
+            return Ok((SourceFile::new(path, text), unreadable(diags)));
+        }
+    };
+    let loaded = load(&file, options);
+    Ok((file, loaded))
+}
+
 /// Runs every pass. Graph passes run only when names resolved, so one mistake does
 /// not cascade into unrelated reports.
 pub fn check(
@@ -200,7 +223,7 @@ pub fn check(
 /// id prefixes, code-context weights in range).
 fn memory(workflow: &Workflow, diags: &mut Diagnostics) {
     for slot in &workflow.memory {
-        if let Err(e) = crate::run::memory::MemoryValue::initial(&slot.kind) {
+        if let Err(e) = slot.kind.can_be_made() {
             diags.push(
                 Diagnostic::error(
                     Code::MemoryCannotCreate,

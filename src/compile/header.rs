@@ -226,7 +226,7 @@ fn script_replies(
         );
         return;
     }
-    let script = match crate::run::scripted::Script::from_yaml(path) {
+    let script = match crate::script::Script::from_yaml(path) {
         Ok(s) => s,
         Err(e) => {
             // The YAML parser's first line says where and what; the rest is a code excerpt.

@@ -1,5 +1,6 @@
 //! Memory slots: their kinds, types and initial values.
 
+use rondo_memory::{CodeContext, ScoreParams, SectionSpec, Whiteboard};
 use serde_json::Value;
 
 use super::Compiler;
@@ -160,4 +161,70 @@ fn default_for(ty: &Type) -> Value {
         Type::Bool => Value::Bool(false),
         _ => Value::Null,
     }
+}
+
+impl MemoryKind {
+    /// Whether a slot of this kind can be made as the run makes it: `check` reports one
+    /// that cannot before any run starts.
+    pub fn can_be_made(&self) -> Result<(), String> {
+        match self {
+            MemoryKind::Whiteboard { sections } => new_whiteboard(sections).map(drop),
+            &MemoryKind::CodeContext {
+                alpha,
+                beta,
+                gamma,
+                threshold,
+                ..
+            } => new_code_context(alpha, beta, gamma, threshold).map(drop),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Sections named in the workflow become whiteboard sections: the ID prefix is the last
+/// word in capitals without a plural `S` (`Key Facts` → `FACT`); a section about files
+/// holds workspace-relative paths.
+pub fn new_whiteboard(sections: &[String]) -> Result<Whiteboard, String> {
+    let specs = sections
+        .iter()
+        .map(|name| {
+            let last = name
+                .split_whitespace()
+                .last()
+                .unwrap_or(name)
+                .to_uppercase();
+            let prefix: String = last
+                .trim_end_matches('S')
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric())
+                .collect();
+            let prefix = if prefix.is_empty() {
+                "ENTRY".to_string()
+            } else {
+                prefix
+            };
+            if last.starts_with("FILE") {
+                SectionSpec::files(name, &prefix)
+            } else {
+                SectionSpec::new(name, &prefix)
+            }
+        })
+        .collect();
+    Whiteboard::new(specs, vec![".rondo".into(), ".catmaster".into()]).map_err(|e| e.to_string())
+}
+
+/// The empty code context of a `code_context` slot, with its weights.
+pub fn new_code_context(
+    alpha: f64,
+    beta: f64,
+    gamma: f64,
+    threshold: f64,
+) -> Result<CodeContext, String> {
+    CodeContext::new(ScoreParams {
+        alpha,
+        beta,
+        gamma,
+        threshold,
+    })
+    .map_err(|e| e.to_string())
 }

@@ -3,6 +3,7 @@
 //! (how it was started, for `--resume`), `runs/` (every run, as `rondo run` makes it),
 //! `cases.jsonl` (one result a case) and `summary.json` (the metrics).
 
+pub mod batch;
 pub mod dataset;
 pub mod optimize;
 pub mod swebench;
@@ -351,7 +352,7 @@ fn not_started(case: &Case, why: String) -> CaseResult {
 
 /// Everything an eval runs with.
 pub struct Eval {
-    pub workflow: &'static Checked,
+    pub workflow: Arc<Checked>,
     pub cases: Vec<Case>,
     pub weights: Weights,
     pub setup: Setup,
@@ -475,10 +476,10 @@ impl Eval {
         };
         // One pool for every run: rate limits, concurrency bounds and circuit breakers
         // hold across the runs, and each HTTP client is made once.
-        let script = Interpreter::script_for(self.workflow, &base).map_err(|e| e.to_string())?;
-        let pool = Interpreter::provider_pool(self.workflow, script).map_err(|e| e.to_string())?;
+        let script = Interpreter::script_for(&self.workflow, &base).map_err(|e| e.to_string())?;
+        let pool = Interpreter::provider_pool(&self.workflow, script).map_err(|e| e.to_string())?;
         let shared = Arc::new(Shared {
-            workflow: self.workflow,
+            workflow: self.workflow.clone(),
             weights: self.weights,
             base: RunOptions {
                 pool: Some(Arc::new(pool)),
@@ -538,7 +539,7 @@ impl Eval {
 
 /// What every case's task reads.
 struct Shared {
-    workflow: &'static Checked,
+    workflow: Arc<Checked>,
     weights: Weights,
     /// The options of every run (the shared pool among them), less its id and inputs.
     base: RunOptions,
@@ -548,7 +549,7 @@ impl Shared {
     /// Runs one case (or continues its run, or scores its finished run) and scores it;
     /// `None` when the run was interrupted.
     async fn run_case(&self, case: &Case, stop: &Stop) -> Option<CaseResult> {
-        let workflow = self.workflow;
+        let workflow = &*self.workflow;
         let run_dir = match &case.workspace {
             Some(ws) => rundir::runs_in_workspace(ws).join(&case.run_id),
             None => self.base.runs_root.join(&case.run_id),
@@ -614,11 +615,11 @@ impl Shared {
         if info.status == "interrupted" {
             return None;
         }
-        let state = rundir::read_state(run_dir, self.workflow).ok()?;
+        let state = rundir::read_state(run_dir, &self.workflow).ok()?;
         let ended = state.ended.clone()?;
         let layout = rundir::Layout::of(run_dir, &info);
         Some(score(
-            self.workflow,
+            &self.workflow,
             case,
             self.weights,
             Ending {

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::{Eval, RUNS_DIR, Report};
+use crate::compile::{RoleKind, Workflow};
+use crate::run::demos;
 use crate::run::events::Event;
 use crate::run::rundir;
 
@@ -82,7 +84,7 @@ pub async fn optimize(
 ) -> Result<Outcome, String> {
     let out: PathBuf = before.out.clone();
     let after = Eval {
-        workflow: before.workflow,
+        workflow: before.workflow.clone(),
         cases: before.cases.clone(),
         weights: before.weights,
         setup: before.setup.clone(),
@@ -127,4 +129,27 @@ pub fn render(outcome: &Outcome) -> String {
         outcome.chosen, outcome.candidates
     ));
     out
+}
+
+/// The file the demos of `role` go to: `given`, else the role's own `demos` file.
+pub fn demos_file(
+    workflow: &Workflow,
+    role: &str,
+    given: Option<PathBuf>,
+) -> Result<PathBuf, String> {
+    let llm = workflow.roles().find_map(|(i, r)| match &r.kind {
+        RoleKind::Llm(l) if workflow.node(i).name == role => Some(l),
+        _ => None,
+    });
+    let Some(llm) = llm else {
+        return Err(format!(
+            "`{role}` is not an llm role of {}",
+            workflow.path.display()
+        ));
+    };
+    given.or_else(|| demos::path(workflow, llm)).ok_or_else(|| {
+        format!(
+            "role `{role}` takes no demos: give it `demos = \"opt/{role}_demos.json\"` or pass --out"
+        )
+    })
 }

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -414,7 +415,7 @@ impl Summary {
 
 /// Everything a SWE-bench run needs.
 pub struct Swebench {
-    pub workflow: &'static Checked,
+    pub workflow: Arc<Checked>,
     pub instances: Vec<Instance>,
     pub setup: Setup,
     pub out: PathBuf,
@@ -737,7 +738,7 @@ impl Swebench {
             });
         }
         let eval = Eval {
-            workflow: self.workflow,
+            workflow: self.workflow.clone(),
             cases: cases.clone(),
             weights: super::Rubrics::default().weights(),
             setup: super::Setup {
@@ -755,7 +756,7 @@ impl Swebench {
         let report = eval.run().await?;
         let ran: BTreeMap<&str, &CaseResult> =
             report.results.iter().map(|r| (r.id.as_str(), r)).collect();
-        let site = test_site(self.workflow);
+        let site = test_site(&self.workflow);
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

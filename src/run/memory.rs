@@ -3,16 +3,14 @@
 
 use std::path::Path;
 
-use rondo_memory::{
-    CodeContext, OperationHistory, Reflection, ScoreParams, SectionSpec, Whiteboard,
-};
+use rondo_memory::{CodeContext, OperationHistory, Reflection, Whiteboard};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use rondo_provider::Message;
 
 use super::value::equal;
-use crate::compile::{MemoryKind, MemoryOp};
+use crate::compile::{self, MemoryKind, MemoryOp};
 
 /// The value of one memory slot, of the kind its declaration names. The checkpoint
 /// holds each as its own JSON (a plain value as it is, a structured kind as its store);
@@ -49,22 +47,18 @@ impl MemoryValue {
                 ty.fill_absent(&mut v);
                 MemoryValue::Plain(v)
             }
-            MemoryKind::Whiteboard { sections } => MemoryValue::Whiteboard(whiteboard(sections)?),
-            MemoryKind::CodeContext {
+            MemoryKind::Whiteboard { sections } => {
+                MemoryValue::Whiteboard(compile::new_whiteboard(sections)?)
+            }
+            &MemoryKind::CodeContext {
                 alpha,
                 beta,
                 gamma,
                 threshold,
                 ..
-            } => MemoryValue::CodeContext(
-                CodeContext::new(ScoreParams {
-                    alpha: *alpha,
-                    beta: *beta,
-                    gamma: *gamma,
-                    threshold: *threshold,
-                })
-                .map_err(|e| e.to_string())?,
-            ),
+            } => {
+                MemoryValue::CodeContext(compile::new_code_context(alpha, beta, gamma, threshold)?)
+            }
             MemoryKind::History => MemoryValue::History(OperationHistory::new()),
             MemoryKind::Conversation { .. } => MemoryValue::Conversation(Vec::new()),
         })
@@ -121,38 +115,6 @@ impl MemoryValue {
             }),
         }
     }
-}
-
-/// Sections named in the workflow become whiteboard sections: the ID prefix is the last
-/// word in capitals without a plural `S` (`Key Facts` → `FACT`); a section about files
-/// holds workspace-relative paths.
-fn whiteboard(sections: &[String]) -> Result<Whiteboard, String> {
-    let specs = sections
-        .iter()
-        .map(|name| {
-            let last = name
-                .split_whitespace()
-                .last()
-                .unwrap_or(name)
-                .to_uppercase();
-            let prefix: String = last
-                .trim_end_matches('S')
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric())
-                .collect();
-            let prefix = if prefix.is_empty() {
-                "ENTRY".to_string()
-            } else {
-                prefix
-            };
-            if last.starts_with("FILE") {
-                SectionSpec::files(name, &prefix)
-            } else {
-                SectionSpec::new(name, &prefix)
-            }
-        })
-        .collect();
-    Whiteboard::new(specs, vec![".rondo".into(), ".catmaster".into()]).map_err(|e| e.to_string())
 }
 
 /// Where the files of a code context are read from: the workspace, or a folder of it

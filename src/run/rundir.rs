@@ -131,6 +131,45 @@ impl Layout {
     }
 }
 
+/// What resuming the run in `system` should tell first: that it works in an outside
+/// folder (its `--workspace`), not in its run folder.
+pub fn outside_workspace_note(system: &Path, info: &RunInfo) -> Option<String> {
+    let workspace = Layout::of(system, info).workspace;
+    (!workspace.starts_with(system)).then(|| {
+        format!(
+            "run {} works in the outside folder {} (its --workspace), not in its run folder",
+            info.run_id,
+            workspace.display()
+        )
+    })
+}
+
+/// A run of a runs folder, as `rondo runs` lists it.
+pub struct ListedRun {
+    pub dir: PathBuf,
+    pub info: RunInfo,
+    /// Steps taken by its last checkpoint (0 without one).
+    pub steps: u64,
+}
+
+/// The runs in `root` (the folders with a readable `run.json`), oldest first.
+pub fn list_runs(root: &Path) -> std::io::Result<Vec<ListedRun>> {
+    let mut runs: Vec<ListedRun> = std::fs::read_dir(root)?
+        .flatten()
+        .filter_map(|entry| {
+            let dir = entry.path();
+            let info = read_info(&dir).ok()?;
+            let steps = read_checkpoint(&dir)
+                .ok()
+                .and_then(|s| s["step"].as_u64())
+                .unwrap_or(0);
+            Some(ListedRun { dir, info, steps })
+        })
+        .collect();
+    runs.sort_by(|a, b| a.info.started_at.cmp(&b.info.started_at));
+    Ok(runs)
+}
+
 /// The folder whose system area holds `system` (`DIR` of `DIR/.rondo/runs/<id>`).
 fn enclosing_workspace(system: &Path) -> Option<PathBuf> {
     let real = std::fs::canonicalize(system).ok()?;

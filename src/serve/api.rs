@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
+use super::error::ApiError;
 use super::{LiveRun, Server};
 use crate::check::Checked;
 use crate::render;
@@ -60,45 +61,6 @@ pub(super) fn router(server: Arc<Server>, origins: &[String]) -> axum::Router {
         .layer(cors)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(server)
-}
-
-/// An error answer: a status and a JSON body naming the problem.
-pub(super) struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    pub(super) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
-    }
-
-    pub(super) fn unknown_run(id: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "unknown_run",
-            format!("no run `{id}`"),
-        )
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": self.code, "message": self.message})),
-        )
-            .into_response()
-    }
 }
 
 async fn require_token(

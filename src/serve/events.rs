@@ -11,7 +11,7 @@ use futures::Stream;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::Server;
-use super::api::ApiError;
+use super::error::ApiError;
 
 /// A journal line longer than this is cut (the journal's own lines are far shorter).
 const MAX_LINE: usize = 4 * 1024 * 1024;

@@ -11,6 +11,7 @@ macro_rules! say {
 }
 
 mod api;
+mod error;
 mod events;
 
 use std::collections::{BTreeMap, HashMap};

@@ -62,7 +62,7 @@ pub fn data(run_dir: &Path, workflow: Option<&Workflow>) -> Result<Value, String
 /// The run's workflow, checked, when its file still checks (offline).
 pub fn load_workflow(run_dir: &Path) -> Option<crate::check::Checked> {
     let info = rundir::read_info(run_dir).ok()?;
-    let (_, loaded) = crate::cli::load_checked(
+    let (_, loaded) = crate::check::load_checked(
         &info.workflow_path,
         &crate::check::CheckOptions { offline: true },
     )

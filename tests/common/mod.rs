@@ -29,7 +29,7 @@ pub fn check_source(file: &SourceFile, offline: bool) -> (Workflow, Diagnostics,
 /// Reads a file by its path relative to the package root and checks it, as `rondo check`
 /// does.
 pub fn check_path(path: &Path, offline: bool) -> (SourceFile, Workflow, Diagnostics, Summary) {
-    let (file, loaded) = rondo::cli::load_checked(path, &CheckOptions { offline })
+    let (file, loaded) = rondo::check::load_checked(path, &CheckOptions { offline })
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let workflow = loaded.workflow().clone();
     (file, workflow, loaded.diagnostics, loaded.summary)

@@ -1,0 +1,120 @@
+use std::path::PathBuf;
+
+use super::{CliError, Code, load_workflow, progress_mode, runtime};
+use crate::run::{self, Interpreter, RunOptions, progress};
+
+/// Run a workflow.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Examples:\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello\n  rondo run workflows/micro_agent.rondo --provider scripted -i question='6*7?'\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' \\\n    --script workflows/scripts/ds_star_hello.yaml\n  rondo run workflows/ds_star.rondo --replay-from runs/hello -i question=hi\n\nWith `--provider scripted` (or a workflow whose provider is scripted) and no `--script`, the replies are the workflow's own default set (`script = ...` in its header): the five reference workflows run so with no API key.\n\nExit code: the exit's code (success 0), 3 limit, 2 error, 4 invalid_output, 130 interrupted."
+)]
+pub struct Args {
+    file: PathBuf,
+    /// An input value: `--input name=value` (repeatable; JSON for non-string inputs).
+    #[arg(long = "input", short = 'i', value_parser = parse_key_value)]
+    inputs: Vec<(String, String)>,
+    /// Use this provider profile for every llm role.
+    #[arg(long)]
+    provider: Option<String>,
+    /// Replies for the scripted provider (YAML); default: the workflow's own (`script` in its header).
+    #[arg(long)]
+    script: Option<PathBuf>,
+    /// Re-execute offline with the LLM replies recorded in this run directory.
+    #[arg(long)]
+    replay_from: Option<PathBuf>,
+    /// Folder holding run directories.
+    #[arg(long, default_value = "runs")]
+    run_dir: PathBuf,
+    /// Name of the run (default: a timestamp): a plain folder name.
+    #[arg(long, value_parser = parse_run_id)]
+    run_id: Option<String>,
+    /// Work in this existing folder (it outlives the run); the run's records go to
+    /// `DIR/.rondo/runs/<run-id>/`, out of the tools' reach.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Keep Docker containers after the run, for debugging.
+    #[arg(long)]
+    keep_env: bool,
+    /// Run local tools even where the kernel cannot confine them (no Landlock): they
+    /// can then write anything you can, the run's records included.
+    #[arg(long, env = "RONDO_UNCONFINED_TOOLS", value_parser = clap::builder::FalseyValueParser::new())]
+    unconfined_tools: bool,
+    /// Write no run directory files (benchmarks).
+    #[arg(long)]
+    no_checkpoint: bool,
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn run(args: Args) -> Result<Code, CliError> {
+    let options = RunOptions {
+        runs_root: args.run_dir,
+        run_id: args.run_id,
+        workspace: args.workspace,
+        base_dir: None,
+        inputs: args.inputs,
+        provider: args.provider,
+        script: args.script,
+        replay_from: args.replay_from,
+        checkpoints: !args.no_checkpoint,
+        progress: progress_mode(args.quiet),
+        keep_env: args.keep_env,
+        unconfined_tools: args.unconfined_tools,
+        pool: None,
+        no_demos: false,
+        image: None,
+    };
+    let workflow = load_workflow(&args.file)?;
+    runtime()?.block_on(async {
+        let (interp, state) = Interpreter::start(&workflow, &options).map_err(CliError::new)?;
+        Ok(report_outcome(
+            &drive_with_ctrl_c(interp, state).await,
+            &options,
+        ))
+    })
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("`{text}` is not `name=value`")),
+    }
+}
+
+fn parse_run_id(text: &str) -> Result<String, String> {
+    run::rundir::check_run_id(text).map(|()| text.to_string())
+}
+
+/// Drives the run; Ctrl-C interrupts it (it ends at `interrupted`, its records whole).
+pub(super) async fn drive_with_ctrl_c(
+    interp: Interpreter<'_>,
+    state: run::RunState,
+) -> run::Outcome {
+    let (flag, notify) = interp.interrupter();
+    let watcher = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            notify.notify_waiters();
+        }
+    });
+    let outcome = interp.drive(state).await;
+    watcher.abort();
+    outcome
+}
+
+/// What `rondo run` and `rondo resume` print when the run ends (`-q` is decided here):
+/// the run's exit code.
+pub(super) fn report_outcome(outcome: &run::Outcome, options: &RunOptions) -> Code {
+    let quiet = options.progress == progress::Mode::Quiet;
+    // --quiet prints nothing for a run that succeeded; one that did not says why and where.
+    if quiet && outcome.exit_code == 0 {
+        return 0;
+    }
+    if quiet {
+        errln!("exit `{}`: {}", outcome.exit, outcome.reason);
+    }
+    errln!("run directory: {}", outcome.run_dir.display());
+    errln!("workspace: {}", outcome.workspace.display());
+    outcome.exit_code
+}

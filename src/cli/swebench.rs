@@ -1,0 +1,128 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{CliError, Code, input_problems, load_workflow, progress_mode, runtime_error};
+use crate::eval::{batch, swebench};
+use crate::run;
+
+/// Run an agent workflow on SWE-bench-style instances: one run per instance, in its own
+/// copy of the repository and its own container; patches, test results and costs.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "A dataset is JSON Lines, one instance a line: {\"instance_id\": \"...\", \"repo\": \"folder, relative to the dataset\", \"problem_statement\": \"...\", \"test_commands\": [\"...\"], \"image\": \"optional\", \"split\": \"optional\", \"subset\": \"optional\"}. Each instance's repository is copied to OUT/workspaces/<id> (a git repository) and the workflow runs with it as its --workspace; the patch is its git diff, then the test commands run in a fresh container. OUT holds results.jsonl (exit, patch, tests, resolved, cost an instance), preds.json (SWE-bench's predictions) and report.json. docs/swebench.md has the details.\n\nExamples:\n  rondo swebench tests/fixtures/swebench/instances.jsonl --provider scripted \\\n    --script tests/fixtures/swebench/fix.yaml --subset lite --out evals/swe\n  rondo swebench --resume evals/swe\n  rondo swebench tests/fixtures/swebench/instances.jsonl --provider scripted \\\n    --script tests/fixtures/swebench/fix.yaml -i calc-add --out evals/one\n\nExit code: 0 every run ended at a success exit and no tests failed, 1 otherwise (or some did not finish), 2 a bad dataset or workflow."
+)]
+pub struct Args {
+    /// The instances: JSON Lines.
+    #[arg(required_unless_present = "resume")]
+    dataset: Option<PathBuf>,
+    /// The agent (default: workflows/llm_ide.rondo).
+    #[arg(long)]
+    workflow: Option<PathBuf>,
+    /// Only the instances whose `subset` is this.
+    #[arg(long)]
+    subset: Option<String>,
+    /// Only the instances whose `split` is this.
+    #[arg(long)]
+    split: Option<String>,
+    /// Only the instances whose id matches this regular expression.
+    #[arg(long)]
+    filter: Option<String>,
+    /// START:END of the selected instances (e.g. 0:5).
+    #[arg(long)]
+    slice: Option<String>,
+    /// Only this instance (repeatable): the single-instance mode prints its patch.
+    #[arg(long = "instance", short = 'i', value_name = "ID")]
+    instances: Vec<String>,
+    /// Runs at a time.
+    #[arg(long, short = 'c')]
+    concurrency: Option<usize>,
+    /// Use this provider profile for every llm role.
+    #[arg(long)]
+    provider: Option<String>,
+    /// Call this model with every provider profile.
+    #[arg(long)]
+    model: Option<String>,
+    /// Replies for the scripted provider (YAML), for every run.
+    #[arg(long)]
+    script: Option<PathBuf>,
+    /// The results folder (default: evals/swebench-<time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the runs of this results folder: only the instances without a result.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out"])]
+    resume: Option<PathBuf>,
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+const DEFAULT_AGENT: &str = "workflows/llm_ide.rondo";
+
+pub fn run(args: Args) -> Result<Code, CliError> {
+    let progress = progress_mode(args.quiet);
+    let (setup, out) = match (args.resume, args.dataset) {
+        (Some(dir), _) => {
+            let mut setup: swebench::Setup =
+                batch::saved_setup(&dir, swebench::SETUP_FILE, "a swebench results folder")?;
+            if let Some(n) = args.concurrency {
+                setup.concurrency = n;
+            }
+            (setup, dir)
+        }
+        (None, Some(dataset)) => {
+            let setup = swebench::Setup {
+                workflow: batch::absolute(
+                    &args
+                        .workflow
+                        .unwrap_or_else(|| PathBuf::from(DEFAULT_AGENT)),
+                ),
+                dataset: batch::absolute(&dataset),
+                subset: args.subset,
+                split: args.split,
+                filter: args.filter,
+                slice: args.slice,
+                instances: args.instances,
+                provider: args.provider,
+                model: args.model,
+                script: args.script.as_deref().map(batch::absolute),
+                concurrency: args.concurrency.unwrap_or(batch::DEFAULT_CONCURRENCY),
+            };
+            let out = args.out.unwrap_or_else(|| batch::default_dir("swebench"));
+            batch::refuse_existing(&out, swebench::SETUP_FILE, "a swebench run", "swebench")?;
+            (setup, out)
+        }
+        (None, None) => return Err(CliError::new("give a dataset, or --resume DIR")),
+    };
+    if setup.concurrency == 0 {
+        return Err(CliError::new("--concurrency must be at least 1"));
+    }
+    let workflow = load_workflow(&setup.workflow).map_err(|e| e.with_code(2))?;
+    let workflow = match &setup.model {
+        Some(model) => workflow.with_model(model),
+        None => workflow,
+    };
+    let instances =
+        swebench::read_instances(&setup.dataset, &workflow).map_err(|p| input_problems(&p))?;
+    let instances = swebench::select(instances, &setup)?;
+    let single = setup.instances.len() == 1;
+    let rt = run::runtime_for_runs(setup.concurrency).map_err(runtime_error)?;
+    let job = swebench::Swebench {
+        workflow: Arc::new(workflow),
+        instances,
+        setup,
+        out: out.clone(),
+        progress,
+    };
+    let report = rt.block_on(job.run())?;
+    if single && let Some(r) = report.results.first() {
+        out!("{}", r.patch);
+    }
+    out!("{}", swebench::render_table(&report));
+    errln!("results: {}", out.display());
+    let all = report.unfinished == 0
+        && report
+            .results
+            .iter()
+            .all(|r| r.exit_code == 0 && r.resolved != Some(false));
+    Ok(Code::from(!all))
+}

@@ -57,6 +57,12 @@ pub struct ExecRequest {
     /// Bytes of each stream kept in memory (half head, half tail); `None` uses
     /// [`DEFAULT_MAX_OUTPUT`]. The log file always gets everything.
     pub max_output: Option<usize>,
+    /// Processes a local command may have at once, itself included; `None` uses
+    /// [`crate::DEFAULT_MAX_PROCESSES`]. A tool spec's `max_processes`.
+    pub max_processes: Option<u32>,
+    /// Capabilities a local command started by root keeps (`net_raw`, `CAP_NET_RAW`);
+    /// empty: none at all. A tool spec's `capabilities`.
+    pub capabilities: Vec<String>,
 }
 
 /// Bytes of output kept in memory per stream when a request does not say: 4 MiB.
@@ -79,6 +85,8 @@ impl fmt::Debug for ExecRequest {
             .field("log_path", &self.log_path)
             .field("on_line", &self.on_line.is_some())
             .field("max_output", &self.max_output)
+            .field("max_processes", &self.max_processes)
+            .field("capabilities", &self.capabilities)
             .finish()
     }
 }
@@ -94,6 +102,8 @@ impl ExecRequest {
             log_file: None,
             on_line: None,
             max_output: None,
+            max_processes: None,
+            capabilities: Vec::new(),
         }
     }
 
@@ -135,6 +145,20 @@ impl ExecRequest {
         self
     }
 
+    pub fn max_processes(mut self, max: u32) -> Self {
+        self.max_processes = Some(max);
+        self
+    }
+
+    pub fn capabilities<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.capabilities = names.into_iter().map(Into::into).collect();
+        self
+    }
+
     pub fn on_line(mut self, callback: impl Fn(StreamKind, &str) + Send + Sync + 'static) -> Self {
         self.on_line = Some(Arc::new(callback));
         self
@@ -145,6 +169,9 @@ impl ExecRequest {
             Command::Argv(v) if v.is_empty() => {
                 Err(EnvError::InvalidRequest("empty argument vector".into()))
             }
+            _ if self.max_processes == Some(0) => Err(EnvError::InvalidRequest(
+                "max_processes must be at least 1".into(),
+            )),
             _ => Ok(()),
         }
     }

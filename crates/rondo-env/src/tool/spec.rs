@@ -79,6 +79,14 @@ pub struct ToolSpec {
     /// A JSON-Schema-like object describing the tool's arguments.
     #[serde(default)]
     pub input_schema: Option<serde_json::Value>,
+    /// Processes a call may have at once, the tool included (local tools; default
+    /// [`crate::DEFAULT_MAX_PROCESSES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<u32>,
+    /// Capabilities a local tool keeps when `rondo` runs as root (`net_raw`,
+    /// `CAP_NET_RAW`); without it, none at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
     /// Where the spec was written, for error messages. `None` for specs built in code.
     #[serde(skip)]
     pub origin: Option<SpecOrigin>,
@@ -119,6 +127,10 @@ pub enum IssueKind {
     BadSetupScript,
     /// `target` not an absolute path without `..`.
     BadTarget,
+    /// `max_processes` of 0.
+    ZeroProcesses,
+    /// A name in `capabilities` that is no capability.
+    BadCapability,
 }
 
 /// One problem with one field of a spec.
@@ -210,6 +222,8 @@ impl ToolSpec {
             timeout: None,
             max_output: None,
             input_schema: None,
+            max_processes: None,
+            capabilities: None,
             origin: None,
         }
     }
@@ -376,6 +390,25 @@ impl ToolSpec {
                 IssueKind::ZeroTimeout,
                 "timeout",
                 "must be more than 0".into(),
+            );
+        }
+        if self.max_processes == Some(0) {
+            issue(
+                IssueKind::ZeroProcesses,
+                "max_processes",
+                "must be at least 1 (the tool itself)".into(),
+            );
+        }
+        if let Some(names) = &self.capabilities
+            && let Err(unknown) = crate::sandbox::capability_mask(names)
+        {
+            issue(
+                IssueKind::BadCapability,
+                "capabilities",
+                format!(
+                    "names no capability: {} (capabilities(7) names, such as `net_raw`)",
+                    unknown.join(", ")
+                ),
             );
         }
         if let Some(schema) = &self.input_schema

@@ -59,10 +59,10 @@ pub struct ExecRequest {
     pub max_output: Option<usize>,
     /// Processes a local command may have at once, itself included; `None` uses
     /// [`crate::DEFAULT_MAX_PROCESSES`]. A tool spec's `max_processes`.
-    pub max_processes: Option<u32>,
-    /// Capabilities a local command started by root keeps (`net_raw`, `CAP_NET_RAW`);
-    /// empty: none at all. A tool spec's `capabilities`.
-    pub capabilities: Vec<String>,
+    pub max_processes: Option<std::num::NonZeroU32>,
+    /// Capabilities a local command started by root keeps; empty: none at all. A tool
+    /// spec's `capabilities`.
+    pub capabilities: Vec<crate::Capability>,
 }
 
 /// Bytes of output kept in memory per stream when a request does not say: 4 MiB.
@@ -145,17 +145,16 @@ impl ExecRequest {
         self
     }
 
-    pub fn max_processes(mut self, max: u32) -> Self {
+    pub fn max_processes(mut self, max: std::num::NonZeroU32) -> Self {
         self.max_processes = Some(max);
         self
     }
 
-    pub fn capabilities<I, S>(mut self, names: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.capabilities = names.into_iter().map(Into::into).collect();
+    pub fn capabilities(
+        mut self,
+        capabilities: impl IntoIterator<Item = crate::Capability>,
+    ) -> Self {
+        self.capabilities = capabilities.into_iter().collect();
         self
     }
 
@@ -169,9 +168,6 @@ impl ExecRequest {
             Command::Argv(v) if v.is_empty() => {
                 Err(EnvError::InvalidRequest("empty argument vector".into()))
             }
-            _ if self.max_processes == Some(0) => Err(EnvError::InvalidRequest(
-                "max_processes must be at least 1".into(),
-            )),
             _ => Ok(()),
         }
     }

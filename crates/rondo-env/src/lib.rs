@@ -26,8 +26,8 @@ pub use exec::{
     head_tail_lines, shell_quote, truncate_for_prompt,
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
-pub use sandbox::{DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor};
+pub use sandbox::{Capability, DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};
 

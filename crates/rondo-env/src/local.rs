@@ -167,12 +167,10 @@ impl LocalEnv {
         let Some(sandbox) = &self.sandbox else {
             return Ok(Arc::new(Launch::unconfined()));
         };
-        let capabilities = sandbox::capability_mask(&req.capabilities).map_err(|unknown| {
-            EnvError::InvalidRequest(format!("unknown capabilities: {}", unknown.join(", ")))
-        })?;
+        let capabilities = req.capabilities.iter().fold(0, |mask, c| mask | c.bit());
         let max = req
             .max_processes
-            .unwrap_or(sandbox::DEFAULT_MAX_PROCESSES);
+            .map_or(sandbox::DEFAULT_MAX_PROCESSES, std::num::NonZeroU32::get);
         sandbox.launch(workdir, max, capabilities).map(Arc::new)
     }
 
@@ -206,7 +204,11 @@ impl LocalEnv {
             Err(e) => Err(EnvError::Confinement(format!(
                 "a confined process cannot start ({e}); local tools run in their own PID, \
                  mount{} namespace, which needs root or unprivileged user namespaces",
-                if sandbox_needs_userns() { " and user" } else { "" }
+                if sandbox_needs_userns() {
+                    " and user"
+                } else {
+                    ""
+                }
             ))),
         }
     }

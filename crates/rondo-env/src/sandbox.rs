@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use libc::{c_int, c_long, c_uint};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::EnvError;
 
@@ -174,30 +174,51 @@ const CAPABILITIES: &[&str] = &[
     "checkpoint_restore",
 ];
 
-/// The bit of a capability named `net_raw` or `CAP_NET_RAW` (any case).
-pub(crate) fn capability_bit(name: &str) -> Option<u64> {
-    let lower = name.trim().to_ascii_lowercase();
-    let bare = lower.strip_prefix("cap_").unwrap_or(&lower);
-    CAPABILITIES
-        .iter()
-        .position(|c| *c == bare)
-        .map(|i| 1u64 << i)
+/// A Linux capability (`capabilities(7)`), written `net_raw` or `CAP_NET_RAW`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Capability(u8);
+
+impl Capability {
+    /// The capability named `net_raw` or `CAP_NET_RAW` (any case).
+    pub fn parse(name: &str) -> Option<Capability> {
+        let lower = name.trim().to_ascii_lowercase();
+        let bare = lower.strip_prefix("cap_").unwrap_or(&lower);
+        CAPABILITIES
+            .iter()
+            .position(|c| *c == bare)
+            .map(|i| Capability(i as u8))
+    }
+
+    /// Its name without `CAP_`, in lower case.
+    pub fn name(self) -> &'static str {
+        CAPABILITIES[usize::from(self.0)]
+    }
+
+    pub(crate) fn bit(self) -> u64 {
+        1 << self.0
+    }
 }
 
-/// The set of the named capabilities; the unknown names otherwise.
-pub(crate) fn capability_mask(names: &[String]) -> Result<u64, Vec<String>> {
-    let mut mask = 0;
-    let mut unknown = Vec::new();
-    for name in names {
-        match capability_bit(name) {
-            Some(bit) => mask |= bit,
-            None => unknown.push(name.clone()),
-        }
+impl TryFrom<String> for Capability {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        Capability::parse(&name).ok_or_else(|| {
+            format!("`{name}` is not a capability (a capabilities(7) name, such as `net_raw`)")
+        })
     }
-    if unknown.is_empty() {
-        Ok(mask)
-    } else {
-        Err(unknown)
+}
+
+impl From<Capability> for String {
+    fn from(c: Capability) -> String {
+        c.name().to_string()
+    }
+}
+
+impl std::fmt::Display for Capability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -275,7 +296,10 @@ impl Protections {
             (self.read_only_mounts, "read-only mounts and a private /dev"),
             (self.user_namespace || root, "own user namespace"),
             (self.no_capabilities || !root, "no capabilities"),
-            (self.process_limit.is_some(), "a bounded number of processes"),
+            (
+                self.process_limit.is_some(),
+                "a bounded number of processes",
+            ),
             (self.rondo_not_dumpable, "rondo not dumpable"),
         ]
         .into_iter()
@@ -484,11 +508,7 @@ impl Sandbox {
             let handle =
                 open_path(path).map_err(|e| os_err(&format!("opening {}", path.display()), e))?;
             let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
-            add_rule(
-                &handle,
-                if is_dir { dir_rights } else { file_rights },
-                path,
-            )?;
+            add_rule(&handle, if is_dir { dir_rights } else { file_rights }, path)?;
         }
         let mut devices = Vec::new();
         for &dev in DEVICES {
@@ -529,8 +549,14 @@ impl Sandbox {
         };
         Ok(Sandbox {
             ruleset,
-            writable: writable.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
-            read_only: read_only.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
+            writable: writable
+                .iter()
+                .map(|p| c_path(p))
+                .collect::<Result<_, _>>()?,
+            read_only: read_only
+                .iter()
+                .map(|p| c_path(p))
+                .collect::<Result<_, _>>()?,
             devices,
             user_maps,
             root,
@@ -545,7 +571,7 @@ impl Sandbox {
 
     /// Everything one confined command needs between `fork` and `exec`: it starts in
     /// `workdir` with at most `max_processes` processes and, when `rondo` is root, the
-    /// capabilities of `keep_capabilities` (a mask of [`capability_bit`]s).
+    /// capabilities of `keep_capabilities` (a mask of [`Capability`] bits).
     pub(crate) fn launch(
         self: &Arc<Self>,
         workdir: &Path,
@@ -642,9 +668,7 @@ impl PidsCgroup {
         self.sweep();
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = self
-            .base
-            .join(format!("rondo-{}-{n}", std::process::id()));
+        let dir = self.base.join(format!("rondo-{}-{n}", std::process::id()));
         std::fs::create_dir(&dir).map_err(|e| EnvError::io(&dir, e))?;
         let mut lease = CgroupLease {
             dir,

@@ -1,9 +1,12 @@
 use std::fmt;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::yaml::{Fields, Pos, struct_fields};
 use serde::{Deserialize, Serialize};
+
+use crate::Capability;
 
 /// How a tool is installed. Only pip is supported (as in the reference design).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,11 +85,11 @@ pub struct ToolSpec {
     /// Processes a call may have at once, the tool included (local tools; default
     /// [`crate::DEFAULT_MAX_PROCESSES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_processes: Option<u32>,
+    pub max_processes: Option<NonZeroU32>,
     /// Capabilities a local tool keeps when `rondo` runs as root (`net_raw`,
     /// `CAP_NET_RAW`); without it, none at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capabilities: Option<Vec<String>>,
+    pub capabilities: Option<Vec<Capability>>,
     /// Where the spec was written, for error messages. `None` for specs built in code.
     #[serde(skip)]
     pub origin: Option<SpecOrigin>,
@@ -127,10 +130,6 @@ pub enum IssueKind {
     BadSetupScript,
     /// `target` not an absolute path without `..`.
     BadTarget,
-    /// `max_processes` of 0.
-    ZeroProcesses,
-    /// A name in `capabilities` that is no capability.
-    BadCapability,
 }
 
 /// One problem with one field of a spec.
@@ -390,25 +389,6 @@ impl ToolSpec {
                 IssueKind::ZeroTimeout,
                 "timeout",
                 "must be more than 0".into(),
-            );
-        }
-        if self.max_processes == Some(0) {
-            issue(
-                IssueKind::ZeroProcesses,
-                "max_processes",
-                "must be at least 1 (the tool itself)".into(),
-            );
-        }
-        if let Some(names) = &self.capabilities
-            && let Err(unknown) = crate::sandbox::capability_mask(names)
-        {
-            issue(
-                IssueKind::BadCapability,
-                "capabilities",
-                format!(
-                    "names no capability: {} (capabilities(7) names, such as `net_raw`)",
-                    unknown.join(", ")
-                ),
             );
         }
         if let Some(schema) = &self.input_schema

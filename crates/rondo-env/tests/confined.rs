@@ -302,3 +302,47 @@ attempt('socket', lambda: s.connect('\0' + sys.argv[1]))
     assert_eq!(protections.ioctl_dev, protections.landlock_abi >= 5);
     assert_eq!(protections.scopes, protections.landlock_abi >= 6);
 }
+
+/// A spec's `max_processes` and `capabilities`: read from YAML, and refused, with where
+/// they are written, when there can be no such call (no process at all, a capability
+/// that does not exist).
+#[test]
+fn a_spec_says_how_many_processes_and_which_capabilities() {
+    let file = Path::new("config/tools/t.yaml");
+    let root = Path::new(".");
+    let spec = rondo_env::ToolSpec::from_yaml(
+        "tool_name: t\nexecutable: t\nmax_processes: 8\ncapabilities: [net_raw, CAP_SYS_PTRACE]\n",
+        file,
+        root,
+    )
+    .unwrap();
+    assert_eq!(spec.max_processes, NonZeroU32::new(8));
+    let names: Vec<&str> = spec
+        .capabilities
+        .unwrap()
+        .iter()
+        .map(|c| c.name())
+        .collect();
+    assert_eq!(names, ["net_raw", "sys_ptrace"]);
+    for (yaml, line, why) in [
+        ("max_processes: 0", 3, "nonzero"),
+        (
+            "capabilities: [net_raw, nope]",
+            3,
+            "`nope` is not a capability",
+        ),
+    ] {
+        let err = rondo_env::ToolSpec::from_yaml(
+            &format!("tool_name: t\nexecutable: t\n{yaml}\n"),
+            file,
+            root,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with(&format!("config/tools/t.yaml:{line}:")),
+            "{err}"
+        );
+        assert!(err.contains(why), "{err}");
+    }
+}

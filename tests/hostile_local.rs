@@ -543,6 +543,99 @@ fn a_tools_processes_end_with_its_step_and_are_bounded() {
     }
 }
 
+/// Waits until each process ends (a pidfd turns readable when it does), or fails.
+fn wait_for_end(pids: &[i32]) {
+    for &pid in pids {
+        // SAFETY: plain system calls; the descriptor is closed below.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        if fd < 0 {
+            continue; // already gone
+        }
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = PATIENCE.as_millis() as i32;
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(fd) };
+        if ready != 1 {
+            for &pid in pids {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            panic!("process {pid} outlived the rondo that started it");
+        }
+    }
+}
+
+/// `rondo` killed in the middle of a step (a crash, `kill -9`): the tool and the daemon it
+/// started end too, as root and as an ordinary user.
+#[test]
+fn a_tools_processes_end_when_rondo_is_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    for user in users() {
+        let dir = user_dir(tmp.path(), user);
+        write_workflow(
+            &dir,
+            r#"
+workflow crash {
+  input daemons: string
+}
+role spawn: tool {
+  command = ["sh", "-c", "sh -c \"$1\" && echo > spawned && exec python3 -c 'import time; time.sleep(600)' $(cat marker)-tool", "sh", "{{ input.daemons }}"]
+}
+start -> spawn
+spawn -> success
+exit success
+"#,
+            user,
+        );
+        let marker = unique("rondo-crash");
+        let workspace = dir.join("project");
+        std::fs::create_dir_all(&workspace).unwrap();
+        if let Some(uid) = user {
+            std::os::unix::fs::chown(&workspace, Some(uid), Some(uid)).unwrap();
+        }
+        write_owned(&workspace, "marker", &marker, user);
+        let mut child = command_as(
+            env!("CARGO_BIN_EXE_rondo"),
+            &[
+                "run",
+                "-q",
+                "w.rondo",
+                "--run-id",
+                "c",
+                "--workspace",
+                "project",
+            ],
+            &dir,
+            user,
+        )
+        .arg("--input")
+        .arg(format!("daemons={DAEMONS}"))
+        .spawn()
+        .unwrap();
+        wait_for(&workspace.join("spawned"));
+        let since = Instant::now();
+        let mut running = processes_with(&marker);
+        while running.len() < 3 {
+            assert!(
+                since.elapsed() < PATIENCE,
+                "the tool never ran: {running:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+            running = processes_with(&marker);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        wait_for_end(&running);
+        assert_none_left(&marker, "after rondo was killed");
+    }
+}
+
 /// Pushes a command into the input queue of every terminal it can find (`TIOCSTI` on
 /// `/dev/tty`, on every `/dev/pts/N` by path, on every descriptor it has) and draws on
 /// each with raw escape sequences (a title, a colour); reports what got through.

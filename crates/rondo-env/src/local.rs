@@ -187,7 +187,7 @@ impl LocalEnv {
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::null());
         let entered = launch.clone();
         // SAFETY: `enter` only makes system calls.
         unsafe {
@@ -202,12 +202,12 @@ impl LocalEnv {
                 "a confined process failed ({s})"
             ))),
             Err(e) => Err(EnvError::Confinement(format!(
-                "a confined process cannot start ({e}); local tools run in their own PID, \
-                 mount{} namespace, which needs root or unprivileged user namespaces",
-                if sandbox_needs_userns() {
-                    " and user"
-                } else {
+                "a confined process cannot start ({e}); local tools run in a PID and mount \
+                 namespace of their own{}, which needs root or unprivileged user namespaces",
+                if sandbox::is_root() {
                     ""
+                } else {
+                    " inside a user namespace"
                 }
             ))),
         }
@@ -296,11 +296,6 @@ async fn read_some<R: tokio::io::AsyncRead + Unpin>(
         Some(r) => r.read(buf).await,
         None => Ok(0),
     }
-}
-
-fn sandbox_needs_userns() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() != 0 }
 }
 
 fn kill_group(pgid: i32, signal: i32) {

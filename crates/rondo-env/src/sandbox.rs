@@ -591,7 +591,16 @@ impl Sandbox {
             death: death_pipe(),
         };
         match self.protections.process_limit {
-            Some(ProcessLimit::Rlimit) => launch.nproc = with_keepers,
+            Some(ProcessLimit::Rlimit) => {
+                // Only root may raise a hard limit; a lower one bounds the tool already.
+                let mut current = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: libc::RLIM_INFINITY,
+                };
+                // SAFETY: `current` is a valid out-pointer.
+                unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut current) };
+                launch.nproc = with_keepers.min(current.rlim_max);
+            }
             Some(ProcessLimit::PidMax) => {
                 launch.pid_max = (RESERVED_PIDS + with_keepers).to_string().into_bytes();
             }

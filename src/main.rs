@@ -4,5 +4,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    // Before anything holds a secret: no process of the user reads rondo's memory.
+    let _ = rondo_env::harden_self();
     std::process::exit(rondo::cli::main_entry());
 }

@@ -57,6 +57,12 @@ pub struct ExecRequest {
     /// Bytes of each stream kept in memory (half head, half tail); `None` uses
     /// [`DEFAULT_MAX_OUTPUT`]. The log file always gets everything.
     pub max_output: Option<usize>,
+    /// Processes a local command may have at once, itself included; `None` uses
+    /// [`crate::DEFAULT_MAX_PROCESSES`]. A tool spec's `max_processes`.
+    pub max_processes: Option<std::num::NonZeroU32>,
+    /// Capabilities a local command started by root keeps; empty: none at all. A tool
+    /// spec's `capabilities`.
+    pub capabilities: Vec<crate::Capability>,
 }
 
 /// Bytes of output kept in memory per stream when a request does not say: 4 MiB.
@@ -79,6 +85,8 @@ impl fmt::Debug for ExecRequest {
             .field("log_path", &self.log_path)
             .field("on_line", &self.on_line.is_some())
             .field("max_output", &self.max_output)
+            .field("max_processes", &self.max_processes)
+            .field("capabilities", &self.capabilities)
             .finish()
     }
 }
@@ -94,6 +102,8 @@ impl ExecRequest {
             log_file: None,
             on_line: None,
             max_output: None,
+            max_processes: None,
+            capabilities: Vec::new(),
         }
     }
 
@@ -132,6 +142,19 @@ impl ExecRequest {
 
     pub fn max_output(mut self, bytes: usize) -> Self {
         self.max_output = Some(bytes);
+        self
+    }
+
+    pub fn max_processes(mut self, max: std::num::NonZeroU32) -> Self {
+        self.max_processes = Some(max);
+        self
+    }
+
+    pub fn capabilities(
+        mut self,
+        capabilities: impl IntoIterator<Item = crate::Capability>,
+    ) -> Self {
+        self.capabilities = capabilities.into_iter().collect();
         self
     }
 

@@ -27,6 +27,7 @@ pub use exec::{
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};
+pub use sandbox::{Capability, DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};
 

@@ -11,7 +11,7 @@ use tokio::io::AsyncReadExt;
 use tokio::time::sleep_until;
 
 use crate::exec::Collector;
-use crate::sandbox::{PrivateTmp, Sandbox};
+use crate::sandbox::{self, Launch, PrivateTmp, Protections, Sandbox};
 use crate::tool::{self, InstalledTools, ToolLayout, ToolSpec};
 use crate::{
     Command, EnvError, Environment, ExecOutput, ExecRequest, Redactor, StreamKind, archive,
@@ -86,9 +86,10 @@ impl LocalConfig {
     }
 }
 
-/// Runs commands as host processes, each in its own process group so that a timeout
-/// kills the command and everything it started, each confined by a [`Sandbox`]: it
-/// writes only beneath the run directory and its private `TMPDIR`.
+/// Runs commands as host processes, each in its own session and process group so that a
+/// timeout kills the command and everything it started, each confined by a [`Sandbox`]:
+/// it writes only beneath the run directory and its private `TMPDIR`, sees no other
+/// process, and every process it starts ends with it (see `docs/tools.md`).
 pub struct LocalEnv {
     config: LocalConfig,
     active: Mutex<HashSet<i32>>,
@@ -96,6 +97,7 @@ pub struct LocalEnv {
     tools: InstalledTools,
     /// `None` only when the kernel cannot confine and the user accepted that.
     sandbox: Option<Arc<Sandbox>>,
+    protections: Protections,
     tmp: PrivateTmp,
 }
 
@@ -112,6 +114,7 @@ impl LocalEnv {
             closed: AtomicBool::new(false),
             tools: InstalledTools::default(),
             sandbox: None,
+            protections: Protections::unconfined(),
             tmp: PrivateTmp::new()?,
             config,
         };
@@ -126,6 +129,9 @@ impl LocalEnv {
                 return Err(e);
             }
             env.sandbox = None;
+        }
+        if let Some(sandbox) = &env.sandbox {
+            env.protections = sandbox.protections().clone();
         }
         if !env.config.tools.is_empty() {
             let (root, hash) = env.tool_root()?;
@@ -150,12 +156,31 @@ impl LocalEnv {
         Sandbox::new(&writable, &self.config.read_only).map(Arc::new)
     }
 
-    /// Start one confined command, so that a sandbox the kernel refuses (no user
-    /// namespaces for the read-only view, say) is reported here, once and clearly.
-    async fn probe(&self) -> Result<(), EnvError> {
-        let Some(sandbox) = self.sandbox.clone() else {
-            return Ok(());
+    /// What the kernel gives the commands (all `false` but the session when they run
+    /// unconfined).
+    pub fn protections(&self) -> &Protections {
+        &self.protections
+    }
+
+    /// How a command starts: confined by the sandbox when there is one.
+    fn launch(&self, workdir: &Path, req: &ExecRequest) -> Result<Arc<Launch>, EnvError> {
+        let Some(sandbox) = &self.sandbox else {
+            return Ok(Arc::new(Launch::unconfined()));
         };
+        let capabilities = req.capabilities.iter().fold(0, |mask, c| mask | c.bit());
+        let max = req
+            .max_processes
+            .map_or(sandbox::DEFAULT_MAX_PROCESSES, std::num::NonZeroU32::get);
+        sandbox.launch(workdir, max, capabilities).map(Arc::new)
+    }
+
+    /// Start one confined command, so that a sandbox the kernel refuses (no user
+    /// namespace for an ordinary user, say) is reported here, once and clearly.
+    async fn probe(&self) -> Result<(), EnvError> {
+        if self.sandbox.is_none() {
+            return Ok(());
+        }
+        let launch = self.launch(&self.config.run_dir, &ExecRequest::shell(":"))?;
         let mut cmd = tokio::process::Command::new("/bin/sh");
         cmd.args(["-c", ":"])
             .current_dir(&self.config.run_dir)
@@ -163,20 +188,26 @@ impl LocalEnv {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        let entered = launch.clone();
         // SAFETY: `enter` only makes system calls.
         unsafe {
-            cmd.pre_exec(move || sandbox.enter());
+            cmd.pre_exec(move || entered.enter());
         }
         let status = cmd.status().await;
+        drop(cmd);
+        drop(launch);
         match status {
-            Ok(_) => Ok(()),
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(EnvError::Confinement(format!(
+                "a confined process failed ({s})"
+            ))),
             Err(e) => Err(EnvError::Confinement(format!(
-                "a confined process cannot start ({e}){}",
-                if self.config.read_only.is_empty() {
+                "a confined process cannot start ({e}); local tools run in a PID and mount \
+                 namespace of their own{}, which needs root or unprivileged user namespaces",
+                if sandbox::is_root() {
                     ""
                 } else {
-                    "; the read-only view of the run's records needs a private mount namespace \
-                     (root, or unprivileged user namespaces)"
+                    " inside a user namespace"
                 }
             ))),
         }
@@ -329,13 +360,15 @@ impl Environment for LocalEnv {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
-        if let Some(sandbox) = self.sandbox.clone() {
-            // SAFETY: `enter` only makes system calls, as required between fork and exec.
-            unsafe {
-                cmd.pre_exec(move || sandbox.enter());
-            }
+        // The call's cgroup (if any) goes when the last of these is dropped, after the
+        // command has been reaped.
+        let launch = self.launch(&workdir, &req)?;
+        let entered = launch.clone();
+        // SAFETY: `enter` only makes system calls, as required between fork and exec. It
+        // starts a session of its own (hence no `process_group`): its ID is the child's.
+        unsafe {
+            cmd.pre_exec(move || entered.enter());
         }
 
         let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
@@ -414,6 +447,9 @@ impl Environment for LocalEnv {
         }
         group.running = false;
         drop(group);
+        drop(child);
+        drop(cmd);
+        drop(launch);
         let exit_code = status.and_then(|s| {
             use std::os::unix::process::ExitStatusExt;
             s.code()

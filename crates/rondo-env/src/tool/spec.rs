@@ -1,9 +1,12 @@
 use std::fmt;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::yaml::{Fields, Pos, struct_fields};
 use serde::{Deserialize, Serialize};
+
+use crate::Capability;
 
 /// How a tool is installed. Only pip is supported (as in the reference design).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +82,14 @@ pub struct ToolSpec {
     /// A JSON-Schema-like object describing the tool's arguments.
     #[serde(default)]
     pub input_schema: Option<serde_json::Value>,
+    /// Processes a call may have at once, the tool included (local tools; default
+    /// [`crate::DEFAULT_MAX_PROCESSES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<NonZeroU32>,
+    /// Capabilities a local tool keeps when `rondo` runs as root (`net_raw`,
+    /// `CAP_NET_RAW`); without it, none at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<Capability>>,
     /// Where the spec was written, for error messages. `None` for specs built in code.
     #[serde(skip)]
     pub origin: Option<SpecOrigin>,
@@ -210,6 +221,8 @@ impl ToolSpec {
             timeout: None,
             max_output: None,
             input_schema: None,
+            max_processes: None,
+            capabilities: None,
             origin: None,
         }
     }

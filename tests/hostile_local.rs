@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{events, json, of_kind};
+use common::{events, json, of_kind, processes_with};
 
 const NOBODY: u32 = 65534;
 /// A step that never starts fails the test instead of blocking it.
@@ -100,26 +100,6 @@ fn write_workflow(dir: &Path, text: &str, user: Option<u32>) -> PathBuf {
     let check = rondo_as(dir, &["check", "--offline", "w.rondo"], user);
     assert_ok(&check, "check");
     path
-}
-
-/// The machine's processes whose command line holds `marker`.
-fn processes_with(marker: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|s| s.trim_start().starts_with('Z'));
-        if !zombie && String::from_utf8_lossy(&cmdline).contains(marker) {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 /// Fails when a process holding `marker` runs, after killing it (so a failure leaves
@@ -272,6 +252,23 @@ exit success
         assert!(!report.contains("KILLED"), "as {user:?}: {report}");
         assert_eq!(json(run.join("run.json"))["exit"], "success", "as {user:?}");
         assert_eq!(tool_stdout(&run, "last"), "still running\n");
+        // The run says what the kernel gave its tools.
+        let confinement = of_kind(&events(&run), "tool_confinement");
+        assert_eq!(confinement.len(), 1, "as {user:?}");
+        let given = &confinement[0]["protections"];
+        for protection in [
+            "write_rules",
+            "new_session",
+            "pid_namespace",
+            "read_only_mounts",
+        ] {
+            assert_eq!(given[protection], true, "as {user:?}: {protection}");
+        }
+        assert_eq!(
+            given["no_capabilities"],
+            user.is_none() && is_root(),
+            "as {user:?}"
+        );
     }
 }
 

@@ -688,6 +688,33 @@ impl Compiler<'_> {
             .unwrap_or_default();
         spec.timeout = attrs.duration("timeout", diags).map(|x| x.0);
         spec.max_output = attrs.bytes("max_output", diags).map(|x| x.0);
+        if let Some((n, span)) = attrs.count_max("max_processes", u64::from(u32::MAX), diags) {
+            spec.max_processes = std::num::NonZeroU32::new(n as u32);
+            if spec.max_processes.is_none() {
+                diags.push(
+                    Diagnostic::error(Code::AttrWrongKind, "`max_processes` is at least 1")
+                        .label(span, "no process could start")
+                        .help("the tool itself is one process; the default is 512"),
+                );
+            }
+        }
+        if let Some(names) = attrs.string_list("capabilities", diags) {
+            let mut kept = Vec::new();
+            for (name, span) in names {
+                match rondo_env::Capability::parse(&name) {
+                    Some(c) => kept.push(c),
+                    None => diags.push(
+                        Diagnostic::error(
+                            Code::ToolBadCapability,
+                            format!("`{name}` is not a Linux capability"),
+                        )
+                        .label(span, "unknown capability")
+                        .help("a name from capabilities(7), such as \"net_raw\" or \"CAP_CHOWN\"; tools run with none unless listed here"),
+                    ),
+                }
+            }
+            spec.capabilities = Some(kept);
+        }
         let allow_extra_fields = extra_fields(&mut attrs, diags);
         if attrs.get("input_schema").is_some() {
             diags.push(

@@ -158,6 +158,7 @@ codes! {
     TestNotAnExit = "rondo::test::not_an_exit",
     TestReplyNotLlm = "rondo::test::reply_not_llm",
     TestUnknownInput = "rondo::test::unknown_input",
+    ToolBadCapability = "rondo::tool::bad_capability",
     ToolBadExtraFields = "rondo::tool::bad_extra_fields",
     ToolBadInstallation = "rondo::tool::bad_installation",
     ToolBadPython = "rondo::tool::bad_python",

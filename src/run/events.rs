@@ -36,6 +36,13 @@ pub enum Event {
         exit: String,
         error: String,
     },
+    /// What the kernel gave the local tools of an environment (`docs/tools.md`), and what
+    /// is missing.
+    ToolConfinement {
+        environment: String,
+        protections: rondo_env::Protections,
+        missing: Vec<String>,
+    },
     /// Containers of crashed runs, removed before this one starts its own.
     StaleContainersRemoved {
         containers: Vec<String>,

@@ -46,21 +46,27 @@ fn tool_command(
     tool: &Tool,
     args: &[String],
 ) -> Result<ExecRequest, StepError> {
-    if !tool.spec.needs_install() {
+    let mut request = if !tool.spec.needs_install() {
         let mut line = tool.spec.executable.clone();
         for a in args {
             line.push(' ');
             line.push_str(&rondo_env::shell_quote(a));
         }
-        return Ok(ExecRequest::new(Command::Shell(line)));
-    }
-    match environment.tools().get(tool.name()) {
-        Some(installed) => Ok(installed.command(args)),
-        None => Err(StepError::Failed(format!(
-            "tool `{}` is not installed in its environment",
-            tool.name()
-        ))),
-    }
+        ExecRequest::new(Command::Shell(line))
+    } else {
+        match environment.tools().get(tool.name()) {
+            Some(installed) => installed.command(args),
+            None => {
+                return Err(StepError::Failed(format!(
+                    "tool `{}` is not installed in its environment",
+                    tool.name()
+                )));
+            }
+        }
+    };
+    request.max_processes = tool.spec.max_processes;
+    request.capabilities = tool.spec.capabilities.clone().unwrap_or_default();
+    Ok(request)
 }
 
 /// The spec an environment installs: the source as an absolute path, and the argument
@@ -151,6 +157,35 @@ impl Envs {
     }
 
     /// Starts environment `id`: the run's, or a branch's own container.
+    /// Journals what the kernel gave the local tools of `environment`, and says on the
+    /// terminal when a protection is missing.
+    fn report_protections(&self, environment: &str, protections: &rondo_env::Protections) {
+        let missing: Vec<String> = protections
+            .missing()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        if self.unconfined && !protections.write_rules {
+            eprintln!(
+                "warning: the tools of environment `{environment}` run UNCONFINED, with all your \
+                 permissions (--unconfined-tools); missing: {}",
+                missing.join(", ")
+            );
+        } else if !missing.is_empty() {
+            eprintln!(
+                "warning: this kernel does not give the tools of environment `{environment}`: {}",
+                missing.join(", ")
+            );
+        }
+        if let Ok(mut events) = self.pending_events.lock() {
+            events.push(Event::ToolConfinement {
+                environment: environment.to_string(),
+                protections: protections.clone(),
+                missing,
+            });
+        }
+    }
+
     async fn start(&self, id: usize) -> Result<Arc<dyn Environment>, String> {
         let (spec, tools) = self.specs.get(id).ok_or("unknown environment")?;
         {
@@ -175,7 +210,10 @@ impl Envs {
                     }
                     LocalEnv::start(config)
                         .await
-                        .map(|e| Arc::new(e) as Arc<dyn Environment>)
+                        .map(|e| {
+                            self.report_protections(&spec.name, e.protections());
+                            Arc::new(e) as Arc<dyn Environment>
+                        })
                         .map_err(|e| match e {
                             rondo_env::EnvError::Confinement(_) => format!(
                                 "environment `{}`: {e}; run the tools in Docker, or pass \

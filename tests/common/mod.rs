@@ -238,6 +238,27 @@ pub fn go_ready() -> bool {
     engine_ready("go", ok, "apt-get install golang-go (scripts/test.sh does)")
 }
 
+/// The live (not zombie) processes whose command line holds `marker`: found from outside
+/// a tool's PID namespace, where the pids it reports mean nothing.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|s| s.trim_start().starts_with('Z'));
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(marker) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// Hosted providers' key variables: an example must not need one.
 pub const KEY_VARS: &[&str] = &[
     "OPENAI_API_KEY",

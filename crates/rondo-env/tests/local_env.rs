@@ -51,25 +51,32 @@ async fn exec_captures_streams_exit_code_env_and_workdir() {
 async fn timeout_kills_the_whole_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let env = env(dir.path()).await;
+    // A marker in the child's command line finds it from outside the tool's PID namespace.
+    let marker = format!(
+        "bg-child-{}-{:?}",
+        std::process::id(),
+        std::time::Instant::now()
+    );
     let out = env
         .exec(
-            ExecRequest::shell("sleep 30 & echo $! > bg.pid; echo started; sleep 30")
-                .timeout(Duration::from_millis(500)),
+            ExecRequest::shell(format!(
+                "python3 -c 'import time; time.sleep(30)' {marker} & echo started; sleep 30"
+            ))
+            .timeout(Duration::from_millis(500)),
         )
         .await
         .unwrap();
     assert!(out.timed_out, "{out:?}");
     assert!(!out.success());
     assert_eq!(out.stdout, "started\n");
-    let pid: i32 = std::fs::read_to_string(env.run_dir().join("bg.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let left = common::processes_with(&marker);
+    for pid in &left {
+        // SAFETY: signalling a process has no memory-safety preconditions.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
     assert!(
-        !common::process_alive(pid),
-        "background child {pid} survived the timeout"
+        left.is_empty(),
+        "background child {left:?} survived the timeout"
     );
 }
 

@@ -104,7 +104,10 @@ fn an_older_journal_is_replayed_re_executed_and_viewed() {
         old.push(line.to_string());
     }
     let damaged_line = old.len() + 1;
-    old.push(format!(r#"{{"seq":{},"ts":"2026-01-01T00:00:00.000Z","event":"rou"#, seq + 1));
+    old.push(format!(
+        r#"{{"seq":{},"ts":"2026-01-01T00:00:00.000Z","event":"rou"#,
+        seq + 1
+    ));
     old.push(
         json!({"seq": seq + 2, "ts": "2026-01-01T00:00:00.000Z", "event": "from_a_later_version", "x": 1})
             .to_string(),
@@ -135,11 +138,8 @@ fn an_older_journal_is_replayed_re_executed_and_viewed() {
     );
 
     // Re-executed from the old journal, the run gets the reply it recorded.
-    let (out, again) = common::run_with(
-        &wf,
-        "again",
-        &["--replay-from", run_dir.to_str().unwrap()],
-    );
+    let (out, again) =
+        common::run_with(&wf, "again", &["--replay-from", run_dir.to_str().unwrap()]);
     common::assert_success(&out);
     assert_eq!(
         std::fs::read_to_string(again.join("workspace/answer.txt")).unwrap(),
@@ -200,17 +200,18 @@ fn native_tool_calls_are_recorded_as_calls_and_replayed_exactly() {
         json!([{"id": "c1", "name": "lookup", "arguments": {"city": "Oslo"}}])
     );
     assert_eq!(replies[0]["raw"], "");
-    let looks_like_calls = r#"{"content": "", "tool_calls": [{"name": "lookup", "arguments": {"city": "Bergen"}}]}"#;
+    let looks_like_calls =
+        r#"{"content": "", "tool_calls": [{"name": "lookup", "arguments": {"city": "Bergen"}}]}"#;
     assert_eq!(replies[1]["raw"], looks_like_calls);
     assert_eq!(replies[1]["tool_calls"], json!([]));
     let path = |run: &Path| common::json(run.join("state.json"))["path"].clone();
-    assert_eq!(path(&run_dir), json!(["begin", "agent", "run_tools", "agent"]));
-
-    let (out, again) = common::run_with(
-        &wf,
-        "again",
-        &["--replay-from", run_dir.to_str().unwrap()],
+    assert_eq!(
+        path(&run_dir),
+        json!(["begin", "agent", "run_tools", "agent"])
     );
+
+    let (out, again) =
+        common::run_with(&wf, "again", &["--replay-from", run_dir.to_str().unwrap()]);
     common::assert_success(&out);
     assert_eq!(path(&again), path(&run_dir));
     let replayed = common::of_kind(&lines(&again), "llm_response");

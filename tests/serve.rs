@@ -945,7 +945,7 @@ impl EventStream {
     }
 
     /// Every event up to and including `end`.
-    async fn to_end(&mut self) -> Vec<Sent> {
+    async fn read_to_end(&mut self) -> Vec<Sent> {
         let mut all = Vec::new();
         while let Some(e) = self.next().await {
             let end = e.name == "end";
@@ -1057,9 +1057,15 @@ async fn a_stream_reconnecting_with_last_event_id_gets_exactly_what_it_missed() 
     let doc = openapi();
     let roles = [("one", true), ("two", true), ("three", true)];
     let wf = gated_workflow(tmp.path(), "gated", &roles);
-    let gates: Vec<Gate> = roles.iter().map(|(r, _)| Gate::new(tmp.path(), r)).collect();
+    let gates: Vec<Gate> = roles
+        .iter()
+        .map(|(r, _)| Gate::new(tmp.path(), r))
+        .collect();
     let s = serve(tmp.path(), &[&wf], &[], &[]);
-    let id = s.post("/runs", &json!({"workflow": "gated"}).to_string()).await.body["id"]
+    let id = s
+        .post("/runs", &json!({"workflow": "gated"}).to_string())
+        .await
+        .body["id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -1084,7 +1090,7 @@ async fn a_stream_reconnecting_with_last_event_id_gets_exactly_what_it_missed() 
 
     let mut again = s.open_events(&id, Some(last)).await;
     drop(third);
-    let rest = again.to_end().await;
+    let rest = again.read_to_end().await;
     s.wait_status(&id, &["finished"]).await;
 
     seen.push(Sent {
@@ -1099,7 +1105,11 @@ async fn a_stream_reconnecting_with_last_event_id_gets_exactly_what_it_missed() 
 
     // A position that is not one is refused, as the document says.
     let a = s
-        .send_with("GET", &format!("/runs/{id}/events"), &[("last-event-id", "x1")])
+        .send_with(
+            "GET",
+            &format!("/runs/{id}/events"),
+            &[("last-event-id", "x1")],
+        )
         .await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
     conforms(&doc, "get", "/runs/{id}/events", &a);
@@ -1116,7 +1126,10 @@ async fn a_live_stream_follows_the_run_without_reading_its_journal_file() {
     let wf = gated_workflow(tmp.path(), "gated", &roles);
     let gate = Gate::new(tmp.path(), "one");
     let s = serve(tmp.path(), &[&wf], &[], &[]);
-    let id = s.post("/runs", &json!({"workflow": "gated"}).to_string()).await.body["id"]
+    let id = s
+        .post("/runs", &json!({"workflow": "gated"}).to_string())
+        .await
+        .body["id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -1132,12 +1145,15 @@ async fn a_live_stream_follows_the_run_without_reading_its_journal_file() {
     std::fs::rename(&journal, &away).unwrap();
     let mut stream = s.open_events(&id, Some(start)).await;
     drop(held);
-    let events = stream.to_end().await;
+    let events = stream.read_to_end().await;
     s.wait_status(&id, &["finished"]).await;
     assert!(!journal.exists());
     assert_journal(&events, &journal_after(&away, start));
     let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
-    assert!(names.contains(&"checkpoint") && names.contains(&"exit"), "{names:?}");
+    assert!(
+        names.contains(&"checkpoint") && names.contains(&"exit"),
+        "{names:?}"
+    );
 }
 
 /// While a run goes on, `GET /runs/{id}`, the run list and the viewer's data show what it
@@ -1149,7 +1165,10 @@ async fn a_live_run_shows_its_running_totals() {
     let wf = spending_workflow(tmp.path());
     let gate = Gate::new(tmp.path(), "wait");
     let s = serve(tmp.path(), &[&wf], &[], &[]);
-    let id = s.post("/runs", &json!({"workflow": "spend"}).to_string()).await.body["id"]
+    let id = s
+        .post("/runs", &json!({"workflow": "spend"}).to_string())
+        .await
+        .body["id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -1168,7 +1187,10 @@ async fn a_live_run_shows_its_running_totals() {
     conforms(&doc, "get", "/runs/{id}/view", &a);
     assert_eq!(a.body["run"]["totals"], totals);
     let on_disk = common::json(tmp.path().join("runs").join(&id).join("run.json"));
-    assert_eq!(on_disk["totals"]["llm_calls"], 0, "run.json is written at the end");
+    assert_eq!(
+        on_disk["totals"]["llm_calls"], 0,
+        "run.json is written at the end"
+    );
 
     drop(held);
     let done = s.wait_status(&id, &["finished"]).await;
@@ -1180,7 +1202,11 @@ async fn a_live_run_shows_its_running_totals() {
 fn spending_workflow(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir.join("prompts")).unwrap();
     std::fs::write(dir.join("prompts/ask.tera"), "Say hello to the gate.").unwrap();
-    std::fs::write(dir.join("replies.yaml"), "replies:\n  ask: \"hello, gate\"\n").unwrap();
+    std::fs::write(
+        dir.join("replies.yaml"),
+        "replies:\n  ask: \"hello, gate\"\n",
+    )
+    .unwrap();
     let path = dir.join("spend.rondo");
     std::fs::write(
         &path,

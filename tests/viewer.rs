@@ -821,7 +821,12 @@ fn schema_kinds(schema: &Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| v["properties"]["event"]["const"].as_str().unwrap().to_string())
+        .map(|v| {
+            v["properties"]["event"]["const"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect()
 }
 
@@ -836,11 +841,10 @@ fn the_page_data_has_a_schema_generated_from_its_types() {
     let schema_file = common::root().join("docs/view-data.schema.json");
     let openapi_file = common::root().join("docs/openapi.json");
     // In the OpenAPI document the schema is a component: its references point into it.
-    let component: Value = serde_json::from_str(
-        &generated
-            .to_string()
-            .replace(r##""#/$defs/"##, r##""#/components/schemas/RunView/$defs/"##),
-    )
+    let component: Value = serde_json::from_str(&generated.to_string().replace(
+        r##""#/$defs/"##,
+        r##""#/components/schemas/RunView/$defs/"##,
+    ))
     .unwrap();
     if std::env::var_os("RONDO_BLESS").is_some() {
         let text = serde_json::to_string_pretty(&generated).unwrap() + "\n";
@@ -946,7 +950,11 @@ fn the_page_data_has_a_schema_generated_from_its_types() {
 fn a_served_live_run_shows_its_running_total() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(tmp.path().join("prompts")).unwrap();
-    std::fs::write(tmp.path().join("prompts/ask.tera"), "Say hello to the gate.").unwrap();
+    std::fs::write(
+        tmp.path().join("prompts/ask.tera"),
+        "Say hello to the gate.",
+    )
+    .unwrap();
     std::fs::write(
         tmp.path().join("replies.yaml"),
         "replies:\n  ask: \"hello, gate\"\n",
@@ -991,9 +999,8 @@ exit done
         "live-total",
     );
     b.screenshot("served-live-total");
-    let total = b.eval(
-        "[...document.querySelector('#totals tr.run-total').cells].map(c => c.textContent)",
-    );
+    let total =
+        b.eval("[...document.querySelector('#totals tr.run-total').cells].map(c => c.textContent)");
     let journal = common::events(&tmp.path().join("runs").join(&id));
     let ask = &common::of_kind(&journal, "llm_response")[0]["usage"];
     assert_eq!(

@@ -19,8 +19,8 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::check::Checked;
-use crate::run::eval::Env;
 use crate::run::bus::Subscriber;
+use crate::run::eval::Env;
 use crate::run::events::{Entry, Event};
 use crate::run::state::RunState;
 use crate::run::value::truthy;

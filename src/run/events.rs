@@ -317,7 +317,10 @@ mod tests {
             assert!(Event::from_line(&value).is_some(), "unread: {line}");
         }
         let value = serde_json::from_str(lines[2]).unwrap();
-        assert_eq!(Event::from_line(&value).unwrap().kind(), "artifact_rejected");
+        assert_eq!(
+            Event::from_line(&value).unwrap().kind(),
+            "artifact_rejected"
+        );
     }
 
     /// `kind` names each event as its line does, and `KINDS` is every kind the journal's

@@ -208,7 +208,10 @@ impl<'w> Interpreter<'w> {
                 }
                 (response.content.clone(), Some(calls))
             } else {
-                (output::cut_reply(&text, max_reply, response.truncated), None)
+                (
+                    output::cut_reply(&text, max_reply, response.truncated),
+                    None,
+                )
             };
             let raw = self.redactor.redact(&raw).into_owned();
             let usage = completion.response.usage;

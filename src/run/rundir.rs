@@ -440,7 +440,10 @@ impl RunDir {
 
     /// The records the journal wrote itself since the last call.
     pub fn take_own_records(&mut self) -> Vec<Entry> {
-        self.own_records.as_mut().map(std::mem::take).unwrap_or_default()
+        self.own_records
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Appends a serialized [`Event`] (secrets already replaced) as the next line: `seq`,
@@ -746,8 +749,20 @@ pub fn journal_lines_at(path: &Path) -> std::io::Result<JournalLines> {
         return journal_lines(path);
     }
     let (dir, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
-        (Some(dir), Some(name)) => (if dir.as_os_str().is_empty() { Path::new(".") } else { dir }, name),
-        _ => return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file")),
+        (Some(dir), Some(name)) => (
+            if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            },
+            name,
+        ),
+        _ => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a file",
+            ));
+        }
     };
     Ok(JournalLines {
         reader: std::io::BufReader::new(open_record(dir, name, false)?),
@@ -1111,7 +1126,8 @@ mod journal_tests {
         dir
     }
 
-    const LINE: &str = r#"{"seq":1,"ts":"2026-01-01T00:00:00.000Z","event":"run_resumed","step":0}"#;
+    const LINE: &str =
+        r#"{"seq":1,"ts":"2026-01-01T00:00:00.000Z","event":"run_resumed","step":0}"#;
 
     /// Lines of a later version, lines whose fields do not fit, and lines that are not
     /// JSON are reported where they are, with a short reason; the lines around them read.

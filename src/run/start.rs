@@ -11,9 +11,9 @@ use rondo_provider::{ProviderKind, ProviderPool};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use super::bus::Bus;
 use super::clock;
 use super::events::Event;
-use super::bus::Bus;
 use super::progress::{Progress, Reporter};
 use super::redact;
 use super::rundir::{self, RunDir, RunInfo};

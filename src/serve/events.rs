@@ -24,9 +24,9 @@ use crate::run::state::Totals;
 
 /// Events handed to the connection at a time (read from the journal or from memory).
 const BATCH: usize = 256;
-/// Events a live run keeps in memory for streams that fall behind (at least; those the
-/// journal file does not hold yet are all kept).
-const KEEP: usize = 1024;
+/// Bytes of events a live run keeps in memory for streams that fall behind (those the
+/// journal file does not hold yet are all kept: a step's worth).
+const KEEP_BYTES: usize = 4 << 20;
 
 /// What a live run has published, for the streams that follow it.
 pub(super) struct Hub {
@@ -35,11 +35,31 @@ pub(super) struct Hub {
     changed: watch::Sender<u64>,
 }
 
+/// An event as a stream sends it.
+struct Line {
+    seq: u64,
+    kind: &'static str,
+    /// The journal line.
+    data: String,
+}
+
+impl Line {
+    fn of(entry: &Entry) -> Option<Line> {
+        Some(Line {
+            seq: entry.seq,
+            kind: entry.event.kind(),
+            data: serde_json::to_string(entry).ok()?,
+        })
+    }
+}
+
 #[derive(Default)]
 struct Feed {
     /// The latest events published; an event leaves once the journal file holds it and
-    /// more than [`KEEP`] are kept.
-    recent: VecDeque<Arc<Entry>>,
+    /// more than [`KEEP_BYTES`] are kept.
+    recent: VecDeque<Arc<Line>>,
+    /// The bytes of `recent`.
+    bytes: usize,
     /// Every event up to here is in the journal file.
     written: u64,
     /// The last event there is (published, or in the file when the hub joined the run).
@@ -52,10 +72,12 @@ struct Feed {
 
 /// What a stream does next.
 enum Next {
-    Send(Vec<Arc<Entry>>),
+    Send(Vec<Arc<Line>>),
     /// The events after the stream's position up to `until` are not in memory: they are
     /// in the journal file (or soon will be).
-    ReadFile { until: u64 },
+    ReadFile {
+        until: u64,
+    },
     Wait,
     End,
 }
@@ -72,9 +94,11 @@ impl Hub {
         {
             let mut feed = self.feed.lock().unwrap_or_else(|e| e.into_inner());
             change(&mut feed);
-            while feed.recent.len() > KEEP
-                && feed.recent.front().is_some_and(|e| e.seq <= feed.written)
+            while feed.bytes > KEEP_BYTES
+                && let Some(first) = feed.recent.front()
+                && first.seq <= feed.written
             {
+                feed.bytes -= first.data.len();
                 feed.recent.pop_front();
             }
         }
@@ -118,6 +142,8 @@ pub(super) struct Feeder(pub(super) Arc<Hub>);
 
 impl Subscriber for Feeder {
     fn event(&mut self, entry: &Arc<Entry>) {
+        // Serialized once here, for every stream (and so its size is known).
+        let line = Line::of(entry).map(Arc::new);
         self.0.update(|feed| {
             match &entry.event {
                 Event::RoleEnd {
@@ -127,7 +153,10 @@ impl Subscriber for Feeder {
                 _ => {}
             }
             feed.last = feed.last.max(entry.seq);
-            feed.recent.push_back(entry.clone());
+            if let Some(line) = line {
+                feed.bytes += line.data.len();
+                feed.recent.push_back(line);
+            }
         });
     }
 
@@ -211,9 +240,9 @@ impl Follow {
             };
             changes.borrow_and_update();
             let waited = match hub.next_after(self.after) {
-                Next::Send(entries) => {
-                    for entry in entries {
-                        self.send(&entry);
+                Next::Send(lines) => {
+                    for line in lines {
+                        self.send(&line);
                     }
                     continue;
                 }
@@ -233,19 +262,17 @@ impl Follow {
         }
     }
 
-    fn send(&mut self, entry: &Entry) {
-        if entry.seq <= self.after {
+    fn send(&mut self, line: &Line) {
+        if line.seq <= self.after {
             return;
         }
-        self.after = entry.seq;
-        if let Ok(data) = serde_json::to_string(entry) {
-            self.queue.push_back(
-                Sse::default()
-                    .id(entry.seq.to_string())
-                    .event(entry.event.kind())
-                    .data(data),
-            );
-        }
+        self.after = line.seq;
+        self.queue.push_back(
+            Sse::default()
+                .id(line.seq.to_string())
+                .event(line.kind)
+                .data(&line.data),
+        );
     }
 
     fn end(&mut self) {
@@ -278,7 +305,7 @@ impl Follow {
                 match lines.next_after(at) {
                     Some(Ok(JournalLine::Entry(entry))) => {
                         at = entry.seq;
-                        entries.push(entry);
+                        entries.extend(Line::of(&entry));
                     }
                     // A line this version does not read is left out of the stream.
                     Some(Ok(JournalLine::Unread(unread))) => {
@@ -295,8 +322,8 @@ impl Follow {
         };
         self.lines = Some(lines);
         let moved = at > self.after;
-        for entry in &entries {
-            self.send(entry);
+        for line in &entries {
+            self.send(line);
         }
         self.after = self.after.max(at);
         moved

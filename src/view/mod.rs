@@ -120,7 +120,8 @@ pub fn data_schema() -> Value {
 /// the memory names (checkpoints name memories by index) and the bounded journal.
 pub fn data(run_dir: &Path, workflow: Option<&Workflow>) -> Result<PageData, String> {
     let info = rundir::read_info(run_dir)?;
-    let unreadable = |e: std::io::Error| format!("{}: cannot read the journal: {e}", run_dir.display());
+    let unreadable =
+        |e: std::io::Error| format!("{}: cannot read the journal: {e}", run_dir.display());
     let lines = rundir::journal_lines(run_dir).map_err(unreadable)?;
     let workspace = rundir::Layout::of(run_dir, &info).workspace;
     let (graph, memory, note) = match workflow {

@@ -990,7 +990,12 @@ exit done
     let id = start_run(&s.base, "spend");
     // Opening the gate to write returns once the tool reads it: the run waits there, its
     // first step recorded.
-    let held = std::fs::OpenOptions::new().write(true).open(&gate).unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::OpenOptions::new().write(true).open(&gate).unwrap());
+    });
+    // The guard is against a run that never comes, not part of what is tested.
+    let held = rx.recv_timeout(PATIENCE).expect("the run reaches the gate");
 
     let mut b = Browser::launch();
     b.open(&format!("{}/#token={TOKEN}&run={id}", s.base));

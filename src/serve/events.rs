@@ -329,3 +329,64 @@ impl Follow {
         moved
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64, text: &str) -> Entry {
+        Entry {
+            seq,
+            ts: "2026-01-01T00:00:00.000Z".into(),
+            event: Event::ToolCall {
+                role: "r".into(),
+                visit: seq,
+                result: serde_json::Value::String(text.into()),
+            },
+        }
+    }
+
+    /// A stream that fell behind further than the run keeps in memory reads the events
+    /// that left memory from the journal, then the rest from memory: in order, each once.
+    #[tokio::test]
+    async fn a_stream_behind_what_memory_keeps_reads_the_rest_from_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = "x".repeat(100 * 1024);
+        let entries: Vec<Entry> = (1..=100).map(|seq| entry(seq, &big)).collect();
+        let mut journal = String::new();
+        for e in &entries {
+            journal.push_str(&serde_json::to_string(e).unwrap());
+            journal.push('\n');
+        }
+        std::fs::write(dir.path().join("events.jsonl"), journal).unwrap();
+        let hub = Hub::new();
+        let mut feeder = Feeder(hub.clone());
+        feeder.written(0);
+        for e in &entries {
+            feeder.event(&Arc::new(e.clone()));
+        }
+        feeder.written(100);
+        let kept = hub.feed.lock().unwrap().recent.front().unwrap().seq;
+        assert!(kept > 1, "memory keeps every event");
+        hub.close();
+
+        let mut follow = Follow {
+            id: "r".into(),
+            dir: dir.path().to_path_buf(),
+            after: 0,
+            live: Some((hub.clone(), hub.changed.subscribe())),
+            lines: None,
+            queue: VecDeque::new(),
+            done: false,
+        };
+        let mut count = 0;
+        while follow.next().await.is_some() {
+            count += 1;
+        }
+        // Each event once (the queue holds them in order, ids checked as they are sent),
+        // then `end`.
+        assert_eq!(count, 101);
+        assert_eq!(follow.after, 100);
+        assert!(follow.lines.is_some(), "the journal was read");
+    }
+}

@@ -574,10 +574,12 @@ impl Shared {
             Ok(x) => x,
             Err(e) => return Some(not_started(case, e.to_string())),
         };
-        interp.subscribe(Box::new(CaseProgress {
-            bar: self.bar.clone(),
-            case: case.id.clone(),
-        }));
+        if self.bar.bar.is_some() {
+            interp.subscribe(Box::new(CaseProgress {
+                bar: self.bar.clone(),
+                case: case.id.clone(),
+            }));
+        }
         let handle = interp.interrupter();
         if let Ok(mut running) = stop.running.lock() {
             running.push(handle.clone());
@@ -712,9 +714,6 @@ impl Bar {
 
     /// A running case has spent `cost` so far.
     fn running(&self, case: &str, cost: f64) {
-        if self.bar.is_none() {
-            return;
-        }
         if let Ok(mut running) = self.running.lock() {
             running.insert(case.to_string(), cost);
         }

@@ -79,11 +79,28 @@ struct Answer {
 
 impl Served {
     async fn send(&self, method: &str, path: &str, body: Option<&str>) -> Answer {
+        self.request(method, path, body, &[]).await
+    }
+
+    async fn send_with(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+        self.request(method, path, None, headers).await
+    }
+
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let url = format!("{}{path}", self.base);
         let mut req = self
             .client
             .request(method.parse().unwrap(), &url)
             .header("content-type", "application/json");
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
@@ -881,4 +898,349 @@ exit done
         assert_eq!(run["exit"], "done", "{run}");
     }
     assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// One Server-Sent Event: its id (the journal position), name and data.
+#[derive(Debug)]
+struct Sent {
+    id: Option<u64>,
+    name: String,
+    data: String,
+}
+
+/// An open `GET /runs/{id}/events`, read an event at a time.
+struct EventStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl EventStream {
+    /// The next event with data; `None` when the server closed the stream.
+    async fn next(&mut self) -> Option<Sent> {
+        loop {
+            if let Some(cut) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..cut + 2).collect();
+                let mut sent = Sent {
+                    id: None,
+                    name: "message".into(),
+                    data: String::new(),
+                };
+                for line in block.lines() {
+                    if let Some(id) = line.strip_prefix("id: ") {
+                        sent.id = Some(id.parse().unwrap());
+                    } else if let Some(name) = line.strip_prefix("event: ") {
+                        sent.name = name.to_string();
+                    } else if let Some(data) = line.strip_prefix("data: ") {
+                        sent.data.push_str(data);
+                    }
+                }
+                if !sent.data.is_empty() {
+                    return Some(sent);
+                }
+                continue;
+            }
+            let chunk = self.response.chunk().await.unwrap()?;
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+
+    /// Every event up to and including `end`.
+    async fn read_to_end(&mut self) -> Vec<Sent> {
+        let mut all = Vec::new();
+        while let Some(e) = self.next().await {
+            let end = e.name == "end";
+            all.push(e);
+            if end {
+                return all;
+            }
+        }
+        panic!("the stream closed without `end`: {all:?}");
+    }
+}
+
+impl Served {
+    /// Opens the run's event stream, after `last` when given (`Last-Event-ID`).
+    async fn open_events(&self, id: &str, last: Option<u64>) -> EventStream {
+        let mut req = self.client.get(format!("{}/runs/{id}/events", self.base));
+        if let Some(last) = last {
+            req = req.header("last-event-id", last.to_string());
+        }
+        let response = req.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        EventStream {
+            response,
+            buffer: String::new(),
+        }
+    }
+}
+
+/// A FIFO a tool of the run reads (`cat GATE`): the run waits there until the test lets
+/// it through.
+struct Gate {
+    path: PathBuf,
+}
+
+impl Gate {
+    fn new(dir: &Path, name: &str) -> Gate {
+        let path = dir.join(name);
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        Gate { path }
+    }
+
+    /// Returns once the tool has the gate open: opening a FIFO to write returns when its
+    /// reader has it. The run is then waiting in that tool, every earlier step recorded.
+    async fn reached(&self) -> std::fs::File {
+        let path = self.path.clone();
+        let open = tokio::task::spawn_blocking(move || {
+            std::fs::OpenOptions::new().write(true).open(path).unwrap()
+        });
+        // Only a guard against a run that never comes: it is not part of what is tested.
+        tokio::time::timeout(Duration::from_secs(120), open)
+            .await
+            .expect("the run reaches the gate")
+            .unwrap()
+    }
+}
+
+impl Drop for Gate {
+    /// A tool still waiting at the gate (a test that failed half-way) is let through, so
+    /// it does not outlive the test.
+    fn drop(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.path);
+    }
+}
+
+/// A workflow of tool roles; `cat`'s roles wait at the gate of their name.
+fn gated_workflow(dir: &Path, name: &str, roles: &[(&str, bool)]) -> PathBuf {
+    let mut text = format!("workflow {name} {{\n  description = \"waits at gates\"\n}}\n");
+    for (role, gated) in roles {
+        let command = if *gated {
+            format!(r#"["cat", "{}"]"#, dir.join(role).display())
+        } else {
+            format!(r#"["echo", "{role}"]"#)
+        };
+        text.push_str(&format!("role {role}: tool {{ command = {command} }}\n"));
+    }
+    let names: Vec<&str> = roles.iter().map(|(r, _)| *r).collect();
+    text.push_str(&format!("start -> {}\n", names[0]));
+    for pair in names.windows(2) {
+        text.push_str(&format!("{} -> {}\n", pair[0], pair[1]));
+    }
+    text.push_str(&format!("{} -> done\nexit done\n", names[names.len() - 1]));
+    let path = dir.join(format!("{name}.rondo"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The journal lines after `after`, as JSON.
+fn journal_after(path: &Path, after: u64) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["seq"].as_u64().unwrap() > after)
+        .collect()
+}
+
+/// A stream's events (less `end`) checked as the journal's lines: each carries its line,
+/// its id is the line's `seq`, and they come in order without a gap.
+fn assert_journal(events: &[Sent], journal: &[Value]) {
+    let (end, events) = events.split_last().unwrap();
+    assert_eq!(end.name, "end");
+    let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
+    let seqs: Vec<u64> = journal.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(ids, seqs);
+    for (e, line) in events.iter().zip(journal) {
+        assert_eq!(serde_json::from_str::<Value>(&e.data).unwrap(), *line);
+        assert_eq!(e.name, line["event"].as_str().unwrap());
+    }
+}
+
+/// A client that loses its stream mid-run and reconnects with `Last-Event-ID` gets exactly
+/// what it missed (read from the journal) and then the rest live: no event twice, none lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_reconnecting_with_last_event_id_gets_exactly_what_it_missed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = openapi();
+    let roles = [("one", true), ("two", true), ("three", true)];
+    let wf = gated_workflow(tmp.path(), "gated", &roles);
+    let gates: Vec<Gate> = roles
+        .iter()
+        .map(|(r, _)| Gate::new(tmp.path(), r))
+        .collect();
+    let s = serve(tmp.path(), &[&wf], &[], &[]);
+    let id = s
+        .post("/runs", &json!({"workflow": "gated"}).to_string())
+        .await
+        .body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let journal = tmp.path().join("runs").join(&id).join("events.jsonl");
+
+    drop(gates[0].reached().await);
+    let mut first = s.open_events(&id, None).await;
+    let mut seen = Vec::new();
+    loop {
+        let e = first.next().await.unwrap();
+        let done = e.name == "route" && e.data.contains(r#""from":"one""#);
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    drop(first);
+    let last = seen.last().unwrap().id.unwrap();
+    // While nobody listens, `two` runs: what the client misses.
+    drop(gates[1].reached().await);
+    let third = gates[2].reached().await;
+
+    let mut again = s.open_events(&id, Some(last)).await;
+    drop(third);
+    let rest = again.read_to_end().await;
+    s.wait_status(&id, &["finished"]).await;
+
+    seen.push(Sent {
+        id: None,
+        name: "end".into(),
+        data: "{}".into(),
+    });
+    assert_journal(&seen, &journal_after(&journal, 0)[..seen.len() - 1]);
+    assert_eq!(rest[0].id, Some(last + 1), "{:?}", rest[0]);
+    assert_journal(&rest, &journal_after(&journal, last));
+    assert!(rest.iter().any(|e| e.data.contains(r#""role":"two""#)));
+
+    // A position that is not one is refused, as the document says.
+    let a = s
+        .send_with(
+            "GET",
+            &format!("/runs/{id}/events"),
+            &[("last-event-id", "x1")],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    conforms(&doc, "get", "/runs/{id}/events", &a);
+    assert_eq!(a.body["error"], "bad_last_event_id");
+}
+
+/// A live run's events reach its stream as they are published, not by reading the
+/// journal file: a stream opened once the file is gone from its place still gets every
+/// event after the position it gives, to the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_stream_follows_the_run_without_reading_its_journal_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let roles = [("one", true), ("two", false), ("three", false)];
+    let wf = gated_workflow(tmp.path(), "gated", &roles);
+    let gate = Gate::new(tmp.path(), "one");
+    let s = serve(tmp.path(), &[&wf], &[], &[]);
+    let id = s
+        .post("/runs", &json!({"workflow": "gated"}).to_string())
+        .await
+        .body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let held = gate.reached().await;
+    // The client has the run's first event.
+    let mut first = s.open_events(&id, None).await;
+    assert_eq!(first.next().await.unwrap().name, "run_start");
+    drop(first);
+    let start = 1;
+
+    let journal = tmp.path().join("runs").join(&id).join("events.jsonl");
+    let away = tmp.path().join("events.jsonl.away");
+    std::fs::rename(&journal, &away).unwrap();
+    let mut stream = s.open_events(&id, Some(start)).await;
+    drop(held);
+    let events = stream.read_to_end().await;
+    s.wait_status(&id, &["finished"]).await;
+    assert!(!journal.exists());
+    assert_journal(&events, &journal_after(&away, start));
+    let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
+    assert!(
+        names.contains(&"checkpoint") && names.contains(&"exit"),
+        "{names:?}"
+    );
+}
+
+/// While a run goes on, `GET /runs/{id}`, the run list and the viewer's data show what it
+/// has spent so far, not the zeros `run.json` holds until the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_run_shows_its_running_totals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let doc = openapi();
+    let wf = spending_workflow(tmp.path());
+    let gate = Gate::new(tmp.path(), "wait");
+    let s = serve(tmp.path(), &[&wf], &[], &[]);
+    let id = s
+        .post("/runs", &json!({"workflow": "spend"}).to_string())
+        .await
+        .body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let held = gate.reached().await;
+
+    let a = s.get(&format!("/runs/{id}")).await;
+    conforms(&doc, "get", "/runs/{id}", &a);
+    assert_eq!(a.body["status"], "running");
+    let totals = a.body["totals"].clone();
+    assert_eq!(totals["llm_calls"], 1, "{}", a.body);
+    assert!(totals["input_tokens"].as_u64().unwrap() > 0, "{}", a.body);
+    let a = s.get("/runs").await;
+    conforms(&doc, "get", "/runs", &a);
+    assert_eq!(a.body["runs"][0]["totals"], totals);
+    let a = s.get(&format!("/runs/{id}/view")).await;
+    conforms(&doc, "get", "/runs/{id}/view", &a);
+    assert_eq!(a.body["run"]["totals"], totals);
+    let on_disk = common::json(tmp.path().join("runs").join(&id).join("run.json"));
+    assert_eq!(
+        on_disk["totals"]["llm_calls"], 0,
+        "run.json is written at the end"
+    );
+
+    drop(held);
+    let done = s.wait_status(&id, &["finished"]).await;
+    assert_eq!(done["totals"]["llm_calls"], 1);
+    assert_eq!(done["totals"]["tool_calls"], 1);
+}
+
+/// An llm role (a scripted reply), then a tool that waits at the gate `wait`.
+fn spending_workflow(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir.join("prompts")).unwrap();
+    std::fs::write(dir.join("prompts/ask.tera"), "Say hello to the gate.").unwrap();
+    std::fs::write(
+        dir.join("replies.yaml"),
+        "replies:\n  ask: \"hello, gate\"\n",
+    )
+    .unwrap();
+    let path = dir.join("spend.rondo");
+    std::fs::write(
+        &path,
+        format!(
+            r#"workflow spend {{
+  description = "spends, then waits"
+  prompts = "prompts"
+  script = "replies.yaml"
+}}
+role ask: llm {{
+  prompt = "ask.tera"
+  output text
+}}
+role wait: tool {{ command = ["cat", "{}"] }}
+start -> ask
+ask -> wait
+wait -> done
+exit done
+"#,
+            dir.join("wait").display()
+        ),
+    )
+    .unwrap();
+    path
 }

@@ -802,3 +802,224 @@ fn view_refuses_a_folder_that_is_not_a_run() {
     );
     assert!(!page.exists());
 }
+
+/// The data `rondo view` embeds in a page.
+fn embedded(html: &str) -> Value {
+    let data = html
+        .split(r#"<script type="application/json" id="run-data">"#)
+        .nth(1)
+        .unwrap()
+        .split("</script>")
+        .next()
+        .unwrap();
+    serde_json::from_str(data).unwrap()
+}
+
+/// The kinds of journal events the schema describes.
+fn schema_kinds(schema: &Value) -> Vec<String> {
+    schema["$defs"]["Entry"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            v["properties"]["event"]["const"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// The data the page reads (what `rondo view` embeds, what `GET /runs/{id}/view` answers)
+/// has a JSON Schema generated from its Rust types. The committed copies are that schema
+/// (`RONDO_BLESS=1` rewrites them), the data of real runs fits it, and every event kind the
+/// page's script looks for is one it describes: the script and the Rust side cannot
+/// drift apart unnoticed.
+#[test]
+fn the_page_data_has_a_schema_generated_from_its_types() {
+    let generated = rondo::view::data_schema();
+    let schema_file = common::root().join("docs/view-data.schema.json");
+    let openapi_file = common::root().join("docs/openapi.json");
+    // In the OpenAPI document the schema is a component: its references point into it.
+    let component: Value = serde_json::from_str(&generated.to_string().replace(
+        r##""#/$defs/"##,
+        r##""#/components/schemas/RunView/$defs/"##,
+    ))
+    .unwrap();
+    if std::env::var_os("RONDO_BLESS").is_some() {
+        let text = serde_json::to_string_pretty(&generated).unwrap() + "\n";
+        std::fs::write(&schema_file, text).unwrap();
+        let mut doc = common::json(&openapi_file);
+        doc["components"]["schemas"]["RunView"] = component.clone();
+        std::fs::write(
+            &openapi_file,
+            serde_json::to_string_pretty(&doc).unwrap() + "\n",
+        )
+        .unwrap();
+    }
+    let stale = "is not the schema of rondo::view::PageData; `RONDO_BLESS=1 cargo test --test viewer the_page_data_has_a_schema` rewrites it";
+    assert!(
+        common::json(&schema_file) == generated,
+        "docs/view-data.schema.json {stale}"
+    );
+    assert!(
+        common::json(&openapi_file)["components"]["schemas"]["RunView"] == component,
+        "docs/openapi.json's RunView {stale}"
+    );
+
+    let kinds = schema_kinds(&generated);
+    let script = std::fs::read_to_string(common::root().join("src/view/assets/view.js")).unwrap();
+    let named = regex::Regex::new(r#"(?:case |event [!=]== )"([a-z_]+)""#).unwrap();
+    let looked_for: Vec<&str> = named
+        .captures_iter(&script)
+        .map(|c| c.get(1).unwrap().as_str())
+        .collect();
+    assert!(looked_for.len() > 10, "{looked_for:?}");
+    for kind in looked_for {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "view.js looks for `{kind}` events, which the journal does not have"
+        );
+    }
+
+    // Real runs: two reference workflows' demos (tool roles, json and text replies,
+    // memory, artifacts, routes), and a native one with tool calls and a rejected reply.
+    let validator = jsonschema::validator_for(&generated).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut check = |data: Value, what: &str| {
+        if let Err(e) = validator.validate(&data) {
+            panic!("{what}: {e} at {}", e.instance_path());
+        }
+        for e in data["events"].as_array().unwrap() {
+            seen.insert(e["event"].as_str().unwrap().to_string());
+        }
+    };
+    for name in ["ds_star", "micro_agent"] {
+        let path = common::root().join(format!("workflows/{name}.rondo"));
+        let (dir, out) = common::run_demo(&path, &["--run-id", "demo"]);
+        common::assert_success(&out);
+        let page = dir.path().join("demo.html");
+        check(embedded(&view(&dir.path().join("runs/demo"), &page)), name);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = common::root().join("tests/fixtures/native");
+    std::fs::create_dir_all(tmp.path().join("prompts")).unwrap();
+    std::fs::copy(
+        fixtures.join("prompts/system.tera"),
+        tmp.path().join("prompts/system.tera"),
+    )
+    .unwrap();
+    let wf = tmp.path().join("agent.rondo");
+    std::fs::copy(fixtures.join("agent.rondo"), &wf).unwrap();
+    let script = tmp.path().join("script.yaml");
+    std::fs::write(
+        &script,
+        r#"replies:
+  agent:
+    "1": '{"tool_calls": [{"name": "lookup", "arguments": {"city": "Oslo"}}, {"name": "population", "arguments": {"city": "Oslo", "year": "now"}}]}'
+    "2": "Oslo"
+"#,
+    )
+    .unwrap();
+    let (out, run_dir) = common::run_with(&wf, "native", &["--script", script.to_str().unwrap()]);
+    common::assert_success(&out);
+    check(
+        embedded(&view(&run_dir, &tmp.path().join("native.html"))),
+        "native",
+    );
+    for kind in [
+        "run_start",
+        "role_start",
+        "llm_response",
+        "parsed_output",
+        "tool_call",
+        "memory",
+        "artifact",
+        "route",
+        "role_end",
+        "checkpoint",
+        "exit",
+    ] {
+        assert!(seen.contains(kind), "no run had a `{kind}` event: {seen:?}");
+    }
+}
+
+/// While a served run goes on, the page's run total is what the run has spent so far (its
+/// last step's totals), not the zeros of `run.json`.
+#[test]
+fn a_served_live_run_shows_its_running_total() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("prompts")).unwrap();
+    std::fs::write(
+        tmp.path().join("prompts/ask.tera"),
+        "Say hello to the gate.",
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.path().join("replies.yaml"),
+        "replies:\n  ask: \"hello, gate\"\n",
+    )
+    .unwrap();
+    let gate = tmp.path().join("gate");
+    let c = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let wf = tmp.path().join("spend.rondo");
+    std::fs::write(
+        &wf,
+        format!(
+            r#"workflow spend {{
+  description = "spends, then waits"
+  prompts = "prompts"
+  script = "replies.yaml"
+}}
+role ask: llm {{
+  prompt = "ask.tera"
+  output text
+}}
+role wait: tool {{ command = ["cat", "{}"] }}
+start -> ask
+ask -> wait
+wait -> done
+exit done
+"#,
+            gate.display()
+        ),
+    )
+    .unwrap();
+    let s = serve(tmp.path(), &wf);
+    let id = start_run(&s.base, "spend");
+    // Opening the gate to write returns once the tool reads it: the run waits there, its
+    // first step recorded.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::OpenOptions::new().write(true).open(&gate).unwrap());
+    });
+    // The guard is against a run that never comes, not part of what is tested.
+    let held = rx.recv_timeout(PATIENCE).expect("the run reaches the gate");
+
+    let mut b = Browser::launch();
+    b.open(&format!("{}/#token={TOKEN}&run={id}", s.base));
+    b.wait_for(
+        "document.body.dataset.steps === '1' && document.getElementById('status').textContent === 'running'",
+        "live-total",
+    );
+    b.screenshot("served-live-total");
+    let total =
+        b.eval("[...document.querySelector('#totals tr.run-total').cells].map(c => c.textContent)");
+    let journal = common::events(&tmp.path().join("runs").join(&id));
+    let ask = &common::of_kind(&journal, "llm_response")[0]["usage"];
+    assert_eq!(
+        total,
+        json!([
+            "run",
+            "1",
+            ask["input_tokens"].to_string(),
+            ask["output_tokens"].to_string(),
+            "0"
+        ])
+    );
+    assert_ne!(total[2], json!("0"));
+
+    drop(held);
+    b.wait_for("document.body.dataset.exit === 'done'", "live-total-done");
+}

@@ -533,7 +533,7 @@ fn describe(value: &Value) -> String {
 /// A lenient repair of a reply that does not fit its type exactly, recorded as a flag
 /// on the attempt (as BAML's schema-aligned parsing records its fixes). Each one is
 /// unambiguous: it never guesses between two readings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Coercion {
     /// `4` where a string is declared → `"4"`.
@@ -598,7 +598,7 @@ impl Coercion {
 }
 
 /// A coercion applied at a path of the reply (`$.final.answer`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Coerced {
     pub flag: Coercion,
     pub path: String,

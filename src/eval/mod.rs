@@ -20,7 +20,9 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::check::Checked;
+use crate::run::bus::Subscriber;
 use crate::run::eval::Env;
+use crate::run::events::{Entry, Event};
 use crate::run::state::RunState;
 use crate::run::value::truthy;
 use crate::run::{Interpreter, RunOptions, progress, rundir};
@@ -189,20 +191,15 @@ fn as_text(v: &Value) -> String {
 
 /// What the run's journal shows as observations: each tool call's result data (the
 /// result itself when it has no object data) and each parsed role output.
-fn observations(journal: &[Value]) -> Vec<Value> {
+fn observations(journal: &[Entry]) -> Vec<&Value> {
     let mut out = Vec::new();
-    for event in journal {
-        match event.get("event").and_then(Value::as_str) {
-            Some("tool_call") => {
-                let result = event.get("result").cloned().unwrap_or(Value::Null);
-                match result.get("data") {
-                    Some(data @ Value::Object(_)) => out.push(data.clone()),
-                    _ => out.push(result),
-                }
-            }
-            Some("parsed_output") => {
-                out.push(event.get("output").cloned().unwrap_or(Value::Null));
-            }
+    for entry in journal {
+        match &entry.event {
+            Event::ToolCall { result, .. } => match result.get("data") {
+                Some(data @ Value::Object(_)) => out.push(data),
+                _ => out.push(result),
+            },
+            Event::ParsedOutput { output, .. } => out.push(output),
             _ => {}
         }
     }
@@ -210,18 +207,15 @@ fn observations(journal: &[Value]) -> Vec<Value> {
 }
 
 /// The names of the tools a run called: its `used()` set and the tool results' names.
-fn tools_called(workflow: &Checked, state: &RunState, journal: &[Value]) -> Vec<String> {
+fn tools_called(workflow: &Checked, state: &RunState, journal: &[Entry]) -> Vec<String> {
     let mut names: Vec<String> = state
         .tools_used
         .iter()
         .filter_map(|&id| workflow.tools.get(id).map(|t| t.name().to_string()))
         .collect();
-    for event in journal {
-        if event.get("event").and_then(Value::as_str) == Some("tool_call")
-            && let Some(name) = event
-                .get("result")
-                .and_then(|r| r.get("tool_name"))
-                .and_then(Value::as_str)
+    for entry in journal {
+        if let Event::ToolCall { result, .. } = &entry.event
+            && let Some(name) = result.get("tool_name").and_then(Value::as_str)
         {
             names.push(name.to_string());
         }
@@ -253,7 +247,9 @@ fn score(workflow: &Checked, case: &Case, weights: Weights, end: Ending<'_>) -> 
     let journal = if case.expect.keys.is_empty() && case.expect.tools.is_empty() {
         Vec::new()
     } else {
-        rundir::read_journal(end.run_dir).unwrap_or_default()
+        rundir::read_journal(end.run_dir)
+            .unwrap_or_default()
+            .entries
     };
     let observed = observations(&journal);
     let mut key_hit = true;
@@ -446,7 +442,7 @@ impl Eval {
             .collect();
         let total = self.cases.len();
         let ran = todo.len();
-        let bar = Bar::new(self.progress, total, done.values());
+        let bar = Arc::new(Bar::new(self.progress, total, done.values()));
         let results_file = Arc::new(Mutex::new(
             std::fs::OpenOptions::new()
                 .create(true)
@@ -481,6 +477,7 @@ impl Eval {
         let shared = Arc::new(Shared {
             workflow: self.workflow.clone(),
             weights: self.weights,
+            bar: bar.clone(),
             base: RunOptions {
                 pool: Some(Arc::new(pool)),
                 ..base
@@ -541,6 +538,7 @@ impl Eval {
 struct Shared {
     workflow: Arc<Checked>,
     weights: Weights,
+    bar: Arc<Bar>,
     /// The options of every run (the shared pool among them), less its id and inputs.
     base: RunOptions,
 }
@@ -573,10 +571,16 @@ impl Shared {
             let _ = std::fs::remove_dir_all(&run_dir);
             Interpreter::start(workflow, &options)
         };
-        let (interp, state) = match begun {
+        let (mut interp, state) = match begun {
             Ok(x) => x,
             Err(e) => return Some(not_started(case, e.to_string())),
         };
+        if self.bar.bar.is_some() {
+            interp.subscribe(Box::new(CaseProgress {
+                bar: self.bar.clone(),
+                case: case.id.clone(),
+            }));
+        }
         let handle = interp.interrupter();
         if let Ok(mut running) = stop.running.lock() {
             running.push(handle.clone());
@@ -641,7 +645,26 @@ struct Bar {
     mode: progress::Mode,
     bar: Option<indicatif::ProgressBar>,
     tally: Mutex<(usize, f64, f64)>,
+    /// What the cases still running have spent so far, by case.
+    running: Mutex<BTreeMap<String, f64>>,
     total: usize,
+}
+
+/// A case's run, followed for the bar: its cost after each step.
+struct CaseProgress {
+    bar: Arc<Bar>,
+    case: String,
+}
+
+impl Subscriber for CaseProgress {
+    fn event(&mut self, entry: &Arc<Entry>) {
+        if let Event::RoleEnd {
+            totals: Some(t), ..
+        } = &entry.event
+        {
+            self.bar.running(&self.case, t.cost);
+        }
+    }
 }
 
 impl Bar {
@@ -670,6 +693,7 @@ impl Bar {
             mode,
             bar,
             tally: Mutex::new(tally),
+            running: Mutex::new(BTreeMap::new()),
             total,
         };
         b.show_message();
@@ -678,13 +702,29 @@ impl Bar {
 
     fn show_message(&self) {
         let Some(bar) = &self.bar else { return };
+        let running: f64 = self.running.lock().map_or(0.0, |r| r.values().sum());
         if let Ok(t) = self.tally.lock() {
             let rate = if t.0 == 0 { 0.0 } else { t.1 / t.0 as f64 };
-            bar.set_message(format!("success {:.1}%  cost ${:.4}", rate * 100.0, t.2));
+            bar.set_message(format!(
+                "success {:.1}%  cost ${:.4}",
+                rate * 100.0,
+                t.2 + running
+            ));
         }
     }
 
+    /// A running case has spent `cost` so far.
+    fn running(&self, case: &str, cost: f64) {
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(case.to_string(), cost);
+        }
+        self.show_message();
+    }
+
     fn finished(&self, r: &CaseResult) {
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(&r.id);
+        }
         let (n, rate, cost) = match self.tally.lock() {
             Ok(mut t) => {
                 t.0 += 1;

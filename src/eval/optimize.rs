@@ -24,12 +24,10 @@ pub fn candidates(report: &Report, out: &Path, role: &str) -> Vec<Value> {
             let dir = out.join(RUNS_DIR).join(&r.run_id);
             let info = rundir::read_info(&dir).ok()?;
             let journal = rundir::read_journal(&dir).ok()?;
-            let reply = journal
-                .iter()
-                .find_map(|value| match Event::from_line(value)? {
-                    Event::LlmResponse(r) if r.call.role == role => Some(r.call.raw),
-                    _ => None,
-                })?;
+            let reply = journal.entries.into_iter().find_map(|e| match e.event {
+                Event::LlmResponse(r) if r.call.role == role => Some(r.call.raw),
+                _ => None,
+            })?;
             Some(json!({"inputs": info.inputs, "reply": reply}))
         })
         .collect()

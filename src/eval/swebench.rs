@@ -18,6 +18,7 @@ use crate::check::Checked;
 use crate::compile::Workflow;
 use crate::compile::mounts::{MountSource, parse_mount};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
+use crate::run::events::Event;
 use crate::run::{progress, rundir};
 use crate::source::Span;
 
@@ -577,15 +578,13 @@ fn prepare(instance: &Instance, dir: &Path, git_dir: &Path) -> Result<(), String
 /// part of the agent's patch.
 fn run_files(run_dir: &Path, workspace: &Path) -> Vec<String> {
     let mut files = Vec::new();
-    for event in rundir::read_journal(run_dir).unwrap_or_default() {
-        let name = match event.get("event").and_then(Value::as_str) {
-            Some("artifact") if event.get("folder").is_none_or(Value::is_null) => {
-                event.get("file").and_then(Value::as_str)
-            }
-            Some("tool_call") => event
-                .get("result")
-                .and_then(|r| r.get("log"))
-                .and_then(Value::as_str),
+    let journal = rundir::read_journal(run_dir).unwrap_or_default();
+    for entry in &journal.entries {
+        let name = match &entry.event {
+            Event::Artifact {
+                file, folder: None, ..
+            } => Some(file.as_str()),
+            Event::ToolCall { result, .. } => result.get("log").and_then(Value::as_str),
             _ => None,
         };
         if let Some(name) = name {

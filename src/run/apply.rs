@@ -46,13 +46,6 @@ impl<'w> Interpreter<'w> {
         let visit = state.visits[node.index()];
         self.flush_buffered_events();
         self.settle(state);
-        self.reporter.role_done(
-            &name,
-            role.kind.name(),
-            state.step,
-            &state.totals,
-            self.started,
-        );
         if self.wants_events() {
             self.event(Event::RoleStart {
                 role: name.clone(),
@@ -170,6 +163,7 @@ impl<'w> Interpreter<'w> {
                 role: name,
                 visit,
                 step: state.step,
+                totals: Some(state.totals.clone()),
             });
         }
         Ok(())

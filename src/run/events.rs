@@ -1,9 +1,11 @@
 //! What a run records in `events.jsonl`, one type per event. The field names are the
-//! journal's: replay, `--replay-from` and resume read runs recorded before this type.
+//! journal's: replay, `--replay-from` and resume read runs recorded before this type, so a
+//! field added since the first journals has a default (their lines lack it).
 
 use std::path::PathBuf;
 
-use rondo_provider::{AttemptRecord, Usage};
+use rondo_provider::{AttemptRecord, ToolCall, Usage};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -12,12 +14,13 @@ use super::state::Totals;
 use crate::compile::types::Coerced;
 
 /// One line of `events.jsonl` (besides its `seq` and `ts`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     RunStart {
         workflow: String,
         run_dir: PathBuf,
+        #[serde(default)]
         workspace: PathBuf,
     },
     RunResumed {
@@ -59,6 +62,7 @@ pub enum Event {
         role: String,
         visit: u64,
         how: Parsed,
+        #[serde(default)]
         coercions: Vec<Coerced>,
         output: Value,
     },
@@ -113,6 +117,7 @@ pub enum Event {
         sanitized_from: Option<String>,
     },
     /// An artifact whose name or file the workspace refused; the run goes on.
+    #[serde(alias = "artifact_refused")]
     ArtifactRejected {
         role: String,
         file: String,
@@ -135,6 +140,9 @@ pub enum Event {
         role: String,
         visit: u64,
         step: u64,
+        /// The run's totals after the step: what a live run has spent so far.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        totals: Option<Totals>,
     },
     Exit {
         exit: String,
@@ -156,14 +164,14 @@ pub enum Event {
 }
 
 /// A durable memory not carried over; `memory` is null when the whole file was unread.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DurableSkip {
     pub memory: Option<String>,
     pub reason: String,
 }
 
 /// One call of an llm role: what was sent, what came back, what it cost.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LlmCall {
     pub role: String,
     pub visit: u64,
@@ -171,8 +179,14 @@ pub struct LlmCall {
     pub profile: String,
     pub model: String,
     pub prompt: String,
-    /// The reply, cut to `max_reply`.
+    /// The reply's text, cut to `max_reply`. (Before `tool_calls`, a native reply with
+    /// calls was recorded here as `{"content", "tool_calls"}`, the scripted form.)
     pub raw: String,
+    /// The calls of a reply to a request that offered tools natively (none: the request
+    /// offered none). Absent when the reply was longer than `max_reply`: `raw` then holds
+    /// the reply cut, calls included, in the scripted form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
     pub usage: Usage,
     pub cost: f64,
     /// The provider attempts behind it (retries, fallbacks).
@@ -180,18 +194,85 @@ pub struct LlmCall {
 }
 
 /// A call whose reply was accepted, and how it was read.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LlmResponse {
     #[serde(flatten)]
     pub call: LlmCall,
     pub parsed: Parsed,
+    #[serde(default)]
     pub coercions: Vec<Coerced>,
 }
 
+/// A journal line: its position (1 the first line), when it was written, and its event.
+/// Serialized, it is the line as the journal holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Entry {
+    pub seq: u64,
+    /// RFC 3339, UTC, milliseconds.
+    pub ts: String,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
 impl Event {
+    /// Every kind this version reads (see [`Event::kind`]).
+    pub const KINDS: &[&str] = &[
+        "run_start",
+        "run_resumed",
+        "durable_memory",
+        "end_failed",
+        "stale_containers_removed",
+        "role_start",
+        "llm_response",
+        "parsed_output",
+        "invalid_output",
+        "invalid_output_omitted",
+        "invalid_outcome",
+        "llm_failed",
+        "tool_call",
+        "memory",
+        "artifact",
+        "artifact_rejected",
+        "log_rejected",
+        "route",
+        "role_end",
+        "exit",
+        "checkpoint",
+        "append_opened",
+    ];
+
     /// The event of a journal line, when it is one this version knows.
     pub fn from_line(line: &Value) -> Option<Event> {
         Event::deserialize(line).ok()
+    }
+
+    /// The name a journal line gives it (its `event` field).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::RunStart { .. } => "run_start",
+            Event::RunResumed { .. } => "run_resumed",
+            Event::DurableMemory { .. } => "durable_memory",
+            Event::EndFailed { .. } => "end_failed",
+            Event::ToolConfinement { .. } => "tool_confinement",
+            Event::StaleContainersRemoved { .. } => "stale_containers_removed",
+            Event::RoleStart { .. } => "role_start",
+            Event::LlmResponse(_) => "llm_response",
+            Event::ParsedOutput { .. } => "parsed_output",
+            Event::InvalidOutput { .. } => "invalid_output",
+            Event::InvalidOutputOmitted { .. } => "invalid_output_omitted",
+            Event::InvalidOutcome { .. } => "invalid_outcome",
+            Event::LlmFailed { .. } => "llm_failed",
+            Event::ToolCall { .. } => "tool_call",
+            Event::Memory { .. } => "memory",
+            Event::Artifact { .. } => "artifact",
+            Event::ArtifactRejected { .. } => "artifact_rejected",
+            Event::LogRejected { .. } => "log_rejected",
+            Event::Route { .. } => "route",
+            Event::RoleEnd { .. } => "role_end",
+            Event::Exit { .. } => "exit",
+            Event::Checkpoint { .. } => "checkpoint",
+            Event::AppendOpened { .. } => "append_opened",
+        }
     }
 }
 
@@ -226,6 +307,64 @@ mod tests {
             panic!("not an llm_response");
         };
         assert_eq!((r.call.attempt, r.call.usage.output_tokens), (2, 4));
+    }
+
+    /// Lines as the first journals wrote them (before a field was added, or under a name
+    /// since changed) read as this version's events.
+    #[test]
+    fn lines_of_older_journals_read_as_events() {
+        let lines = [
+            r#"{"event":"llm_response","role":"r","visit":1,"attempt":1,"profile":"scripted","model":"m","prompt":"p","raw":"hi","usage":{"input_tokens":1,"output_tokens":1},"cost":0.0,"attempts":[],"parsed":"text"}"#,
+            r#"{"event":"parsed_output","role":"r","visit":1,"how":"text","output":"hi"}"#,
+            r#"{"event":"artifact_refused","role":"a","file":"../x","reason":"outside"}"#,
+            r#"{"event":"run_start","workflow":"w","run_dir":"runs/x"}"#,
+            r#"{"event":"role_end","role":"r","visit":1,"step":1}"#,
+        ];
+        for line in lines {
+            let value: Value = serde_json::from_str(line).unwrap();
+            assert!(Event::from_line(&value).is_some(), "unread: {line}");
+        }
+        let value = serde_json::from_str(lines[2]).unwrap();
+        assert_eq!(
+            Event::from_line(&value).unwrap().kind(),
+            "artifact_rejected"
+        );
+    }
+
+    /// `kind` names each event as its line does, and `KINDS` is every kind the journal's
+    /// schema has.
+    #[test]
+    fn kinds_are_the_journal_lines_names() {
+        let schema = schemars::schema_for!(Event).to_value();
+        let mut tags: Vec<&str> = schema["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["properties"]["event"]["const"].as_str().unwrap())
+            .collect();
+        tags.sort();
+        let mut kinds = Event::KINDS.to_vec();
+        kinds.sort();
+        assert_eq!(tags, kinds);
+        let samples = [
+            r#"{"event":"route","from":"a","to":["b"],"condition":"","route":0,"backtrack":false}"#,
+            r#"{"event":"checkpoint","delta":{}}"#,
+            r#"{"event":"append_opened","file":"f","len":0}"#,
+            r#"{"event":"role_end","role":"r","visit":1,"step":1,"totals":{"llm_calls":0,"input_tokens":0,"output_tokens":0,"cost":0.0,"tool_calls":0}}"#,
+        ];
+        for line in samples {
+            let event = Event::from_line(&serde_json::from_str(line).unwrap()).unwrap();
+            assert_eq!(serde_json::to_value(&event).unwrap()["event"], event.kind());
+        }
+    }
+
+    /// A journal line read as an entry writes back as the same line.
+    #[test]
+    fn an_entry_is_its_journal_line() {
+        let line = r#"{"seq":7,"ts":"2026-01-02T03:04:05.678Z","event":"role_start","role":"a","kind":"llm","visit":1,"step":3}"#;
+        let entry: Entry = serde_json::from_str(line).unwrap();
+        assert_eq!((entry.seq, entry.event.kind()), (7, "role_start"));
+        assert_eq!(serde_json::to_string(&entry).unwrap(), line);
     }
 
     #[test]

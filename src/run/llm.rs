@@ -181,6 +181,7 @@ impl<'w> Interpreter<'w> {
                                 model,
                                 prompt: prompt.clone().unwrap_or_default(),
                                 raw: String::new(),
+                                tool_calls: None,
                                 usage: Default::default(),
                                 cost: 0.0,
                                 attempts: records,
@@ -222,15 +223,31 @@ impl<'w> Interpreter<'w> {
             };
             let response = &completion.response;
             let native = llm.mode.native();
-            // A native reply with calls is recorded as the scripted provider reads it back.
+            // A native reply's calls count towards its size in their scripted form.
             let text = if native && !response.tool_calls.is_empty() {
                 scripted::tool_call_reply(&response.content, &response.tool_calls)
             } else {
                 response.content.clone()
             };
             let oversized = response.truncated || text.len() > max_reply;
-            // Only a bounded reply is kept: in the record, the state and the journal.
-            let raw = output::cut_reply(&text, max_reply, response.truncated);
+            // Only a bounded reply is kept: in the record, the state and the journal. The
+            // calls of a reply to tools offered natively are recorded as they came, apart
+            // from its text; a reply too long is kept cut, calls included, as text.
+            let offered = !request.tools.is_empty() || !response.tool_calls.is_empty();
+            let (raw, tool_calls) = if native && offered && !oversized {
+                let mut calls = response.tool_calls.clone();
+                for call in &mut calls {
+                    self.redactor.redact_json(&mut call.arguments);
+                    call.name = self.redactor.redact(&call.name).into_owned();
+                    call.id = self.redactor.redact(&call.id).into_owned();
+                }
+                (response.content.clone(), Some(calls))
+            } else {
+                (
+                    output::cut_reply(&text, max_reply, response.truncated),
+                    None,
+                )
+            };
             let raw = self.redactor.redact(&raw).into_owned();
             let usage = completion.response.usage;
             if let Ok(mut spent) = self.spent.lock() {
@@ -248,6 +265,7 @@ impl<'w> Interpreter<'w> {
                 model: completion.response.model.clone(),
                 prompt: prompt.clone().unwrap_or_default(),
                 raw: raw.clone(),
+                tool_calls,
                 usage,
                 cost: completion.cost,
                 attempts: records,

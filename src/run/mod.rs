@@ -7,6 +7,7 @@
 
 mod apply;
 mod artifacts;
+pub mod bus;
 pub mod clock;
 mod context;
 pub mod demos;
@@ -160,6 +161,8 @@ pub struct Interpreter<'w> {
     interrupted: Arc<AtomicBool>,
     interrupt: Arc<Notify>,
     reporter: Reporter,
+    /// Where each event goes: the journal, then the run's subscribers.
+    bus: bus::Bus,
     /// Secret values, replaced in everything recorded, shown or sent.
     redactor: rondo_env::Redactor,
     started: Instant,
@@ -230,24 +233,23 @@ impl<'w> Interpreter<'w> {
         &self.run_dir
     }
 
-    /// Whether anything records or shows events (not with `--no-checkpoint --quiet`).
-    fn wants_events(&self) -> bool {
-        self.dir.is_some() || self.reporter.shows_events()
+    /// Follows the run's events from now on (a server's live stream, an eval's progress).
+    /// Events before are in the journal, flushed to its file here.
+    pub fn subscribe(&mut self, subscriber: Box<dyn bus::Subscriber>) {
+        self.bus.join(subscriber, self.dir.as_mut());
     }
 
-    /// Shows an event and records it in `events.jsonl`, secrets replaced.
+    /// Whether anything records or shows events (not with `--no-checkpoint --quiet`).
+    fn wants_events(&self) -> bool {
+        self.dir.is_some() || self.bus.has_subscribers()
+    }
+
+    /// Records an event in `events.jsonl`, secrets replaced, then publishes it.
     fn event(&mut self, event: Event) {
-        self.reporter.event(&event);
-        let Some(dir) = &mut self.dir else {
-            return;
-        };
-        let written = serde_json::to_value(&event)
-            .map_err(std::io::Error::from)
-            .and_then(|mut record| {
-                self.redactor.redact_json(&mut record);
-                dir.append(record)
-            });
-        if let Err(e) = written {
+        let written = self.bus.publish(self.dir.as_mut(), &self.redactor, event);
+        if let Err(e) = written
+            && self.dir.is_some()
+        {
             self.reporter
                 .warn(&format!("cannot write events.jsonl: {e}"));
             self.unrecorded.get_or_insert(format!("events.jsonl: {e}"));
@@ -271,6 +273,9 @@ impl<'w> Interpreter<'w> {
                 None => dir.checkpoint(state).map_err(|e| e.to_string()),
             };
             state.elapsed_ms = saved;
+            if result.is_ok() {
+                self.bus.written(dir);
+            }
             if let Err(e) = result {
                 return Err(StepError::Failed(format!(
                     "the run's records cannot be written in {} ({e}); the run stopped at its \

@@ -7,7 +7,9 @@ use crate::compile::OutputFormat;
 use crate::compile::types::{Coerced, Coercion, Type};
 
 /// How the value was obtained, for the event log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Parsed {
     Strict,

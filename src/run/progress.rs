@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use rondo_provider::AttemptRecord;
 
-use super::events::Event;
+use super::bus::Subscriber;
+use super::events::{Entry, Event};
 use super::state::{RunState, Totals};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,9 +124,45 @@ fn indent(text: &str, by: usize) -> String {
     text.trim_end().replace('\n', &pad)
 }
 
+#[derive(Clone)]
 pub struct Reporter {
     screen: Screen,
     redactor: rondo_env::Redactor,
+}
+
+/// The run's progress on the terminal as its events come: a line a finished step (with
+/// the run's totals after it) and, in plain output, where the run goes next.
+pub struct Progress {
+    reporter: Reporter,
+    started: Instant,
+    /// The kind of the role whose step is being recorded (`role_start` says it).
+    kind: String,
+}
+
+impl Progress {
+    pub fn new(reporter: Reporter, started: Instant) -> Self {
+        Progress {
+            reporter,
+            started,
+            kind: String::new(),
+        }
+    }
+}
+
+impl Subscriber for Progress {
+    fn event(&mut self, entry: &std::sync::Arc<Entry>) {
+        match &entry.event {
+            Event::RoleStart { kind, .. } => self.kind.clone_from(kind),
+            Event::RoleEnd {
+                role, step, totals, ..
+            } => {
+                let totals = totals.clone().unwrap_or_default();
+                self.reporter
+                    .role_done(role, &self.kind, *step, &totals, self.started);
+            }
+            event => self.reporter.event(event),
+        }
+    }
 }
 
 impl Reporter {

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::events::{Event, LlmResponse};
+use super::rundir::JournalLine;
 
 fn clip(text: &str, full: bool, limit: usize) -> String {
     if full || text.chars().count() <= limit {
@@ -94,21 +95,26 @@ pub fn record(path: &Path, index: i64) -> Result<String, String> {
 
 pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
     let info = super::rundir::read_info(run_dir)?;
-    let text = std::fs::read_to_string(run_dir.join("events.jsonl"))
-        .map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    let unreadable = |e: std::io::Error| format!("{}: {e}", run_dir.display());
+    let lines = super::rundir::journal_lines(run_dir).map_err(unreadable)?;
     let mut out = String::new();
     let _ = writeln!(
         out,
         "run {} of {} ({}), started {}",
         info.run_id, info.workflow, info.status, info.started_at
     );
-    for line in text.lines() {
-        let Some(event) = serde_json::from_str::<Value>(line)
-            .ok()
-            .as_ref()
-            .and_then(Event::from_line)
-        else {
-            continue;
+    for line in lines {
+        let event = match line.map_err(unreadable)? {
+            JournalLine::Entry(entry) => entry.event,
+            JournalLine::Unread(u) => {
+                let kind = u.kind.map(|k| format!(" `{k}`")).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "  ? events.jsonl line {}{kind} not read: {}",
+                    u.line, u.reason
+                );
+                continue;
+            }
         };
         match event {
             Event::RoleStart {

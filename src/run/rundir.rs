@@ -21,13 +21,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::clock;
-use super::events::Event;
+use super::events::{Entry, Event};
 use super::memory::MemoryValue;
 use super::state::{RunState, Status, Totals};
 use crate::compile::Workflow;
 
 /// `run.json`: what ran, with which inputs and providers (never keys), and how it ended.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunInfo {
     pub run_id: String,
     pub workflow: String,
@@ -292,6 +292,11 @@ pub struct RunDir {
     pub path: PathBuf,
     events: BufWriter<File>,
     seq: u64,
+    /// The time written on the last line (ms since the epoch).
+    last_ms: u64,
+    /// The records this journal writes itself (checkpoints, append lengths), kept for
+    /// the run's subscribers once they ask (see [`RunDir::keep_own_records`]).
+    own_records: Option<Vec<Entry>>,
     /// The state of the last checkpoint record, to journal only what changed.
     last: Option<Last>,
     since_snapshot: u64,
@@ -445,6 +450,8 @@ impl RunDir {
             path: path.to_path_buf(),
             events: BufWriter::with_capacity(64 * 1024, file),
             seq,
+            last_ms: 0,
+            own_records: None,
             last: None,
             since_snapshot: 0,
             unsynced: Vec::new(),
@@ -453,7 +460,29 @@ impl RunDir {
     }
 
     pub fn event(&mut self, event: &Event) -> std::io::Result<()> {
-        self.append(serde_json::to_value(event)?)
+        self.append(serde_json::to_value(event)?)?;
+        if let Some(own) = &mut self.own_records {
+            own.push(Entry {
+                seq: self.seq,
+                ts: clock::rfc3339(self.last_ms),
+                event: event.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// From now on, keeps each record the journal writes itself, for
+    /// [`RunDir::take_own_records`].
+    pub fn keep_own_records(&mut self) {
+        self.own_records.get_or_insert_with(Vec::new);
+    }
+
+    /// The records the journal wrote itself since the last call.
+    pub fn take_own_records(&mut self) -> Vec<Entry> {
+        self.own_records
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Appends a serialized [`Event`] (secrets already replaced) as the next line: `seq`,
@@ -461,9 +490,10 @@ impl RunDir {
     /// runs several times a step and was a third of a durable step's CPU time.
     pub(super) fn append(&mut self, event: Value) -> std::io::Result<()> {
         self.seq += 1;
+        self.last_ms = clock::unix_ms();
         let w = &mut self.events;
         write!(w, "{{\"seq\":{},\"ts\":\"", self.seq)?;
-        clock::write_rfc3339(w, clock::unix_ms())?;
+        clock::write_rfc3339(w, self.last_ms)?;
         w.write_all(b"\"")?;
         if let Value::Object(fields) = &event {
             for (key, value) in fields {
@@ -474,6 +504,11 @@ impl RunDir {
             }
         }
         w.write_all(b"}\n")
+    }
+
+    /// The position (`seq`) and time (ms since the epoch) of the last line appended.
+    pub fn last_line(&self) -> (u64, u64) {
+        (self.seq, self.last_ms)
     }
 
     /// An artifact written without fsync: the journal record of its step is what makes
@@ -702,14 +737,229 @@ pub fn artifact_root(dir: &str, layout: &Layout) -> std::io::Result<rondo_worksp
     Ok(workspace)
 }
 
-/// A run's journal, one value per line. A line that is not JSON (the torn last line of a
-/// killed process) is left out.
-pub fn read_journal(dir: &Path) -> std::io::Result<Vec<Value>> {
-    let text = read_record(dir, JOURNAL, u64::MAX)?;
-    Ok(text
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect())
+/// A run's journal as this version reads it: its events, and where the lines it does not
+/// read are.
+#[derive(Debug, Default)]
+pub struct Journal {
+    pub entries: Vec<Entry>,
+    pub unread: Vec<Unread>,
+}
+
+/// A journal line this version does not read: an event of a kind it does not know (a
+/// later version's), one whose fields do not fit its kind, or a damaged line.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Unread {
+    /// Its line number in `events.jsonl`, 1 the first.
+    pub line: u64,
+    pub seq: Option<u64>,
+    /// The line's `event`, when it names one.
+    pub kind: Option<String>,
+    /// Why it was not read (at most [`MAX_REASON`] bytes).
+    pub reason: String,
+}
+
+/// One line of the journal.
+#[derive(Debug)]
+pub enum JournalLine {
+    Entry(Entry),
+    Unread(Unread),
+}
+
+/// A journal line longer than this is not read (and not held): it is reported [`Unread`].
+pub const MAX_JOURNAL_LINE: usize = 64 << 20;
+/// The longest reason an [`Unread`] line gives.
+pub const MAX_REASON: usize = 200;
+
+/// A run's journal, read line by line (never whole). A last line without its newline that
+/// does not parse is the torn write of a killed process: left out, not reported.
+pub fn journal_lines(dir: &Path) -> std::io::Result<JournalLines> {
+    Ok(JournalLines {
+        reader: std::io::BufReader::new(open_record(dir, JOURNAL, false)?),
+        line: 0,
+        buf: Vec::new(),
+        tail: false,
+    })
+}
+
+/// The journal at `path`: a run folder's, or a journal file (`events.jsonl` copied
+/// elsewhere).
+pub fn journal_lines_at(path: &Path) -> std::io::Result<JournalLines> {
+    if path.is_dir() {
+        return journal_lines(path);
+    }
+    let (dir, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => (
+            if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            },
+            name,
+        ),
+        _ => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a file",
+            ));
+        }
+    };
+    Ok(JournalLines {
+        reader: std::io::BufReader::new(open_record(dir, name, false)?),
+        line: 0,
+        buf: Vec::new(),
+        tail: false,
+    })
+}
+
+/// The lines of a journal, as [`journal_lines`] reads them.
+pub struct JournalLines {
+    reader: std::io::BufReader<File>,
+    line: u64,
+    buf: Vec<u8>,
+    /// Following a journal that is being written: a line without its newline is not
+    /// finished yet, kept and completed by the next read.
+    tail: bool,
+}
+
+impl JournalLines {
+    /// Reads the journal as it is written: a last line without its newline is waited for
+    /// (returned once complete), never taken for a torn one.
+    pub fn following(mut self) -> Self {
+        self.tail = true;
+        self
+    }
+
+    /// The next line whose `seq` is past `after`; `None` at the end of what is written.
+    pub fn next_after(&mut self, after: u64) -> Option<std::io::Result<JournalLine>> {
+        loop {
+            match self.next()? {
+                Ok(JournalLine::Entry(e)) if e.seq <= after => {}
+                Ok(JournalLine::Unread(u)) if u.seq.is_some_and(|s| s <= after) => {}
+                other => return Some(other),
+            }
+        }
+    }
+}
+
+impl Iterator for JournalLines {
+    type Item = std::io::Result<JournalLine>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use std::io::{BufRead, Read};
+        loop {
+            // `buf` holds nothing, or (following) the begun last line, completed here.
+            let room = (MAX_JOURNAL_LINE as u64 + 1).saturating_sub(self.buf.len() as u64);
+            if let Err(e) = (&mut self.reader)
+                .take(room)
+                .read_until(b'\n', &mut self.buf)
+            {
+                return Some(Err(e));
+            }
+            if self.buf.is_empty() {
+                return None;
+            }
+            let ended = self.buf.last() == Some(&b'\n');
+            let overlong = !ended && self.buf.len() > MAX_JOURNAL_LINE;
+            if !ended && !overlong && self.tail {
+                return None;
+            }
+            self.line += 1;
+            if overlong {
+                self.buf.clear();
+                if let Err(e) = self.skip_line() {
+                    return Some(Err(e));
+                }
+                return Some(Ok(JournalLine::Unread(Unread {
+                    line: self.line,
+                    seq: None,
+                    kind: None,
+                    reason: format!("the line is longer than {MAX_JOURNAL_LINE} bytes"),
+                })));
+            }
+            let text = self.buf.trim_ascii();
+            let read = if text.is_empty() {
+                None
+            } else {
+                Some(match serde_json::from_slice::<Entry>(text) {
+                    Ok(entry) => Some(JournalLine::Entry(entry)),
+                    // A last line without its newline that does not parse: torn, left out.
+                    Err(_) if !ended => None,
+                    Err(e) => Some(JournalLine::Unread(unread(self.line, text, &e))),
+                })
+            };
+            self.buf.clear();
+            match read {
+                None => continue,
+                Some(line) => return line.map(Ok),
+            }
+        }
+    }
+}
+
+impl JournalLines {
+    /// Skips the rest of an overlong line a buffer at a time, never holding it.
+    fn skip_line(&mut self) -> std::io::Result<()> {
+        use std::io::BufRead;
+        loop {
+            let chunk = self.reader.fill_buf()?;
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            self.reader.consume(take);
+            if done {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Where a line that does not read as an [`Entry`] is, what it names, and why, bounded.
+fn unread(line: u64, text: &[u8], error: &serde_json::Error) -> Unread {
+    let value = serde_json::from_slice::<Value>(text).ok();
+    let field = |name: &str| value.as_ref().and_then(|v| v.get(name));
+    let kind = field("event").and_then(Value::as_str).map(bounded);
+    let reason = match (&value, &kind) {
+        (None, _) => format!("not JSON: {error}"),
+        (Some(_), Some(k)) if !Event::KINDS.contains(&k.as_str()) => {
+            "an event of a kind this version does not know".to_string()
+        }
+        (Some(_), Some(_)) => format!("its fields do not fit its kind: {error}"),
+        (Some(_), None) => format!("not an event: {error}"),
+    };
+    Unread {
+        line,
+        seq: field("seq").and_then(Value::as_u64),
+        kind,
+        reason: bounded(&reason),
+    }
+}
+
+/// `text` cut to [`MAX_REASON`] bytes on a character boundary.
+fn bounded(text: &str) -> String {
+    if text.len() <= MAX_REASON {
+        return text.to_string();
+    }
+    let mut end = MAX_REASON;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// A run's whole journal (see [`journal_lines`]).
+pub fn read_journal(dir: &Path) -> std::io::Result<Journal> {
+    let mut journal = Journal::default();
+    for line in journal_lines(dir)? {
+        match line? {
+            JournalLine::Entry(e) => journal.entries.push(e),
+            JournalLine::Unread(u) => journal.unread.push(u),
+        }
+    }
+    Ok(journal)
 }
 
 pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
@@ -903,4 +1153,91 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod journal_tests {
+    use super::*;
+
+    fn journal(text: &[u8]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(JOURNAL), text).unwrap();
+        dir
+    }
+
+    const LINE: &str =
+        r#"{"seq":1,"ts":"2026-01-01T00:00:00.000Z","event":"run_resumed","step":0}"#;
+
+    /// Lines of a later version, lines whose fields do not fit, and lines that are not
+    /// JSON are reported where they are, with a short reason; the lines around them read.
+    #[test]
+    fn unread_lines_are_located_and_their_reasons_bounded() {
+        let long = "x".repeat(10_000);
+        let text = format!(
+            "{LINE}\n{{\"seq\":2,\"ts\":\"t\",\"event\":\"from_a_later_version\"}}\n\
+             {{\"seq\":3,\"ts\":\"t\",\"event\":\"route\",\"from\":\"{long}\"}}\n\
+             {long}\n\n{}\n",
+            LINE.replace("\"seq\":1", "\"seq\":4")
+        );
+        let dir = journal(text.as_bytes());
+        let read = read_journal(dir.path()).unwrap();
+        assert_eq!(
+            read.entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [1, 4]
+        );
+        let at: Vec<(u64, Option<u64>, Option<&str>)> = read
+            .unread
+            .iter()
+            .map(|u| (u.line, u.seq, u.kind.as_deref()))
+            .collect();
+        assert_eq!(
+            at,
+            [
+                (2, Some(2), Some("from_a_later_version")),
+                (3, Some(3), Some("route")),
+                (4, None, None)
+            ]
+        );
+        assert!(read.unread[0].reason.contains("does not know"));
+        assert!(read.unread.iter().all(|u| u.reason.len() <= MAX_REASON + 4));
+    }
+
+    /// A last line without its newline is a torn write when it does not parse (left out),
+    /// a line when it does; following a journal, it is waited for until it is whole.
+    #[test]
+    fn a_torn_last_line_is_left_out_and_a_followed_one_completed() {
+        let dir = journal(format!("{LINE}\n{{\"seq\":2,\"ts").as_bytes());
+        let read = read_journal(dir.path()).unwrap();
+        assert_eq!((read.entries.len(), read.unread.len()), (1, 0));
+
+        let mut lines = journal_lines(dir.path()).unwrap().following();
+        assert!(matches!(lines.next(), Some(Ok(JournalLine::Entry(_)))));
+        assert!(lines.next().is_none());
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(JOURNAL))
+            .unwrap();
+        file.write_all(b"\":\"t\",\"event\":\"run_resumed\",\"step\":1}\n")
+            .unwrap();
+        match lines.next() {
+            Some(Ok(JournalLine::Entry(e))) => assert_eq!(e.seq, 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A line longer than the bound is skipped without being held, and reported.
+    #[test]
+    fn an_overlong_line_is_skipped() {
+        let mut text = Vec::with_capacity(MAX_JOURNAL_LINE + 200);
+        text.extend_from_slice(b"{\"seq\":1,\"ts\":\"");
+        text.resize(MAX_JOURNAL_LINE + 100, b'a');
+        text.extend_from_slice(b"\"}\n");
+        text.extend_from_slice(LINE.replace("\"seq\":1", "\"seq\":2").as_bytes());
+        text.push(b'\n');
+        let dir = journal(&text);
+        let read = read_journal(dir.path()).unwrap();
+        assert_eq!(read.entries.iter().map(|e| e.seq).collect::<Vec<_>>(), [2]);
+        assert_eq!(read.unread.len(), 1);
+        assert_eq!(read.unread[0].line, 1);
+    }
 }

@@ -11,33 +11,38 @@ use rondo_provider::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::events::{Event, LlmResponse};
+use super::events::{Entry, Event, LlmResponse};
+use super::rundir::JournalLine;
 
 pub use crate::script::{RoleReplies, Script};
 
 impl Script {
-    /// The replies a recorded run received, so it can be re-executed offline.
+    /// The replies a recorded run received, so it can be re-executed offline. A reply to
+    /// a request that offered tools natively replays with the calls recorded, and only
+    /// those (its text is never read for calls).
     pub fn from_events(path: &Path) -> Result<Script, String> {
         let events = if path.is_dir() {
             path.join("events.jsonl")
         } else {
             path.to_path_buf()
         };
-        let text = std::fs::read_to_string(&events)
-            .map_err(|e| format!("cannot read {}: {e}", events.display()))?;
+        let unreadable = |e: std::io::Error| format!("cannot read {}: {e}", events.display());
         let mut script = Script::default();
-        for line in text.lines() {
-            let event = serde_json::from_str::<Value>(line)
-                .ok()
-                .as_ref()
-                .and_then(Event::from_line);
+        for line in super::rundir::journal_lines_at(path).map_err(unreadable)? {
             // Rejected attempts too, in order, so an invalid outcome replays as one.
-            let call = match event {
-                Some(Event::LlmResponse(LlmResponse { call, .. }))
-                | Some(Event::InvalidOutput { call, .. }) => call,
+            let call = match line.map_err(unreadable)? {
+                JournalLine::Entry(Entry {
+                    event:
+                        Event::LlmResponse(LlmResponse { call, .. }) | Event::InvalidOutput { call, .. },
+                    ..
+                }) => call,
                 _ => continue,
             };
-            script.add(&call.role, Some(call.visit), call.raw);
+            let reply = match &call.tool_calls {
+                Some(calls) => tool_call_reply(&call.raw, calls),
+                None => call.raw,
+            };
+            script.add(&call.role, Some(call.visit), reply);
         }
         Ok(script)
     }

@@ -11,9 +11,10 @@ use rondo_provider::{ProviderKind, ProviderPool};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use super::bus::Bus;
 use super::clock;
 use super::events::Event;
-use super::progress::Reporter;
+use super::progress::{Progress, Reporter};
 use super::redact;
 use super::rundir::{self, RunDir, RunInfo};
 use super::scripted::{Script, ScriptedModel};
@@ -365,6 +366,12 @@ impl<'w> Interpreter<'w> {
         let interrupted = Arc::new(AtomicBool::new(false));
         let interrupt = Arc::new(Notify::new());
         let redactor = redact::for_workflow(workflow);
+        let reporter = Reporter::new(options.progress, redactor.clone());
+        let started = Instant::now();
+        let mut bus = Bus::default();
+        if reporter.shows_events() {
+            bus.subscribe(Box::new(Progress::new(reporter.clone(), started)));
+        }
         Ok(Interpreter {
             workflow,
             envs: tools::Envs::new(
@@ -384,9 +391,10 @@ impl<'w> Interpreter<'w> {
             profile_of,
             interrupted,
             interrupt,
-            reporter: Reporter::new(options.progress, redactor.clone()),
+            reporter,
+            bus,
             redactor,
-            started: Instant::now(),
+            started,
             spent: Default::default(),
             resumed: false,
             durable: super::durable::Durable::new(workflow, layout),

@@ -55,7 +55,7 @@ pub struct BranchResult {
     pub record: Option<LlmResponse>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Totals {
     pub llm_calls: u64,
     pub input_tokens: u64,

@@ -17,9 +17,12 @@ use serde_json::{Value, json};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 use super::error::ApiError;
+use super::events::{Feeder, Hub};
 use super::{LiveRun, Server};
 use crate::check::Checked;
 use crate::render;
+use crate::run::events::Event;
+use crate::run::state::Totals;
 use crate::run::{Interpreter, RunOptions, StartError, progress, rundir};
 
 /// Requests larger than this are refused before they are read whole.
@@ -31,7 +34,11 @@ pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
 pub(super) fn router(server: Arc<Server>, origins: &[String]) -> axum::Router {
     let cors = CorsLayer::new()
         .allow_methods([Method::GET, Method::POST])
-        .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]);
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::AUTHORIZATION,
+            header::HeaderName::from_static("last-event-id"),
+        ]);
     let cors = if origins.is_empty() {
         cors.allow_origin(Any)
     } else {
@@ -233,7 +240,7 @@ async fn launch(
     let task_server = server.clone();
     let task = async move {
         let server = task_server;
-        let (interp, state) = match Interpreter::start(&workflow, &options) {
+        let (mut interp, state) = match Interpreter::start(&workflow, &options) {
             Ok(x) => x,
             Err(e) => {
                 let _ = started_tx.send(Err(e));
@@ -242,6 +249,8 @@ async fn launch(
         };
         let id = state.run_id.clone();
         let (interrupt, wake) = interp.interrupter();
+        let hub = Hub::new();
+        interp.subscribe(Box::new(Feeder(hub.clone())));
         if let Ok(mut live) = server.live.lock() {
             live.insert(
                 id.clone(),
@@ -249,6 +258,7 @@ async fn launch(
                     interrupt: interrupt.clone(),
                     wake,
                     started: false,
+                    hub: hub.clone(),
                 },
             );
         }
@@ -271,6 +281,7 @@ async fn launch(
         if let Ok(mut live) = server.live.lock() {
             live.remove(&id);
         }
+        hub.close();
         if let Some(done) = done {
             let _ = done.send(outcome);
         }
@@ -354,14 +365,17 @@ fn check_inputs(
     Ok(())
 }
 
-/// A run's record as the API shows it.
-fn run_summary(dir: &std::path::Path, queued: bool) -> Option<Value> {
-    let info = rundir::read_info(dir).ok()?;
+/// A run's record as the API shows it: a run this server drives with its running totals.
+fn run_summary(dir: &std::path::Path, queued: bool, live: Option<Totals>) -> Option<Value> {
+    let mut info = rundir::read_info(dir).ok()?;
     let status = if queued {
         "queued".to_string()
     } else {
         info.status
     };
+    if let Some(totals) = live {
+        info.totals = totals;
+    }
     Some(json!({
         "id": info.run_id,
         "workflow": info.workflow,
@@ -382,6 +396,11 @@ impl Server {
             .map(|l| l.get(id).is_some_and(|r| !r.started))
             .unwrap_or(false)
     }
+
+    /// The running totals of a run this server drives, once it has taken a step.
+    fn live_totals(&self, id: &str) -> Option<Totals> {
+        self.hub(id).and_then(|h| h.totals())
+    }
 }
 
 async fn list_runs(State(server): State<Arc<Server>>) -> Result<Json<Value>, ApiError> {
@@ -393,7 +412,13 @@ async fn list_runs(State(server): State<Arc<Server>>) -> Result<Json<Value>, Api
     ids.sort();
     let runs: Vec<Value> = ids
         .iter()
-        .filter_map(|id| run_summary(&server.runs_root.join(id), server.is_queued(id)))
+        .filter_map(|id| {
+            run_summary(
+                &server.runs_root.join(id),
+                server.is_queued(id),
+                server.live_totals(id),
+            )
+        })
         .collect();
     Ok(Json(json!({"runs": runs})))
 }
@@ -403,7 +428,7 @@ async fn run_status(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let dir = server.run_dir(&id)?;
-    run_summary(&dir, server.is_queued(&id))
+    run_summary(&dir, server.is_queued(&id), server.live_totals(&id))
         .map(Json)
         .ok_or_else(|| ApiError::unknown_run(&id))
 }
@@ -416,7 +441,7 @@ async fn viewer() -> Response {
 async fn run_view(
     State(server): State<Arc<Server>>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<crate::view::PageData>, ApiError> {
     let dir = server.run_dir(&id)?;
     let served = rundir::read_info(&dir).ok().and_then(|info| {
         server
@@ -443,7 +468,10 @@ async fn run_view(
     let mut data =
         data.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
     if server.is_queued(&id) {
-        data["run"]["status"] = json!("queued");
+        data.run.status = "queued".into();
+    }
+    if let Some(totals) = server.live_totals(&id) {
+        data.run.totals = totals;
     }
     Ok(Json(data))
 }
@@ -566,13 +594,12 @@ fn trace_record(run_dir: &std::path::Path, workspace: &std::path::Path, id: &str
     let name = format!("{id}.jsonl");
     let (folder, file) = rundir::read_journal(run_dir)
         .ok()?
+        .entries
         .into_iter()
         .rev()
-        .filter(|e| e["event"] == "artifact")
-        .filter_map(|e| {
-            let file = e["file"].as_str()?.to_string();
-            let folder = e["folder"].as_str().map(std::path::PathBuf::from);
-            Some((folder, file))
+        .filter_map(|e| match e.event {
+            Event::Artifact { file, folder, .. } => Some((folder, file)),
+            _ => None,
         })
         .find(|(_, f)| {
             std::path::Path::new(f)

@@ -46,11 +46,13 @@ pub struct ServeOptions {
     pub unconfined_tools: bool,
 }
 
-/// A run this server process started: what cancelling it needs, and whether it still goes.
+/// A run this server process started: what cancelling it needs, whether it still goes,
+/// and what it has published.
 struct LiveRun {
     interrupt: Arc<AtomicBool>,
     wake: Arc<Notify>,
     started: bool,
+    hub: Arc<events::Hub>,
 }
 
 pub(crate) struct Server {
@@ -73,6 +75,14 @@ pub(crate) struct Server {
 }
 
 impl Server {
+    /// What the run `id`, while this server drives it, has published.
+    fn hub(&self, id: &str) -> Option<Arc<events::Hub>> {
+        self.live
+            .lock()
+            .ok()
+            .and_then(|l| l.get(id).map(|r| r.hub.clone()))
+    }
+
     fn interrupt_all(&self) {
         self.stopping.store(true, Ordering::SeqCst);
         self.stop.notify_waiters();

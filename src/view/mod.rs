@@ -3,12 +3,15 @@
 //! run embedded as JSON; `rondo serve` serves it empty at `/`, where it lists the server's
 //! runs, loads one from `/runs/{id}/view` and follows `/runs/{id}/events`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::compile::Workflow;
-use crate::run::rundir;
+use crate::run::events::Entry;
+use crate::run::rundir::{self, JournalLine, RunInfo, Unread};
 
 /// Longest text (prompt, reply, tool output, any string of an event) embedded whole.
 pub const MAX_TEXT: usize = 16 * 1024;
@@ -18,45 +21,143 @@ pub const MAX_JOURNAL: usize = 8 << 20;
 const MAX_TEXT_OVER: usize = 256;
 /// Events beyond this many are left out (counted in `omitted`).
 pub const MAX_EVENTS: usize = 50_000;
+/// Unread journal lines listed (all are counted in `unread_total`).
+pub const MAX_UNREAD: usize = 100;
 
 const PAGE: &str = include_str!("assets/page.html");
 const CSS: &str = include_str!("assets/view.css");
 const SCRIPT: &str = include_str!("assets/view.js");
 
+/// What the page shows of a run: the JSON `rondo view` embeds and `GET /runs/{id}/view`
+/// answers. Its JSON Schema, `docs/view-data.schema.json`, is generated from this type
+/// ([`data_schema`]); the viewer's script reads nothing else.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PageData {
+    /// The run's `run.json` (a live run's totals are its running totals when served).
+    pub run: RunInfo,
+    /// The run's workspace (absolute): tool logs are named relative to it.
+    pub workspace: PathBuf,
+    /// The workflow's graph as `rondo graph` draws it; null when the workflow file can no
+    /// longer be read or checked (the page then draws what the journal shows).
+    pub graph: Option<Graph>,
+    /// Memory names by index (checkpoints name memories by index); null without the
+    /// workflow.
+    pub memory: Option<Vec<String>>,
+    pub note: Option<String>,
+    /// The journal, one event a line, every string longer than 16 KiB cut (a note at its
+    /// end says how long it was); once 8 MiB are kept, later strings are cut to 256
+    /// bytes.
+    #[schemars(with = "Vec<Entry>")]
+    pub events: Vec<Value>,
+    /// Events left out past the first 50,000.
+    pub omitted: usize,
+    /// The first journal lines this version does not read (at most 100).
+    pub unread: Vec<Unread>,
+    /// How many journal lines this version does not read.
+    pub unread_total: usize,
+}
+
+/// The graph the viewer lays out: [`crate::render::graph_data`].
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Graph {
+    pub name: String,
+    pub nodes: Vec<GraphNode>,
+    pub edges: Vec<GraphEdge>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GraphNode {
+    pub id: String,
+    pub name: String,
+    pub kind: NodeKind,
+    /// Lines of the node's tooltip.
+    pub detail: Vec<String>,
+    /// An exit's code.
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    Start,
+    Exit,
+    Llm,
+    Tool,
+    Builtin,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GraphEdge {
+    pub from: String,
+    pub to: String,
+    /// The route's index, as a run's `route` events name it; null for a join.
+    pub route: Option<usize>,
+    pub label: String,
+    pub kind: EdgeKind,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeKind {
+    Route,
+    Backtrack,
+    Join,
+}
+
+/// The JSON Schema of [`PageData`], as `docs/view-data.schema.json` holds it.
+pub fn data_schema() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
+    generator.into_root_schema_for::<PageData>().to_value()
+}
+
 /// What the page shows of a run: `run.json`, the workflow's graph (null when the workflow
 /// file cannot be read or checked any more: the page then draws what the journal shows),
 /// the memory names (checkpoints name memories by index) and the bounded journal.
-pub fn data(run_dir: &Path, workflow: Option<&Workflow>) -> Result<Value, String> {
+pub fn data(run_dir: &Path, workflow: Option<&Workflow>) -> Result<PageData, String> {
     let info = rundir::read_info(run_dir)?;
-    let journal = rundir::read_journal(run_dir)
-        .map_err(|e| format!("{}: cannot read the journal: {e}", run_dir.display()))?;
+    let unreadable =
+        |e: std::io::Error| format!("{}: cannot read the journal: {e}", run_dir.display());
+    let lines = rundir::journal_lines(run_dir).map_err(unreadable)?;
     let workspace = rundir::Layout::of(run_dir, &info).workspace;
     let (graph, memory, note) = match workflow {
         Some(w) => (
-            crate::render::graph_data(w),
-            json!(w.memory.iter().map(|m| m.name.clone()).collect::<Vec<_>>()),
+            Some(
+                serde_json::from_value::<Graph>(crate::render::graph_data(w))
+                    .map_err(|e| format!("the workflow's graph: {e}"))?,
+            ),
+            Some(w.memory.iter().map(|m| m.name.clone()).collect()),
             (w.source_hash != info.workflow_hash).then(|| {
                 "the workflow file changed since this run: the graph is today's".to_string()
             }),
         ),
         None => (
-            Value::Null,
-            Value::Null,
+            None,
+            None,
             Some(
                 "the workflow file could not be checked: the graph shows what the run took".into(),
             ),
         ),
     };
-    let (events, omitted) = bound_journal(journal);
-    Ok(json!({
-        "run": info,
-        "workspace": workspace,
-        "graph": graph,
-        "memory": memory,
-        "note": note,
-        "events": events,
-        "omitted": omitted,
-    }))
+    let mut journal = Bounded::default();
+    for line in lines {
+        journal.add(line.map_err(unreadable)?);
+    }
+    Ok(PageData {
+        run: info,
+        workspace,
+        graph,
+        memory,
+        note,
+        events: journal.events,
+        omitted: journal.omitted,
+        unread: journal.unread,
+        unread_total: journal.unread_total,
+    })
 }
 
 /// The run's workflow, checked, when its file still checks (offline).
@@ -71,23 +172,45 @@ pub fn load_workflow(run_dir: &Path) -> Option<crate::check::Checked> {
 }
 
 /// The journal with every long text cut (a note at the end says how long it was), texts
-/// cut shorter once [`MAX_JOURNAL`] bytes are kept, and at most [`MAX_EVENTS`] events.
-fn bound_journal(journal: Vec<Value>) -> (Vec<Value>, usize) {
-    let total = journal.len();
-    let mut kept = Vec::with_capacity(total.min(MAX_EVENTS));
-    let mut size = 0;
-    for mut event in journal.into_iter().take(MAX_EVENTS) {
-        let limit = if size < MAX_JOURNAL {
+/// cut shorter once [`MAX_JOURNAL`] bytes are kept, and at most [`MAX_EVENTS`] events;
+/// read a line at a time, so what is left out is never held.
+#[derive(Default)]
+struct Bounded {
+    events: Vec<Value>,
+    size: usize,
+    omitted: usize,
+    unread: Vec<Unread>,
+    unread_total: usize,
+}
+
+impl Bounded {
+    fn add(&mut self, line: JournalLine) {
+        let entry = match line {
+            JournalLine::Entry(entry) => entry,
+            JournalLine::Unread(u) => {
+                self.unread_total += 1;
+                if self.unread.len() < MAX_UNREAD {
+                    self.unread.push(u);
+                }
+                return;
+            }
+        };
+        if self.events.len() >= MAX_EVENTS {
+            self.omitted += 1;
+            return;
+        }
+        let Ok(mut event) = serde_json::to_value(&entry) else {
+            return;
+        };
+        let limit = if self.size < MAX_JOURNAL {
             MAX_TEXT
         } else {
             MAX_TEXT_OVER
         };
         cut_texts(&mut event, limit);
-        size += serde_json::to_string(&event).map_or(0, |s| s.len());
-        kept.push(event);
+        self.size += serde_json::to_string(&event).map_or(0, |s| s.len());
+        self.events.push(event);
     }
-    let omitted = total - kept.len();
-    (kept, omitted)
 }
 
 /// Cuts every string of `value` longer than `limit` bytes; a loop with its own stack, not
@@ -114,7 +237,7 @@ pub fn cut_texts(value: &mut Value, limit: usize) {
 
 /// The page, with `data` (null: the served page, which loads runs itself) embedded so that
 /// nothing in it can end the script element: every `<`, `>` and `&` is a JSON escape.
-pub fn page(data: &Value) -> String {
+pub fn page(data: &impl Serialize) -> String {
     let json = serde_json::to_string(data)
         .unwrap_or_else(|_| "null".into())
         .replace('<', "\\u003c")
@@ -135,6 +258,7 @@ pub fn render(run_dir: &Path) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn long_texts_are_cut_on_a_character_boundary_with_their_size() {
@@ -184,14 +308,29 @@ mod tests {
     #[test]
     fn a_journal_past_its_budget_keeps_short_texts_and_counts_what_it_left_out() {
         // 600 replies of 20 KiB pass the 8 MiB budget; small events then fill the count.
-        let big = json!({"event": "llm_response", "raw": "r".repeat(20 * 1024)});
-        let mut journal = vec![big; 600];
-        journal.extend(vec![json!({"event": "route"}); MAX_EVENTS - 600 + 7]);
-        let (kept, omitted) = bound_journal(journal);
-        assert_eq!(omitted, 7);
-        assert_eq!(kept.len(), MAX_EVENTS);
-        let first = kept[0]["raw"].as_str().unwrap().len();
-        let last = kept[599]["raw"].as_str().unwrap().len();
+        let big: Entry = serde_json::from_value(json!({
+            "seq": 1, "ts": "2026-01-01T00:00:00.000Z", "event": "invalid_output",
+            "role": "r", "visit": 1, "attempt": 1, "profile": "p", "model": "m",
+            "prompt": "", "raw": "r".repeat(20 * 1024),
+            "usage": {"input_tokens": 0, "output_tokens": 0}, "cost": 0.0,
+            "attempts": [], "error": "e"
+        }))
+        .unwrap();
+        let small: Entry = serde_json::from_value(json!({
+            "seq": 2, "ts": "2026-01-01T00:00:00.000Z", "event": "run_resumed", "step": 1
+        }))
+        .unwrap();
+        let mut journal = Bounded::default();
+        for _ in 0..600 {
+            journal.add(JournalLine::Entry(big.clone()));
+        }
+        for _ in 0..MAX_EVENTS - 600 + 7 {
+            journal.add(JournalLine::Entry(small.clone()));
+        }
+        assert_eq!(journal.omitted, 7);
+        assert_eq!(journal.events.len(), MAX_EVENTS);
+        let first = journal.events[0]["raw"].as_str().unwrap().len();
+        let last = journal.events[599]["raw"].as_str().unwrap().len();
         assert!(first > MAX_TEXT && first < MAX_TEXT + 64, "{first}");
         assert!(last < MAX_TEXT_OVER + 64, "{last}");
     }

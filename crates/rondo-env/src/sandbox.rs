@@ -223,7 +223,9 @@ impl std::fmt::Display for Capability {
 }
 
 /// How the number of a tool's processes is bounded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ProcessLimit {
     /// `RLIMIT_NPROC` in the tool's own user namespace (not root; Linux 5.14 or later,
@@ -238,7 +240,9 @@ pub enum ProcessLimit {
 
 /// What the kernel gives a local tool, as found when the environment started; each
 /// field is one protection (`docs/tools.md`, "What a local tool can do").
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(default)]
 pub struct Protections {
     /// The kernel's Landlock ABI version; 0 without Landlock.

@@ -15,7 +15,7 @@ use crate::profile::{ProviderKind, ProviderProfile, RetryPolicy, StreamMode};
 use crate::providers::build_model;
 use crate::types::{ChatModel, ChatRequest, ChatResponse, StreamCallback, Usage};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptOutcome {
     Success,
@@ -25,7 +25,7 @@ pub enum AttemptOutcome {
 }
 
 /// One attempt on one profile, as written to `events.jsonl`. Holds no secret.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AttemptRecord {
     pub profile: String,
     pub model: String,

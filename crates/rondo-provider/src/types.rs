@@ -77,7 +77,7 @@ pub struct ToolDef {
 
 /// A tool call requested by the model. `arguments` is parsed JSON; when the model wrote
 /// arguments that are not valid JSON they are kept as a JSON string.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
@@ -128,7 +128,9 @@ impl ChatRequest {
 }
 
 /// Token counts as reported by the provider.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,

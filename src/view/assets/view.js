@@ -56,6 +56,8 @@
     const routes = [];
     let pending = [];
     let exit = null;
+    // The run's totals after its last step (a live run's running totals).
+    let totals = null;
     let lastElapsed = 0;
     // Where the run goes next: routed to, not started yet.
     const next = new Set();
@@ -80,7 +82,7 @@
           visits[e.role] = (visits[e.role] || 0) + 1;
           break;
         }
-        case "role_end": if (s) s.ended = true; break;
+        case "role_end": if (s) s.ended = true; if (e.totals) totals = e.totals; break;
         case "llm_response":
         case "invalid_output":
           if (!s) break;
@@ -140,7 +142,7 @@
         early.delete(key);
       }
     }
-    return { steps, visits, routes, exit, next };
+    return { steps, visits, routes, exit, next, totals };
   }
 
   // The graph of the journal alone, when the workflow could not be read.
@@ -316,7 +318,7 @@
     for (const [role, t] of per) {
       table.append(el("tr", { class: "role-total", "data-role": role }, el("td", {}, role), el("td", {}, t.steps), el("td", {}, t.i), el("td", {}, t.o), el("td", {}, fmtCost(t.c))));
     }
-    const run = (a.exit && a.exit.totals) || (view.data.run && view.data.run.totals) || {};
+    const run = (a.exit && a.exit.totals) || a.totals || (view.data.run && view.data.run.totals) || {};
     table.append(el("tr", { class: "run-total" }, el("th", {}, "run"), el("th", {}, a.steps.length), el("th", {}, run.input_tokens || 0), el("th", {}, run.output_tokens || 0), el("th", {}, fmtCost(run.cost))));
   }
 
@@ -335,6 +337,7 @@
       parts.push(el("div", {}, "profile " + call.profile + " · model " + call.model + " · attempt " + call.attempt + " · parsed " + (call.parsed || "")));
       parts.push(...block("Prompt", call.prompt, "detail-prompt"));
       parts.push(...block("Reply", call.raw, "detail-reply"));
+      if (call.tool_calls && call.tool_calls.length) parts.push(...block("Tool calls", pretty(call.tool_calls), "detail-tool-calls"));
     }
     if (s.parsed !== undefined) parts.push(...block("Parsed output", pretty(s.parsed), "detail-parsed"));
     if (s.coercions && s.coercions.length) parts.push(...block("Coercions", s.coercions.map((c) => c.flag + " at " + c.path).join("\n")));
@@ -390,6 +393,10 @@
     const notes = [];
     if (d.note) notes.push(d.note);
     if (d.omitted) notes.push(d.omitted + " journal events left out of this page");
+    if (d.unread_total) {
+      const first = (d.unread || [])[0];
+      notes.push(d.unread_total + " journal lines this version does not read" + (first ? " (line " + first.line + (first.kind ? " " + first.kind : "") + ": " + first.reason + ")" : ""));
+    }
     $("note").textContent = notes.join("; ");
     drawGraph(d.graph || graphOfJournal(view.events), a);
     drawTimeline(a);
@@ -462,7 +469,9 @@
       setTimeout(() => { pendingDraw = false; draw(); }, 30);
     };
     try {
-      const r = await fetch("/runs/" + encodeURIComponent(id) + "/events", { headers: headers(), signal: ctrl.signal });
+      // Only what the page does not have yet: the events after its last one.
+      const since = Object.assign({ "Last-Event-ID": String(view.lastSeq) }, headers());
+      const r = await fetch("/runs/" + encodeURIComponent(id) + "/events", { headers: since, signal: ctrl.signal });
       if (!r.ok) throw new Error("events: " + r.status);
       const reader = r.body.getReader();
       const decoder = new TextDecoder();

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,10 @@ const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 pub const TOOLS_REPO: &str = "rondo-tools";
 /// The tool image's label saying how `py_standalone` environments were made: `conda` or `venv`.
 const ENV_MANAGER_LABEL: &str = "rondo.env_manager";
+/// The limits of a container whose config leaves them unset: a container is never unbounded.
+pub const DEFAULT_PIDS_LIMIT: i64 = 512;
+pub const DEFAULT_MEMORY_BYTES: i64 = 2 << 30;
+pub const DEFAULT_CPUS: f64 = 2.0;
 
 /// Settings of a [`DockerEnv`]. The defaults are the hardened ones.
 #[derive(Debug, Clone)]
@@ -46,8 +50,11 @@ pub struct DockerConfig {
     pub env: BTreeMap<String, String>,
     /// `None` means network mode `none`. Set e.g. `Some("bridge")` to allow network.
     pub network: Option<String>,
+    /// `None`: [`DEFAULT_MEMORY_BYTES`] (no swap beyond it).
     pub memory_bytes: Option<i64>,
+    /// `None`: [`DEFAULT_CPUS`].
     pub cpus: Option<f64>,
+    /// Processes and threads the container may hold at once; `None`: [`DEFAULT_PIDS_LIMIT`].
     pub pids_limit: Option<i64>,
     /// Never the Docker socket or a folder holding it, never a socket (refused at start).
     pub mounts: Vec<Mount>,
@@ -89,9 +96,9 @@ impl DockerConfig {
             workdir: "/work".into(),
             env: BTreeMap::new(),
             network: None,
-            memory_bytes: Some(2 << 30),
-            cpus: Some(2.0),
-            pids_limit: Some(512),
+            memory_bytes: Some(DEFAULT_MEMORY_BYTES),
+            cpus: Some(DEFAULT_CPUS),
+            pids_limit: Some(DEFAULT_PIDS_LIMIT),
             mounts: Vec::new(),
             transport: Transport::default(),
             masks: Vec::new(),
@@ -230,6 +237,9 @@ pub struct DockerEnv {
     /// Markers of commands abandoned mid-way, killed again at shutdown: the kill started
     /// on abandon may not finish before the process exits.
     abandoned: Arc<Mutex<Vec<String>>>,
+    /// Commands running now: without the runner, a command that ends alone may clear
+    /// the container of everything but its own processes.
+    running: AtomicUsize,
 }
 
 impl DockerEnv {
@@ -237,6 +247,11 @@ impl DockerEnv {
     /// tools are installed once per content hash into an image `rondo-tools:<hash>`
     /// committed from a builder container; later runs start from that image.
     pub async fn start(config: DockerConfig) -> Result<Self, EnvError> {
+        if config.pids_limit.is_some_and(|p| p < 1) {
+            return Err(EnvError::InvalidRequest(
+                "the process limit of a container is at least 1".into(),
+            ));
+        }
         for m in &config.mounts {
             if let Some(why) = refused_mount(&m.host) {
                 return Err(EnvError::InvalidRequest(format!("refusing mount: {why}")));
@@ -308,6 +323,7 @@ impl DockerEnv {
             tools,
             runner: None,
             abandoned: Arc::default(),
+            running: AtomicUsize::new(0),
         };
         // From here Drop removes the container if starting fails.
         let mut env = env;
@@ -340,7 +356,7 @@ impl DockerEnv {
 
     /// Send `signal` to every process of the exec marked `marker` (children included).
     async fn kill_marked(&self, marker: &str, signal: &str) {
-        kill_marked_in(&self.docker, &self.id, marker, signal).await;
+        kill_marked_in(&self.docker, &self.id, marker, signal, false).await;
     }
 
     /// Run a command to completion without timeout handling; for internal helpers.
@@ -492,15 +508,16 @@ async fn create_container(
     let read_only = config.read_only_root && role == "run";
     let mut cap_add = config.cap_add.clone();
     cap_add.retain(|c| !c.is_empty());
+    let memory = config.memory_bytes.unwrap_or(DEFAULT_MEMORY_BYTES);
     let host_config = HostConfig {
         network_mode: Some(config.network.clone().unwrap_or_else(|| "none".into())),
         cap_drop: Some(vec!["ALL".into()]),
         cap_add: (!cap_add.is_empty()).then_some(cap_add),
         security_opt: Some(vec!["no-new-privileges".into()]),
-        memory: config.memory_bytes,
-        memory_swap: config.memory_bytes,
-        nano_cpus: config.cpus.map(|c| (c * 1e9) as i64),
-        pids_limit: config.pids_limit,
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some((config.cpus.unwrap_or(DEFAULT_CPUS) * 1e9) as i64),
+        pids_limit: Some(config.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
         // An init reaps the orphans of killed commands, so they do not eat the pid limit.
         init: Some(true),
         binds: (!binds.is_empty()).then_some(binds),
@@ -541,7 +558,45 @@ async fn create_container(
         .create_container(None, body)
         .await
         .map_err(|e| EnvError::docker(format!("creating a container from {image}"), e))?;
+    // A probe never starts; anything else runs commands and must be bounded.
+    if role != "probe"
+        && let Err(e) = limits_hold(docker, &created.id, &created.warnings).await
+    {
+        let _ = remove(docker, &created.id).await;
+        return Err(e);
+    }
     Ok(created.id)
+}
+
+/// An engine whose kernel lacks a cgroup controller creates the container anyway, the
+/// limit dropped with a warning: such a container is refused.
+async fn limits_hold(docker: &Docker, id: &str, warnings: &[String]) -> Result<(), EnvError> {
+    let info = docker
+        .inspect_container(id, None)
+        .await
+        .map_err(|e| EnvError::docker("inspecting the new container", e))?;
+    let host = info.host_config.unwrap_or_default();
+    let mut missing = Vec::new();
+    if host.pids_limit.unwrap_or(0) <= 0 {
+        missing.push("processes");
+    }
+    if host.memory.unwrap_or(0) <= 0 {
+        missing.push("memory");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let said = if warnings.is_empty() {
+        String::new()
+    } else {
+        format!(" (the engine said: {})", warnings.join(" "))
+    };
+    Err(EnvError::InvalidRequest(format!(
+        "the Docker engine cannot limit the {} of a container{said}; rondo runs no tool \
+         in an unbounded container: enable the cgroup controllers (pids, memory) on the \
+         Docker host",
+        missing.join(" and ")
+    )))
 }
 
 /// Install the tools in a throw-away builder container (no run env vars, network none)
@@ -567,6 +622,7 @@ async fn build_tools_image(
         // Installs are few and long; plain execs keep the committed image clean.
         runner: None,
         abandoned: Arc::default(),
+        running: AtomicUsize::new(0),
     };
     let result = async {
         docker
@@ -611,26 +667,48 @@ async fn build_tools_image(
     Ok(steps)
 }
 
-async fn kill_marked_in(docker: &Docker, id: &str, marker: &str, signal: &str) {
-    // Stop every marked process first, then signal, then continue: signalling one by
-    // one lets a shell whose child just died run its next command before its own turn.
-    let script = format!(
-        "pids=; \
-             for p in /proc/[0-9]*; do \
-               if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"{EXEC_MARKER}=$1\"; then \
-                 pids=\"$pids ${{p#/proc/}}\"; \
-               fi; \
-             done; \
-             [ -n \"$pids\" ] || exit 0; \
-             kill -s STOP $pids 2>/dev/null; kill -s \"$2\" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null; true"
-    );
+/// Finds processes in the container through /proc and signals them: those whose
+/// environment holds the exec's marker, or with `sweep` every process but the engine's
+/// init, the container's own first process and this script. Each round stops them all,
+/// signals, continues (signalling one by one lets a shell whose child just died run its
+/// next command before its own turn); KILL repeats until none is found, catching what
+/// forked meanwhile. The script forks nothing while it scans (`read` is a builtin).
+const KILL_SCRIPT: &str = r#"
+marker=$1 sig=$2 sweep=$3 me=$$ round=0
+while [ $round -lt 20 ]; do
+  round=$((round + 1)) pids= main= first=
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    case $pid in 1|$me) continue ;; esac
+    read -r stat 2>/dev/null < "$p/stat" || continue
+    set -- ${stat##*") "}
+    if [ "$1" = Z ] || [ "$2" = "$me" ]; then continue; fi
+    if [ -n "$sweep" ]; then
+      if [ "$2" = 1 ] && { [ -z "$main" ] || [ "${20}" -lt "$first" ]; }; then
+        [ -z "$main" ] || pids="$pids $main"
+        main=$pid first=${20}
+        continue
+      fi
+      pids="$pids $pid"
+    elif tr '\0' '\n' 2>/dev/null < "$p/environ" | grep -qx "RONDO_EXEC_ID=$marker"; then
+      pids="$pids $pid"
+    fi
+  done
+  [ -n "$pids" ] || exit 0
+  kill -s STOP $pids 2>/dev/null; kill -s "$sig" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null
+  [ "$sig" = KILL ] || exit 0
+done
+"#;
+
+async fn kill_marked_in(docker: &Docker, id: &str, marker: &str, signal: &str, sweep: bool) {
     let argv = vec![
         "/bin/sh".to_string(),
         "-c".into(),
-        script,
+        KILL_SCRIPT.into(),
         "rondo-kill".into(),
         marker.to_string(),
         signal.to_string(),
+        if sweep { "sweep" } else { "" }.to_string(),
     ];
     // Best effort: if it fails the exec simply runs on until the give-up deadline.
     let _ = run_simple_in(docker, id, argv).await;
@@ -680,6 +758,8 @@ struct InFlight {
     marker: String,
     running: bool,
     abandoned: Arc<Mutex<Vec<String>>>,
+    /// Through the runner, which kills the command's whole tree.
+    cancel: Option<crate::runner::Cancel>,
 }
 
 impl Drop for InFlight {
@@ -692,12 +772,18 @@ impl Drop for InFlight {
             .unwrap_or_else(|e| e.into_inner())
             .push(self.marker.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (docker, id, marker) = (
+            let (docker, id, marker, cancel) = (
                 self.docker.clone(),
                 std::mem::take(&mut self.id),
                 std::mem::take(&mut self.marker),
+                self.cancel.take(),
             );
-            handle.spawn(async move { kill_marked_in(&docker, &id, &marker, "KILL").await });
+            handle.spawn(async move {
+                if let Some(cancel) = cancel {
+                    cancel.send().await;
+                }
+                kill_marked_in(&docker, &id, &marker, "KILL", false).await
+            });
         }
     }
 }
@@ -745,6 +831,7 @@ impl DockerEnv {
             marker: marker.clone(),
             running: true,
             abandoned: self.abandoned.clone(),
+            cancel: None,
         };
         if let Some(runner) = self.runner.as_ref().filter(|r| r.alive()) {
             let mut env: HashMap<String, String> = req.env.clone().into_iter().collect();
@@ -759,7 +846,8 @@ impl DockerEnv {
                 timeout,
                 grace: self.config.kill_grace,
             };
-            let mut rx = runner.send(request).await?;
+            let (mut rx, cancel) = runner.send(request).await?;
+            in_flight.cancel = Some(cancel);
             // The runner enforces the timeout; this is the backstop if it cannot.
             let backstop =
                 tokio::time::sleep(timeout + self.config.kill_grace + Duration::from_secs(10));
@@ -768,11 +856,9 @@ impl DockerEnv {
                 tokio::select! {
                     message = rx.recv() => match message {
                         Some(crate::runner::Message::Output(kind, bytes)) => collector.push(kind, &bytes),
+                        // The runner killed whatever the command left.
                         Some(crate::runner::Message::Exit { code, timed_out }) => {
                             in_flight.running = false;
-                            if timed_out {
-                                self.kill_marked(&marker, "KILL").await;
-                            }
                             return collector.finish(Some(code), timed_out, start.elapsed());
                         }
                         None => return Err(EnvError::InvalidRequest("the command runner in the container stopped".into())),
@@ -826,10 +912,10 @@ impl DockerEnv {
                 _ = sleep_until(give_up_at), if give_up_at != far => break,
             }
         }
-        if timed_out {
-            // Stragglers that ignored TERM and closed their output.
-            self.kill_marked(&marker, "KILL").await;
-        }
+        // What the command left running (stragglers that ignored TERM, daemons): when no
+        // other command runs, that is every process but the container's own.
+        let alone = self.running.load(Ordering::SeqCst) == 1;
+        kill_marked_in(&self.docker, &self.id, &marker, "KILL", alone).await;
         in_flight.running = false;
         let exit_code = self
             .docker
@@ -838,6 +924,15 @@ impl DockerEnv {
             .map_err(|e| EnvError::docker("inspecting an exec", e))?
             .exit_code;
         collector.finish(exit_code, timed_out, start.elapsed())
+    }
+}
+
+/// Counts a command as running until it returns or is dropped.
+struct Running<'a>(&'a AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -852,6 +947,8 @@ impl Environment for DockerEnv {
         if self.removed.load(Ordering::SeqCst) {
             return Err(EnvError::ShutDown);
         }
+        self.running.fetch_add(1, Ordering::SeqCst);
+        let _running = Running(&self.running);
         let transport = self.config.transport;
         for m in transport.before_exec(&self.config.mounts) {
             self.copy_in(&m.host, &m.container).await?;

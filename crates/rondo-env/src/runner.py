@@ -8,12 +8,15 @@
 # in the shepherd's tree. When the command is over, the shepherd kills that whole tree;
 # other commands, in other trees, are left alone. This process is a subreaper too: if a
 # command kills its shepherd, its tree lands here and is killed at once.
+# A command can still kill this process (same user): then the commands running fail and
+# later ones go through plain execs.
 import ctypes, json, os, select, signal, sys, threading, time
 
 lock = threading.Lock()
 out = sys.stdout.buffer
 libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 # Request id -> write end of its shepherd's control pipe: b"T" terminates the tree,
 # b"K" (or the pipe closing) kills it and ends the shepherd.
 controls = {}
@@ -271,6 +274,9 @@ def kill_strays(wake_r):
 
 
 libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+# Not dumpable: commands (same user) cannot open this process's input or read its memory
+# through /proc, nor trace it; shepherds inherit it, commands lose it when they exec.
+libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 stray_r, stray_w = os.pipe()
 os.set_blocking(stray_w, False)
 signal.signal(signal.SIGCHLD, lambda *_: None)

@@ -627,25 +627,28 @@ fn config(run: &str, use_runner: bool) -> DockerConfig {
     config
 }
 
-/// What a command starts ends with it, through the runner and through plain execs.
+/// What a command starts ends with it, through the runner and through plain execs, as
+/// root in the container and as another user.
 #[tokio::test]
 async fn a_command_leaves_no_process_behind() {
     if !common::docker_ready().await {
         return;
     }
     for use_runner in [true, false] {
-        let env = DockerEnv::start(config("leftovers", use_runner))
-            .await
-            .unwrap();
-        let out = env.exec(ExecRequest::shell(ESCAPES)).await.unwrap();
-        assert_eq!(out.stdout, "spawned\n", "runner {use_runner}: {out:?}");
-        assert!(!out.timed_out);
-        assert_eq!(
-            leftovers(&env).await,
-            "sleep infinity\n",
-            "runner {use_runner}"
-        );
-        env.shutdown().await.unwrap();
+        for user in [None, Some("65534:65534")] {
+            let mut config = config("leftovers", use_runner);
+            config.user = user.map(str::to_string);
+            let env = DockerEnv::start(config).await.unwrap();
+            let out = env.exec(ExecRequest::shell(ESCAPES)).await.unwrap();
+            assert_eq!(out.stdout, "spawned\n", "{use_runner} {user:?}: {out:?}");
+            assert!(!out.timed_out);
+            assert_eq!(
+                leftovers(&env).await,
+                "sleep infinity\n",
+                "runner {use_runner}, user {user:?}"
+            );
+            env.shutdown().await.unwrap();
+        }
     }
 }
 
@@ -765,4 +768,47 @@ async fn unset_limits_are_the_defaults() {
     config.pids_limit = Some(0);
     let err = DockerEnv::start(config).await.err().unwrap();
     assert!(err.to_string().contains("at least 1"), "{err}");
+}
+
+/// A command cannot reach the runner's own input (to start a command of its own outside
+/// its tree, or cancel another's), its environment or its memory, as root in the container
+/// or as another user.
+#[tokio::test]
+async fn a_command_cannot_reach_the_runner() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let script = r#"
+import os
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+runner = os.getpid()
+while parent(runner) != 0:
+    runner = parent(runner)
+request = b'{"id": 999999, "argv": ["sleep", "6001"], "cwd": "/", "env": {}, "timeout": 100000, "grace": 1}\n'
+for what, mode in (("fd/0", os.O_WRONLY), ("environ", os.O_RDONLY), ("mem", os.O_RDONLY)):
+    try:
+        fd = os.open(f"/proc/{runner}/{what}", mode)
+        if what == "fd/0":
+            os.write(fd, request)
+        print(what, "open")
+    except OSError as e:
+        print(what, "refused")
+"#;
+    for user in [None, Some("65534:65534")] {
+        let mut config = config("runner", true);
+        config.user = user.map(str::to_string);
+        let env = DockerEnv::start(config).await.unwrap();
+        let out = env
+            .exec(ExecRequest::argv(["python3", "-c", script]))
+            .await
+            .unwrap();
+        assert_eq!(
+            out.stdout, "fd/0 refused\nenviron refused\nmem refused\n",
+            "{user:?}: {out:?}"
+        );
+        assert_eq!(leftovers(&env).await, "sleep infinity\n", "{user:?}");
+        env.shutdown().await.unwrap();
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -237,9 +237,10 @@ pub struct DockerEnv {
     /// Markers of commands abandoned mid-way, killed again at shutdown: the kill started
     /// on abandon may not finish before the process exits.
     abandoned: Arc<Mutex<Vec<String>>>,
-    /// Commands running now: without the runner, a command that ends alone may clear
-    /// the container of everything but its own processes.
-    running: AtomicUsize,
+    /// Held shared by every command while it runs. Without the runner, the command that
+    /// ends last takes it alone to clear the container of everything but the container's
+    /// own processes: nothing starts meanwhile.
+    gate: tokio::sync::RwLock<()>,
 }
 
 impl DockerEnv {
@@ -323,7 +324,7 @@ impl DockerEnv {
             tools,
             runner: None,
             abandoned: Arc::default(),
-            running: AtomicUsize::new(0),
+            gate: tokio::sync::RwLock::new(()),
         };
         // From here Drop removes the container if starting fails.
         let mut env = env;
@@ -622,7 +623,7 @@ async fn build_tools_image(
         // Installs are few and long; plain execs keep the committed image clean.
         runner: None,
         abandoned: Arc::default(),
-        running: AtomicUsize::new(0),
+        gate: tokio::sync::RwLock::new(()),
     };
     let result = async {
         docker
@@ -789,8 +790,13 @@ impl Drop for InFlight {
 }
 
 impl DockerEnv {
-    /// One command in the container, the mounts already in place.
-    async fn run_command(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
+    /// One command in the container, the mounts already in place; `running` is its share
+    /// of the gate.
+    async fn run_command(
+        &self,
+        req: ExecRequest,
+        running: tokio::sync::RwLockReadGuard<'_, ()>,
+    ) -> Result<ExecOutput, EnvError> {
         let marker = format!(
             "{}-{}-{}",
             std::process::id(),
@@ -912,10 +918,12 @@ impl DockerEnv {
                 _ = sleep_until(give_up_at), if give_up_at != far => break,
             }
         }
-        // What the command left running (stragglers that ignored TERM, daemons): when no
-        // other command runs, that is every process but the container's own.
-        let alone = self.running.load(Ordering::SeqCst) == 1;
-        kill_marked_in(&self.docker, &self.id, &marker, "KILL", alone).await;
+        // What the command left running: stragglers that ignored TERM, daemons. Those that
+        // cleared their environment lost the marker: the last command to end clears them.
+        drop(running);
+        let alone = self.gate.try_write();
+        kill_marked_in(&self.docker, &self.id, &marker, "KILL", alone.is_ok()).await;
+        drop(alone);
         in_flight.running = false;
         let exit_code = self
             .docker
@@ -924,15 +932,6 @@ impl DockerEnv {
             .map_err(|e| EnvError::docker("inspecting an exec", e))?
             .exit_code;
         collector.finish(exit_code, timed_out, start.elapsed())
-    }
-}
-
-/// Counts a command as running until it returns or is dropped.
-struct Running<'a>(&'a AtomicUsize);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -947,13 +946,12 @@ impl Environment for DockerEnv {
         if self.removed.load(Ordering::SeqCst) {
             return Err(EnvError::ShutDown);
         }
-        self.running.fetch_add(1, Ordering::SeqCst);
-        let _running = Running(&self.running);
+        let running = self.gate.read().await;
         let transport = self.config.transport;
         for m in transport.before_exec(&self.config.mounts) {
             self.copy_in(&m.host, &m.container).await?;
         }
-        let out = self.run_command(req).await?;
+        let out = self.run_command(req, running).await?;
         for m in transport.after_exec(&self.config.mounts) {
             self.copy_out(&m.container, &m.host).await?;
         }

@@ -10,7 +10,7 @@
 # command kills its shepherd, its tree lands here and is killed at once.
 # A command can still kill this process (same user): then the commands running fail and
 # later ones go through plain execs.
-import ctypes, json, os, select, signal, sys, threading, time
+import ctypes, gc, json, os, select, signal, sys, threading, time
 
 lock = threading.Lock()
 out = sys.stdout.buffer
@@ -96,34 +96,30 @@ def exit_code(status):
     return os.WEXITSTATUS(status)
 
 
-def start_command(req, env, out_w, err_w):
-    """In the forked command process: never returns."""
-    argv = req["argv"]
+def spawn(argv, env, stdin, stdout, stderr):
+    """Starts the command in a session of its own; its pid."""
     try:
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        os.setsid()
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        if req.get("cwd"):
-            os.chdir(req["cwd"])
-        os.execvpe(argv[0], argv, env)
-    except OSError as e:
-        os.write(2, f"{argv[0]}: {e.strerror}\n".encode(errors="replace"))
-        os._exit(127 if isinstance(e, FileNotFoundError) else 126)
-    finally:
-        os._exit(126)
+        return os.posix_spawnp(argv[0], argv, env, setsid=True,
+                               setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                               file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0),
+                                             (os.POSIX_SPAWN_DUP2, stdout, 1),
+                                             (os.POSIX_SPAWN_DUP2, stderr, 2)])
+    except (AttributeError, NotImplementedError):
+        # Python before 3.8, or a C library without POSIX_SPAWN_SETSID.
+        import subprocess
+        return subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                                start_new_session=True).pid
 
 
 def shepherd(req, env, out_w, err_w, status_w, control_r):
-    """In the forked shepherd: runs the command, reaps its tree, kills it on request;
-    never returns."""
+    """In the forked shepherd: runs the command, reaps its tree, kills it on request, and
+    ends once the command exited and nothing of its tree is left; never returns."""
+    # Python code in a forked copy is slow to run (each object it touches is a page
+    # copied): no collection, and the command is started by posix_spawn (a vfork).
+    gc.disable()
     signal.set_wakeup_fd(-1)
-    keep = {out_w, err_w, status_w, control_r}
     null = os.open("/dev/null", os.O_RDWR)
+    keep = {null, out_w, err_w, status_w, control_r}
     for fd in (0, 1, 2):
         os.dup2(null, fd, inheritable=False)
     for name in os.listdir("/proc/self/fd"):
@@ -134,13 +130,13 @@ def shepherd(req, env, out_w, err_w, status_w, control_r):
                 pass
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     try:
-        main = os.fork()
-    except OSError as e:
-        os.write(err_w, f"cannot start the command: {e.strerror}\n".encode())
-        os.write(status_w, b"126\n")
+        if req.get("cwd"):
+            os.chdir(req["cwd"])
+        main = spawn(req["argv"], env, null, out_w, err_w)
+    except Exception as e:
+        os.write(err_w, f"{e}\n".encode(errors="replace"))
+        os.write(status_w, b"127\n" if isinstance(e, FileNotFoundError) else b"126\n")
         os._exit(0)
-    if main == 0:
-        start_command(req, env, out_w, err_w)
     os.close(out_w)
     os.close(err_w)
     wake_r, wake_w = os.pipe()
@@ -148,21 +144,22 @@ def shepherd(req, env, out_w, err_w, status_w, control_r):
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     me = os.getpid()
-    killing = False
+    main_done = killing = False
     while True:
         # Reap every child that exited (orphans of the tree land here); report the
-        # command's own exit.
+        # command's own exit. No child left after it: the tree is gone.
         while True:
             try:
                 pid, status = os.waitpid(-1, 0 if killing else os.WNOHANG)
             except ChildProcessError:
-                if killing:
+                if main_done or killing:
                     os._exit(0)
                 break
             if pid == 0:
                 break
             if pid == main:
                 os.write(status_w, b"%d\n" % exit_code(status))
+                main_done = True
         if killing:
             continue
         ready, _, _ = select.select([control_r, wake_r], [], [])
@@ -273,6 +270,8 @@ def kill_strays(wake_r):
                     pass
 
 
+if hasattr(gc, "freeze"):
+    gc.freeze()
 libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 # Not dumpable: commands (same user) cannot open this process's input or read its memory
 # through /proc, nor trace it; shepherds inherit it, commands lose it when they exec.

@@ -658,6 +658,48 @@ exit success
     assert!(containers_of(&id).is_empty());
 }
 
+/// A tool that signals everything it can — the container's init and `sleep infinity`,
+/// every process of its user, the command runner — does not stop the container: its
+/// step fails, the next step runs and the run reaches its declared exit.
+#[test]
+fn a_docker_tool_cannot_stop_its_container() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let (tmp, project, _) = setup(
+        &format!(
+            r#"
+workflow vandal {{}}
+environment box {{
+  kind = "docker"
+  image = "{IMAGE}"
+}}
+role vandal: tool {{
+  env = box
+  command = ["sh", "-c", "kill -TERM 1; kill -KILL 1; pkill -KILL -x sleep; pkill -KILL python3; kill -KILL -1; echo survived"]
+}}
+role next: tool {{
+  env = box
+  command = ["echo", "next"]
+}}
+start -> vandal
+vandal -> next
+next -> success
+exit success
+"#
+        ),
+        &[],
+    );
+    let id = unique("vandal");
+    let (out, run_dir) = run_in(tmp.path(), &project, &id, &[], &[]);
+    let info = json(run_dir.join("run.json"));
+    assert_eq!(info["exit"], "success", "{info:#}\n{}", stderr(&out));
+    assert_eq!(tool_result(&run_dir, "vandal")["ok"], false);
+    assert_eq!(stdout_of(&run_dir, "next"), "next\n");
+    assert!(containers_of(&id).is_empty());
+}
+
 /// Forks for ever, retrying when the container's process limit refuses; with an argument,
 /// first leaves the step: a new session, no descriptor of the step's.
 const BOMB_PY: &str = r#"

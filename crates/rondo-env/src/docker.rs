@@ -34,6 +34,10 @@ const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 pub const TOOLS_REPO: &str = "rondo-tools";
 /// The tool image's label saying how `py_standalone` environments were made: `conda` or `venv`.
 const ENV_MANAGER_LABEL: &str = "rondo.env_manager";
+/// The container's own processes (the engine's init and `sleep infinity`) run as this
+/// user, which no tool runs as: without CAP_KILL a tool, root in the container or not,
+/// cannot signal them and so cannot stop the container under the run.
+const KEEPER_USER: &str = "2147483646:2147483646";
 /// The limits of a container whose config leaves them unset: a container is never unbounded.
 pub const DEFAULT_PIDS_LIMIT: i64 = 512;
 pub const DEFAULT_MEMORY_BYTES: i64 = 2 << 30;
@@ -232,8 +236,10 @@ pub struct DockerEnv {
     removed: AtomicBool,
     exec_seq: AtomicU64,
     tools: InstalledTools,
-    /// Starts commands without a `docker exec` each; `None` when the image has no python3.
-    runner: Option<crate::runner::Runner>,
+    /// Starts commands without a `docker exec` each; restarted when a command killed it.
+    runner: tokio::sync::Mutex<RunnerSlot>,
+    /// The user commands run as (`None`: the container's, in a builder).
+    exec_user: Option<String>,
     /// Markers of commands abandoned mid-way, killed again at shutdown: the kill started
     /// on abandon may not finish before the process exits.
     abandoned: Arc<Mutex<Vec<String>>>,
@@ -314,6 +320,13 @@ impl DockerEnv {
             image = tag;
         }
         hidden_by_mounts(&docker, &config, &image).await?;
+        // The container runs as the keeper: commands as the configured or image's user.
+        let exec_user = config
+            .user
+            .clone()
+            .or_else(|| base.config.as_ref().and_then(|c| c.user.clone()))
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "0:0".to_string());
         let id = create_container(&docker, &config, &image, "run").await?;
         let env = DockerEnv {
             docker,
@@ -322,18 +335,23 @@ impl DockerEnv {
             removed: AtomicBool::new(false),
             exec_seq: AtomicU64::new(0),
             tools,
-            runner: None,
+            runner: tokio::sync::Mutex::new(RunnerSlot::Unavailable),
+            exec_user: Some(exec_user),
             abandoned: Arc::default(),
             gate: tokio::sync::RwLock::new(()),
         };
         // From here Drop removes the container if starting fails.
-        let mut env = env;
         env.docker
             .start_container(&env.id, None)
             .await
             .map_err(|e| EnvError::docker("starting the run container", e))?;
         if env.config.use_runner {
-            env.runner = crate::runner::Runner::start(&env.docker, &env.id).await;
+            let started =
+                crate::runner::Runner::start(&env.docker, &env.id, env.exec_user.clone()).await;
+            *env.runner.lock().await = match started {
+                Some(runner) => RunnerSlot::Live(Arc::new(runner)),
+                None => RunnerSlot::Unavailable,
+            };
         }
         Ok(env)
     }
@@ -355,14 +373,39 @@ impl DockerEnv {
         }
     }
 
+    fn target(&self) -> Target {
+        Target {
+            docker: self.docker.clone(),
+            id: self.id.clone(),
+            user: self.exec_user.clone(),
+        }
+    }
+
     /// Send `signal` to every process of the exec marked `marker` (children included).
     async fn kill_marked(&self, marker: &str, signal: &str) {
-        kill_marked_in(&self.docker, &self.id, marker, signal, false).await;
+        self.target().kill_marked(marker, signal, false).await;
     }
 
     /// Run a command to completion without timeout handling; for internal helpers.
     async fn run_simple(&self, argv: Vec<String>) -> Result<(i64, String), EnvError> {
-        run_simple_in(&self.docker, &self.id, argv).await
+        self.target().run_simple(argv).await
+    }
+
+    /// The runner, started again if a command killed it; `None`: plain execs.
+    async fn live_runner(&self) -> Option<Arc<crate::runner::Runner>> {
+        let mut slot = self.runner.lock().await;
+        match &*slot {
+            RunnerSlot::Unavailable => None,
+            RunnerSlot::Live(runner) if runner.alive() => Some(runner.clone()),
+            RunnerSlot::Live(_) => {
+                let runner =
+                    crate::runner::Runner::start(&self.docker, &self.id, self.exec_user.clone())
+                        .await
+                        .map(Arc::new)?;
+                *slot = RunnerSlot::Live(runner.clone());
+                Some(runner)
+            }
+        }
     }
 
     /// Best-effort synchronous removal, usable from Drop even while the async runtime is
@@ -551,7 +594,11 @@ async fn create_container(
         working_dir: Some(config.workdir.clone()),
         env: Some(env),
         labels: Some(labels),
-        user: config.user.clone(),
+        user: if role == "run" {
+            Some(KEEPER_USER.to_string())
+        } else {
+            config.user.clone()
+        },
         host_config: Some(host_config),
         ..Default::default()
     };
@@ -621,7 +668,8 @@ async fn build_tools_image(
         exec_seq: AtomicU64::new(0),
         tools: InstalledTools::default(),
         // Installs are few and long; plain execs keep the committed image clean.
-        runner: None,
+        runner: tokio::sync::Mutex::new(RunnerSlot::Unavailable),
+        exec_user: None,
         abandoned: Arc::default(),
         gate: tokio::sync::RwLock::new(()),
     };
@@ -701,61 +749,77 @@ while [ $round -lt 20 ]; do
 done
 "#;
 
-async fn kill_marked_in(docker: &Docker, id: &str, marker: &str, signal: &str, sweep: bool) {
-    let argv = vec![
-        "/bin/sh".to_string(),
-        "-c".into(),
-        KILL_SCRIPT.into(),
-        "rondo-kill".into(),
-        marker.to_string(),
-        signal.to_string(),
-        if sweep { "sweep" } else { "" }.to_string(),
-    ];
-    // Best effort: if it fails the exec simply runs on until the give-up deadline.
-    let _ = run_simple_in(docker, id, argv).await;
+/// Where helper commands run: a container, as the user its commands run as.
+#[derive(Clone)]
+struct Target {
+    docker: Docker,
+    id: String,
+    user: Option<String>,
 }
 
-/// Run a command to completion without timeout handling; for internal helpers.
-async fn run_simple_in(
-    docker: &Docker,
-    id: &str,
-    argv: Vec<String>,
-) -> Result<(i64, String), EnvError> {
-    let opts = CreateExecOptions {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        cmd: Some(argv),
-        ..Default::default()
-    };
-    let exec = docker
-        .create_exec(id, opts)
-        .await
-        .map_err(|e| EnvError::docker("creating an exec", e))?;
-    let mut text = String::new();
-    if let StartExecResults::Attached { mut output, .. } =
-        docker
+impl Target {
+    async fn kill_marked(&self, marker: &str, signal: &str, sweep: bool) {
+        let argv = vec![
+            "/bin/sh".to_string(),
+            "-c".into(),
+            KILL_SCRIPT.into(),
+            "rondo-kill".into(),
+            marker.to_string(),
+            signal.to_string(),
+            if sweep { "sweep" } else { "" }.to_string(),
+        ];
+        // Best effort: if it fails the exec simply runs on until the give-up deadline.
+        let _ = self.run_simple(argv).await;
+    }
+
+    /// Run a command to completion without timeout handling; for internal helpers.
+    async fn run_simple(&self, argv: Vec<String>) -> Result<(i64, String), EnvError> {
+        let opts = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(argv),
+            user: self.user.clone(),
+            ..Default::default()
+        };
+        let exec = self
+            .docker
+            .create_exec(&self.id, opts)
+            .await
+            .map_err(|e| EnvError::docker("creating an exec", e))?;
+        let mut text = String::new();
+        if let StartExecResults::Attached { mut output, .. } = self
+            .docker
             .start_exec(&exec.id, None)
             .await
             .map_err(|e| EnvError::docker("starting an exec", e))?
-    {
-        while let Some(Ok(chunk)) = output.next().await {
-            text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+        {
+            while let Some(Ok(chunk)) = output.next().await {
+                text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+            }
         }
+        let code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| EnvError::docker("inspecting an exec", e))?
+            .exit_code
+            .unwrap_or(-1);
+        Ok((code, text))
     }
-    let code = docker
-        .inspect_exec(&exec.id)
-        .await
-        .map_err(|e| EnvError::docker("inspecting an exec", e))?
-        .exit_code
-        .unwrap_or(-1);
-    Ok((code, text))
+}
+
+/// The run container's command runner.
+enum RunnerSlot {
+    /// Not wanted, or the image cannot run it: plain execs.
+    Unavailable,
+    /// Started; when it died (a command killed it) the next command starts another.
+    Live(Arc<crate::runner::Runner>),
 }
 
 /// A command in flight: when its future is dropped before it ended (the run's wall time
 /// ran out mid-step), its processes are killed in the background.
 struct InFlight {
-    docker: Docker,
-    id: String,
+    target: Target,
     marker: String,
     running: bool,
     abandoned: Arc<Mutex<Vec<String>>>,
@@ -773,9 +837,8 @@ impl Drop for InFlight {
             .unwrap_or_else(|e| e.into_inner())
             .push(self.marker.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (docker, id, marker, cancel) = (
-                self.docker.clone(),
-                std::mem::take(&mut self.id),
+            let (target, marker, cancel) = (
+                self.target.clone(),
                 std::mem::take(&mut self.marker),
                 self.cancel.take(),
             );
@@ -783,7 +846,7 @@ impl Drop for InFlight {
                 if let Some(cancel) = cancel {
                     cancel.send().await;
                 }
-                kill_marked_in(&docker, &id, &marker, "KILL", false).await
+                target.kill_marked(&marker, "KILL", false).await
             });
         }
     }
@@ -819,6 +882,7 @@ impl DockerEnv {
             cmd: Some(cmd),
             env: Some(env),
             working_dir: req.workdir.as_deref().map(|d| self.resolve(d)),
+            user: self.exec_user.clone(),
             ..Default::default()
         };
         let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
@@ -832,14 +896,13 @@ impl DockerEnv {
             return collector.too_long(program, &req.command, start.elapsed());
         }
         let mut in_flight = InFlight {
-            docker: self.docker.clone(),
-            id: self.id.clone(),
+            target: self.target(),
             marker: marker.clone(),
             running: true,
             abandoned: self.abandoned.clone(),
             cancel: None,
         };
-        if let Some(runner) = self.runner.as_ref().filter(|r| r.alive()) {
+        if let Some(runner) = self.live_runner().await {
             let mut env: HashMap<String, String> = req.env.clone().into_iter().collect();
             env.insert(EXEC_MARKER.to_string(), marker.clone());
             let request = crate::runner::Request {
@@ -867,7 +930,12 @@ impl DockerEnv {
                             in_flight.running = false;
                             return collector.finish(Some(code), timed_out, start.elapsed());
                         }
-                        None => return Err(EnvError::InvalidRequest("the command runner in the container stopped".into())),
+                        // A command killed the runner: this command's tree went with it.
+                        None => {
+                            in_flight.running = false;
+                            collector.push(StreamKind::Stderr, b"\n[rondo: the command runner in the container was killed, and this command with it]\n");
+                            return collector.finish(None, false, start.elapsed());
+                        }
                     },
                     _ = &mut backstop => {
                         self.kill_marked(&marker, "KILL").await;
@@ -922,7 +990,9 @@ impl DockerEnv {
         // cleared their environment lost the marker: the last command to end clears them.
         drop(running);
         let alone = self.gate.try_write();
-        kill_marked_in(&self.docker, &self.id, &marker, "KILL", alone.is_ok()).await;
+        self.target()
+            .kill_marked(&marker, "KILL", alone.is_ok())
+            .await;
         drop(alone);
         in_flight.running = false;
         let exit_code = self

@@ -47,10 +47,15 @@ pub(crate) struct Request {
 }
 
 impl Runner {
-    /// Starts the runner and checks it answers; `None` when the image cannot run it
-    /// (no python3), in which case commands go through plain execs.
-    pub(crate) async fn start(docker: &Docker, container: &str) -> Option<Runner> {
+    /// Starts the runner as `user` and checks it answers; `None` when the image cannot
+    /// run it (no python3), in which case commands go through plain execs.
+    pub(crate) async fn start(
+        docker: &Docker,
+        container: &str,
+        user: Option<String>,
+    ) -> Option<Runner> {
         let opts = CreateExecOptions {
+            user,
             attach_stdin: Some(true),
             attach_stdout: Some(true),
             attach_stderr: Some(true),

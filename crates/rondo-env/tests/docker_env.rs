@@ -812,3 +812,44 @@ for what, mode in (("fd/0", os.O_WRONLY), ("environ", os.O_RDONLY), ("mem", os.O
         env.shutdown().await.unwrap();
     }
 }
+
+/// A command that signals everything it can (the container's init, its `sleep infinity`,
+/// every process of its user, the runner included) does not stop the container: the
+/// commands after it run, through a new runner, as root in the container or not.
+#[tokio::test]
+async fn a_command_cannot_stop_the_container() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let vandal = "kill -TERM 1; kill -KILL 1; pkill -KILL -x sleep; pkill -KILL python3; \
+                  kill -KILL -1; echo survived";
+    for use_runner in [true, false] {
+        for user in [None, Some("65534:65534")] {
+            let mut config = config("vandal", use_runner);
+            config.user = user.map(str::to_string);
+            let env = DockerEnv::start(config).await.unwrap();
+            let out = env.exec(ExecRequest::shell(vandal)).await.unwrap();
+            if use_runner {
+                // It killed the runner, and so itself: a failed command, not an error.
+                assert_eq!(out.exit_code, None, "{user:?}: {out:?}");
+                assert!(out.stderr.contains("runner in the container was killed"));
+            }
+            let state = env
+                .docker()
+                .inspect_container(env.container_id(), None)
+                .await
+                .unwrap()
+                .state
+                .unwrap();
+            assert_eq!(state.running, Some(true), "{use_runner} {user:?}");
+            let next = env.exec(ExecRequest::shell("echo next")).await.unwrap();
+            assert_eq!(next.stdout, "next\n", "{use_runner} {user:?}: {next:?}");
+            assert_eq!(
+                leftovers(&env).await,
+                "sleep infinity\n",
+                "{use_runner} {user:?}"
+            );
+            env.shutdown().await.unwrap();
+        }
+    }
+}

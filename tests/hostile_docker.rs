@@ -542,6 +542,48 @@ exit success
     assert_eq!(after.mode(), before.mode());
 }
 
+/// A `host:` mount of a folder holding the workspace must not show the `.rondo` system
+/// area either. It does today: `src/run/tools.rs::docker_mounts` masks `.rondo` only for
+/// a mount of the workspace itself (see the report of issue 21's Docker side).
+#[test]
+#[ignore = "needs src/run/tools.rs::docker_mounts to mask the system area under any mount"]
+fn a_host_mount_above_the_workspace_does_not_show_the_records() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (parent, project) = (tmp.path(), tmp.path().join("project"));
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        parent.join("w.rondo"),
+        format!(
+            r#"
+workflow above {{}}
+environment box {{
+  kind = "docker"
+  image = "{IMAGE}"
+  mounts = ["host:{}:/data:rw"]
+}}
+role look: tool {{
+  env = box
+  command = ["sh", "-c", "ls -A /data/project/.rondo | wc -l; touch /data/project/.rondo/x 2>/dev/null || echo masked"]
+}}
+start -> look
+look -> success
+exit success
+"#,
+            parent.display()
+        ),
+    )
+    .unwrap();
+    let id = unique("above");
+    let (out, run_dir) = run_in(parent, &project, &id, &[], &[]);
+    common::assert_success(&out);
+    assert_eq!(stdout_of(&run_dir, "look"), "0\nmasked\n");
+    assert!(!project.join(".rondo/x").exists());
+}
+
 // ---------------------------------------------------------------------------------------
 // 4. Processes that outlive their step
 // ---------------------------------------------------------------------------------------

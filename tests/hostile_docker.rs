@@ -77,7 +77,12 @@ fn unique(name: &str) -> String {
 
 fn containers_of(run_id: &str) -> Vec<String> {
     let out = Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label=rondo.run_id={run_id}")])
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=rondo.run_id={run_id}"),
+        ])
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -290,7 +295,10 @@ exit success
 const SECRETS: [(&str, &str); 3] = [
     ("OPENAI_API_KEY", "sk-fake-openai-6f1d2c9a8b7e"),
     ("GITHUB_TOKEN", "ghp_fakeGithubToken0123456789abcdef"),
-    ("AWS_SECRET_ACCESS_KEY", "fakeAwsSecret/9a8b7c6d5e4f3a2b1c0d"),
+    (
+        "AWS_SECRET_ACCESS_KEY",
+        "fakeAwsSecret/9a8b7c6d5e4f3a2b1c0d",
+    ),
 ];
 
 /// Reads the environment of every process it can see into `out/<name>.environ`, and prints
@@ -381,7 +389,10 @@ exit success
         assert!(config_env.contains("PATH="), "{config_env}");
         for (name, value) in SECRETS {
             assert!(!config_env.contains(name), "{name} in {config_env}");
-            assert!(!config_env.contains(value), "{name}'s value in {config_env}");
+            assert!(
+                !config_env.contains(value),
+                "{name}'s value in {config_env}"
+            );
         }
     }
     let host_pidns = std::fs::read_link("/proc/self/ns/pid").unwrap();
@@ -394,7 +405,11 @@ exit success
             assert!(!environ.contains(name), "{who} read {name}");
             assert!(!environ.contains(value), "{who} read {name}'s value");
         }
-        let role = if who == "root" { "as_root" } else { "as_nobody" };
+        let role = if who == "root" {
+            "as_root"
+        } else {
+            "as_nobody"
+        };
         let report = stdout_of(&run_dir, role);
         let uid = if who == "root" { "uid 0" } else { "uid 65534" };
         assert!(report.starts_with(uid), "{report}");
@@ -421,7 +436,11 @@ exit success
     for entry in walk(&run_dir) {
         let text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
         for (name, value) in SECRETS {
-            assert!(!text.contains(value), "{name}'s value in {}", entry.display());
+            assert!(
+                !text.contains(value),
+                "{name}'s value in {}",
+                entry.display()
+            );
         }
     }
 }
@@ -977,7 +996,8 @@ fn serve_limitless(stream: std::os::unix::net::UnixStream, seen: Arc<Mutex<Vec<S
             "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\nContent-Length: {}\r\n\r\n",
             reply.len()
         );
-        if writer.write_all(head.as_bytes()).is_err() || writer.write_all(reply.as_bytes()).is_err() {
+        if writer.write_all(head.as_bytes()).is_err() || writer.write_all(reply.as_bytes()).is_err()
+        {
             return;
         }
     }

@@ -39,9 +39,9 @@ const ENV_MANAGER_LABEL: &str = "rondo.env_manager";
 /// cannot signal them and so cannot stop the container under the run.
 const KEEPER_USER: &str = "2147483646:2147483646";
 /// The limits of a container whose config leaves them unset: a container is never unbounded.
-pub const DEFAULT_PIDS_LIMIT: i64 = 512;
-pub const DEFAULT_MEMORY_BYTES: i64 = 2 << 30;
-pub const DEFAULT_CPUS: f64 = 2.0;
+const DEFAULT_PIDS_LIMIT: i64 = 512;
+const DEFAULT_MEMORY_BYTES: i64 = 2 << 30;
+const DEFAULT_CPUS: f64 = 2.0;
 
 /// Settings of a [`DockerEnv`]. The defaults are the hardened ones.
 #[derive(Debug, Clone)]
@@ -54,11 +54,11 @@ pub struct DockerConfig {
     pub env: BTreeMap<String, String>,
     /// `None` means network mode `none`. Set e.g. `Some("bridge")` to allow network.
     pub network: Option<String>,
-    /// `None`: [`DEFAULT_MEMORY_BYTES`] (no swap beyond it).
+    /// `None`: 2 GiB (no swap beyond it).
     pub memory_bytes: Option<i64>,
-    /// `None`: [`DEFAULT_CPUS`].
+    /// `None`: 2.
     pub cpus: Option<f64>,
-    /// Processes and threads the container may hold at once; `None`: [`DEFAULT_PIDS_LIMIT`].
+    /// Processes and threads the container may hold at once; `None`: 512.
     pub pids_limit: Option<i64>,
     /// Never the Docker socket or a folder holding it, never a socket (refused at start).
     pub mounts: Vec<Mount>,

@@ -8,8 +8,8 @@
 # in the shepherd's tree. When the command is over, the shepherd kills that whole tree;
 # other commands, in other trees, are left alone. This process is a subreaper too: if a
 # command kills its shepherd, its tree lands here and is killed at once.
-# A command can still kill this process (same user): then the commands running fail and
-# later ones go through plain execs.
+# A command can still kill this process (same user): the commands running then die with
+# it, and DockerEnv starts another runner for the next command.
 import ctypes, gc, json, os, select, signal, sys, threading, time
 
 lock = threading.Lock()
@@ -250,6 +250,14 @@ def run(req):
     send({"id": rid, "exit": code, "timed_out": timed_out})
 
 
+def serve(req):
+    try:
+        run(req)
+    except Exception as e:
+        send({"id": req.get("id"), "e": f"the command runner failed: {e}\n"})
+        send({"id": req.get("id"), "exit": 126, "timed_out": False})
+
+
 def kill_strays(wake_r):
     """Kills what lands here that is no shepherd: the tree of a killed shepherd."""
     me = os.getpid()
@@ -291,7 +299,7 @@ for line in sys.stdin.buffer:
         control(request["cancel"], b"K")
         continue
     try:
-        threading.Thread(target=run, args=(request,), daemon=True).start()
+        threading.Thread(target=serve, args=(request,), daemon=True).start()
     except RuntimeError as e:
         # The container's process limit bounds threads too.
         send({"id": request.get("id"), "e": f"cannot start the command: {e}\n"})

@@ -34,6 +34,14 @@ const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 pub const TOOLS_REPO: &str = "rondo-tools";
 /// The tool image's label saying how `py_standalone` environments were made: `conda` or `venv`.
 const ENV_MANAGER_LABEL: &str = "rondo.env_manager";
+/// The container's own processes (the engine's init and `sleep infinity`) run as this
+/// user, which no tool runs as: without CAP_KILL a tool, root in the container or not,
+/// cannot signal them and so cannot stop the container under the run.
+const KEEPER_USER: &str = "2147483646:2147483646";
+/// The limits of a container whose config leaves them unset: a container is never unbounded.
+const DEFAULT_PIDS_LIMIT: i64 = 512;
+const DEFAULT_MEMORY_BYTES: i64 = 2 << 30;
+const DEFAULT_CPUS: f64 = 2.0;
 
 /// Settings of a [`DockerEnv`]. The defaults are the hardened ones.
 #[derive(Debug, Clone)]
@@ -46,8 +54,11 @@ pub struct DockerConfig {
     pub env: BTreeMap<String, String>,
     /// `None` means network mode `none`. Set e.g. `Some("bridge")` to allow network.
     pub network: Option<String>,
+    /// `None`: 2 GiB (no swap beyond it).
     pub memory_bytes: Option<i64>,
+    /// `None`: 2.
     pub cpus: Option<f64>,
+    /// Processes and threads the container may hold at once; `None`: 512.
     pub pids_limit: Option<i64>,
     /// Never the Docker socket or a folder holding it, never a socket (refused at start).
     pub mounts: Vec<Mount>,
@@ -89,9 +100,9 @@ impl DockerConfig {
             workdir: "/work".into(),
             env: BTreeMap::new(),
             network: None,
-            memory_bytes: Some(2 << 30),
-            cpus: Some(2.0),
-            pids_limit: Some(512),
+            memory_bytes: Some(DEFAULT_MEMORY_BYTES),
+            cpus: Some(DEFAULT_CPUS),
+            pids_limit: Some(DEFAULT_PIDS_LIMIT),
             mounts: Vec::new(),
             transport: Transport::default(),
             masks: Vec::new(),
@@ -225,11 +236,17 @@ pub struct DockerEnv {
     removed: AtomicBool,
     exec_seq: AtomicU64,
     tools: InstalledTools,
-    /// Starts commands without a `docker exec` each; `None` when the image has no python3.
-    runner: Option<crate::runner::Runner>,
+    /// Starts commands without a `docker exec` each; restarted when a command killed it.
+    runner: tokio::sync::Mutex<RunnerSlot>,
+    /// The user commands run as (`None`: the container's, in a builder).
+    exec_user: Option<String>,
     /// Markers of commands abandoned mid-way, killed again at shutdown: the kill started
     /// on abandon may not finish before the process exits.
     abandoned: Arc<Mutex<Vec<String>>>,
+    /// Held shared by every command while it runs. Without the runner, the command that
+    /// ends last takes it alone to clear the container of everything but the container's
+    /// own processes: nothing starts meanwhile.
+    gate: tokio::sync::RwLock<()>,
 }
 
 impl DockerEnv {
@@ -237,6 +254,11 @@ impl DockerEnv {
     /// tools are installed once per content hash into an image `rondo-tools:<hash>`
     /// committed from a builder container; later runs start from that image.
     pub async fn start(config: DockerConfig) -> Result<Self, EnvError> {
+        if config.pids_limit.is_some_and(|p| p < 1) {
+            return Err(EnvError::InvalidRequest(
+                "the process limit of a container is at least 1".into(),
+            ));
+        }
         for m in &config.mounts {
             if let Some(why) = refused_mount(&m.host) {
                 return Err(EnvError::InvalidRequest(format!("refusing mount: {why}")));
@@ -298,6 +320,13 @@ impl DockerEnv {
             image = tag;
         }
         hidden_by_mounts(&docker, &config, &image).await?;
+        // The container runs as the keeper: commands as the configured or image's user.
+        let exec_user = config
+            .user
+            .clone()
+            .or_else(|| base.config.as_ref().and_then(|c| c.user.clone()))
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "0:0".to_string());
         let id = create_container(&docker, &config, &image, "run").await?;
         let env = DockerEnv {
             docker,
@@ -306,17 +335,23 @@ impl DockerEnv {
             removed: AtomicBool::new(false),
             exec_seq: AtomicU64::new(0),
             tools,
-            runner: None,
+            runner: tokio::sync::Mutex::new(RunnerSlot::Unavailable),
+            exec_user: Some(exec_user),
             abandoned: Arc::default(),
+            gate: tokio::sync::RwLock::new(()),
         };
         // From here Drop removes the container if starting fails.
-        let mut env = env;
         env.docker
             .start_container(&env.id, None)
             .await
             .map_err(|e| EnvError::docker("starting the run container", e))?;
         if env.config.use_runner {
-            env.runner = crate::runner::Runner::start(&env.docker, &env.id).await;
+            let started =
+                crate::runner::Runner::start(&env.docker, &env.id, env.exec_user.clone()).await;
+            *env.runner.lock().await = match started {
+                Some(runner) => RunnerSlot::Live(Arc::new(runner)),
+                None => RunnerSlot::Unavailable,
+            };
         }
         Ok(env)
     }
@@ -338,14 +373,39 @@ impl DockerEnv {
         }
     }
 
+    fn target(&self) -> Target {
+        Target {
+            docker: self.docker.clone(),
+            id: self.id.clone(),
+            user: self.exec_user.clone(),
+        }
+    }
+
     /// Send `signal` to every process of the exec marked `marker` (children included).
     async fn kill_marked(&self, marker: &str, signal: &str) {
-        kill_marked_in(&self.docker, &self.id, marker, signal).await;
+        self.target().kill_marked(marker, signal, false).await;
     }
 
     /// Run a command to completion without timeout handling; for internal helpers.
     async fn run_simple(&self, argv: Vec<String>) -> Result<(i64, String), EnvError> {
-        run_simple_in(&self.docker, &self.id, argv).await
+        self.target().run_simple(argv).await
+    }
+
+    /// The runner, started again if a command killed it; `None`: plain execs.
+    async fn live_runner(&self) -> Option<Arc<crate::runner::Runner>> {
+        let mut slot = self.runner.lock().await;
+        match &*slot {
+            RunnerSlot::Unavailable => None,
+            RunnerSlot::Live(runner) if runner.alive() => Some(runner.clone()),
+            RunnerSlot::Live(_) => {
+                let runner =
+                    crate::runner::Runner::start(&self.docker, &self.id, self.exec_user.clone())
+                        .await
+                        .map(Arc::new)?;
+                *slot = RunnerSlot::Live(runner.clone());
+                Some(runner)
+            }
+        }
     }
 
     /// Best-effort synchronous removal, usable from Drop even while the async runtime is
@@ -492,15 +552,16 @@ async fn create_container(
     let read_only = config.read_only_root && role == "run";
     let mut cap_add = config.cap_add.clone();
     cap_add.retain(|c| !c.is_empty());
+    let memory = config.memory_bytes.unwrap_or(DEFAULT_MEMORY_BYTES);
     let host_config = HostConfig {
         network_mode: Some(config.network.clone().unwrap_or_else(|| "none".into())),
         cap_drop: Some(vec!["ALL".into()]),
         cap_add: (!cap_add.is_empty()).then_some(cap_add),
         security_opt: Some(vec!["no-new-privileges".into()]),
-        memory: config.memory_bytes,
-        memory_swap: config.memory_bytes,
-        nano_cpus: config.cpus.map(|c| (c * 1e9) as i64),
-        pids_limit: config.pids_limit,
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some((config.cpus.unwrap_or(DEFAULT_CPUS) * 1e9) as i64),
+        pids_limit: Some(config.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT)),
         // An init reaps the orphans of killed commands, so they do not eat the pid limit.
         init: Some(true),
         binds: (!binds.is_empty()).then_some(binds),
@@ -533,7 +594,11 @@ async fn create_container(
         working_dir: Some(config.workdir.clone()),
         env: Some(env),
         labels: Some(labels),
-        user: config.user.clone(),
+        user: if role == "run" {
+            Some(KEEPER_USER.to_string())
+        } else {
+            config.user.clone()
+        },
         host_config: Some(host_config),
         ..Default::default()
     };
@@ -541,7 +606,45 @@ async fn create_container(
         .create_container(None, body)
         .await
         .map_err(|e| EnvError::docker(format!("creating a container from {image}"), e))?;
+    // A probe never starts; anything else runs commands and must be bounded.
+    if role != "probe"
+        && let Err(e) = limits_hold(docker, &created.id, &created.warnings).await
+    {
+        let _ = remove(docker, &created.id).await;
+        return Err(e);
+    }
     Ok(created.id)
+}
+
+/// An engine whose kernel lacks a cgroup controller creates the container anyway, the
+/// limit dropped with a warning: such a container is refused.
+async fn limits_hold(docker: &Docker, id: &str, warnings: &[String]) -> Result<(), EnvError> {
+    let info = docker
+        .inspect_container(id, None)
+        .await
+        .map_err(|e| EnvError::docker("inspecting the new container", e))?;
+    let host = info.host_config.unwrap_or_default();
+    let mut missing = Vec::new();
+    if host.pids_limit.unwrap_or(0) <= 0 {
+        missing.push("processes");
+    }
+    if host.memory.unwrap_or(0) <= 0 {
+        missing.push("memory");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let said = if warnings.is_empty() {
+        String::new()
+    } else {
+        format!(" (the engine said: {})", warnings.join(" "))
+    };
+    Err(EnvError::InvalidRequest(format!(
+        "the Docker engine cannot limit the {} of a container{said}; rondo runs no tool \
+         in an unbounded container: enable the cgroup controllers (pids, memory) on the \
+         Docker host",
+        missing.join(" and ")
+    )))
 }
 
 /// Install the tools in a throw-away builder container (no run env vars, network none)
@@ -565,8 +668,10 @@ async fn build_tools_image(
         exec_seq: AtomicU64::new(0),
         tools: InstalledTools::default(),
         // Installs are few and long; plain execs keep the committed image clean.
-        runner: None,
+        runner: tokio::sync::Mutex::new(RunnerSlot::Unavailable),
+        exec_user: None,
         abandoned: Arc::default(),
+        gate: tokio::sync::RwLock::new(()),
     };
     let result = async {
         docker
@@ -611,75 +716,115 @@ async fn build_tools_image(
     Ok(steps)
 }
 
-async fn kill_marked_in(docker: &Docker, id: &str, marker: &str, signal: &str) {
-    // Stop every marked process first, then signal, then continue: signalling one by
-    // one lets a shell whose child just died run its next command before its own turn.
-    let script = format!(
-        "pids=; \
-             for p in /proc/[0-9]*; do \
-               if tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"{EXEC_MARKER}=$1\"; then \
-                 pids=\"$pids ${{p#/proc/}}\"; \
-               fi; \
-             done; \
-             [ -n \"$pids\" ] || exit 0; \
-             kill -s STOP $pids 2>/dev/null; kill -s \"$2\" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null; true"
-    );
-    let argv = vec![
-        "/bin/sh".to_string(),
-        "-c".into(),
-        script,
-        "rondo-kill".into(),
-        marker.to_string(),
-        signal.to_string(),
-    ];
-    // Best effort: if it fails the exec simply runs on until the give-up deadline.
-    let _ = run_simple_in(docker, id, argv).await;
+/// Finds processes in the container through /proc and signals them: those whose
+/// environment holds the exec's marker, or with `sweep` every process but the engine's
+/// init, the container's own first process and this script. Each round stops them all,
+/// signals, continues (signalling one by one lets a shell whose child just died run its
+/// next command before its own turn); KILL repeats until none is found, catching what
+/// forked meanwhile. The script forks nothing while it scans (`read` is a builtin).
+const KILL_SCRIPT: &str = r#"
+marker=$1 sig=$2 sweep=$3 me=$$ round=0
+while [ $round -lt 20 ]; do
+  round=$((round + 1)) pids= main= first=
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    case $pid in 1|$me) continue ;; esac
+    read -r stat 2>/dev/null < "$p/stat" || continue
+    set -- ${stat##*") "}
+    if [ "$1" = Z ] || [ "$2" = "$me" ]; then continue; fi
+    if [ -n "$sweep" ]; then
+      if [ "$2" = 1 ] && { [ -z "$main" ] || [ "${20}" -lt "$first" ]; }; then
+        [ -z "$main" ] || pids="$pids $main"
+        main=$pid first=${20}
+        continue
+      fi
+      pids="$pids $pid"
+    elif tr '\0' '\n' 2>/dev/null < "$p/environ" | grep -qx "RONDO_EXEC_ID=$marker"; then
+      pids="$pids $pid"
+    fi
+  done
+  [ -n "$pids" ] || exit 0
+  kill -s STOP $pids 2>/dev/null; kill -s "$sig" $pids 2>/dev/null; kill -s CONT $pids 2>/dev/null
+  [ "$sig" = KILL ] || exit 0
+done
+"#;
+
+/// Where helper commands run: a container, as the user its commands run as.
+#[derive(Clone)]
+struct Target {
+    docker: Docker,
+    id: String,
+    user: Option<String>,
 }
 
-/// Run a command to completion without timeout handling; for internal helpers.
-async fn run_simple_in(
-    docker: &Docker,
-    id: &str,
-    argv: Vec<String>,
-) -> Result<(i64, String), EnvError> {
-    let opts = CreateExecOptions {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        cmd: Some(argv),
-        ..Default::default()
-    };
-    let exec = docker
-        .create_exec(id, opts)
-        .await
-        .map_err(|e| EnvError::docker("creating an exec", e))?;
-    let mut text = String::new();
-    if let StartExecResults::Attached { mut output, .. } =
-        docker
+impl Target {
+    async fn kill_marked(&self, marker: &str, signal: &str, sweep: bool) {
+        let argv = vec![
+            "/bin/sh".to_string(),
+            "-c".into(),
+            KILL_SCRIPT.into(),
+            "rondo-kill".into(),
+            marker.to_string(),
+            signal.to_string(),
+            if sweep { "sweep" } else { "" }.to_string(),
+        ];
+        // Best effort: if it fails the exec simply runs on until the give-up deadline.
+        let _ = self.run_simple(argv).await;
+    }
+
+    /// Run a command to completion without timeout handling; for internal helpers.
+    async fn run_simple(&self, argv: Vec<String>) -> Result<(i64, String), EnvError> {
+        let opts = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(argv),
+            user: self.user.clone(),
+            ..Default::default()
+        };
+        let exec = self
+            .docker
+            .create_exec(&self.id, opts)
+            .await
+            .map_err(|e| EnvError::docker("creating an exec", e))?;
+        let mut text = String::new();
+        if let StartExecResults::Attached { mut output, .. } = self
+            .docker
             .start_exec(&exec.id, None)
             .await
             .map_err(|e| EnvError::docker("starting an exec", e))?
-    {
-        while let Some(Ok(chunk)) = output.next().await {
-            text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+        {
+            while let Some(Ok(chunk)) = output.next().await {
+                text.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+            }
         }
+        let code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| EnvError::docker("inspecting an exec", e))?
+            .exit_code
+            .unwrap_or(-1);
+        Ok((code, text))
     }
-    let code = docker
-        .inspect_exec(&exec.id)
-        .await
-        .map_err(|e| EnvError::docker("inspecting an exec", e))?
-        .exit_code
-        .unwrap_or(-1);
-    Ok((code, text))
+}
+
+/// The run container's command runner.
+enum RunnerSlot {
+    /// Not wanted, or the image cannot run it: plain execs.
+    Unavailable,
+    /// Started; when it died (a command killed it) the next command starts another.
+    Live(Arc<crate::runner::Runner>),
 }
 
 /// A command in flight: when its future is dropped before it ended (the run's wall time
 /// ran out mid-step), its processes are killed in the background.
 struct InFlight {
-    docker: Docker,
-    id: String,
+    target: Target,
     marker: String,
     running: bool,
     abandoned: Arc<Mutex<Vec<String>>>,
+    /// Through the runner, which kills the command's whole tree.
+    cancel: Option<crate::runner::Cancel>,
 }
 
 impl Drop for InFlight {
@@ -692,19 +837,29 @@ impl Drop for InFlight {
             .unwrap_or_else(|e| e.into_inner())
             .push(self.marker.clone());
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (docker, id, marker) = (
-                self.docker.clone(),
-                std::mem::take(&mut self.id),
+            let (target, marker, cancel) = (
+                self.target.clone(),
                 std::mem::take(&mut self.marker),
+                self.cancel.take(),
             );
-            handle.spawn(async move { kill_marked_in(&docker, &id, &marker, "KILL").await });
+            handle.spawn(async move {
+                if let Some(cancel) = cancel {
+                    cancel.send().await;
+                }
+                target.kill_marked(&marker, "KILL", false).await
+            });
         }
     }
 }
 
 impl DockerEnv {
-    /// One command in the container, the mounts already in place.
-    async fn run_command(&self, req: ExecRequest) -> Result<ExecOutput, EnvError> {
+    /// One command in the container, the mounts already in place; `running` is its share
+    /// of the gate.
+    async fn run_command(
+        &self,
+        req: ExecRequest,
+        running: tokio::sync::RwLockReadGuard<'_, ()>,
+    ) -> Result<ExecOutput, EnvError> {
         let marker = format!(
             "{}-{}-{}",
             std::process::id(),
@@ -727,6 +882,7 @@ impl DockerEnv {
             cmd: Some(cmd),
             env: Some(env),
             working_dir: req.workdir.as_deref().map(|d| self.resolve(d)),
+            user: self.exec_user.clone(),
             ..Default::default()
         };
         let mut collector = Collector::new(&req, &req.command.to_string(), &self.config.redactor)?;
@@ -740,13 +896,13 @@ impl DockerEnv {
             return collector.too_long(program, &req.command, start.elapsed());
         }
         let mut in_flight = InFlight {
-            docker: self.docker.clone(),
-            id: self.id.clone(),
+            target: self.target(),
             marker: marker.clone(),
             running: true,
             abandoned: self.abandoned.clone(),
+            cancel: None,
         };
-        if let Some(runner) = self.runner.as_ref().filter(|r| r.alive()) {
+        if let Some(runner) = self.live_runner().await {
             let mut env: HashMap<String, String> = req.env.clone().into_iter().collect();
             env.insert(EXEC_MARKER.to_string(), marker.clone());
             let request = crate::runner::Request {
@@ -759,7 +915,8 @@ impl DockerEnv {
                 timeout,
                 grace: self.config.kill_grace,
             };
-            let mut rx = runner.send(request).await?;
+            let (mut rx, cancel) = runner.send(request).await?;
+            in_flight.cancel = Some(cancel);
             // The runner enforces the timeout; this is the backstop if it cannot.
             let backstop =
                 tokio::time::sleep(timeout + self.config.kill_grace + Duration::from_secs(10));
@@ -768,14 +925,17 @@ impl DockerEnv {
                 tokio::select! {
                     message = rx.recv() => match message {
                         Some(crate::runner::Message::Output(kind, bytes)) => collector.push(kind, &bytes),
+                        // The runner killed whatever the command left.
                         Some(crate::runner::Message::Exit { code, timed_out }) => {
                             in_flight.running = false;
-                            if timed_out {
-                                self.kill_marked(&marker, "KILL").await;
-                            }
                             return collector.finish(Some(code), timed_out, start.elapsed());
                         }
-                        None => return Err(EnvError::InvalidRequest("the command runner in the container stopped".into())),
+                        // A command killed the runner: this command's tree went with it.
+                        None => {
+                            in_flight.running = false;
+                            collector.push(StreamKind::Stderr, b"\n[rondo: the command runner in the container was killed, and this command with it]\n");
+                            return collector.finish(None, false, start.elapsed());
+                        }
                     },
                     _ = &mut backstop => {
                         self.kill_marked(&marker, "KILL").await;
@@ -826,10 +986,14 @@ impl DockerEnv {
                 _ = sleep_until(give_up_at), if give_up_at != far => break,
             }
         }
-        if timed_out {
-            // Stragglers that ignored TERM and closed their output.
-            self.kill_marked(&marker, "KILL").await;
-        }
+        // What the command left running: stragglers that ignored TERM, daemons. Those that
+        // cleared their environment lost the marker: the last command to end clears them.
+        drop(running);
+        let alone = self.gate.try_write();
+        self.target()
+            .kill_marked(&marker, "KILL", alone.is_ok())
+            .await;
+        drop(alone);
         in_flight.running = false;
         let exit_code = self
             .docker
@@ -852,11 +1016,12 @@ impl Environment for DockerEnv {
         if self.removed.load(Ordering::SeqCst) {
             return Err(EnvError::ShutDown);
         }
+        let running = self.gate.read().await;
         let transport = self.config.transport;
         for m in transport.before_exec(&self.config.mounts) {
             self.copy_in(&m.host, &m.container).await?;
         }
-        let out = self.run_command(req).await?;
+        let out = self.run_command(req, running).await?;
         for m in transport.after_exec(&self.config.mounts) {
             self.copy_out(&m.container, &m.host).await?;
         }

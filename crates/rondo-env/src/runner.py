@@ -2,10 +2,28 @@
 # JSON events on stdout. Starting a process here costs a fork; a `docker exec` costs the
 # engine's runc exec (~80 ms), which is why this process stays alive for the run.
 # Bytes travel as latin-1 text: every byte maps to one code point, so nothing is lost.
-import json, os, signal, subprocess, sys, threading, time
+#
+# Each command runs under a shepherd: a forked copy of this process made a child
+# subreaper, so whatever the command starts (new sessions, double forks, daemons) stays
+# in the shepherd's tree. When the command is over, the shepherd kills that whole tree;
+# other commands, in other trees, are left alone. This process is a subreaper too: if a
+# command kills its shepherd, its tree lands here and is killed at once.
+# A command can still kill this process (same user): the commands running then die with
+# it, and DockerEnv starts another runner for the next command.
+import ctypes, gc, json, os, select, signal, sys, threading, time
 
 lock = threading.Lock()
 out = sys.stdout.buffer
+libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
+# Request id -> write end of its shepherd's control pipe: b"T" terminates the tree,
+# b"K" (or the pipe closing) kills it and ends the shepherd.
+controls = {}
+controls_lock = threading.Lock()
+# Live shepherds; held across each fork so a new shepherd is never taken for a stray.
+shepherds = set()
+shepherds_lock = threading.Lock()
 
 
 def send(obj):
@@ -15,66 +33,274 @@ def send(obj):
         out.flush()
 
 
-def pump(pipe, key, rid):
+def control(rid, byte):
+    with controls_lock:
+        fd = controls.get(rid)
+        if fd is not None:
+            try:
+                os.write(fd, byte)
+            except OSError:
+                pass
+
+
+def processes():
+    """pid -> (state, parent) of every process (a name may hold spaces and parentheses)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    rest = f.read().rsplit(b")", 1)[1].split()
+                found[int(name)] = (rest[0], int(rest[1]))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def descendants(roots):
+    children = {}
+    for pid, (state, parent) in processes().items():
+        if state != b"Z":
+            children.setdefault(parent, []).append(pid)
+    found, todo = [], list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def signal_all(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def freeze(roots):
+    """Stops every process of the trees (a stopped process cannot fork), however fast
+    they fork; returns them."""
+    stopped = set()
     while True:
-        chunk = os.read(pipe.fileno(), 65536)
-        if not chunk:
-            break
-        send({"id": rid, key: chunk.decode("latin-1")})
+        fresh = [p for p in descendants(roots) if p not in stopped]
+        if not fresh:
+            return stopped
+        signal_all(fresh, signal.SIGSTOP)
+        stopped.update(fresh)
 
 
-def kill_group(pid, sig):
+def exit_code(status):
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def spawn(argv, env, stdin, stdout, stderr):
+    """Starts the command in a session of its own; its pid."""
     try:
-        os.killpg(pid, sig)
-    except OSError:
-        pass
+        return os.posix_spawnp(argv[0], argv, env, setsid=True,
+                               setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                               file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0),
+                                             (os.POSIX_SPAWN_DUP2, stdout, 1),
+                                             (os.POSIX_SPAWN_DUP2, stderr, 2)])
+    except (AttributeError, NotImplementedError):
+        # Python before 3.8, or a C library without POSIX_SPAWN_SETSID.
+        import subprocess
+        return subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                                start_new_session=True).pid
+
+
+def shepherd(req, env, out_w, err_w, status_w, control_r):
+    """In the forked shepherd: runs the command, reaps its tree, kills it on request, and
+    ends once the command exited and nothing of its tree is left; never returns."""
+    # Python code in a forked copy is slow to run (each object it touches is a page
+    # copied): no collection, and the command is started by posix_spawn (a vfork).
+    gc.disable()
+    signal.set_wakeup_fd(-1)
+    null = os.open("/dev/null", os.O_RDWR)
+    keep = {null, out_w, err_w, status_w, control_r}
+    for fd in (0, 1, 2):
+        os.dup2(null, fd, inheritable=False)
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2 and int(name) not in keep:
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        if req.get("cwd"):
+            os.chdir(req["cwd"])
+        main = spawn(req["argv"], env, null, out_w, err_w)
+    except Exception as e:
+        os.write(err_w, f"{e}\n".encode(errors="replace"))
+        os.write(status_w, b"127\n" if isinstance(e, FileNotFoundError) else b"126\n")
+        os._exit(0)
+    os.close(out_w)
+    os.close(err_w)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    me = os.getpid()
+    main_done = killing = False
+    while True:
+        # Reap every child that exited (orphans of the tree land here); report the
+        # command's own exit. No child left after it: the tree is gone.
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0 if killing else os.WNOHANG)
+            except ChildProcessError:
+                if main_done or killing:
+                    os._exit(0)
+                break
+            if pid == 0:
+                break
+            if pid == main:
+                os.write(status_w, b"%d\n" % exit_code(status))
+                main_done = True
+        if killing:
+            continue
+        ready, _, _ = select.select([control_r, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        if control_r not in ready:
+            continue
+        tree = freeze([me])
+        if os.read(control_r, 1) == b"T":
+            signal_all(tree, signal.SIGTERM)
+            signal_all(tree, signal.SIGCONT)
+            continue
+        while tree:
+            signal_all(tree, signal.SIGKILL)
+            tree = descendants([me])
+        killing = True
 
 
 def run(req):
     rid = req["id"]
     env = dict(os.environ)
     env.update(req.get("env") or {})
-    try:
-        p = subprocess.Popen(req["argv"], cwd=req.get("cwd") or None, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    except FileNotFoundError as e:
-        send({"id": rid, "e": f"{e}\n"})
-        send({"id": rid, "exit": 127, "timed_out": False})
-        return
-    except (PermissionError, OSError) as e:
-        send({"id": rid, "e": f"{e}\n"})
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe()
+    control_r, control_w = os.pipe()
+    with shepherds_lock:
+        try:
+            pid = os.fork()
+        except OSError as e:
+            pid = -1
+            reason = e.strerror
+        if pid == 0:
+            try:
+                shepherd(req, env, out_w, err_w, status_w, control_r)
+            finally:
+                os._exit(1)
+        if pid > 0:
+            shepherds.add(pid)
+    for fd in (out_w, err_w, status_w, control_r):
+        os.close(fd)
+    if pid < 0:
+        for fd in (out_r, err_r, status_r, control_w):
+            os.close(fd)
+        send({"id": rid, "e": f"cannot start the command: {reason}\n"})
         send({"id": rid, "exit": 126, "timed_out": False})
         return
-    pumps = [threading.Thread(target=pump, args=(p.stdout, "o", rid), daemon=True),
-             threading.Thread(target=pump, args=(p.stderr, "e", rid), daemon=True)]
-    for t in pumps:
-        t.start()
+    with controls_lock:
+        controls[rid] = control_w
+    streams = {out_r: "o", err_r: "e"}
     end = time.monotonic() + float(req.get("timeout") or 3600)
     grace = float(req.get("grace") or 2)
-    timed_out = False
-    try:
-        p.wait(timeout=max(0.0, end - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    # Done only when the process exited and its output closed (background children too).
-    for t in pumps:
-        t.join(timeout=max(0.0, end - time.monotonic()))
-    if timed_out or any(t.is_alive() for t in pumps):
-        timed_out = True
-        kill_group(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for t in pumps:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        kill_group(p.pid, signal.SIGKILL)
-        for t in pumps:
-            t.join(timeout=5)
-    code = p.wait()
-    send({"id": rid, "exit": code if code >= 0 else 128 - code, "timed_out": timed_out})
+    status, timed_out, kill_at, give_up = b"", False, None, None
+    # Done when the command exited and its output closed (background children too).
+    while streams or b"\n" not in status:
+        now = time.monotonic()
+        if not timed_out and now >= end:
+            timed_out = True
+            control(rid, b"T")
+            kill_at = now + grace
+        if kill_at is not None and now >= kill_at:
+            control(rid, b"K")
+            kill_at, give_up = None, now + 5
+        if give_up is not None and now >= give_up:
+            break
+        wake = give_up or kill_at or end
+        watched = list(streams) + ([status_r] if b"\n" not in status else [])
+        ready, _, _ = select.select(watched, [], [], max(0.0, wake - now))
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if fd == status_r:
+                # The shepherd died without a word (killed): its tree was killed too.
+                status += chunk if chunk else b"137\n"
+            elif chunk:
+                send({"id": rid, streams[fd]: chunk.decode("latin-1")})
+            else:
+                del streams[fd]
+    # Whatever the command left running goes with it.
+    control(rid, b"K")
+    with controls_lock:
+        os.close(controls.pop(rid))
+    os.waitpid(pid, 0)
+    with shepherds_lock:
+        shepherds.discard(pid)
+    for fd in list(streams) + [status_r]:
+        os.close(fd)
+    code = int(status.split()[0]) if status.strip() else 137
+    send({"id": rid, "exit": code, "timed_out": timed_out})
 
+
+def serve(req):
+    try:
+        run(req)
+    except Exception as e:
+        send({"id": req.get("id"), "e": f"the command runner failed: {e}\n"})
+        send({"id": req.get("id"), "exit": 126, "timed_out": False})
+
+
+def kill_strays(wake_r):
+    """Kills what lands here that is no shepherd: the tree of a killed shepherd."""
+    me = os.getpid()
+    while True:
+        os.read(wake_r, 4096)
+        while True:
+            with shepherds_lock:
+                strays = [
+                    p for p, (_, parent) in processes().items() if parent == me and p not in shepherds
+                ]
+            if not strays:
+                break
+            signal_all(freeze(strays) | set(strays), signal.SIGKILL)
+            for pid in strays:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+
+
+if hasattr(gc, "freeze"):
+    gc.freeze()
+libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+# Not dumpable: commands (same user) cannot open this process's input or read its memory
+# through /proc, nor trace it; shepherds inherit it, commands lose it when they exec.
+libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+stray_r, stray_w = os.pipe()
+os.set_blocking(stray_w, False)
+signal.signal(signal.SIGCHLD, lambda *_: None)
+signal.set_wakeup_fd(stray_w)
+threading.Thread(target=kill_strays, args=(stray_r,), daemon=True).start()
 
 for line in sys.stdin.buffer:
     try:
         request = json.loads(line)
     except ValueError:
         continue
-    threading.Thread(target=run, args=(request,), daemon=True).start()
+    if "cancel" in request:
+        control(request["cancel"], b"K")
+        continue
+    try:
+        threading.Thread(target=serve, args=(request,), daemon=True).start()
+    except RuntimeError as e:
+        # The container's process limit bounds threads too.
+        send({"id": request.get("id"), "e": f"cannot start the command: {e}\n"})
+        send({"id": request.get("id"), "exit": 126, "timed_out": False})

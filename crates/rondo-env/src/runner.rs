@@ -27,8 +27,10 @@ pub(crate) enum Message {
 
 type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>>;
 
+type Input = Arc<tokio::sync::Mutex<Pin<Box<dyn AsyncWrite + Send>>>>;
+
 pub(crate) struct Runner {
-    input: tokio::sync::Mutex<Pin<Box<dyn AsyncWrite + Send>>>,
+    input: Input,
     pending: Pending,
     alive: Arc<AtomicBool>,
     next: AtomicU64,
@@ -45,10 +47,15 @@ pub(crate) struct Request {
 }
 
 impl Runner {
-    /// Starts the runner and checks it answers; `None` when the image cannot run it
-    /// (no python3), in which case commands go through plain execs.
-    pub(crate) async fn start(docker: &Docker, container: &str) -> Option<Runner> {
+    /// Starts the runner as `user` and checks it answers; `None` when the image cannot
+    /// run it (no python3), in which case commands go through plain execs.
+    pub(crate) async fn start(
+        docker: &Docker,
+        container: &str,
+        user: Option<String>,
+    ) -> Option<Runner> {
         let opts = CreateExecOptions {
+            user,
             attach_stdin: Some(true),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
@@ -93,7 +100,7 @@ impl Runner {
             })
         };
         let runner = Runner {
-            input: tokio::sync::Mutex::new(input),
+            input: Arc::new(tokio::sync::Mutex::new(input)),
             pending,
             alive,
             next: AtomicU64::new(1),
@@ -106,7 +113,7 @@ impl Runner {
             timeout: Duration::from_secs(10),
             grace: Duration::from_secs(1),
         };
-        let mut rx = runner.send(probe).await.ok()?;
+        let (mut rx, _) = runner.send(probe).await.ok()?;
         let answered = tokio::time::timeout(Duration::from_secs(15), async {
             while let Some(m) = rx.recv().await {
                 if let Message::Exit { code: 0, .. } = m {
@@ -128,7 +135,7 @@ impl Runner {
     pub(crate) async fn send(
         &self,
         req: Request,
-    ) -> Result<mpsc::UnboundedReceiver<Message>, EnvError> {
+    ) -> Result<(mpsc::UnboundedReceiver<Message>, Cancel), EnvError> {
         let id = self.next.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = mpsc::unbounded_channel();
         if let Ok(mut p) = self.pending.lock() {
@@ -144,15 +151,34 @@ impl Runner {
         })
         .to_string()
             + "\n";
-        let mut input = self.input.lock().await;
-        let written = async {
-            input.write_all(line.as_bytes()).await?;
-            input.flush().await
-        }
-        .await;
-        written
+        write_line(&self.input, &line)
+            .await
             .map_err(|e| EnvError::InvalidRequest(format!("the command runner stopped: {e}")))?;
-        Ok(rx)
+        let cancel = Cancel {
+            input: self.input.clone(),
+            id,
+        };
+        Ok((rx, cancel))
+    }
+}
+
+async fn write_line(input: &Input, line: &str) -> std::io::Result<()> {
+    let mut input = input.lock().await;
+    input.write_all(line.as_bytes()).await?;
+    input.flush().await
+}
+
+/// Ends one request early: the runner kills every process of its command.
+pub(crate) struct Cancel {
+    input: Input,
+    id: u64,
+}
+
+impl Cancel {
+    pub(crate) async fn send(self) {
+        let line = json!({ "cancel": self.id }).to_string() + "\n";
+        // A runner that is gone has nothing left to kill.
+        let _ = write_line(&self.input, &line).await;
     }
 }
 

@@ -600,3 +600,256 @@ async fn an_over_long_argument_is_a_failed_command() {
         env.shutdown().await.unwrap();
     }
 }
+
+const PROCS_PY: &str = include_str!("procs.py");
+
+/// The processes of the container but its init, the listing's own and the runner.
+async fn leftovers(env: &DockerEnv) -> String {
+    let out = env
+        .exec(ExecRequest::argv(["python3", "-c", PROCS_PY]))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    out.stdout
+}
+
+/// Leaves processes behind every way a shell can: a new session, `nohup`, a double fork,
+/// a cleared environment (no marker), all with their output elsewhere so the command ends.
+const ESCAPES: &str = "setsid sleep 1001 >/dev/null 2>&1 </dev/null & \
+     nohup sleep 1002 >/dev/null 2>&1 & \
+     ( sleep 1003 >/dev/null 2>&1 & ) ; \
+     env -i /bin/sleep 1004 >/dev/null 2>&1 & \
+     echo spawned";
+
+fn config(run: &str, use_runner: bool) -> DockerConfig {
+    let mut config = DockerConfig::new(IMAGE, common::unique(run));
+    config.use_runner = use_runner;
+    config
+}
+
+/// What a command starts ends with it, through the runner and through plain execs, as
+/// root in the container and as another user.
+#[tokio::test]
+async fn a_command_leaves_no_process_behind() {
+    if !common::docker_ready().await {
+        return;
+    }
+    for use_runner in [true, false] {
+        for user in [None, Some("65534:65534")] {
+            let mut config = config("leftovers", use_runner);
+            config.user = user.map(str::to_string);
+            let env = DockerEnv::start(config).await.unwrap();
+            let out = env.exec(ExecRequest::shell(ESCAPES)).await.unwrap();
+            assert_eq!(out.stdout, "spawned\n", "{use_runner} {user:?}: {out:?}");
+            assert!(!out.timed_out);
+            assert_eq!(
+                leftovers(&env).await,
+                "sleep infinity\n",
+                "runner {use_runner}, user {user:?}"
+            );
+            env.shutdown().await.unwrap();
+        }
+    }
+}
+
+/// Two commands at once in one container: when the first ends, its daemon goes and the
+/// second's child stays. Without the runner a daemon that cleared its environment cannot
+/// be told apart, so it goes when the last command running ends.
+#[tokio::test]
+async fn a_command_ending_spares_the_commands_running_beside_it() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let first = "setsid sleep 2001 >/dev/null 2>&1 </dev/null & \
+         echo $! > /tmp/first.tmp && mv /tmp/first.tmp /tmp/first.pid; \
+         env -i /bin/sleep 2002 >/dev/null 2>&1 & \
+         while [ ! -e /tmp/second.started ]; do sleep 0.05; done; echo first done";
+    let second = "sleep 3001 >/dev/null 2>&1 & mine=$!; touch /tmp/second.started; \
+         while [ ! -s /tmp/first.pid ]; do sleep 0.05; done; theirs=$(cat /tmp/first.pid); \
+         while kill -0 $theirs 2>/dev/null; do sleep 0.05; done; \
+         kill -0 $mine && echo mine alive";
+    for use_runner in [true, false] {
+        let env = DockerEnv::start(config("beside", use_runner))
+            .await
+            .unwrap();
+        let (a, b) = tokio::join!(
+            env.exec(ExecRequest::shell(first).timeout(Duration::from_secs(60))),
+            env.exec(ExecRequest::shell(second).timeout(Duration::from_secs(60)))
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.stdout, "first done\n", "runner {use_runner}: {a:?}");
+        assert_eq!(b.stdout, "mine alive\n", "runner {use_runner}: {b:?}");
+        assert!(b.success(), "runner {use_runner}: {b:?}");
+        assert_eq!(
+            leftovers(&env).await,
+            "sleep infinity\n",
+            "runner {use_runner}"
+        );
+        env.shutdown().await.unwrap();
+    }
+}
+
+/// A command that kills the process watching over it (its parent) does not get away:
+/// its whole tree is killed at once and the runner serves the next command.
+#[tokio::test]
+async fn a_command_that_kills_its_watcher_takes_its_tree_down() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let env = DockerEnv::start(config("watcher", true)).await.unwrap();
+    let out = env
+        .exec(
+            ExecRequest::shell(
+                "setsid sleep 4001 >/dev/null 2>&1 </dev/null & kill -9 $PPID; sleep 4002",
+            )
+            .timeout(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(137), "{out:?}");
+    assert!(!out.timed_out, "{out:?}");
+    assert_eq!(leftovers(&env).await, "sleep infinity\n");
+    env.shutdown().await.unwrap();
+}
+
+/// A command given up mid-way (the run's wall time ran out) is killed whole, also the
+/// processes that cleared their environment.
+#[tokio::test]
+async fn a_dropped_command_is_killed_whole() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let env = DockerEnv::start(config("dropped", true)).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let req = ExecRequest::shell(
+        "env -i /bin/sleep 5001 >/dev/null 2>&1 & setsid sleep 5002 >/dev/null 2>&1 & \
+         echo ready; sleep 5003",
+    )
+    .on_line(move |_, line| {
+        let _ = tx.send(line.to_string());
+    });
+    tokio::select! {
+        out = env.exec(req) => panic!("the command ended: {out:?}"),
+        line = rx.recv() => assert_eq!(line.as_deref(), Some("ready")),
+    }
+    // The kill runs in the background: look until it is done.
+    let mut left = String::new();
+    for _ in 0..200 {
+        left = leftovers(&env).await;
+        if left == "sleep infinity\n" {
+            break;
+        }
+    }
+    assert_eq!(left, "sleep infinity\n");
+    env.shutdown().await.unwrap();
+}
+
+/// Unset limits are the defaults, never none; a process limit below 1 is refused.
+#[tokio::test]
+async fn unset_limits_are_the_defaults() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let mut config = config("unset", true);
+    config.pids_limit = None;
+    config.memory_bytes = None;
+    config.cpus = None;
+    let env = DockerEnv::start(config.clone()).await.unwrap();
+    let info = env
+        .docker()
+        .inspect_container(env.container_id(), None)
+        .await
+        .unwrap();
+    let hc = info.host_config.unwrap();
+    assert_eq!(hc.pids_limit, Some(512));
+    assert_eq!(hc.memory, Some(2 << 30));
+    assert_eq!(hc.nano_cpus, Some(2_000_000_000));
+    env.shutdown().await.unwrap();
+    config.pids_limit = Some(0);
+    let err = DockerEnv::start(config).await.err().unwrap();
+    assert!(err.to_string().contains("at least 1"), "{err}");
+}
+
+/// A command cannot reach the runner's own input (to start a command of its own outside
+/// its tree, or cancel another's), its environment or its memory, as root in the container
+/// or as another user.
+#[tokio::test]
+async fn a_command_cannot_reach_the_runner() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let script = r#"
+import os
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+runner = os.getpid()
+while parent(runner) != 0:
+    runner = parent(runner)
+request = b'{"id": 999999, "argv": ["sleep", "6001"], "cwd": "/", "env": {}, "timeout": 100000, "grace": 1}\n'
+for what, mode in (("fd/0", os.O_WRONLY), ("environ", os.O_RDONLY), ("mem", os.O_RDONLY)):
+    try:
+        fd = os.open(f"/proc/{runner}/{what}", mode)
+        if what == "fd/0":
+            os.write(fd, request)
+        print(what, "open")
+    except OSError as e:
+        print(what, "refused")
+"#;
+    for user in [None, Some("65534:65534")] {
+        let mut config = config("runner", true);
+        config.user = user.map(str::to_string);
+        let env = DockerEnv::start(config).await.unwrap();
+        let out = env
+            .exec(ExecRequest::argv(["python3", "-c", script]))
+            .await
+            .unwrap();
+        assert_eq!(
+            out.stdout, "fd/0 refused\nenviron refused\nmem refused\n",
+            "{user:?}: {out:?}"
+        );
+        assert_eq!(leftovers(&env).await, "sleep infinity\n", "{user:?}");
+        env.shutdown().await.unwrap();
+    }
+}
+
+/// A command that signals everything it can (the container's init, its `sleep infinity`,
+/// every process of its user, the runner included) does not stop the container: the
+/// commands after it run, through a new runner, as root in the container or not.
+#[tokio::test]
+async fn a_command_cannot_stop_the_container() {
+    if !common::docker_ready().await {
+        return;
+    }
+    let vandal = "kill -TERM 1; kill -KILL 1; pkill -KILL -x sleep; pkill -KILL python3; \
+                  kill -KILL -1; echo survived";
+    for use_runner in [true, false] {
+        for user in [None, Some("65534:65534")] {
+            let mut config = config("vandal", use_runner);
+            config.user = user.map(str::to_string);
+            let env = DockerEnv::start(config).await.unwrap();
+            let out = env.exec(ExecRequest::shell(vandal)).await.unwrap();
+            if use_runner {
+                // It killed the runner, and so itself: a failed command, not an error.
+                assert_eq!(out.exit_code, None, "{user:?}: {out:?}");
+                assert!(out.stderr.contains("runner in the container was killed"));
+            }
+            let state = env
+                .docker()
+                .inspect_container(env.container_id(), None)
+                .await
+                .unwrap()
+                .state
+                .unwrap();
+            assert_eq!(state.running, Some(true), "{use_runner} {user:?}");
+            let next = env.exec(ExecRequest::shell("echo next")).await.unwrap();
+            assert_eq!(next.stdout, "next\n", "{use_runner} {user:?}: {next:?}");
+            assert_eq!(
+                leftovers(&env).await,
+                "sleep infinity\n",
+                "{use_runner} {user:?}"
+            );
+            env.shutdown().await.unwrap();
+        }
+    }
+}

@@ -255,7 +255,8 @@ impl Envs {
                     config.user = spec.user.clone();
                     config.read_only_root = spec.read_only_root;
                     config.tools = tools.clone();
-                    (config.mounts, config.masks) = docker_mounts(&spec.mounts, &self.workspace)?;
+                    (config.mounts, config.masks) =
+                        docker_mounts(&spec.mounts, &self.workspace, &run_dir)?;
                     config
                         .mounts
                         .extend(self.input_paths.iter().map(|p| rondo_env::Mount {
@@ -334,10 +335,20 @@ impl Envs {
 fn docker_mounts(
     specs: &[String],
     workspace: &std::path::Path,
+    run_dir: &std::path::Path,
 ) -> Result<(Vec<rondo_env::Mount>, Vec<String>), String> {
     use crate::compile::mounts::{MountSource, parse_mount};
     let root = rondo_workspace::Workspace::open(workspace)
         .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+    // The records a container must never see: a `--workspace` folder's `.rondo` (every run
+    // made there), or the run folder itself (which holds its workspace).
+    let canonical = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or(p.to_path_buf());
+    let run_dir = canonical(run_dir);
+    let records = if run_dir.starts_with(root.root()) {
+        root.root().join(rondo_workspace::SYSTEM_DIR)
+    } else {
+        run_dir
+    };
     let mut masks = Vec::new();
     let mut mounts = Vec::new();
     for m in specs {
@@ -369,12 +380,24 @@ fn docker_mounts(
         if let Some(why) = rondo_env::refused_mount(&host) {
             return Err(format!("mount `{m}`: {why}"));
         }
-        if host.join(rondo_workspace::SYSTEM_DIR).is_dir() {
-            masks.push(format!(
-                "{}/{}",
-                spec.container.trim_end_matches('/'),
-                rondo_workspace::SYSTEM_DIR
+        let host_real = canonical(&host);
+        if host_real.starts_with(&records) && !host_real.starts_with(root.root()) {
+            return Err(format!(
+                "mount `{m}`: {} holds the run's records, which no container may see",
+                host.display()
             ));
+        }
+        let container = spec.container.trim_end_matches('/');
+        if host.join(rondo_workspace::SYSTEM_DIR).is_dir() {
+            masks.push(format!("{container}/{}", rondo_workspace::SYSTEM_DIR));
+        }
+        if let Ok(inside) = records.strip_prefix(&host_real)
+            && !inside.as_os_str().is_empty()
+        {
+            let mask = format!("{container}/{}", inside.display());
+            if !masks.contains(&mask) {
+                masks.push(mask);
+            }
         }
         mounts.push(rondo_env::Mount {
             host,

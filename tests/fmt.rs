@@ -202,27 +202,6 @@ fn every_shipped_workflow_and_fixture_that_parses_is_formatted_to_the_same_workf
     );
 }
 
-/// The workflows shipped are kept in the layout `rondo fmt` gives.
-#[test]
-fn the_shipped_workflows_are_formatted() {
-    let root = common::root();
-    let mut files = Vec::new();
-    rondo_files(&root.join("workflows"), &mut files);
-    files.sort();
-    let out = rondo()
-        .arg("fmt")
-        .arg("--check")
-        .args(&files)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "not formatted (run `rondo fmt workflows/*.rondo`):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 const MESSY: &str = r#"// A review loop, written carelessly.
 workflow   review{
   description="a writer and a reviewer"   // what it is

@@ -98,23 +98,39 @@ fn verify(ast: &syntax::Ast, comments: &[Comment], formatted: &str) -> Result<()
     Ok(())
 }
 
-/// The tree as JSON, every span (`{"start": .., "end": ..}`) taken out.
-fn without_spans(ast: &syntax::Ast) -> serde_json::Value {
-    let mut value = serde_json::to_value(ast).unwrap_or_default();
-    let mut stack = vec![&mut value];
-    while let Some(v) = stack.pop() {
-        let is_span = v.as_object().is_some_and(|map| {
-            map.len() == 2 && map.contains_key("start") && map.contains_key("end")
-        });
-        if is_span {
-            *v = serde_json::Value::Null;
-            continue;
-        }
-        match v {
-            serde_json::Value::Object(map) => stack.extend(map.values_mut()),
-            serde_json::Value::Array(items) => stack.extend(items.iter_mut()),
-            _ => {}
+/// The tree as JSON, every span (`{"start":N,"end":M}`) written `null`. A string of
+/// the tree cannot hold that text: its quotes would be escaped.
+fn without_spans(ast: &syntax::Ast) -> String {
+    let json = serde_json::to_string(ast).unwrap_or_default();
+    let mut out = String::with_capacity(json.len());
+    let mut rest = json.as_str();
+    while let Some(at) = rest.find("{\"start\":") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at..];
+        match span_length(after) {
+            Some(length) => {
+                out.push_str("null");
+                rest = &after[length..];
+            }
+            None => {
+                out.push('{');
+                rest = &after[1..];
+            }
         }
     }
-    value
+    out.push_str(rest);
+    out
+}
+
+/// The length of the `{"start":N,"end":M}` that `text` starts with.
+fn span_length(text: &str) -> Option<usize> {
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    let mut at = "{\"start\":".len();
+    let n = digits(&text[at..]);
+    at += n;
+    let rest = text[at..].strip_prefix(",\"end\":")?;
+    at += ",\"end\":".len();
+    let m = digits(rest);
+    at += m;
+    (n > 0 && m > 0 && text[at..].starts_with('}')).then_some(at + 1)
 }

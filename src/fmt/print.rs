@@ -44,8 +44,8 @@ enum Node<'a> {
     Attr(&'a Attr),
     ToolInput(&'a TypeExpr),
     Output(&'a OutputDecl, Span),
-    /// `update { ... }`: where `update` starts and its braces.
-    Update(usize, Span),
+    /// `update { ... }` of a role: where `update` starts and its braces.
+    Update(&'a RoleDecl, usize, Span),
     Statement(&'a UpdateStmt),
     MemoryEntry(&'a MemoryEntry),
     Field(&'a FieldDecl),
@@ -73,7 +73,7 @@ impl Node<'_> {
             Node::Workflow(d) => d.span,
             Node::Import(d) => d.span,
             Node::Type(d) => d.span,
-            Node::Memory(start, block) | Node::Update(start, block) => {
+            Node::Memory(start, block) | Node::Update(_, start, block) => {
                 Span::new(start, block.end + 1)
             }
             Node::Provider(d) | Node::Environment(d) => d.span,
@@ -476,29 +476,22 @@ impl<'a> Printer<'a> {
                 let mut nodes: Vec<Node<'a>> = r.attrs.iter().map(Node::Attr).collect();
                 nodes.extend(r.output.iter().map(|(o, span)| Node::Output(o, *span)));
                 for (word, braces) in self.scan.blocks_after_word(self.src, r.span, "update", 1) {
-                    nodes.push(Node::Update(word, braces));
+                    nodes.push(Node::Update(r, word, braces));
                 }
                 nodes.extend(r.artifacts.iter().map(Node::Artifact));
                 let header = format!("role {}: {}", r.name.name, r.kind.name);
                 self.block(ast, indent, header, start, nodes, end - 1, nil());
             }
-            Node::Update(_, braces) => {
-                let role = ast
-                    .roles
-                    .iter()
-                    .find(|r| r.span.start < braces.start && braces.end < r.span.end);
+            Node::Update(role, _, braces) => {
                 let nodes = role
-                    .map(|r| {
-                        r.updates
-                            .iter()
-                            .filter(|u| {
-                                let (s, _) = Node::Statement(u).range();
-                                s > braces.start && s < braces.end
-                            })
-                            .map(Node::Statement)
-                            .collect()
+                    .updates
+                    .iter()
+                    .filter(|u| {
+                        let (s, _) = Node::Statement(u).range();
+                        s > braces.start && s < braces.end
                     })
-                    .unwrap_or_default();
+                    .map(Node::Statement)
+                    .collect();
                 self.block(
                     ast,
                     indent,

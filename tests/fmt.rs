@@ -349,6 +349,26 @@ fn a_file_that_does_not_parse_is_reported_and_left_as_it_was() {
     }
 }
 
+/// Nesting the parser reads but the printer will not descend: refused with a message,
+/// never a crash (1,000 nested object types overflowed the printer's stack).
+#[test]
+fn a_file_nested_too_deeply_is_refused_not_crashed() {
+    let depth = 1000;
+    let source = format!(
+        "type T = {}string{}\n",
+        "{ a: ".repeat(depth),
+        " }".repeat(depth)
+    );
+    let out = with_stdin(&["fmt", "-"], &source);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains("nested more than 256 levels deep"),
+        "{}",
+        common::stderr(&out)
+    );
+    assert!(out.stdout.is_empty());
+}
+
 fn with_stdin(args: &[&str], input: &str) -> std::process::Output {
     use std::io::Write;
     let mut child = rondo()

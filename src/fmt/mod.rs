@@ -19,6 +19,8 @@ pub use scan::Comment;
 pub enum FormatError {
     /// The file does not parse: its syntax errors. A file is formatted only whole.
     Syntax(Diagnostics),
+    /// The file nests blocks, types or expressions deeper than the formatter goes.
+    TooDeep,
     /// The layout would change what the file says: a fault of the formatter, reported
     /// rather than written.
     Changed(String),
@@ -28,6 +30,11 @@ impl std::fmt::Display for FormatError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FormatError::Syntax(d) => write!(f, "{} syntax error(s)", d.error_count()),
+            FormatError::TooDeep => write!(
+                f,
+                "nested more than {} levels deep: not formatted",
+                print::MAX_NESTING
+            ),
             FormatError::Changed(what) => write!(
                 f,
                 "formatting would change the workflow ({what}); the file is left as it is (a bug in `rondo fmt`: please report it)"
@@ -60,7 +67,9 @@ pub fn format(file: &SourceFile) -> Result<String, FormatError> {
         return Err(FormatError::Syntax(diagnostics));
     }
     let scanned = scan::scan(&file.text);
-    let formatted = print::Printer::new(&file.text, &scanned).file(&ast);
+    let formatted = print::Printer::new(&file.text, &scanned)
+        .file(&ast)
+        .ok_or(FormatError::TooDeep)?;
     verify(&ast, &scanned.comments, &formatted)?;
     Ok(formatted)
 }

@@ -155,9 +155,16 @@ fn sorted(mut nodes: Vec<Node<'_>>) -> Vec<Node<'_>> {
     nodes
 }
 
+/// How deep blocks, types, values and expressions may nest for the printer (which
+/// recurses on them): deeper, the file is not formatted.
+pub const MAX_NESTING: usize = 256;
+
 pub struct Printer<'a> {
     src: &'a str,
     scan: &'a Scan,
+    /// How deep the printer is now, and whether it went past [`MAX_NESTING`].
+    depth: std::cell::Cell<usize>,
+    too_deep: std::cell::Cell<bool>,
     /// The next comment to print.
     next: usize,
     out: Vec<Out>,
@@ -170,13 +177,16 @@ impl<'a> Printer<'a> {
         Printer {
             src,
             scan,
+            depth: std::cell::Cell::new(0),
+            too_deep: std::cell::Cell::new(false),
             next: 0,
             out: Vec::new(),
             prev_end: 0,
         }
     }
 
-    pub fn file(mut self, ast: &'a Ast) -> String {
+    /// The file formatted; `None` when it nests past [`MAX_NESTING`].
+    pub fn file(mut self, ast: &'a Ast) -> Option<String> {
         let mut nodes: Vec<Node<'a>> = Vec::new();
         nodes.extend(ast.workflow.iter().map(Node::Workflow));
         nodes.extend(ast.imports.iter().map(Node::Import));
@@ -198,7 +208,31 @@ impl<'a> Printer<'a> {
         nodes.extend(ast.tests.iter().map(Node::Test));
         let nodes = sorted(nodes);
         self.body(ast, &nodes, 0, self.src.len(), true);
-        self.finish()
+        if self.too_deep.get() {
+            return None;
+        }
+        Some(self.finish())
+    }
+
+    /// One level deeper; `false` (and nothing is to be printed) past [`MAX_NESTING`].
+    fn enter(&self) -> bool {
+        let depth = self.depth.get() + 1;
+        self.depth.set(depth);
+        if depth > MAX_NESTING {
+            self.too_deep.set(true);
+        }
+        !self.too_deep.get()
+    }
+
+    fn leave(&self) {
+        self.depth.set(self.depth.get() - 1);
+    }
+
+    /// `print` one level deeper, or nothing past [`MAX_NESTING`].
+    fn nested<T>(&self, print: impl FnOnce() -> T, nothing: T) -> T {
+        let result = if self.enter() { print() } else { nothing };
+        self.leave();
+        result
     }
 
     /// The statements of a block (or of the file), then the comments left before `close`.
@@ -399,6 +433,13 @@ impl<'a> Printer<'a> {
     }
 
     fn node(&mut self, ast: &'a Ast, node: &Node<'a>, indent: usize) {
+        if self.enter() {
+            self.node_inner(ast, node, indent);
+        }
+        self.leave();
+    }
+
+    fn node_inner(&mut self, ast: &'a Ast, node: &Node<'a>, indent: usize) {
         let (start, end) = node.range();
         match *node {
             Node::Workflow(w) => {
@@ -762,6 +803,10 @@ impl<'a> Printer<'a> {
     }
 
     fn expr(&self, e: &Expr) -> Doc {
+        self.nested(|| self.expr_inner(e), nil())
+    }
+
+    fn expr_inner(&self, e: &Expr) -> Doc {
         match &e.kind {
             ExprKind::String(_) | ExprKind::Number(_) => self.literal(e.span),
             ExprKind::Bool(b) => text(if *b { "true" } else { "false" }),
@@ -844,6 +889,10 @@ impl<'a> Printer<'a> {
     }
 
     fn value(&self, v: &Value) -> Doc {
+        self.nested(|| self.value_inner(v), nil())
+    }
+
+    fn value_inner(&self, v: &Value) -> Doc {
         match &v.kind {
             ValueKind::String(_) | ValueKind::Number(_) | ValueKind::Duration(_) => {
                 self.literal(v.span)
@@ -881,6 +930,10 @@ impl<'a> Printer<'a> {
     }
 
     fn ty(&self, t: &TypeExpr) -> Doc {
+        self.nested(|| self.ty_inner(t), nil())
+    }
+
+    fn ty_inner(&self, t: &TypeExpr) -> Doc {
         match &t.kind {
             TypeKind::Named(name) => text(name.clone()),
             TypeKind::Literal(_) => self.literal(t.span),

@@ -26,25 +26,25 @@ fn comments(text: &str) -> Vec<String> {
     let mut rest = text;
     while let Some(at) = rest.find(['"', '/']) {
         let from = &rest[at..];
-        let skip = if from.starts_with("\"\"\"") {
-            3 + from[3..].find("\"\"\"").map_or(from.len() - 3, |e| e + 3)
-        } else if from.starts_with('"') {
+        let skip = if let Some(body) = from.strip_prefix("\"\"\"") {
+            3 + body.find("\"\"\"").map_or(body.len(), |e| e + 3)
+        } else if let Some(body) = from.strip_prefix('"') {
             let mut escaped = false;
-            let end = from[1..]
+            let end = body
                 .char_indices()
                 .find(|&(_, c)| {
                     let closes = !escaped && (c == '"' || c == '\n');
                     escaped = !escaped && c == '\\';
                     closes
                 })
-                .map_or(from.len() - 1, |(i, _)| i + 1);
+                .map_or(body.len(), |(i, _)| i + 1);
             1 + end
         } else if from.starts_with("//") {
             let end = from.find('\n').unwrap_or(from.len());
             found.push(from[..end].trim_end().to_string());
             end
-        } else if from.starts_with("/*") {
-            let end = from[2..].find("*/").map_or(from.len(), |e| e + 4);
+        } else if let Some(body) = from.strip_prefix("/*") {
+            let end = body.find("*/").map_or(from.len(), |e| e + 4);
             found.push(from[..end].to_string());
             end
         } else {

@@ -67,8 +67,8 @@ pub fn format(file: &SourceFile) -> Result<String, FormatError> {
         return Err(FormatError::Syntax(diagnostics));
     }
     let scanned = scan::scan(&file.text);
-    let formatted = print::Printer::new(&file.text, &scanned)
-        .file(&ast)
+    let formatted = print::Printer::new(&file.text, &scanned, &ast)
+        .file()
         .ok_or(FormatError::TooDeep)?;
     verify(&ast, &scanned.comments, &formatted)?;
     Ok(formatted)

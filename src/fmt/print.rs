@@ -161,6 +161,7 @@ pub const MAX_NESTING: usize = 256;
 
 pub struct Printer<'a> {
     src: &'a str,
+    ast: &'a Ast,
     scan: &'a Scan,
     /// How deep the printer is now, and whether it went past [`MAX_NESTING`].
     depth: std::cell::Cell<usize>,
@@ -173,9 +174,10 @@ pub struct Printer<'a> {
 }
 
 impl<'a> Printer<'a> {
-    pub fn new(src: &'a str, scan: &'a Scan) -> Self {
+    pub fn new(src: &'a str, scan: &'a Scan, ast: &'a Ast) -> Self {
         Printer {
             src,
+            ast,
             scan,
             depth: std::cell::Cell::new(0),
             too_deep: std::cell::Cell::new(false),
@@ -186,7 +188,8 @@ impl<'a> Printer<'a> {
     }
 
     /// The file formatted; `None` when it nests past [`MAX_NESTING`].
-    pub fn file(mut self, ast: &'a Ast) -> Option<String> {
+    pub fn file(mut self) -> Option<String> {
+        let ast = self.ast;
         let mut nodes: Vec<Node<'a>> = Vec::new();
         nodes.extend(ast.workflow.iter().map(Node::Workflow));
         nodes.extend(ast.imports.iter().map(Node::Import));
@@ -207,7 +210,7 @@ impl<'a> Printer<'a> {
         nodes.extend(ast.artifacts.iter().map(Node::Artifact));
         nodes.extend(ast.tests.iter().map(Node::Test));
         let nodes = sorted(nodes);
-        self.body(ast, &nodes, 0, self.src.len(), true);
+        self.body(&nodes, 0, self.src.len(), true);
         if self.too_deep.get() {
             return None;
         }
@@ -236,7 +239,7 @@ impl<'a> Printer<'a> {
     }
 
     /// The statements of a block (or of the file), then the comments left before `close`.
-    fn body(&mut self, ast: &'a Ast, nodes: &[Node<'a>], indent: usize, close: usize, top: bool) {
+    fn body(&mut self, nodes: &[Node<'a>], indent: usize, close: usize, top: bool) {
         let mut first = true;
         let mut previous: Option<Group> = None;
         for (i, node) in nodes.iter().enumerate() {
@@ -246,7 +249,7 @@ impl<'a> Printer<'a> {
             self.comments_before(flush_to, indent, &mut first, &mut force);
             self.gap(start, &mut first, &mut force);
             let (first_line, comments_before) = (self.out.len(), self.next);
-            self.node(ast, node, indent);
+            self.node(node, indent);
             self.prev_end = self.prev_end.max(end);
             let limit = nodes.get(i + 1).map_or(close, |n| n.range().0);
             // A block written on one line, now broken: its comment goes on its first line.
@@ -336,10 +339,8 @@ impl<'a> Printer<'a> {
     }
 
     /// `header {`, the statements, `footer`.
-    #[allow(clippy::too_many_arguments)]
     fn block(
         &mut self,
-        ast: &'a Ast,
         indent: usize,
         header: String,
         start: usize,
@@ -355,7 +356,7 @@ impl<'a> Printer<'a> {
         let limit = nodes.first().map_or(close, |n| n.range().0);
         self.line(indent, format!("{header} {{"));
         self.same_line_comment(start, start, limit, self.out.len() - 1);
-        self.body(ast, &nodes, indent + 1, close, false);
+        self.body(&nodes, indent + 1, close, false);
         self.prev_end = self.prev_end.max(close + 1);
         self.leaf(indent, concat(vec![text("}"), footer]));
     }
@@ -364,7 +365,6 @@ impl<'a> Printer<'a> {
     /// inside stays on the line when it fits.
     fn attr_block(
         &mut self,
-        ast: &'a Ast,
         indent: usize,
         head: String,
         start: usize,
@@ -387,15 +387,13 @@ impl<'a> Printer<'a> {
             }
         }
         let nodes = attrs.iter().map(Node::Attr).collect();
-        self.block(ast, indent, head, start, nodes, braces.end, footer);
+        self.block(indent, head, start, nodes, braces.end, footer);
     }
 
     /// `head { field: type ... }`, `object` being the braces' span: one field with no
     /// comment inside stays on the line when it fits.
-    #[allow(clippy::too_many_arguments)]
     fn fields_block(
         &mut self,
-        ast: &'a Ast,
         indent: usize,
         head: String,
         start: usize,
@@ -418,7 +416,7 @@ impl<'a> Printer<'a> {
             }
         }
         let nodes = fields.iter().map(Node::Field).collect();
-        self.block(ast, indent, head, start, nodes, object.end - 1, footer);
+        self.block(indent, head, start, nodes, object.end - 1, footer);
     }
 
     fn fits_on_a_line(&self, indent: usize, doc: &Doc) -> bool {
@@ -432,14 +430,14 @@ impl<'a> Printer<'a> {
         comments.get(first).is_some_and(|c| c.span.start < span.end)
     }
 
-    fn node(&mut self, ast: &'a Ast, node: &Node<'a>, indent: usize) {
+    fn node(&mut self, node: &Node<'a>, indent: usize) {
         if self.enter() {
-            self.node_inner(ast, node, indent);
+            self.node_inner(node, indent);
         }
         self.leave();
     }
 
-    fn node_inner(&mut self, ast: &'a Ast, node: &Node<'a>, indent: usize) {
+    fn node_inner(&mut self, node: &Node<'a>, indent: usize) {
         let (start, end) = node.range();
         match *node {
             Node::Workflow(w) => {
@@ -447,7 +445,7 @@ impl<'a> Printer<'a> {
                 nodes.extend(w.attrs.iter().map(Node::Attr));
                 nodes.extend(w.answers.iter().map(Node::Answer));
                 let header = format!("workflow {}", w.name.name);
-                self.block(ast, indent, header, start, nodes, end - 1, nil());
+                self.block(indent, header, start, nodes, end - 1, nil());
             }
             Node::Import(i) => {
                 let kind = match i.kind {
@@ -463,7 +461,7 @@ impl<'a> Printer<'a> {
             Node::Type(t) => match object_of(&t.ty) {
                 Some((fields, object, optional)) if !optional => {
                     let header = format!("type {}", t.name.name);
-                    self.fields_block(ast, indent, header, start, fields, object, nil());
+                    self.fields_block(indent, header, start, fields, object, nil());
                 }
                 _ => {
                     let doc = concat(vec![
@@ -474,21 +472,14 @@ impl<'a> Printer<'a> {
                 }
             },
             Node::Memory(_, braces) => {
-                let nodes = ast
+                let nodes = self
+                    .ast
                     .memory
                     .iter()
                     .filter(|e| e.span.start > braces.start && e.span.end <= braces.end)
                     .map(Node::MemoryEntry)
                     .collect();
-                self.block(
-                    ast,
-                    indent,
-                    "memory".into(),
-                    start,
-                    nodes,
-                    braces.end,
-                    nil(),
-                );
+                self.block(indent, "memory".into(), start, nodes, braces.end, nil());
             }
             Node::Provider(p) | Node::Environment(p) => {
                 let keyword = if matches!(node, Node::Provider(_)) {
@@ -498,20 +489,20 @@ impl<'a> Printer<'a> {
                 };
                 let nodes = p.attrs.iter().map(Node::Attr).collect();
                 let header = format!("{keyword} {}", p.name.name);
-                self.block(ast, indent, header, start, nodes, end - 1, nil());
+                self.block(indent, header, start, nodes, end - 1, nil());
             }
             Node::Tool(t) => {
                 let mut nodes: Vec<Node<'a>> = t.attrs.iter().map(Node::Attr).collect();
                 nodes.extend(t.input.iter().map(Node::ToolInput));
                 let header = format!("tool {}", t.name.name);
-                self.block(ast, indent, header, start, nodes, end - 1, nil());
+                self.block(indent, header, start, nodes, end - 1, nil());
             }
             Node::ToolInput(ty) => {
                 let fields = match &ty.kind {
                     TypeKind::Object(fields) => fields.as_slice(),
                     _ => &[],
                 };
-                self.fields_block(ast, indent, "input".into(), start, fields, ty.span, nil());
+                self.fields_block(indent, "input".into(), start, fields, ty.span, nil());
             }
             Node::Role(r) => {
                 let mut nodes: Vec<Node<'a>> = r.attrs.iter().map(Node::Attr).collect();
@@ -521,7 +512,7 @@ impl<'a> Printer<'a> {
                 }
                 nodes.extend(r.artifacts.iter().map(Node::Artifact));
                 let header = format!("role {}: {}", r.name.name, r.kind.name);
-                self.block(ast, indent, header, start, nodes, end - 1, nil());
+                self.block(indent, header, start, nodes, end - 1, nil());
             }
             Node::Update(role, _, braces) => {
                 let nodes = role
@@ -533,15 +524,7 @@ impl<'a> Printer<'a> {
                     })
                     .map(Node::Statement)
                     .collect();
-                self.block(
-                    ast,
-                    indent,
-                    "update".into(),
-                    start,
-                    nodes,
-                    braces.end,
-                    nil(),
-                );
+                self.block(indent, "update".into(), start, nodes, braces.end, nil());
             }
             Node::Statement(s) => {
                 let doc = match s {
@@ -555,7 +538,7 @@ impl<'a> Printer<'a> {
                 };
                 self.leaf(indent, doc);
             }
-            Node::Output(o, _) => self.output(ast, o, indent, start, end),
+            Node::Output(o, _) => self.output(o, indent, start, end),
             Node::Exit(e) => {
                 let condition = match &e.condition {
                     Some(c) => concat(vec![text(" when "), self.expr(c)]),
@@ -564,7 +547,7 @@ impl<'a> Printer<'a> {
                 let head = format!("exit {}", e.name.name);
                 match self.scan.block_at(e.name.span.end) {
                     Some(braces) if !e.attrs.is_empty() => {
-                        self.attr_block(ast, indent, head, start, &e.attrs, braces, condition);
+                        self.attr_block(indent, head, start, &e.attrs, braces, condition);
                     }
                     _ => self.leaf(indent, concat(vec![text(head), condition])),
                 }
@@ -597,15 +580,7 @@ impl<'a> Printer<'a> {
                 nodes.extend(t.replies.iter().map(Node::Reply));
                 nodes.extend(t.expectations.iter().map(Node::Expect));
                 nodes.extend(t.attrs.iter().map(Node::Attr));
-                self.block(
-                    ast,
-                    indent,
-                    format!("test {name}"),
-                    start,
-                    nodes,
-                    end - 1,
-                    nil(),
-                );
+                self.block(indent, format!("test {name}"), start, nodes, end - 1, nil());
             }
             Node::Input(i) => {
                 let mut parts = vec![text(format!("input {}: ", i.name.name)), self.ty(&i.ty)];
@@ -625,7 +600,7 @@ impl<'a> Printer<'a> {
                         .scan
                         .block_at(a.key.span.end)
                         .unwrap_or(Span::new(a.span.end - 1, a.span.end - 1));
-                    self.attr_block(ast, indent, a.key.name.clone(), start, attrs, braces, nil());
+                    self.attr_block(indent, a.key.name.clone(), start, attrs, braces, nil());
                 }
                 _ => {
                     let doc = self.attr_line(a);
@@ -645,7 +620,7 @@ impl<'a> Printer<'a> {
                     let head = format!("{}: {}", e.name.name, kind.name);
                     match self.scan.block_at(kind.span.end) {
                         Some(braces) if !attrs.is_empty() => {
-                            self.attr_block(ast, indent, head, start, attrs, braces, nil());
+                            self.attr_block(indent, head, start, attrs, braces, nil());
                         }
                         _ => self.line(indent, head),
                     }
@@ -655,7 +630,7 @@ impl<'a> Printer<'a> {
                 Some((fields, object, optional)) => {
                     let footer = text(if optional { "?" } else { "" });
                     let header = format!("{}:", f.name.name);
-                    self.fields_block(ast, indent, header, start, fields, object, footer);
+                    self.fields_block(indent, header, start, fields, object, footer);
                 }
                 None => {
                     let doc = concat(vec![text(format!("{}: ", f.name.name)), self.ty(&f.ty)]);
@@ -715,14 +690,7 @@ impl<'a> Printer<'a> {
         }
     }
 
-    fn output(
-        &mut self,
-        ast: &'a Ast,
-        output: &'a OutputDecl,
-        indent: usize,
-        start: usize,
-        end: usize,
-    ) {
+    fn output(&mut self, output: &'a OutputDecl, indent: usize, start: usize, end: usize) {
         let (word, ty) = match output {
             OutputDecl::Json(ty) => ("json", ty),
             OutputDecl::Tagged(ty) => ("tagged", ty),
@@ -742,7 +710,7 @@ impl<'a> Printer<'a> {
             Some((fields, object, optional)) => {
                 let footer = text(if optional { "?" } else { "" });
                 let header = format!("output {word}");
-                self.fields_block(ast, indent, header, start, fields, object, footer);
+                self.fields_block(indent, header, start, fields, object, footer);
             }
             None => {
                 let doc = concat(vec![text(format!("output {word} ")), self.ty(ty)]);

@@ -522,6 +522,17 @@ fn a_multiline_string_is_moved_not_changed() {
     );
 }
 
+/// Windows line ends come out as `\n`, inside `"""` strings too, the values unchanged.
+#[test]
+fn crlf_line_ends_give_the_same_text_as_lf() {
+    let path = common::root().join("workflows/iter.rondo");
+    let lf = std::fs::read_to_string(&path).unwrap();
+    let crlf = lf.replace('\n', "\r\n");
+    let formatted = assert_formats_faithfully(&path, &crlf);
+    assert!(!formatted.contains('\r'));
+    assert_eq!(formatted, format(&path, &lf));
+}
+
 /// Adds comments to a generated workflow (it has no multi-line string, so each line ends
 /// outside one): a line comment at the end of some lines, a comment line before others,
 /// a block comment at the start of some.

@@ -764,7 +764,8 @@ impl<'a> Printer<'a> {
     fn literal(&self, span: Span) -> Doc {
         let written = &self.src[span.start..span.end];
         if written.starts_with("\"\"\"") {
-            Doc::Raw(written.to_string())
+            // The parser reads a line of such a string without its `\r\n` or `\n`.
+            Doc::Raw(written.replace("\r\n", "\n"))
         } else {
             text(written.to_string())
         }

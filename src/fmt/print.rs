@@ -260,7 +260,7 @@ impl<'a> Printer<'a> {
             let line = if header {
                 first_line
             } else {
-                self.out.len() - 1
+                self.out.len().saturating_sub(1)
             };
             self.same_line_comment(end, end, limit, line);
             previous = Some(node.group());
@@ -355,7 +355,7 @@ impl<'a> Printer<'a> {
         }
         let limit = nodes.first().map_or(close, |n| n.range().0);
         self.line(indent, format!("{header} {{"));
-        self.same_line_comment(start, start, limit, self.out.len() - 1);
+        self.same_line_comment(start, start, limit, self.out.len().saturating_sub(1));
         self.body(&nodes, indent + 1, close, false);
         self.prev_end = self.prev_end.max(close + 1);
         self.leaf(indent, concat(vec![text("}"), footer]));

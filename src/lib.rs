@@ -9,6 +9,7 @@ pub mod check;
 pub mod compile;
 pub mod diagnostics;
 pub mod eval;
+pub mod fmt;
 pub mod render;
 pub mod script;
 pub mod source;

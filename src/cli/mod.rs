@@ -33,6 +33,7 @@ mod completions;
 mod dump;
 mod error;
 mod eval;
+mod fmt;
 mod graph;
 mod optimize;
 mod replay;
@@ -87,6 +88,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     Check(check::Args),
+    Fmt(fmt::Args),
     Graph(graph::Args),
     Run(run::Args),
     Resume(resume::Args),
@@ -106,6 +108,7 @@ impl Command {
     pub fn run(self) -> Result<Code, CliError> {
         match self {
             Command::Check(args) => check::run(args),
+            Command::Fmt(args) => fmt::run(args),
             Command::Graph(args) => graph::run(args),
             Command::Run(args) => run::run(args),
             Command::Resume(args) => resume::run(args),

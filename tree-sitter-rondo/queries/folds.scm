@@ -1,0 +1,21 @@
+; Rondo folds: every block, and lists, maps and strings written over several lines.
+[
+  (workflow_declaration)
+  (memory_declaration)
+  (provider_declaration)
+  (environment_declaration)
+  (tool_declaration)
+  (role_declaration)
+  (type_declaration)
+  (test_declaration)
+  (update_block)
+  (attribute_block)
+  (object_type)
+  (list_value)
+  (map_value)
+  (list)
+  (map)
+  (arguments)
+  (raw_string)
+  (comment)
+] @fold

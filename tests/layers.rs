@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// Stages from the bottom; the modules of one line may use each other.
 const STAGES: &[&[&str]] = &[
     &["source", "script", "diagnostics", "syntax"],
-    &["compile"],
+    &["compile", "fmt"],
     &["check"],
     &["run"],
     &["eval", "serve", "view"],

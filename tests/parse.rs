@@ -1738,6 +1738,13 @@ fn brackets_nested_past_the_stack_are_one_diagnostic() {
             "[".repeat(depth),
             "]".repeat(depth)
         ),
+        // Types too: 1,400 object levels overflowed the stack under pest's own bound.
+        format!(
+            "type T = {}int{}\n",
+            "{ a: ".repeat(1_400),
+            " }".repeat(1_400)
+        ),
+        format!("type L = {}int{}\n", "list[".repeat(1_400), "]".repeat(1_400)),
     ];
     for text in cases {
         // The main thread's 8 MiB, as `rondo check` has.

@@ -9,7 +9,7 @@ use crate::diagnostics::{Code, Diagnostic};
 use crate::source::Span;
 use crate::syntax::ast::*;
 
-const MAX_EXPR_DEPTH: usize = 128;
+pub(super) const MAX_EXPR_DEPTH: usize = 128;
 
 /// An operand: a path or literal, or a call with the fields of its result.
 struct Operand<'i> {

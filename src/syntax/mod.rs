@@ -121,6 +121,8 @@ struct Builder<'t> {
     /// An unclosed `/*` swallowed the rest of the file: the blocks it left open are not
     /// reported on their own.
     unclosed_comment: bool,
+    /// A type nested past the bound was reported (once per file).
+    too_deep_type: bool,
 }
 
 fn span(pair: &Pair<'_, Rule>) -> Span {
@@ -183,6 +185,7 @@ impl<'t> Builder<'t> {
             text,
             diagnostics: Diagnostics::default(),
             depth: 0,
+            too_deep_type: false,
             unclosed_comment: false,
         }
     }
@@ -664,6 +667,29 @@ impl<'t> Builder<'t> {
 
     fn type_expr(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
         let s = span(&pair);
+        // The checker refuses types past 64 levels; the bound here only keeps a hostile
+        // file from overflowing the stack before it gets there.
+        if self.depth >= expr::MAX_EXPR_DEPTH {
+            if !self.too_deep_type {
+                self.too_deep_type = true;
+                self.diagnostics.push(
+                    Diagnostic::error(
+                        Code::SyntaxTooDeep,
+                        "syntax error: a type nested too deeply to read",
+                    )
+                    .label(s, "nested too deeply")
+                    .help("name the inner types: `type Inner = { ... }`, then use `Inner`"),
+                );
+            }
+            return any_type(s);
+        }
+        self.depth += 1;
+        let ty = self.type_expr_at_depth(pair, s);
+        self.depth -= 1;
+        ty
+    }
+
+    fn type_expr_at_depth(&mut self, pair: Pair<'_, Rule>, s: Span) -> TypeExpr {
         match pair.as_rule() {
             Rule::type_expr => {
                 let mut inner = pair.into_inner();

@@ -1744,7 +1744,11 @@ fn brackets_nested_past_the_stack_are_one_diagnostic() {
             "{ a: ".repeat(1_400),
             " }".repeat(1_400)
         ),
-        format!("type L = {}int{}\n", "list[".repeat(1_400), "]".repeat(1_400)),
+        format!(
+            "type L = {}int{}\n",
+            "list[".repeat(1_400),
+            "]".repeat(1_400)
+        ),
     ];
     for text in cases {
         // The main thread's 8 MiB, as `rondo check` has.

@@ -688,6 +688,18 @@ impl Compiler<'_> {
             .unwrap_or_default();
         spec.timeout = attrs.duration("timeout", diags).map(|x| x.0);
         spec.max_output = attrs.bytes("max_output", diags).map(|x| x.0);
+        if let Some(value) = attrs.value("keep_processes") {
+            match &value.kind {
+                crate::syntax::ValueKind::Bool(b) => spec.keep_processes = *b,
+                _ => diags.push(
+                    Diagnostic::error(Code::AttrWrongKind, "`keep_processes` is true or false")
+                        .label(value.span, "not a boolean")
+                        .help(
+                            "true keeps what a call leaves running (in Docker) until the run ends",
+                        ),
+                ),
+            }
+        }
         if let Some((n, span)) = attrs.count_max("max_processes", u64::from(u32::MAX), diags) {
             spec.max_processes = std::num::NonZeroU32::new(n as u32);
             if spec.max_processes.is_none() {

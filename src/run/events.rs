@@ -221,6 +221,7 @@ impl Event {
         "run_resumed",
         "durable_memory",
         "end_failed",
+        "tool_confinement",
         "stale_containers_removed",
         "role_start",
         "llm_response",

@@ -66,6 +66,7 @@ fn tool_command(
     };
     request.max_processes = tool.spec.max_processes;
     request.capabilities = tool.spec.capabilities.clone().unwrap_or_default();
+    request.keep_processes = tool.spec.keep_processes;
     Ok(request)
 }
 

@@ -914,6 +914,7 @@ impl DockerEnv {
                 env,
                 timeout,
                 grace: self.config.kill_grace,
+                keep: req.keep_processes,
             };
             let (mut rx, cancel) = runner.send(request).await?;
             in_flight.cancel = Some(cancel);

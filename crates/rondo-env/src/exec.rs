@@ -63,6 +63,10 @@ pub struct ExecRequest {
     /// Capabilities a local command started by root keeps; empty: none at all. A tool
     /// spec's `capabilities`.
     pub capabilities: Vec<crate::Capability>,
+    /// In Docker, processes the command leaves running outlive it, until the environment
+    /// ends (a tool that keeps a session between calls, such as a debugger). A tool spec's
+    /// `keep_processes`. Locally every process still ends with its call.
+    pub keep_processes: bool,
 }
 
 /// Bytes of output kept in memory per stream when a request does not say: 4 MiB.
@@ -104,6 +108,7 @@ impl ExecRequest {
             max_output: None,
             max_processes: None,
             capabilities: Vec::new(),
+            keep_processes: false,
         }
     }
 

@@ -21,6 +21,8 @@ PR_SET_DUMPABLE = 4
 # b"K" (or the pipe closing) kills it and ends the shepherd.
 controls = {}
 controls_lock = threading.Lock()
+# Control pipes of the commands whose processes are kept (`keep`): never closed.
+kept = []
 # Live shepherds; held across each fork so a new shepherd is never taken for a stray.
 shepherds = set()
 shepherds_lock = threading.Lock()
@@ -237,13 +239,19 @@ def run(req):
                 send({"id": rid, streams[fd]: chunk.decode("latin-1")})
             else:
                 del streams[fd]
-    # Whatever the command left running goes with it.
-    control(rid, b"K")
-    with controls_lock:
-        os.close(controls.pop(rid))
-    os.waitpid(pid, 0)
-    with shepherds_lock:
-        shepherds.discard(pid)
+    if req.get("keep") and not timed_out:
+        # A tool that keeps a session (a debugger): its shepherd goes on reaping the tree,
+        # whose control pipe stays open until this runner ends with the environment.
+        with controls_lock:
+            kept.append(controls.pop(rid))
+    else:
+        # Whatever the command left running goes with it.
+        control(rid, b"K")
+        with controls_lock:
+            os.close(controls.pop(rid))
+        os.waitpid(pid, 0)
+        with shepherds_lock:
+            shepherds.discard(pid)
     for fd in list(streams) + [status_r]:
         os.close(fd)
     code = int(status.split()[0]) if status.strip() else 137

@@ -44,6 +44,8 @@ pub(crate) struct Request {
     pub env: HashMap<String, String>,
     pub timeout: Duration,
     pub grace: Duration,
+    /// What the command leaves running is not killed when it ends.
+    pub keep: bool,
 }
 
 impl Runner {
@@ -112,6 +114,7 @@ impl Runner {
             env: HashMap::new(),
             timeout: Duration::from_secs(10),
             grace: Duration::from_secs(1),
+            keep: false,
         };
         let (mut rx, _) = runner.send(probe).await.ok()?;
         let answered = tokio::time::timeout(Duration::from_secs(15), async {
@@ -148,6 +151,7 @@ impl Runner {
             "env": req.env,
             "timeout": req.timeout.as_secs_f64(),
             "grace": req.grace.as_secs_f64(),
+            "keep": req.keep,
         })
         .to_string()
             + "\n";

@@ -86,6 +86,10 @@ pub struct ToolSpec {
     /// [`crate::DEFAULT_MAX_PROCESSES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_processes: Option<NonZeroU32>,
+    /// In Docker, processes a call leaves running are kept until the environment ends
+    /// (a session held between calls); otherwise they end with the call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_processes: bool,
     /// Capabilities a local tool keeps when `rondo` runs as root (`net_raw`,
     /// `CAP_NET_RAW`); without it, none at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +226,7 @@ impl ToolSpec {
             max_output: None,
             input_schema: None,
             max_processes: None,
+            keep_processes: false,
             capabilities: None,
             origin: None,
         }

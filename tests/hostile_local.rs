@@ -817,56 +817,9 @@ exit success
 }
 
 /// Runs `rondo` where the kernel refuses new namespaces (`unshare` fails with `EPERM`, as
-/// under a policy without unprivileged user namespaces; a seccomp filter set before
-/// `exec`).
+/// under a policy without unprivileged user namespaces).
 fn rondo_without_namespaces(cwd: &Path, args: &[&str]) -> Output {
-    let filter = [
-        libc::sock_filter {
-            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        libc::sock_filter {
-            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 1,
-            k: libc::SYS_unshare as u32,
-        },
-        libc::sock_filter {
-            code: (libc::BPF_RET | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-        },
-        libc::sock_filter {
-            code: (libc::BPF_RET | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ALLOW,
-        },
-    ];
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
-    cmd.args(args)
-        .current_dir(cwd)
-        .env("NO_COLOR", "1")
-        .env_remove("RONDO_UNCONFINED_TOOLS");
-    // SAFETY: only system calls on data that lives until `exec`.
-    unsafe {
-        cmd.pre_exec(move || {
-            let prog = libc::sock_fprog {
-                len: filter.len() as u16,
-                filter: filter.as_ptr().cast_mut(),
-            };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
+    common::rondo_refusing(libc::SYS_unshare, libc::EPERM, cwd, args, &[])
 }
 
 /// Where a tool cannot get its own PID and mount namespace, no local tool runs (a clear

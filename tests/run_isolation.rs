@@ -696,58 +696,15 @@ fn a_local_tool_cannot_write_the_records_inside_a_workspace_folder() {
 }
 
 /// Runs `rondo` in a process where the kernel answers the Landlock system calls with
-/// ENOSYS, as a kernel without Landlock does (a seccomp filter set before `exec`).
+/// ENOSYS, as a kernel without Landlock does.
 fn rondo_without_landlock(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    use std::os::unix::process::CommandExt;
-    let filter = [
-        // A = the system call number
-        libc::sock_filter {
-            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        libc::sock_filter {
-            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 1,
-            k: libc::SYS_landlock_create_ruleset as u32,
-        },
-        libc::sock_filter {
-            code: (libc::BPF_RET | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-        },
-        libc::sock_filter {
-            code: (libc::BPF_RET | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ALLOW,
-        },
-    ];
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
-    cmd.args(args).current_dir(cwd).env("NO_COLOR", "1");
-    cmd.env_remove("RONDO_UNCONFINED_TOOLS");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    // SAFETY: only system calls on data that lives until `exec`.
-    unsafe {
-        cmd.pre_exec(move || {
-            let prog = libc::sock_fprog {
-                len: filter.len() as u16,
-                filter: filter.as_ptr().cast_mut(),
-            };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
+    common::rondo_refusing(
+        libc::SYS_landlock_create_ruleset,
+        libc::ENOSYS,
+        cwd,
+        args,
+        env,
+    )
 }
 
 /// Where the kernel cannot confine local tools, a run refuses to start them (a clear

@@ -259,6 +259,69 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
     found
 }
 
+/// Runs `rondo` where the kernel answers one system call with `errno` (a seccomp filter
+/// set before `exec`), as a kernel without that feature, or a policy refusing it, does.
+pub fn rondo_refusing(
+    syscall: libc::c_long,
+    errno: i32,
+    cwd: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let filter = [
+        // A = the system call number
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: syscall as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | errno as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .env_remove("RONDO_UNCONFINED_TOOLS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // SAFETY: only system calls on data that lives until `exec`.
+    unsafe {
+        cmd.pre_exec(move || {
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr().cast_mut(),
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
 /// Hosted providers' key variables: an example must not need one.
 pub const KEY_VARS: &[&str] = &[
     "OPENAI_API_KEY",

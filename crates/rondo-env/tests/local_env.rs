@@ -140,16 +140,21 @@ async fn copy_in_and_out() {
 async fn shutdown_kills_running_commands() {
     let dir = tempfile::tempdir().unwrap();
     let env = Arc::new(env(dir.path()).await);
+    // The command says it is running through a FIFO, which the test reads: no polling.
+    let ready = env.run_dir().join("ready");
+    let c_path = std::ffi::CString::new(ready.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
     let runner = env.clone();
     let task = tokio::spawn(async move {
         runner
-            .exec(ExecRequest::shell("echo $$ > main.pid; exec sleep 30"))
+            .exec(ExecRequest::shell("echo $$ > ready; exec sleep 30"))
             .await
     });
-    let pid_file = env.run_dir().join("main.pid");
-    while !pid_file.exists() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let pid = tokio::task::spawn_blocking(move || std::fs::read_to_string(ready).unwrap())
+        .await
+        .unwrap();
+    assert!(pid.trim().parse::<u32>().is_ok(), "{pid:?}");
     env.shutdown().await.unwrap();
     let out = tokio::time::timeout(Duration::from_secs(5), task)
         .await

@@ -15,9 +15,14 @@ grammar=$root/tree-sitter-rondo
 # The version the committed parser was generated with: another may generate other bytes.
 TREE_SITTER_VERSION=0.27.1
 
+# Installed beneath the target folder unless one on the PATH has that version: a build from
+# source takes about 25 minutes on 2 cores, and CI keeps its target folder between runs.
+tools=${RONDO_TOOLS_DIR:-${CARGO_TARGET_DIR:-$root/target}/tools}
+export PATH="$tools/bin:$PATH"
 if ! tree-sitter --version 2>/dev/null | grep -qx "tree-sitter $TREE_SITTER_VERSION"; then
-  echo "installing tree-sitter-cli $TREE_SITTER_VERSION (a build from source: minutes)"
-  cargo install --locked --quiet tree-sitter-cli --version "$TREE_SITTER_VERSION"
+  echo "installing tree-sitter-cli $TREE_SITTER_VERSION into $tools (a build from source: minutes)"
+  env -u CARGO_TARGET_DIR cargo install --locked --quiet --root "$tools" tree-sitter-cli \
+    --version "$TREE_SITTER_VERSION"
 fi
 if ! command -v cc >/dev/null 2>&1; then
   echo "installing a C compiler (tree-sitter compiles the parser)"

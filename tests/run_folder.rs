@@ -630,50 +630,62 @@ fn records_that_are_symbolic_links_are_refused() {
 }
 
 /// `rondo run` killed during its start-up, before the run had a `run.json`: `resume` says
-/// the run never started and how to start it, and that command starts it.
+/// the run never started and how to start it, and that command starts it. A kill there
+/// leaves one of two things: the folder that claimed the id (empty), or the first
+/// checkpoint, which is made durable before `run.json` says a run exists. Start-up reads
+/// nothing that could be made to wait (its files must be regular), so the test makes each
+/// leftover from a real run killed mid-step, less what the kill would not have written yet.
 #[test]
 fn a_run_killed_before_it_started_says_how_to_start_it() {
     let tmp = tempfile::tempdir().unwrap();
-    workflow(tmp.path());
-    let gate = Gate::new(tmp.path(), "gate", &[1]);
-    // The start-up reads the replies to replay from a FIFO: it waits there, its run folder
-    // claimed, until the test opens it.
-    let replies = Gate::new(tmp.path(), "replies", &[1]);
-    let mut child = run_cmd(tmp.path(), &gate, &["--run-dir", "runs"])
-        .arg("--replay-from")
-        .arg(replies.at(1))
-        .spawn()
-        .unwrap();
-    let (writer, watcher) = wait_at(&child, &replies.at(1));
-    child.kill().unwrap();
-    let out = child.wait_with_output().unwrap();
-    watcher.join().unwrap();
-    drop(writer);
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", stderr(&out));
-    let left: Vec<_> = std::fs::read_dir(tmp.path().join("runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(left.len(), 1, "{left:?}");
-    let id = left[0].file_name().unwrap().to_str().unwrap().to_string();
+    let crashed = crashed_run(tmp.path());
+    for leftover in ["claimed", "checkpointed"] {
+        let dir = tmp.path().join("runs").join(leftover);
+        std::fs::create_dir(&dir).unwrap();
+        if leftover == "checkpointed" {
+            for entry in std::fs::read_dir(&crashed).unwrap().flatten() {
+                if entry.file_name() != "run.json" {
+                    copy_into(&entry.path(), &dir);
+                }
+            }
+        }
+        let out = resume(tmp.path(), &dir);
+        assert_exit(&out, 2);
+        let text = stderr(&out);
+        assert!(text.contains("never started"), "{leftover}: {text}");
+        assert!(text.contains("nothing to resume"), "{leftover}: {text}");
+        let advice = format!("--run-id {leftover}`");
+        assert!(text.contains(&advice), "{leftover}: {text}");
+        assert!(
+            text.contains("rondo run WORKFLOW --run-dir"),
+            "{leftover}: {text}"
+        );
 
-    let out = resume(tmp.path(), &left[0]);
-    assert_exit(&out, 2);
-    let text = stderr(&out);
-    assert!(text.contains("never started"), "{text}");
-    assert!(text.contains("nothing to resume"), "{text}");
-    let advice = format!("--run-id {id}`");
-    assert!(text.contains(&advice), "{text}");
-    assert!(text.contains("rondo run WORKFLOW --run-dir"), "{text}");
-
-    let opened = gate.open(1);
-    let out = run_cmd(tmp.path(), &gate, &["--run-dir", "runs", "--run-id", &id])
+        let gate = Gate::new(tmp.path(), &format!("gate-{leftover}"), &[1]);
+        let opened = gate.open(1);
+        let out = run_cmd(
+            tmp.path(),
+            &gate,
+            &["--run-dir", "runs", "--run-id", leftover],
+        )
         .output()
         .unwrap();
-    opened.close();
-    assert_exit(&out, 0);
-    assert_eq!(json(left[0].join("run.json"))["exit"], "success");
+        opened.close();
+        assert_exit(&out, 0);
+        assert_eq!(json(dir.join("run.json"))["exit"], "success", "{leftover}");
+    }
+}
+
+fn copy_into(from: &Path, dir: &Path) {
+    assert!(
+        Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success()
+    );
 }
 
 /// An id already taken: `run` says what the existing run is and what to do (resume it if it

@@ -261,6 +261,7 @@ fn ctrl_c_checkpoints_marks_interrupted_and_resumes() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let pid = child.id() as i32;
+    // SAFETY: signalling a process has no memory-safety preconditions.
     assert_eq!(unsafe { libc_kill(pid, 2) }, 0);
     let out = child.wait_with_output().unwrap();
     assert_eq!(

@@ -746,6 +746,7 @@ async fn sigterm_stops_running_and_queued_runs_at_a_checkpoint() {
         .to_string();
     s.wait_status(&running, &["running"]).await;
     let pid = s.child.id() as i32;
+    // SAFETY: signalling a process has no memory-safety preconditions.
     assert_eq!(unsafe { kill(pid, 15) }, 0);
     let status = s.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
@@ -812,6 +813,7 @@ async fn serve_help_examples_work_as_written() {
         let mut s = serve(tmp.path(), &file_refs, &extra, &env_refs);
         let a = s.get("/health").await;
         assert_eq!(a.status, StatusCode::OK, "{example}");
+        // SAFETY: signalling a process has no memory-safety preconditions.
         assert_eq!(unsafe { kill(s.child.id() as i32, 15) }, 0);
         assert_eq!(s.child.wait().unwrap().code(), Some(0), "{example}");
     }
@@ -984,6 +986,7 @@ impl Gate {
     fn new(dir: &Path, name: &str) -> Gate {
         let path = dir.join(name);
         let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
         Gate { path }
     }

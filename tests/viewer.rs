@@ -66,6 +66,7 @@ impl Browser {
             .stderr(Stdio::null());
         // Chromium reads commands on fd 3 and writes replies on fd 4. Both are first moved
         // above 4 so that neither dup2 clobbers the other; dup2's copies are inherited.
+        // SAFETY: between fork and exec the closure calls only async-signal-safe fcntl/dup2.
         unsafe {
             command.pre_exec(move || {
                 let a = libc::fcntl(cr, libc::F_DUPFD, 10);
@@ -962,6 +963,7 @@ fn a_served_live_run_shows_its_running_total() {
     .unwrap();
     let gate = tmp.path().join("gate");
     let c = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
     let wf = tmp.path().join("spend.rondo");
     std::fs::write(

@@ -352,8 +352,9 @@ fn landlock_abi() -> u32 {
 
 /// The running kernel's version, `(major, minor)`.
 fn kernel_version() -> (u32, u32) {
-    // SAFETY: `uts` is a valid out-pointer.
+    // SAFETY: a zeroed utsname is a valid value of this plain C struct.
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `uts` is a valid out-pointer.
     if unsafe { libc::uname(&mut uts) } != 0 {
         return (0, 0);
     }
@@ -827,7 +828,7 @@ impl Launch {
     /// # Safety
     /// Call only in a freshly forked, single-threaded child: only system calls follow.
     pub(crate) unsafe fn enter(&self) -> io::Result<()> {
-        // SAFETY (all blocks below): system calls on NUL-terminated strings, buffers and
+        // SAFETY: system calls on NUL-terminated strings, buffers and
         // descriptors owned by `self`, which outlives the call, in a child process.
         unsafe {
             check(libc::setsid().into())?;
@@ -876,7 +877,7 @@ impl Launch {
 
     /// The tool process, PID 2 of its namespace, before `exec`.
     unsafe fn confine_tool(&self, sandbox: &Sandbox) -> io::Result<()> {
-        // SAFETY (all blocks below): system calls on NUL-terminated strings, buffers and
+        // SAFETY: system calls on NUL-terminated strings, buffers and
         // descriptors owned by `self` and `sandbox`, in a child process.
         unsafe {
             check(
@@ -1037,7 +1038,7 @@ impl Sandbox {
     /// the read-only folders beneath them stay read-only, and `/dev` holds only the
     /// harmless devices.
     unsafe fn make_mounts(&self) -> io::Result<()> {
-        // SAFETY (all blocks below): system calls on NUL-terminated strings, buffers
+        // SAFETY: system calls on NUL-terminated strings, buffers
         // and descriptors owned by `self`, in a child process.
         unsafe {
             let none = std::ptr::null::<libc::c_char>();

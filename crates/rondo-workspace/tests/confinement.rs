@@ -103,6 +103,7 @@ fn a_fifo_does_not_block_a_read() {
     let (_tmp, ws, _outside) = setup();
     let fifo = ws.root().join("pipe");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     assert!(ws.read("pipe").is_err());
     assert!(ws.append("pipe", b"x").is_err());

@@ -6,6 +6,7 @@
 mod graph;
 mod outcomes;
 pub mod ran;
+mod stages;
 mod templates;
 
 use petgraph::graph::NodeIndex;
@@ -144,7 +145,8 @@ impl Loaded {
 /// Parses, compiles and checks a file: the one way to a [`Checked`] workflow.
 pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
     let (ast, workflow, mut diagnostics) = compile::load_keeping_ast(file);
-    let (more, summary) = check(&workflow, diagnostics.has_errors(), options);
+    let sound = stages::sound(&ast, &diagnostics);
+    let (more, summary) = check_sound(&workflow, sound, options);
     diagnostics.extend(more);
     let checked = if diagnostics.has_errors() {
         Err(workflow)
@@ -194,20 +196,38 @@ pub fn load_checked(
     Ok((file, loaded))
 }
 
-/// Runs every pass. Graph passes run only when names resolved, so one mistake does
-/// not cascade into unrelated reports.
+/// Runs every pass; after a compile with errors, only the template passes (without
+/// knowing which roles surely ran). [`load`] runs more: every pass whose input the
+/// errors left sound.
 pub fn check(
     workflow: &Workflow,
     compile_has_errors: bool,
     options: &CheckOptions,
 ) -> (Diagnostics, Summary) {
+    let sound = if compile_has_errors {
+        stages::Sound::NONE
+    } else {
+        stages::Sound::ALL
+    };
+    check_sound(workflow, sound, options)
+}
+
+/// Runs the passes whose input is `sound`, so one mistake does not cascade into
+/// unrelated reports and does not hide the others.
+fn check_sound(
+    workflow: &Workflow,
+    sound: stages::Sound,
+    options: &CheckOptions,
+) -> (Diagnostics, Summary) {
     let mut diags = Diagnostics::default();
     // Which roles surely ran is only known on a graph whose names all resolved.
-    let runs = (!compile_has_errors).then(|| ran::definitely_valid(workflow));
+    let runs = sound.graph.then(|| ran::definitely_valid(workflow));
     templates::check(workflow, runs.as_ref(), &mut diags);
-    if let Some(runs) = &runs {
-        // After the compiler's own memory errors (gamma, sections): one report each.
+    // After the compiler's own memory errors (gamma, sections): one report each.
+    if sound.memory {
         memory(workflow, &mut diags);
+    }
+    if let Some(runs) = &runs {
         let invalid_unrouted = outcomes::check(workflow, &mut diags);
         graph::check(workflow, &invalid_unrouted, &mut diags);
         ran::check(workflow, runs, &mut diags);

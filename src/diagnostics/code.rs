@@ -133,6 +133,7 @@ codes! {
     SyntaxInvalidLine = "rondo::syntax::invalid_line",
     SyntaxIsOperator = "rondo::syntax::is_operator",
     SyntaxNumberTooLarge = "rondo::syntax::number_too_large",
+    SyntaxPythonKeyword = "rondo::syntax::python_keyword",
     SyntaxPythonLiteral = "rondo::syntax::python_literal",
     SyntaxSingleEquals = "rondo::syntax::single_equals",
     SyntaxSingleQuote = "rondo::syntax::single_quote",

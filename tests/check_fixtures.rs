@@ -394,3 +394,15 @@ fn suggestions_do_not_change_between_runs() {
         BTreeSet::from([Some("did you mean `a`?".to_string())])
     );
 }
+
+/// The root cause comes first: the workflow's own error (an unknown name in `reads`) is
+/// shown before a template's, though the role the template belongs to is declared above.
+#[test]
+fn the_workflows_own_errors_come_before_its_templates() {
+    let path = Path::new(FIXTURES).join("combined/root_cause_first.rondo");
+    let (_, _, diags, _) = check_path(&path, false);
+    assert_eq!(
+        codes(&diags),
+        ["rondo::memory::unknown", "rondo::template::memory_not_read"]
+    );
+}

@@ -13,9 +13,9 @@ use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
 use crate::compile::{self, MemoryKind, RoleKind, Workflow};
-use crate::diagnostics::{Code, Diagnostic, Diagnostics};
-use crate::source::SourceFile;
-use crate::syntax::Ast;
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, nearest};
+use crate::source::{SourceFile, Span};
+use crate::syntax::{Ast, ValueKind};
 
 #[derive(Debug, Clone, Default)]
 pub struct CheckOptions {
@@ -148,6 +148,7 @@ pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
     let sound = stages::sound(&ast, &diagnostics);
     let (more, summary) = check_sound(&workflow, sound, options);
     diagnostics.extend(more);
+    drop_follow_ons(&ast, &workflow, &mut diagnostics);
     let checked = if diagnostics.has_errors() {
         Err(workflow)
     } else {
@@ -159,6 +160,43 @@ pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
         diagnostics,
         summary,
     }
+}
+
+/// Drops what only follows from another error: a template reading `memory.plan` for a
+/// role whose `reads` misspells it (`reads = [plna]`) is the unknown name's fault, and
+/// "add `plan` to `reads`" would be wrong advice beside "did you mean `plan`?".
+fn drop_follow_ons(ast: &Ast, workflow: &Workflow, diags: &mut Diagnostics) {
+    let names: Vec<&str> = workflow.memory.iter().map(|m| m.name.as_str()).collect();
+    // (the role's name, a memory one of its unknown `reads` names meant)
+    let mut meant: Vec<(Span, &str)> = Vec::new();
+    for role in &ast.roles {
+        let reads = role.attrs.iter().filter(|a| a.key.name == "reads");
+        for attr in reads {
+            let ValueKind::List(items) = &attr.value.kind else {
+                continue;
+            };
+            for item in items {
+                let ValueKind::Ident(name) = &item.kind else {
+                    continue;
+                };
+                if !names.contains(&name.as_str())
+                    && let Some(m) = nearest(name, names.iter().copied())
+                {
+                    meant.push((role.name.span, m));
+                }
+            }
+        }
+    }
+    if meant.is_empty() {
+        return;
+    }
+    diags.retain(|d| {
+        let Some(e) = d.external.as_deref() else {
+            return true;
+        };
+        let read = e.text.get(e.span.start..e.span.end).unwrap_or("");
+        !(d.code == Code::TemplateMemoryNotRead && meant.contains(&(d.primary_span(), read)))
+    });
 }
 
 /// What is known of a file that could not be read as text: only `diagnostics` (nothing

@@ -257,16 +257,28 @@ impl Diagnostics {
         self.items.is_empty()
     }
 
-    /// Sorted by position, then code, without duplicates, so output is stable.
+    /// Sorted by position, then code, without duplicates, so output is stable. The
+    /// workflow's own problems come before those of its templates, which are read in the
+    /// light of its declarations (a template's follow-on of a misspelled `reads` is after
+    /// it, though the role's name is above).
     pub fn sorted(&self) -> Vec<Diagnostic> {
         let mut items = self.items.clone();
         items.sort_by(|a, b| {
-            (a.primary_span(), a.external_key(), a.code, &a.message).cmp(&(
-                b.primary_span(),
-                b.external_key(),
-                b.code,
-                &b.message,
-            ))
+            let elsewhere = |d: &Diagnostic| d.external.is_some();
+            (
+                elsewhere(a),
+                a.primary_span(),
+                a.external_key(),
+                a.code,
+                &a.message,
+            )
+                .cmp(&(
+                    elsewhere(b),
+                    b.primary_span(),
+                    b.external_key(),
+                    b.code,
+                    &b.message,
+                ))
         });
         items.dedup_by(|a, b| {
             a.code == b.code
@@ -370,6 +382,11 @@ pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
+    nearest(name, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// The candidate [`did_you_mean`] suggests.
+pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .into_iter()
         .filter_map(|candidate| {
@@ -378,7 +395,7 @@ pub fn did_you_mean<'a>(
             (distance <= limit).then_some((distance, candidate))
         })
         .min()
-        .map(|(_, c)| format!("did you mean `{c}`?"))
+        .map(|(_, c)| c)
 }
 
 #[cfg(test)]

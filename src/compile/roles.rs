@@ -471,11 +471,14 @@ impl Compiler<'_> {
         let provider = provider
             .and_then(|p| self.lookup_provider(&p))
             .unwrap_or(self.workflow.default_provider);
+        // A conversation that is named but wrong is its own error: the role is judged as
+        // written, with one.
+        let names_conversation = conversation.is_some();
         let conversation = conversation.and_then(|c| self.conversation_memory(&c));
         let prompt = match prompt {
             Some((p, _)) => Some(p.into()),
             // The conversation holds the user's turns.
-            None if conversation.is_some() => None,
+            None if names_conversation => None,
             None if attrs.misspells(&["prompt"]) => None,
             None => {
                 self.diags.push(
@@ -508,7 +511,7 @@ impl Compiler<'_> {
             let span = mode_attr.map_or(decl.name.span, |(_, key)| key);
             let lacking: Vec<&str> = [
                 (tools.is_empty(), "`tools`"),
-                (conversation.is_none(), "a `conversation`"),
+                (!names_conversation, "a `conversation`"),
                 (decl.output.is_some(), "no declared `output`"),
             ]
             .into_iter()
@@ -567,23 +570,36 @@ impl Compiler<'_> {
     /// `conversation = NAME` names a conversation memory.
     fn conversation_memory(&mut self, name: &Ident) -> Option<MemoryId> {
         let id = self.lookup_memory(name)?;
-        let kind = &self.workflow.memory[id].kind;
-        if matches!(kind, MemoryKind::Conversation { .. }) {
+        if matches!(
+            self.workflow.memory[id].kind,
+            MemoryKind::Conversation { .. }
+        ) {
             return Some(id);
         }
-        let kind = kind.kind_name();
+        self.not_a_conversation(id, name.span);
+        None
+    }
+
+    /// Memory `id` used where a conversation is needed, at `used`: one error for every
+    /// such use ([`Code::merges_uses`]), first at the declaration, which is what to change.
+    pub(super) fn not_a_conversation(&mut self, id: MemoryId, used: Span) {
+        let slot = &self.workflow.memory[id];
+        let is = match &slot.kind {
+            MemoryKind::Value { ty, .. } => format!("`{}`", ty.display()),
+            kind => format!("a {}", kind.kind_name()),
+        };
+        let name = &slot.name;
         self.diags.push(
             Diagnostic::error(
                 Code::RoleNotConversation,
-                format!("`{}` is a {kind}, not a conversation", name.name),
+                format!("memory `{name}` is used as a conversation, but it is {is}"),
             )
-            .label(name.span, format!("a {kind}"))
+            .label(slot.span, format!("declared as {is}"))
+            .label(used, "used as a conversation")
             .help(format!(
-                "declare it `{}: conversation` in `memory {{ }}`",
-                name.name
+                "declare it `{name}: conversation` in `memory {{ }}`: a conversation holds the messages a role with `conversation = {name}` sends and extends"
             )),
         );
-        None
     }
 
     /// `coerce = safe` (default), `coerce = strict`, or a list of coercion names.

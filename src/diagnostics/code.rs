@@ -225,6 +225,7 @@ impl Code {
                 | Code::TemplateUnknownMemory
                 | Code::TemplateUnknownFilter
                 | Code::TemplateMemoryNotRead
+                | Code::RoleNotConversation
         )
     }
 }

@@ -406,3 +406,32 @@ fn the_workflows_own_errors_come_before_its_templates() {
         ["rondo::memory::unknown", "rondo::template::memory_not_read"]
     );
 }
+
+/// A block tag left open is named with the line it opened on, whether the template ends
+/// first or another block's end tag comes first.
+#[test]
+fn an_unclosed_template_block_says_where_it_opened() {
+    for (case, closed_by) in [
+        ("parse_unclosed_for", "the template ends"),
+        ("parse_unclosed_for_in_if", "`{% endif %}`"),
+    ] {
+        let path = Path::new(FIXTURES).join(format!("template/{case}.rondo"));
+        let (_, _, diags, _) = check_path(&path, false);
+        let errors = errors(&diags);
+        assert_eq!(errors.len(), 1, "{case}: {errors:#?}");
+        let d = &errors[0];
+        assert!(
+            d.message.contains("`{% for %}` is not closed"),
+            "{case}: {}",
+            d.message
+        );
+        let e = d.external.as_deref().expect("shown in the template");
+        let opened_at = &e.text[e.span.start..e.span.end];
+        assert!(opened_at.starts_with("{% for"), "{case}: {opened_at:?}");
+        assert!(
+            e.also.iter().any(|l| l.text.contains(closed_by)),
+            "{case}: {:?}",
+            e.also
+        );
+    }
+}

@@ -20,7 +20,7 @@ use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
 use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
-use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, Label, did_you_mean};
 use crate::prompt::{Prompts, TemplateError, tera_error_at};
 use crate::source::Span;
 
@@ -224,6 +224,9 @@ fn template_error(
         .label(role_span, renders)
         .help(format!("fix {}", path.display()));
     };
+    if let Some(u) = &error.unclosed {
+        return unclosed_block(&path, file, text, u).label(role_span, renders);
+    }
     let at = *at;
     let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
     let (diagnostic, help) = if error.not_utf8 {
@@ -249,6 +252,52 @@ fn template_error(
             error.reason.clone(),
         ))
         .maybe_help(help.map(str::to_string))
+}
+
+/// A block tag without its end tag: where it opened, and where another block's end or the
+/// end of the template came first.
+fn unclosed_block(
+    path: &std::path::Path,
+    file: &str,
+    text: &Arc<str>,
+    u: &crate::prompt::Unclosed,
+) -> Diagnostic {
+    let block = &u.block;
+    let (first, what) = match &u.instead {
+        Some((tag, (start, end))) => (
+            Span::new(*start, *end),
+            format!("`{{% {tag} %}}` comes before it"),
+        ),
+        None => {
+            let end = text.trim_end().len();
+            (
+                Span::new(end, end),
+                "the template ends before it".to_string(),
+            )
+        }
+    };
+    let mut external = ExternalLabel::new(
+        path,
+        text.clone(),
+        Span::new(u.opened.0, u.opened.1),
+        format!("this `{{% {block} %}}` is not closed"),
+    );
+    external.also.push(Label {
+        span: first,
+        text: format!("{what}: `{{% end{block} %}}` is missing"),
+    });
+    let help = match &u.instead {
+        Some((tag, _)) => format!(
+            "add `{{% end{block} %}}` where its body ends, before the `{{% {tag} %}}` of the block around it"
+        ),
+        None => format!("add `{{% end{block} %}}` where its body ends"),
+    };
+    Diagnostic::error(
+        Code::TemplateParse,
+        format!("template `{file}` does not parse: a `{{% {block} %}}` is not closed"),
+    )
+    .external(external)
+    .help(help)
 }
 
 /// How to write tera tags, for a template that does not parse.
@@ -314,9 +363,17 @@ fn check_inline(
             Ok(template) => template,
             Err(e) => {
                 if report_parse {
-                    let (at, label) = tera_error_at(&crate::compile::tera_error_text(&e), text);
+                    let (at, mut label) = tera_error_at(&crate::compile::tera_error_text(&e), text);
+                    let mut help = TAG_HELP.to_string();
+                    let mut at = at.map(|at| (at, at + 1));
+                    if let Some(u) = at.and_then(|(at, _)| crate::prompt::unclosed_block(text, at))
+                    {
+                        label = format!("this `{{% {} %}}` is not closed", u.block);
+                        help = format!("add `{{% end{} %}}` where its body ends", u.block);
+                        at = Some(u.opened);
+                    }
                     let at = match (text_start, at) {
-                        (Some(start), Some(at)) => Span::new(start + at, start + at + 1),
+                        (Some(start), Some((from, to))) => Span::new(start + from, start + to),
                         _ => span,
                     };
                     diags.push(
@@ -325,7 +382,7 @@ fn check_inline(
                             format!("{what} is not a valid template"),
                         )
                         .label(at, label)
-                        .help(TAG_HELP),
+                        .help(help),
                     );
                 }
                 continue;

@@ -159,6 +159,7 @@ codes! {
     TestNotAnExit = "rondo::test::not_an_exit",
     TestReplyNotLlm = "rondo::test::reply_not_llm",
     TestUnknownInput = "rondo::test::unknown_input",
+    TestUnknownName = "rondo::test::unknown_name",
     ToolBadCapability = "rondo::tool::bad_capability",
     ToolBadExtraFields = "rondo::tool::bad_extra_fields",
     ToolBadInstallation = "rondo::tool::bad_installation",
@@ -218,6 +219,7 @@ impl Code {
                 | Code::ProviderUnknown
                 | Code::EnvironmentUnknown
                 | Code::TestUnknownInput
+                | Code::TestUnknownName
                 | Code::UpdateUnknownField
                 | Code::TemplateUnknownVariable
                 | Code::TemplateUnknownField

@@ -435,3 +435,34 @@ fn an_unclosed_template_block_says_where_it_opened() {
         );
     }
 }
+
+/// An unknown filter gets the nearest names, never the whole list; a field read of a list
+/// or a string gets a help line saying how to write it.
+#[test]
+fn unknown_filters_and_fields_get_a_short_help() {
+    let help_of = |case: &str, what: &str| {
+        let path = Path::new(FIXTURES).join(format!("template/{case}.rondo"));
+        let (_, _, diags, _) = check_path(&path, false);
+        diags
+            .iter()
+            .find(|d| d.message.contains(what))
+            .unwrap_or_else(|| panic!("{case}: no diagnostic about {what}"))
+            .help
+            .clone()
+            .unwrap_or_default()
+    };
+    let near = "unknown_filter_near";
+    assert!(help_of(near, "`uppercase`").contains("`upper`"));
+    assert!(help_of(near, "`len`").contains("`length`"));
+    for what in ["`uppercase`", "`len`", "`frobnicate`"] {
+        let help = help_of(near, what);
+        assert!(
+            !help.contains("linebreaksbr"),
+            "{what}: lists every filter: {help}"
+        );
+    }
+    let list = "unknown_field_of_list";
+    assert!(help_of(list, "field `first`").contains("memory.plan | first"));
+    assert!(help_of(list, "field `title`").contains("memory.plan[0]"));
+    assert!(help_of(list, "field `upper`").contains("input.question | upper"));
+}

@@ -20,7 +20,9 @@ use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
 use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
-use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, Label, did_you_mean};
+use crate::diagnostics::{
+    Code, Diagnostic, Diagnostics, ExternalLabel, Label, did_you_mean, did_you_mean_any,
+};
 use crate::prompt::{Prompts, TemplateError, tera_error_at};
 use crate::source::Span;
 
@@ -1175,9 +1177,7 @@ impl<'a> Walker<'a> {
             Span::new(start, start + name.len()),
             format!("no {what} of this name"),
         );
-        let help = did_you_mean(name, known.iter().copied())
-            .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
-        self.help(at, Some(help));
+        self.help(at, Some(callable_help(what, name, known)));
     }
 
     /// The type of an expression, reporting what fails in it.
@@ -1427,9 +1427,7 @@ impl<'a> Walker<'a> {
             span,
             format!("no {what} of this name"),
         );
-        let help = did_you_mean(name, known.iter().copied())
-            .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
-        self.help(at, Some(help));
+        self.help(at, Some(callable_help(what, name, known)));
     }
 
     /// `attribute="a.b"` of `map`, `filter`, `group_by`, `sort`: a path in each item.
@@ -1746,12 +1744,76 @@ impl<'a> Walker<'a> {
             format!("`{owner}` is {}", short(ty)),
         );
         let names = ty.field_names();
-        let help =
-            did_you_mean(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
+        let help = did_you_mean(name, names.iter().map(String::as_str))
+            .or_else(|| fields_help(&names))
+            .or_else(|| no_fields_help(ty, &owner, name));
         self.help(at, help);
         Type::Any
     }
 }
+
+/// For a field read of a value that has none: the filter it names, or how to reach an item.
+fn no_fields_help(ty: &Type, owner: &str, name: &str) -> Option<String> {
+    let list = matches!(ty.strip_optional(), Type::List { .. });
+    let filters: &[&str] = if list { LIST_FILTERS } else { FILTERS };
+    if filters.contains(&name) {
+        return Some(format!("`{name}` is a filter: write `{owner} | {name}`"));
+    }
+    match ty.strip_optional() {
+        Type::List { .. } => Some(format!(
+            "a list has no fields: take an item with `{owner}[0]` or `{owner} | first`, or loop over it with `{{% for item in {owner} %}}`"
+        )),
+        Type::Any | Type::Object { .. } | Type::Map { .. } | Type::Union { .. } => None,
+        other => Some(format!("a {} has no fields", short(other))),
+    }
+}
+
+/// The nearest names of the filters, tests or functions; all of them only when they are few.
+fn callable_help(what: &str, name: &str, known: &[&str]) -> String {
+    if let Some(near) = did_you_mean_any(name, known.iter().copied()) {
+        return near;
+    }
+    if known.len() <= 15 {
+        return format!("{what}s: {}", known.join(", "));
+    }
+    format!(
+        "no {what} has a name near it; the common ones: {}; all are tera's built-in {what}s (keats.github.io/tera/docs), plus `pad` and `to_json`",
+        COMMON_FILTERS.join(", ")
+    )
+}
+
+/// The filters that take a list.
+const LIST_FILTERS: &[&str] = &[
+    "first",
+    "last",
+    "nth",
+    "join",
+    "sort",
+    "unique",
+    "slice",
+    "group_by",
+    "filter",
+    "map",
+    "concat",
+    "length",
+    "reverse",
+    "json_encode",
+    "to_json",
+];
+
+/// Named when an unknown filter is near no filter.
+const COMMON_FILTERS: &[&str] = &[
+    "upper",
+    "lower",
+    "trim",
+    "length",
+    "first",
+    "last",
+    "join",
+    "default",
+    "json_encode",
+    "truncate",
+];
 
 fn fields_help(names: &[String]) -> Option<String> {
     (!names.is_empty()).then(|| format!("its fields: {}", names.join(", ")))

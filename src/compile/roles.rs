@@ -10,7 +10,7 @@ use super::expr::Scope;
 use super::types::{self, Type};
 use super::workflow::{
     Artifact, ExitSpec, InputId, LlmRole, MaxVisits, MemoryId, MemoryKind, Node, NodeKind,
-    OutputFormat, Role, RoleKind, Show, ToolAction, ToolMode, ToolRole, Update,
+    OutputFormat, Role, RoleKind, RouteTarget, Show, ToolAction, ToolMode, ToolRole, Update,
 };
 use super::{BUILTIN_EXITS, Compiler, INVALID_FIELDS, RESERVED_ROOTS, tera_error_text};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
@@ -271,16 +271,6 @@ impl Compiler<'_> {
             .iter()
             .map(|a| self.artifact(a, &scope))
             .collect();
-        if kind_name == "builtin" && decl.updates.is_empty() && decl.artifacts.is_empty() {
-            self.diags.push(
-                Diagnostic::warning(
-                    Code::RoleEmptyBuiltin,
-                    format!("builtin role `{}` does nothing", decl.name.name),
-                )
-                .label(decl.name.span, "no `update` block and no artifact")
-                .help("a builtin role updates memory: add `update { ... }`"),
-            );
-        }
         Role {
             kind,
             max_visits,
@@ -289,6 +279,49 @@ impl Compiler<'_> {
             updates,
             artifacts,
             output_type,
+        }
+    }
+
+    /// A builtin role without updates or artifacts is a mistake, unless the routes give it
+    /// work: branches start (`-> parallel [..]`, `-> map`) or meet there, or it chooses
+    /// between routes. Run after the routes are compiled.
+    pub(super) fn empty_builtins(&mut self, ast: &Ast) {
+        for decl in &ast.roles {
+            if decl.kind.name != "builtin" || !decl.updates.is_empty() || !decl.artifacts.is_empty()
+            {
+                continue;
+            }
+            let Some(&index) = self.node_names.get(&decl.name.name) else {
+                continue;
+            };
+            if self.workflow.graph[index].span != decl.name.span {
+                continue;
+            }
+            let leaving = self.workflow.routes.iter().filter(|r| r.from == index);
+            let forks = leaving.clone().any(|r| {
+                matches!(
+                    r.target,
+                    RouteTarget::Parallel { .. } | RouteTarget::Map { .. }
+                )
+            });
+            let chooses = leaving.count() > 1;
+            let joins = self.workflow.routes.iter().any(|r| match &r.target {
+                RouteTarget::Parallel { join, .. } | RouteTarget::Map { join, .. } => {
+                    *join == index
+                }
+                RouteTarget::Node { .. } => false,
+            });
+            if forks || joins || chooses {
+                continue;
+            }
+            self.diags.push(
+                Diagnostic::warning(
+                    Code::RoleEmptyBuiltin,
+                    format!("builtin role `{}` does nothing", decl.name.name),
+                )
+                .label(decl.name.span, "no `update` block and no artifact")
+                .help("a builtin role updates memory: add `update { ... }`, or route to the next role directly"),
+            );
         }
     }
 

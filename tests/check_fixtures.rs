@@ -466,3 +466,21 @@ fn unknown_filters_and_fields_get_a_short_help() {
     assert!(help_of(list, "field `title`").contains("memory.plan[0]"));
     assert!(help_of(list, "field `upper`").contains("input.question | upper"));
 }
+
+/// A prompt written inline where a template file is named: the error says so, and not
+/// "no file <the text>".
+#[test]
+fn a_prompt_written_inline_is_told_to_go_in_a_file() {
+    let path = Path::new(FIXTURES).join("template/missing_inline_text.rondo");
+    let (_, _, diags, _) = check_path(&path, false);
+    let errors = errors(&diags);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(
+        errors[0].message.contains("as text"),
+        "{}",
+        errors[0].message
+    );
+    assert!(errors[0].labels.iter().all(|l| !l.text.contains("{{")));
+    let help = errors[0].help.as_deref().unwrap_or("");
+    assert!(help.contains("prompt = \"answer.tera\""), "{help}");
+}

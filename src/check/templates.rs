@@ -172,6 +172,20 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
             if !prompts.has(&file) && !workflow.prompts_dir.is_dir() {
                 continue;
             }
+            if !prompts.has(&file) && looks_like_text(&file) {
+                diags.push(
+                    Diagnostic::error(
+                        Code::TemplateMissing,
+                        format!("role `{name}` gives its template as text, but a template is a file"),
+                    )
+                    .label(span, "the text is taken as a file name")
+                    .help(format!(
+                        "put the text in a file of the prompts folder ({}), e.g. `{name}.tera`, and write `prompt = \"{name}.tera\"`",
+                        workflow.prompts_dir.display()
+                    )),
+                );
+                continue;
+            }
             if !prompts.has(&file) {
                 let names = prompts.names();
                 let help = did_you_mean(&file, names.iter().map(String::as_str))
@@ -206,6 +220,15 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
             diags.push(d);
         }
     }
+}
+
+/// A template name that is rather the template's text (`prompt = "Answer {{ x }}"`).
+fn looks_like_text(name: &str) -> bool {
+    name.contains("{{")
+        || name.contains("{%")
+        || name.contains('\n')
+        || name.contains(": ")
+        || name.split_whitespace().count() > 3
 }
 
 /// A template that cannot be used: at its own line and column when the error names one,

@@ -55,7 +55,12 @@ impl TemplateError {
 
     /// A tera error about `text`, at the line and column tera names.
     fn tera(error: &tera::Error, text: &str) -> Self {
-        let (at, reason) = tera_error_at(&crate::compile::tera_error_text(error), text);
+        let (at, mut reason) = tera_error_at(&crate::compile::tera_error_text(error), text);
+        if let Some(tag) = at.and_then(|at| stray_end(text, at)) {
+            reason = format!(
+                "`{{% end{tag} %}}` ends no `{{% {tag} %}}`: remove it, or open the block it ends"
+            );
+        }
         TemplateError {
             reason,
             at: at.map(|at| (Arc::from(text), at)),
@@ -71,7 +76,12 @@ const BLOCKS: &[&str] = &["if", "for", "block", "macro", "filter"];
 /// ends there, or when the end tag of another block starts there.
 pub(crate) fn unclosed_block(text: &str, at: usize) -> Option<Unclosed> {
     let mut open: Vec<(&str, (usize, usize))> = Vec::new();
-    for (word, span) in block_tags(text) {
+    // A tag left unterminated is the fault then, not the blocks it leaves open.
+    let (tags, whole) = block_tags(text);
+    if !whole {
+        return None;
+    }
+    for (word, span) in tags {
         let end_of = word.strip_prefix("end");
         if span.0 <= at && at < span.1 {
             let (block, opened) = *open.last()?;
@@ -101,9 +111,29 @@ pub(crate) fn unclosed_block(text: &str, at: usize) -> Option<Unclosed> {
     })
 }
 
+/// The block whose end tag starts at `at` while no block of its kind is open.
+fn stray_end(text: &str, at: usize) -> Option<&str> {
+    let (tags, _) = block_tags(text);
+    let mut open: Vec<&str> = Vec::new();
+    for (word, span) in tags {
+        let end_of = word.strip_prefix("end").filter(|b| BLOCKS.contains(b));
+        if span.0 == at {
+            return end_of.filter(|b| !open.contains(b));
+        }
+        if BLOCKS.contains(&word) {
+            open.push(word);
+        } else if let Some(b) = end_of
+            && open.last() == Some(&b)
+        {
+            open.pop();
+        }
+    }
+    None
+}
+
 /// The first word of every `{% ... %}` tag and the tag's bytes, outside comments and
-/// `{% raw %}` blocks.
-fn block_tags(text: &str) -> Vec<(&str, (usize, usize))> {
+/// `{% raw %}` blocks; and whether every tag is terminated.
+fn block_tags(text: &str) -> (Vec<(&str, (usize, usize))>, bool) {
     let mut out = Vec::new();
     let mut from = 0;
     while let Some(i) = text[from..].find('{').map(|i| from + i) {
@@ -117,7 +147,7 @@ fn block_tags(text: &str) -> Vec<(&str, (usize, usize))> {
             }
         };
         let Some(end) = text[i + 2..].find(close).map(|e| i + 2 + e + 2) else {
-            break;
+            return (out, false);
         };
         from = end;
         if close != "%}" {
@@ -135,7 +165,7 @@ fn block_tags(text: &str) -> Vec<(&str, (usize, usize))> {
         }
         out.push((word, (i, end)));
     }
-    out
+    (out, true)
 }
 
 /// Where in `text` a tera error points (from its `--> line:col`), and its reason.
@@ -941,8 +971,21 @@ mod tests {
         )
         .expect("found");
         assert_eq!((u.block.as_str(), u.opened.0, u.instead), ("if", 44, None));
-        // A stray end tag or a broken expression is tera's own error.
+        // A stray end tag, a broken expression or an unterminated tag is not an open block.
         assert_eq!(unclosed("{% endfor %}"), None);
         assert_eq!(unclosed("{% for x in y %}{{ x + }}{% endfor %}"), None);
+        assert_eq!(unclosed("{% for x in y %}{{ x }}\n{% endfor\n"), None);
+    }
+
+    #[test]
+    fn a_stray_end_tag_is_named() {
+        let text = "a\n{% endfor %}\n";
+        let e = tera::Template::new("t", None, text).expect_err("does not parse");
+        let e = TemplateError::tera(&e, text);
+        assert_eq!(
+            e.reason,
+            "`{% endfor %}` ends no `{% for %}`: remove it, or open the block it ends"
+        );
+        assert_eq!(e.at.map(|(_, at)| at), Some(2));
     }
 }

@@ -27,7 +27,7 @@ pub struct TemplateError {
     /// Its text is not UTF-8 (`text` is then the text read lossily).
     pub not_utf8: bool,
     /// The block tag left open where tera stopped, when that is why it stopped.
-    pub unclosed: Option<Unclosed>,
+    pub unclosed: Option<Box<Unclosed>>,
 }
 
 /// A block tag (`{% for %}`, `{% if %}`, ...) without its end tag: tera's own words for it
@@ -65,7 +65,7 @@ impl TemplateError {
             reason,
             at: at.map(|at| (Arc::from(text), at)),
             not_utf8: false,
-            unclosed: at.and_then(|at| unclosed_block(text, at)),
+            unclosed: at.and_then(|at| unclosed_block(text, at)).map(Box::new),
         }
     }
 }
@@ -111,6 +111,9 @@ pub(crate) fn unclosed_block(text: &str, at: usize) -> Option<Unclosed> {
     })
 }
 
+/// A tag's first word and its bytes.
+type Tag<'t> = (&'t str, (usize, usize));
+
 /// The block whose end tag starts at `at` while no block of its kind is open.
 fn stray_end(text: &str, at: usize) -> Option<&str> {
     let (tags, _) = block_tags(text);
@@ -133,7 +136,7 @@ fn stray_end(text: &str, at: usize) -> Option<&str> {
 
 /// The first word of every `{% ... %}` tag and the tag's bytes, outside comments and
 /// `{% raw %}` blocks; and whether every tag is terminated.
-fn block_tags(text: &str) -> (Vec<(&str, (usize, usize))>, bool) {
+fn block_tags(text: &str) -> (Vec<Tag<'_>>, bool) {
     let mut out = Vec::new();
     let mut from = 0;
     while let Some(i) = text[from..].find('{').map(|i| from + i) {

@@ -26,6 +26,21 @@ pub struct TemplateError {
     pub at: Option<(Arc<str>, usize)>,
     /// Its text is not UTF-8 (`text` is then the text read lossily).
     pub not_utf8: bool,
+    /// The block tag left open where tera stopped, when that is why it stopped.
+    pub unclosed: Option<Box<Unclosed>>,
+}
+
+/// A block tag (`{% for %}`, `{% if %}`, ...) without its end tag: tera's own words for it
+/// ("expected an `else` tag, an endfor tag ...") name neither the block nor where it opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unclosed {
+    /// `for`, `if`, `block`, `macro` or `filter`.
+    pub block: String,
+    /// The opening tag's bytes in the text.
+    pub opened: (usize, usize),
+    /// The end tag of another block met first (`endif` and its bytes); `None` when the text
+    /// ended first.
+    pub instead: Option<(String, (usize, usize))>,
 }
 
 impl TemplateError {
@@ -34,18 +49,126 @@ impl TemplateError {
             reason: reason.into(),
             at: None,
             not_utf8: false,
+            unclosed: None,
         }
     }
 
     /// A tera error about `text`, at the line and column tera names.
     fn tera(error: &tera::Error, text: &str) -> Self {
-        let (at, reason) = tera_error_at(&crate::compile::tera_error_text(error), text);
+        let (at, mut reason) = tera_error_at(&crate::compile::tera_error_text(error), text);
+        if let Some(tag) = at.and_then(|at| stray_end(text, at)) {
+            reason = format!(
+                "`{{% end{tag} %}}` ends no `{{% {tag} %}}`: remove it, or open the block it ends"
+            );
+        }
         TemplateError {
             reason,
             at: at.map(|at| (Arc::from(text), at)),
             not_utf8: false,
+            unclosed: at.and_then(|at| unclosed_block(text, at)).map(Box::new),
         }
     }
+}
+
+const BLOCKS: &[&str] = &["if", "for", "block", "macro", "filter"];
+
+/// The block left open at `at`, where parsing stopped: the innermost one when the text
+/// ends there, or when the end tag of another block starts there.
+pub(crate) fn unclosed_block(text: &str, at: usize) -> Option<Unclosed> {
+    let mut open: Vec<(&str, (usize, usize))> = Vec::new();
+    // A tag left unterminated is the fault then, not the blocks it leaves open.
+    let (tags, whole) = block_tags(text);
+    if !whole {
+        return None;
+    }
+    for (word, span) in tags {
+        let end_of = word.strip_prefix("end");
+        if span.0 <= at && at < span.1 {
+            let (block, opened) = *open.last()?;
+            return match end_of {
+                Some(other) if other != block && BLOCKS.contains(&other) => Some(Unclosed {
+                    block: block.to_string(),
+                    opened,
+                    instead: Some((word.to_string(), span)),
+                }),
+                _ => None,
+            };
+        }
+        if span.0 > at {
+            return None;
+        }
+        if BLOCKS.contains(&word) {
+            open.push((word, span));
+        } else if end_of.is_some_and(|b| open.last().is_some_and(|(o, _)| *o == b)) {
+            open.pop();
+        }
+    }
+    let (block, opened) = *open.last()?;
+    (at >= text.trim_end().len()).then(|| Unclosed {
+        block: block.to_string(),
+        opened,
+        instead: None,
+    })
+}
+
+/// A tag's first word and its bytes.
+type Tag<'t> = (&'t str, (usize, usize));
+
+/// The block whose end tag starts at `at` while no block of its kind is open.
+fn stray_end(text: &str, at: usize) -> Option<&str> {
+    let (tags, _) = block_tags(text);
+    let mut open: Vec<&str> = Vec::new();
+    for (word, span) in tags {
+        let end_of = word.strip_prefix("end").filter(|b| BLOCKS.contains(b));
+        if span.0 == at {
+            return end_of.filter(|b| !open.contains(b));
+        }
+        if BLOCKS.contains(&word) {
+            open.push(word);
+        } else if let Some(b) = end_of
+            && open.last() == Some(&b)
+        {
+            open.pop();
+        }
+    }
+    None
+}
+
+/// The first word of every `{% ... %}` tag and the tag's bytes, outside comments and
+/// `{% raw %}` blocks; and whether every tag is terminated.
+fn block_tags(text: &str) -> (Vec<Tag<'_>>, bool) {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = text[from..].find('{').map(|i| from + i) {
+        let close = match text.as_bytes().get(i + 1) {
+            Some(b'%') => "%}",
+            Some(b'{') => "}}",
+            Some(b'#') => "#}",
+            _ => {
+                from = i + 1;
+                continue;
+            }
+        };
+        let Some(end) = text[i + 2..].find(close).map(|e| i + 2 + e + 2) else {
+            return (out, false);
+        };
+        from = end;
+        if close != "%}" {
+            continue;
+        }
+        let body = &text[i + 2..end - 2];
+        let word = body
+            .trim_start_matches('-')
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
+        if word == "raw" {
+            from = text[end..].find("endraw").map_or(text.len(), |j| end + j);
+            continue;
+        }
+        out.push((word, (i, end)));
+    }
+    (out, true)
 }
 
 /// Where in `text` a tera error points (from its `--> line:col`), and its reason.
@@ -392,6 +515,7 @@ fn read_template(dir: &Path, name: &str) -> Read {
                     reason: label,
                     at: Some((Arc::from(text), span.start)),
                     not_utf8: true,
+                    unclosed: None,
                 },
                 None => TemplateError::new(e.to_string()),
             }
@@ -829,5 +953,42 @@ mod tests {
         );
         let deep = "{% if x %}".repeat(5000) + &"{% endif %}".repeat(5000);
         assert_eq!(template_depth(&deep), 5000);
+    }
+
+    /// Where tera stops on each template, and the block named as left open there.
+    fn unclosed(text: &str) -> Option<Unclosed> {
+        let e = tera::Template::new("t", None, text).expect_err("does not parse");
+        let (at, _) = tera_error_at(&crate::compile::tera_error_text(&e), text);
+        unclosed_block(text, at?)
+    }
+
+    #[test]
+    fn an_unclosed_block_is_the_innermost_open_one_where_tera_stops() {
+        let u = unclosed("a {% if x %}{% for y in z %}{{ y }}{% endif %} b").expect("found");
+        assert_eq!(u.block, "for");
+        assert_eq!(u.opened, (12, 28));
+        assert_eq!(u.instead, Some(("endif".to_string(), (35, 46))));
+        // Tags in comments and raw blocks are text; closed blocks are not named.
+        let u = unclosed(
+            "{# {% if %} #}{% raw %}{% for %}{% endraw %}{% if a %}{% for x in y %}{% endfor %}\n",
+        )
+        .expect("found");
+        assert_eq!((u.block.as_str(), u.opened.0, u.instead), ("if", 44, None));
+        // A stray end tag, a broken expression or an unterminated tag is not an open block.
+        assert_eq!(unclosed("{% endfor %}"), None);
+        assert_eq!(unclosed("{% for x in y %}{{ x + }}{% endfor %}"), None);
+        assert_eq!(unclosed("{% for x in y %}{{ x }}\n{% endfor\n"), None);
+    }
+
+    #[test]
+    fn a_stray_end_tag_is_named() {
+        let text = "a\n{% endfor %}\n";
+        let e = tera::Template::new("t", None, text).expect_err("does not parse");
+        let e = TemplateError::tera(&e, text);
+        assert_eq!(
+            e.reason,
+            "`{% endfor %}` ends no `{% for %}`: remove it, or open the block it ends"
+        );
+        assert_eq!(e.at.map(|(_, at)| at), Some(2));
     }
 }

@@ -394,3 +394,93 @@ fn suggestions_do_not_change_between_runs() {
         BTreeSet::from([Some("did you mean `a`?".to_string())])
     );
 }
+
+/// The root cause comes first: the workflow's own error (an unknown name in `reads`) is
+/// shown before a template's, though the role the template belongs to is declared above.
+#[test]
+fn the_workflows_own_errors_come_before_its_templates() {
+    let path = Path::new(FIXTURES).join("combined/root_cause_first.rondo");
+    let (_, _, diags, _) = check_path(&path, false);
+    assert_eq!(
+        codes(&diags),
+        ["rondo::memory::unknown", "rondo::template::memory_not_read"]
+    );
+}
+
+/// A block tag left open is named with the line it opened on, whether the template ends
+/// first or another block's end tag comes first.
+#[test]
+fn an_unclosed_template_block_says_where_it_opened() {
+    for (case, closed_by) in [
+        ("parse_unclosed_for", "the template ends"),
+        ("parse_unclosed_for_in_if", "`{% endif %}`"),
+    ] {
+        let path = Path::new(FIXTURES).join(format!("template/{case}.rondo"));
+        let (_, _, diags, _) = check_path(&path, false);
+        let errors = errors(&diags);
+        assert_eq!(errors.len(), 1, "{case}: {errors:#?}");
+        let d = &errors[0];
+        assert!(
+            d.message.contains("`{% for %}` is not closed"),
+            "{case}: {}",
+            d.message
+        );
+        let e = d.external.as_deref().expect("shown in the template");
+        let opened_at = &e.text[e.span.start..e.span.end];
+        assert!(opened_at.starts_with("{% for"), "{case}: {opened_at:?}");
+        assert!(
+            e.also.iter().any(|l| l.text.contains(closed_by)),
+            "{case}: {:?}",
+            e.also
+        );
+    }
+}
+
+/// An unknown filter gets the nearest names, never the whole list; a field read of a list
+/// or a string gets a help line saying how to write it.
+#[test]
+fn unknown_filters_and_fields_get_a_short_help() {
+    let help_of = |case: &str, what: &str| {
+        let path = Path::new(FIXTURES).join(format!("template/{case}.rondo"));
+        let (_, _, diags, _) = check_path(&path, false);
+        diags
+            .iter()
+            .find(|d| d.message.contains(what))
+            .unwrap_or_else(|| panic!("{case}: no diagnostic about {what}"))
+            .help
+            .clone()
+            .unwrap_or_default()
+    };
+    let near = "unknown_filter_near";
+    assert!(help_of(near, "`uppercase`").contains("`upper`"));
+    assert!(help_of(near, "`len`").contains("`length`"));
+    for what in ["`uppercase`", "`len`", "`frobnicate`"] {
+        let help = help_of(near, what);
+        assert!(
+            !help.contains("linebreaksbr"),
+            "{what}: lists every filter: {help}"
+        );
+    }
+    let list = "unknown_field_of_list";
+    assert!(help_of(list, "field `first`").contains("memory.plan | first"));
+    assert!(help_of(list, "field `title`").contains("memory.plan[0]"));
+    assert!(help_of(list, "field `upper`").contains("input.question | upper"));
+}
+
+/// A prompt written inline where a template file is named: the error says so, and not
+/// "no file <the text>".
+#[test]
+fn a_prompt_written_inline_is_told_to_go_in_a_file() {
+    let path = Path::new(FIXTURES).join("template/missing_inline_text.rondo");
+    let (_, _, diags, _) = check_path(&path, false);
+    let errors = errors(&diags);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(
+        errors[0].message.contains("as text"),
+        "{}",
+        errors[0].message
+    );
+    assert!(errors[0].labels.iter().all(|l| !l.text.contains("{{")));
+    let help = errors[0].help.as_deref().unwrap_or("");
+    assert!(help.contains("prompt = \"answer.tera\""), "{help}");
+}

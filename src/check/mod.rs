@@ -6,15 +6,16 @@
 mod graph;
 mod outcomes;
 pub mod ran;
+mod stages;
 mod templates;
 
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
 use crate::compile::{self, MemoryKind, RoleKind, Workflow};
-use crate::diagnostics::{Code, Diagnostic, Diagnostics};
-use crate::source::SourceFile;
-use crate::syntax::Ast;
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, nearest};
+use crate::source::{SourceFile, Span};
+use crate::syntax::{Ast, ValueKind};
 
 #[derive(Debug, Clone, Default)]
 pub struct CheckOptions {
@@ -144,8 +145,10 @@ impl Loaded {
 /// Parses, compiles and checks a file: the one way to a [`Checked`] workflow.
 pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
     let (ast, workflow, mut diagnostics) = compile::load_keeping_ast(file);
-    let (more, summary) = check(&workflow, diagnostics.has_errors(), options);
+    let sound = stages::sound(&ast, &diagnostics);
+    let (more, summary) = check_sound(&workflow, sound, options);
     diagnostics.extend(more);
+    drop_follow_ons(&ast, &workflow, &mut diagnostics);
     let checked = if diagnostics.has_errors() {
         Err(workflow)
     } else {
@@ -157,6 +160,43 @@ pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
         diagnostics,
         summary,
     }
+}
+
+/// Drops what only follows from another error: a template reading `memory.plan` for a
+/// role whose `reads` misspells it (`reads = [plna]`) is the unknown name's fault, and
+/// "add `plan` to `reads`" would be wrong advice beside "did you mean `plan`?".
+fn drop_follow_ons(ast: &Ast, workflow: &Workflow, diags: &mut Diagnostics) {
+    let names: Vec<&str> = workflow.memory.iter().map(|m| m.name.as_str()).collect();
+    // (the role's name, a memory one of its unknown `reads` names meant)
+    let mut meant: Vec<(Span, &str)> = Vec::new();
+    for role in &ast.roles {
+        let reads = role.attrs.iter().filter(|a| a.key.name == "reads");
+        for attr in reads {
+            let ValueKind::List(items) = &attr.value.kind else {
+                continue;
+            };
+            for item in items {
+                let ValueKind::Ident(name) = &item.kind else {
+                    continue;
+                };
+                if !names.contains(&name.as_str())
+                    && let Some(m) = nearest(name, names.iter().copied())
+                {
+                    meant.push((role.name.span, m));
+                }
+            }
+        }
+    }
+    if meant.is_empty() {
+        return;
+    }
+    diags.retain(|d| {
+        let Some(e) = d.external.as_deref() else {
+            return true;
+        };
+        let read = e.text.get(e.span.start..e.span.end).unwrap_or("");
+        !(d.code == Code::TemplateMemoryNotRead && meant.contains(&(d.primary_span(), read)))
+    });
 }
 
 /// What is known of a file that could not be read as text: only `diagnostics` (nothing
@@ -194,20 +234,38 @@ pub fn load_checked(
     Ok((file, loaded))
 }
 
-/// Runs every pass. Graph passes run only when names resolved, so one mistake does
-/// not cascade into unrelated reports.
+/// Runs every pass; after a compile with errors, only the template passes (without
+/// knowing which roles surely ran). [`load`] runs more: every pass whose input the
+/// errors left sound.
 pub fn check(
     workflow: &Workflow,
     compile_has_errors: bool,
     options: &CheckOptions,
 ) -> (Diagnostics, Summary) {
+    let sound = if compile_has_errors {
+        stages::Sound::NONE
+    } else {
+        stages::Sound::ALL
+    };
+    check_sound(workflow, sound, options)
+}
+
+/// Runs the passes whose input is `sound`, so one mistake does not cascade into
+/// unrelated reports and does not hide the others.
+fn check_sound(
+    workflow: &Workflow,
+    sound: stages::Sound,
+    options: &CheckOptions,
+) -> (Diagnostics, Summary) {
     let mut diags = Diagnostics::default();
     // Which roles surely ran is only known on a graph whose names all resolved.
-    let runs = (!compile_has_errors).then(|| ran::definitely_valid(workflow));
+    let runs = sound.graph.then(|| ran::definitely_valid(workflow));
     templates::check(workflow, runs.as_ref(), &mut diags);
-    if let Some(runs) = &runs {
-        // After the compiler's own memory errors (gamma, sections): one report each.
+    // After the compiler's own memory errors (gamma, sections): one report each.
+    if sound.memory {
         memory(workflow, &mut diags);
+    }
+    if let Some(runs) = &runs {
         let invalid_unrouted = outcomes::check(workflow, &mut diags);
         graph::check(workflow, &invalid_unrouted, &mut diags);
         ran::check(workflow, runs, &mut diags);

@@ -20,7 +20,9 @@ use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
 use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
-use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
+use crate::diagnostics::{
+    Code, Diagnostic, Diagnostics, ExternalLabel, Label, did_you_mean, did_you_mean_any,
+};
 use crate::prompt::{Prompts, TemplateError, tera_error_at};
 use crate::source::Span;
 
@@ -170,6 +172,20 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
             if !prompts.has(&file) && !workflow.prompts_dir.is_dir() {
                 continue;
             }
+            if !prompts.has(&file) && looks_like_text(&file) {
+                diags.push(
+                    Diagnostic::error(
+                        Code::TemplateMissing,
+                        format!("role `{name}` gives its template as text, but a template is a file"),
+                    )
+                    .label(span, "the text is taken as a file name")
+                    .help(format!(
+                        "put the text in a file of the prompts folder ({}), e.g. `{name}.tera`, and write `prompt = \"{name}.tera\"`",
+                        workflow.prompts_dir.display()
+                    )),
+                );
+                continue;
+            }
             if !prompts.has(&file) {
                 let names = prompts.names();
                 let help = did_you_mean(&file, names.iter().map(String::as_str))
@@ -206,6 +222,15 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
     }
 }
 
+/// A template name that is rather the template's text (`prompt = "Answer {{ x }}"`).
+fn looks_like_text(name: &str) -> bool {
+    name.contains("{{")
+        || name.contains("{%")
+        || name.contains('\n')
+        || name.contains(": ")
+        || name.split_whitespace().count() > 3
+}
+
 /// A template that cannot be used: at its own line and column when the error names one,
 /// with the role that renders it.
 fn template_error(
@@ -224,6 +249,9 @@ fn template_error(
         .label(role_span, renders)
         .help(format!("fix {}", path.display()));
     };
+    if let Some(u) = &error.unclosed {
+        return unclosed_block(&path, file, text, u).label(role_span, renders);
+    }
     let at = *at;
     let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
     let (diagnostic, help) = if error.not_utf8 {
@@ -249,6 +277,52 @@ fn template_error(
             error.reason.clone(),
         ))
         .maybe_help(help.map(str::to_string))
+}
+
+/// A block tag without its end tag: where it opened, and where another block's end or the
+/// end of the template came first.
+fn unclosed_block(
+    path: &std::path::Path,
+    file: &str,
+    text: &Arc<str>,
+    u: &crate::prompt::Unclosed,
+) -> Diagnostic {
+    let block = &u.block;
+    let (first, what) = match &u.instead {
+        Some((tag, (start, end))) => (
+            Span::new(*start, *end),
+            format!("`{{% {tag} %}}` comes before it"),
+        ),
+        None => {
+            let end = text.trim_end().len();
+            (
+                Span::new(end, end),
+                "the template ends before it".to_string(),
+            )
+        }
+    };
+    let mut external = ExternalLabel::new(
+        path,
+        text.clone(),
+        Span::new(u.opened.0, u.opened.1),
+        format!("this `{{% {block} %}}` is not closed"),
+    );
+    external.also.push(Label {
+        span: first,
+        text: format!("{what}: `{{% end{block} %}}` is missing"),
+    });
+    let help = match &u.instead {
+        Some((tag, _)) => format!(
+            "add `{{% end{block} %}}` where its body ends, before the `{{% {tag} %}}` of the block around it"
+        ),
+        None => format!("add `{{% end{block} %}}` where its body ends"),
+    };
+    Diagnostic::error(
+        Code::TemplateParse,
+        format!("template `{file}` does not parse: a `{{% {block} %}}` is not closed"),
+    )
+    .external(external)
+    .help(help)
 }
 
 /// How to write tera tags, for a template that does not parse.
@@ -314,9 +388,17 @@ fn check_inline(
             Ok(template) => template,
             Err(e) => {
                 if report_parse {
-                    let (at, label) = tera_error_at(&crate::compile::tera_error_text(&e), text);
+                    let (at, mut label) = tera_error_at(&crate::compile::tera_error_text(&e), text);
+                    let mut help = TAG_HELP.to_string();
+                    let mut at = at.map(|at| (at, at + 1));
+                    if let Some(u) = at.and_then(|(at, _)| crate::prompt::unclosed_block(text, at))
+                    {
+                        label = format!("this `{{% {} %}}` is not closed", u.block);
+                        help = format!("add `{{% end{} %}}` where its body ends", u.block);
+                        at = Some(u.opened);
+                    }
                     let at = match (text_start, at) {
-                        (Some(start), Some(at)) => Span::new(start + at, start + at + 1),
+                        (Some(start), Some((from, to))) => Span::new(start + from, start + to),
                         _ => span,
                     };
                     diags.push(
@@ -325,7 +407,7 @@ fn check_inline(
                             format!("{what} is not a valid template"),
                         )
                         .label(at, label)
-                        .help(TAG_HELP),
+                        .help(help),
                     );
                 }
                 continue;
@@ -1118,9 +1200,7 @@ impl<'a> Walker<'a> {
             Span::new(start, start + name.len()),
             format!("no {what} of this name"),
         );
-        let help = did_you_mean(name, known.iter().copied())
-            .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
-        self.help(at, Some(help));
+        self.help(at, Some(callable_help(what, name, known)));
     }
 
     /// The type of an expression, reporting what fails in it.
@@ -1370,9 +1450,7 @@ impl<'a> Walker<'a> {
             span,
             format!("no {what} of this name"),
         );
-        let help = did_you_mean(name, known.iter().copied())
-            .unwrap_or_else(|| format!("{what}s: {}", known.join(", ")));
-        self.help(at, Some(help));
+        self.help(at, Some(callable_help(what, name, known)));
     }
 
     /// `attribute="a.b"` of `map`, `filter`, `group_by`, `sort`: a path in each item.
@@ -1689,12 +1767,76 @@ impl<'a> Walker<'a> {
             format!("`{owner}` is {}", short(ty)),
         );
         let names = ty.field_names();
-        let help =
-            did_you_mean(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
+        let help = did_you_mean(name, names.iter().map(String::as_str))
+            .or_else(|| fields_help(&names))
+            .or_else(|| no_fields_help(ty, &owner, name));
         self.help(at, help);
         Type::Any
     }
 }
+
+/// For a field read of a value that has none: the filter it names, or how to reach an item.
+fn no_fields_help(ty: &Type, owner: &str, name: &str) -> Option<String> {
+    let list = matches!(ty.strip_optional(), Type::List { .. });
+    let filters: &[&str] = if list { LIST_FILTERS } else { FILTERS };
+    if filters.contains(&name) {
+        return Some(format!("`{name}` is a filter: write `{owner} | {name}`"));
+    }
+    match ty.strip_optional() {
+        Type::List { .. } => Some(format!(
+            "a list has no fields: take an item with `{owner}[0]` or `{owner} | first`, or loop over it with `{{% for item in {owner} %}}`"
+        )),
+        Type::Any | Type::Object { .. } | Type::Map { .. } | Type::Union { .. } => None,
+        other => Some(format!("a {} has no fields", short(other))),
+    }
+}
+
+/// The nearest names of the filters, tests or functions; all of them only when they are few.
+fn callable_help(what: &str, name: &str, known: &[&str]) -> String {
+    if let Some(near) = did_you_mean_any(name, known.iter().copied()) {
+        return near;
+    }
+    if known.len() <= 15 {
+        return format!("{what}s: {}", known.join(", "));
+    }
+    format!(
+        "no {what} has a name near it; the common ones: {}; all are tera's built-in {what}s (keats.github.io/tera/docs), plus `pad` and `to_json`",
+        COMMON_FILTERS.join(", ")
+    )
+}
+
+/// The filters that take a list.
+const LIST_FILTERS: &[&str] = &[
+    "first",
+    "last",
+    "nth",
+    "join",
+    "sort",
+    "unique",
+    "slice",
+    "group_by",
+    "filter",
+    "map",
+    "concat",
+    "length",
+    "reverse",
+    "json_encode",
+    "to_json",
+];
+
+/// Named when an unknown filter is near no filter.
+const COMMON_FILTERS: &[&str] = &[
+    "upper",
+    "lower",
+    "trim",
+    "length",
+    "first",
+    "last",
+    "join",
+    "default",
+    "json_encode",
+    "truncate",
+];
 
 fn fields_help(names: &[String]) -> Option<String> {
     (!names.is_empty()).then(|| format!("its fields: {}", names.join(", ")))

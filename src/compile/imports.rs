@@ -646,15 +646,17 @@ impl Compiler<'_> {
                 .help("drop `tool_name` in the file; the declaration names the tool"),
             );
         }
+        let executable = attrs.string("executable", diags).map(|x| x.0);
+        // `command = [..]` is how a tool role runs a program: written here for the
+        // executable, it is one mistake, not also "no executable".
+        let command_for_executable = executable.is_none()
+            && attrs.get("command").is_some_and(|a| {
+                diags.push(command_in_tool(a));
+                true
+            });
         let mut spec = ToolSpec::new(
             decl.name.name.clone(),
-            resolve_executable(
-                &attrs
-                    .string("executable", diags)
-                    .map(|x| x.0)
-                    .unwrap_or_default(),
-                &self.workflow.dir,
-            ),
+            resolve_executable(&executable.unwrap_or_default(), &self.workflow.dir),
         );
         spec.version = attrs.string("version", diags).map(|x| x.0);
         spec.source = attrs
@@ -747,6 +749,9 @@ impl Compiler<'_> {
             for issue in e.issues() {
                 // A wrong method is reported above; the rule about a missing one would repeat it.
                 if issue.kind == IssueKind::NoInstallation && !installation_ok {
+                    continue;
+                }
+                if issue.kind == IssueKind::NoExecutable && command_for_executable {
                     continue;
                 }
                 let d = tool_issue(&spec.tool_name, &place, issue);
@@ -1118,6 +1123,32 @@ fn profile_issue(
             )
             .help("a fallback names another profile"),
     }
+}
+
+/// `command = [..]` in a `tool` declaration, whose program is its `executable`.
+fn command_in_tool(attr: &crate::syntax::Attr) -> Diagnostic {
+    let words: Option<Vec<&str>> = match &attr.value.kind {
+        crate::syntax::ValueKind::List(items) => items
+            .iter()
+            .map(|v| match &v.kind {
+                crate::syntax::ValueKind::String(s) => Some(s.as_str()),
+                _ => None,
+            })
+            .collect(),
+        crate::syntax::ValueKind::String(s) => Some(vec![s.as_str()]),
+        _ => None,
+    };
+    let example = words
+        .filter(|w| !w.is_empty() && w.iter().all(|w| !w.contains([' ', '"', '\\'])))
+        .map_or_else(|| "python3 calc.py".to_string(), |w| w.join(" "));
+    Diagnostic::error(
+        Code::AttrUnknown,
+        "a `tool` declaration names its program with `executable`, not `command`",
+    )
+    .label(attr.key.span, "write `executable` here")
+    .help(format!(
+        "write `executable = \"{example}\"` (the program and its first words; a call's arguments are appended); `command = [..]` is how a tool role runs a program"
+    ))
 }
 
 /// A problem the environment crate found with a tool spec, where it is written.

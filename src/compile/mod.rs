@@ -194,6 +194,7 @@ impl<'f> Compiler<'f> {
         self.exits(ast);
         self.workflow_artifacts(ast);
         self.routes(ast);
+        self.empty_builtins(ast);
         self.header_answer(ast);
         self.tests(ast);
         if ast.workflow.is_none()

@@ -10,7 +10,7 @@ use super::expr::Scope;
 use super::types::{self, Type};
 use super::workflow::{
     Artifact, ExitSpec, InputId, LlmRole, MaxVisits, MemoryId, MemoryKind, Node, NodeKind,
-    OutputFormat, Role, RoleKind, Show, ToolAction, ToolMode, ToolRole, Update,
+    OutputFormat, Role, RoleKind, RouteTarget, Show, ToolAction, ToolMode, ToolRole, Update,
 };
 use super::{BUILTIN_EXITS, Compiler, INVALID_FIELDS, RESERVED_ROOTS, tera_error_text};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
@@ -271,16 +271,6 @@ impl Compiler<'_> {
             .iter()
             .map(|a| self.artifact(a, &scope))
             .collect();
-        if kind_name == "builtin" && decl.updates.is_empty() && decl.artifacts.is_empty() {
-            self.diags.push(
-                Diagnostic::warning(
-                    Code::RoleEmptyBuiltin,
-                    format!("builtin role `{}` does nothing", decl.name.name),
-                )
-                .label(decl.name.span, "no `update` block and no artifact")
-                .help("a builtin role updates memory: add `update { ... }`"),
-            );
-        }
         Role {
             kind,
             max_visits,
@@ -289,6 +279,49 @@ impl Compiler<'_> {
             updates,
             artifacts,
             output_type,
+        }
+    }
+
+    /// A builtin role without updates or artifacts is a mistake, unless the routes give it
+    /// work: branches start (`-> parallel [..]`, `-> map`) or meet there, or it chooses
+    /// between routes. Run after the routes are compiled.
+    pub(super) fn empty_builtins(&mut self, ast: &Ast) {
+        for decl in &ast.roles {
+            if decl.kind.name != "builtin" || !decl.updates.is_empty() || !decl.artifacts.is_empty()
+            {
+                continue;
+            }
+            let Some(&index) = self.node_names.get(&decl.name.name) else {
+                continue;
+            };
+            if self.workflow.graph[index].span != decl.name.span {
+                continue;
+            }
+            let leaving = self.workflow.routes.iter().filter(|r| r.from == index);
+            let forks = leaving.clone().any(|r| {
+                matches!(
+                    r.target,
+                    RouteTarget::Parallel { .. } | RouteTarget::Map { .. }
+                )
+            });
+            let chooses = leaving.count() > 1;
+            let joins = self.workflow.routes.iter().any(|r| match &r.target {
+                RouteTarget::Parallel { join, .. } | RouteTarget::Map { join, .. } => {
+                    *join == index
+                }
+                RouteTarget::Node { .. } => false,
+            });
+            if forks || joins || chooses {
+                continue;
+            }
+            self.diags.push(
+                Diagnostic::warning(
+                    Code::RoleEmptyBuiltin,
+                    format!("builtin role `{}` does nothing", decl.name.name),
+                )
+                .label(decl.name.span, "no `update` block and no artifact")
+                .help("a builtin role updates memory: add `update { ... }`, or route to the next role directly"),
+            );
         }
     }
 
@@ -471,11 +504,14 @@ impl Compiler<'_> {
         let provider = provider
             .and_then(|p| self.lookup_provider(&p))
             .unwrap_or(self.workflow.default_provider);
+        // A conversation that is named but wrong is its own error: the role is judged as
+        // written, with one.
+        let names_conversation = conversation.is_some();
         let conversation = conversation.and_then(|c| self.conversation_memory(&c));
         let prompt = match prompt {
             Some((p, _)) => Some(p.into()),
             // The conversation holds the user's turns.
-            None if conversation.is_some() => None,
+            None if names_conversation => None,
             None if attrs.misspells(&["prompt"]) => None,
             None => {
                 self.diags.push(
@@ -508,7 +544,7 @@ impl Compiler<'_> {
             let span = mode_attr.map_or(decl.name.span, |(_, key)| key);
             let lacking: Vec<&str> = [
                 (tools.is_empty(), "`tools`"),
-                (conversation.is_none(), "a `conversation`"),
+                (!names_conversation, "a `conversation`"),
                 (decl.output.is_some(), "no declared `output`"),
             ]
             .into_iter()
@@ -567,23 +603,36 @@ impl Compiler<'_> {
     /// `conversation = NAME` names a conversation memory.
     fn conversation_memory(&mut self, name: &Ident) -> Option<MemoryId> {
         let id = self.lookup_memory(name)?;
-        let kind = &self.workflow.memory[id].kind;
-        if matches!(kind, MemoryKind::Conversation { .. }) {
+        if matches!(
+            self.workflow.memory[id].kind,
+            MemoryKind::Conversation { .. }
+        ) {
             return Some(id);
         }
-        let kind = kind.kind_name();
+        self.not_a_conversation(id, name.span);
+        None
+    }
+
+    /// Memory `id` used where a conversation is needed, at `used`: one error for every
+    /// such use ([`Code::merges_uses`]), first at the declaration, which is what to change.
+    pub(super) fn not_a_conversation(&mut self, id: MemoryId, used: Span) {
+        let slot = &self.workflow.memory[id];
+        let is = match &slot.kind {
+            MemoryKind::Value { ty, .. } => format!("`{}`", ty.display()),
+            kind => format!("a {}", kind.kind_name()),
+        };
+        let name = &slot.name;
         self.diags.push(
             Diagnostic::error(
                 Code::RoleNotConversation,
-                format!("`{}` is a {kind}, not a conversation", name.name),
+                format!("memory `{name}` is used as a conversation, but it is {is}"),
             )
-            .label(name.span, format!("a {kind}"))
+            .label(slot.span, format!("declared as {is}"))
+            .label(used, "used as a conversation")
             .help(format!(
-                "declare it `{}: conversation` in `memory {{ }}`",
-                name.name
+                "declare it `{name}: conversation` in `memory {{ }}`: a conversation holds the messages a role with `conversation = {name}` sends and extends"
             )),
         );
-        None
     }
 
     /// `coerce = safe` (default), `coerce = strict`, or a list of coercion names.

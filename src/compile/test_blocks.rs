@@ -10,7 +10,7 @@ use super::expr::Scope;
 use super::workflow::{RoleKind, TestCase, TestExpectation};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::source::Span;
-use crate::syntax::{self, Ast};
+use crate::syntax::{self, Ast, Ident};
 
 impl Compiler<'_> {
     pub(super) fn tests(&mut self, ast: &Ast) {
@@ -69,7 +69,7 @@ impl Compiler<'_> {
                 }
             }
             for reply in &test.replies {
-                let Some(node) = self.node_ref(&reply.role) else {
+                let Some(node) = self.test_name(&reply.role, Named::Reply) else {
                     continue;
                 };
                 if !matches!(
@@ -94,7 +94,7 @@ impl Compiler<'_> {
             }
             for expectation in &test.expectations {
                 let e = match expectation {
-                    syntax::Expectation::Exit(name) => match self.node_ref(name) {
+                    syntax::Expectation::Exit(name) => match self.test_name(name, Named::Exit) {
                         Some(node) if self.workflow.is_exit(node) => TestExpectation::Exit {
                             node,
                             span: name.span,
@@ -113,8 +113,10 @@ impl Compiler<'_> {
                         None => continue,
                     },
                     syntax::Expectation::Path(names, span) => {
-                        let nodes: Option<Vec<NodeIndex>> =
-                            names.iter().map(|n| self.node_ref(n)).collect();
+                        let nodes: Option<Vec<NodeIndex>> = names
+                            .iter()
+                            .map(|n| self.test_name(n, Named::Path))
+                            .collect();
                         match nodes {
                             Some(nodes) => TestExpectation::Path { nodes, span: *span },
                             None => continue,
@@ -141,4 +143,67 @@ impl Compiler<'_> {
             self.workflow.tests.push(case);
         }
     }
+
+    /// The role or exit a test names. An undeclared one is the test's mistake
+    /// (`rondo::test::unknown_name`), unless the routes use the name too: then it is
+    /// one fault, and their error labels this use as well.
+    fn test_name(&mut self, name: &Ident, named: Named) -> Option<NodeIndex> {
+        if self.node_names.contains_key(&name.name) || self.refused_nodes.contains(&name.name) {
+            return self.node_ref(name);
+        }
+        let in_routes = format!("`{}` is not a declared role or exit", name.name);
+        if self
+            .diags
+            .iter()
+            .any(|d| d.code == Code::RouteUnknownTarget && d.message == in_routes)
+        {
+            return self.node_ref(name);
+        }
+        let candidates: Vec<&str> = self
+            .node_names
+            .iter()
+            .filter(|&(_, &n)| match named {
+                Named::Reply => matches!(
+                    self.workflow.role(n).map(|r| &r.kind),
+                    Some(RoleKind::Llm(_))
+                ),
+                Named::Exit => self.workflow.is_exit(n),
+                Named::Path => n != self.workflow.start,
+            })
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let (label, declare) = match named {
+            Named::Reply => ("no llm role of this name", "the llm roles"),
+            Named::Exit => ("no exit of this name", "the exits"),
+            Named::Path => ("no role or exit of this name", "the roles and exits"),
+        };
+        let help = did_you_mean(&name.name, candidates.iter().copied()).unwrap_or_else(|| {
+            let mut names = candidates;
+            names.sort_unstable();
+            format!(
+                "a test names {declare} of the workflow: {}",
+                names.join(", ")
+            )
+        });
+        self.diags.push(
+            Diagnostic::error(
+                Code::TestUnknownName,
+                format!("the test names `{}`, which is not declared", name.name),
+            )
+            .label(name.span, label)
+            .help(help),
+        );
+        None
+    }
+}
+
+/// What a name in a test stands for.
+#[derive(Clone, Copy)]
+enum Named {
+    /// `reply NAME = ...`: an llm role.
+    Reply,
+    /// `expect exit NAME`.
+    Exit,
+    /// `expect path [..]`: a role or an exit.
+    Path,
 }

@@ -92,6 +92,13 @@ impl Compiler<'_> {
                 let kind = self.workflow.memory[memory].kind.clone();
                 let allowed = ops_for(&kind);
                 let Some(memory_op) = allowed.iter().copied().find(|o| o.name() == op.name) else {
+                    let conversation_op = [MemoryOp::System, MemoryOp::User, MemoryOp::Assistant]
+                        .iter()
+                        .any(|o| o.name() == op.name);
+                    if conversation_op {
+                        self.not_a_conversation(memory, target.span);
+                        return None;
+                    }
                     self.diags.push(
                         Diagnostic::error(
                             Code::UpdateUnknownOp,

@@ -133,6 +133,7 @@ codes! {
     SyntaxInvalidLine = "rondo::syntax::invalid_line",
     SyntaxIsOperator = "rondo::syntax::is_operator",
     SyntaxNumberTooLarge = "rondo::syntax::number_too_large",
+    SyntaxPythonKeyword = "rondo::syntax::python_keyword",
     SyntaxPythonLiteral = "rondo::syntax::python_literal",
     SyntaxSingleEquals = "rondo::syntax::single_equals",
     SyntaxSingleQuote = "rondo::syntax::single_quote",
@@ -158,6 +159,7 @@ codes! {
     TestNotAnExit = "rondo::test::not_an_exit",
     TestReplyNotLlm = "rondo::test::reply_not_llm",
     TestUnknownInput = "rondo::test::unknown_input",
+    TestUnknownName = "rondo::test::unknown_name",
     ToolBadCapability = "rondo::tool::bad_capability",
     ToolBadExtraFields = "rondo::tool::bad_extra_fields",
     ToolBadInstallation = "rondo::tool::bad_installation",
@@ -217,6 +219,7 @@ impl Code {
                 | Code::ProviderUnknown
                 | Code::EnvironmentUnknown
                 | Code::TestUnknownInput
+                | Code::TestUnknownName
                 | Code::UpdateUnknownField
                 | Code::TemplateUnknownVariable
                 | Code::TemplateUnknownField
@@ -224,6 +227,7 @@ impl Code {
                 | Code::TemplateUnknownMemory
                 | Code::TemplateUnknownFilter
                 | Code::TemplateMemoryNotRead
+                | Code::RoleNotConversation
         )
     }
 }

@@ -257,16 +257,28 @@ impl Diagnostics {
         self.items.is_empty()
     }
 
-    /// Sorted by position, then code, without duplicates, so output is stable.
+    /// Sorted by position, then code, without duplicates, so output is stable. The
+    /// workflow's own problems come before those of its templates, which are read in the
+    /// light of its declarations (a template's follow-on of a misspelled `reads` is after
+    /// it, though the role's name is above).
     pub fn sorted(&self) -> Vec<Diagnostic> {
         let mut items = self.items.clone();
         items.sort_by(|a, b| {
-            (a.primary_span(), a.external_key(), a.code, &a.message).cmp(&(
-                b.primary_span(),
-                b.external_key(),
-                b.code,
-                &b.message,
-            ))
+            let elsewhere = |d: &Diagnostic| d.external.is_some();
+            (
+                elsewhere(a),
+                a.primary_span(),
+                a.external_key(),
+                a.code,
+                &a.message,
+            )
+                .cmp(&(
+                    elsewhere(b),
+                    b.primary_span(),
+                    b.external_key(),
+                    b.code,
+                    &b.message,
+                ))
         });
         items.dedup_by(|a, b| {
             a.code == b.code
@@ -370,6 +382,45 @@ pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
+    nearest(name, candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// "did you mean `a` or `b`?" for up to three candidates near `name`: within a small edit
+/// distance, as [`did_you_mean`], or one containing the other (`upper` for `uppercase`,
+/// `length` for `len`), as a name from another language often is. Closest first.
+pub fn did_you_mean_any<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let mut near: Vec<((u8, usize), &str)> = candidates
+        .into_iter()
+        .filter_map(|candidate| {
+            let distance = strsim::osa_distance(name, candidate);
+            let limit = (name.len().max(candidate.len()) / 3).max(1);
+            if distance <= limit {
+                return Some(((0, distance), candidate));
+            }
+            let (short, long) = if name.len() < candidate.len() {
+                (name, candidate)
+            } else {
+                (candidate, name)
+            };
+            (short.len() >= 3 && long.contains(short))
+                .then_some(((1, long.len() - short.len()), candidate))
+        })
+        .collect();
+    near.sort_unstable();
+    near.dedup_by_key(|(_, c)| *c);
+    let names: Vec<String> = near.iter().take(3).map(|(_, c)| format!("`{c}`")).collect();
+    match names.as_slice() {
+        [] => None,
+        [one] => Some(format!("did you mean {one}?")),
+        [first @ .., last] => Some(format!("did you mean {} or {last}?", first.join(", "))),
+    }
+}
+
+/// The candidate [`did_you_mean`] suggests.
+pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .into_iter()
         .filter_map(|candidate| {
@@ -378,7 +429,7 @@ pub fn did_you_mean<'a>(
             (distance <= limit).then_some((distance, candidate))
         })
         .min()
-        .map(|(_, c)| format!("did you mean `{c}`?"))
+        .map(|(_, c)| c)
 }
 
 #[cfg(test)]
@@ -443,6 +494,31 @@ mod tests {
             .find(|d| d.message == "unknown `done`")
             .expect("merged");
         assert_eq!(done.labels.len(), 3);
+    }
+
+    #[test]
+    fn did_you_mean_any_takes_names_one_contains_and_names_at_most_three() {
+        let filters = ["upper", "lower", "length", "json_encode", "to_json", "trim"];
+        assert_eq!(
+            did_you_mean_any("uppercase", filters).as_deref(),
+            Some("did you mean `upper`?")
+        );
+        assert_eq!(
+            did_you_mean_any("len", filters).as_deref(),
+            Some("did you mean `length`?")
+        );
+        assert_eq!(
+            did_you_mean_any("json", filters).as_deref(),
+            Some("did you mean `to_json` or `json_encode`?")
+        );
+        assert_eq!(did_you_mean_any("frobnicate", filters), None);
+        // Two letters are in too many names to mean one.
+        assert_eq!(did_you_mean_any("up", ["upper", "lookup"]), None);
+        let many = ["ab1", "ab2", "ab3", "ab4"];
+        assert_eq!(
+            did_you_mean_any("ab", many).as_deref(),
+            Some("did you mean `ab1`, `ab2` or `ab3`?")
+        );
     }
 
     #[test]

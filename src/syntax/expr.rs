@@ -251,6 +251,19 @@ impl Builder<'_> {
         );
     }
 
+    /// A route's `if` or `else` where `when` or `otherwise` was meant: reported, read as
+    /// meant.
+    pub(super) fn python_keyword(&mut self, word: &str, meant: &str, at: Span) {
+        self.diagnostics.push(
+            Diagnostic::error(
+                Code::SyntaxPythonKeyword,
+                format!("`{word}` is Python: a route says `{meant}`"),
+            )
+            .label(at, format!("write `{meant}` here"))
+            .help("a route is `a -> b when <condition>`, and `a -> c otherwise` takes every case the others leave"),
+        );
+    }
+
     /// `'text'` where `"text"` was meant: reported, read as the string.
     pub(super) fn single_quote(&mut self, at: Span) {
         let inner = self.text.get(at.start + 1..at.end - 1).unwrap_or("");

@@ -977,7 +977,19 @@ impl<'t> Builder<'t> {
                         route.condition = self.set_condition(&route.condition, cond, ps);
                     }
                 }
+                Rule::if_mod => {
+                    self.python_keyword("if", "when", Span::new(ps.start, ps.start + 2));
+                    if let Some(e) = part.into_inner().next() {
+                        let cond = Condition::When(self.expr(e));
+                        route.condition = self.set_condition(&route.condition, cond, ps);
+                    }
+                }
                 Rule::otherwise_mod => {
+                    route.condition =
+                        self.set_condition(&route.condition, Condition::Otherwise(ps), ps);
+                }
+                Rule::else_mod => {
+                    self.python_keyword("else", "otherwise", ps);
                     route.condition =
                         self.set_condition(&route.condition, Condition::Otherwise(ps), ps);
                 }

@@ -656,3 +656,77 @@ async fn ollama_whole_reply_to_a_stream_request() {
     );
     whole_reply_to_stream_is_accepted(&m, &server).await;
 }
+
+// ------------------------------------------- the vendors' base-URL variables
+
+/// `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL`, `GOOGLE_GEMINI_BASE_URL` and `OLLAMA_HOST`, as
+/// a user with a proxy sets them for the vendors' own SDKs, send every profile of the
+/// shipped `config/providers.yaml` that calls a vendor there, unedited: each fake server
+/// receives its vendor's requests and checks them. A local server's profile stays put.
+#[tokio::test]
+async fn the_vendors_base_url_variables_move_the_shipped_profiles() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/providers.yaml");
+    let shipped = load_profiles(path.as_ref()).expect("config/providers.yaml loads");
+    let openai = common::openai::server(Some(KEY)).await;
+    let anthropic = FakeServer::start(anthropic_validate, anthropic_respond).await;
+    let gemini = FakeServer::start(gemini_validate, gemini_respond).await;
+    let ollama = FakeServer::start(ollama_validate, ollama_respond).await;
+    let vars = [
+        ("OPENAI_API_KEY", KEY.to_string()),
+        ("ANTHROPIC_API_KEY", KEY.to_string()),
+        ("GEMINI_API_KEY", KEY.to_string()),
+        ("OPENAI_BASE_URL", openai.url("/v1")),
+        ("ANTHROPIC_BASE_URL", anthropic.url("")),
+        // Google's SDKs add the API version to this prefix.
+        ("GOOGLE_GEMINI_BASE_URL", gemini.url("")),
+        // Ollama's clients take a host and port without a scheme.
+        ("OLLAMA_HOST", ollama.addr.to_string()),
+    ];
+    let lookup = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let pool = ProviderPool::with_env(shipped.clone(), &lookup).expect("pool");
+    let req = ChatRequest::new(vec![Message::user("hello")]);
+    for (name, server) in [
+        ("openai", &openai),
+        ("anthropic", &anthropic),
+        ("gemini", &gemini),
+        ("ollama", &ollama),
+    ] {
+        let done = pool
+            .complete(name, &req, None, &mut |_| {})
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(done.profile, name, "served without falling back");
+        assert!(done.response.content.contains("hello"), "{name}");
+        server.assert_no_violations();
+        assert_eq!(server.request_count(), 1, "{name}");
+    }
+    assert_eq!(
+        pool.profile("local").and_then(|p| p.base_url()),
+        Some("http://127.0.0.1:8000/v1"),
+        "OPENAI_BASE_URL is OpenAI's address, not a local server's"
+    );
+
+    // Unset, each profile keeps the vendor's address.
+    let keys_only = |name: &str| name.ends_with("_API_KEY").then(|| KEY.to_string());
+    let pool = ProviderPool::with_env(shipped, &keys_only).expect("pool");
+    let endpoints: Vec<Option<String>> = ["openai", "anthropic", "gemini", "ollama"]
+        .iter()
+        .map(|n| pool.profile(n).and_then(|p| p.endpoint()))
+        .collect();
+    assert_eq!(
+        endpoints,
+        [
+            Some("https://api.openai.com/v1/chat/completions".to_string()),
+            Some("https://api.anthropic.com/v1/messages".to_string()),
+            Some(
+                "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+                    .to_string()
+            ),
+            Some("http://127.0.0.1:11434/api/chat".to_string()),
+        ]
+    );
+}

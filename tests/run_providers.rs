@@ -2142,10 +2142,21 @@ fn native_turns(kind: Kind, b: &Value) -> Result<Vec<Turn>, String> {
                                 bl["input"].clone(),
                             ));
                         }
-                        Some("tool_result") if role == "user" => turns.push(Turn::Result(
-                            str_of(&bl["tool_use_id"], "tool_use_id")?,
-                            str_of(&bl["content"], "tool_result content")?,
-                        )),
+                        Some("tool_result") if role == "user" => {
+                            let content = str_of(&bl["content"], "tool_result content")?;
+                            // A refused or failed call's result says so.
+                            let failed = content.starts_with("⛔️validation_error")
+                                || content.starts_with("error (");
+                            check(
+                                bl.get("is_error").and_then(Value::as_bool).unwrap_or(false)
+                                    == failed,
+                                format!("is_error of a tool_result: {bl}"),
+                            )?;
+                            turns.push(Turn::Result(
+                                str_of(&bl["tool_use_id"], "tool_use_id")?,
+                                content,
+                            ))
+                        }
                         other => return Err(format!("a {role} block of type {other:?}")),
                     }
                 }
@@ -2181,6 +2192,14 @@ fn native_turns(kind: Kind, b: &Value) -> Result<Vec<Turn>, String> {
                         check(
                             f["response"].is_object(),
                             "functionResponse response is an object",
+                        )?;
+                        // A refused call's result goes under `error`, others under `output`.
+                        let failed = f["response"].to_string().contains("⛔️validation_error");
+                        let key = if failed { "error" } else { "output" };
+                        check(
+                            f["response"].as_object().is_some_and(|o| o.len() == 1)
+                                && f["response"].get(key).is_some(),
+                            format!("functionResponse of a {key}: {f}"),
                         )?;
                         turns.push(Turn::Result(
                             str_of(&f["name"], "name")?,

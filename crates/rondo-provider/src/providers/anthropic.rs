@@ -67,6 +67,9 @@ pub mod wire {
         ToolResult {
             tool_use_id: String,
             content: String,
+            /// A refused or failed call (the API's `is_error`, said only when true).
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            is_error: bool,
         },
         Thinking {
             thinking: String,
@@ -356,6 +359,7 @@ impl AnthropicModel {
                         vec![Block::ToolResult {
                             tool_use_id: id,
                             content: m.content.clone(),
+                            is_error: m.is_error,
                         }],
                     )
                 }

@@ -936,3 +936,85 @@ async fn gemini_schemas_say_nullable_as_the_published_schema_does() {
     );
     assert_eq!(bodies[1]["generationConfig"]["responseSchema"], expected);
 }
+
+// ------------------------------------------- what a cut stream cost
+
+/// A stream cut after the provider reported its input (Anthropic's `message_start`,
+/// Gemini's `usageMetadata` on each chunk) is priced with that figure, the output estimated
+/// from the text that came (and marked so): it is not free.
+#[tokio::test]
+async fn a_stream_cut_after_usage_was_reported_is_priced() {
+    let anthropic = FakeServer::start(anthropic_validate, anthropic_respond).await;
+    let gemini = FakeServer::start(gemini_validate, gemini_respond).await;
+    let profile = |name: &str, kind, model: &str, url: String| {
+        let mut p = ProviderProfile::new(name, kind, model);
+        p.base_url = Some(url);
+        p.api_key_env = Some("TEST_KEY".into());
+        p.retry.max_attempts = 1;
+        p.price = Some(Price {
+            input_per_1k: 1.0,
+            output_per_1k: 2.0,
+        });
+        p
+    };
+    let pool = ProviderPool::with_env(
+        vec![
+            profile(
+                "anthropic",
+                ProviderKind::Anthropic,
+                "claude-sonnet-4-5",
+                anthropic.url(""),
+            ),
+            profile(
+                "gemini",
+                ProviderKind::Gemini,
+                "gemini-2.5-flash",
+                gemini.url("/v1beta"),
+            ),
+        ],
+        &|name: &str| (name == "TEST_KEY").then(|| KEY.to_string()),
+    )
+    .expect("pool");
+    let req = ChatRequest::new(vec![Message::user("a long answer please")]);
+    let frames = |reply: Reply| match reply {
+        Reply::Stream { frames, .. } => frames,
+        other => panic!("{other:?}"),
+    };
+    let streamed = common::Recorded {
+        method: "POST".into(),
+        path: "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse".into(),
+        headers: vec![],
+        body: serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "stream": true,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a long answer please"}]}],
+            "contents": [{"role": "user", "parts": [{"text": "a long answer please"}]}]}))
+        .unwrap_or_default(),
+    };
+    // message_start (input 12, output 1), the text block, a ping, four text deltas.
+    let cut = |frames: Vec<String>, n: usize| Reply::Stream {
+        content_type: "text/event-stream",
+        frames: frames[..n].to_vec(),
+        cut: true,
+    };
+    anthropic.script([Some(cut(frames(anthropic_respond(&streamed)), 7))]);
+    gemini.script([Some(cut(frames(gemini_respond(&streamed)), 4))]);
+    for (name, reported_input) in [("anthropic", 12), ("gemini", 8)] {
+        let shown = std::sync::Mutex::new(String::new());
+        let cb = |d: &str| shown.lock().unwrap().push_str(d);
+        let mut recs = Vec::new();
+        let e = pool
+            .complete(name, &req, Some(&cb), &mut |a| recs.push(a))
+            .await
+            .expect_err("cut");
+        assert_eq!(e.kind(), ErrorKind::Connection, "{name}: {e}");
+        let text = shown.lock().unwrap().clone();
+        assert!(text.len() > 4, "{name}: {text:?}");
+        let usage = recs[0].usage.unwrap_or_else(|| panic!("{name}: {recs:?}"));
+        assert_eq!(usage.input_tokens, reported_input, "{name}");
+        assert_eq!(usage.output_tokens, (text.len() as u64).div_ceil(4), "{name}");
+        assert!(recs[0].usage_estimated, "{name}");
+        let cost = reported_input as f64 / 1000.0 + usage.output_tokens as f64 / 1000.0 * 2.0;
+        assert_eq!(recs[0].cost, Some(cost), "{name}");
+    }
+    anthropic.assert_no_violations();
+    gemini.assert_no_violations();
+}

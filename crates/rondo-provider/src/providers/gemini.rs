@@ -543,7 +543,9 @@ impl Assembler {
         cb: StreamCallback<'_>,
         budget: &ReplyBudget,
     ) -> Result<(), ProviderError> {
-        if r.usage_metadata.is_some() {
+        if let Some(u) = r.usage_metadata {
+            let output = u.candidates_token_count + u.thoughts_token_count.unwrap_or(0);
+            http::note_usage(Some(u.prompt_token_count), Some(output));
             self.usage = r.usage_metadata;
         }
         self.model_version = r.model_version.or(self.model_version.take());

@@ -763,7 +763,8 @@ impl StreamAssembler {
         if !chunk.model.is_empty() {
             self.model = chunk.model;
         }
-        if chunk.usage.is_some() {
+        if let Some(u) = chunk.usage {
+            http::note_usage(Some(u.prompt_tokens), Some(u.completion_tokens));
             self.usage = chunk.usage;
         }
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {

@@ -85,10 +85,21 @@ fn partial_usage(probe: &AttemptProbe, req: &ChatRequest) -> (Usage, bool) {
 }
 
 /// Whether a failed attempt was probably billed: it timed out once the request was
-/// sent, or failed after the provider began answering (a cut stream, a body that could not
-/// be read). A refusal by status (429, 5xx...) or a connection never made was not.
+/// sent, or broke after the provider began answering (a cut stream, a body that could not
+/// be read), or the provider reported usage before an error of its own (Anthropic's
+/// `message_start`, then an `error` event). A refusal by status (429, 5xx...), an error
+/// event before any usage, and a connection never made were not.
 fn billed(probe: &AttemptProbe, e: &ProviderError) -> bool {
-    probe.sent() && (probe.answered() || e.kind() == ErrorKind::Timeout)
+    if !probe.sent() {
+        return false;
+    }
+    match e.kind() {
+        ErrorKind::Timeout => true,
+        ErrorKind::Connection | ErrorKind::MalformedResponse | ErrorKind::UnreadableReply => {
+            probe.answered()
+        }
+        _ => probe.reported() != (None, None),
+    }
 }
 
 /// A successful call: the response, which profile served it, and what it cost.

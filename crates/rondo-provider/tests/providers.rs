@@ -1015,6 +1015,35 @@ async fn a_stream_cut_after_usage_was_reported_is_priced() {
         let cost = reported_input as f64 / 1000.0 + usage.output_tokens as f64 / 1000.0 * 2.0;
         assert_eq!(recs[0].cost, Some(cost), "{name}");
     }
+
+    // An error event of the provider's own: billed once usage was reported, not before.
+    let error_event = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let mut after_start = frames(anthropic_respond(&streamed))[..3].to_vec();
+    after_start.extend(sse(&[error_event.clone()]));
+    anthropic.script([
+        Some(Reply::Stream {
+            content_type: "text/event-stream",
+            frames: sse(&[error_event]),
+            cut: false,
+        }),
+        Some(Reply::Stream {
+            content_type: "text/event-stream",
+            frames: after_start,
+            cut: false,
+        }),
+    ]);
+    let mut usages = Vec::new();
+    for _ in 0..2 {
+        let mut recs = Vec::new();
+        let cb = |_: &str| {};
+        let e = pool
+            .complete("anthropic", &req, Some(&cb), &mut |a| recs.push(a))
+            .await
+            .expect_err("overloaded");
+        assert_eq!(e.kind(), ErrorKind::Server);
+        usages.push(recs[0].usage.map(|u| u.input_tokens));
+    }
+    assert_eq!(usages, [None, Some(12)]);
     anthropic.assert_no_violations();
     gemini.assert_no_violations();
 }

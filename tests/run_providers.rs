@@ -1661,7 +1661,10 @@ async fn a_billed_timeout_counts_towards_max_cost() {
     assert_eq!(billed["usage_estimated"], true, "{billed}");
     let estimated = u(&billed["usage"]["input_tokens"]);
     assert!((17..=34).contains(&estimated), "{billed}");
-    assert!(approx(&billed["cost"], estimated as f64 / 1000.0), "{billed}");
+    assert!(
+        approx(&billed["cost"], estimated as f64 / 1000.0),
+        "{billed}"
+    );
     let t = &info["totals"];
     assert_eq!(u(&t["input_tokens"]), 1 + estimated, "{t}");
     assert!(approx(&t["cost"], 0.001 + estimated as f64 / 1000.0), "{t}");

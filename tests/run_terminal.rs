@@ -682,7 +682,10 @@ async fn the_streamed_text_of_a_failed_attempt_is_marked_discarded() {
         "  ✗ first: streamed reply discarded (attempt 1 on `main` failed)",
         "{text}"
     );
-    assert!(lines[partial + 2].starts_with("  ! first attempt 1 on `main`: "), "{text}");
+    assert!(
+        lines[partial + 2].starts_with("  ! first attempt 1 on `main`: "),
+        "{text}"
+    );
     let kept = row_of(
         &lines,
         "first> Oslo is the answer to step 1 of the question.",

@@ -278,7 +278,9 @@ fn url_from_env(kind: ProviderKind, var: &str, value: &str) -> String {
         (ProviderKind::Gemini, "GOOGLE_GEMINI_BASE_URL") => {
             let url = with_scheme(value);
             let last = url.rsplit('/').next().unwrap_or_default();
-            if url.split_once("://").is_some_and(|(_, rest)| rest.contains('/'))
+            if url
+                .split_once("://")
+                .is_some_and(|(_, rest)| rest.contains('/'))
                 && is_api_version(last)
             {
                 url
@@ -373,8 +375,7 @@ impl ProviderProfile {
         // The profile's own variable first, then the vendor's (for a profile that calls the
         // vendor's own address), as the vendor's SDK reads it.
         let vendor = self.vendor_url_env().map(str::to_string);
-        if let Some((var, url)) =
-            read(&self.base_url_env, lookup).or_else(|| read(&vendor, lookup))
+        if let Some((var, url)) = read(&self.base_url_env, lookup).or_else(|| read(&vendor, lookup))
         {
             self.base_url = Some(url_from_env(self.kind, &var, url.trim()));
         }

@@ -382,9 +382,15 @@ async fn schemas_strict_mode_cannot_express_get_plain_json_mode() {
 /// Whether `schema` takes `null`: `type` lists it, or a member of `anyOf` does.
 fn takes_null(schema: &Value) -> bool {
     let null = |s: &Value| {
-        s["type"] == "null" || s["type"].as_array().is_some_and(|t| t.contains(&json!("null")))
+        s["type"] == "null"
+            || s["type"]
+                .as_array()
+                .is_some_and(|t| t.contains(&json!("null")))
     };
-    null(schema) || schema["anyOf"].as_array().is_some_and(|m| m.iter().any(null))
+    null(schema)
+        || schema["anyOf"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(null))
 }
 
 /// What strict mode asks of a schema (OpenAI's structured-outputs guide): every object
@@ -395,7 +401,10 @@ fn assert_strict_shape(schema: &Value, depth: usize, at: &str) {
         assert_strict_shape(member, depth + 1, at);
     }
     let is = |t: &str| {
-        schema["type"] == t || schema["type"].as_array().is_some_and(|ts| ts.contains(&json!(t)))
+        schema["type"] == t
+            || schema["type"]
+                .as_array()
+                .is_some_and(|ts| ts.contains(&json!(t)))
     };
     if is("object") {
         assert_eq!(schema["additionalProperties"], false, "{at}: {schema}");
@@ -526,7 +535,10 @@ async fn tools_are_strict_where_the_schema_allows() {
             assert_eq!(tool.as_object().map(|o| o.len()), Some(2), "{tool}");
             let f = tool["function"].as_object().expect("function");
             for field in f.keys() {
-                assert!(known.contains(&field.as_str()), "{field} is not in FunctionObject");
+                assert!(
+                    known.contains(&field.as_str()),
+                    "{field} is not in FunctionObject"
+                );
             }
             for field in function_object["required"].as_array().expect("required") {
                 assert!(f.contains_key(field.as_str().unwrap_or_default()));
@@ -536,12 +548,16 @@ async fn tools_are_strict_where_the_schema_allows() {
             assert!(
                 !name.is_empty()
                     && name.len() <= 64
-                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             );
             assert_eq!(name, def.name);
             // `description`: a string, left out when there is none.
             assert_eq!(
-                f.get("description").and_then(Value::as_str).unwrap_or_default(),
+                f.get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
                 def.description
             );
             // `parameters`: a JSON Schema object (FunctionParameters).
@@ -553,7 +569,11 @@ async fn tools_are_strict_where_the_schema_allows() {
                 assert_strict_shape(&f["parameters"], 0, name);
                 let props = &f["parameters"]["properties"];
                 for optional in ["limit", "lang", "filter"] {
-                    assert!(takes_null(&props[optional]), "{optional}: {}", props[optional]);
+                    assert!(
+                        takes_null(&props[optional]),
+                        "{optional}: {}",
+                        props[optional]
+                    );
                 }
                 assert!(!takes_null(&props["query"]) && !takes_null(&props["tags"]));
                 let filter = &props["filter"]["anyOf"][0];

@@ -611,7 +611,10 @@ async fn probably_billed_attempts_are_priced() {
         input_tokens: input,
         output_tokens: (text.len() as u64).div_ceil(4),
     };
-    assert_eq!((recs[0].usage, recs[0].usage_estimated), (Some(usage), true));
+    assert_eq!(
+        (recs[0].usage, recs[0].usage_estimated),
+        (Some(usage), true)
+    );
 
     // A reply cut at max_reply, its usage never reached: priced, not free.
     let mut capped = req();

@@ -309,7 +309,11 @@ profiles:
     );
     let mut own = vars.to_vec();
     own.push(("MY_URL", "http://mine/v1"));
-    assert_eq!(resolve(&own)[2], "http://mine/v1", "the profile's own first");
+    assert_eq!(
+        resolve(&own)[2],
+        "http://mine/v1",
+        "the profile's own first"
+    );
     let untouched = resolve(&[]);
     assert_eq!(
         untouched[..3],
@@ -321,7 +325,10 @@ profiles:
     );
     assert_eq!(resolve(&[("OPENAI_BASE_URL", " ")])[0], untouched[0]);
     assert_eq!(
-        profiles.iter().map(|p| p.base_url_vars()).collect::<Vec<_>>(),
+        profiles
+            .iter()
+            .map(|p| p.base_url_vars())
+            .collect::<Vec<_>>(),
         [
             vec!["OPENAI_BASE_URL"],
             vec!["OPENAI_BASE_URL"],
@@ -342,13 +349,19 @@ profiles:
         (":5000", "http://127.0.0.1:5000"),
         ("example.com/", "http://example.com:11434"),
         ("http://example.com", "http://example.com"),
-        ("https://example.com:8443/ollama", "https://example.com:8443/ollama"),
+        (
+            "https://example.com:8443/ollama",
+            "https://example.com:8443/ollama",
+        ),
     ] {
         assert_eq!(resolve(&[("OLLAMA_HOST", host)])[7], url, "{host}");
     }
     for (prefix, url) in [
         ("https://proxy.example", "https://proxy.example/v1beta"),
-        ("https://proxy.example/v1beta/", "https://proxy.example/v1beta"),
+        (
+            "https://proxy.example/v1beta/",
+            "https://proxy.example/v1beta",
+        ),
         ("https://proxy.example/g/v1", "https://proxy.example/g/v1"),
         ("proxy:4000/v1alpha", "http://proxy:4000/v1alpha"),
     ] {

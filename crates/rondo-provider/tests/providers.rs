@@ -1010,16 +1010,21 @@ async fn a_stream_cut_after_usage_was_reported_is_priced() {
         assert!(text.len() > 4, "{name}: {text:?}");
         let usage = recs[0].usage.unwrap_or_else(|| panic!("{name}: {recs:?}"));
         assert_eq!(usage.input_tokens, reported_input, "{name}");
-        assert_eq!(usage.output_tokens, (text.len() as u64).div_ceil(4), "{name}");
+        assert_eq!(
+            usage.output_tokens,
+            (text.len() as u64).div_ceil(4),
+            "{name}"
+        );
         assert!(recs[0].usage_estimated, "{name}");
         let cost = reported_input as f64 / 1000.0 + usage.output_tokens as f64 / 1000.0 * 2.0;
         assert_eq!(recs[0].cost, Some(cost), "{name}");
     }
 
     // An error event of the provider's own: billed once usage was reported, not before.
-    let error_event = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let error_event =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
     let mut after_start = frames(anthropic_respond(&streamed))[..3].to_vec();
-    after_start.extend(sse(&[error_event.clone()]));
+    after_start.extend(sse(std::slice::from_ref(&error_event)));
     anthropic.script([
         Some(Reply::Stream {
             content_type: "text/event-stream",

@@ -312,7 +312,10 @@ fn drop_left_out(schema: &Value, value: &mut Value, depth: usize) {
     };
     match value {
         Value::Object(fields) => {
-            let Some(schema) = schema.get("properties").map(|_| schema).or(member("properties"))
+            let Some(schema) = schema
+                .get("properties")
+                .map(|_| schema)
+                .or(member("properties"))
             else {
                 return;
             };
@@ -329,7 +332,10 @@ fn drop_left_out(schema: &Value, value: &mut Value, depth: usize) {
             }
         }
         Value::Array(items) => {
-            if let Some(s) = schema.get("items").or(member("items").and_then(|m| m.get("items"))) {
+            if let Some(s) = schema
+                .get("items")
+                .or(member("items").and_then(|m| m.get("items")))
+            {
                 for item in items {
                     drop_left_out(s, item, depth + 1);
                 }

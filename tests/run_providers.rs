@@ -908,6 +908,23 @@ fn att(profile: &str, attempt: u64, outcome: &str, kind: &str) -> (String, u64, 
     )
 }
 
+/// What the failed attempts of `attempts` were probably billed (input, output, cost):
+/// each was sent and got no usable reply, so each carries an estimate, marked so.
+fn billed(attempts: &Value) -> (u64, u64, f64) {
+    let mut sum = (0, 0, 0.0);
+    for a in attempts.as_array().into_iter().flatten() {
+        if a["outcome"] == "success" {
+            continue;
+        }
+        assert_eq!(a["usage_estimated"], true, "{a}");
+        sum.0 += u(&a["usage"]["input_tokens"]);
+        sum.1 += u(&a["usage"]["output_tokens"]);
+        sum.2 += a["cost"].as_f64().unwrap_or(0.0);
+    }
+    assert!(sum.0 > 0, "{attempts}");
+    sum
+}
+
 fn assert_finished(case: &Case, id: &str, out: &Out) -> Value {
     assert_eq!(out.code, 0, "the run failed:\n{}", out.stderr);
     let info = case.run_json(id);
@@ -1247,12 +1264,14 @@ async fn a_truncated_body_on_the_last_attempt_stops_resumably() {
         failed[0]["attempts"][0]
     );
     assert_eq!(srv.count(), 1);
+    // The body was cut after the answer began: the attempt was probably billed.
+    let (input, _, _) = billed(&failed[0]["attempts"]);
 
     srv.always(None);
     let out = case.resume("r1").await;
     srv.assert_valid();
     let info = assert_finished(&case, "r1", &out);
-    assert_eq!(u(&info["totals"]["input_tokens"]), 250);
+    assert_eq!(u(&info["totals"]["input_tokens"]), 250 + input);
     assert_eq!(case.artifact("r1", "answer.txt"), Kind::Anthropic.answer());
 }
 
@@ -1294,8 +1313,10 @@ async fn a_malformed_body_is_not_retried_and_falls_back() {
         "a malformed reply is not retried on its profile"
     );
     assert_eq!(good.count(), 1);
-    // Priced with the profile that answered.
-    let cost = 0.07 * 0.01 + 0.03 * 0.02;
+    // Priced with the profile that answered, plus the malformed reply, which was made
+    // (and billed) though it could not be read.
+    let (_, _, malformed) = billed(&r["attempts"]);
+    let cost = 0.07 * 0.01 + 0.03 * 0.02 + malformed;
     assert!(approx(&info["totals"]["cost"], cost), "{}", info["totals"]);
     assert_eq!(case.artifact("r1", "answer.txt"), Kind::Gemini.answer());
 }
@@ -1395,11 +1416,12 @@ async fn a_malformed_body_without_fallback_stops_resumably() {
         vec![att("main", 1, "error", "malformed_response")]
     );
     assert_eq!(srv.count(), 1);
+    let (input, _, _) = billed(&failed[0]["attempts"]);
 
     srv.always(None);
     let out = case.resume("r1").await;
     let info = assert_finished(&case, "r1", &out);
-    assert_eq!(u(&info["totals"]["input_tokens"]), 12);
+    assert_eq!(u(&info["totals"]["input_tokens"]), 12 + input);
     assert_eq!(case.artifact("r1", "answer.txt"), Kind::Ollama.answer());
 }
 
@@ -1426,10 +1448,12 @@ async fn timeouts_used_up_stop_the_run_resumably() {
             att("main", 2, "error", "timeout")
         ]
     );
+    // Both requests were sent: their input counts, estimated.
+    let (input, _, _) = billed(&failed[0]["attempts"]);
     srv.always(None);
     let out = case.resume("r1").await;
     let info = assert_finished(&case, "r1", &out);
-    assert_eq!(u(&info["totals"]["input_tokens"]), 300);
+    assert_eq!(u(&info["totals"]["input_tokens"]), 300 + input);
 }
 
 // ====================================================================== fallbacks, circuit breaker
@@ -1597,6 +1621,60 @@ async fn max_cost_stops_before_the_call_that_could_exceed_it() {
     );
     assert_eq!(case.events_of("r1", "llm_response").len(), 1);
     assert!(!case.run_dir("r1").join("workspace/second.txt").exists());
+}
+
+/// An attempt that timed out after its request was sent was probably billed: its input,
+/// estimated from the request, counts towards `max_cost`. The first role's call times out
+/// once, then costs 0.001; the second call's worst case is its input (output is free
+/// here). Free, the timeout would leave room for it (0.001 + W ≤ 0.035 for the ~24 tokens
+/// of the request, W = 0.024); counted, it does not (0.001 + 2W > 0.035).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_billed_timeout_counts_towards_max_cost() {
+    let secret = Secret::new();
+    let srv = server(Kind::OpenAi, &secret, (1, 1)).await;
+    srv.script([Reply::Slow(Duration::from_secs(60))]);
+    let block = provider_for(
+        "main",
+        &srv,
+        &secret,
+        "  timeout = 1s\n  retry { max_attempts = 2  initial_backoff = 10ms  max_backoff = 20ms }\n  price { input_per_1k = 1.0  output_per_1k = 0.0 }",
+    );
+    let case = Case::new(
+        "two_roles.rondo.tmpl",
+        secret,
+        &block,
+        "    max_cost = 0.035",
+    );
+    let out = case.run("r1", &[]).await;
+    srv.assert_valid();
+    let info = assert_limit(&case, "r1", &out);
+    assert_eq!(srv.count(), 2, "the second role's call is not made");
+    let first = case.response("r1", "first");
+    assert_eq!(
+        shape(&first["attempts"]),
+        vec![
+            att("main", 1, "error", "timeout"),
+            att("main", 2, "success", "")
+        ]
+    );
+    let billed = &first["attempts"][0];
+    assert_eq!(billed["usage_estimated"], true, "{billed}");
+    let estimated = u(&billed["usage"]["input_tokens"]);
+    assert!((17..=34).contains(&estimated), "{billed}");
+    assert!(
+        approx(&billed["cost"], estimated as f64 / 1000.0),
+        "{billed}"
+    );
+    let t = &info["totals"];
+    assert_eq!(u(&t["input_tokens"]), 1 + estimated, "{t}");
+    assert!(approx(&t["cost"], 0.001 + estimated as f64 / 1000.0), "{t}");
+    assert_eq!(u(&t["llm_calls"]), 1, "{t}");
+    assert!(
+        info["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("max_cost")),
+        "{info:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2142,10 +2220,21 @@ fn native_turns(kind: Kind, b: &Value) -> Result<Vec<Turn>, String> {
                                 bl["input"].clone(),
                             ));
                         }
-                        Some("tool_result") if role == "user" => turns.push(Turn::Result(
-                            str_of(&bl["tool_use_id"], "tool_use_id")?,
-                            str_of(&bl["content"], "tool_result content")?,
-                        )),
+                        Some("tool_result") if role == "user" => {
+                            let content = str_of(&bl["content"], "tool_result content")?;
+                            // A refused or failed call's result says so.
+                            let failed = content.starts_with("⛔️validation_error")
+                                || content.starts_with("error (");
+                            check(
+                                bl.get("is_error").and_then(Value::as_bool).unwrap_or(false)
+                                    == failed,
+                                format!("is_error of a tool_result: {bl}"),
+                            )?;
+                            turns.push(Turn::Result(
+                                str_of(&bl["tool_use_id"], "tool_use_id")?,
+                                content,
+                            ))
+                        }
                         other => return Err(format!("a {role} block of type {other:?}")),
                     }
                 }
@@ -2181,6 +2270,14 @@ fn native_turns(kind: Kind, b: &Value) -> Result<Vec<Turn>, String> {
                         check(
                             f["response"].is_object(),
                             "functionResponse response is an object",
+                        )?;
+                        // A refused call's result goes under `error`, others under `output`.
+                        let failed = f["response"].to_string().contains("⛔️validation_error");
+                        let key = if failed { "error" } else { "output" };
+                        check(
+                            f["response"].as_object().is_some_and(|o| o.len() == 1)
+                                && f["response"].get(key).is_some(),
+                            format!("functionResponse of a {key}: {f}"),
                         )?;
                         turns.push(Turn::Result(
                             str_of(&f["name"], "name")?,

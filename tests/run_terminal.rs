@@ -39,6 +39,8 @@ enum Reply {
     /// The reply, once `text` is on screen (or after `SCREEN_WAIT`); whether it was is
     /// recorded.
     WhenShown(&'static str, Box<Reply>),
+    /// The streamed answer's first `n` frames, then the connection is dropped.
+    Cut(usize),
 }
 
 struct Server {
@@ -157,6 +159,10 @@ async fn serve(
                 answer(&mut sock, &whole).await?;
                 continue;
             }
+            Reply::Cut(n) => {
+                answer_frames(&mut sock, &body, Some(n)).await?;
+                return Ok(());
+            }
             Reply::Answer | Reply::WhenShown(..) => {}
         }
         answer(&mut sock, &body).await?;
@@ -184,6 +190,15 @@ async fn write_plain(
 }
 
 async fn answer(sock: &mut TcpStream, body: &Value) -> std::io::Result<()> {
+    answer_frames(sock, body, None).await
+}
+
+/// The answer; streamed, only its first `cut` frames when given (the body is not ended).
+async fn answer_frames(
+    sock: &mut TcpStream,
+    body: &Value,
+    cut: Option<usize>,
+) -> std::io::Result<()> {
     let prompt = body["messages"]
         .as_array()
         .and_then(|m| m.last())
@@ -219,10 +234,16 @@ async fn answer(sock: &mut TcpStream, body: &Value) -> std::io::Result<()> {
         .collect();
     frames.push(chunk(json!({}), usage));
     frames.push("data: [DONE]\n\n".into());
+    if let Some(n) = cut {
+        frames.truncate(n);
+    }
     for f in frames {
         sock.write_all(format!("{:x}\r\n{f}\r\n", f.len()).as_bytes())
             .await?;
         sock.flush().await?;
+    }
+    if cut.is_some() {
+        return sock.shutdown().await;
     }
     sock.write_all(b"0\r\n\r\n").await?;
     sock.flush().await
@@ -642,4 +663,78 @@ async fn a_whole_json_answer_to_a_streamed_request_is_shown_and_accepted() {
     );
     assert_eq!(lines[second + 1], "Second line of the reply.");
     assert!(!text.contains("attempt"), "no retry: {text}");
+}
+
+/// The text streamed by an attempt that then failed (a stream cut in the middle) stays on
+/// screen marked as discarded, before the retry's line and the reply that counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_streamed_text_of_a_failed_attempt_is_marked_discarded() {
+    let screen = new_screen();
+    let server = start(screen.clone()).await;
+    server.script.lock().unwrap().push_back(Reply::Cut(3));
+    let (code, lines, _) = run_shown(TWO_ROLES, &[], &screen, &server).await;
+    let text = lines.join("\n");
+    assert_eq!(code, 0, "{text}");
+    let partial = row_of(&lines, "first> Oslo is the answer to");
+    assert_eq!(lines[partial], "first> Oslo is the answer to", "{text}");
+    assert_eq!(
+        lines[partial + 1],
+        "  ✗ first: streamed reply discarded (attempt 1 on `main` failed)",
+        "{text}"
+    );
+    assert!(
+        lines[partial + 2].starts_with("  ! first attempt 1 on `main`: "),
+        "{text}"
+    );
+    let kept = row_of(
+        &lines,
+        "first> Oslo is the answer to step 1 of the question.",
+    );
+    assert!(kept > partial + 2, "{text}");
+    assert_eq!(text.matches("discarded").count(), 1, "{text}");
+}
+
+const JSON_ROLE: &str = r#"
+workflow terminal {
+  prompts = "prompts"
+  provider = main
+  input question: string = "the question"
+}
+
+provider main {
+  kind = "openai-compatible"
+  model = "m"
+  base_url = "@URL@/v1"
+}
+
+role first: llm {
+  prompt = "ask.tera"
+  retries = 1
+  output json { city: string }
+}
+
+start -> first
+first -> success
+first -> invalid_output when first.invalid
+exit success
+"#;
+
+/// A streamed reply the role refuses (prose where JSON is declared) is marked discarded
+/// too, once per refused attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_streamed_reply_is_marked_discarded() {
+    let screen = new_screen();
+    let server = start(screen.clone()).await;
+    let (code, lines, _) = run_shown(JSON_ROLE, &[], &screen, &server).await;
+    let text = lines.join("\n");
+    assert_eq!(code, 4, "{text}");
+    for attempt in 1..=2 {
+        let marker = format!("  ✗ first: streamed reply discarded (attempt {attempt} refused)");
+        let at = row_of(&lines, &marker);
+        assert_eq!(lines[at - 1], "Second line of the reply.", "{text}");
+        assert!(
+            lines[at + 1].starts_with(&format!("  ! first attempt {attempt}: ")),
+            "{text}"
+        );
+    }
 }

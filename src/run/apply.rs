@@ -235,7 +235,11 @@ fn conversation_turns(kind: &RoleKind, run: &RoleRun) -> Option<(usize, Vec<Mess
                         }
                         (_, kind) => format!("error ({}): {error}", kind.unwrap_or("tool")),
                     };
-                    Message::tool_result(r["id"].as_str().unwrap_or_default(), content)
+                    let id = r["id"].as_str().unwrap_or_default();
+                    match r["ok"].as_bool() {
+                        Some(true) => Message::tool_result(id, content),
+                        _ => Message::tool_error(id, content),
+                    }
                 })
                 .collect();
             Some((*id, turns))

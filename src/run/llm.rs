@@ -131,7 +131,12 @@ impl<'w> Interpreter<'w> {
             // Each attempt is shown as it ends, so a wait before a retry is not silence.
             let chain = self.pool.chain(&profile);
             let reporter = &self.reporter;
+            let spent_cell = &self.spent;
             let mut sink = |r: AttemptRecord| {
+                // A failed attempt the provider probably billed counts towards the budgets.
+                if let (Some(s), Ok(mut spent)) = (r.failed_spend(), spent_cell.lock()) {
+                    *spent += s;
+                }
                 let next = chain
                     .iter()
                     .position(|p| *p == r.profile)

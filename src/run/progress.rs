@@ -8,11 +8,12 @@
 //! (A progress-bar library redraws its bar over the cursor's line, which a reply streamed a
 //! piece at a time is: so the three states are kept here.)
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rondo_provider::AttemptRecord;
+use rondo_provider::{AttemptOutcome, AttemptRecord};
 
 use super::bus::Subscriber;
 use super::events::{Entry, Event};
@@ -124,10 +125,20 @@ fn indent(text: &str, by: usize) -> String {
     text.trim_end().replace('\n', &pad)
 }
 
+/// Replies streamed to the screen whose fate is not known yet, by label (`role`, or
+/// `role #visit` in a map): text of the attempt under way, and whole replies still to be
+/// read. Text of an attempt that fails, or of a reply that is refused, is marked discarded.
+#[derive(Default)]
+struct Streamed {
+    arriving: HashSet<String>,
+    checking: HashSet<String>,
+}
+
 #[derive(Clone)]
 pub struct Reporter {
     screen: Screen,
     redactor: rondo_env::Redactor,
+    streamed: Arc<Mutex<Streamed>>,
 }
 
 /// The run's progress on the terminal as its events come: a line a finished step (with
@@ -173,7 +184,17 @@ impl Reporter {
                 cursor: Arc::new(Mutex::new(Cursor::Clear)),
             },
             redactor,
+            streamed: Arc::default(),
         }
+    }
+
+    fn streamed(&self) -> std::sync::MutexGuard<'_, Streamed> {
+        self.streamed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Says that the text streamed above for `label` is not the answer.
+    fn discarded(&self, label: &str, why: &str) {
+        self.print(&format!("  ✗ {label}: streamed reply discarded ({why})"));
     }
 
     fn mode(&self) -> Mode {
@@ -224,6 +245,22 @@ impl Reporter {
 
     /// A reply that was rejected; the call is asked again (or the role's outcome is invalid).
     pub fn invalid_reply(&self, role: &str, attempt: u64, error: &str) {
+        // The reply streamed for this role, when only one of its visits has one waiting.
+        let refused = {
+            let mut streamed = self.streamed();
+            let branch = format!("{role} #");
+            let mut waiting = streamed
+                .checking
+                .iter()
+                .filter(|l| *l == role || l.starts_with(&branch));
+            match (waiting.next().cloned(), waiting.next()) {
+                (Some(label), None) => streamed.checking.take(&label),
+                _ => None,
+            }
+        };
+        if let Some(label) = refused {
+            self.discarded(&label, &format!("attempt {attempt} refused"));
+        }
         if self.mode() != Mode::Quiet {
             let head = format!("  ! {role} attempt {attempt}: ");
             self.print(&format!("{head}{}", indent(error, 4)));
@@ -236,6 +273,32 @@ impl Reporter {
     pub fn attempt(&self, r: &AttemptRecord, fallback: Option<&str>) {
         if self.mode() == Mode::Quiet {
             return;
+        }
+        // What this attempt streamed: kept while its reply is read, discarded if it failed.
+        let failed_text = {
+            let mut streamed = self.streamed();
+            let labels = [format!("{} #{}", r.role, r.visit), r.role.clone()];
+            // A reply of an earlier attempt was read already.
+            for l in &labels {
+                streamed.checking.remove(l);
+            }
+            let label = labels.into_iter().find(|l| streamed.arriving.contains(l));
+            match label {
+                Some(label) => {
+                    streamed.arriving.remove(&label);
+                    if r.outcome == AttemptOutcome::Success {
+                        streamed.checking.insert(label);
+                        None
+                    } else {
+                        Some(label)
+                    }
+                }
+                None => None,
+            }
+        };
+        if let Some(label) = failed_text {
+            let why = format!("attempt {} on `{}` failed", r.attempt, r.profile);
+            self.discarded(&label, &why);
         }
         let Some(error) = &r.error else {
             return;
@@ -268,6 +331,11 @@ impl Reporter {
     pub fn delta(&self, role: &str, text: &str) {
         if self.mode() != Mode::Live || text.is_empty() {
             return;
+        }
+        {
+            let mut streamed = self.streamed();
+            streamed.checking.remove(role);
+            streamed.arriving.insert(role.to_string());
         }
         // A value cut between two pieces is not caught here; the recorded reply is.
         let text = neutralise(&self.redactor.redact(text));

@@ -43,7 +43,7 @@ fn secrets(
     let mut url_vars = BTreeSet::new();
     for p in &workflow.providers {
         key_vars.extend(p.profile.key_env());
-        url_vars.extend(p.profile.base_url_env.as_deref());
+        url_vars.extend(p.profile.base_url_vars());
     }
     key_vars.extend(declared.iter().map(String::as_str));
     let mut found = Vec::new();
@@ -219,5 +219,25 @@ exit done
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(found, expected);
+    }
+
+    /// A vendor's base-URL variable a profile reads without naming it (`OPENAI_BASE_URL`
+    /// for a profile that calls OpenAI) is a base URL like `base_url_env`'s: its query too.
+    #[test]
+    fn a_vendors_base_url_variable_is_read_as_a_base_url() {
+        let text = "workflow w { provider = p }\nprovider p { kind = \"openai\"  model = \"m\" }\nrole a: llm { prompt = \"Hi.\" output text }\nstart -> a\na -> done\nexit done\n";
+        let (workflow, diags) =
+            crate::compile::load(&crate::source::SourceFile::new("w.rondo", text));
+        assert!(!diags.has_errors(), "{diags:?}");
+        let env: BTreeMap<String, String> = [(
+            "OPENAI_BASE_URL".to_string(),
+            "https://proxy/v1?key=query-secret".to_string(),
+        )]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            secrets(&workflow, &[], &env),
+            [("OPENAI_BASE_URL".to_string(), "query-secret".to_string())]
+        );
     }
 }

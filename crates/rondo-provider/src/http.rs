@@ -2,8 +2,9 @@
 //! classification, and SSE / NDJSON framing.
 
 use std::fmt;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -58,9 +59,71 @@ pub fn shared_client() -> Result<reqwest::Client, ProviderError> {
         .map_err(|e| ProviderError::Config(format!("cannot build HTTP client: {e}")))
 }
 
+/// What one attempt got as far as, as the client saw it: whether the request went out and
+/// an answer began, how much reply text came, and what usage the provider reported on the
+/// way. The pool reads it to price an attempt that ended without a usable reply.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptProbe {
+    sent: AtomicBool,
+    answered: AtomicBool,
+    text_bytes: AtomicUsize,
+    /// `(input, output)` tokens, each as last reported.
+    reported: Mutex<(Option<u64>, Option<u64>)>,
+}
+
+tokio::task_local! {
+    static PROBE: Arc<AttemptProbe>;
+}
+
+impl AttemptProbe {
+    /// Runs `call` (a model's `complete`) with this probe taking its notes.
+    pub(crate) async fn observe<F: Future>(self: &Arc<Self>, call: F) -> F::Output {
+        PROBE.scope(self.clone(), call).await
+    }
+
+    /// The request was handed to a connection.
+    pub(crate) fn sent(&self) -> bool {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// A success status came back: the provider began answering.
+    pub(crate) fn answered(&self) -> bool {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of reply text (content, tool calls, reasoning) read.
+    pub(crate) fn text_bytes(&self) -> usize {
+        self.text_bytes.load(Ordering::Relaxed)
+    }
+
+    /// `(input, output)` tokens as the provider last reported them, each when it did.
+    pub(crate) fn reported(&self) -> (Option<u64>, Option<u64>) {
+        *self.reported.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A note on the attempt being made, if the pool observes one.
+fn note(f: impl FnOnce(&AttemptProbe)) {
+    let _ = PROBE.try_with(|p| f(p));
+}
+
+/// Usage the provider reported before the reply was whole (a stream's first or last
+/// event); `None` leaves a figure as it was.
+pub(crate) fn note_usage(input: Option<u64>, output: Option<u64>) {
+    note(|p| {
+        let mut r = p.reported.lock().unwrap_or_else(|p| p.into_inner());
+        r.0 = input.or(r.0);
+        r.1 = output.or(r.1);
+    });
+}
+
 fn reqwest_error(e: reqwest::Error) -> ProviderError {
     let e = e.without_url();
-    if e.is_timeout() {
+    // A connection never made (refused, or its own timeout) sent nothing.
+    if e.is_connect() {
+        note(|p| p.sent.store(false, Ordering::Relaxed));
+        ProviderError::Connection(error_chain(&e))
+    } else if e.is_timeout() {
         ProviderError::Timeout(Duration::ZERO)
     } else if e.is_decode() {
         ProviderError::MalformedResponse(error_chain(&e))
@@ -128,6 +191,7 @@ pub(crate) async fn post_json<B: Serialize + ?Sized>(
 ) -> Result<reqwest::Response, ProviderError> {
     let bytes = serde_json::to_vec(body)
         .map_err(|e| ProviderError::Config(format!("cannot encode request: {e}")))?;
+    note(|p| p.sent.store(true, Ordering::Relaxed));
     let resp = builder
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(bytes)
@@ -136,6 +200,7 @@ pub(crate) async fn post_json<B: Serialize + ?Sized>(
         .map_err(reqwest_error)?;
     let status = resp.status();
     if status.is_success() {
+        note(|p| p.answered.store(true, Ordering::Relaxed));
         return Ok(resp);
     }
     let retry_after = resp
@@ -199,6 +264,9 @@ impl ReplyBudget {
     /// Count `n` bytes of reply text (content, tool arguments, reasoning).
     pub(crate) fn add(&self, n: usize) {
         self.used.fetch_add(n, Ordering::Relaxed);
+        note(|p| {
+            p.text_bytes.fetch_add(n, Ordering::Relaxed);
+        });
     }
 
     /// Mark the reply as past its cap (a line or event too long to hold).
@@ -253,10 +321,16 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
     // A body cut off mid-transfer is a broken connection (retried), not a malformed reply.
     let bytes = match read_capped(resp, budget.body_limit()).await {
         Ok(Some(bytes)) => bytes,
-        Ok(None) => return Ok(None),
+        Ok(None) => {
+            // A body past the cap held at least `max_reply` bytes of reply.
+            budget.add(budget.max.unwrap_or(0));
+            return Ok(None);
+        }
         Err((e, _)) => return Err(ProviderError::Connection(error_chain(&e.without_url()))),
     };
     let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        // A whole reply that cannot be read was still made: its size stands for its text.
+        budget.add(bytes.len());
         if nests_deeper_than(&bytes, MAX_JSON_DEPTH) {
             return too_deep();
         }
@@ -268,8 +342,10 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
             key,
         ))
     })?;
-    let typed = T::deserialize(&value)
-        .map_err(|e| ProviderError::MalformedResponse(format!("unexpected body shape: {e}")))?;
+    let typed = T::deserialize(&value).map_err(|e| {
+        budget.add(bytes.len());
+        ProviderError::MalformedResponse(format!("unexpected body shape: {e}"))
+    })?;
     Ok(Some((typed, value)))
 }
 

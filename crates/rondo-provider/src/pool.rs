@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-use crate::cost::{CallEstimate, estimate_call};
+use crate::cost::{CallEstimate, Spend, estimate_call, estimate_input_tokens};
 use crate::error::{ErrorKind, ProviderError};
-use crate::http::{ApiKey, shared_client};
+use crate::http::{ApiKey, AttemptProbe, shared_client};
 use crate::profile::{ProviderKind, ProviderProfile, RetryPolicy, StreamMode};
 use crate::providers::build_model;
 use crate::types::{ChatModel, ChatRequest, ChatResponse, StreamCallback, Usage};
@@ -41,13 +41,65 @@ pub struct AttemptRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     pub latency_ms: f64,
+    /// What the attempt used: a success's, and a failed attempt's the provider probably
+    /// billed (it timed out after the request was sent, or failed after an answer began).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
+    /// `usage` is partly or wholly estimated (input from the request's size, output from
+    /// the reply text read), where the provider gave no figure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_estimated: bool,
     /// Set when another attempt on the same profile follows after this wait.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_delay_ms: Option<u64>,
+}
+
+impl AttemptRecord {
+    /// What a failed attempt probably cost though it gave no answer (`None` when it was
+    /// not billed, and for a success, whose spending comes with its [`Completion`]).
+    pub fn failed_spend(&self) -> Option<Spend> {
+        if self.outcome == AttemptOutcome::Success {
+            return None;
+        }
+        Some(Spend {
+            calls: 0,
+            usage: self.usage?,
+            cost: self.cost.unwrap_or(0.0),
+        })
+    }
+}
+
+/// The usage of an attempt that ended without a whole reply, as far as it went: the
+/// provider's figures where it reported them, else the input estimated from the request
+/// and the output from the reply text read; `true` when a figure is estimated.
+fn partial_usage(probe: &AttemptProbe, req: &ChatRequest) -> (Usage, bool) {
+    let (input, output) = probe.reported();
+    let read = (probe.text_bytes() as u64).div_ceil(4);
+    let usage = Usage {
+        input_tokens: input.unwrap_or_else(|| estimate_input_tokens(req)),
+        output_tokens: output.unwrap_or(0).max(read),
+    };
+    (usage, input.is_none() || read > output.unwrap_or(0))
+}
+
+/// Whether a failed attempt was probably billed: it timed out once the request was
+/// sent, or broke after the provider began answering (a cut stream, a body that could not
+/// be read), or the provider reported usage before an error of its own (Anthropic's
+/// `message_start`, then an `error` event). A refusal by status (429, 5xx...), an error
+/// event before any usage, and a connection never made were not.
+fn billed(probe: &AttemptProbe, e: &ProviderError) -> bool {
+    if !probe.sent() {
+        return false;
+    }
+    match e.kind() {
+        ErrorKind::Timeout => true,
+        ErrorKind::Connection | ErrorKind::MalformedResponse | ErrorKind::UnreadableReply => {
+            probe.answered()
+        }
+        _ => probe.reported() != (None, None),
+    }
 }
 
 /// A successful call: the response, which profile served it, and what it cost.
@@ -274,6 +326,7 @@ impl ProviderPool {
             latency_ms: latency.as_secs_f64() * 1000.0,
             usage: None,
             cost: None,
+            usage_estimated: false,
             retry_delay_ms: None,
         };
         let Some(entry) = self.entries.get(name) else {
@@ -335,17 +388,23 @@ impl ProviderPool {
                 return Err(e);
             }
             let remaining = policy.total_budget.saturating_sub(started.elapsed());
-            let result = self
+            let (result, latency, probe) = self
                 .attempt(entry, model.as_ref(), req, stream, remaining)
                 .await;
             match result {
-                Ok((resp, latency)) => {
+                Ok(mut resp) => {
                     entry.breaker.success();
+                    // A reply read only in part was billed whole: what it used so far.
+                    let mut estimated = false;
+                    if resp.truncated {
+                        (resp.usage, estimated) = partial_usage(&probe, req);
+                    }
                     let cost = profile.cost(&resp.usage);
                     let mut rec =
                         record(attempt, AttemptOutcome::Success, &resp.model, None, latency);
                     rec.usage = Some(resp.usage);
                     rec.cost = Some(cost);
+                    rec.usage_estimated = estimated;
                     on_attempt(rec);
                     return Ok(Completion {
                         response: resp,
@@ -354,7 +413,7 @@ impl ProviderPool {
                         attempts: 0,
                     });
                 }
-                Err((e, latency)) => {
+                Err(e) => {
                     entry.breaker.failure(e.kind());
                     let delay = (e.is_retryable() && attempt < max_attempts)
                         .then(|| backoff(policy, attempt, e.retry_after()))
@@ -366,6 +425,12 @@ impl ProviderPool {
                         Some(&e),
                         latency,
                     );
+                    if billed(&probe, &e) {
+                        let (usage, estimated) = partial_usage(&probe, req);
+                        rec.usage = Some(usage);
+                        rec.cost = Some(profile.cost(&usage));
+                        rec.usage_estimated = estimated;
+                    }
                     rec.retry_delay_ms = delay.map(|d| d.as_millis() as u64);
                     on_attempt(rec);
                     match delay {
@@ -378,6 +443,7 @@ impl ProviderPool {
     }
 
     /// One attempt: wait for the concurrency and rate limits, then call with the timeout.
+    /// Returns its result, how long the call took, and what the client saw of it.
     async fn attempt(
         &self,
         entry: &Entry,
@@ -385,36 +451,45 @@ impl ProviderPool {
         req: &ChatRequest,
         stream: Option<StreamCallback<'_>>,
         remaining: Duration,
-    ) -> Result<(ChatResponse, Duration), (ProviderError, Duration)> {
+    ) -> (
+        Result<ChatResponse, ProviderError>,
+        Duration,
+        Arc<AttemptProbe>,
+    ) {
+        let probe = Arc::new(AttemptProbe::default());
         let waited = Instant::now();
-        let budget_gone = || (ProviderError::Timeout(remaining), Duration::ZERO);
+        let budget_gone = ProviderError::Timeout(remaining);
         let permit = match &entry.semaphore {
-            Some(s) => Some(
-                tokio::time::timeout(remaining, s.acquire())
-                    .await
-                    .map_err(|_| budget_gone())?
-                    .map_err(|_| (ProviderError::Config("pool closed".into()), Duration::ZERO))?,
-            ),
+            Some(s) => match tokio::time::timeout(remaining, s.acquire()).await {
+                Ok(Ok(permit)) => Some(permit),
+                Ok(Err(_)) => {
+                    let closed = ProviderError::Config("pool closed".into());
+                    return (Err(closed), Duration::ZERO, probe);
+                }
+                Err(_) => return (Err(budget_gone), Duration::ZERO, probe),
+            },
             None => None,
         };
-        if let Some(r) = &entry.rate {
-            tokio::time::timeout(remaining.saturating_sub(waited.elapsed()), r.acquire())
+        if let Some(r) = &entry.rate
+            && tokio::time::timeout(remaining.saturating_sub(waited.elapsed()), r.acquire())
                 .await
-                .map_err(|_| budget_gone())?;
+                .is_err()
+        {
+            return (Err(budget_gone), Duration::ZERO, probe);
         }
         let timeout = entry
             .profile
             .timeout
             .min(remaining.saturating_sub(waited.elapsed()));
         let t0 = Instant::now();
-        let result = match tokio::time::timeout(timeout, model.complete(req, stream)).await {
+        let call = probe.observe(model.complete(req, stream));
+        let result = match tokio::time::timeout(timeout, call).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(ProviderError::Timeout(_))) | Err(_) => Err(ProviderError::Timeout(timeout)),
             Ok(Err(e)) => Err(e),
         };
         drop(permit);
-        let latency = t0.elapsed();
-        result.map(|r| (r, latency)).map_err(|e| (e, latency))
+        (result, t0.elapsed(), probe)
     }
 }
 

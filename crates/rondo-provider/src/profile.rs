@@ -210,7 +210,9 @@ pub struct ProviderProfile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
     /// An environment variable that, when set and not empty, replaces `base_url` (e.g.
-    /// `OLLAMA_HOST`); read when the pool is built.
+    /// `LOCAL_LLM_ENDPOINT`); read when the pool is built. Without it, or with it unset, a
+    /// profile that calls the vendor's own address reads the vendor's variable
+    /// ([`ProviderProfile::vendor_url_env`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url_env: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -244,6 +246,78 @@ pub struct ProviderProfile {
     /// Whether replies are streamed; `auto` streams when a person watches.
     #[serde(default, skip_serializing_if = "StreamMode::is_auto")]
     pub stream: StreamMode,
+}
+
+/// Ollama's port, which `OLLAMA_HOST` implies when it names none.
+const OLLAMA_PORT: u16 = 11434;
+
+/// A base URL read from `var`. `OLLAMA_HOST` for an `ollama` profile is read as Ollama's
+/// clients read it (`host`, `host:port`, `:port` or a URL; no scheme is `http`, no port
+/// 11434); `GOOGLE_GEMINI_BASE_URL` for a `gemini` profile as Google's SDKs read it (the
+/// prefix before the API version, which is added unless the value ends with one); any
+/// other value without a scheme is `http://`.
+fn url_from_env(kind: ProviderKind, var: &str, value: &str) -> String {
+    let value = value.trim_end_matches('/');
+    match (kind, var) {
+        (ProviderKind::Ollama, "OLLAMA_HOST") if !value.contains("://") => {
+            let host = if value.starts_with(':') {
+                format!("127.0.0.1{value}")
+            } else {
+                value.to_string()
+            };
+            match reqwest::Url::parse(&format!("http://{host}")) {
+                Ok(mut url) => {
+                    if url.port().is_none() {
+                        let _ = url.set_port(Some(OLLAMA_PORT));
+                    }
+                    url.as_str().trim_end_matches('/').to_string()
+                }
+                Err(_) => format!("http://{host}"),
+            }
+        }
+        (ProviderKind::Gemini, "GOOGLE_GEMINI_BASE_URL") => {
+            let url = with_scheme(value);
+            let last = url.rsplit('/').next().unwrap_or_default();
+            if url
+                .split_once("://")
+                .is_some_and(|(_, rest)| rest.contains('/'))
+                && is_api_version(last)
+            {
+                url
+            } else {
+                format!("{url}/{GEMINI_API_VERSION}")
+            }
+        }
+        _ => with_scheme(value),
+    }
+}
+
+/// The version Google's SDKs call the Gemini API with by default.
+const GEMINI_API_VERSION: &str = "v1beta";
+
+fn with_scheme(url: &str) -> String {
+    if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    }
+}
+
+/// `v1`, `v1beta`, `v1alpha`, `v2beta3`: a path segment that names an API version.
+fn is_api_version(segment: &str) -> bool {
+    let Some(rest) = segment.strip_prefix('v') else {
+        return false;
+    };
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 {
+        return false;
+    }
+    let rest = &rest[digits..];
+    let rest = rest
+        .strip_prefix("alpha")
+        .or_else(|| rest.strip_prefix("beta"))
+        .unwrap_or(rest);
+    rest.chars().all(|c| c.is_ascii_digit())
 }
 
 fn default_timeout() -> Duration {
@@ -281,7 +355,8 @@ impl ProviderProfile {
     }
 
     /// The profile with the values its `*_env` fields name taken from `lookup` (the
-    /// environment): `base_url_env`, `model_env`, `price_env`. A variable that is unset or
+    /// environment): `base_url_env` (else the vendor's variable, see
+    /// [`Self::vendor_url_env`]), `model_env`, `price_env`. A variable that is unset or
     /// empty leaves the written value; a price variable that is not a number of at least 0
     /// is an error naming the variable.
     pub fn resolve_env(
@@ -297,14 +372,12 @@ impl ProviderProfile {
                 .filter(|value| !value.trim().is_empty())
                 .map(|value| (var.to_string(), value))
         }
-        if let Some((_, url)) = read(&self.base_url_env, lookup) {
-            let url = url.trim();
-            // `OLLAMA_HOST=127.0.0.1:11434`, as Ollama's own CLI takes it.
-            self.base_url = Some(if url.contains("://") {
-                url.to_string()
-            } else {
-                format!("http://{url}")
-            });
+        // The profile's own variable first, then the vendor's (for a profile that calls the
+        // vendor's own address), as the vendor's SDK reads it.
+        let vendor = self.vendor_url_env().map(str::to_string);
+        if let Some((var, url)) = read(&self.base_url_env, lookup).or_else(|| read(&vendor, lookup))
+        {
+            self.base_url = Some(url_from_env(self.kind, &var, url.trim()));
         }
         if let Some((_, model)) = read(&self.model_env, lookup) {
             self.model = model.trim().to_string();
@@ -337,6 +410,39 @@ impl ProviderProfile {
             }
         }
         Ok(self)
+    }
+
+    /// The variable the vendor's own SDK reads for its base URL (`OPENAI_BASE_URL`,
+    /// `ANTHROPIC_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`, `OLLAMA_HOST`), when this profile
+    /// calls the vendor's own address: its `base_url` is unset or names that address (for
+    /// Ollama, the local default). A profile with an address of its own has none.
+    pub fn vendor_url_env(&self) -> Option<&'static str> {
+        let url = reqwest::Url::parse(self.base_url()?).ok()?;
+        let host = url.host_str()?;
+        match self.kind {
+            ProviderKind::OpenAi | ProviderKind::OpenAiCompatible if host == "api.openai.com" => {
+                Some("OPENAI_BASE_URL")
+            }
+            ProviderKind::Anthropic if host == "api.anthropic.com" => Some("ANTHROPIC_BASE_URL"),
+            ProviderKind::Gemini if host == "generativelanguage.googleapis.com" => {
+                Some("GOOGLE_GEMINI_BASE_URL")
+            }
+            ProviderKind::Ollama
+                if matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+                    && url.port_or_known_default() == Some(OLLAMA_PORT) =>
+            {
+                Some("OLLAMA_HOST")
+            }
+            _ => None,
+        }
+    }
+
+    /// The variables the base URL may be taken from when the pool is built: `base_url_env`,
+    /// then the vendor's ([`Self::vendor_url_env`]).
+    pub fn base_url_vars(&self) -> Vec<&str> {
+        let mut vars: Vec<&str> = self.base_url_env.iter().map(String::as_str).collect();
+        vars.extend(self.vendor_url_env().filter(|v| !vars.contains(v)));
+        vars
     }
 
     pub fn base_url(&self) -> Option<&str> {

@@ -30,6 +30,10 @@ pub struct Message {
     pub tool_call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCall>>,
+    /// On a `Tool` message: the call was refused or failed, and `content` says why
+    /// (Anthropic's `is_error`, Gemini's `error` key).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
 }
 
 impl Message {
@@ -39,6 +43,7 @@ impl Message {
             content: content.into(),
             tool_call_id: None,
             tool_calls: None,
+            is_error: false,
         }
     }
     pub fn system(content: impl Into<String>) -> Self {
@@ -62,6 +67,13 @@ impl Message {
         Message {
             tool_call_id: Some(tool_call_id.into()),
             ..Self::plain(Role::Tool, content)
+        }
+    }
+    /// The tool call `tool_call_id` was refused or failed; `content` says why.
+    pub fn tool_error(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message {
+            is_error: true,
+            ..Self::tool_result(tool_call_id, content)
         }
     }
 }

@@ -378,3 +378,210 @@ async fn schemas_strict_mode_cannot_express_get_plain_json_mode() {
         assert_eq!(f["json_schema"]["schema"], map);
     }
 }
+
+/// Whether `schema` takes `null`: `type` lists it, or a member of `anyOf` does.
+fn takes_null(schema: &Value) -> bool {
+    let null = |s: &Value| {
+        s["type"] == "null"
+            || s["type"]
+                .as_array()
+                .is_some_and(|t| t.contains(&json!("null")))
+    };
+    null(schema)
+        || schema["anyOf"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(null))
+}
+
+/// What strict mode asks of a schema (OpenAI's structured-outputs guide): every object
+/// closed and listing every property in `required`, nesting at most 10 deep.
+fn assert_strict_shape(schema: &Value, depth: usize, at: &str) {
+    assert!(depth <= 10, "{at}: nested deeper than strict mode allows");
+    for member in schema["anyOf"].as_array().into_iter().flatten() {
+        assert_strict_shape(member, depth + 1, at);
+    }
+    let is = |t: &str| {
+        schema["type"] == t
+            || schema["type"]
+                .as_array()
+                .is_some_and(|ts| ts.contains(&json!(t)))
+    };
+    if is("object") {
+        assert_eq!(schema["additionalProperties"], false, "{at}: {schema}");
+        let props = schema["properties"].as_object().expect("properties");
+        let mut required: Vec<&str> = schema["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        required.sort_unstable();
+        let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(required, names, "{at}: every property is required");
+        for (name, p) in props {
+            assert_strict_shape(p, depth + 1, &format!("{at}.{name}"));
+        }
+    }
+    if is("array") {
+        assert_strict_shape(&schema["items"], depth + 1, &format!("{at}[]"));
+    }
+}
+
+/// Tools go with `strict: true` where strict mode can take their schema: optional fields
+/// nullable and listed in `required`; a schema it cannot take (a map, an `any` field, an
+/// object open to other fields) goes as written with `strict: false`. Every tool is checked
+/// field by field against `FunctionObject` of the published contract, and a call's `null`
+/// for an optional field comes back left out, as the tool's own schema has it.
+#[tokio::test]
+async fn tools_are_strict_where_the_schema_allows() {
+    // As Rondo writes a tool's input (optional fields a union with null, not required),
+    // plus an optional field another writer left not nullable.
+    let search = ToolDef {
+        name: "search".into(),
+        description: "Search the docs".into(),
+        parameters: json!({"type": "object", "properties": {
+            "query": {"type": "string"},
+            "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "lang": {"type": "string", "enum": ["en", "fr"]},
+            "filter": {"anyOf": [{"type": "object", "properties": {
+                "site": {"type": "string"}, "year": {"type": "integer"}},
+                "required": ["site"], "additionalProperties": false}, {"type": "null"}]},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"}, "weight": {"type": "number"}},
+                "required": ["name"], "additionalProperties": false}}
+        }, "required": ["query", "tags"], "additionalProperties": false}),
+    };
+    let not_strict = [
+        json!({"type": "object", "properties": {"vars": {"type": "object",
+            "additionalProperties": {"type": "string"}}}, "required": ["vars"],
+            "additionalProperties": false}),
+        json!({"type": "object", "properties": {"value": {}}, "required": ["value"],
+            "additionalProperties": false}),
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": [],
+            "additionalProperties": true}),
+    ];
+    let mut tools = vec![search.clone()];
+    for (i, parameters) in not_strict.iter().enumerate() {
+        tools.push(ToolDef {
+            name: format!("loose_{i}"),
+            description: String::new(),
+            parameters: parameters.clone(),
+        });
+    }
+    let args = r#"{"query": "rust", "limit": null, "lang": null, "filter": {"site": "docs.rs", "year": null}, "tags": [{"name": "a", "weight": null}]}"#;
+    let server = common::FakeServer::start(
+        |r| fake::validate(r, Some(KEY)),
+        move |r| {
+            let call = json!({"id": "call_7", "type": "function",
+                "function": {"name": "search", "arguments": args}});
+            let chunk = |delta: Value, finish: Value, usage: Value| {
+                json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                    "choices": if usage.is_null() { json!([{"index": 0, "delta": delta, "finish_reason": finish}]) } else { json!([]) },
+                    "usage": usage})
+            };
+            let usage = json!({"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14});
+            if !r.wants_stream() {
+                return common::Reply::Json(200, json!({"id": "c", "object": "chat.completion",
+                    "created": 1, "model": "m", "choices": [{"index": 0, "message":
+                    {"role": "assistant", "content": null, "tool_calls": [call]},
+                    "logprobs": null, "finish_reason": "tool_calls"}], "usage": usage}));
+            }
+            let mut frames = common::sse(&[
+                chunk(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"index": 0, "id": "call_7", "type": "function",
+                     "function": {"name": "search", "arguments": ""}}]}), Value::Null, Value::Null),
+                chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}), Value::Null, Value::Null),
+                chunk(json!({}), json!("tool_calls"), Value::Null),
+                chunk(json!({}), Value::Null, usage),
+            ]);
+            frames.push("data: [DONE]\n\n".into());
+            common::Reply::Stream { content_type: "text/event-stream", frames, cut: false }
+        },
+    )
+    .await;
+    let mut req = ChatRequest::new(vec![Message::user("find rust docs")]);
+    req.tools = tools;
+    for compatible in [false, true] {
+        let m = model(&server, Some(KEY), compatible);
+        let whole = m.complete(&req, None).await.expect("whole");
+        let cb = |_: &str| {};
+        let streamed = m.complete(&req, Some(&cb)).await.expect("streamed");
+        assert_eq!(whole, streamed);
+        assert_eq!(
+            whole.tool_calls[0].arguments,
+            json!({"query": "rust", "filter": {"site": "docs.rs"}, "tags": [{"name": "a"}]}),
+            "the nulls strict mode asked for are left out"
+        );
+    }
+    server.assert_no_violations();
+
+    let function_object = &fake::spec()["components"]["schemas"]["FunctionObject"];
+    let known: Vec<&str> = function_object["properties"]
+        .as_object()
+        .expect("FunctionObject.properties")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(known.len(), 4, "the contract's fields: {known:?}");
+    let tool_object = &fake::spec()["components"]["schemas"]["ChatCompletionTool"];
+    for r in server.requests() {
+        let body = r.json();
+        let sent = body["tools"].as_array().expect("tools");
+        assert_eq!(sent.len(), 4);
+        for (tool, def) in sent.iter().zip(&req.tools) {
+            // ChatCompletionTool: `type` (its one enum value) and `function`, both required.
+            assert_eq!(tool["type"], tool_object["properties"]["type"]["enum"][0]);
+            assert_eq!(tool.as_object().map(|o| o.len()), Some(2), "{tool}");
+            let f = tool["function"].as_object().expect("function");
+            for field in f.keys() {
+                assert!(
+                    known.contains(&field.as_str()),
+                    "{field} is not in FunctionObject"
+                );
+            }
+            for field in function_object["required"].as_array().expect("required") {
+                assert!(f.contains_key(field.as_str().unwrap_or_default()));
+            }
+            // `name`: a-z, A-Z, 0-9, underscores and dashes, at most 64.
+            let name = f["name"].as_str().expect("name");
+            assert!(
+                !name.is_empty()
+                    && name.len() <= 64
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            );
+            assert_eq!(name, def.name);
+            // `description`: a string, left out when there is none.
+            assert_eq!(
+                f.get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                def.description
+            );
+            // `parameters`: a JSON Schema object (FunctionParameters).
+            assert!(f["parameters"].is_object());
+            // `strict`: a boolean, said every time.
+            let strict = f["strict"].as_bool().expect("strict is a boolean");
+            assert_eq!(strict, def.name == "search", "{name}");
+            if strict {
+                assert_strict_shape(&f["parameters"], 0, name);
+                let props = &f["parameters"]["properties"];
+                for optional in ["limit", "lang", "filter"] {
+                    assert!(
+                        takes_null(&props[optional]),
+                        "{optional}: {}",
+                        props[optional]
+                    );
+                }
+                assert!(!takes_null(&props["query"]) && !takes_null(&props["tags"]));
+                let filter = &props["filter"]["anyOf"][0];
+                assert!(takes_null(&filter["properties"]["year"]));
+                assert!(takes_null(&props["tags"]["items"]["properties"]["weight"]));
+            } else {
+                assert_eq!(f["parameters"], def.parameters, "sent as written");
+            }
+        }
+    }
+}

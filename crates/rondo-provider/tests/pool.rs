@@ -554,3 +554,105 @@ async fn the_profile_decides_whether_a_call_streams() {
     );
     server.assert_no_violations();
 }
+
+/// Attempts the provider probably billed though they gave no usable reply carry their
+/// usage and cost, estimated where the provider gave no figure and marked so: a timeout
+/// after the request was sent, a stream cut after text had come, a reply cut at
+/// `max_reply` before its usage came. Refusals by status and connections never made carry
+/// none.
+#[tokio::test]
+async fn probably_billed_attempts_are_priced() {
+    let server = fake::server(Some(KEY)).await;
+    let mut p = openai_profile("main", &server);
+    p.retry = fast_retry(1);
+    p.timeout = Duration::from_millis(300);
+    let mut dead = p.clone();
+    dead.name = "dead".into();
+    dead.base_url = Some(format!("http://127.0.0.1:{}/v1", dead_port().await));
+    let pool = ProviderPool::with_env(vec![p, dead], &env_with(ENV)).expect("pool");
+    let price = |u: Usage| u.input_tokens as f64 / 1000.0 + u.output_tokens as f64 / 1000.0 * 2.0;
+    let input = cost::estimate_input_tokens(&req());
+
+    // The request was sent and the answer did not come in time.
+    server.script([Some(Reply::Slow(Duration::from_secs(5)))]);
+    let (r, recs) = run(&pool, "main").await;
+    assert_eq!(r.expect_err("timeout").kind(), ErrorKind::Timeout);
+    let usage = Usage {
+        input_tokens: input,
+        output_tokens: 0,
+    };
+    assert_eq!(recs[0].usage, Some(usage));
+    assert_eq!(recs[0].cost, Some(price(usage)));
+    assert!(recs[0].usage_estimated);
+    assert_eq!(
+        recs[0].failed_spend(),
+        Some(Spend {
+            calls: 0,
+            usage,
+            cost: price(usage)
+        })
+    );
+    let line = serde_json::to_value(&recs[0]).expect("record");
+    assert_eq!(line["usage_estimated"], true);
+
+    // A stream cut after some text: the input estimated, the output from the text read.
+    server.script([Some(fake::cut_stream())]);
+    let shown = Mutex::new(String::new());
+    let cb = |d: &str| shown.lock().unwrap().push_str(d);
+    let mut recs = Vec::new();
+    let e = pool
+        .complete("main", &req(), Some(&cb), &mut |a| recs.push(a))
+        .await
+        .expect_err("cut");
+    assert_eq!(e.kind(), ErrorKind::Connection);
+    let text = shown.lock().unwrap().clone();
+    assert!(!text.is_empty());
+    let usage = Usage {
+        input_tokens: input,
+        output_tokens: (text.len() as u64).div_ceil(4),
+    };
+    assert_eq!(
+        (recs[0].usage, recs[0].usage_estimated),
+        (Some(usage), true)
+    );
+
+    // A reply cut at max_reply, its usage never reached: priced, not free.
+    let mut capped = req();
+    capped.max_reply = Some(3);
+    let mut recs = Vec::new();
+    let done = pool
+        .complete("main", &capped, Some(&cb), &mut |a| recs.push(a))
+        .await
+        .expect("a cut reply");
+    assert!(done.response.truncated);
+    assert_eq!(done.response.usage.input_tokens, input);
+    assert!(done.response.usage.output_tokens >= 1);
+    assert!(recs[0].usage_estimated);
+    assert_eq!(recs[0].usage, Some(done.response.usage));
+    assert_eq!(done.cost, price(done.response.usage));
+    assert!(done.cost > 0.0);
+
+    // Not billed: refused by status, or never connected.
+    for reply in [Reply::status(500, "boom"), Reply::rate_limited("1")] {
+        server.script([Some(reply)]);
+        let (r, recs) = run(&pool, "main").await;
+        assert!(r.is_err());
+        assert_eq!((recs[0].usage, recs[0].cost), (None, None), "{recs:?}");
+        assert_eq!(recs[0].failed_spend(), None);
+    }
+    let (r, recs) = run(&pool, "dead").await;
+    assert_eq!(r.expect_err("refused").kind(), ErrorKind::Connection);
+    assert_eq!((recs[0].usage, recs[0].failed_spend()), (None, None));
+    // A success is counted through its completion, not as a failure.
+    let (r, recs) = run(&pool, "main").await;
+    assert!(r.is_ok() && recs[0].usage.is_some() && recs[0].failed_spend().is_none());
+    server.assert_no_violations();
+}
+
+/// A port nothing listens on (bound, then released).
+async fn dead_port() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    l.local_addr().expect("addr").port()
+}

@@ -254,3 +254,121 @@ fn stream_is_auto_true_or_false() {
         "{err}"
     );
 }
+
+/// The vendors' variables apply to a profile that calls the vendor's own address (written
+/// or by default), read as the vendors' SDKs read them; a profile's own `base_url_env`
+/// comes first, and a profile with an address of its own keeps it.
+#[test]
+fn the_vendors_base_url_variables_apply_unless_the_profile_sets_its_own() {
+    let yaml = r#"
+profiles:
+  - { name: oa, kind: openai, model: m }
+  - { name: oa_written, kind: openai-compatible, model: m, base_url: "https://api.openai.com/v1" }
+  - { name: oa_own_var, kind: openai, model: m, base_url_env: MY_URL }
+  - { name: azure, kind: openai, model: m, base_url: "https://me.openai.azure.com/v1" }
+  - { name: local, kind: openai-compatible, model: m }
+  - { name: claude, kind: anthropic, model: m }
+  - { name: gem, kind: gemini, model: m }
+  - { name: olla, kind: ollama, model: m, base_url: "http://localhost:11434" }
+  - { name: olla_remote, kind: ollama, model: m, base_url: "http://gpu:11434" }
+"#;
+    let profiles = parse_profiles(yaml).expect("parses");
+    let resolve = |vars: &[(&str, &str)]| -> Vec<String> {
+        let lookup = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        profiles
+            .iter()
+            .map(|p| {
+                let p = p.clone().resolve_env(&lookup).expect("resolves");
+                p.base_url().unwrap_or_default().to_string()
+            })
+            .collect()
+    };
+    let vars = [
+        ("OPENAI_BASE_URL", "http://proxy:4000/v1/"),
+        ("ANTHROPIC_BASE_URL", "http://proxy:4000"),
+        ("GOOGLE_GEMINI_BASE_URL", "http://proxy:4000/gemini"),
+        ("OLLAMA_HOST", "ollama-box"),
+    ];
+    assert_eq!(
+        resolve(&vars),
+        [
+            "http://proxy:4000/v1",
+            "http://proxy:4000/v1",
+            "http://proxy:4000/v1",
+            "https://me.openai.azure.com/v1",
+            "http://127.0.0.1:8000/v1",
+            "http://proxy:4000",
+            "http://proxy:4000/gemini/v1beta",
+            "http://ollama-box:11434",
+            "http://gpu:11434",
+        ]
+    );
+    let mut own = vars.to_vec();
+    own.push(("MY_URL", "http://mine/v1"));
+    assert_eq!(
+        resolve(&own)[2],
+        "http://mine/v1",
+        "the profile's own first"
+    );
+    let untouched = resolve(&[]);
+    assert_eq!(
+        untouched[..3],
+        [
+            "https://api.openai.com/v1",
+            "https://api.openai.com/v1",
+            "https://api.openai.com/v1"
+        ]
+    );
+    assert_eq!(resolve(&[("OPENAI_BASE_URL", " ")])[0], untouched[0]);
+    assert_eq!(
+        profiles
+            .iter()
+            .map(|p| p.base_url_vars())
+            .collect::<Vec<_>>(),
+        [
+            vec!["OPENAI_BASE_URL"],
+            vec!["OPENAI_BASE_URL"],
+            vec!["MY_URL", "OPENAI_BASE_URL"],
+            vec![],
+            vec![],
+            vec!["ANTHROPIC_BASE_URL"],
+            vec!["GOOGLE_GEMINI_BASE_URL"],
+            vec!["OLLAMA_HOST"],
+            vec![],
+        ]
+    );
+
+    // OLLAMA_HOST as Ollama's Python client parses it; GOOGLE_GEMINI_BASE_URL with or
+    // without the API version.
+    for (host, url) in [
+        ("127.0.0.1:5000", "http://127.0.0.1:5000"),
+        (":5000", "http://127.0.0.1:5000"),
+        ("example.com/", "http://example.com:11434"),
+        ("http://example.com", "http://example.com"),
+        (
+            "https://example.com:8443/ollama",
+            "https://example.com:8443/ollama",
+        ),
+    ] {
+        assert_eq!(resolve(&[("OLLAMA_HOST", host)])[7], url, "{host}");
+    }
+    for (prefix, url) in [
+        ("https://proxy.example", "https://proxy.example/v1beta"),
+        (
+            "https://proxy.example/v1beta/",
+            "https://proxy.example/v1beta",
+        ),
+        ("https://proxy.example/g/v1", "https://proxy.example/g/v1"),
+        ("proxy:4000/v1alpha", "http://proxy:4000/v1alpha"),
+    ] {
+        assert_eq!(
+            resolve(&[("GOOGLE_GEMINI_BASE_URL", prefix)])[6],
+            url,
+            "{prefix}"
+        );
+    }
+}

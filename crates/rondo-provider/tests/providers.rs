@@ -110,7 +110,9 @@ fn anthropic_validate(r: &Recorded) -> Result<(), String> {
                     "tool_use",
                 )?,
                 Some("tool_result") => check(
-                    block["tool_use_id"].is_string() && m["role"] == "user",
+                    block["tool_use_id"].is_string()
+                        && m["role"] == "user"
+                        && block.get("is_error").is_none_or(Value::is_boolean),
                     "tool_result",
                 )?,
                 t => return Err(format!("unknown block {t:?}")),
@@ -299,20 +301,18 @@ fn gemini_validate(r: &Recorded) -> Result<(), String> {
             }
         }
     }
-    let no_json_schema_keywords = |v: &Value| !v.to_string().contains("additionalProperties");
+    let no_json_schema_keywords = |v: &Value| gemini_schema_problem(v).is_none();
     for t in b["tools"].as_array().into_iter().flatten() {
         for f in t["functionDeclarations"]
             .as_array()
             .ok_or("functionDeclarations")?
         {
-            check(
-                no_json_schema_keywords(&f["parameters"]),
-                "unsupported schema keyword",
-            )?;
-            check(
-                f["parameters"]["properties"]["unit"]["nullable"] == true,
-                "type [T, null] → nullable",
-            )?;
+            if let Some(problem) = gemini_schema_problem(&f["parameters"]) {
+                return Err(problem);
+            }
+            if let Some(unit) = f["parameters"]["properties"].get("unit") {
+                check(unit["nullable"] == true, "type [T, null] → nullable")?;
+            }
         }
     }
     if let Some(cfg) = b.get("generationConfig") {
@@ -337,6 +337,72 @@ fn gemini_validate(r: &Recorded) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The fields of the `Schema` object the v1beta API publishes
+/// (`google.ai.generativelanguage.v1beta.Schema`, googleapis/googleapis
+/// `google/ai/generativelanguage/v1beta/content.proto` and its client libraries).
+const GEMINI_SCHEMA_FIELDS: &[&str] = &[
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "items",
+    "maxItems",
+    "minItems",
+    "properties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "example",
+    "anyOf",
+    "propertyOrdering",
+    "default",
+    "minimum",
+    "maximum",
+];
+
+/// What in a schema Gemini's published `Schema` does not take: a field it lacks, a `type`
+/// that is not one name, or null written as a member of `anyOf` instead of `nullable`.
+fn gemini_schema_problem(schema: &Value) -> Option<String> {
+    let o = schema.as_object()?;
+    for (k, v) in o {
+        if !GEMINI_SCHEMA_FIELDS.contains(&k.as_str()) {
+            return Some(format!("`{k}` is not a field of Schema: {schema}"));
+        }
+        match k.as_str() {
+            "type" if !v.is_string() => return Some(format!("type {v} is not one name")),
+            "properties" => {
+                for p in v.as_object()?.values() {
+                    if let Some(e) = gemini_schema_problem(p) {
+                        return Some(e);
+                    }
+                }
+            }
+            "items" => {
+                if let Some(e) = gemini_schema_problem(v) {
+                    return Some(e);
+                }
+            }
+            "anyOf" => {
+                for m in v.as_array()? {
+                    if m["type"] == "null" {
+                        return Some(format!("null as a member of anyOf, not nullable: {schema}"));
+                    }
+                    if let Some(e) = gemini_schema_problem(m) {
+                        return Some(e);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 fn gemini_respond(r: &Recorded) -> Reply {
@@ -422,7 +488,7 @@ async fn gemini_generate_content() {
         "get_weather"
     );
     assert_eq!(
-        bodies[4]["contents"][2]["parts"][0]["functionResponse"]["response"]["result"],
+        bodies[4]["contents"][2]["parts"][0]["functionResponse"]["response"]["output"],
         json!({"temp": 4})
     );
 
@@ -655,4 +721,334 @@ async fn ollama_whole_reply_to_a_stream_request() {
         None,
     );
     whole_reply_to_stream_is_accepted(&m, &server).await;
+}
+
+// ------------------------------------------- the vendors' base-URL variables
+
+/// `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL`, `GOOGLE_GEMINI_BASE_URL` and `OLLAMA_HOST`, as
+/// a user with a proxy sets them for the vendors' own SDKs, send every profile of the
+/// shipped `config/providers.yaml` that calls a vendor there, unedited: each fake server
+/// receives its vendor's requests and checks them. A local server's profile stays put.
+#[tokio::test]
+async fn the_vendors_base_url_variables_move_the_shipped_profiles() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/providers.yaml");
+    let shipped = load_profiles(path.as_ref()).expect("config/providers.yaml loads");
+    let openai = common::openai::server(Some(KEY)).await;
+    let anthropic = FakeServer::start(anthropic_validate, anthropic_respond).await;
+    let gemini = FakeServer::start(gemini_validate, gemini_respond).await;
+    let ollama = FakeServer::start(ollama_validate, ollama_respond).await;
+    let vars = [
+        ("OPENAI_API_KEY", KEY.to_string()),
+        ("ANTHROPIC_API_KEY", KEY.to_string()),
+        ("GEMINI_API_KEY", KEY.to_string()),
+        ("OPENAI_BASE_URL", openai.url("/v1")),
+        ("ANTHROPIC_BASE_URL", anthropic.url("")),
+        // Google's SDKs add the API version to this prefix.
+        ("GOOGLE_GEMINI_BASE_URL", gemini.url("")),
+        // Ollama's clients take a host and port without a scheme.
+        ("OLLAMA_HOST", ollama.addr.to_string()),
+    ];
+    let lookup = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let pool = ProviderPool::with_env(shipped.clone(), &lookup).expect("pool");
+    let req = ChatRequest::new(vec![Message::user("hello")]);
+    for (name, server) in [
+        ("openai", &openai),
+        ("anthropic", &anthropic),
+        ("gemini", &gemini),
+        ("ollama", &ollama),
+    ] {
+        let done = pool
+            .complete(name, &req, None, &mut |_| {})
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(done.profile, name, "served without falling back");
+        assert!(done.response.content.contains("hello"), "{name}");
+        server.assert_no_violations();
+        assert_eq!(server.request_count(), 1, "{name}");
+    }
+    assert_eq!(
+        pool.profile("local").and_then(|p| p.base_url()),
+        Some("http://127.0.0.1:8000/v1"),
+        "OPENAI_BASE_URL is OpenAI's address, not a local server's"
+    );
+
+    // Unset, each profile keeps the vendor's address.
+    let keys_only = |name: &str| name.ends_with("_API_KEY").then(|| KEY.to_string());
+    let pool = ProviderPool::with_env(shipped, &keys_only).expect("pool");
+    let endpoints: Vec<Option<String>> = ["openai", "anthropic", "gemini", "ollama"]
+        .iter()
+        .map(|n| pool.profile(n).and_then(|p| p.endpoint()))
+        .collect();
+    assert_eq!(
+        endpoints,
+        [
+            Some("https://api.openai.com/v1/chat/completions".to_string()),
+            Some("https://api.anthropic.com/v1/messages".to_string()),
+            Some(
+                "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+                    .to_string()
+            ),
+            Some("http://127.0.0.1:11434/api/chat".to_string()),
+        ]
+    );
+}
+
+// ------------------------------------------- refused calls, and Gemini's schemas
+
+/// A conversation in which one call succeeded and one was refused (the interpreter's
+/// `⛔️validation_error`).
+fn with_a_refused_call() -> ChatRequest {
+    let mut req = ChatRequest::new(vec![Message::user("weather?")]);
+    req.tools = vec![tool()];
+    req.messages.push(Message::assistant_tool_calls(
+        "",
+        vec![
+            ToolCall {
+                id: "call_ok".into(),
+                name: "get_weather".into(),
+                arguments: json!({"city": "Oslo"}),
+            },
+            ToolCall {
+                id: "call_bad".into(),
+                name: "get_weather".into(),
+                arguments: json!({"town": "Oslo"}),
+            },
+        ],
+    ));
+    req.messages
+        .push(Message::tool_result("call_ok", "{\"temp\": 4}"));
+    req.messages.push(Message::tool_error(
+        "call_bad",
+        "⛔️validation_error: invalid arguments for `get_weather`: no field `city`",
+    ));
+    req
+}
+
+/// Anthropic's `tool_result` of a refused or failed call says `is_error: true`; Gemini's
+/// `functionResponse` puts it under `error`, a success under `output` (the keys its
+/// `response` documents).
+#[tokio::test]
+async fn refused_calls_are_errors_in_each_protocol() {
+    let anthropic = FakeServer::start(anthropic_validate, anthropic_respond).await;
+    let m = AnthropicModel::new(
+        shared_client().expect("client"),
+        &anthropic.url(""),
+        "claude-sonnet-4-5",
+        Some(ApiKey::new(KEY)),
+    );
+    m.complete(&with_a_refused_call(), None)
+        .await
+        .expect("anthropic");
+    anthropic.assert_no_violations();
+    let body = anthropic.requests()[0].json();
+    let results = &body["messages"][2]["content"];
+    assert_eq!(results[0]["type"], "tool_result");
+    assert_eq!(results[0]["tool_use_id"], "call_ok");
+    assert!(results[0].get("is_error").is_none(), "{results}");
+    assert_eq!(results[1]["tool_use_id"], "call_bad");
+    assert_eq!(results[1]["is_error"], true);
+    assert!(
+        results[1]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("⛔️validation_error"))
+    );
+
+    let gemini = FakeServer::start(gemini_validate, gemini_respond).await;
+    let m = GeminiModel::new(
+        shared_client().expect("client"),
+        &gemini.url("/v1beta"),
+        "gemini-2.5-flash",
+        Some(ApiKey::new(KEY)),
+    );
+    m.complete(&with_a_refused_call(), None)
+        .await
+        .expect("gemini");
+    gemini.assert_no_violations();
+    let body = gemini.requests()[0].json();
+    let parts = &body["contents"][2]["parts"];
+    assert_eq!(
+        parts[0]["functionResponse"]["response"],
+        json!({"output": {"temp": 4}})
+    );
+    assert_eq!(
+        parts[1]["functionResponse"]["response"],
+        json!({"error": "⛔️validation_error: invalid arguments for `get_weather`: no field `city`"})
+    );
+}
+
+/// An optional field as Rondo writes it (a union with null) reaches Gemini as its
+/// published `Schema` says one: `nullable: true`, in tools and in a response schema alike,
+/// with nothing `Schema` lacks.
+#[tokio::test]
+async fn gemini_schemas_say_nullable_as_the_published_schema_does() {
+    let written = json!({"type": "object", "properties": {
+        "city": {"type": "string"},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "where": {"anyOf": [{"type": "object", "properties": {"lat": {"type": "number"}},
+            "required": ["lat"], "additionalProperties": false}, {"type": "null"}]},
+        "kind": {"anyOf": [{"type": "string", "enum": ["a", "b"]}, {"type": "null"}]},
+        "id": {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+        "unit": {"type": ["string", "null"], "description": "C or F"},
+        "fixed": {"type": "string", "const": "x"},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}}
+    }, "required": ["city"], "additionalProperties": false});
+    let expected = json!({"type": "object", "properties": {
+        "city": {"type": "string"},
+        "note": {"type": "string", "nullable": true},
+        "where": {"type": "object", "properties": {"lat": {"type": "number"}},
+            "required": ["lat"], "nullable": true},
+        "kind": {"type": "string", "enum": ["a", "b"], "nullable": true},
+        "id": {"anyOf": [{"type": "string"}, {"type": "integer"}], "nullable": true},
+        "unit": {"type": "string", "description": "C or F", "nullable": true},
+        "fixed": {"type": "string", "enum": ["x"]},
+        "counts": {"type": "object"}
+    }, "required": ["city"]});
+    assert_eq!(
+        rondo_provider::providers::gemini::to_gemini_schema(&written),
+        expected
+    );
+    let server = FakeServer::start(gemini_validate, gemini_respond).await;
+    let m = GeminiModel::new(
+        shared_client().expect("client"),
+        &server.url("/v1beta"),
+        "gemini-2.5-flash",
+        Some(ApiKey::new(KEY)),
+    );
+    let mut req = ChatRequest::new(vec![Message::user("where?")]);
+    req.tools = vec![ToolDef {
+        name: "locate".into(),
+        description: "Find a place".into(),
+        parameters: written.clone(),
+    }];
+    m.complete(&req, None).await.expect("tools");
+    let mut req = ChatRequest::new(vec![Message::user("where?")]);
+    req.response_schema = Some(("place".into(), written));
+    m.complete(&req, None).await.expect("response schema");
+    server.assert_no_violations();
+    let bodies: Vec<Value> = server.requests().iter().map(|r| r.json()).collect();
+    assert_eq!(
+        bodies[0]["tools"][0]["functionDeclarations"][0]["parameters"],
+        expected
+    );
+    assert_eq!(bodies[1]["generationConfig"]["responseSchema"], expected);
+}
+
+// ------------------------------------------- what a cut stream cost
+
+/// A stream cut after the provider reported its input (Anthropic's `message_start`,
+/// Gemini's `usageMetadata` on each chunk) is priced with that figure, the output estimated
+/// from the text that came (and marked so): it is not free.
+#[tokio::test]
+async fn a_stream_cut_after_usage_was_reported_is_priced() {
+    let anthropic = FakeServer::start(anthropic_validate, anthropic_respond).await;
+    let gemini = FakeServer::start(gemini_validate, gemini_respond).await;
+    let profile = |name: &str, kind, model: &str, url: String| {
+        let mut p = ProviderProfile::new(name, kind, model);
+        p.base_url = Some(url);
+        p.api_key_env = Some("TEST_KEY".into());
+        p.retry.max_attempts = 1;
+        p.price = Some(Price {
+            input_per_1k: 1.0,
+            output_per_1k: 2.0,
+        });
+        p
+    };
+    let pool = ProviderPool::with_env(
+        vec![
+            profile(
+                "anthropic",
+                ProviderKind::Anthropic,
+                "claude-sonnet-4-5",
+                anthropic.url(""),
+            ),
+            profile(
+                "gemini",
+                ProviderKind::Gemini,
+                "gemini-2.5-flash",
+                gemini.url("/v1beta"),
+            ),
+        ],
+        &|name: &str| (name == "TEST_KEY").then(|| KEY.to_string()),
+    )
+    .expect("pool");
+    let req = ChatRequest::new(vec![Message::user("a long answer please")]);
+    let frames = |reply: Reply| match reply {
+        Reply::Stream { frames, .. } => frames,
+        other => panic!("{other:?}"),
+    };
+    let streamed = common::Recorded {
+        method: "POST".into(),
+        path: "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse".into(),
+        headers: vec![],
+        body: serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "stream": true,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a long answer please"}]}],
+            "contents": [{"role": "user", "parts": [{"text": "a long answer please"}]}]}))
+        .unwrap_or_default(),
+    };
+    // message_start (input 12, output 1), the text block, a ping, four text deltas.
+    let cut = |frames: Vec<String>, n: usize| Reply::Stream {
+        content_type: "text/event-stream",
+        frames: frames[..n].to_vec(),
+        cut: true,
+    };
+    anthropic.script([Some(cut(frames(anthropic_respond(&streamed)), 7))]);
+    gemini.script([Some(cut(frames(gemini_respond(&streamed)), 4))]);
+    for (name, reported_input) in [("anthropic", 12), ("gemini", 8)] {
+        let shown = std::sync::Mutex::new(String::new());
+        let cb = |d: &str| shown.lock().unwrap().push_str(d);
+        let mut recs = Vec::new();
+        let e = pool
+            .complete(name, &req, Some(&cb), &mut |a| recs.push(a))
+            .await
+            .expect_err("cut");
+        assert_eq!(e.kind(), ErrorKind::Connection, "{name}: {e}");
+        let text = shown.lock().unwrap().clone();
+        assert!(text.len() > 4, "{name}: {text:?}");
+        let usage = recs[0].usage.unwrap_or_else(|| panic!("{name}: {recs:?}"));
+        assert_eq!(usage.input_tokens, reported_input, "{name}");
+        assert_eq!(
+            usage.output_tokens,
+            (text.len() as u64).div_ceil(4),
+            "{name}"
+        );
+        assert!(recs[0].usage_estimated, "{name}");
+        let cost = reported_input as f64 / 1000.0 + usage.output_tokens as f64 / 1000.0 * 2.0;
+        assert_eq!(recs[0].cost, Some(cost), "{name}");
+    }
+
+    // An error event of the provider's own: billed once usage was reported, not before.
+    let error_event =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let mut after_start = frames(anthropic_respond(&streamed))[..3].to_vec();
+    after_start.extend(sse(std::slice::from_ref(&error_event)));
+    anthropic.script([
+        Some(Reply::Stream {
+            content_type: "text/event-stream",
+            frames: sse(&[error_event]),
+            cut: false,
+        }),
+        Some(Reply::Stream {
+            content_type: "text/event-stream",
+            frames: after_start,
+            cut: false,
+        }),
+    ]);
+    let mut usages = Vec::new();
+    for _ in 0..2 {
+        let mut recs = Vec::new();
+        let cb = |_: &str| {};
+        let e = pool
+            .complete("anthropic", &req, Some(&cb), &mut |a| recs.push(a))
+            .await
+            .expect_err("overloaded");
+        assert_eq!(e.kind(), ErrorKind::Server);
+        usages.push(recs[0].usage.map(|u| u.input_tokens));
+    }
+    assert_eq!(usages, [None, Some(12)]);
+    anthropic.assert_no_violations();
+    gemini.assert_no_violations();
 }

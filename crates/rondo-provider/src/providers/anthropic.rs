@@ -67,6 +67,9 @@ pub mod wire {
         ToolResult {
             tool_use_id: String,
             content: String,
+            /// A refused or failed call (the API's `is_error`, said only when true).
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            is_error: bool,
         },
         Thinking {
             thinking: String,
@@ -238,21 +241,31 @@ impl TryFrom<Converted<'_>> for ChatResponse {
                 _ => {}
             }
         }
-        let u = r.usage;
         Ok(ChatResponse {
             content,
             tool_calls,
-            usage: Usage {
-                input_tokens: u.input_tokens
-                    + u.cache_creation_input_tokens.unwrap_or(0)
-                    + u.cache_read_input_tokens.unwrap_or(0),
-                output_tokens: u.output_tokens,
-            },
+            usage: usage_of(&r.usage),
             model: r.model,
             raw,
             truncated: false,
         })
     }
+}
+
+/// Cache tokens count as input.
+fn usage_of(u: &WireUsage) -> Usage {
+    Usage {
+        input_tokens: u.input_tokens
+            + u.cache_creation_input_tokens.unwrap_or(0)
+            + u.cache_read_input_tokens.unwrap_or(0),
+        output_tokens: u.output_tokens,
+    }
+}
+
+/// A stream's usage so far, reported for an attempt the stream may not finish.
+fn note_usage(u: &WireUsage) {
+    let u = usage_of(u);
+    http::note_usage(Some(u.input_tokens), Some(u.output_tokens));
 }
 
 pub struct AnthropicModel {
@@ -356,6 +369,7 @@ impl AnthropicModel {
                         vec![Block::ToolResult {
                             tool_use_id: id,
                             content: m.content.clone(),
+                            is_error: m.is_error,
                         }],
                     )
                 }
@@ -467,6 +481,7 @@ impl AnthropicModel {
             }
             let event: Event = http::decode_frame(&ev.data)?;
             if let Event::MessageStart { message: m } = event {
+                note_usage(&m.usage);
                 message = Some(m);
                 return Ok(());
             }
@@ -549,6 +564,7 @@ impl AnthropicModel {
                         if let Some(i) = u.input_tokens {
                             msg.usage.input_tokens = i;
                         }
+                        note_usage(&msg.usage);
                     }
                 }
                 Event::MessageStop => done = true,

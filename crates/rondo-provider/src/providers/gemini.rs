@@ -185,59 +185,105 @@ impl TryFrom<Response> for ChatResponse {
     }
 }
 
-/// Gemini's `Schema` is an OpenAPI subset: drop the JSON Schema keywords it rejects and
-/// turn `type: [T, "null"]` into `type: T, nullable: true`.
+/// The fields of Gemini's `Schema` (an OpenAPI 3.0 subset), as the v1beta API publishes
+/// it (`google.ai.generativelanguage.v1beta.Schema`); others are not sent.
+const SCHEMA_FIELDS: &[&str] = &[
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "items",
+    "maxItems",
+    "minItems",
+    "properties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "example",
+    "anyOf",
+    "propertyOrdering",
+    "default",
+    "minimum",
+    "maximum",
+];
+
+/// A JSON Schema as Gemini's `Schema`: only its published fields; a union with null
+/// (`type: [T, "null"]`, or `anyOf` with a `{"type": "null"}` member, as Rondo writes an
+/// optional field) becomes `nullable: true`, the field `Schema` has for it; a string
+/// `const` becomes a one-value `enum`.
 pub fn to_gemini_schema(v: &Value) -> Value {
-    match v {
-        Value::Object(map) => {
-            let mut out = Map::new();
-            for (k, val) in map {
-                match k.as_str() {
-                    "$schema"
-                    | "$id"
-                    | "$defs"
-                    | "definitions"
-                    | "additionalProperties"
-                    | "strict"
-                    | "$comment"
-                    | "examples"
-                    | "const"
-                    | "default" => {}
-                    "type" => match val {
-                        Value::Array(types) => {
-                            let mut non_null = types.iter().filter(|t| t.as_str() != Some("null"));
-                            if let Some(t) = non_null.next() {
-                                out.insert("type".into(), t.clone());
-                            }
-                            if types.iter().any(|t| t.as_str() == Some("null")) {
-                                out.insert("nullable".into(), Value::Bool(true));
+    let Value::Object(map) = v else {
+        return v.clone();
+    };
+    let is_null = |s: &Value| s.get("type").and_then(Value::as_str) == Some("null");
+    let mut out = Map::new();
+    let mut nullable = false;
+    for (k, val) in map {
+        match (k.as_str(), val) {
+            ("type", Value::Array(types)) => {
+                nullable |= types.iter().any(|t| t.as_str() == Some("null"));
+                if let Some(t) = types.iter().find(|t| t.as_str() != Some("null")) {
+                    out.insert("type".into(), t.clone());
+                }
+            }
+            ("anyOf", Value::Array(members)) => {
+                nullable |= members.iter().any(is_null);
+                let rest: Vec<Value> = members
+                    .iter()
+                    .filter(|m| !is_null(m))
+                    .map(to_gemini_schema)
+                    .collect();
+                match <[Value; 1]>::try_from(rest) {
+                    // A single type and null: that type, nullable.
+                    Ok([Value::Object(only)]) => {
+                        for (k, v) in only {
+                            if k == "nullable" {
+                                nullable |= v == Value::Bool(true);
+                            } else {
+                                out.entry(k).or_insert(v);
                             }
                         }
-                        other => {
-                            out.insert("type".into(), other.clone());
-                        }
-                    },
-                    "properties" => {
-                        let props = val
-                            .as_object()
-                            .map(|p| {
-                                p.iter()
-                                    .map(|(name, s)| (name.clone(), to_gemini_schema(s)))
-                                    .collect::<Map<_, _>>()
-                            })
-                            .unwrap_or_default();
-                        out.insert(k.clone(), Value::Object(props));
                     }
-                    _ => {
-                        out.insert(k.clone(), to_gemini_schema(val));
+                    Ok([other]) => {
+                        out.insert("anyOf".into(), Value::Array(vec![other]));
+                    }
+                    Err(rest) if rest.is_empty() => {
+                        out.insert("type".into(), Value::String("null".into()));
+                    }
+                    Err(rest) => {
+                        out.insert("anyOf".into(), Value::Array(rest));
                     }
                 }
             }
-            Value::Object(out)
+            ("const", Value::String(_)) => {
+                out.insert("enum".into(), Value::Array(vec![val.clone()]));
+            }
+            ("properties", Value::Object(props)) => {
+                let props = props
+                    .iter()
+                    .map(|(name, s)| (name.clone(), to_gemini_schema(s)))
+                    .collect();
+                out.insert(k.clone(), Value::Object(props));
+            }
+            ("items", _) => {
+                out.insert(k.clone(), to_gemini_schema(val));
+            }
+            ("nullable", Value::Bool(b)) => nullable |= *b,
+            (k, _) if SCHEMA_FIELDS.contains(&k) => {
+                out.insert(k.to_string(), val.clone());
+            }
+            _ => {}
         }
-        Value::Array(items) => Value::Array(items.iter().map(to_gemini_schema).collect()),
-        other => other.clone(),
     }
+    if nullable {
+        out.insert("nullable".into(), Value::Bool(true));
+    }
+    Value::Object(out)
 }
 
 pub struct GeminiModel {
@@ -333,13 +379,16 @@ impl GeminiModel {
                     })?;
                     let result = serde_json::from_str::<Value>(&m.content)
                         .unwrap_or_else(|_| Value::String(m.content.clone()));
+                    // The keys the API documents for `response`: `output`, or `error` for
+                    // a call that failed.
+                    let key = if m.is_error { "error" } else { "output" };
                     (
                         "user",
                         vec![Part {
                             function_response: Some(FunctionResponse {
                                 id: None,
                                 name: name.to_string(),
-                                response: serde_json::json!({ "result": result }),
+                                response: serde_json::json!({ key: result }),
                             }),
                             ..Part::default()
                         }],
@@ -494,7 +543,9 @@ impl Assembler {
         cb: StreamCallback<'_>,
         budget: &ReplyBudget,
     ) -> Result<(), ProviderError> {
-        if r.usage_metadata.is_some() {
+        if let Some(u) = r.usage_metadata {
+            let output = u.candidates_token_count + u.thoughts_token_count.unwrap_or(0);
+            http::note_usage(Some(u.prompt_token_count), Some(output));
             self.usage = r.usage_metadata;
         }
         self.model_version = r.model_version.or(self.model_version.take());

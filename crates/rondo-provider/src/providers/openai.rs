@@ -7,7 +7,8 @@ use serde_json::Value;
 use crate::error::ProviderError;
 use crate::http::{self, ApiKey, ReplyBudget};
 use crate::types::{
-    BoxFuture, ChatModel, ChatRequest, ChatResponse, Message, Role, StreamCallback, ToolCall, Usage,
+    BoxFuture, ChatModel, ChatRequest, ChatResponse, Message, Role, StreamCallback, ToolCall,
+    ToolDef, Usage,
 };
 
 /// Wire types, as in the published OpenAPI description.
@@ -86,6 +87,9 @@ pub mod wire {
         #[serde(skip_serializing_if = "String::is_empty")]
         pub description: String,
         pub parameters: Value,
+        /// `true` when `parameters` fits strict mode (and has been made to, see
+        /// [`super::strict_schema`]), else `false`: always said, never left to a default.
+        pub strict: bool,
     }
 
     #[derive(Debug, Serialize)]
@@ -260,6 +264,84 @@ impl TryFrom<&Message> for WireMessage {
             tool_calls,
             tool_call_id,
         })
+    }
+}
+
+/// A tool with `strict: true` when strict mode can take its schema (optional fields then
+/// listed in `required` and nullable), else as written with `strict: false`.
+fn wire_tool(t: &ToolDef) -> Tool {
+    let (parameters, strict) = match strict_schema(&t.parameters) {
+        Some(strict) => (strict, true),
+        None => (t.parameters.clone(), false),
+    };
+    Tool {
+        kind: "function",
+        function: FunctionDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters,
+            strict,
+        },
+    }
+}
+
+/// The arguments of a call to a tool sent strict, back in the tool's own schema: a `null`
+/// strict mode made the model write for a field the schema leaves optional stands for
+/// "left out", and is left out.
+fn unstrict_arguments(tools: &[ToolDef], calls: &mut [ToolCall]) {
+    for call in calls {
+        let Some(tool) = tools.iter().find(|t| t.name == call.name) else {
+            continue;
+        };
+        if strict_schema(&tool.parameters).is_some() {
+            drop_left_out(&tool.parameters, &mut call.arguments, 0);
+        }
+    }
+}
+
+fn drop_left_out(schema: &Value, value: &mut Value, depth: usize) {
+    if depth > STRICT_MAX_DEPTH {
+        return;
+    }
+    // An optional object or list is a union with null: its other member describes it.
+    let member = |key: &str| {
+        schema
+            .get("anyOf")
+            .and_then(Value::as_array)
+            .and_then(|ms| ms.iter().find(|m| m.get(key).is_some()))
+    };
+    match value {
+        Value::Object(fields) => {
+            let Some(schema) = schema
+                .get("properties")
+                .map(|_| schema)
+                .or(member("properties"))
+            else {
+                return;
+            };
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            fields.retain(|name, v| !v.is_null() || required.contains(&name.as_str()));
+            for (name, v) in fields.iter_mut() {
+                if let Some(s) = schema["properties"].get(name) {
+                    drop_left_out(s, v, depth + 1);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema
+                .get("items")
+                .or(member("items").and_then(|m| m.get("items")))
+            {
+                for item in items {
+                    drop_left_out(s, item, depth + 1);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -549,18 +631,7 @@ impl OpenAiModel {
         Ok(Request {
             model: &self.model,
             messages,
-            tools: req
-                .tools
-                .iter()
-                .map(|t| Tool {
-                    kind: "function",
-                    function: FunctionDef {
-                        name: t.name.clone(),
-                        description: t.description.clone(),
-                        parameters: t.parameters.clone(),
-                    },
-                })
-                .collect(),
+            tools: req.tools.iter().map(wire_tool).collect(),
             response_format: req
                 .response_schema
                 .as_ref()
@@ -623,7 +694,11 @@ impl OpenAiModel {
     ) -> Result<ChatResponse, ProviderError> {
         let budget = ReplyBudget::new(req.max_reply);
         match http::read_json::<Response>(resp, self.key.as_ref(), &budget).await? {
-            Some((wire, _)) => ChatResponse::try_from(wire),
+            Some((wire, _)) => {
+                let mut out = ChatResponse::try_from(wire)?;
+                unstrict_arguments(&req.tools, &mut out.tool_calls);
+                Ok(out)
+            }
             None => Ok(ChatResponse::truncated(&self.model)),
         }
     }
@@ -656,6 +731,7 @@ impl OpenAiModel {
         }
         let mut out = ChatResponse::try_from(acc.finish())?;
         out.truncated = truncated;
+        unstrict_arguments(&req.tools, &mut out.tool_calls);
         Ok(out)
     }
 }
@@ -693,7 +769,8 @@ impl StreamAssembler {
         if !chunk.model.is_empty() {
             self.model = chunk.model;
         }
-        if chunk.usage.is_some() {
+        if let Some(u) = chunk.usage {
+            http::note_usage(Some(u.prompt_tokens), Some(u.completion_tokens));
             self.usage = chunk.usage;
         }
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {

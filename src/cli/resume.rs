@@ -33,6 +33,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         Ok(report_outcome(
             &drive_with_ctrl_c(interp, state).await,
             &options,
+            &workflow,
         ))
     })
 }

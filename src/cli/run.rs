@@ -1,6 +1,11 @@
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
 
 use super::{CliError, Code, load_workflow, progress_mode, runtime};
+use crate::check::Checked;
+use crate::compile::BUILTIN_EXITS;
 use crate::run::{self, Interpreter, RunOptions, progress};
 
 /// Run a workflow.
@@ -71,6 +76,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         Ok(report_outcome(
             &drive_with_ctrl_c(interp, state).await,
             &options,
+            &workflow,
         ))
     })
 }
@@ -103,11 +109,22 @@ pub(super) async fn drive_with_ctrl_c(
     outcome
 }
 
-/// What `rondo run` and `rondo resume` print when the run ends (`-q` is decided here):
-/// the run's exit code.
-pub(super) fn report_outcome(outcome: &run::Outcome, options: &RunOptions) -> Code {
+/// What `rondo run` and `rondo resume` print when the run ends: the run's answer on
+/// standard output (so `rondo run ... > answer.txt` keeps it), and on standard error where
+/// its records and files are. `-q` keeps standard error quiet for a run that succeeded.
+/// The run's exit code.
+pub(super) fn report_outcome(
+    outcome: &run::Outcome,
+    options: &RunOptions,
+    workflow: &Checked,
+) -> Code {
     let quiet = options.progress == progress::Mode::Quiet;
-    // --quiet prints nothing for a run that succeeded; one that did not says why and where.
+    // An engine exit (limit, error, interrupted, invalid_output) is no answer: the reason is.
+    let declared = !BUILTIN_EXITS.iter().any(|(name, _)| *name == outcome.exit);
+    if declared {
+        let answer = crate::eval::answer(workflow, &outcome.state, &outcome.workspace);
+        print_answer(&answer, &run::redact::for_workflow(workflow));
+    }
     if quiet && outcome.exit_code == 0 {
         return 0;
     }
@@ -115,6 +132,65 @@ pub(super) fn report_outcome(outcome: &run::Outcome, options: &RunOptions) -> Co
         errln!("exit `{}`: {}", outcome.exit, outcome.reason);
     }
     errln!("run directory: {}", outcome.run_dir.display());
-    errln!("workspace: {}", outcome.workspace.display());
+    errln!(
+        "workspace: {}{}",
+        outcome.workspace.display(),
+        listing(&outcome.workspace)
+    );
     outcome.exit_code
+}
+
+/// The answer as `rondo eval` scores it: a string as it is, any other value as JSON, null
+/// as nothing; secrets redacted as everywhere a run shows, and on a terminal, control
+/// characters a model sent shown, not obeyed.
+fn print_answer(answer: &Value, redactor: &rondo_env::Redactor) {
+    let text = match answer {
+        Value::Null => return,
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    };
+    if text.trim().is_empty() {
+        return;
+    }
+    let text = redactor.redact(&text).into_owned();
+    let text = if std::io::stdout().is_terminal() {
+        progress::neutralise(&text)
+    } else {
+        text
+    };
+    if text.ends_with('\n') {
+        out!("{text}");
+    } else {
+        outln!("{text}");
+    }
+}
+
+/// ` (a.md, b.json, logs/, … 4 more)`: what the workspace holds, the run's records left out.
+fn listing(workspace: &Path) -> String {
+    const SHOWN: usize = 6;
+    let Ok(entries) = std::fs::read_dir(workspace) else {
+        return String::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() != ".rondo")
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => format!("{name}/"),
+                _ => name,
+            }
+        })
+        .collect();
+    if names.is_empty() {
+        return " (empty)".to_string();
+    }
+    names.sort();
+    let more = names.len().saturating_sub(SHOWN);
+    names.truncate(SHOWN);
+    let names = progress::neutralise(&names.join(", "));
+    match more {
+        0 => format!(" ({names})"),
+        n => format!(" ({names}, … {n} more)"),
+    }
 }

@@ -149,7 +149,8 @@ struct Ending<'a> {
     latency_sec: f64,
 }
 
-/// A run's answer: the workflow's `answer = EXPR`, else the output of the last role run.
+/// A run's answer: the workflow's `answer = EXPR`, else the output of the last role run
+/// that has one (a builtin role, the `finally` one included, has none).
 pub fn answer(workflow: &Checked, state: &RunState, workspace: &Path) -> Value {
     match &workflow.answer {
         Some(expr) => env(workflow, state, workspace)
@@ -157,14 +158,16 @@ pub fn answer(workflow: &Checked, state: &RunState, workspace: &Path) -> Value {
             .unwrap_or(Value::Null),
         None => state
             .path
-            .last()
-            .and_then(|name| {
+            .iter()
+            .rev()
+            .filter_map(|name| {
                 workflow
                     .graph
                     .node_indices()
                     .find(|&n| &workflow.graph[n].name == name)
             })
-            .and_then(|n| state.outputs.get(&n.index()).cloned())
+            .find_map(|n| state.outputs.get(&n.index()).filter(|v| !v.is_null()))
+            .cloned()
             .unwrap_or(Value::Null),
     }
 }

@@ -1,0 +1,212 @@
+//! A newcomer's first hour (issue 22): what the README's commands print, followed as a user
+//! follows them — run a command, then act on what it printed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+mod common;
+
+use common::stderr;
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The path a line of standard error names after `label` (`workspace: PATH (a, b)`).
+fn printed_path(text: &str, label: &str) -> PathBuf {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(label))
+        .unwrap_or_else(|| panic!("no `{label}` line in:\n{text}"));
+    PathBuf::from(line.split(" (").next().unwrap_or(line).trim())
+}
+
+/// The README's set-up command that runs a real workflow.
+fn readme_run_command() -> String {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).expect("README.md");
+    readme
+        .lines()
+        .find(|l| l.starts_with("cargo run --release -- run "))
+        .expect("the README's run command")
+        .to_string()
+}
+
+// ---------- a run prints its answer and where its files are ----------
+
+/// The README's run command, as written: the answer is on standard output (the finalyzer's
+/// text, also in `final_answer.md`), and standard error says where the files are, so the
+/// user finds `hello.txt` by following it.
+#[test]
+fn the_readme_run_prints_its_answer_and_where_its_files_are() {
+    let dir = common::repo_copy();
+    let line = readme_run_command();
+    let out = common::run_example(dir.path(), &line);
+    common::assert_example_ran(&line, &out);
+    assert_eq!(stdout(&out), "Created hello.txt in the run directory.\n");
+    let err = stderr(&out);
+    let workspace = printed_path(&err, "workspace: ");
+    let workspace = dir.path().join(workspace);
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("hello.txt")).expect("hello.txt where it said"),
+        "hello"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("final_answer.md")).unwrap(),
+        stdout(&out).trim_end()
+    );
+    let line = err.lines().find(|l| l.starts_with("workspace: ")).unwrap();
+    assert!(
+        line.contains("final_answer.md") && line.contains("hello.txt"),
+        "{line}"
+    );
+    let run_dir = dir.path().join(printed_path(&err, "run directory: "));
+    assert!(run_dir.join("run.json").is_file(), "{err}");
+}
+
+/// `-q`: a run that succeeds prints its answer and nothing else, so `> answer.txt` keeps
+/// exactly the answer (micro-agent's `answer = memory.answer`).
+#[test]
+fn a_quiet_run_prints_only_its_answer() {
+    let dir = common::repo_copy();
+    let out = common::run_example(
+        dir.path(),
+        "rondo run -q workflows/micro_agent.rondo --provider scripted -i question='What is 2*(3+4)?' > answer.txt",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("answer.txt")).unwrap(),
+        "14\n"
+    );
+}
+
+/// Without `answer`, the answer is the last output of a role that has one: CatMaster's
+/// `finally` role (a builtin, run after the exit) has none, so its summarizer answers.
+#[test]
+fn the_last_output_is_the_answer_past_a_finally_role() {
+    let dir = common::repo_copy();
+    let out = common::run_example(
+        dir.path(),
+        "rondo run -q workflows/catmaster.rondo --provider scripted -i request='Build CO'",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = &common::events(&latest_run(&dir.path().join("runs")))
+        .into_iter()
+        .rfind(|e| e["event"] == "llm_response" && e["role"] == "summarizer")
+        .expect("the summarizer ran")["raw"];
+    assert_eq!(
+        stdout(&out).trim_end(),
+        summary.as_str().unwrap().trim_end()
+    );
+    assert!(!stdout(&out).trim().is_empty());
+}
+
+fn latest_run(runs: &Path) -> PathBuf {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(runs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    all.sort();
+    all.pop().expect("a run")
+}
+
+/// A waiting tool: it marks that it started, waits (at most a minute) for `go` in the
+/// workspace, then prints the answer.
+const WAITING: &str = r#"
+workflow waiting {
+  answer = say.stdout
+}
+role say: tool {
+  env = local
+  command = ["sh", "-c", "touch started; i=0; while [ ! -f go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; echo the answer"]
+}
+start -> say
+say -> done
+exit done
+"#;
+
+/// An engine exit is no answer: a run interrupted by Ctrl-C prints nothing on standard
+/// output and says where it is; `rondo resume` of it, once it ends, prints the answer.
+#[test]
+fn an_interrupted_run_prints_no_answer_and_its_resume_does() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("w.rondo"), WAITING).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir.path())
+        .args(["run", "w.rondo", "--run-id", "r"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = dir.path().join("runs/r/workspace/started");
+    for _ in 0..1200 {
+        if started.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(started.exists(), "the tool never started");
+    // SAFETY: signalling a child this test started and has not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    let err = stderr(&out);
+    let run_dir = dir.path().join(printed_path(&err, "run directory: "));
+
+    // The user does what the tool waits for, then resumes the run it named.
+    std::fs::write(printed_path(&err, "workspace: ").join("go"), "").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir.path())
+        .args(["resume", "-q"])
+        .arg(&run_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "the answer\n");
+    assert_eq!(stderr(&out), "");
+}
+
+/// A run that ends at `limit` prints no answer (not the output of the last role that ran);
+/// `-q` says why and where on standard error.
+#[test]
+fn a_run_at_a_limit_prints_no_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("w.rondo"),
+        r#"
+workflow short {
+  limits { max_steps = 1 }
+}
+role a: tool {
+  env = local
+  command = ["echo", "first"]
+}
+role b: tool {
+  env = local
+  command = ["echo", "second"]
+}
+start -> a
+a -> b
+b -> done
+exit done
+"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir.path())
+        .args(["run", "-q", "w.rondo"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    let err = stderr(&out);
+    assert!(err.starts_with("exit `limit`: "), "{err}");
+    assert!(
+        dir.path()
+            .join(printed_path(&err, "run directory: "))
+            .join("run.json")
+            .is_file(),
+        "{err}"
+    );
+}

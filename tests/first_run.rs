@@ -210,3 +210,53 @@ exit done
         "{err}"
     );
 }
+
+// ---------- `rondo check` without API keys ----------
+
+/// `rondo check workflows/*.rondo` on a machine without keys: each missing variable is
+/// named once, followed by the providers that need it, each at its file, line and column,
+/// and what a run does without it; then one help line. The user can open each place it
+/// names and find the provider there.
+#[test]
+fn check_without_keys_names_each_missing_variable_once() {
+    let dir = common::repo_copy();
+    let out = common::run_example(dir.path(), "NO_COLOR=1 rondo check workflows/*.rondo");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.matches("OPENAI_API_KEY").count(), 1, "{err}");
+    assert_eq!(err.matches("ANTHROPIC_API_KEY").count(), 1, "{err}");
+    assert_eq!(err.matches("help:").count(), 1, "{err}");
+    assert!(err.lines().count() <= 15, "{err}");
+    assert!(
+        err.starts_with("⚠ 2 environment variables are not set (rondo::env::missing_key)\n"),
+        "{err}"
+    );
+    // Every place named is the provider's declaration, and its line says what happens.
+    let mut places = 0;
+    for line in err.lines().filter(|l| l.starts_with("    workflows/")) {
+        let (at, said) = line.trim().split_once("  ").unwrap();
+        let said = said.trim();
+        let provider = said
+            .strip_prefix("provider `")
+            .and_then(|s| s.split_once('`'))
+            .map(|(name, _)| name)
+            .unwrap_or_else(|| panic!("{line}"));
+        let mut parts = at.split(':');
+        let (file, number) = (parts.next().unwrap(), parts.next().unwrap());
+        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        let declared = text
+            .lines()
+            .nth(number.parse::<usize>().unwrap() - 1)
+            .unwrap();
+        assert_eq!(declared, format!("provider {provider} {{"), "{line}");
+        assert!(
+            said.ends_with("`rondo run` will not start without it")
+                || said.ends_with("without it, its calls go to `mock`"),
+            "{line}"
+        );
+        places += 1;
+    }
+    assert_eq!(places, 6, "{err}");
+    // Standard output still has one line a file.
+    assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
+}

@@ -260,3 +260,73 @@ fn check_without_keys_names_each_missing_variable_once() {
     // Standard output still has one line a file.
     assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
 }
+
+// ---------- `rondo swebench` says why ----------
+
+/// `rondo swebench` with an image the engine does not have (or no engine at all): the run
+/// ends at `error`, and the command prints why, as results.jsonl records it, with the run to
+/// replay; replaying it shows the same reason.
+#[test]
+fn swebench_prints_why_an_instance_failed() {
+    let dir = common::repo_copy();
+    let fixtures = dir.path().join("tests/fixtures");
+    std::fs::create_dir_all(&fixtures).unwrap();
+    let status = Command::new("cp")
+        .arg("-R")
+        .arg(common::root().join("tests/fixtures/swebench"))
+        .arg(&fixtures)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let dataset = fixtures.join("swebench/instances.jsonl");
+    let text = std::fs::read_to_string(&dataset).unwrap().replace(
+        "\"split\":",
+        "\"image\": \"rondo-surely-missing-image:latest\", \"split\":",
+    );
+    std::fs::write(&dataset, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir.path())
+        .args([
+            "swebench",
+            "tests/fixtures/swebench/instances.jsonl",
+            "--provider",
+            "scripted",
+            "--script",
+            "tests/fixtures/swebench/fix.yaml",
+            "-i",
+            "calc-add",
+            "--out",
+            "swe",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let result: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(dir.path().join("swe/results.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(result["exit"], "error", "{result:#}");
+    let reason = result["reason"].as_str().unwrap();
+    let reason = reason.lines().next().unwrap();
+    let printed = stdout(&out);
+    assert!(
+        printed.contains(&format!("calc-add: exit `error`: {reason}")),
+        "{printed}"
+    );
+    let run = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("calc-add: its run: rondo replay "))
+        .unwrap_or_else(|| panic!("no run to replay in:\n{printed}"));
+    let replay = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir.path())
+        .args(["replay", run])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    assert!(stdout(&replay).contains(reason), "{}", stdout(&replay));
+}

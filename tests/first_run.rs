@@ -330,3 +330,132 @@ fn swebench_prints_why_an_instance_failed() {
     assert!(replay.status.success(), "{}", stderr(&replay));
     assert!(stdout(&replay).contains(reason), "{}", stdout(&replay));
 }
+
+// ---------- `rondo replay` of native tool calls ----------
+
+const NATIVE: &str = r#"
+workflow native {
+  prompts = "prompts"
+  provider = mock
+  input question: string = "How slow?"
+  answer = agent.text
+}
+provider mock { kind = "scripted" }
+memory {
+  chat: conversation { max_messages = 20 }
+}
+tool slow {
+  executable = "sh ./slow.sh"
+  usage = "slow: sleeps, then says so"
+  input { n: int }
+}
+tool broken {
+  executable = "sh ./broken.sh"
+  usage = "broken: fails"
+  input { }
+}
+role begin: builtin {
+  max_visits = 1
+  update { chat.user("Question: " + input.question) }
+}
+role agent: llm {
+  system = "system.tera"
+  conversation = chat
+  mode = native
+  tools = [slow, broken]
+  max_visits = 2
+}
+role run_tools: tool {
+  tools = [slow, broken]
+  calls = agent.calls
+  conversation = chat
+  max_visits = 1
+}
+start -> begin
+begin -> agent
+agent -> run_tools when len(agent.calls) > 0
+agent -> answered otherwise
+run_tools -> agent
+exit answered
+"#;
+
+/// `rondo replay` of a run whose model called tools natively: the llm step says it sent
+/// its conversation (it has no prompt of its own) and lists the calls of the reply; the
+/// tool step shows each call (tool, arguments, how it ended, what went back to the model)
+/// and how long the step took, not an empty prompt and `tool → (exit null, 0.00s)`.
+#[test]
+fn replay_shows_what_a_native_tool_step_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("prompts")).unwrap();
+    std::fs::write(root.join("prompts/system.tera"), "Use the tools.\n").unwrap();
+    std::fs::write(
+        root.join("slow.sh"),
+        "sleep 0.3\necho '{\"slept\": true}'\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("broken.sh"), "echo broken >&2\nexit 3\n").unwrap();
+    std::fs::write(root.join("w.rondo"), NATIVE).unwrap();
+    std::fs::write(
+        root.join("script.yaml"),
+        "replies:\n  agent:\n    - '{\"tool_calls\": [{\"name\": \"slow\", \"arguments\": {\"n\": 1}}, {\"name\": \"broken\", \"arguments\": {}}, {\"name\": \"slow\", \"arguments\": {\"n\": \"one\"}}]}'\n    - Done.\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(root)
+        .args([
+            "run",
+            "-q",
+            "w.rondo",
+            "--script",
+            "script.yaml",
+            "--run-id",
+            "n",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "Done.\n");
+
+    let replay = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(root)
+        .args(["replay", "runs/n"])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    let text = stdout(&replay);
+    assert!(!text.contains("exit null"), "{text}");
+    assert!(
+        text.contains("  sent (scripted via mock): its conversation, with no prompt of its own\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            " tokens), 3 tool calls:\n      slow {\"n\":1}\n      broken {}\n      slow {\"n\":\"one\"}\n"
+        ),
+        "{text}"
+    );
+    let step = text
+        .split("\nstep ")
+        .find(|s| s.contains("· run_tools (tool)"))
+        .unwrap_or_else(|| panic!("no tool step in:\n{text}"));
+    let took = step
+        .split("ran the reply's 3 tool calls at once in ")
+        .nth(1)
+        .and_then(|rest| rest.split("s:\n").next())
+        .unwrap_or_else(|| panic!("{step}"));
+    // The step includes the 0.3 s the tool slept.
+    assert!(took.parse::<f64>().unwrap() >= 0.3, "{step}");
+    assert!(
+        step.contains("    slow {\"n\":1} → ok\n        {\"slept\":true}\n"),
+        "{step}"
+    );
+    assert!(
+        step.contains("    broken {} → failed (exit)\n        exit code 3\n"),
+        "{step}"
+    );
+    assert!(
+        step.contains("    slow {\"n\":\"one\"} → not run (validation)\n        invalid arguments for `slow`: $.n: expected an integer, found \"one\"\n"),
+        "{step}"
+    );
+}

@@ -459,3 +459,24 @@ fn replay_shows_what_a_native_tool_step_did() {
         "{step}"
     );
 }
+
+// ---------- the DS-STAR demo ----------
+
+/// The README's DS-STAR demo, where no `data` folder exists: the missing folder is said
+/// once (in the analyzer's one-line result), not twice in a 15-line JSON dump; the
+/// prompts are still told (descriptions.json).
+#[test]
+fn the_ds_star_demo_says_a_missing_data_folder_once() {
+    let dir = common::repo_copy();
+    let line = readme_run_command();
+    let out = common::run_example(dir.path(), &line);
+    common::assert_example_ran(&line, &out);
+    let err = stderr(&out);
+    assert_eq!(err.matches("does not exist").count(), 1, "{err}");
+    let analyzer: Vec<&str> = err.lines().filter(|l| l.contains("analyzer| ")).collect();
+    assert_eq!(analyzer.len(), 1, "{err}");
+    let workspace = dir.path().join(printed_path(&err, "workspace: "));
+    let descriptions = common::json(workspace.join("descriptions.json"));
+    assert_eq!(descriptions["files"], serde_json::json!({}));
+    assert_eq!(descriptions["warnings"].as_array().unwrap().len(), 1);
+}

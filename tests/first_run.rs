@@ -480,3 +480,55 @@ fn the_ds_star_demo_says_a_missing_data_folder_once() {
     assert_eq!(descriptions["files"], serde_json::json!({}));
     assert_eq!(descriptions["warnings"].as_array().unwrap().len(), 1);
 }
+
+// ---------- the README ----------
+
+/// The README's tour calls `rondo` by name, so before its first `rondo` line it puts the
+/// binary on the PATH (`cargo install --path .`, which installs this package's `rondo`), and
+/// where it offers svg it says that needs Graphviz. The set-up keeps exactly two commands.
+#[test]
+fn the_readme_puts_rondo_on_the_path_before_the_tour_uses_it() {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
+    let setup = readme
+        .split("## Set-up")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a Set-up section");
+    let commands: Vec<&str> = shell_lines(setup).collect();
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    let tour = readme
+        .split("## A tour")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a tour");
+    let lines: Vec<&str> = shell_lines(tour).collect();
+    let install = lines
+        .iter()
+        .position(|l| l.starts_with("cargo install --path . "))
+        .expect("`cargo install --path .` in the tour");
+    let first_rondo = lines
+        .iter()
+        .position(|l| l.starts_with("rondo "))
+        .unwrap();
+    assert!(install < first_rondo, "{lines:#?}");
+    // `cargo install --path .` installs the binary the tour calls.
+    let manifest = std::fs::read_to_string(common::root().join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("name = \"rondo\""), "{manifest}");
+    assert!(Path::new(env!("CARGO_BIN_EXE_rondo")).ends_with("rondo"));
+    for line in lines.iter().filter(|l| l.contains("svg")) {
+        assert!(line.contains("Graphviz"), "{line}");
+    }
+    assert!(tour.contains("need Graphviz"), "{tour}");
+}
+
+/// The command lines of the ```bash blocks of a README section.
+fn shell_lines(section: &str) -> impl Iterator<Item = &str> {
+    let mut in_shell = false;
+    section.lines().filter(move |line| {
+        if line.starts_with("```") {
+            in_shell = *line == "```bash";
+            return false;
+        }
+        in_shell && !line.trim().is_empty()
+    })
+}

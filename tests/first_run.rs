@@ -506,10 +506,7 @@ fn the_readme_puts_rondo_on_the_path_before_the_tour_uses_it() {
         .iter()
         .position(|l| l.starts_with("cargo install --path . "))
         .expect("`cargo install --path .` in the tour");
-    let first_rondo = lines
-        .iter()
-        .position(|l| l.starts_with("rondo "))
-        .unwrap();
+    let first_rondo = lines.iter().position(|l| l.starts_with("rondo ")).unwrap();
     assert!(install < first_rondo, "{lines:#?}");
     // `cargo install --path .` installs the binary the tour calls.
     let manifest = std::fs::read_to_string(common::root().join("Cargo.toml")).unwrap();
@@ -531,4 +528,191 @@ fn shell_lines(section: &str) -> impl Iterator<Item = &str> {
         }
         in_shell && !line.trim().is_empty()
     })
+}
+
+// ---------- docs/language.md: what a newcomer needs, run as written ----------
+
+/// The fenced blocks of a section of a Markdown file: (the line before the block's opening
+/// fence that is not blank, the fence's language, the block's text).
+fn blocks(section: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let mut last = String::new();
+    let mut current: Option<(String, String, String)> = None;
+    for line in section.lines() {
+        match &mut current {
+            None if line.starts_with("```") => {
+                current = Some((last.clone(), line[3..].to_string(), String::new()));
+            }
+            None => {
+                if !line.trim().is_empty() {
+                    last = line.to_string();
+                }
+            }
+            Some(_) if line.starts_with("```") => {
+                out.push(current.take().unwrap());
+                last.clear();
+            }
+            Some((_, _, text)) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+    }
+    out
+}
+
+fn doc_section(doc: &str, title: &str) -> String {
+    doc.split(&format!("\n{title}\n"))
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_else(|| panic!("no section `{title}`"))
+        .to_string()
+}
+
+/// docs/language.md's Templates example, written out as its files and run as it says: it
+/// checks, its test passes, its command prints the answer, the prompts sent are the ones
+/// shown (so `tools`, `role`, `item`, a text role's value and list and map inputs are what
+/// the text says), and `tools` is the JSON shown. Then the claims around it: a text role
+/// has no fields, replies reach map branches by visit (the Tests section's example), and
+/// a list input that is not JSON is refused with the error quoted.
+#[test]
+fn the_language_reference_examples_for_newcomers_are_true() {
+    let doc = std::fs::read_to_string(common::root().join("docs/language.md")).unwrap();
+    let templates = doc_section(&doc, "## Templates");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("prompts")).unwrap();
+    let found = blocks(&templates);
+    let mut files = 0;
+    for (before, _, text) in &found {
+        if let Some(name) = before.strip_prefix('`').and_then(|b| b.strip_suffix("`:")) {
+            std::fs::write(root.join(name), text).unwrap();
+            files += 1;
+        }
+    }
+    assert_eq!(files, 5, "{found:#?}");
+    let ok = |out: &Output| assert!(out.status.success(), "{}{}", stdout(out), stderr(out));
+
+    let check = common::run_example(root, "rondo check --offline review.rondo");
+    ok(&check);
+    let test = common::run_example(root, "rondo test review.rondo");
+    ok(&test);
+    assert!(
+        stdout(&test).contains("1 passed, 0 failed"),
+        "{}",
+        stdout(&test)
+    );
+
+    let command = found
+        .iter()
+        .find(|(_, lang, _)| lang == "bash")
+        .map(|(_, _, text)| text.trim().to_string())
+        .unwrap();
+    let run = common::run_example(root, &format!("{command} --run-id doc"));
+    ok(&run);
+    assert_eq!(stdout(&run), "One bug, in b.py.\n");
+    assert!(templates.contains("prints `One bug, in b.py.`"));
+    let events = common::events(&root.join("runs/doc"));
+    let sent: Vec<String> = events
+        .iter()
+        .filter(|e| e["event"] == "llm_response")
+        .map(|e| e["prompt"].as_str().unwrap().to_string())
+        .collect();
+    let shown: Vec<&String> = found
+        .iter()
+        .filter(|(_, lang, _)| lang == "text")
+        .map(|(_, _, text)| text)
+        .collect();
+    assert_eq!(sent.len(), 4);
+    assert_eq!(shown.len(), 4);
+    for (sent, shown) in sent.iter().zip(&shown) {
+        assert_eq!(sent, *shown);
+    }
+    let schemas = sent[0]
+        .lines()
+        .find_map(|l| l.strip_prefix("Their schemas: "))
+        .unwrap();
+    let tools: serde_json::Value = serde_json::from_str(schemas).unwrap();
+    let (_, _, json) = found.iter().find(|(_, lang, _)| lang == "json").unwrap();
+    assert_eq!(
+        tools,
+        serde_json::from_str::<serde_json::Value>(json).unwrap()
+    );
+
+    // A text role has no fields, as said, with the code and message quoted.
+    let workflow = std::fs::read_to_string(root.join("review.rondo")).unwrap();
+    std::fs::write(
+        root.join("fields.rondo"),
+        workflow.replace("= plan\n", "= plan.text\n"),
+    )
+    .unwrap();
+    let fields = common::run_example(root, "NO_COLOR=1 rondo check --offline fields.rondo");
+    assert_eq!(fields.status.code(), Some(1));
+    assert!(
+        templates.contains("`plan.text` is\n`rondo::expr::unknown_field`, \"the output of `plan` is string, which has no fields\""),
+        "{templates}"
+    );
+    assert!(
+        stderr(&fields).contains("rondo::expr::unknown_field"),
+        "{}",
+        stderr(&fields)
+    );
+    assert!(
+        stderr(&fields).contains("the output of `plan` is string, which has no fields"),
+        "{}",
+        stderr(&fields)
+    );
+
+    // The Tests section's map example, added to the workflow, passes.
+    let tests = doc_section(&doc, "## Tests");
+    let (_, _, map_test) = blocks(&tests)
+        .into_iter()
+        .find(|(_, _, text)| text.contains("reply reviewer visit 3"))
+        .expect("the map branches example");
+    std::fs::write(root.join("review.rondo"), format!("{workflow}\n{map_test}")).unwrap();
+    let test = common::run_example(root, "rondo test review.rondo");
+    ok(&test);
+    assert!(
+        stdout(&test).contains("2 passed, 0 failed"),
+        "{}",
+        stdout(&test)
+    );
+
+    // Inputs on the command line: the errors quoted.
+    let inputs = doc_section(&doc, "### Inputs on the command line");
+    for (given, said) in [
+        (
+            "-i files=a.py",
+            "error: input `files`: $: expected a list, found \"a.py\"",
+        ),
+        (
+            "-i files='[\"a.py\"]' -i limits='{\"lines\": \"many\"}'",
+            "error: input `limits`: $.lines: expected an integer, found \"many\"",
+        ),
+    ] {
+        let out = common::run_example(
+            root,
+            &format!("rondo run review.rondo --provider scripted --script replies.yaml {given}"),
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(stderr(&out).trim_end(), said);
+        assert!(
+            inputs
+                .replace('\n', " ")
+                .contains(&said.replace("error: ", "`error: ")),
+            "{said} in {inputs}"
+        );
+    }
+    // A string input takes the value as it is, quotes included.
+    let dir = common::repo_copy();
+    let quoted = common::run_example(
+        dir.path(),
+        "rondo run -q workflows/ds_star.rondo --run-id q -i question='\"Write hello.txt\"'",
+    );
+    ok(&quoted);
+    let info = common::json(dir.path().join("runs/q/run.json"));
+    assert_eq!(
+        info["inputs"]["question"], "\"Write hello.txt\"",
+        "{info:#}"
+    );
 }

@@ -11,7 +11,7 @@ use crate::run::{self, Interpreter, RunOptions, progress};
 /// Run a workflow.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Examples:\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello\n  rondo run workflows/micro_agent.rondo --provider scripted -i question='6*7?'\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' \\\n    --script workflows/scripts/ds_star_hello.yaml\n  rondo run workflows/ds_star.rondo --replay-from runs/hello -i question=hi\n\nWith `--provider scripted` (or a workflow whose provider is scripted) and no `--script`, the replies are the workflow's own default set (`script = ...` in its header): the five reference workflows run so with no API key.\n\nExit code: the exit's code (success 0), 3 limit, 2 error, 4 invalid_output, 130 interrupted."
+    after_help = "Examples:\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello\n  rondo run workflows/micro_agent.rondo --provider scripted -i question='6*7?'\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' \\\n    --script workflows/scripts/ds_star_hello.yaml\n  rondo run workflows/ds_star.rondo --replay-from runs/hello -i question=hi\n\nWith `--provider scripted` (or a workflow whose provider is scripted) and no `--script`, the replies are the workflow's own default set (`script = ...` in its header): the five reference workflows run so with no API key.\n\nWhen the run ends, its answer (the workflow's `answer`, else the last role output) is printed on standard output, and where its records and files are on standard error: `rondo run -q ... > answer.txt` keeps the answer alone.\n\nExit code: the exit's code (success 0), 3 limit, 2 error, 4 invalid_output, 130 interrupted."
 )]
 pub struct Args {
     file: PathBuf,
@@ -47,7 +47,7 @@ pub struct Args {
     /// Write no run directory files (benchmarks).
     #[arg(long)]
     no_checkpoint: bool,
-    /// No progress output.
+    /// No progress output: a run that succeeds prints only its answer.
     #[arg(long, short)]
     quiet: bool,
 }

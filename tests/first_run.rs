@@ -716,3 +716,36 @@ fn the_language_reference_examples_for_newcomers_are_true() {
         "{info:#}"
     );
 }
+
+/// A workflow without `answer` that ends on a tool role answers with what the role shows
+/// (`show`), not the tool's whole result record: its output printed, or `PASS` for
+/// `show = tail(N)`.
+#[test]
+fn a_tool_role_answers_with_what_it_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let workflow = r#"
+workflow tool_last {
+}
+role say: tool {
+  env = local
+  command = ["printf", "hello\nworld\n"]
+}
+start -> say
+say -> done
+exit done
+"#;
+    for (show, printed) in [("", "hello\nworld\n"), ("  show = tail(1)\n", "PASS\n")] {
+        std::fs::write(
+            dir.path().join("w.rondo"),
+            workflow.replace("  env = local\n", &format!("  env = local\n{show}")),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_rondo"))
+            .current_dir(dir.path())
+            .args(["run", "-q", "w.rondo"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(stdout(&out), printed, "{show}");
+    }
+}

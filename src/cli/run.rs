@@ -122,8 +122,10 @@ pub(super) fn report_outcome(
     // An engine exit (limit, error, interrupted, invalid_output) is no answer: the reason is.
     let declared = !BUILTIN_EXITS.iter().any(|(name, _)| *name == outcome.exit);
     if declared {
-        let answer = crate::eval::answer(workflow, &outcome.state, &outcome.workspace);
-        print_answer(&answer, &run::redact::for_workflow(workflow));
+        print_answer(
+            &answer(workflow, outcome),
+            &run::redact::for_workflow(workflow),
+        );
     }
     if quiet && outcome.exit_code == 0 {
         return 0;
@@ -140,7 +142,27 @@ pub(super) fn report_outcome(
     outcome.exit_code
 }
 
-/// The answer as `rondo eval` scores it: a string as it is, any other value as JSON, null
+/// The run's answer as `rondo eval` scores it, but for a tool role's output (a workflow
+/// without `answer` that ends on a tool): what the role shows (`shown`, after its `show`),
+/// not the whole result record with its captured streams.
+fn answer(workflow: &Checked, outcome: &run::Outcome) -> Value {
+    let tool = |n: petgraph::graph::NodeIndex| {
+        matches!(
+            workflow.role(n).map(|r| &r.kind),
+            Some(crate::compile::RoleKind::Tool(_))
+        )
+    };
+    match crate::eval::last_output_role(workflow, &outcome.state) {
+        Some(n) if workflow.answer.is_none() && tool(n) => outcome
+            .state
+            .outputs
+            .get(&n.index())
+            .map_or(Value::Null, |r| r["shown"].clone()),
+        _ => crate::eval::answer(workflow, &outcome.state, &outcome.workspace),
+    }
+}
+
+/// The answer as text: a string as it is, any other value as JSON, null
 /// as nothing; secrets redacted as everywhere a run shows, and on a terminal, control
 /// characters a model sent shown, not obeyed.
 fn print_answer(answer: &Value, redactor: &rondo_env::Redactor) {

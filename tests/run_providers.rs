@@ -1844,7 +1844,8 @@ async fn a_missing_key_is_reported_by_check_and_stops_run_at_start() {
     assert!(out.stderr.contains(&var), "{}", out.stderr);
     // No other profile in the chain: the warning says the run will not start.
     assert!(
-        out.stderr.contains("(it will not start") && !out.stderr.contains("its calls go to"),
+        out.stderr.contains("`rondo run` will not start without it")
+            && !out.stderr.contains("its calls go to"),
         "{}",
         out.stderr
     );

@@ -4,7 +4,9 @@ use clap::ValueEnum;
 
 use super::{CliError, Code, stderr_color};
 use crate::check::{CheckOptions, load_checked};
-use crate::diagnostics;
+use crate::compile::Workflow;
+use crate::diagnostics::{self, Code as DiagCode, Diagnostic};
+use crate::source::SourceFile;
 
 /// Check workflow files: names, types, routing, loops, templates, tools, and (unless
 /// --offline) the environment.
@@ -40,29 +42,39 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     let color = stderr_color();
     let mut code = 0;
     let mut json_out = Vec::new();
+    let mut keys = MissingKeys::default();
     for path in &args.files {
-        let (file, diags, summary) = match load_checked(path, &options) {
+        let (file, diags, summary, sorted) = match load_checked(path, &options) {
             Ok((file, loaded)) => {
+                let sorted = loaded.diagnostics.sorted();
+                if args.format == OutputFormat::Human {
+                    keys.collect(&file, loaded.workflow(), &sorted);
+                }
                 // Freeing a large tree and graph node by node only delays the exit: the
                 // process ends right after reporting, and the OS takes the memory back at once.
                 std::mem::forget(loaded.ast);
                 std::mem::forget(loaded.checked);
-                (file, loaded.diagnostics, loaded.summary)
+                (file, loaded.diagnostics, loaded.summary, sorted)
             }
             Err(e) => {
                 code = code.max(CliError::new(e).report());
                 continue;
             }
         };
-        let sorted = diags.sorted();
         let failed = diags.has_errors() || (args.deny_warnings && diags.warning_count() > 0);
         if failed {
             code = code.max(1);
         }
         match args.format {
             OutputFormat::Human => {
-                if !sorted.is_empty() {
-                    err!("{}", diagnostics::render_human(&file, &sorted, color, 100));
+                // A key that is not set is said once for every file, at the end.
+                let shown: Vec<Diagnostic> = sorted
+                    .iter()
+                    .filter(|d| d.code != DiagCode::EnvMissingKey)
+                    .cloned()
+                    .collect();
+                if !shown.is_empty() {
+                    err!("{}", diagnostics::render_human(&file, &shown, color, 100));
                 }
                 if diags.has_errors() {
                     errln!(
@@ -98,5 +110,131 @@ pub fn run(args: Args) -> Result<Code, CliError> {
             serde_json::to_string_pretty(&json_out).unwrap_or_default()
         );
     }
+    keys.report(color);
     Ok(code)
+}
+
+/// The `rondo::env::missing_key` warnings of every file checked, by variable: a shell
+/// without keys would otherwise see the same advice once per provider per file.
+#[derive(Default)]
+struct MissingKeys {
+    /// Each variable, in the order first met, with the providers that need it.
+    vars: Vec<(String, Vec<Needer>)>,
+}
+
+struct Needer {
+    /// `file:line:column` of the provider's declaration (or of the line importing it).
+    at: String,
+    provider: String,
+    /// What happens without the key: the run does not start, or its calls go to a fallback.
+    note: String,
+}
+
+impl MissingKeys {
+    fn collect(&mut self, file: &SourceFile, workflow: &Workflow, diags: &[Diagnostic]) {
+        for d in diags.iter().filter(|d| d.code == DiagCode::EnvMissingKey) {
+            let span = d.primary_span();
+            let Some(p) = workflow.providers.iter().find(|p| {
+                p.span == span && d.message.starts_with(&format!("provider `{}` ", p.name()))
+            }) else {
+                continue;
+            };
+            let Some(var) = p.profile.key_env() else {
+                continue;
+            };
+            let (line, col) = file.line_col(span.start);
+            // Without the key its calls go to a fallback that has one, or the run does not start.
+            let note = d
+                .message
+                .split_once("which is not set")
+                .map(|(_, rest)| rest.trim_start_matches([':', ' ']).to_string())
+                .filter(|rest| !rest.is_empty())
+                .map_or("`rondo run` will not start without it".to_string(), |n| {
+                    format!("without it, {n}")
+                });
+            let needer = Needer {
+                at: format!("{}:{line}:{col}", file.path.display()),
+                provider: p.name().to_string(),
+                note,
+            };
+            match self.vars.iter_mut().find(|(v, _)| v == var) {
+                Some((_, needers)) => needers.push(needer),
+                None => self.vars.push((var.to_string(), vec![needer])),
+            }
+        }
+    }
+
+    fn report(&self, color: bool) {
+        if self.vars.is_empty() {
+            return;
+        }
+        let (warn, reset) = if color {
+            ("\x1b[33m", "\x1b[0m")
+        } else {
+            ("", "")
+        };
+        let count = self.vars.len();
+        errln!(
+            "{warn}⚠{reset} {} not set (rondo::env::missing_key)",
+            if count == 1 {
+                "an environment variable is".to_string()
+            } else {
+                format!("{count} environment variables are")
+            }
+        );
+        let width = self
+            .vars
+            .iter()
+            .flat_map(|(_, n)| n.iter().map(|n| n.at.chars().count()))
+            .max()
+            .unwrap_or(0);
+        for (var, needers) in &self.vars {
+            errln!("  {var} is needed by");
+            for n in needers {
+                errln!(
+                    "    {:<width$}  provider `{}`: {}",
+                    n.at,
+                    n.provider,
+                    n.note
+                );
+            }
+        }
+        errln!(
+            "{}",
+            wrap(
+                &format!(
+                    "help: export {} before `rondo run` (a profile without its key is skipped for its fallback), or run with `--provider scripted`; `rondo check --offline` skips this check, `--deny-warnings` fails on it",
+                    if count == 1 { "it" } else { "each" }
+                ),
+                "  ",
+                "        ",
+                100
+            )
+        );
+    }
+}
+
+/// `text` in lines of at most `width` columns, broken between words: the first line after
+/// `first`, the others after `rest`.
+fn wrap(text: &str, first: &str, rest: &str, width: usize) -> String {
+    let mut out = String::from(first);
+    let mut column = first.chars().count();
+    let mut line_start = true;
+    for word in text.split_whitespace() {
+        let len = word.chars().count();
+        if !line_start && column + 1 + len > width {
+            out.push('\n');
+            out.push_str(rest);
+            column = rest.chars().count();
+            line_start = true;
+        }
+        if !line_start {
+            out.push(' ');
+            column += 1;
+        }
+        out.push_str(word);
+        column += len;
+        line_start = false;
+    }
+    out
 }

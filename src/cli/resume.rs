@@ -9,6 +9,7 @@ use crate::run::{Interpreter, RunOptions, rundir};
 #[command(after_help = "Example:\n  rondo resume runs/20261122-091630-ab12")]
 pub struct Args {
     run: PathBuf,
+    /// No progress output: a run that succeeds prints only its answer.
     #[arg(long, short)]
     quiet: bool,
     /// Run local tools even where the kernel cannot confine them (see `rondo run --help`).
@@ -33,6 +34,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         Ok(report_outcome(
             &drive_with_ctrl_c(interp, state).await,
             &options,
+            &workflow,
         ))
     })
 }

@@ -1,12 +1,17 @@
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
 
 use super::{CliError, Code, load_workflow, progress_mode, runtime};
+use crate::check::Checked;
+use crate::compile::BUILTIN_EXITS;
 use crate::run::{self, Interpreter, RunOptions, progress};
 
 /// Run a workflow.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Examples:\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello\n  rondo run workflows/micro_agent.rondo --provider scripted -i question='6*7?'\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' \\\n    --script workflows/scripts/ds_star_hello.yaml\n  rondo run workflows/ds_star.rondo --replay-from runs/hello -i question=hi\n\nWith `--provider scripted` (or a workflow whose provider is scripted) and no `--script`, the replies are the workflow's own default set (`script = ...` in its header): the five reference workflows run so with no API key.\n\nExit code: the exit's code (success 0), 3 limit, 2 error, 4 invalid_output, 130 interrupted."
+    after_help = "Examples:\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' --run-id hello\n  rondo run workflows/micro_agent.rondo --provider scripted -i question='6*7?'\n  rondo run workflows/ds_star.rondo -i question='Write hello.txt' \\\n    --script workflows/scripts/ds_star_hello.yaml\n  rondo run workflows/ds_star.rondo --replay-from runs/hello -i question=hi\n\nWith `--provider scripted` (or a workflow whose provider is scripted) and no `--script`, the replies are the workflow's own default set (`script = ...` in its header): the five reference workflows run so with no API key.\n\nWhen the run ends, its answer (the workflow's `answer`, else the last role output) is printed on standard output, and where its records and files are on standard error: `rondo run -q ... > answer.txt` keeps the answer alone.\n\nExit code: the exit's code (success 0), 3 limit, 2 error, 4 invalid_output, 130 interrupted."
 )]
 pub struct Args {
     file: PathBuf,
@@ -42,7 +47,7 @@ pub struct Args {
     /// Write no run directory files (benchmarks).
     #[arg(long)]
     no_checkpoint: bool,
-    /// No progress output.
+    /// No progress output: a run that succeeds prints only its answer.
     #[arg(long, short)]
     quiet: bool,
 }
@@ -71,6 +76,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         Ok(report_outcome(
             &drive_with_ctrl_c(interp, state).await,
             &options,
+            &workflow,
         ))
     })
 }
@@ -103,11 +109,24 @@ pub(super) async fn drive_with_ctrl_c(
     outcome
 }
 
-/// What `rondo run` and `rondo resume` print when the run ends (`-q` is decided here):
-/// the run's exit code.
-pub(super) fn report_outcome(outcome: &run::Outcome, options: &RunOptions) -> Code {
+/// What `rondo run` and `rondo resume` print when the run ends: the run's answer on
+/// standard output (so `rondo run ... > answer.txt` keeps it), and on standard error where
+/// its records and files are. `-q` keeps standard error quiet for a run that succeeded.
+/// The run's exit code.
+pub(super) fn report_outcome(
+    outcome: &run::Outcome,
+    options: &RunOptions,
+    workflow: &Checked,
+) -> Code {
     let quiet = options.progress == progress::Mode::Quiet;
-    // --quiet prints nothing for a run that succeeded; one that did not says why and where.
+    // An engine exit (limit, error, interrupted, invalid_output) is no answer: the reason is.
+    let declared = !BUILTIN_EXITS.iter().any(|(name, _)| *name == outcome.exit);
+    if declared {
+        print_answer(
+            &answer(workflow, outcome),
+            &run::redact::for_workflow(workflow),
+        );
+    }
     if quiet && outcome.exit_code == 0 {
         return 0;
     }
@@ -115,6 +134,85 @@ pub(super) fn report_outcome(outcome: &run::Outcome, options: &RunOptions) -> Co
         errln!("exit `{}`: {}", outcome.exit, outcome.reason);
     }
     errln!("run directory: {}", outcome.run_dir.display());
-    errln!("workspace: {}", outcome.workspace.display());
+    errln!(
+        "workspace: {}{}",
+        outcome.workspace.display(),
+        listing(&outcome.workspace)
+    );
     outcome.exit_code
+}
+
+/// The run's answer as `rondo eval` scores it, but for a tool role's output (a workflow
+/// without `answer` that ends on a tool): what the role shows (`shown`, after its `show`),
+/// not the whole result record with its captured streams.
+fn answer(workflow: &Checked, outcome: &run::Outcome) -> Value {
+    let tool = |n: petgraph::graph::NodeIndex| {
+        matches!(
+            workflow.role(n).map(|r| &r.kind),
+            Some(crate::compile::RoleKind::Tool(_))
+        )
+    };
+    match crate::eval::last_output_role(workflow, &outcome.state) {
+        Some(n) if workflow.answer.is_none() && tool(n) => outcome
+            .state
+            .outputs
+            .get(&n.index())
+            .map_or(Value::Null, |r| r["shown"].clone()),
+        _ => crate::eval::answer(workflow, &outcome.state, &outcome.workspace),
+    }
+}
+
+/// The answer as text: a string as it is, any other value as JSON, null
+/// as nothing; secrets redacted as everywhere a run shows, and on a terminal, control
+/// characters a model sent shown, not obeyed.
+fn print_answer(answer: &Value, redactor: &rondo_env::Redactor) {
+    let text = match answer {
+        Value::Null => return,
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    };
+    if text.trim().is_empty() {
+        return;
+    }
+    let text = redactor.redact(&text).into_owned();
+    let text = if std::io::stdout().is_terminal() {
+        progress::neutralise(&text)
+    } else {
+        text
+    };
+    if text.ends_with('\n') {
+        out!("{text}");
+    } else {
+        outln!("{text}");
+    }
+}
+
+/// ` (a.md, b.json, logs/, … 4 more)`: what the workspace holds, the run's records left out.
+fn listing(workspace: &Path) -> String {
+    const SHOWN: usize = 6;
+    let Ok(entries) = std::fs::read_dir(workspace) else {
+        return String::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() != ".rondo")
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => format!("{name}/"),
+                _ => name,
+            }
+        })
+        .collect();
+    if names.is_empty() {
+        return " (empty)".to_string();
+    }
+    names.sort();
+    let more = names.len().saturating_sub(SHOWN);
+    names.truncate(SHOWN);
+    let names = progress::neutralise(&names.join(", "));
+    match more {
+        0 => format!(" ({names})"),
+        n => format!(" ({names}, … {n} more)"),
+    }
 }

@@ -118,6 +118,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         out!("{}", r.patch);
     }
     out!("{}", swebench::render_table(&report));
+    out!("{}", why(&report.results));
     errln!("results: {}", out.display());
     let all = report.unfinished == 0
         && report
@@ -125,4 +126,57 @@ pub fn run(args: Args) -> Result<Code, CliError> {
             .iter()
             .all(|r| r.exit_code == 0 && r.resolved != Some(false));
     Ok(Code::from(!all))
+}
+
+/// Why each instance that did not end well did not, as `results.jsonl` says it: the run's
+/// exit and reason, a patch that could not be taken, tests that could not run or failed,
+/// and where its run is recorded.
+fn why(results: &[swebench::InstanceResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let id = &r.instance_id;
+        let mut said = false;
+        if r.exit_code != 0 {
+            out.push_str(&format!(
+                "{id}: exit `{}`: {}\n",
+                r.exit,
+                one_line(&r.reason)
+            ));
+            said = true;
+        }
+        if let Some(e) = &r.patch_error {
+            out.push_str(&format!("{id}: no patch: {}\n", one_line(e)));
+            said = true;
+        }
+        if let Some(e) = &r.tests_error {
+            out.push_str(&format!("{id}: tests not run: {}\n", one_line(e)));
+            said = true;
+        }
+        for t in r.tests.iter().filter(|t| !t.passed) {
+            let code = t
+                .exit_code
+                .map_or("no exit code".to_string(), |c| format!("exit {c}"));
+            out.push_str(&format!("{id}: test failed ({code}): {}\n", t.command));
+            said = true;
+        }
+        if said {
+            let run = r.workspace.join(".rondo/runs").join(&r.run_id);
+            out.push_str(&format!("{id}: its run: rondo replay {}\n", run.display()));
+        }
+    }
+    if out.is_empty() {
+        out
+    } else {
+        format!("\n{out}")
+    }
+}
+
+/// A reason on one line: a multi-line one (a server's error body) keeps its first line.
+fn one_line(text: &str) -> String {
+    let mut lines = text.trim().lines();
+    let first = lines.next().unwrap_or_default().to_string();
+    match lines.count() {
+        0 => first,
+        n => format!("{first} (… {n} more lines in results.jsonl)"),
+    }
 }

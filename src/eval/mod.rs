@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use petgraph::graph::NodeIndex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -149,24 +150,33 @@ struct Ending<'a> {
     latency_sec: f64,
 }
 
-/// A run's answer: the workflow's `answer = EXPR`, else the output of the last role run.
+/// A run's answer: the workflow's `answer = EXPR`, else the output of the last role run
+/// that has one (a builtin role, the `finally` one included, has none).
 pub fn answer(workflow: &Checked, state: &RunState, workspace: &Path) -> Value {
     match &workflow.answer {
         Some(expr) => env(workflow, state, workspace)
             .eval(expr)
             .unwrap_or(Value::Null),
-        None => state
-            .path
-            .last()
-            .and_then(|name| {
-                workflow
-                    .graph
-                    .node_indices()
-                    .find(|&n| &workflow.graph[n].name == name)
-            })
+        None => last_output_role(workflow, state)
             .and_then(|n| state.outputs.get(&n.index()).cloned())
             .unwrap_or(Value::Null),
     }
+}
+
+/// The role whose output is the answer of a workflow that declares none: the last role
+/// run that has an output.
+pub fn last_output_role(workflow: &Checked, state: &RunState) -> Option<NodeIndex> {
+    state
+        .path
+        .iter()
+        .rev()
+        .filter_map(|name| {
+            workflow
+                .graph
+                .node_indices()
+                .find(|&n| &workflow.graph[n].name == name)
+        })
+        .find(|n| state.outputs.get(&n.index()).is_some_and(|v| !v.is_null()))
 }
 
 fn env<'a>(workflow: &'a Checked, state: &'a RunState, workspace: &'a Path) -> Env<'a> {

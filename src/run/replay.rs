@@ -21,10 +21,114 @@ fn clip(text: &str, full: bool, limit: usize) -> String {
 }
 
 fn indent(text: &str) -> String {
+    indent_by(text, 6)
+}
+
+fn indent_by(text: &str, by: usize) -> String {
+    let pad = " ".repeat(by);
     text.lines()
-        .map(|l| format!("      {l}"))
+        .map(|l| format!("{pad}{l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A tool role's step: what it ran (the tool and its arguments), how it ended (status,
+/// exit code or why it has none, time) and what it printed, as the role's prompts see it.
+fn tool_run(out: &mut String, r: &Value, full: bool) {
+    let args = match &r["args"] {
+        Value::Null => String::new(),
+        Value::Array(a) if a.is_empty() => String::new(),
+        Value::Array(a) => {
+            let words: Vec<String> = a
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect();
+            format!(" {}", clip(&words.join(" "), full, 200))
+        }
+        other => format!(" {}", clip(&other.to_string(), full, 200)),
+    };
+    let ended = match (&r["exit_code"], r["timed_out"].as_bool()) {
+        (_, Some(true)) => "timed out".to_string(),
+        (Value::Null, _) => match r["error_kind"].as_str() {
+            Some(kind) => format!("did not run: {kind}"),
+            None => "no exit code".to_string(),
+        },
+        (code, _) => format!("exit {code}"),
+    };
+    let _ = writeln!(
+        out,
+        "  tool {}{args} → {} ({ended}, {:.2}s)",
+        r["tool_name"].as_str().unwrap_or(""),
+        r["status"].as_str().unwrap_or(""),
+        r["execution_time"].as_f64().unwrap_or(0.0)
+    );
+    if let Some(error) = r["error"].as_str() {
+        let _ = writeln!(out, "    error: {}", clip(error, full, 400));
+    }
+    if let Some(log) = r["log"].as_str() {
+        let _ = writeln!(out, "    log: {log}");
+    }
+    let shown = r["shown"].as_str().unwrap_or("");
+    if !shown.is_empty() {
+        let _ = writeln!(out, "{}", indent(&clip(shown, full, 400)));
+    }
+}
+
+/// One call of a native reply, as the `calls` tool role recorded it: the tool and its
+/// arguments, whether it ran and ended well, and what went back to the model.
+fn tool_call(out: &mut String, c: &Value, full: bool) {
+    let kind = c["error_kind"].as_str();
+    // A refused call is recorded under `⛔️validation_error`; its observation names the tool.
+    let refused = matches!(kind, Some("validation" | "unknown_tool" | "too_many_calls"));
+    let tool = if refused {
+        c["observation"]["tool"].as_str()
+    } else {
+        c["tool"].as_str()
+    }
+    .unwrap_or("");
+    let how = match (c["ok"].as_bool(), kind) {
+        (Some(true), _) => "ok".to_string(),
+        (_, Some(kind)) if refused => format!("not run ({kind})"),
+        (_, Some(kind)) => format!("failed ({kind})"),
+        _ => "failed".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "    {tool} {} → {how}",
+        clip(&c["args"].to_string(), full, 200)
+    );
+    let observation = match &c["observation"] {
+        Value::String(s) => s.clone(),
+        v if refused => v["error"].as_str().unwrap_or_default().to_string(),
+        v => v.to_string(),
+    };
+    if !observation.trim().is_empty() {
+        let _ = writeln!(out, "{}", indent_by(&clip(&observation, full, 400), 8));
+    }
+}
+
+/// Milliseconds since the epoch of a journal timestamp (`2026-11-22T09:16:30.123Z`).
+fn epoch_ms(ts: &str) -> Option<u64> {
+    let b = ts.as_bytes();
+    if b.len() < 23 || b[4] != b'-' || b[10] != b'T' || b[19] != b'.' {
+        return None;
+    }
+    let num = |from: usize, to: usize| ts.get(from..to)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (h, min, sec, ms) = (num(11, 13)?, num(14, 16)?, num(17, 19)?, num(20, 23)?);
+    // Days from the civil date (Howard Hinnant's algorithm), the inverse of clock::civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let total = ((days * 24 + h) * 60 + min) * 60 + sec;
+    u64::try_from(total * 1000 + ms).ok()
 }
 
 /// The longest record `record` reads.
@@ -103,9 +207,23 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
         "run {} of {} ({}), started {}",
         info.run_id, info.workflow, info.status, info.started_at
     );
+    // A step's events are journaled when it ends, so it began when the checkpoint before
+    // them was written (the run's start for the first): the time of a step its events do
+    // not time.
+    let mut step_started: Option<u64> = None;
+    let mut last_boundary: Option<u64> = None;
     for line in lines {
-        let event = match line.map_err(unreadable)? {
-            JournalLine::Entry(entry) => entry.event,
+        let (event, at) = match line.map_err(unreadable)? {
+            JournalLine::Entry(entry) => {
+                let at = epoch_ms(&entry.ts);
+                if matches!(
+                    entry.event,
+                    Event::Checkpoint { .. } | Event::RunStart { .. } | Event::RunResumed { .. }
+                ) {
+                    last_boundary = at;
+                }
+                (entry.event, at)
+            }
             JournalLine::Unread(u) => {
                 let kind = u.kind.map(|k| format!(" `{k}`")).unwrap_or_default();
                 let _ = writeln!(
@@ -123,23 +241,49 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
                 visit,
                 step,
             } => {
+                step_started = last_boundary;
                 let _ = writeln!(out, "\nstep {step} · {role} ({kind}) visit {visit}");
             }
             Event::LlmResponse(LlmResponse { call, .. }) => {
+                if call.prompt.is_empty() {
+                    // A role with a conversation sends it, and a prompt only if it has one.
+                    let _ = writeln!(
+                        out,
+                        "  sent ({} via {}): its conversation, with no prompt of its own",
+                        call.model, call.profile
+                    );
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "  prompt ({} via {}):\n{}",
+                        call.model,
+                        call.profile,
+                        indent(&clip(&call.prompt, full, 400))
+                    );
+                }
+                let calls = call.tool_calls.as_deref().unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "  prompt ({} via {}):\n{}",
-                    call.model,
-                    call.profile,
-                    indent(&clip(&call.prompt, full, 400))
-                );
-                let _ = writeln!(
-                    out,
-                    "  reply (attempt {}, {} tokens):\n{}",
+                    "  reply (attempt {}, {} tokens){}",
                     call.attempt,
                     call.usage.input_tokens + call.usage.output_tokens,
-                    indent(&clip(&call.raw, full, 600))
+                    match calls.len() {
+                        0 => String::from(":"),
+                        1 => String::from(", 1 tool call:"),
+                        n => format!(", {n} tool calls:"),
+                    }
                 );
+                if !call.raw.is_empty() || calls.is_empty() {
+                    let _ = writeln!(out, "{}", indent(&clip(&call.raw, full, 600)));
+                }
+                for c in calls {
+                    let _ = writeln!(
+                        out,
+                        "      {} {}",
+                        c.name,
+                        clip(&c.arguments.to_string(), full, 200)
+                    );
+                }
             }
             Event::InvalidOutput { call, error } => {
                 let _ = writeln!(out, "  invalid reply (attempt {}): {error}", call.attempt);
@@ -152,20 +296,28 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
                     "  no valid reply after {attempts} attempt(s): routed as invalid ({error})"
                 );
             }
-            Event::ToolCall { result: r, .. } => {
-                let _ = writeln!(
-                    out,
-                    "  tool {} → {} (exit {}, {:.2}s)",
-                    r["tool_name"].as_str().unwrap_or(""),
-                    r["status"].as_str().unwrap_or(""),
-                    r["exit_code"],
-                    r["execution_time"].as_f64().unwrap_or(0.0)
-                );
-                let shown = r["shown"].as_str().unwrap_or("");
-                if !shown.is_empty() {
-                    let _ = writeln!(out, "{}", indent(&clip(shown, full, 400)));
+            Event::ToolCall { result: r, .. } => match r["results"].as_array() {
+                Some(calls) => {
+                    let took = step_started
+                        .zip(at)
+                        .map(|(from, to)| {
+                            format!(" in {:.2}s", to.saturating_sub(from) as f64 / 1000.0)
+                        })
+                        .unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "  ran the reply's {} at once{took}:",
+                        match calls.len() {
+                            1 => "tool call".to_string(),
+                            n => format!("{n} tool calls"),
+                        }
+                    );
+                    for c in calls {
+                        tool_call(&mut out, c, full);
+                    }
                 }
-            }
+                None => tool_run(&mut out, &r, full),
+            },
             Event::Memory {
                 memory, op, note, ..
             } => {
@@ -212,4 +364,22 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn journal_timestamps_read_back_to_their_instant() {
+        for ms in [
+            0,
+            951_782_400_123,
+            1_795_305_600_000,
+            4_102_444_800_001,
+            1_795_343_999_999,
+        ] {
+            let ts = super::super::clock::rfc3339(ms);
+            assert_eq!(super::epoch_ms(&ts), Some(ms), "{ts}");
+        }
+        assert_eq!(super::epoch_ms("yesterday"), None);
+    }
 }

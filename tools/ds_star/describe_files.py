@@ -48,15 +48,18 @@ def read_args() -> dict:
     return {}
 
 
-def emit(success: bool, data: dict, warnings: list[str], error: str | None, started: float) -> None:
+def emit(success: bool, data: dict, error: str | None, started: float) -> None:
+    """One line, as the other tools print theirs: the run shows it as it comes. What the
+    data folder lacks is said once, in the descriptions (`data.warnings`) the prompts read;
+    the tool itself has nothing to warn about."""
     print(json.dumps({
         "status": "success" if success else "failed",
         "tool_name": TOOL_NAME,
         "data": data,
-        "warnings": warnings,
+        "warnings": [],
         "error": error,
         "execution_time": round(time.monotonic() - started, 4),
-    }, ensure_ascii=False, indent=2))
+    }, ensure_ascii=False))
 
 
 def head_lines(path: Path, n: int) -> list[str]:
@@ -153,7 +156,7 @@ def main() -> int:
     try:
         args = read_args()
     except ValueError as exc:
-        emit(False, {"files": {}, "warnings": []}, [], f"invalid arguments: {exc}", started)
+        emit(False, {"files": {}, "warnings": []}, f"invalid arguments: {exc}", started)
         return 2
     data_dir = Path(str(args.get("data_dir", "data")))
     max_files = int(args.get("max_files", 200))
@@ -161,7 +164,7 @@ def main() -> int:
     warnings: list[str] = []
     if not data_dir.exists():
         warnings.append(f"data directory {data_dir} does not exist: no files described")
-        emit(True, {"files": {}, "warnings": warnings}, warnings, None, started)
+        emit(True, {"files": {}, "warnings": warnings}, None, started)
         return 0
     files = [data_dir] if data_dir.is_file() else sorted(p for p in data_dir.rglob("*") if p.is_file())
     if not files:
@@ -171,7 +174,7 @@ def main() -> int:
         files = files[:max_files]
     # keys are paths as the generated scripts must open them (cwd = run directory)
     descriptions = {p.as_posix(): describe_one(p, sample) for p in files}
-    emit(True, {"files": descriptions, "warnings": warnings}, warnings, None, started)
+    emit(True, {"files": descriptions, "warnings": warnings}, None, started)
     return 0
 
 

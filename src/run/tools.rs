@@ -7,6 +7,7 @@ use std::time::Duration;
 use petgraph::graph::NodeIndex;
 use rondo_env::{
     Command, DockerConfig, DockerEnv, Environment, ExecOutput, ExecRequest, LocalConfig, LocalEnv,
+    StreamKind,
 };
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -605,7 +606,13 @@ pub(super) async fn run_tool_role(
         None => None,
     };
     if let Some(show) = interp.reporter.line_printer(name) {
-        request = request.on_line(move |_, line| show(line));
+        // A tool's result record is data for the workflow, summed up by the step line; the
+        // terminal shows the lines it prints along the way.
+        request = request.on_line(move |kind, line| {
+            if !(kind == StreamKind::Stdout && is_result_record(line)) {
+                show(line)
+            }
+        });
     }
     let out = environment
         .exec(request)
@@ -718,6 +725,13 @@ async fn run_calls(
 
 /// The standard tool result. A tool that prints CatMaster's shape
 /// (`{status, tool_name, data, warnings, error}`) is taken at its word.
+/// The standard result record a tool prints (`{"status": ..., "tool_name": ...}`).
+fn is_result_record(line: &str) -> bool {
+    line.trim_start().starts_with('{')
+        && serde_json::from_str::<Value>(line)
+            .is_ok_and(|v| v.get("status").is_some() && v.get("tool_name").is_some())
+}
+
 fn tool_result(
     tool_name: &str,
     out: &ExecOutput,

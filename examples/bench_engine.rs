@@ -1,5 +1,5 @@
 //! Engine-overhead benchmark of the interpreter, the Rondo side of
-//! `../shared/bench/langgraph` (`chain` and `loop`).
+//! `bench/langgraph` (`chain` and `loop`).
 //!
 //! ```text
 //! cargo build --release --example bench_engine

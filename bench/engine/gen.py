@@ -116,6 +116,10 @@ def loop(n, llm):
         "start -> planner",
         "planner -> coder",
         "coder -> verifier",
+    ]
+    if llm:
+        out += ["verifier -> invalid_output when verifier.invalid"]
+    out += [
         f"verifier -> planner when memory.counter < {n} max {n}",
         "verifier -> done otherwise",
         "",

@@ -40,6 +40,30 @@ pub(crate) fn redact(text: &str, key: Option<&ApiKey>) -> String {
     }
 }
 
+/// The HTTP client a model sends with: the process's shared one, built on its first
+/// request (its TLS roots are most of a scripted run's start-up otherwise), or one given.
+#[derive(Clone, Debug, Default)]
+pub enum HttpClient {
+    #[default]
+    Shared,
+    Given(reqwest::Client),
+}
+
+impl HttpClient {
+    pub fn get(&self) -> Result<reqwest::Client, ProviderError> {
+        match self {
+            HttpClient::Shared => shared_client(),
+            HttpClient::Given(client) => Ok(client.clone()),
+        }
+    }
+}
+
+impl From<reqwest::Client> for HttpClient {
+    fn from(client: reqwest::Client) -> Self {
+        HttpClient::Given(client)
+    }
+}
+
 /// One client per process: it owns the connection pool, so every provider shares it.
 pub fn shared_client() -> Result<reqwest::Client, ProviderError> {
     static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();

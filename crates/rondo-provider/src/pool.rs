@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 
 use crate::cost::{CallEstimate, Spend, estimate_call, estimate_input_tokens};
 use crate::error::{ErrorKind, ProviderError};
-use crate::http::{ApiKey, AttemptProbe, shared_client};
+use crate::http::{ApiKey, AttemptProbe, HttpClient};
 use crate::profile::{ProviderKind, ProviderProfile, RetryPolicy, StreamMode};
 use crate::providers::build_model;
 use crate::types::{ChatModel, ChatRequest, ChatResponse, StreamCallback, Usage};
@@ -170,7 +170,7 @@ impl ProviderPool {
         profiles: Vec<ProviderProfile>,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ProviderError> {
-        let client = shared_client()?;
+        let client = HttpClient::Shared;
         let mut entries = HashMap::new();
         for profile in profiles {
             let profile = profile.resolve_env(lookup)?;

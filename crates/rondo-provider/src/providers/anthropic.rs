@@ -269,7 +269,7 @@ fn note_usage(u: &WireUsage) {
 }
 
 pub struct AnthropicModel {
-    client: reqwest::Client,
+    client: http::HttpClient,
     url: String,
     model: String,
     key: Option<ApiKey>,
@@ -304,13 +304,13 @@ fn schema_tool_name(name: &str) -> String {
 
 impl AnthropicModel {
     pub fn new(
-        client: reqwest::Client,
+        client: impl Into<http::HttpClient>,
         base_url: &str,
         model: impl Into<String>,
         key: Option<ApiKey>,
     ) -> Self {
         AnthropicModel {
-            client,
+            client: client.into(),
             url: format!("{}/v1/messages", base_url.trim_end_matches('/')),
             model: model.into(),
             key,
@@ -427,20 +427,21 @@ impl AnthropicModel {
         ))
     }
 
-    fn post(&self) -> reqwest::RequestBuilder {
+    fn post(&self) -> Result<reqwest::RequestBuilder, ProviderError> {
         let b = self
             .client
+            .get()?
             .post(&self.url)
             .header("anthropic-version", API_VERSION);
-        match &self.key {
+        Ok(match &self.key {
             Some(k) => b.header("x-api-key", k.expose()),
             None => b,
-        }
+        })
     }
 
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let (body, schema_tool) = self.wire_request(req, false)?;
-        let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        let resp = http::post_json(self.post()?, &body, self.key.as_ref()).await?;
         self.read_whole(resp, req, schema_tool.as_deref()).await
     }
 
@@ -463,7 +464,7 @@ impl AnthropicModel {
         cb: StreamCallback<'_>,
     ) -> Result<ChatResponse, ProviderError> {
         let (body, schema_tool) = self.wire_request(req, true)?;
-        let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        let resp = http::post_json(self.post()?, &body, self.key.as_ref()).await?;
         if http::is_whole_json(&resp) {
             let out = self.read_whole(resp, req, schema_tool.as_deref()).await?;
             if schema_tool.is_none() {

@@ -287,7 +287,7 @@ pub fn to_gemini_schema(v: &Value) -> Value {
 }
 
 pub struct GeminiModel {
-    client: reqwest::Client,
+    client: http::HttpClient,
     base: String,
     model: String,
     key: Option<ApiKey>,
@@ -307,14 +307,14 @@ impl std::fmt::Debug for GeminiModel {
 
 impl GeminiModel {
     pub fn new(
-        client: reqwest::Client,
+        client: impl Into<http::HttpClient>,
         base_url: &str,
         model: impl Into<String>,
         key: Option<ApiKey>,
     ) -> Self {
         let model: String = model.into();
         GeminiModel {
-            client,
+            client: client.into(),
             base: base_url.trim_end_matches('/').to_string(),
             model: model.trim_start_matches("models/").to_string(),
             key,
@@ -446,18 +446,18 @@ impl GeminiModel {
         })
     }
 
-    fn post(&self, method: &str) -> reqwest::RequestBuilder {
+    fn post(&self, method: &str) -> Result<reqwest::RequestBuilder, ProviderError> {
         let url = format!("{}/models/{}:{method}", self.base, self.model);
-        let b = self.client.post(url);
-        match &self.key {
+        let b = self.client.get()?.post(url);
+        Ok(match &self.key {
             Some(k) => b.header("x-goog-api-key", k.expose()),
             None => b,
-        }
+        })
     }
 
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req)?;
-        let resp = http::post_json(self.post("generateContent"), &body, self.key.as_ref()).await?;
+        let resp = http::post_json(self.post("generateContent")?, &body, self.key.as_ref()).await?;
         let budget = ReplyBudget::new(req.max_reply);
         let Some((wire, _)) = http::read_json::<Response>(resp, self.key.as_ref(), &budget).await?
         else {
@@ -477,7 +477,7 @@ impl GeminiModel {
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req)?;
         let resp = http::post_json(
-            self.post("streamGenerateContent?alt=sse"),
+            self.post("streamGenerateContent?alt=sse")?,
             &body,
             self.key.as_ref(),
         )

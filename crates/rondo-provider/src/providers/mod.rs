@@ -15,7 +15,7 @@ use crate::types::ChatModel;
 pub fn build_model(
     profile: &ProviderProfile,
     key: Option<ApiKey>,
-    client: reqwest::Client,
+    client: crate::http::HttpClient,
 ) -> Option<Arc<dyn ChatModel>> {
     let base = profile.base_url()?;
     let (t, m) = (profile.temperature, profile.max_tokens);

@@ -149,7 +149,7 @@ impl TryFrom<Response> for ChatResponse {
 }
 
 pub struct OllamaModel {
-    client: reqwest::Client,
+    client: http::HttpClient,
     url: String,
     model: String,
     /// For Ollama behind an authenticating proxy; sent as a bearer token.
@@ -170,13 +170,13 @@ impl std::fmt::Debug for OllamaModel {
 
 impl OllamaModel {
     pub fn new(
-        client: reqwest::Client,
+        client: impl Into<http::HttpClient>,
         base_url: &str,
         model: impl Into<String>,
         key: Option<ApiKey>,
     ) -> Self {
         OllamaModel {
-            client,
+            client: client.into(),
             url: format!("{}/api/chat", base_url.trim_end_matches('/')),
             model: model.into(),
             key,
@@ -262,17 +262,17 @@ impl OllamaModel {
         })
     }
 
-    fn post(&self) -> reqwest::RequestBuilder {
-        let b = self.client.post(&self.url);
-        match &self.key {
+    fn post(&self) -> Result<reqwest::RequestBuilder, ProviderError> {
+        let b = self.client.get()?.post(&self.url);
+        Ok(match &self.key {
             Some(k) => b.bearer_auth(k.expose()),
             None => b,
-        }
+        })
     }
 
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, false)?;
-        let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        let resp = http::post_json(self.post()?, &body, self.key.as_ref()).await?;
         self.read_whole(resp, req).await
     }
 
@@ -294,7 +294,7 @@ impl OllamaModel {
         cb: StreamCallback<'_>,
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, true)?;
-        let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        let resp = http::post_json(self.post()?, &body, self.key.as_ref()).await?;
         if http::is_whole_json(&resp) {
             let out = self.read_whole(resp, req).await?;
             http::emit(Some(cb), &out.content);

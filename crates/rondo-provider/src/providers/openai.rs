@@ -565,7 +565,7 @@ impl TryFrom<Response> for ChatResponse {
 
 /// A Chat Completions endpoint.
 pub struct OpenAiModel {
-    client: reqwest::Client,
+    client: http::HttpClient,
     url: String,
     model: String,
     key: Option<ApiKey>,
@@ -588,14 +588,14 @@ impl OpenAiModel {
     /// `compatible` selects `max_tokens` (what most compatible servers read) over
     /// `max_completion_tokens`.
     pub fn new(
-        client: reqwest::Client,
+        client: impl Into<http::HttpClient>,
         base_url: &str,
         model: impl Into<String>,
         key: Option<ApiKey>,
         compatible: bool,
     ) -> Self {
         OpenAiModel {
-            client,
+            client: client.into(),
             url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
             model: model.into(),
             key,
@@ -673,17 +673,17 @@ impl OpenAiModel {
         }
     }
 
-    fn post(&self) -> reqwest::RequestBuilder {
-        let b = self.client.post(&self.url);
-        match &self.key {
+    fn post(&self) -> Result<reqwest::RequestBuilder, ProviderError> {
+        let b = self.client.get()?.post(&self.url);
+        Ok(match &self.key {
             Some(k) => b.bearer_auth(k.expose()),
             None => b,
-        }
+        })
     }
 
     async fn complete_once(&self, req: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, false)?;
-        let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        let resp = http::post_json(self.post()?, &body, self.key.as_ref()).await?;
         self.read_whole(resp, req).await
     }
 
@@ -709,7 +709,7 @@ impl OpenAiModel {
         cb: StreamCallback<'_>,
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.wire_request(req, true)?;
-        let resp = http::post_json(self.post(), &body, self.key.as_ref()).await?;
+        let resp = http::post_json(self.post()?, &body, self.key.as_ref()).await?;
         if http::is_whole_json(&resp) {
             let out = self.read_whole(resp, req).await?;
             http::emit(Some(cb), &out.content);

@@ -9,6 +9,7 @@
 #   N=50000 bench/check_scale.sh         # another size
 #   RONDO_BIN=path bench/check_scale.sh  # that binary, no build
 set -euo pipefail
+[ -x /usr/bin/time ] || bash "$(dirname "$0")/../scripts/apt-install.sh" time
 cd "$(dirname "$0")/.."
 N=${N:-100000}
 if [ -z "${RONDO_BIN:-}" ]; then

@@ -43,7 +43,10 @@ engine=$target/release/examples/bench_engine
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/rondo-guard.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 python3 bench/engine/gen.py "$scratch/workloads" >/dev/null
-python3 bench/check/gen.py --roles 10000 --out "$scratch/big_10k.rondo" >/dev/null
+# Beside a copy of its prompts folder, as bench/check keeps it.
+mkdir "$scratch/check"
+cp -r bench/check/prompts "$scratch/check/"
+python3 bench/check/gen.py --roles 10000 --out "$scratch/check/big_10k.rondo" >/dev/null
 
 # Instructions of one command under callgrind (its children are not followed).
 count() {
@@ -60,7 +63,7 @@ count() {
 declare -A measured
 echo "==> measuring (callgrind; a minute or two)" >&2
 measured[check_ds_star]=$(count "$rondo" check --offline workflows/ds_star.rondo)
-measured[check_10k]=$(count "$rondo" check --offline "$scratch/big_10k.rondo")
+measured[check_10k]=$(count "$rondo" check --offline "$scratch/check/big_10k.rondo")
 for w in chain loop loop_llm; do
   measured[run_$w]=$(count "$engine" --workload "$w" --mode off --repeats 1 \
     --dir "$scratch/workloads" --tmp "$scratch/tmp")
@@ -80,11 +83,12 @@ if ((bless)); then
   exit 0
 fi
 
-printf '%s\n' "$json" | python3 - "$baseline" "$threshold" <<'EOF'
+printf '%s\n' "$json" >"$scratch/measured.json"
+python3 - "$scratch/measured.json" "$baseline" "$threshold" <<'EOF'
 import json, sys
-measured = json.load(sys.stdin)
-baseline = json.load(open(sys.argv[1]))
-threshold = float(sys.argv[2])
+measured = json.load(open(sys.argv[1]))
+baseline = json.load(open(sys.argv[2]))
+threshold = float(sys.argv[3])
 failed = False
 print(f"{'workload':16} {'baseline':>14} {'now':>14} {'ratio':>7}")
 for name, now in measured.items():

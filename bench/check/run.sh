@@ -18,10 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 
-if ! command -v hyperfine >/dev/null; then
-  echo "hyperfine is missing: apt-get install hyperfine" >&2
-  exit 2
-fi
+command -v hyperfine >/dev/null || bash scripts/apt-install.sh hyperfine
 
 if [ -z "${RONDO_BIN:-}" ]; then
   cargo build --release -p rondo --bin rondo

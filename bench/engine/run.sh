@@ -27,6 +27,10 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+need=()
+command -v hyperfine >/dev/null || need+=(hyperfine)
+[ -x /usr/bin/time ] || need+=(time)
+if ((${#need[@]})); then bash "$ROOT/scripts/apt-install.sh" "${need[@]}"; fi
 TMP="${TMP_DIR:-/tmp/rondo-bench-engine}"
 OUT="${OUT_DIR:-$TMP/out}"
 mkdir -p "$OUT"

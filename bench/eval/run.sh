@@ -3,6 +3,7 @@
 # fake_llm.py at 100 ms, concurrency 50. The ideal is 1,000 x 0.1 s / 50 = 2 s.
 #   bench/eval/run.sh [--cases N] [--concurrency C] [--port P]
 set -euo pipefail
+[ -x /usr/bin/time ] || bash "$(dirname "$0")/../../scripts/apt-install.sh" time
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 LG="${LG_DIR:-$ROOT/bench/langgraph}"
 CASES=1000

@@ -3,6 +3,7 @@
 # the role's log file and only a bounded head and tail stay in memory and in the records.
 # Needs SIZE of free disk for the log (deleted afterwards). Results go to RESULTS.md by hand.
 set -euo pipefail
+[ -x /usr/bin/time ] || bash "$(dirname "$0")/../../scripts/apt-install.sh" time
 cd "$(dirname "$0")/../.."
 PROFILE="${PROFILE:-dev}"   # PROFILE=release for optimised figures
 SIZE="${SIZE:-1G}"

@@ -23,6 +23,10 @@ use std::process::Command;
 use std::time::Instant;
 
 use rondo::run::{Interpreter, RunOptions};
+
+// The same allocator as the `rondo` binary, so these figures are the engine's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use rondo::source::SourceFile;
 use serde_json::{Value, json};
 

@@ -595,11 +595,16 @@ impl<'w> Interpreter<'w> {
         let step = state.step + 1 + branch.map_or(0, |b| b as u64);
         self.reporter
             .role_start(name, role.kind.name(), step, self.started);
+        // The llm and tool futures are boxed: held inline they made every step's future
+        // tens of kilobytes, copied several times a step (three quarters of a builtin
+        // step's instructions).
         match &role.kind {
             RoleKind::Builtin => Ok(RoleRun::plain(Value::Null)),
-            RoleKind::Llm(llm) => self.call_llm(state, node, llm, visit, item).await,
+            RoleKind::Llm(llm) => Box::pin(self.call_llm(state, node, llm, visit, item)).await,
             RoleKind::Tool(tool) => {
-                let run = tools::run_tool_role(self, state, node, tool, visit, item, branch);
+                let run = Box::pin(tools::run_tool_role(
+                    self, state, node, tool, visit, item, branch,
+                ));
                 tokio::select! {
                     r = run => r,
                     _ = self.interrupt.notified() => Err(StepError::Interrupted),

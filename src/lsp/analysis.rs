@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::check::{self, CheckOptions, Summary};
 use crate::compile::{self, RoleKind, Workflow};
@@ -41,8 +41,11 @@ pub struct Analysis {
     pub has_errors: bool,
     pub syntax_errors: bool,
     pub summary: Summary,
-    pub index: Index,
-    pub templates: Vec<Template>,
+    /// Built on first use: diagnostics are published before them.
+    index: OnceLock<Index>,
+    templates: OnceLock<Vec<Template>>,
+    /// The editor's text of the open templates when the workflow was checked.
+    open: HashMap<PathBuf, String>,
 }
 
 /// At most this many templates are read for the index (the checker's own bound).
@@ -77,8 +80,11 @@ impl Analysis {
                 unmap(d, copy, &normalize(&workflow.prompts_dir));
             }
         }
-        let index = Index::build(&ast, text);
-        let templates = templates(&workflow, open);
+        let open = open
+            .iter()
+            .filter(|(p, _)| p.starts_with(normalize(&workflow.prompts_dir)))
+            .map(|(p, t)| (p.clone(), t.clone()))
+            .collect();
         Analysis {
             lines: LineIndex::new(text),
             has_errors: diagnostics.has_errors(),
@@ -88,9 +94,20 @@ impl Analysis {
             workflow,
             diagnostics: sorted,
             summary,
-            index,
-            templates,
+            index: OnceLock::new(),
+            templates: OnceLock::new(),
+            open,
         }
+    }
+
+    pub fn index(&self) -> &Index {
+        self.index.get_or_init(|| Index::build(&self.ast, &self.file.text))
+    }
+
+    /// The templates the workflow renders, with the editor's text of those open.
+    pub fn templates(&self) -> &[Template] {
+        self.templates
+            .get_or_init(|| templates(&self.workflow, &self.open))
     }
 
     pub fn text(&self) -> &str {
@@ -98,7 +115,7 @@ impl Analysis {
     }
 
     pub fn template(&self, path: &Path) -> Option<&Template> {
-        self.templates.iter().find(|t| t.path == path)
+        self.templates().iter().find(|t| t.path == path)
     }
 
     /// The prompts folder, absolute and normalised.

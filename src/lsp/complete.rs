@@ -152,7 +152,7 @@ pub struct Names<'a> {
 
 impl Names<'_> {
     fn declared(&self, kind: Kind) -> Vec<&str> {
-        self.a.index.declared(kind)
+        self.a.index().declared(kind)
     }
 
     fn roles(&self) -> Vec<CompletionItem> {

@@ -59,11 +59,11 @@ impl Target {
 pub fn target_at(a: &Analysis, at: Where, offset: usize) -> Option<Target> {
     let (read, occurrence) = match at {
         Where::Workflow => (
-            a.index.path_at(offset).map(|(r, i)| (r.clone(), i)),
-            a.index.at(offset).cloned(),
+            a.index().path_at(offset).map(|(r, i)| (r.clone(), i)),
+            a.index().at(offset).cloned(),
         ),
         Where::Template(t) => {
-            let t = &a.templates[t];
+            let t = &a.templates()[t];
             let read = t.reads.iter().find_map(|r| {
                 r.parts
                     .iter()
@@ -512,7 +512,7 @@ pub fn definition(a: &Analysis, target: &Target) -> Vec<Place> {
                     span: Span::default(),
                 }];
             }
-            let declared: Vec<Place> = a.index.definitions(*kind, name).map(|o| here(o.span)).collect();
+            let declared: Vec<Place> = a.index().definitions(*kind, name).map(|o| here(o.span)).collect();
             if !declared.is_empty() {
                 return declared;
             }
@@ -535,7 +535,7 @@ pub fn definition(a: &Analysis, target: &Target) -> Vec<Place> {
 /// Every place a name is written, in the workflow and in its templates.
 pub fn references(a: &Analysis, kind: Kind, name: &str, declaration: bool) -> Vec<Place> {
     let mut out: Vec<Place> = a
-        .index
+        .index()
         .all(kind, name)
         .filter(|o| declaration || !o.def)
         .map(|o| Place {
@@ -543,7 +543,7 @@ pub fn references(a: &Analysis, kind: Kind, name: &str, declaration: bool) -> Ve
             span: o.span,
         })
         .collect();
-    for t in &a.templates {
+    for t in a.templates() {
         out.extend(
             t.occurrences
                 .iter()
@@ -612,10 +612,10 @@ pub fn rename(a: &Analysis, kind: Kind, name: &str) -> HashMap<PathBuf, Vec<Span
 
 /// Whether a name can be renamed from here: declared in this workflow file.
 pub fn can_rename(a: &Analysis, kind: Kind, name: &str) -> bool {
-    kind.renamable() && a.index.definitions(kind, name).next().is_some()
+    kind.renamable() && a.index().definitions(kind, name).next().is_some()
 }
 
 /// The occurrence of a template path's name, for a file outside any workflow.
 pub fn template_index(a: &Analysis, path: &Path) -> Option<usize> {
-    a.templates.iter().position(|t| t.path == path)
+    a.templates().iter().position(|t| t.path == path)
 }

@@ -128,6 +128,7 @@ struct Server<'c> {
     /// What was last published for each file.
     published: HashMap<PathBuf, Vec<lsp_types::Diagnostic>>,
     overlays: Overlays,
+    dropper: std::sync::mpsc::Sender<Vec<Arc<Analysis>>>,
 }
 
 /// What a message asks of the loop.
@@ -176,6 +177,15 @@ impl<'c> Server<'c> {
             searched: HashSet::new(),
             published: HashMap::new(),
             overlays: Overlays::new(),
+            dropper: {
+                let (tx, rx) = std::sync::mpsc::channel::<Vec<Arc<Analysis>>>();
+                std::thread::spawn(move || {
+                    while let Ok(old) = rx.recv() {
+                        drop(old);
+                    }
+                });
+                tx
+            },
         }
     }
 
@@ -389,18 +399,28 @@ impl<'c> Server<'c> {
                 },
             };
             let a = Arc::new(self.analyze(&path, &text));
+            let mut old = Vec::new();
             if !a.syntax_errors {
-                self.parsed.insert(path.clone(), a.clone());
+                old.extend(self.parsed.insert(path.clone(), a.clone()));
             }
-            self.analyses.insert(path.clone(), a.clone());
+            old.extend(self.analyses.insert(path.clone(), a.clone()));
             if let Some(doc) = self.docs.get(&path) {
                 let uri = doc.uri.clone();
                 let version = doc.version;
                 let diags = workflow_diagnostics(&a);
                 self.publish(&path, Some(&uri), diags, Some(version));
             }
+            self.drop_later(old);
         }
         self.publish_templates();
+    }
+
+    /// Freeing the tree and graph of a large workflow takes a while: another thread does
+    /// it, so the next edit is not kept waiting.
+    fn drop_later(&self, old: Vec<Arc<Analysis>>) {
+        if !old.is_empty() {
+            let _ = self.dropper.send(old);
+        }
     }
 
     fn publish(
@@ -433,7 +453,7 @@ impl<'c> Server<'c> {
     fn publish_templates(&mut self) {
         let mut by_template: HashMap<PathBuf, Vec<lsp_types::Diagnostic>> = HashMap::new();
         for a in self.analyses.values() {
-            for t in &a.templates {
+            for t in a.templates() {
                 by_template.entry(t.path.clone()).or_default();
             }
             for (path, d) in template_diagnostics(a) {
@@ -529,7 +549,7 @@ impl<'c> Server<'c> {
         owners.sort();
         let a = self.analyses.get(owners.first()?)?.clone();
         let t = features::template_index(&a, &path)?;
-        let template = &a.templates[t];
+        let template = &a.templates()[t];
         let offset = template.lines.offset(&template.text, p.position);
         Some((a, Where::Template(t), offset))
     }
@@ -650,7 +670,7 @@ impl<'c> Server<'c> {
         let names = super::complete::Names { a: &names_from };
         let items = match at {
             Where::Workflow => super::complete::workflow(a.text(), offset, &names),
-            Where::Template(t) => super::complete::template(&a.templates[t].text, offset, &names),
+            Where::Template(t) => super::complete::template(&a.templates()[t].text, offset, &names),
         };
         serde_json::to_value(CompletionResponse::Array(items)).ok()
     }
@@ -694,7 +714,7 @@ impl<'c> Server<'c> {
             .filter(|&i| w.is_exit(i))
             .map(|i| w.node(i).name.as_str())
             .collect();
-        let data = super::tokens::tokens(a.text(), &a.lines, &a.index, &exits);
+        let data = super::tokens::tokens(a.text(), &a.lines, a.index(), &exits);
         serde_json::to_value(SemanticTokensResult::Tokens(SemanticTokens {
             result_id: None,
             data,
@@ -728,7 +748,7 @@ fn find_workflows(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
 fn file_of(a: &Analysis, at: Where) -> (&str, &LineIndex) {
     match at {
         Where::Workflow => (a.text(), &a.lines),
-        Where::Template(t) => (&a.templates[t].text, &a.templates[t].lines),
+        Where::Template(t) => (&a.templates()[t].text, &a.templates()[t].lines),
     }
 }
 

@@ -122,7 +122,10 @@ impl Client {
         let id = self.next_id;
         self.write(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         loop {
-            let message = self.incoming.recv_timeout(WAIT).expect("a response in time");
+            let message = self
+                .incoming
+                .recv_timeout(WAIT)
+                .expect("a response in time");
             if message["id"] == json!(id) && message.get("method").is_none() {
                 return message;
             }
@@ -149,7 +152,10 @@ impl Client {
             return m["params"]["diagnostics"].as_array().unwrap().clone();
         }
         loop {
-            let m = self.incoming.recv_timeout(WAIT).expect("diagnostics in time");
+            let m = self
+                .incoming
+                .recv_timeout(WAIT)
+                .expect("diagnostics in time");
             if is_for(&m) {
                 return m["params"]["diagnostics"].as_array().unwrap().clone();
             }
@@ -161,7 +167,10 @@ impl Client {
         self.request("shutdown", Value::Null);
         self.notify("exit", Value::Null);
         let status = self.child.wait().unwrap();
-        assert!(status.success(), "rondo lsp exits 0 after shutdown: {status}");
+        assert!(
+            status.success(),
+            "rondo lsp exits 0 after shutdown: {status}"
+        );
     }
 }
 
@@ -296,7 +305,11 @@ fn a_scripted_editing_session_on_ds_star() {
         "textDocument/didOpen",
         json!({"textDocument": {"uri": uri, "languageId": "rondo", "version": 1, "text": text}}),
     );
-    assert_eq!(client.diagnostics(&uri, Some(1)), Vec::<Value>::new(), "ds_star is clean");
+    assert_eq!(
+        client.diagnostics(&uri, Some(1)),
+        Vec::<Value>::new(),
+        "ds_star is clean"
+    );
 
     // An edit introduces an error after characters of 2 and 4 bytes (1 and 2 UTF-16 units).
     let line = "  expect memory.ended_by == \"sufficient\"\n";
@@ -333,7 +346,10 @@ fn a_scripted_editing_session_on_ds_star() {
     // `rondo check` counts columns in bytes from 1; the protocol in UTF-16 units from 0.
     let typo = broken.find("sufficent").unwrap();
     assert_eq!(d["range"]["start"], position_of(&broken, typo));
-    assert_eq!(d["range"]["end"], position_of(&broken, typo + "sufficent".len()));
+    assert_eq!(
+        d["range"]["end"],
+        position_of(&broken, typo + "sufficent".len())
+    );
     let line_start = broken[..typo].rfind('\n').unwrap() + 1;
     assert_eq!(e["column"], json!(typo - line_start + 1));
     assert_eq!(
@@ -356,11 +372,24 @@ fn a_scripted_editing_session_on_ds_star() {
         coder.contains("worst case: **8** visits per run, **24** LLM calls (3 attempts a visit)"),
         "{coder}"
     );
-    assert!(coder.contains("with the default of `input.max_rounds`"), "{coder}");
-    assert!(coder.contains("the whole run: at most 201 LLM calls"), "{coder}");
+    assert!(
+        coder.contains("with the default of `input.max_rounds`"),
+        "{coder}"
+    );
+    assert!(
+        coder.contains("the whole run: at most 201 LLM calls"),
+        "{coder}"
+    );
     let success = hover_text(&mut client, &uri, pos(&fixed, "-> success", 0, 3));
-    assert!(success.contains("exit success") && success.contains("code **0**"), "{success}");
-    let field = hover_text(&mut client, &uri, pos(&fixed, "verifier.next_action ==", 0, 9));
+    assert!(
+        success.contains("exit success") && success.contains("code **0**"),
+        "{success}"
+    );
+    let field = hover_text(
+        &mut client,
+        &uri,
+        pos(&fixed, "verifier.next_action ==", 0, 9),
+    );
     assert!(
         field.contains("verifier.next_action: \"add_step\" | \"fix_step\" | \"stop\""),
         "{field}"
@@ -368,7 +397,10 @@ fn a_scripted_editing_session_on_ds_star() {
     let plan = hover_text(&mut client, &uri, pos(&fixed, "memory.plan", 0, 7));
     assert!(plan.contains("plan: list[{ id: int"), "{plan}");
     let len = hover_text(&mut client, &uri, pos(&fixed, "len(memory.plan)", 0, 1));
-    assert!(len.contains("len(value: list | map | string) -> int"), "{len}");
+    assert!(
+        len.contains("len(value: list | map | string) -> int"),
+        "{len}"
+    );
 
     // Definition: a role from a route, a type, a field, a template (into the .tera file).
     let def = |client: &mut Client, position: Value| {
@@ -379,10 +411,19 @@ fn a_scripted_editing_session_on_ds_star() {
     };
     let planner = def(&mut client, pos(&fixed, "analyzer -> planner", 0, 13));
     assert_eq!(planner[0]["uri"], uri);
-    assert_eq!(planner[0]["range"]["start"], pos(&fixed, "role planner", 0, 5));
+    assert_eq!(
+        planner[0]["range"]["start"],
+        pos(&fixed, "role planner", 0, 5)
+    );
     let verdict = def(&mut client, pos(&fixed, "output json Verdict", 0, 13));
-    assert_eq!(verdict[0]["range"]["start"], pos(&fixed, "type Verdict", 0, 5));
-    let step_id = def(&mut client, pos(&fixed, "router.backtrack_to_step_id >= 1", 0, 8));
+    assert_eq!(
+        verdict[0]["range"]["start"],
+        pos(&fixed, "type Verdict", 0, 5)
+    );
+    let step_id = def(
+        &mut client,
+        pos(&fixed, "router.backtrack_to_step_id >= 1", 0, 8),
+    );
     assert_eq!(
         step_id[0]["range"]["start"],
         pos(&fixed, "backtrack_to_step_id: int?", 0, 0)
@@ -412,7 +453,10 @@ fn a_scripted_editing_session_on_ds_star() {
         .filter(|l| l.trim_end_matches(']').split(", ").any(|m| m == "plan"))
         .count();
     assert_eq!(in_workflow, 1 + uses + listed, "{refs:?}");
-    assert!(refs.iter().any(|r| r["uri"] == url(&planner_tera)), "{refs:?}");
+    assert!(
+        refs.iter().any(|r| r["uri"] == url(&planner_tera)),
+        "{refs:?}"
+    );
 
     // Rename a memory: the edited workflow and templates still check clean.
     let edit = client.request(
@@ -438,7 +482,11 @@ fn a_scripted_editing_session_on_ds_star() {
     }
     let renamed = check_json(&workflow);
     assert_eq!(renamed["ok"], true, "{renamed}");
-    assert!(std::fs::read_to_string(&workflow).unwrap().contains("memory.steps"));
+    assert!(
+        std::fs::read_to_string(&workflow)
+            .unwrap()
+            .contains("memory.steps")
+    );
     for (path, before) in originals {
         std::fs::write(path, before).unwrap();
     }
@@ -487,25 +535,66 @@ fn a_scripted_editing_session_on_ds_star() {
         )
     };
     let route = edited.find("router -> router_stop").unwrap();
-    let items = complete_at(&mut client, &mut edited, route, "round_end -> finalyzer when verifier.");
+    let items = complete_at(
+        &mut client,
+        &mut edited,
+        route,
+        "round_end -> finalyzer when verifier.",
+    );
     let fields = labels(&items);
-    for f in ["sufficient", "reason", "missing", "next_action", "invalid", "invalid_reply"] {
+    for f in [
+        "sufficient",
+        "reason",
+        "missing",
+        "next_action",
+        "invalid",
+        "invalid_reply",
+    ] {
         assert!(fields.contains(&f.to_string()), "{f}: {fields:?}");
     }
-    let memory = labels(&complete_at(&mut client, &mut edited, route, "x -> y when memory."));
-    for m in ["descriptions", "plan", "code", "executions", "verdict", "rounds"] {
+    let memory = labels(&complete_at(
+        &mut client,
+        &mut edited,
+        route,
+        "x -> y when memory.",
+    ));
+    for m in [
+        "descriptions",
+        "plan",
+        "code",
+        "executions",
+        "verdict",
+        "rounds",
+    ] {
         assert!(memory.contains(&m.to_string()), "{m}: {memory:?}");
     }
-    let targets = labels(&complete_at(&mut client, &mut edited, route, "\nrouter -> "));
+    let targets = labels(&complete_at(
+        &mut client,
+        &mut edited,
+        route,
+        "\nrouter -> ",
+    ));
     for t in ["planner", "success", "finalyzer", "parallel"] {
         assert!(targets.contains(&t.to_string()), "{t}: {targets:?}");
     }
     let role_body = edited.find("  prompt = \"coder.tera\"").unwrap();
     let attrs = labels(&complete_at(&mut client, &mut edited, role_body, "  ret"));
-    for a in ["retries", "prompt", "reads", "max_visits", "output", "update"] {
+    for a in [
+        "retries",
+        "prompt",
+        "reads",
+        "max_visits",
+        "output",
+        "update",
+    ] {
         assert!(attrs.contains(&a.to_string()), "{a}: {attrs:?}");
     }
-    let expr_items = complete_at(&mut client, &mut edited, route, "\nrouter -> planner when l");
+    let expr_items = complete_at(
+        &mut client,
+        &mut edited,
+        route,
+        "\nrouter -> planner when l",
+    );
     let len = expr_items
         .as_array()
         .unwrap()
@@ -530,7 +619,9 @@ fn a_scripted_editing_session_on_ds_star() {
         json!({"textDocument": {"uri": uri}}),
     );
     let names = labels_of(&symbols, "name");
-    for s in ["ds_star", "Step", "Verdict", "memory", "coder", "executor", "success"] {
+    for s in [
+        "ds_star", "Step", "Verdict", "memory", "coder", "executor", "success",
+    ] {
         assert!(names.contains(&s.to_string()), "{s}: {names:?}");
     }
     let step = symbols
@@ -539,7 +630,10 @@ fn a_scripted_editing_session_on_ds_star() {
         .iter()
         .find(|s| s["name"] == "Step")
         .unwrap();
-    assert_eq!(labels_of(&step["children"], "name"), ["id", "title", "details", "status"]);
+    assert_eq!(
+        labels_of(&step["children"], "name"),
+        ["id", "title", "details", "status"]
+    );
 
     // Formatting: what `rondo fmt -` gives.
     let edits = client.request(
@@ -552,7 +646,11 @@ fn a_scripted_editing_session_on_ds_star() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    fmt.stdin.take().unwrap().write_all(fixed.as_bytes()).unwrap();
+    fmt.stdin
+        .take()
+        .unwrap()
+        .write_all(fixed.as_bytes())
+        .unwrap();
     let formatted = fmt.wait_with_output().unwrap();
     assert!(formatted.status.success());
     assert_eq!(
@@ -573,10 +671,22 @@ fn a_scripted_editing_session_on_ds_star() {
             .map(|t| (t.1, t.2))
             .unwrap_or_else(|| panic!("a token at {at}: {:?}", &fixed[at..at + 20]))
     };
-    let legend = ["keyword", "type", "class", "enumMember", "variable", "parameter", "property"];
+    let legend = [
+        "keyword",
+        "type",
+        "class",
+        "enumMember",
+        "variable",
+        "parameter",
+        "property",
+    ];
     let coder_decl = fixed.find("role coder").unwrap();
     assert_eq!(kind_at(coder_decl).0, 0, "`role` is a keyword");
-    assert_eq!(kind_at(coder_decl + 5), (2, 1), "a role's declaration: class, declaration");
+    assert_eq!(
+        kind_at(coder_decl + 5),
+        (2, 1),
+        "a role's declaration: class, declaration"
+    );
     let plan_use = fixed.find("memory.plan").unwrap() + 7;
     assert_eq!(legend[kind_at(plan_use).0 as usize], "variable");
     assert_eq!(kind_at(0).0, 11, "the first line is a comment");
@@ -680,7 +790,10 @@ fn a_template_is_checked_as_it_is_edited() {
         "textDocument/completion",
         json!({"textDocument": {"uri": uri}, "position": pos(&edited, "memory.plna", 0, 7)}),
     );
-    assert!(labels(&fields).contains(&"executions".to_string()), "{fields}");
+    assert!(
+        labels(&fields).contains(&"executions".to_string()),
+        "{fields}"
+    );
 
     // The fix clears the template's diagnostics.
     change(
@@ -729,7 +842,10 @@ fn bad_input_gets_an_answer_not_a_crash() {
         &mut client,
         &uri,
         2,
-        (json!({"line": 50, "character": 0}), json!({"line": 60, "character": 3})),
+        (
+            json!({"line": 50, "character": 0}),
+            json!({"line": 60, "character": 3}),
+        ),
         "exit done\n",
     );
     assert!(!client.diagnostics(&uri, Some(2)).is_empty());

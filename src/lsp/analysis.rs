@@ -101,7 +101,8 @@ impl Analysis {
     }
 
     pub fn index(&self) -> &Index {
-        self.index.get_or_init(|| Index::build(&self.ast, &self.file.text))
+        self.index
+            .get_or_init(|| Index::build(&self.ast, &self.file.text))
     }
 
     /// The templates the workflow renders, with the editor's text of those open.

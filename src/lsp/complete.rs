@@ -222,7 +222,13 @@ impl Names<'_> {
             Kind::Environment => w
                 .environments
                 .iter()
-                .map(|e| item(&e.name, CompletionItemKind::MODULE, Some("environment".into())))
+                .map(|e| {
+                    item(
+                        &e.name,
+                        CompletionItemKind::MODULE,
+                        Some("environment".into()),
+                    )
+                })
                 .collect(),
             Kind::Type => {
                 let mut out: Vec<CompletionItem> = BUILTIN_TYPES
@@ -251,7 +257,10 @@ impl Names<'_> {
                 .map(|r| item(r, CompletionItemKind::VARIABLE, Some("built in".into()))),
         );
         out.extend(functions());
-        out.extend(words(&["true", "false", "null", "not", "and", "or"], CompletionItemKind::KEYWORD));
+        out.extend(words(
+            &["true", "false", "null", "not", "and", "or"],
+            CompletionItemKind::KEYWORD,
+        ));
         out
     }
 
@@ -264,7 +273,10 @@ impl Names<'_> {
             _ => {}
         }
         let read = PathRead {
-            parts: parts.iter().map(|p| (p.to_string(), Span::default())).collect(),
+            parts: parts
+                .iter()
+                .map(|p| (p.to_string(), Span::default()))
+                .collect(),
             role: role.map(str::to_string),
         };
         let mut out = Vec::new();
@@ -318,9 +330,11 @@ fn template_files(dir: &std::path::Path) -> Vec<CompletionItem> {
                 Ok(t) if t.is_dir() && prefix.matches('/').count() < 4 => {
                     stack.push((e.path(), format!("{name}/")))
                 }
-                Ok(t) if t.is_file() => {
-                    out.push(item(&name, CompletionItemKind::FILE, Some("template".into())))
-                }
+                Ok(t) if t.is_file() => out.push(item(
+                    &name,
+                    CompletionItemKind::FILE,
+                    Some("template".into()),
+                )),
                 _ => {}
             }
         }
@@ -334,10 +348,15 @@ fn template_files(dir: &std::path::Path) -> Vec<CompletionItem> {
 fn path_before(text: &str, end: usize) -> Vec<&str> {
     let bytes = text.as_bytes();
     let mut start = end;
-    while start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || matches!(bytes[start - 1], b'_' | b'.')) {
+    while start > 0
+        && (bytes[start - 1].is_ascii_alphanumeric() || matches!(bytes[start - 1], b'_' | b'.'))
+    {
         start -= 1;
     }
-    text[start..end].split('.').filter(|p| !p.is_empty()).collect()
+    text[start..end]
+        .split('.')
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn word_start(text: &str, offset: usize) -> usize {
@@ -364,9 +383,16 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
             .flatten()
     });
     let header = blocks.last().map(|b| b.header.as_str());
-    let parent = blocks.len().checked_sub(2).map(|i| blocks[i].header.as_str());
+    let parent = blocks
+        .len()
+        .checked_sub(2)
+        .map(|i| blocks[i].header.as_str());
     if in_string {
-        let key = trimmed.trim_end_matches('"').trim_end().trim_end_matches('=').trim();
+        let key = trimmed
+            .trim_end_matches('"')
+            .trim_end()
+            .trim_end_matches('=')
+            .trim();
         return if matches!(key, "prompt" | "system") {
             names.of_kind(Kind::Template)
         } else {
@@ -381,7 +407,11 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
     if trimmed.is_empty() {
         let Some(header) = header else {
             let mut out = words(DECLARATIONS, CompletionItemKind::KEYWORD);
-            out.push(item("start", CompletionItemKind::KEYWORD, Some("the start node".into())));
+            out.push(item(
+                "start",
+                CompletionItemKind::KEYWORD,
+                Some("the start node".into()),
+            ));
             out.extend(names.roles());
             return out;
         };
@@ -415,7 +445,8 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
     if trimmed == "output" {
         return words(OUTPUTS, CompletionItemKind::KEYWORD);
     }
-    if matches!(trimmed, "output json" | "output tagged") || trimmed.ends_with("list[")
+    if matches!(trimmed, "output json" | "output tagged")
+        || trimmed.ends_with("list[")
         || trimmed.ends_with("map[")
         || trimmed.ends_with('|')
     {
@@ -429,7 +460,10 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
         }
         return out;
     }
-    if last == "->" || trimmed.ends_with("->") || trimmed.contains("parallel [") && !trimmed.contains(']') {
+    if last == "->"
+        || trimmed.ends_with("->")
+        || trimmed.contains("parallel [") && !trimmed.contains(']')
+    {
         let mut out = names.nodes();
         for (name, code) in compile::BUILTIN_EXITS {
             if !out.iter().any(|i| i.label == *name) {
@@ -460,11 +494,7 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
         return names.of_kind(Kind::Memory);
     }
     // `key = ` and `key = [a, ` of an attribute naming things of the workflow.
-    let key = trimmed
-        .split(['=', ':'])
-        .next()
-        .unwrap_or("")
-        .trim();
+    let key = trimmed.split(['=', ':']).next().unwrap_or("").trim();
     if trimmed.contains('=') || trimmed.ends_with(':') {
         let kind = match key {
             "provider" | "fallback" => Some(Kind::Provider),
@@ -480,7 +510,10 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
         match key {
             "mode" => return words(&["json", "native", "auto"], CompletionItemKind::ENUM_MEMBER),
             "show" => {
-                return words(&["all", "status", "tail", "head_tail"], CompletionItemKind::ENUM_MEMBER);
+                return words(
+                    &["all", "status", "tail", "head_tail"],
+                    CompletionItemKind::ENUM_MEMBER,
+                );
             }
             "coerce" => return words(&["safe", "strict"], CompletionItemKind::ENUM_MEMBER),
             _ => {}
@@ -489,7 +522,9 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
     // After a route's target: its modifiers.
     let route = header.is_none()
         && trimmed.contains("->")
-        && !trimmed.split_whitespace().any(|w| w == "when" || w == "over");
+        && !trimmed
+            .split_whitespace()
+            .any(|w| w == "when" || w == "over");
     if route {
         return words(ROUTE_WORDS, CompletionItemKind::KEYWORD);
     }
@@ -533,12 +568,18 @@ mod tests {
         let (_, in_string) = open_blocks("role a: llm {\n  prompt = \"pla", 29);
         assert!(in_string);
         assert_eq!(block_of("role a: tool", None), Some(Block::Tool));
-        assert_eq!(block_of("plan: conversation", Some("memory")), Some(Block::Conversation));
+        assert_eq!(
+            block_of("plan: conversation", Some("memory")),
+            Some(Block::Conversation)
+        );
     }
 
     #[test]
     fn path_before_a_dot() {
         let text = "when planner.invalid_reply.";
-        assert_eq!(path_before(text, text.len() - 1), ["planner", "invalid_reply"]);
+        assert_eq!(
+            path_before(text, text.len() - 1),
+            ["planner", "invalid_reply"]
+        );
     }
 }

@@ -35,7 +35,11 @@ pub struct Place {
 pub enum Target {
     /// A name of the workflow: a role or exit, type, memory, input, tool, provider,
     /// environment, template, or a function.
-    Symbol { kind: Kind, name: String, span: Span },
+    Symbol {
+        kind: Kind,
+        name: String,
+        span: Span,
+    },
     /// A word of a path read past its root: a field (`planner.title`).
     Field {
         read: PathRead,
@@ -49,9 +53,9 @@ pub enum Target {
 impl Target {
     pub fn span(&self) -> Span {
         match self {
-            Target::Symbol { span, .. } | Target::Field { span, .. } | Target::Builtin { span, .. } => {
-                *span
-            }
+            Target::Symbol { span, .. }
+            | Target::Field { span, .. }
+            | Target::Builtin { span, .. } => *span,
         }
     }
 }
@@ -140,10 +144,9 @@ pub fn path_type(w: &Workflow, read: &PathRead, upto: usize) -> Option<Type> {
             let node = w.find_node(name)?;
             let role = w.role(node)?;
             match parts.get(1).filter(|_| w.is_json_llm(node)) {
-                Some((field, _)) if compile::INVALID_FIELDS.contains(&field.as_str()) => (
-                    Cow::Owned(compile::invalid_field_type(field)?),
-                    &parts[2..],
-                ),
+                Some((field, _)) if compile::INVALID_FIELDS.contains(&field.as_str()) => {
+                    (Cow::Owned(compile::invalid_field_type(field)?), &parts[2..])
+                }
                 _ => (Cow::Borrowed(&*role.output_type), &parts[1..]),
             }
         }
@@ -222,7 +225,10 @@ pub fn hover(a: &Analysis, target: &Target) -> Option<String> {
         Target::Field { read, upto, .. } => {
             let name = &read.parts[*upto].0;
             let ty = path_type(w, read, *upto)?;
-            let path: Vec<&str> = read.parts[..=*upto].iter().map(|(n, _)| n.as_str()).collect();
+            let path: Vec<&str> = read.parts[..=*upto]
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect();
             Some(format!(
                 "```rondo\n{}: {}\n```\nfield `{name}` of `{}`",
                 path.join("."),
@@ -268,7 +274,10 @@ fn symbol_hover(a: &Analysis, kind: Kind, name: &str) -> Option<String> {
         }
         Kind::Type => {
             let decl = a.ast.types.iter().find(|t| t.name.name == name)?;
-            Some(format!("```rondo\n{}\n```", span_text(a.text(), decl.span).trim()))
+            Some(format!(
+                "```rondo\n{}\n```",
+                span_text(a.text(), decl.span).trim()
+            ))
         }
         Kind::Memory => {
             let slot = w.memory.iter().find(|m| m.name == name)?;
@@ -386,7 +395,9 @@ fn symbol_hover(a: &Analysis, kind: Kind, name: &str) -> Option<String> {
         }
         Kind::Function => {
             let (params, returns, doc) = super::signature(name)?;
-            Some(format!("```rondo\n{name}({params}) -> {returns}\n```\n{doc}"))
+            Some(format!(
+                "```rondo\n{name}({params}) -> {returns}\n```\n{doc}"
+            ))
         }
     }
 }
@@ -438,7 +449,9 @@ fn role_hover(a: &Analysis, name: &str, role: &compile::Role) -> String {
         .find(|(n, _)| n == name)
         .and_then(|(_, v)| *v);
     let by_input = match role.max_visits {
-        Some(m @ MaxVisits::Input(_)) => format!(", with the default of `{}`", m.display(&w.inputs)),
+        Some(m @ MaxVisits::Input(_)) => {
+            format!(", with the default of `{}`", m.display(&w.inputs))
+        }
         _ => String::new(),
     };
     let worst = match (visits, &role.kind) {
@@ -512,7 +525,11 @@ pub fn definition(a: &Analysis, target: &Target) -> Vec<Place> {
                     span: Span::default(),
                 }];
             }
-            let declared: Vec<Place> = a.index().definitions(*kind, name).map(|o| here(o.span)).collect();
+            let declared: Vec<Place> = a
+                .index()
+                .definitions(*kind, name)
+                .map(|o| here(o.span))
+                .collect();
             if !declared.is_empty() {
                 return declared;
             }
@@ -520,7 +537,11 @@ pub fn definition(a: &Analysis, target: &Target) -> Vec<Place> {
             let w = &a.workflow;
             let imported = match kind {
                 Kind::Tool => w.tools.iter().find(|t| t.name() == name).map(|t| t.span),
-                Kind::Provider => w.providers.iter().find(|p| p.name() == name).map(|p| p.span),
+                Kind::Provider => w
+                    .providers
+                    .iter()
+                    .find(|p| p.name() == name)
+                    .map(|p| p.span),
                 _ => None,
             };
             imported

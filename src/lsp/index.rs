@@ -103,7 +103,9 @@ impl Index {
         };
         b.ast(ast);
         let mut index = b.index;
-        index.occurrences.sort_by_key(|o| (o.span.start, o.span.end));
+        index
+            .occurrences
+            .sort_by_key(|o| (o.span.start, o.span.end));
         index
             .occurrences
             .dedup_by(|a, b| a.span == b.span && a.kind == b.kind);
@@ -130,7 +132,11 @@ impl Index {
             .filter(move |o| o.def && o.kind == kind && o.name == name)
     }
 
-    pub fn all<'a>(&'a self, kind: Kind, name: &'a str) -> impl Iterator<Item = &'a Occurrence> + 'a {
+    pub fn all<'a>(
+        &'a self,
+        kind: Kind,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a Occurrence> + 'a {
         self.occurrences
             .iter()
             .filter(move |o| o.kind == kind && o.name == name)

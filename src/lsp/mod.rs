@@ -72,7 +72,11 @@ const KEYWORDS: &[&str] = &[
 /// in step.
 fn signature(name: &str) -> Option<(&'static str, &'static str, &'static str)> {
     Some(match name {
-        "len" => ("value: list | map | string", "int", "the number of items, or of characters"),
+        "len" => (
+            "value: list | map | string",
+            "int",
+            "the number of items, or of characters",
+        ),
         "contains" => (
             "container: list | map | string, value",
             "bool",
@@ -84,16 +88,44 @@ fn signature(name: &str) -> Option<(&'static str, &'static str, &'static str)> {
             "whether the text matches the regular expression (Rust `regex` syntax, written as a string literal)",
         ),
         "visits" => ("role", "int", "how many times the role has run so far"),
-        "used" => ("tool", "bool", "whether the tool has been called in this run"),
-        "exists" => ("path: string", "bool", "whether the file exists in the run's workspace"),
-        "first" => ("list: list[T]", "T?", "the first item, null for an empty list"),
-        "last" => ("list: list[T]", "T?", "the last item, null for an empty list"),
-        "at" => ("list: list[T], index: int", "T?", "the item at the index (from 0), null past the end"),
+        "used" => (
+            "tool",
+            "bool",
+            "whether the tool has been called in this run",
+        ),
+        "exists" => (
+            "path: string",
+            "bool",
+            "whether the file exists in the run's workspace",
+        ),
+        "first" => (
+            "list: list[T]",
+            "T?",
+            "the first item, null for an empty list",
+        ),
+        "last" => (
+            "list: list[T]",
+            "T?",
+            "the last item, null for an empty list",
+        ),
+        "at" => (
+            "list: list[T], index: int",
+            "T?",
+            "the item at the index (from 0), null past the end",
+        ),
         "json" => ("value", "string", "the value as JSON text"),
         "lower" => ("text: string", "string", "the text in lower case"),
         "now" => ("", "string", "the current time (RFC 3339)"),
-        "if" => ("condition: bool, then: T, else: U", "T | U", "`then` when the condition holds, else `else`"),
-        "all" => ("values: list[bool] | map[bool]", "bool", "whether every value is true"),
+        "if" => (
+            "condition: bool, then: T, else: U",
+            "T | U",
+            "`then` when the condition holds, else `else`",
+        ),
+        "all" => (
+            "values: list[bool] | map[bool]",
+            "bool",
+            "whether every value is true",
+        ),
         "without" => (
             "list: list[T], done: list | map",
             "list[T]",
@@ -122,7 +154,8 @@ mod tests {
         let functions = probe::functions();
         assert!(!functions.is_empty());
         for (name, arity) in functions {
-            let (params, _, _) = signature(name).unwrap_or_else(|| panic!("no signature for `{name}`"));
+            let (params, _, _) =
+                signature(name).unwrap_or_else(|| panic!("no signature for `{name}`"));
             let count = if params.is_empty() {
                 0
             } else {

@@ -30,7 +30,10 @@ impl LineIndex {
         while !text.is_char_boundary(offset) {
             offset -= 1;
         }
-        let line = self.starts.partition_point(|&s| s <= offset).saturating_sub(1);
+        let line = self
+            .starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1);
         let start = self.starts[line];
         let character: usize = text[start..offset].chars().map(char::len_utf16).sum();
         Position::new(line as u32, character as u32)

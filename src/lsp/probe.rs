@@ -94,8 +94,7 @@ fn probe_attributes(text: &str) -> Vec<String> {
     let (_, diags) = crate::compile::load(&SourceFile::new("probe.rondo", text));
     let Some(d) = diags.iter().find(|d| {
         d.code == Code::AttrUnknown && d.message.contains(PROBE)
-            || d.labels.iter().any(|l| span_is_probe(text, l.span))
-                && d.code == Code::AttrUnknown
+            || d.labels.iter().any(|l| span_is_probe(text, l.span)) && d.code == Code::AttrUnknown
     }) else {
         return Vec::new();
     };

@@ -125,6 +125,8 @@ struct Server<'c> {
     /// Folders searched for the workflows that render a template.
     roots: Vec<PathBuf>,
     searched: HashSet<PathBuf>,
+    /// Templates already searched for on disk (a workflow opened later is found as open).
+    orphans: HashSet<PathBuf>,
     /// What was last published for each file.
     published: HashMap<PathBuf, Vec<lsp_types::Diagnostic>>,
     overlays: Overlays,
@@ -175,6 +177,7 @@ impl<'c> Server<'c> {
             dirty: BTreeSet::new(),
             roots,
             searched: HashSet::new(),
+            orphans: HashSet::new(),
             published: HashMap::new(),
             overlays: Overlays::new(),
             dropper: {
@@ -239,7 +242,8 @@ impl<'c> Server<'c> {
     fn notification(&mut self, n: Notification) {
         match n.method.as_str() {
             notif::DidOpenTextDocument::METHOD => {
-                let Ok(p) = serde_json::from_value::<lsp_types::DidOpenTextDocumentParams>(n.params)
+                let Ok(p) =
+                    serde_json::from_value::<lsp_types::DidOpenTextDocumentParams>(n.params)
                 else {
                     return;
                 };
@@ -276,7 +280,8 @@ impl<'c> Server<'c> {
                 self.changed(&path);
             }
             notif::DidSaveTextDocument::METHOD => {
-                let Ok(p) = serde_json::from_value::<lsp_types::DidSaveTextDocumentParams>(n.params)
+                let Ok(p) =
+                    serde_json::from_value::<lsp_types::DidSaveTextDocumentParams>(n.params)
                 else {
                     return;
                 };
@@ -296,8 +301,8 @@ impl<'c> Server<'c> {
                 };
                 match doc.language {
                     Language::Rondo => {
-                        self.analyses.remove(&path);
-                        self.parsed.remove(&path);
+                        let old = [self.analyses.remove(&path), self.parsed.remove(&path)];
+                        self.drop_later(old.into_iter().flatten().collect());
                         self.dirty.remove(&path);
                         self.publish(&path, Some(&doc.uri), Vec::new(), None);
                         self.publish_templates();
@@ -339,6 +344,9 @@ impl<'c> Server<'c> {
     /// Finds the workflows on disk that render a template: `.rondo` files in its folder,
     /// the folders above it, and the workspace, which name the template's folder.
     fn discover(&mut self, template: &Path) {
+        if !self.orphans.insert(template.to_path_buf()) {
+            return;
+        }
         let Some(dir) = template.parent() else { return };
         let folder = dir.file_name().map(|n| n.to_string_lossy().to_string());
         let mut places: Vec<PathBuf> = dir.ancestors().take(4).map(Path::to_path_buf).collect();
@@ -355,13 +363,20 @@ impl<'c> Server<'c> {
             if self.analyses.contains_key(&path) || self.docs.contains_key(&path) {
                 continue;
             }
-            let Ok(file) = SourceFile::read(&path) else { continue };
+            let Ok(file) = SourceFile::read(&path) else {
+                continue;
+            };
             let near = dir.starts_with(path.parent().unwrap_or(Path::new("/")));
-            if !near && !folder.as_ref().is_some_and(|f| file.text.contains(f.as_str())) {
+            if !near
+                && !folder
+                    .as_ref()
+                    .is_some_and(|f| file.text.contains(f.as_str()))
+            {
                 continue;
             }
             let a = self.analyze(&path, &file.text);
             if a.template(template).is_some() {
+                self.orphans.remove(template);
                 self.analyses.insert(path, Arc::new(a));
             }
         }
@@ -378,7 +393,13 @@ impl<'c> Server<'c> {
     }
 
     fn analyze(&self, path: &Path, text: &str) -> Analysis {
-        Analysis::new(path, text, &self.open_texts(), &self.options, &self.overlays)
+        Analysis::new(
+            path,
+            text,
+            &self.open_texts(),
+            &self.options,
+            &self.overlays,
+        )
     }
 
     /// Checks every workflow whose text or templates changed, and publishes.
@@ -438,7 +459,8 @@ impl<'c> Server<'c> {
             Some(u) => u,
             None => return,
         };
-        self.published.insert(path.to_path_buf(), diagnostics.clone());
+        self.published
+            .insert(path.to_path_buf(), diagnostics.clone());
         self.send(Notification::new(
             notif::PublishDiagnostics::METHOD.to_string(),
             PublishDiagnosticsParams {
@@ -468,7 +490,10 @@ impl<'c> Server<'c> {
             .keys()
             .filter(|p| {
                 !by_template.contains_key(*p)
-                    && self.docs.get(*p).is_none_or(|d| d.language != Language::Rondo)
+                    && self
+                        .docs
+                        .get(*p)
+                        .is_none_or(|d| d.language != Language::Rondo)
             })
             .cloned()
             .collect();
@@ -527,7 +552,10 @@ impl<'c> Server<'c> {
                     serde_json::from_value(params).map_err(bad)?;
                 json(self.semantic_tokens(&p.text_document.uri))
             }
-            other => Err((ErrorCode::MethodNotFound, format!("`{other}` is not served"))),
+            other => Err((
+                ErrorCode::MethodNotFound,
+                format!("`{other}` is not served"),
+            )),
         }
     }
 
@@ -683,10 +711,15 @@ impl<'c> Server<'c> {
 
     fn format(&mut self, uri: &Url) -> Option<Value> {
         let path = path_of(uri);
-        let doc = self.docs.get(&path).filter(|d| d.language == Language::Rondo)?;
+        let doc = self
+            .docs
+            .get(&path)
+            .filter(|d| d.language == Language::Rondo)?;
         let file = SourceFile::new(&path, doc.text.as_str());
         match crate::fmt::format(&file) {
-            Ok(formatted) if formatted == doc.text => serde_json::to_value(Vec::<TextEdit>::new()).ok(),
+            Ok(formatted) if formatted == doc.text => {
+                serde_json::to_value(Vec::<TextEdit>::new()).ok()
+            }
             Ok(formatted) => {
                 let lines = LineIndex::new(&doc.text);
                 let whole = lines.range(&doc.text, Span::new(0, doc.text.len()));
@@ -811,8 +844,12 @@ fn workflow_diagnostics(a: &Analysis) -> Vec<lsp_types::Diagnostic> {
         .filter(|d| d.external.is_none() || !d.labels.is_empty())
         .map(|d| {
             let mut msg = message(d);
-            let mut info: Vec<DiagnosticRelatedInformation> =
-                d.labels.iter().filter(|l| !l.text.is_empty()).filter_map(related).collect();
+            let mut info: Vec<DiagnosticRelatedInformation> = d
+                .labels
+                .iter()
+                .filter(|l| !l.text.is_empty())
+                .filter_map(related)
+                .collect();
             if let Some(e) = &d.external {
                 let t = LineIndex::new(&e.text);
                 let pos = t.position(&e.text, e.span.start);

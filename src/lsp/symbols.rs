@@ -24,9 +24,16 @@ impl Outline<'_> {
         children: Vec<DocumentSymbol>,
     ) -> DocumentSymbol {
         // The name's range must lie inside the whole's.
-        let whole = Span::new(whole.start.min(name_span.start), whole.end.max(name_span.end));
+        let whole = Span::new(
+            whole.start.min(name_span.start),
+            whole.end.max(name_span.end),
+        );
         DocumentSymbol {
-            name: if name.is_empty() { "?".into() } else { name.into() },
+            name: if name.is_empty() {
+                "?".into()
+            } else {
+                name.into()
+            },
             detail,
             kind,
             tags: None,
@@ -111,7 +118,14 @@ pub fn outline(ast: &Ast, text: &str, lines: &LineIndex) -> Vec<DocumentSymbol> 
             })
             .collect();
         let span = Span::new(first.span.start, last.span.end);
-        out.push(o.symbol("memory", None, SymbolKind::NAMESPACE, span, first.name.span, slots));
+        out.push(o.symbol(
+            "memory",
+            None,
+            SymbolKind::NAMESPACE,
+            span,
+            first.name.span,
+            slots,
+        ));
     }
     for p in &ast.providers {
         out.push(o.symbol(

@@ -19,10 +19,44 @@ pub struct Named {
 }
 
 const KEYWORDS: &[&str] = &[
-    "if", "elif", "else", "endif", "for", "in", "endfor", "set", "set_global", "include",
-    "import", "extends", "block", "endblock", "macro", "endmacro", "filter", "endfilter", "raw",
-    "endraw", "as", "and", "or", "not", "is", "true", "false", "True", "False", "none", "None",
-    "ignore", "missing", "loop", "super", "break", "continue", "self",
+    "if",
+    "elif",
+    "else",
+    "endif",
+    "for",
+    "in",
+    "endfor",
+    "set",
+    "set_global",
+    "include",
+    "import",
+    "extends",
+    "block",
+    "endblock",
+    "macro",
+    "endmacro",
+    "filter",
+    "endfilter",
+    "raw",
+    "endraw",
+    "as",
+    "and",
+    "or",
+    "not",
+    "is",
+    "true",
+    "false",
+    "True",
+    "False",
+    "none",
+    "None",
+    "ignore",
+    "missing",
+    "loop",
+    "super",
+    "break",
+    "continue",
+    "self",
 ];
 
 #[derive(Debug, Clone)]
@@ -95,7 +129,8 @@ fn tokenize(text: &str, from: usize, close: &str) -> (Vec<Token>, usize) {
             let mut start = i;
             loop {
                 let mut end = start;
-                while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_')
+                while end < bytes.len()
+                    && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_')
                 {
                     end += 1;
                 }

@@ -107,7 +107,9 @@ pub fn tokens(text: &str, lines: &LineIndex, index: &Index, exits: &[&str]) -> V
             push(i, end, COMMENT, 0);
             i = end;
         } else if rest.starts_with("\"\"\"") {
-            let end = rest[3..].find("\"\"\"").map_or(text.len(), |e| i + 3 + e + 3);
+            let end = rest[3..]
+                .find("\"\"\"")
+                .map_or(text.len(), |e| i + 3 + e + 3);
             push(i, end, STRING, 0);
             i = end;
         } else if c == b'"' {

@@ -93,8 +93,7 @@ pub fn attributes(block: Block) -> &'static [String] {
 fn probe_attributes(text: &str) -> Vec<String> {
     let (_, diags) = crate::compile::load(&SourceFile::new("probe.rondo", text));
     let Some(d) = diags.iter().find(|d| {
-        d.code == Code::AttrUnknown && d.message.contains(PROBE)
-            || d.labels.iter().any(|l| span_is_probe(text, l.span)) && d.code == Code::AttrUnknown
+        d.code == Code::AttrUnknown && d.labels.iter().any(|l| span_is_probe(text, l.span))
     }) else {
         return Vec::new();
     };
@@ -134,7 +133,7 @@ pub fn functions() -> &'static [(String, usize)] {
 
 /// A call with too many arguments is refused with the count it takes.
 fn arity(name: &str) -> usize {
-    let args = vec!["1"; 9].join(", ");
+    let args = ["1"; 9].join(", ");
     let text = format!("exit e when {name}({args})\n");
     let (_, diags) = crate::compile::load(&SourceFile::new("probe.rondo", text.as_str()));
     diags

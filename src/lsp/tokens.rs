@@ -102,12 +102,12 @@ pub fn tokens(text: &str, lines: &LineIndex, index: &Index, exits: &[&str]) -> V
             let end = rest.find('\n').map_or(text.len(), |e| i + e);
             push(i, end, COMMENT, 0);
             i = end;
-        } else if rest.starts_with("/*") {
-            let end = rest[2..].find("*/").map_or(text.len(), |e| i + 2 + e + 2);
+        } else if let Some(body) = rest.strip_prefix("/*") {
+            let end = body.find("*/").map_or(text.len(), |e| i + 2 + e + 2);
             push(i, end, COMMENT, 0);
             i = end;
-        } else if rest.starts_with("\"\"\"") {
-            let end = rest[3..]
+        } else if let Some(body) = rest.strip_prefix("\"\"\"") {
+            let end = body
                 .find("\"\"\"")
                 .map_or(text.len(), |e| i + 3 + e + 3);
             push(i, end, STRING, 0);

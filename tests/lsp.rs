@@ -458,37 +458,77 @@ fn a_scripted_editing_session_on_ds_star() {
         "{refs:?}"
     );
 
-    // Rename a memory: the edited workflow and templates still check clean.
-    let edit = client.request(
-        "textDocument/rename",
-        json!({
-            "textDocument": {"uri": uri},
-            "position": pos(&fixed, "memory.plan", 0, 8),
-            "newName": "steps",
-        }),
-    );
-    let changes = edit["changes"].as_object().unwrap();
-    assert!(changes.len() > 2, "the workflow and templates: {changes:?}");
-    let mut originals = Vec::new();
-    for (file, edits) in changes {
-        let path = PathBuf::from(file.strip_prefix("file://").unwrap());
-        let before = if path == workflow {
-            fixed.clone()
-        } else {
-            std::fs::read_to_string(&path).unwrap()
-        };
-        std::fs::write(&path, apply(&before, edits.as_array().unwrap())).unwrap();
-        originals.push((path, before));
-    }
-    let renamed = check_json(&workflow);
-    assert_eq!(renamed["ok"], true, "{renamed}");
-    assert!(
-        std::fs::read_to_string(&workflow)
+    let prompts_with = |needle: &str| {
+        std::fs::read_dir(dir.path().join("prompts/ds_star"))
             .unwrap()
-            .contains("memory.steps")
-    );
-    for (path, before) in originals {
-        std::fs::write(path, before).unwrap();
+            .filter(|e| {
+                std::fs::read_to_string(e.as_ref().unwrap().path())
+                    .unwrap()
+                    .contains(needle)
+            })
+            .count()
+    };
+    // Rename a memory, a role, a type, an input and an exit: with every edit applied, the
+    // workflow and its templates check clean, and the old name is gone.
+    for (at, old, new, files) in [
+        (
+            pos(&fixed, "memory.plan", 0, 8),
+            "memory.plan",
+            "memory.steps",
+            prompts_with("memory.plan") + 1,
+        ),
+        // The role's replies in the header's script are renamed too.
+        (
+            pos(&fixed, "role planner", 0, 6),
+            "planner.invalid",
+            "stepper.invalid",
+            2,
+        ),
+        (pos(&fixed, "type Verdict", 0, 6), "Verdict", "Judgement", 1),
+        (
+            pos(&fixed, "input.question", 0, 7),
+            "input.question",
+            "input.task",
+            prompts_with("input.question") + 1,
+        ),
+        (pos(&fixed, "exit success", 0, 6), "success", "done", 1),
+    ] {
+        let new_name = match new.split_once('.') {
+            Some(("memory" | "input", name)) => name,
+            Some((name, _)) => name,
+            None => new,
+        };
+        let edit = client.request(
+            "textDocument/rename",
+            json!({"textDocument": {"uri": uri}, "position": at, "newName": new_name}),
+        );
+        let changes = edit["changes"].as_object().unwrap();
+        assert_eq!(changes.len(), files, "{old}: {:?}", changes.keys());
+        let mut originals = Vec::new();
+        for (file, edits) in changes {
+            let path = PathBuf::from(file.strip_prefix("file://").unwrap());
+            let before = if path == workflow {
+                fixed.clone()
+            } else {
+                std::fs::read_to_string(&path).unwrap()
+            };
+            std::fs::write(&path, apply(&before, edits.as_array().unwrap())).unwrap();
+            originals.push((path, before));
+        }
+        let renamed = check_json(&workflow);
+        assert_eq!(renamed["ok"], true, "{old} -> {new}: {renamed}");
+        let after = std::fs::read_to_string(&workflow).unwrap();
+        assert!(after.contains(new), "{old} -> {new}");
+        let code = |t: &str| {
+            t.lines()
+                .map(|l| l.split("//").next().unwrap())
+                .filter(|l| l.contains(old))
+                .count()
+        };
+        assert_eq!(code(&after), 0, "{old} is left in the workflow");
+        for (path, before) in originals {
+            std::fs::write(path, before).unwrap();
+        }
     }
     // A name that would clash, or is reserved, is refused with the checker's reason.
     for taken in ["code", "start"] {
@@ -858,4 +898,27 @@ fn bad_input_gets_an_answer_not_a_crash() {
     );
     assert_eq!(edits["result"], Value::Null);
     client.finish();
+}
+
+#[test]
+fn a_client_that_does_not_speak_the_protocol_ends_the_server() {
+    for input in [
+        &b"Content-Length: 5\r\n\r\n{{{{{"[..],
+        b"hello\r\n\r\n",
+        b"",
+    ] {
+        let mut child = rondo()
+            .arg("lsp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{input:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("language server"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
 }

@@ -21,7 +21,8 @@ use super::index::{Index, Kind, Occurrence};
 use super::position::LineIndex;
 use super::tera;
 
-/// A prompt template the workflow renders (directly or through another template).
+/// A prompt template the workflow renders (directly or through another template), or the
+/// scripted provider's reply set (`script = "..."`), whose keys are role names.
 pub struct Template {
     pub path: PathBuf,
     pub text: Arc<str>,
@@ -105,10 +106,14 @@ impl Analysis {
             .get_or_init(|| Index::build(&self.ast, &self.file.text))
     }
 
-    /// The templates the workflow renders, with the editor's text of those open.
+    /// The templates the workflow renders, with the editor's text of those open, and its
+    /// reply script.
     pub fn templates(&self) -> &[Template] {
-        self.templates
-            .get_or_init(|| templates(&self.workflow, &self.open))
+        self.templates.get_or_init(|| {
+            let mut out = templates(&self.workflow, &self.open);
+            out.extend(self.workflow.script.as_deref().and_then(script));
+            out
+        })
     }
 
     pub fn text(&self) -> &str {
@@ -180,6 +185,52 @@ fn templates(workflow: &Workflow, open: &HashMap<PathBuf, String>) -> Vec<Templa
         });
     }
     out
+}
+
+/// The reply script: the role each reply set is for (`replies:` then `  ROLE: ...`).
+fn script(path: &Path) -> Option<Template> {
+    let path = normalize(path);
+    let text = crate::source::read_regular(&path, crate::source::MAX_SOURCE_BYTES).ok()?;
+    let mut occurrences = Vec::new();
+    let mut in_replies = false;
+    let mut indent = None;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let content = line.trim_end();
+        let body = content.trim_start();
+        if body.is_empty() || body.starts_with('#') {
+            continue;
+        }
+        let depth = content.len() - body.len();
+        if depth == 0 {
+            in_replies = body.starts_with("replies:");
+            indent = None;
+            continue;
+        }
+        if !in_replies || *indent.get_or_insert(depth) != depth {
+            continue;
+        }
+        let Some((key, _)) = body.split_once(':') else {
+            continue;
+        };
+        let name = key.trim_matches(['"', '\'']);
+        let offset = start + depth + key.find(name).unwrap_or(0);
+        occurrences.push(Occurrence {
+            kind: Kind::Node,
+            name: name.to_string(),
+            span: Span::new(offset, offset + name.len()),
+            def: false,
+        });
+    }
+    Some(Template {
+        path,
+        lines: LineIndex::new(&text),
+        text: Arc::from(text),
+        reads: Vec::new(),
+        occurrences,
+    })
 }
 
 /// What a path read of a template names: an input, a memory, or a role.

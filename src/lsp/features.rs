@@ -603,11 +603,20 @@ pub fn rename_problem(
     for span in spans.iter().rev() {
         text.replace_range(span.start..span.end, new);
     }
+    // The reply script is read from disk: its own edits are not seen here.
+    let script_edited = a
+        .workflow
+        .script
+        .as_deref()
+        .is_some_and(|s| edits.contains_key(&super::analysis::normalize(s)));
     let errors = |text: &str| -> Vec<(crate::diagnostics::Code, String)> {
         let (_, diags) = compile::load(&crate::source::SourceFile::new(&a.file.path, text));
         diags
             .iter()
             .filter(|d| d.severity == crate::diagnostics::Severity::Error)
+            .filter(|d| {
+                !(script_edited && d.code == crate::diagnostics::Code::WorkflowScriptUnknownRole)
+            })
             .map(|d| (d.code, d.message.clone()))
             .collect()
     };

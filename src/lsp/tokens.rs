@@ -107,9 +107,7 @@ pub fn tokens(text: &str, lines: &LineIndex, index: &Index, exits: &[&str]) -> V
             push(i, end, COMMENT, 0);
             i = end;
         } else if let Some(body) = rest.strip_prefix("\"\"\"") {
-            let end = body
-                .find("\"\"\"")
-                .map_or(text.len(), |e| i + 3 + e + 3);
+            let end = body.find("\"\"\"").map_or(text.len(), |e| i + 3 + e + 3);
             push(i, end, STRING, 0);
             i = end;
         } else if c == b'"' {

@@ -222,9 +222,20 @@ impl<'c> Server<'c> {
                 // Answers are about the text as it is now.
                 self.flush();
                 let id = request.id.clone();
-                let response = match self.request(request) {
-                    Ok(result) => Response::new_ok(id, result),
-                    Err((code, message)) => Response::new_err(id, code as i32, message),
+                let method = request.method.clone();
+                // A fault of the server answers this request with an error; the session
+                // goes on.
+                let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.request(request)
+                }));
+                let response = match answered {
+                    Ok(Ok(result)) => Response::new_ok(id, result),
+                    Ok(Err((code, message))) => Response::new_err(id, code as i32, message),
+                    Err(_) => Response::new_err(
+                        id,
+                        ErrorCode::InternalError as i32,
+                        format!("rondo lsp failed on `{method}` (a bug: please report it)"),
+                    ),
                 };
                 self.send(response);
             }
@@ -419,7 +430,13 @@ impl<'c> Server<'c> {
                     }
                 },
             };
-            let a = Arc::new(self.analyze(&path, &text));
+            let analyzed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.analyze(&path, &text)
+            }));
+            // A fault of the checker leaves the last analysis in place; its message went to
+            // standard error, which editors keep in the server's log.
+            let Ok(a) = analyzed else { continue };
+            let a = Arc::new(a);
             let mut old = Vec::new();
             if !a.syntax_errors {
                 old.extend(self.parsed.insert(path.clone(), a.clone()));

@@ -403,8 +403,8 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
         let parts = path_before(text, ws - 1);
         return names.fields(&parts, role.as_deref());
     }
-    // The first word of a statement.
-    if trimmed.is_empty() {
+    // The first word of a statement (also right after a block's `{` on its line).
+    if trimmed.is_empty() || trimmed.ends_with('{') {
         let Some(header) = header else {
             let mut out = words(DECLARATIONS, CompletionItemKind::KEYWORD);
             out.push(item(

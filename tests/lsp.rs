@@ -844,7 +844,28 @@ fn a_template_is_checked_as_it_is_edited() {
         "plan",
     );
     assert_eq!(client.diagnostics(&uri, None), Vec::<Value>::new());
+    // The open template was checked in a private copy of the prompts folder, removed at
+    // the end.
+    let copies = |pid: u32| -> Vec<PathBuf> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("rondo-lsp-{pid}-"))
+            })
+            .map(|e| e.path())
+            .collect()
+    };
+    let pid = client.child.id();
+    let made = copies(pid);
+    assert_eq!(made.len(), 1, "{made:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&made[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
     client.finish();
+    assert_eq!(copies(pid), Vec::<PathBuf>::new());
 }
 
 #[test]

@@ -306,7 +306,8 @@ fn unmap(d: &mut Diagnostic, copy: &Path, real: &Path) {
 /// Copies of prompts folders with the editor's text of their open templates, in one
 /// private temporary folder removed when the server ends.
 pub struct Overlays {
-    root: PathBuf,
+    /// Made on first use, new and private (`None`: it could not be made).
+    root: OnceLock<Option<PathBuf>>,
 }
 
 /// Files copied into one overlay at most; a larger prompts folder is checked from disk.
@@ -314,8 +315,28 @@ const MAX_COPIED: usize = 2000;
 
 impl Overlays {
     pub fn new() -> Overlays {
-        let root = std::env::temp_dir().join(format!("rondo-lsp-{}", std::process::id()));
-        Overlays { root }
+        Overlays {
+            root: OnceLock::new(),
+        }
+    }
+
+    /// A folder this process made, readable by its user only: never one that was there
+    /// already (another user's, or a link planted to redirect the copies).
+    fn root(&self) -> Option<&Path> {
+        self.root
+            .get_or_init(|| {
+                use std::os::unix::fs::DirBuilderExt;
+                let base = std::env::temp_dir();
+                (0..100).find_map(|i| {
+                    let dir = base.join(format!("rondo-lsp-{}-{i}", std::process::id()));
+                    std::fs::DirBuilder::new()
+                        .mode(0o700)
+                        .create(&dir)
+                        .ok()
+                        .map(|()| dir)
+                })
+            })
+            .as_deref()
     }
 
     /// A copy of `dir` with the open templates in it, or `None` when none of them is in
@@ -333,10 +354,9 @@ impl Overlays {
             use sha2::Digest;
             hex::encode(&sha2::Sha256::digest(dir.as_os_str().as_encoded_bytes())[..8])
         };
-        let copy = self.root.join(name);
+        let copy = self.root()?.join(name);
         let _ = std::fs::remove_dir_all(&copy);
         std::fs::create_dir_all(&copy).ok()?;
-        set_private(&self.root);
         let mut budget = MAX_COPIED;
         copy_tree(dir, &copy, &mut budget, 0).ok()?;
         for (rel, text) in inside {
@@ -358,13 +378,10 @@ impl Default for Overlays {
 
 impl Drop for Overlays {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+        if let Some(Some(root)) = self.root.get() {
+            let _ = std::fs::remove_dir_all(root);
+        }
     }
-}
-
-fn set_private(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
 }
 
 /// Copies regular files and folders (no symbolic link followed), bounded in count and depth.

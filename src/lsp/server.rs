@@ -159,12 +159,13 @@ impl<'c> Server<'c> {
             .iter()
             .flatten()
             .filter_map(|f| f.uri.to_file_path().ok())
+            .map(|p| normalize(&p))
             .collect();
         #[allow(deprecated)] // `rootUri`: what clients without workspace folders send.
         if roots.is_empty()
             && let Some(root) = params.root_uri.as_ref().and_then(|u| u.to_file_path().ok())
         {
-            roots.push(root);
+            roots.push(normalize(&root));
         }
         Server {
             connection,
@@ -353,14 +354,21 @@ impl<'c> Server<'c> {
     }
 
     /// Finds the workflows on disk that render a template: `.rondo` files in its folder,
-    /// the folders above it, and the workspace, which name the template's folder.
+    /// the folders above it within the workspace, and the workspace, which are near it or
+    /// name its folder.
     fn discover(&mut self, template: &Path) {
         if !self.orphans.insert(template.to_path_buf()) {
             return;
         }
         let Some(dir) = template.parent() else { return };
         let folder = dir.file_name().map(|n| n.to_string_lossy().to_string());
-        let mut places: Vec<PathBuf> = dir.ancestors().take(4).map(Path::to_path_buf).collect();
+        // Not above the workspace: only its own files are read.
+        let mut places: Vec<PathBuf> = dir
+            .ancestors()
+            .take(if self.roots.is_empty() { 2 } else { 4 })
+            .filter(|p| self.roots.is_empty() || self.roots.iter().any(|r| p.starts_with(r)))
+            .map(Path::to_path_buf)
+            .collect();
         places.extend(self.roots.iter().cloned());
         let mut found = Vec::new();
         for place in places {

@@ -2,8 +2,6 @@
 //! paths read by expressions (for hover and completion on fields). Built from the syntax
 //! tree, which keeps the span of every name; the compiled workflow only resolves them.
 
-use std::collections::HashMap;
-
 use crate::source::Span;
 use crate::syntax::{
     Ast, Attr, Condition, Expectation, Expr, ExprKind, MemoryShape, OutputDecl, RouteTarget,
@@ -51,15 +49,12 @@ pub struct PathRead {
     pub role: Option<String>,
 }
 
-/// Where a `{ ... }` block's keys are declared, for hovering a field: the declaration
-/// kind of a block and the span of the block.
+/// The names of one workflow file.
 #[derive(Debug, Default, Clone)]
 pub struct Index {
     /// Sorted by start.
     pub occurrences: Vec<Occurrence>,
     pub paths: Vec<PathRead>,
-    /// Field declarations of named types: (type, field) -> span of the field's name.
-    pub fields: HashMap<(String, String), Span>,
 }
 
 /// Roots of an expression path that are not names of the workflow.
@@ -200,13 +195,6 @@ impl Builder<'_> {
         for ty in &ast.types {
             self.add(Kind::Type, &ty.name.name, ty.name.span, true);
             self.type_expr(&ty.ty);
-            if let TypeKind::Object(fields) = &ty.ty.kind {
-                for f in fields {
-                    self.index
-                        .fields
-                        .insert((ty.name.name.clone(), f.name.name.clone()), f.name.span);
-                }
-            }
         }
         for m in &ast.memory {
             self.add(Kind::Memory, &m.name.name, m.name.span, true);
@@ -338,13 +326,8 @@ impl Builder<'_> {
     fn named_values(&mut self, kind: Kind, value: &Value) {
         match &value.kind {
             ValueKind::Ident(name) => self.add(kind, name, value.span, false),
-            ValueKind::String(name) if kind == Kind::Template => {
-                // The literal's text between its quotes, when it is written as its value.
-                let inner = Span::new(value.span.start + 1, value.span.end.saturating_sub(1));
-                if self.text.get(inner.start..inner.end) == Some(name.as_str()) {
-                    self.add(kind, name, inner, false);
-                }
-            }
+            // A quoted name (`prompt = "planner.tera"`): the text between the quotes, when
+            // it is written as its value (no escapes).
             ValueKind::String(name) => {
                 let inner = Span::new(value.span.start + 1, value.span.end.saturating_sub(1));
                 if self.text.get(inner.start..inner.end) == Some(name.as_str()) {

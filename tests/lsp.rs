@@ -174,6 +174,14 @@ impl Client {
     }
 }
 
+/// A server left running by a failed assertion is ended with its test.
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A copy of ds_star with its prompts and script, laid out as in the repository.
 fn ds_star_copy() -> (tempfile::TempDir, PathBuf) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -942,4 +950,50 @@ fn a_client_that_does_not_speak_the_protocol_ends_the_server() {
         assert!(stderr.contains("language server"), "{stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+}
+
+/// The checker's largest shapes (tests/check_scale.rs): a condition of 100,000 `and`s and
+/// a sum of 100,000 terms, refused as too deep. The server reports them and answers.
+#[test]
+fn a_condition_of_100000_terms_is_served() {
+    let n = 100_000;
+    let cond: Vec<String> = (0..n).map(|i| format!("work.exit_code != {i}")).collect();
+    let total: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    let text = format!(
+        "workflow w {{\n}}\nmemory {{\n  k: int = 0\n}}\nrole work: tool {{\n  command = [\"true\"]\n}}\nrole sum: builtin {{\n  update {{\n    set k = {}\n  }}\n}}\nstart -> work\nwork -> sum when {}\nwork -> failed otherwise\nsum -> success\nexit success\nexit failed {{ code = 1 }}\n",
+        total.join(" + "),
+        cond.join(" and ")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chain.rondo");
+    let uri = url(&path);
+    let mut client = Client::start(dir.path());
+    client.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "rondo", "version": 1, "text": text}}),
+    );
+    let diags = client.diagnostics(&uri, Some(1));
+    assert!(
+        diags.iter().any(|d| d["code"] == "rondo::syntax::too_deep"),
+        "{:?}",
+        diags.iter().map(|d| &d["code"]).collect::<Vec<_>>()
+    );
+    let last = text.rfind("work.exit_code").unwrap();
+    for method in [
+        "textDocument/hover",
+        "textDocument/completion",
+        "textDocument/definition",
+    ] {
+        let r = client.call(
+            method,
+            json!({"textDocument": {"uri": uri}, "position": position_of(&text, last + 6)}),
+        );
+        assert!(r.get("result").is_some(), "{method}: {r}");
+    }
+    let tokens = client.request(
+        "textDocument/semanticTokens/full",
+        json!({"textDocument": {"uri": uri}}),
+    );
+    assert!(tokens["data"].as_array().unwrap().len() > 5 * n);
+    client.finish();
 }

@@ -39,6 +39,15 @@ impl LineIndex {
         Position::new(line as u32, character as u32)
     }
 
+    /// The 0-based line holding a byte offset, and where that line starts.
+    pub fn line_of(&self, offset: usize) -> (usize, usize) {
+        let line = self
+            .starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1);
+        (line, self.starts[line])
+    }
+
     pub fn range(&self, text: &str, span: Span) -> Range {
         Range::new(
             self.position(text, span.start),

@@ -164,23 +164,33 @@ pub fn tokens(text: &str, lines: &LineIndex, index: &Index, exits: &[&str]) -> V
 }
 
 /// Relative encoding, one token a line (a comment or string over several lines is cut at
-/// each line's end).
+/// each line's end). Columns are counted on from the previous token of the same line, so a
+/// line of a million tokens is read once, not once a token.
 fn encode(text: &str, lines: &LineIndex, raw: Vec<Raw>) -> Vec<SemanticToken> {
     let mut out = Vec::with_capacity(raw.len());
     let (mut prev_line, mut prev_start) = (0u32, 0u32);
+    // Where the last column was counted: its byte offset, line and column.
+    let (mut at, mut at_line, mut at_col) = (0usize, usize::MAX, 0usize);
     for r in raw {
         let mut start = r.start;
         while start < r.end {
             let line_end = text[start..r.end].find('\n').map_or(r.end, |e| start + e);
             let piece = text[start..line_end].trim_end_matches('\r');
             if !piece.is_empty() {
-                let p = lines.position(text, start);
-                let length: usize = piece.chars().map(char::len_utf16).sum();
-                let delta_line = p.line - prev_line;
-                let delta_start = if delta_line == 0 {
-                    p.character - prev_start
+                let (line, line_start) = lines.line_of(start);
+                let column = if line == at_line && start >= at {
+                    at_col + text[at..start].chars().map(char::len_utf16).sum::<usize>()
                 } else {
-                    p.character
+                    text[line_start..start].chars().map(char::len_utf16).sum()
+                };
+                (at, at_line, at_col) = (start, line, column);
+                let (line, column) = (line as u32, column as u32);
+                let length: usize = piece.chars().map(char::len_utf16).sum();
+                let delta_line = line - prev_line;
+                let delta_start = if delta_line == 0 {
+                    column - prev_start
+                } else {
+                    column
                 };
                 out.push(SemanticToken {
                     delta_line,
@@ -189,8 +199,8 @@ fn encode(text: &str, lines: &LineIndex, raw: Vec<Raw>) -> Vec<SemanticToken> {
                     token_type: r.ty,
                     token_modifiers_bitset: r.modifiers,
                 });
-                prev_line = p.line;
-                prev_start = p.character;
+                prev_line = line;
+                prev_start = column;
             }
             start = line_end + 1;
         }

@@ -207,3 +207,43 @@ fn encode(text: &str, lines: &LineIndex, raw: Vec<Raw>) -> Vec<SemanticToken> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (line, UTF-16 column, length, type) of each token.
+    fn absolute(tokens: &[SemanticToken]) -> Vec<(u32, u32, u32, u32)> {
+        let (mut line, mut col) = (0, 0);
+        tokens
+            .iter()
+            .map(|t| {
+                line += t.delta_line;
+                col = if t.delta_line == 0 {
+                    col + t.delta_start
+                } else {
+                    t.delta_start
+                };
+                (line, col, t.length, t.token_type)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_string_over_lines_is_cut_at_each_line_and_columns_are_utf16() {
+        let text = "exit é when \"𝄞\" == \"\"\"a\nb\"\"\" // c\n";
+        let lines = LineIndex::new(text);
+        let got = absolute(&tokens(text, &lines, &Index::default(), &[]));
+        assert_eq!(
+            got,
+            [
+                (0, 0, 4, KEYWORD),
+                (0, 7, 4, KEYWORD),
+                (0, 12, 4, STRING),
+                (0, 20, 4, STRING),
+                (1, 0, 4, STRING),
+                (1, 5, 4, COMMENT),
+            ]
+        );
+    }
+}

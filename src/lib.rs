@@ -10,6 +10,7 @@ pub mod compile;
 pub mod diagnostics;
 pub mod eval;
 pub mod fmt;
+pub mod lsp;
 pub mod render;
 pub mod script;
 pub mod source;

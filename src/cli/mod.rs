@@ -35,6 +35,7 @@ mod error;
 mod eval;
 mod fmt;
 mod graph;
+mod lsp;
 mod optimize;
 mod replay;
 mod resume;
@@ -90,6 +91,7 @@ pub enum Command {
     Check(check::Args),
     Fmt(fmt::Args),
     Graph(graph::Args),
+    Lsp(lsp::Args),
     Run(run::Args),
     Resume(resume::Args),
     Replay(replay::Args),
@@ -110,6 +112,7 @@ impl Command {
             Command::Check(args) => check::run(args),
             Command::Fmt(args) => fmt::run(args),
             Command::Graph(args) => graph::run(args),
+            Command::Lsp(args) => lsp::run(args),
             Command::Run(args) => run::run(args),
             Command::Resume(args) => resume::run(args),
             Command::Replay(args) => replay::run(args),

@@ -10,10 +10,14 @@ MIRROR="${MIRROR:-http://deb.debian.org/debian}"
 # Tool installs run offline (`pip --no-index --find-links /usr/share/python-wheels`):
 # python3-venv brings the pip and setuptools wheels there, python3-wheel-whl adds `wheel`,
 # which setuptools < 70 needs to build (editable) wheels.
-# procps gives `ps`/`kill` for debugging.
-PACKAGES="python3,python3-venv,python3-pip,python3-setuptools,python3-wheel-whl,procps,coreutils"
+# procps gives `ps`/`kill` for debugging; git lets the LLM-IDE agent submit its diff.
+PACKAGES="python3,python3-venv,python3-pip,python3-setuptools,python3-wheel-whl,procps,coreutils,git"
+# The image carries its package list as a label: an image built from another list (an older
+# checkout's) is built again.
+LABEL="rondo.packages=$PACKAGES"
 
-if [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+if [[ "${FORCE:-0}" != 1 ]] &&
+  [[ "$(docker image inspect --format '{{ index .Config.Labels "rondo.packages" }}' "$IMAGE" 2>/dev/null)" == "$PACKAGES" ]]; then
   echo "$IMAGE already exists"
   exit 0
 fi
@@ -43,6 +47,7 @@ tar -C "$rootfs" -c . | docker import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'WORKDIR /work' \
   --change 'CMD ["/bin/bash"]' \
+  --change "LABEL $LABEL" \
   - "$IMAGE"
 
 echo "built $IMAGE in $(( $(date +%s) - start ))s"

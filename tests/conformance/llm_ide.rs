@@ -734,3 +734,46 @@ fn a_tool_entry_without_a_name_or_with_a_relative_target_is_refused_by_check() {
         "{err}"
     );
 }
+
+// ---- Submission: the diff of the agent's work, taken with the image's own git ----------------
+
+/// A run in a git repository submits the diff of what the agent changed: the image has git,
+/// and the step logs Rondo writes into the workspace are not part of the patch.
+#[test]
+fn the_submission_is_the_diff_of_the_agents_changes_and_nothing_else() {
+    if !common::docker_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = workspace(tmp.path());
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(&ws)
+            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "."]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "base"]);
+    let run = ide(
+        &ws,
+        "submit-diff",
+        "Make add also work for three numbers.",
+        json!({
+            "act_next": [
+                bash("Edit add.", "sed -i 's/def add(a, b):/def add(a, b, c=0):/; s/return a + b$/return a + b + c/' /work/calc.py"),
+                submit(),
+            ],
+            "reflect": [sound()],
+        }),
+    );
+    assert_ok(&run);
+    let patch = std::fs::read_to_string(ws.join("patch.diff")).unwrap();
+    assert!(patch.contains("diff --git a/calc.py b/calc.py"), "{patch}");
+    assert!(patch.contains("+def add(a, b, c=0):"), "{patch}");
+    assert!(!patch.contains("logs/op_"), "{patch}");
+    assert!(!patch.contains("no git repository"), "{patch}");
+}

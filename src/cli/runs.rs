@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use super::{CliError, Code};
-use crate::run::rundir;
+use crate::run::rundir::{self, RunStatus};
 
 /// List runs with their status.
 #[derive(clap::Args, Debug)]
@@ -37,7 +37,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     for run in runs {
         let info = &run.info;
         // `running` in run.json: going on now, or ended without recording its end.
-        let status = if info.status == "running" {
+        let status = if info.status == RunStatus::Running {
             "crashed?"
         } else {
             info.status.as_str()

@@ -24,6 +24,7 @@ use crate::check::Checked;
 use crate::run::bus::Subscriber;
 use crate::run::eval::Env;
 use crate::run::events::{Entry, Event};
+use crate::run::rundir::RunStatus;
 use crate::run::state::RunState;
 use crate::run::value::truthy;
 use crate::run::{Interpreter, RunOptions, progress, rundir};
@@ -626,7 +627,7 @@ impl Shared {
     fn finished(&self, case: &Case, run_dir: &Path) -> Option<CaseResult> {
         let info = rundir::read_info(run_dir).ok()?;
         info.ended_at.as_ref()?;
-        if info.status == "interrupted" {
+        if info.status == RunStatus::Interrupted {
             return None;
         }
         let state = rundir::read_state(run_dir, &self.workflow).ok()?;

@@ -26,6 +26,36 @@ use super::memory::MemoryValue;
 use super::state::{RunState, Status, Totals};
 use crate::compile::Workflow;
 
+/// Where a run is, as `run.json` says: `queued` only in what `rondo serve` shows of a run
+/// waiting for a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Finished,
+    Interrupted,
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Finished => "finished",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `run.json`: what ran, with which inputs and providers (never keys), and how it ended.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunInfo {
@@ -40,7 +70,7 @@ pub struct RunInfo {
     pub replay_from: Option<PathBuf>,
     pub started_at: String,
     pub ended_at: Option<String>,
-    pub status: String,
+    pub status: RunStatus,
     pub exit: Option<String>,
     pub exit_code: Option<i32>,
     pub reason: Option<String>,

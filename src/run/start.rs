@@ -16,7 +16,7 @@ use super::clock;
 use super::events::Event;
 use super::progress::{Progress, Reporter};
 use super::redact;
-use super::rundir::{self, RunDir, RunInfo};
+use super::rundir::{self, RunDir, RunInfo, RunStatus};
 use super::scripted::{Script, ScriptedModel};
 use super::state::{RunState, Status};
 use super::tools;
@@ -174,7 +174,7 @@ impl<'w> Interpreter<'w> {
                 replay_from: options.replay_from.clone(),
                 started_at: clock::now_rfc3339(),
                 ended_at: None,
-                status: "running".into(),
+                status: RunStatus::Running,
                 exit: None,
                 exit_code: None,
                 reason: None,
@@ -304,7 +304,7 @@ impl<'w> Interpreter<'w> {
         interp.dir = Some(dir);
         interp.resumed = true;
         let mut info = info;
-        info.status = "running".into();
+        info.status = RunStatus::Running;
         interp.info = Some(info);
         if let Some(durable) = &mut interp.durable {
             durable.remember(workflow, &state);
@@ -640,7 +640,7 @@ fn id_taken(system: &Path) -> String {
     let shown = system.display();
     let fresh = "choose another `--run-id`, or leave it out for a fresh id";
     match rundir::read_info(system) {
-        Ok(info) if info.ended_at.is_some() && info.status == "finished" => format!(
+        Ok(info) if info.ended_at.is_some() && info.status == RunStatus::Finished => format!(
             "{shown} already holds run {}, which finished at `{}`: {fresh}; `rondo replay {shown}` shows that run",
             info.run_id,
             info.exit.as_deref().unwrap_or("?")

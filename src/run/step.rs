@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::clock;
 use super::eval::{self, Env};
 use super::events::Event;
+use super::rundir::RunStatus;
 use super::state::{self, Position, RunState, Status};
 use super::tools;
 use super::{Flow, Interpreter, Outcome, RoleRun, StepError};
@@ -149,9 +150,9 @@ impl<'w> Interpreter<'w> {
         if let Some(mut info) = self.info.take() {
             info.ended_at = Some(clock::now_rfc3339());
             info.status = match state.status {
-                Status::Interrupted => "interrupted".into(),
-                Status::Failed => "failed".into(),
-                _ => "finished".into(),
+                Status::Interrupted => RunStatus::Interrupted,
+                Status::Failed => RunStatus::Failed,
+                _ => RunStatus::Finished,
             };
             info.exit = Some(name.clone());
             info.exit_code = Some(code);

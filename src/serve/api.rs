@@ -22,6 +22,7 @@ use super::{LiveRun, Server};
 use crate::check::Checked;
 use crate::render;
 use crate::run::events::Event;
+use crate::run::rundir::RunStatus;
 use crate::run::state::Totals;
 use crate::run::{Interpreter, RunOptions, StartError, progress, rundir};
 
@@ -369,7 +370,7 @@ fn check_inputs(
 fn run_summary(dir: &std::path::Path, queued: bool, live: Option<Totals>) -> Option<Value> {
     let mut info = rundir::read_info(dir).ok()?;
     let status = if queued {
-        "queued".to_string()
+        RunStatus::Queued
     } else {
         info.status
     };
@@ -468,7 +469,7 @@ async fn run_view(
     let mut data =
         data.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
     if server.is_queued(&id) {
-        data.run.status = "queued".into();
+        data.run.status = RunStatus::Queued;
     }
     if let Some(totals) = server.live_totals(&id) {
         data.run.totals = totals;

@@ -763,7 +763,7 @@ impl Compiler<'_> {
                 ToolAction::Command { argv }
             }
             (None, Some(tool), None, None) => {
-                let tool = self.lookup_tool(&tool).unwrap_or(usize::MAX);
+                let tool = self.lookup_tool(&tool);
                 let args = match args {
                     None => Vec::new(),
                     Some(v) => match &v.kind {
@@ -774,10 +774,16 @@ impl Compiler<'_> {
                         _ => vec![self.expr(&value_to_expr(v), scope).0],
                     },
                 };
-                if let [object] = args.as_slice() {
-                    self.folder_args_from_inputs(&[tool], object);
+                match tool {
+                    Some(tool) => {
+                        if let [object] = args.as_slice() {
+                            self.folder_args_from_inputs(&[tool], object);
+                        }
+                        ToolAction::Tool { tool, args }
+                    }
+                    // The unknown name is reported; the role has nothing to run.
+                    None => ToolAction::Command { argv: Vec::new() },
                 }
-                ToolAction::Tool { tool, args }
             }
             (None, None, Some(call), None) => {
                 if choices.is_empty() {

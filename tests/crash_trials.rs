@@ -150,7 +150,7 @@ fn result_of(dir: &Path) -> Result {
     );
     Result {
         exit: info.exit,
-        status: info.status,
+        status: info.status.to_string(),
         path: serde_json::from_value(state["path"].clone()).expect("the checkpoint's path"),
         artifacts,
     }

@@ -421,3 +421,66 @@ exit done
         }
     }
 }
+
+// ---- issue 22 §3: workflows `check` accepted that then ended at `error`
+
+/// The map join: a map worker read by its name is the list of its branch outputs, as the
+/// runtime makes it. `append` of it was accepted (typed as one output) and every run
+/// ended at `error` when the join's template read a summary's field; now `append` is a
+/// type error and `extend` runs, for an empty map too.
+#[test]
+fn a_map_worker_read_at_its_join_is_the_list_of_its_branch_outputs() {
+    let source = |items: &str, op: &str| {
+        format!(
+            r#"workflow w {{
+  prompts = "prompts"
+}}
+type Summary {{ summary: string }}
+memory {{
+  items: list[string] = {items}
+  sums: list[Summary] = []
+  seen: int = 0
+}}
+role dispatch: builtin {{ update {{ set seen = 0 }} }}
+role worker: llm {{
+  prompt = "worker.tera"
+  output json Summary
+  update {{ set seen = len(worker) }}
+}}
+role collect: builtin {{ update {{ sums.{op}(worker) }} }}
+role report: llm {{
+  prompt = "report.tera"
+  reads = [sums]
+  output text
+}}
+start -> dispatch
+dispatch -> map worker over memory.items -> collect max 10
+collect -> report
+report -> done
+exit done
+"#
+        )
+    };
+    let prompts = [
+        ("worker.tera", "Summarize {{ item }}.\n"),
+        (
+            "report.tera",
+            "{% for s in memory.sums %}- {{ s.summary }}\n{% endfor %}{% for w in worker %}{{ w.summary }}{% endfor %}\n",
+        ),
+    ];
+    let replies = [("worker", r#"{"summary": "ok"}"#), ("report", "fine")];
+    match judge_text(&source(r#"["a", "b"]"#, "append"), &prompts, &replies) {
+        Verdict::Rejected(codes, _) => {
+            assert_eq!(codes, ["rondo::update::type_mismatch"], "{codes:?}")
+        }
+        Verdict::Ran(exit) => panic!("check accepted `append` and the run ended at {exit}"),
+        Verdict::Failed(why) => panic!("check accepted `append` and the run failed: {why}"),
+    }
+    for items in ["[]", r#"["a"]"#, r#"["a", "b", "c"]"#] {
+        match judge_text(&source(items, "extend"), &prompts, &replies) {
+            Verdict::Ran(exit) => assert_eq!(exit, "done", "items {items}"),
+            Verdict::Rejected(_, text) => panic!("check rejected `extend`: {text}"),
+            Verdict::Failed(why) => panic!("items {items}: {why}"),
+        }
+    }
+}

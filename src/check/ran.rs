@@ -484,9 +484,7 @@ fn check_expr(
                 {
                     continue;
                 }
-                let declared = workflow
-                    .role(*node)
-                    .and_then(|r| r.output_type.field_path(fields));
+                let declared = workflow.read_type(*node).and_then(|t| t.field_path(fields));
                 if declared.is_none_or(|t| t.is_optional()) {
                     continue;
                 }

@@ -19,7 +19,7 @@ use tera::ast::{Expr, ExprVal, FunctionCall, LogicOperator, Node};
 use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
-use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
+use crate::compile::{MemoryKind, RoleKind, ToolAction, Workflow};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
 use crate::prompt::{Prompts, TemplateError, tera_error_at};
 use crate::source::Span;
@@ -560,22 +560,12 @@ struct Shared {
 
 impl Shared {
     fn new(workflow: &Workflow) -> Self {
-        let map_workers: BTreeSet<NodeIndex> = workflow
-            .routes
-            .iter()
-            .filter_map(|r| match &r.target {
-                RouteTarget::Map { worker, .. } => Some(*worker),
-                _ => None,
-            })
-            .collect();
         let mut globals = BTreeMap::new();
-        let any = Arc::new(Type::Any);
         for (index, r) in workflow.roles() {
-            // A map worker's output is the list of its branches' outputs at the join.
-            let ty = if map_workers.contains(&index) {
-                any.clone()
-            } else {
-                r.output_type.clone()
+            // A map worker read by name is the list of its branch outputs.
+            let ty = match workflow.read_type(index) {
+                Some(ty) if workflow.is_map_worker(index) => Arc::new(ty),
+                _ => r.output_type.clone(),
             };
             globals.insert(
                 node_name(workflow, index).to_string(),
@@ -1682,6 +1672,9 @@ impl<'a> Walker<'a> {
             return t;
         }
         let owner = normalize(root, &upto[..upto.len() - 1]);
+        let worker = upto.len() == 1
+            && matches!(self.globals.get(root), Some(Global::Role(node, _)) if self.workflow.is_map_worker(*node))
+            && !self.locals.iter().any(|(n, _)| n == root);
         let at = self.report(
             Code::TemplateUnknownField,
             format!("`{owner}` has no field `{name}`"),
@@ -1689,8 +1682,13 @@ impl<'a> Walker<'a> {
             format!("`{owner}` is {}", short(ty)),
         );
         let names = ty.field_names();
-        let help =
-            did_you_mean(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names));
+        let help = if worker {
+            Some(format!(
+                "`{root}` is a map worker: here it is the list of its branch outputs; loop over it (`{{% for x in {root} %}}{{{{ x.{name} }}}}{{% endfor %}}`) or take one (`{root} | first`)"
+            ))
+        } else {
+            did_you_mean(name, names.iter().map(String::as_str)).or_else(|| fields_help(&names))
+        };
         self.help(at, help);
         Type::Any
     }

@@ -545,10 +545,13 @@ impl Compiler<'_> {
                         (Root::Role { node }, Cow::Owned(ty), Described::Role(name))
                     } else {
                         let ty = match self.workflow.role(node) {
-                            Some(r) if !self.twice_declared.contains(name) => {
-                                Cow::Borrowed(&*r.output_type)
+                            Some(_) if self.twice_declared.contains(name) => Cow::Owned(Type::Any),
+                            // A map worker read by name is the list of its branch outputs.
+                            Some(r) if self.map_workers.contains(name) => {
+                                Cow::Owned(Type::list((*r.output_type).clone()))
                             }
-                            _ => Cow::Owned(Type::Any),
+                            Some(r) => Cow::Borrowed(&*r.output_type),
+                            None => Cow::Owned(Type::Any),
                         };
                         (Root::Role { node }, ty, Described::Role(name))
                     }
@@ -596,7 +599,22 @@ impl Compiler<'_> {
                     let names = ty.field_names();
                     // A value with no fields at all: every field read of it is the one
                     // fault (one diagnostic, each read labelled).
-                    let (message, help) = if names.is_empty() {
+                    let worker = match described {
+                        Described::Role(role) if self.map_workers.contains(role) => Some(role),
+                        _ => None,
+                    };
+                    let (message, help) = if let Some(role) = worker {
+                        (
+                            format!(
+                                "`{role}` is a map worker: read by its name it is the list of its branch outputs, which has no field `{}`",
+                                field.name
+                            ),
+                            format!(
+                                "read one item (`first({role}).{0}`, `at({role}, 0).{0}`), or keep them all (`LIST.extend({role})`)",
+                                field.name
+                            ),
+                        )
+                    } else if names.is_empty() {
                         let help = match (&described, &*ty) {
                             (Described::Role(role), Type::String) => format!(
                                 "a reply has fields when its shape is declared: `output json TYPE` in role `{role}`"

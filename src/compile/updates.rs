@@ -205,7 +205,21 @@ impl Compiler<'_> {
                             expected.display(),
                             stored.display()
                         );
-                        let help = format!("`{}` is declared as `{}`", target.name, ty.display());
+                        let declared =
+                            format!("`{}` is declared as `{}`", target.name, ty.display());
+                        // A list of fitting items (a map worker's outputs) is added by `extend`.
+                        let help = match stored.strip_optional() {
+                            Type::List { item: given }
+                                if op == MemoryOp::Append
+                                    && given.assign_mismatch(item).is_none() =>
+                            {
+                                format!(
+                                    "this is a list of such items: `{}.extend(..)` adds each of them; {declared}",
+                                    target.name
+                                )
+                            }
+                            _ => declared,
+                        };
                         self.not_assignable(message, e, &stored, &why, help);
                     }
                     None => {

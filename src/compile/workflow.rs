@@ -735,6 +735,25 @@ impl Workflow {
         )
     }
 
+    /// The worker of a `map` route: read by its name, it is the list of its branches'
+    /// outputs (each branch adds its own as it is applied, a join sees them all).
+    pub fn is_map_worker(&self, node: NodeIndex) -> bool {
+        self.routes
+            .iter()
+            .any(|r| matches!(&r.target, RouteTarget::Map { worker, .. } if *worker == node))
+    }
+
+    /// The type of role `node` read by its name: its output, or for a map worker the
+    /// list of its outputs.
+    pub fn read_type(&self, node: NodeIndex) -> Option<Type> {
+        let role = self.role(node)?;
+        Some(if self.is_map_worker(node) {
+            Type::list((*role.output_type).clone())
+        } else {
+            (*role.output_type).clone()
+        })
+    }
+
     pub fn roles(&self) -> impl Iterator<Item = (NodeIndex, &Role)> {
         self.graph
             .node_indices()

@@ -117,6 +117,7 @@ codes! {
     RoleZeroVisits = "rondo::role::zero_visits",
     RouteBadBound = "rondo::route::bad_bound",
     RouteBranchHasRoutes = "rondo::route::branch_has_routes",
+    RouteBranchReused = "rondo::route::branch_reused",
     RouteDeadEnd = "rondo::route::dead_end",
     RouteFromExit = "rondo::route::from_exit",
     RouteInvalidNotRouted = "rondo::route::invalid_not_routed",

@@ -105,7 +105,20 @@ impl<'w> Interpreter<'w> {
             }
             RoleKind::Builtin => {}
         }
-        state.outputs.insert(node.index(), run.output.clone());
+        if item.is_some() && workflow.is_map_worker(node) {
+            // A map worker read by name is the list of its branch outputs: each branch
+            // adds its own, so its updates and artifacts see the list typed as `check` does.
+            match state.outputs.get_mut(&node.index()) {
+                Some(Value::Array(outputs)) => outputs.push(run.output.clone()),
+                _ => {
+                    state
+                        .outputs
+                        .insert(node.index(), Value::Array(vec![run.output.clone()]));
+                }
+            }
+        } else {
+            state.outputs.insert(node.index(), run.output.clone());
+        }
         // An invalid outcome is only routed: the role's updates and artifacts expect a valid output.
         let (updates, artifacts): (&[Update], &[crate::compile::Artifact]) = if invalid {
             (&[], &[])

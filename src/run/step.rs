@@ -526,10 +526,14 @@ impl<'w> Interpreter<'w> {
                 ),
             });
         }
-        let mut outputs = Vec::new();
+        // The worker's list starts empty and grows as its branches are applied.
+        if let RouteTarget::Map { worker, .. } = &self.workflow.routes[route_id].target {
+            state
+                .outputs
+                .insert(worker.index(), Value::Array(Vec::new()));
+        }
         for (_, r) in done {
             let node = r.node;
-            outputs.push(r.output.clone());
             let run = RoleRun {
                 output: r.output,
                 tool: r.tool,
@@ -537,10 +541,6 @@ impl<'w> Interpreter<'w> {
                 record: r.record,
             };
             self.apply(state, node, run, r.item.as_ref())?;
-        }
-        // A map over an empty list joins to `[]`, never to nothing.
-        if let RouteTarget::Map { worker, .. } = &self.workflow.routes[route_id].target {
-            state.outputs.insert(worker.index(), Value::Array(outputs));
         }
         if let Some(flow) = self.exit_guards(state)? {
             mark_exit(state, &flow);

@@ -484,3 +484,93 @@ exit done
         }
     }
 }
+
+/// Template names that exist only sometimes: `item` outside a map worker rendered as
+/// empty, and a `set` made in one branch of an `{% if %}` ended the run at `error` on the
+/// other path. Both are check errors now; the guarded forms run, the partial shared by a
+/// map worker and another role included.
+#[test]
+fn a_template_name_that_exists_only_sometimes_must_be_guarded() {
+    let source = r#"workflow w {
+  prompts = "prompts"
+}
+memory { items: list[string] = ["a", "b"] }
+role ask: llm {
+  prompt = "ask.tera"
+  output text
+}
+role worker: llm {
+  prompt = "worker.tera"
+  output text
+}
+start -> ask
+ask -> map worker over memory.items -> done max 5
+exit done
+"#;
+    let replies = [("ask", "ok"), ("worker", "done")];
+    let shared = "{% if item is defined %}Item: {{ item }}{% else %}No item.{% endif %}\n";
+    let cases: [(&str, &str, Option<&str>); 4] = [
+        (
+            "Item: {{ item }}\n",
+            "",
+            Some("rondo::template::unknown_variable"),
+        ),
+        (
+            "{% if visit > 1 %}{% set hint = \"again\" %}{% endif %}{{ hint }}\n",
+            "",
+            Some("rondo::template::unknown_variable"),
+        ),
+        (
+            "{% if visit > 1 %}{% set hint = \"again\" %}{% else %}{% set hint = \"first\" %}{% endif %}{{ hint }}\n{% include \"_item.tera\" %}",
+            "{% include \"_item.tera\" %}",
+            None,
+        ),
+        (
+            "{{ item | default(value=\"none\") }}{% if item %}{{ item }}{% endif %}\n",
+            "{{ item }}",
+            None,
+        ),
+    ];
+    for (ask, worker, refused) in cases {
+        let prompts = [
+            ("ask.tera", ask),
+            (
+                "worker.tera",
+                if worker.is_empty() {
+                    "{{ item }}\n"
+                } else {
+                    worker
+                },
+            ),
+            ("_item.tera", shared),
+        ];
+        match (judge_text(source, &prompts, &replies), refused) {
+            (Verdict::Rejected(codes, _), Some(code)) => assert_eq!(codes, [code], "{ask}"),
+            (Verdict::Ran(exit), None) => assert_eq!(exit, "done", "{ask}"),
+            (Verdict::Rejected(_, text), None) => panic!("{ask}: check rejected it: {text}"),
+            (Verdict::Ran(exit), Some(_)) => panic!("{ask}: accepted, and ended at {exit}"),
+            (Verdict::Failed(why), _) => panic!("{ask}: accepted, and {why}"),
+        }
+    }
+}
+
+/// `item` in an expression of a role that is not a map worker was null.
+#[test]
+fn item_outside_a_map_worker_is_a_check_error() {
+    let source = r#"workflow w {}
+memory {
+  items: list[string] = ["a"]
+  seen: list[any] = []
+}
+role each: builtin { update { seen.append(item) } }
+role after: builtin { update { seen.append(item) } }
+start -> map each over memory.items -> after max 5
+after -> done
+exit done
+"#;
+    match judge_text(source, &[], &[]) {
+        Verdict::Rejected(codes, _) => assert_eq!(codes, ["rondo::expr::item_outside_map"]),
+        Verdict::Ran(exit) => panic!("accepted, and ended at {exit}"),
+        Verdict::Failed(why) => panic!("accepted, and {why}"),
+    }
+}

@@ -507,11 +507,37 @@ impl Compiler<'_> {
                 Cow::Owned(Type::String),
                 Described::Text("the prompt"),
             ),
-            "item" => (
-                Root::Item,
-                Cow::Owned(Type::Any),
-                Described::Text("the map item"),
-            ),
+            "item" => {
+                let role = scope.role.map(|n| self.workflow.graph[n].name.clone());
+                if !role.as_ref().is_some_and(|r| self.map_workers.contains(r)) {
+                    let (label, help) = match &role {
+                        Some(r) => (
+                            format!("`{r}` is not a map worker"),
+                            format!(
+                                "`item` is the item of `map ROLE over LIST`, seen by ROLE alone; read what `{r}` needs from memory or a role's output"
+                            ),
+                        ),
+                        None => (
+                            "no map item here".to_string(),
+                            "`item` is the item of `map ROLE over LIST`, seen by ROLE alone (its prompt, updates, artifacts, tool arguments)".to_string(),
+                        ),
+                    };
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::ExprItemOutsideMap,
+                            "`item` exists only in a map worker",
+                        )
+                        .label(root.span, label)
+                        .help(help),
+                    );
+                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
+                }
+                (
+                    Root::Item,
+                    Cow::Owned(Type::Any),
+                    Described::Text("the map item"),
+                )
+            }
             "round" => (Root::Round, Cow::Owned(Type::Int), Described::Text("round")),
             "step" => (Root::Step, Cow::Owned(Type::Int), Described::Text("step")),
             "visit" => (Root::Visit, Cow::Owned(Type::Int), Described::Text("visit")),

@@ -52,6 +52,7 @@ codes! {
     ExprBadRegex = "rondo::expr::bad_regex",
     ExprBareNamespace = "rondo::expr::bare_namespace",
     ExprIncomparable = "rondo::expr::incomparable",
+    ExprItemOutsideMap = "rondo::expr::item_outside_map",
     ExprLiteralOutsideUnion = "rondo::expr::literal_outside_union",
     ExprMayNotHaveRun = "rondo::expr::may_not_have_run",
     ExprNotBool = "rondo::expr::not_bool",

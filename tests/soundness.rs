@@ -574,3 +574,179 @@ exit done
         Verdict::Failed(why) => panic!("accepted, and {why}"),
     }
 }
+
+/// Checks and runs a hand-written case whose replies are given per visit and attempt:
+/// (role, visit, replies of attempt 1, 2, ...).
+fn judge_attempts(
+    source: &str,
+    prompts: &[(&str, &str)],
+    replies: &[(&str, Option<u64>, &[&str])],
+) -> Verdict {
+    let case = Case {
+        seed: 0,
+        source: source.to_string(),
+        prompts: prompts
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect(),
+        replies: replies
+            .iter()
+            .map(|(r, v, t)| (r.to_string(), *v, t.iter().map(|s| s.to_string()).collect()))
+            .collect(),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    judge(&case, tmp.path())
+}
+
+/// Values from a reply in list arithmetic (the LLM-IDE agent's `[command] + args` with
+/// `args` a string): in the replying role's own update the reply is asked again with the
+/// reason, then takes its invalid route; read later, by a builtin, the run ends at
+/// `invalid_output`. Never `error`.
+#[test]
+fn a_reply_value_of_the_wrong_kind_is_an_invalid_attempt_or_invalid_output() {
+    let source = |later: &str| {
+        format!(
+            r#"workflow w {{
+  prompts = "prompts"
+}}
+type Action {{
+  thought: string
+  action_params: map[any]
+}}
+memory {{
+  action: Action? = null
+  argv: list[any] = []
+  names: list[string] = []
+}}
+role act: llm {{
+  prompt = "act.tera"
+  output json Action
+  update {{
+    set action = output
+    set argv = [output.action_params.command] + output.action_params.args
+  }}
+}}
+role later: builtin {{ update {{ {later} }} }}
+start -> act
+act -> invalid_output when act.invalid
+act -> later
+later -> done
+exit done
+"#
+        )
+    };
+    let prompts = [(
+        "act.tera",
+        "Act.{% if last_error %} Rejected: {{ last_error }}{% endif %}\n",
+    )];
+    let bad = r#"{"thought": "t", "action_params": {"command": "defs", "args": "calc.py"}}"#;
+    let good = r#"{"thought": "t", "action_params": {"command": "defs", "args": ["calc.py"]}}"#;
+    let quiet = "set argv = [\"ok\"]";
+    // Asked again with the reason, then applied.
+    match judge_attempts(&source(quiet), &prompts, &[("act", Some(1), &[bad, good])]) {
+        Verdict::Ran(exit) => assert_eq!(exit, "done"),
+        Verdict::Rejected(_, text) => panic!("rejected: {text}"),
+        Verdict::Failed(why) => panic!("{why}"),
+    }
+    // Every attempt wrong: the invalid route.
+    match judge_attempts(&source(quiet), &prompts, &[("act", None, &[bad])]) {
+        Verdict::Ran(exit) => assert_eq!(exit, "invalid_output"),
+        Verdict::Rejected(_, text) => panic!("rejected: {text}"),
+        Verdict::Failed(why) => panic!("{why}"),
+    }
+    // A valid reply whose `any` value a later builtin cannot add, subtract, measure or store.
+    let with_command = r#"{"thought": "t", "action_params": {"command": "defs", "args": [], "n": "three", "name": 7}}"#;
+    for later in [
+        "set argv = [\"x\"] + memory.action.action_params.n",
+        "set argv = [len(memory.action.action_params.name)]",
+        "set argv = [1 - memory.action.action_params.n]",
+        "names.append(memory.action.action_params.name)",
+        "names.extend(memory.action.action_params.n)",
+        "set names = memory.action.action_params.args + [memory.action.action_params.name]",
+    ] {
+        match judge_attempts(&source(later), &prompts, &[("act", None, &[with_command])]) {
+            Verdict::Ran(exit) => assert_eq!(exit, "invalid_output", "{later}"),
+            Verdict::Rejected(_, text) => panic!("{later}: rejected: {text}"),
+            Verdict::Failed(why) => panic!("{later}: {why}"),
+        }
+    }
+}
+
+/// A text role has no invalid route: a reply its update cannot apply, after its retries,
+/// ends the run at `invalid_output` (it ended at `error`).
+#[test]
+fn a_text_reply_its_update_cannot_apply_ends_at_invalid_output() {
+    let source = r#"workflow w {
+  prompts = "prompts"
+}
+memory {
+  seen: any = "three"
+  n: int = 0
+}
+role say: llm {
+  prompt = "say.tera"
+  output text
+  update { set seen = memory.seen + 1 }
+}
+start -> say
+say -> done
+exit done
+"#;
+    match judge_text(source, &[("say.tera", "Say.\n")], &[("say", "hi")]) {
+        Verdict::Ran(exit) => assert_eq!(exit, "invalid_output"),
+        Verdict::Rejected(_, text) => panic!("rejected: {text}"),
+        Verdict::Failed(why) => panic!("{why}"),
+    }
+}
+
+/// A template read through a reply's `any` value: the reply may lack the field, and the
+/// run ended at `error` ("Variable `act.meta.x` not found"). Unguarded, it is a check
+/// error; guarded, the run ends at its exit whatever the reply holds.
+#[test]
+fn a_template_read_through_a_reply_value_typed_any_must_be_guarded() {
+    let source = r#"workflow w {
+  prompts = "prompts"
+}
+role act: llm {
+  prompt = "act.tera"
+  output json { meta: any }
+}
+role next: llm {
+  prompt = "next.tera"
+  output text
+}
+start -> act
+act -> invalid_output when act.invalid
+act -> next
+next -> done
+exit done
+"#;
+    for (next, refused) in [
+        ("Meta: {{ act.meta.x }}\n", true),
+        (
+            "{% if act.meta.x %}Meta: {{ act.meta.x }}{% endif %}{{ act.meta.y | default(value=\"-\") }}\n",
+            false,
+        ),
+    ] {
+        for meta in [
+            r#"{"meta": 5}"#,
+            r#"{"meta": {"x": "y"}}"#,
+            r#"{"meta": {}}"#,
+        ] {
+            let verdict = judge_text(
+                source,
+                &[("act.tera", "Act.\n"), ("next.tera", next)],
+                &[("act", meta), ("next", "ok")],
+            );
+            match (verdict, refused) {
+                (Verdict::Rejected(codes, _), true) => {
+                    assert_eq!(codes, ["rondo::template::maybe_null"])
+                }
+                (Verdict::Ran(exit), false) => assert_eq!(exit, "done", "{meta}"),
+                (Verdict::Rejected(_, text), false) => panic!("rejected: {text}"),
+                (Verdict::Ran(exit), true) => panic!("{next}: accepted, ended at {exit}"),
+                (Verdict::Failed(why), _) => panic!("{next} {meta}: {why}"),
+            }
+        }
+    }
+}

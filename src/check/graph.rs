@@ -375,6 +375,7 @@ fn bool_atom(e: &Expr) -> Option<(String, bool)> {
             op: op @ (BinOp::Eq | BinOp::Ne),
             lhs,
             rhs,
+            ..
         } => {
             let (path, lit) = match (&lhs.kind, &rhs.kind) {
                 (ExprKind::Path { .. }, ExprKind::Literal { value }) => (lhs, value),
@@ -400,6 +401,7 @@ fn equality_subject(
             op: BinOp::Eq,
             lhs,
             rhs,
+            ..
         } = &c.kind
         else {
             return None;

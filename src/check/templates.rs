@@ -19,7 +19,7 @@ use tera::ast::{Expr, ExprVal, FunctionCall, LogicOperator, Node};
 use super::node_name;
 use super::ran::DefiniteRuns;
 use crate::compile::types::Type;
-use crate::compile::{MemoryKind, RoleKind, ToolAction, Workflow};
+use crate::compile::{MemoryKind, RoleKind, RouteTarget, ToolAction, Workflow};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_mean};
 use crate::prompt::{Prompts, TemplateError, tera_error_at};
 use crate::source::Span;
@@ -355,6 +355,23 @@ fn check_inline(
 enum Mode {
     Render,
     Tolerant,
+}
+
+/// The declared type of a `map ... over` path (a memory value, a role's output, an input).
+fn over_type(workflow: &Workflow, over: &crate::compile::Expr) -> Option<Type> {
+    let crate::compile::ExprKind::Path { root, fields } = &over.kind else {
+        return None;
+    };
+    let root = match root {
+        crate::compile::Root::Memory { id } => match &workflow.memory.get(*id)?.kind {
+            MemoryKind::Value { ty, .. } => ty.clone(),
+            _ => return None,
+        },
+        crate::compile::Root::Role { node } => workflow.read_type(*node)?,
+        crate::compile::Root::Input { id } => workflow.inputs.get(*id)?.ty.clone(),
+        _ => return None,
+    };
+    root.field_path(fields)
 }
 
 /// The guard `{% if x is defined %}` adds: `x` exists, though it may be null.
@@ -864,6 +881,33 @@ impl<'a> Walker<'a> {
             let before = self.local(&name).is_some_and(|(_, s)| s);
             self.set_globals.push((name, ty, sure || before));
         }
+    }
+
+    /// The type of `item` in a map worker's templates: the items of the list its map
+    /// routes go over, when that is a declared list (else `any`).
+    fn item_type(&self) -> Type {
+        let mut found: Option<Type> = None;
+        for route in &self.workflow.routes {
+            let RouteTarget::Map { worker, over, .. } = &route.target else {
+                continue;
+            };
+            if *worker != self.role {
+                continue;
+            }
+            let item = match over_type(self.workflow, over)
+                .as_ref()
+                .map(Type::strip_optional)
+            {
+                Some(Type::List { item }) => (**item).clone(),
+                _ => Type::Any,
+            };
+            match &found {
+                None => found = Some(item),
+                Some(t) if *t == item => {}
+                Some(_) => return Type::Any,
+            }
+        }
+        found.unwrap_or(Type::Any)
     }
 
     /// A loop variable or `set` value by name: its type, and whether it surely exists.
@@ -1557,7 +1601,7 @@ impl<'a> Walker<'a> {
                 }
                 return Type::Any;
             }
-            None if root == "item" => Type::Any,
+            None if root == "item" => self.item_type(),
             None if root == "loop" && self.loops > 0 => Type::object(vec![
                 ("index", Type::Int),
                 ("index0", Type::Int),
@@ -1728,6 +1772,29 @@ impl<'a> Walker<'a> {
         for (i, (seg, from, to)) in rest.iter().enumerate() {
             let prefix = normalize(&root, &segs[..skipped + i]);
             let done = skipped + i + 1;
+            // Tera fails on a field a value does not have, and a value typed `any` (a
+            // reply's `map[any]` field, a tool's `data`) may lack any.
+            if matches!(ty, Type::Any) && mode == Mode::Render {
+                let whole = normalize(&root, &segs[..done]);
+                if !self.guarded(&whole) {
+                    let at_ = self.report(
+                        Code::TemplateMaybeNull,
+                        format!(
+                            "`{prefix}` is typed `any`, so reading `{whole}` fails when it has no such field"
+                        ),
+                        at(0, *to),
+                        format!("`{prefix}` may not have it"),
+                    );
+                    self.help(
+                        at_,
+                        Some(format!(
+                            "guard it: `{{% if {whole} %}}...{{% endif %}}`, or read it with a default: `{} | default(value=...)`",
+                            normalize(&root, &segs)
+                        )),
+                    );
+                    return Type::Any;
+                }
+            }
             if matches!(ty, Type::Any) {
                 return Type::Any;
             }

@@ -6,7 +6,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
 use super::types::Type;
-use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root};
+use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root, Unchecked};
 use super::{Compiler, number_value};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::syntax::{self, BinOp, UnOp};
@@ -188,9 +188,11 @@ impl Compiler<'_> {
                                     .help("negate a number"),
                             );
                         }
+                        let unchecked = Unchecked::from(is_unchecked(&ty));
                         (
                             ExprKind::Neg {
                                 operand: Box::new(inner),
+                                unchecked,
                             },
                             ty,
                         )
@@ -328,11 +330,15 @@ impl Compiler<'_> {
                 }
             }
         };
+        let unchecked = Unchecked::from(
+            matches!(op, BinOp::Add | BinOp::Sub) && (is_unchecked(&lt) || is_unchecked(&rt)),
+        );
         (
             ExprKind::Binary {
                 op,
                 lhs: Box::new(l),
                 rhs: Box::new(r),
+                unchecked,
             },
             ty,
         )
@@ -783,6 +789,7 @@ impl Compiler<'_> {
                 ExprKind::Call {
                     func,
                     args: vec![lit],
+                    unchecked: Unchecked::No,
                 },
                 ty,
             );
@@ -922,14 +929,22 @@ impl Compiler<'_> {
                 either(&typed[1].1, &typed[2].1)
             }
         };
+        let unchecked = Unchecked::from(func == Func::Len && is_unchecked(&typed[0].1));
         (
             ExprKind::Call {
                 func,
                 args: typed.into_iter().map(|t| t.0).collect(),
+                unchecked,
             },
             ty,
         )
     }
+}
+
+/// A value whose kind `check` does not know (`any`, or a union of kinds): an operation
+/// that needs one kind is accepted, and a value of another kind fails it at run time.
+fn is_unchecked(ty: &Type) -> bool {
+    matches!(ty.strip_optional(), Type::Any | Type::Union { .. })
 }
 
 /// The type of `a + b` on lists: the wider side when one fits the other, else a list of

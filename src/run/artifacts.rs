@@ -46,8 +46,8 @@ impl<'w> Interpreter<'w> {
             let mut env = self.env(state, node, output, item);
             env.prompt = prompt.as_ref();
             let value = env
-                .eval(&artifact.value)
-                .map_err(|e| StepError::Failed(format!("`{role_name}`: artifact `{file}`: {e}")))?;
+                .value(&artifact.value)
+                .map_err(|e| e.step(format_args!("`{role_name}`: artifact `{file}`")))?;
             let bytes = match (&value, artifact.append) {
                 (Value::String(s), false) => s.clone().into_bytes(),
                 (other, false) => serde_json::to_vec_pretty(other).unwrap_or_default(),

@@ -339,9 +339,10 @@ impl<'w> Interpreter<'w> {
             });
         }
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
-        // A text or native role has no invalid route: what its replies lacked ends the run.
+        // A text or native role has no invalid route: what its replies lacked (a reply too
+        // long, one its updates refuse) ends the run at `invalid_output`.
         if !matches!(llm.output, OutputFormat::Json { .. }) || llm.mode.native() {
-            return Err(StepError::Failed(format!(
+            return Err(StepError::Invalid(format!(
                 "role `{name}`: no usable reply in {attempts} attempt(s): {}",
                 last_error.unwrap_or_default()
             )));

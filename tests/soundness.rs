@@ -29,6 +29,9 @@ const DEFAULT_FEATURES: Features = Features::FINAL;
 const DEFAULT_CASES: u64 = 300;
 const DEFAULT_SEED: u64 = 0x5EED_0000;
 
+/// How a run the scripted replies leave roles out of ends: refused before it starts.
+const REFUSED: &str = "refused at start (roles without replies)";
+
 /// Exits a run may end at besides the declared ones.
 const ALLOWED_BUILTIN: &[&str] = &["limit", "interrupted", "invalid_output"];
 
@@ -99,7 +102,8 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
             .build()
             .unwrap();
         rt.block_on(async {
-            let (interp, state) = Interpreter::start_with_script(workflow, &options, script)
+            // As `rondo run` starts it: refused when an llm role has no reply at all.
+            let (interp, state) = Interpreter::start_scripted(workflow, &options, script)
                 .map_err(|e| format!("the run did not start: {e}"))?;
             if interrupt {
                 // Ctrl-C before the first step: the records must say `interrupted`.
@@ -122,9 +126,22 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
                 .unwrap_or_default();
             return Verdict::Failed(format!("panicked: {msg}"));
         }
-        Ok(Err(e)) => return Verdict::Failed(e),
+        Ok(Err(e)) => {
+            let refused = e.contains("the scripted replies have no reply for");
+            let named = case.omitted.iter().all(|r| e.contains(&format!("`{r}`")));
+            if refused && named && !case.omitted.is_empty() {
+                return Verdict::Ran(REFUSED.into());
+            }
+            return Verdict::Failed(e);
+        }
         Ok(Ok(o)) => o,
     };
+    if !case.omitted.is_empty() {
+        return Verdict::Failed(format!(
+            "the run started without replies for {:?} and ended at `{}`",
+            case.omitted, outcome.exit
+        ));
+    }
     let declared = declared_exits(workflow);
     if !declared.iter().any(|(n, _)| n == &outcome.exit)
         && !ALLOWED_BUILTIN.contains(&outcome.exit.as_str())
@@ -351,6 +368,7 @@ fn judge_text(source: &str, prompts: &[(&str, &str)], replies: &[(&str, &str)]) 
             .iter()
             .map(|(r, t)| (r.to_string(), None, vec![t.to_string()]))
             .collect(),
+        omitted: Vec::new(),
     };
     let tmp = tempfile::tempdir().unwrap();
     judge(&case, tmp.path())
@@ -593,6 +611,7 @@ fn judge_attempts(
             .iter()
             .map(|(r, v, t)| (r.to_string(), *v, t.iter().map(|s| s.to_string()).collect()))
             .collect(),
+        omitted: Vec::new(),
     };
     let tmp = tempfile::tempdir().unwrap();
     judge(&case, tmp.path())

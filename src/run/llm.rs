@@ -209,6 +209,10 @@ impl<'w> Interpreter<'w> {
                     };
                     let message =
                         format!("role `{name}`: the provider call failed ({called}): {e}");
+                    // The scripted provider fails only when it has no reply: the replies
+                    // ran out, a bound of the run like its budget, not a fault to resume.
+                    let ran_out = e.kind() == rondo_provider::ErrorKind::Config
+                        && self.is_scripted_profile(last);
                     self.buffer_event(Event::LlmFailed {
                         role: name.clone(),
                         visit,
@@ -216,6 +220,11 @@ impl<'w> Interpreter<'w> {
                         error: e.to_string(),
                         attempts: records,
                     });
+                    if ran_out {
+                        return Err(StepError::Limit(format!(
+                            "the scripted replies ran out: no reply for role `{name}`, visit {visit}"
+                        )));
+                    }
                     return Err(StepError::Failed(
                         self.redactor.redact(&message).into_owned(),
                     ));
@@ -353,6 +362,14 @@ impl<'w> Interpreter<'w> {
             "error": last_error.unwrap_or_default(),
             "attempts": attempts,
         })))
+    }
+
+    /// A profile served by the scripted provider (`scripted`, or one of `kind = "scripted"`).
+    pub(super) fn is_scripted_profile(&self, name: &str) -> bool {
+        self.workflow
+            .providers
+            .iter()
+            .any(|p| p.name() == name && p.profile.kind == rondo_provider::ProviderKind::Scripted)
     }
 
     /// The tools a native role offers, in the provider-neutral form each protocol translates.

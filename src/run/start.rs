@@ -46,8 +46,9 @@ impl<'w> Interpreter<'w> {
             Some(_) => Ok(Script::default()),
             None => load_script(options),
         };
+        let require = options.pool.is_none();
         let started = script.and_then(|script| {
-            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, require)
         });
         if started.is_err()
             && let Some(dir) = claimed
@@ -118,7 +119,9 @@ impl<'w> Interpreter<'w> {
         )))
     }
 
-    /// [`start`](Self::start) with replies given in code (`test` blocks).
+    /// [`start`](Self::start) with replies given in code (`test` blocks): a role the
+    /// replies leave out ends the run at `limit` if the run reaches it (a test gives the
+    /// replies of the path it tests).
     pub fn start_with_script(
         workflow: &'w Checked,
         options: &RunOptions,
@@ -126,7 +129,19 @@ impl<'w> Interpreter<'w> {
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, false)
+    }
+
+    /// [`start`](Self::start) with replies given in code, refused as `rondo run` refuses a
+    /// script that has no reply for an llm role the scripted provider serves.
+    pub fn start_scripted(
+        workflow: &'w Checked,
+        options: &RunOptions,
+        script: Script,
+    ) -> Result<(Self, RunState), StartError> {
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
+        let (run_id, layout) = Self::layout(options)?;
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, true)
     }
 
     fn start_with_script_at(
@@ -136,9 +151,14 @@ impl<'w> Interpreter<'w> {
         inputs: Vec<Value>,
         run_id: String,
         layout: rundir::Layout,
+        require_replies: bool,
     ) -> Result<(Self, RunState), StartError> {
+        let replies = require_replies.then(|| script.clone());
         let mut interp = Self::build(workflow, &layout, options, script)?;
         interp.check_keys()?;
+        if let Some(script) = &replies {
+            interp.check_replies(script)?;
+        }
         let mut inputs = inputs;
         inputs
             .iter_mut()
@@ -427,6 +447,54 @@ impl<'w> Interpreter<'w> {
             script: options.script.clone().or_else(|| workflow.script.clone()),
             ..options.clone()
         })
+    }
+
+    /// Every llm role the scripted provider answers has a reply in the script: a run that
+    /// would reach one without is refused before it starts, naming them all. (A role with
+    /// replies for some visits only ends the run at `limit` when they run out.)
+    fn check_replies(&self, script: &Script) -> Result<(), StartError> {
+        let mut lacking = Vec::new();
+        for (index, role) in self.workflow.roles() {
+            if !matches!(role.kind, RoleKind::Llm(_)) {
+                continue;
+            }
+            let Some(profile) = self.profile_of.get(&index.index()) else {
+                continue;
+            };
+            let name = &self.workflow.node(index).name;
+            if self.answers_scripted(profile) && !script.has_replies(name) {
+                lacking.push(format!("`{name}`"));
+            }
+        }
+        if lacking.is_empty() {
+            return Ok(());
+        }
+        let first = lacking[0].trim_matches('`').to_string();
+        Err(StartError::Setup(format!(
+            "the scripted replies have no reply for {} {}, which the workflow can reach; add {} to the script (`replies: {{{first}: \"...\"}}`, a list of replies for visits 1, 2, ..., or a `default:` reply for every role)",
+            if lacking.len() == 1 { "role" } else { "roles" },
+            lacking.join(", "),
+            if lacking.len() == 1 { "it" } else { "them" },
+        )))
+    }
+
+    /// Whether a profile's calls go to the scripted provider: the first profile of its
+    /// fallback chain that can be called (its key set) is a scripted one.
+    fn answers_scripted(&self, profile: &str) -> bool {
+        for link in self.pool.chain(profile) {
+            if self.is_scripted_profile(&link) {
+                return true;
+            }
+            let keyless = self.pool.profile(&link).is_some_and(|p| {
+                p.key_env()
+                    .filter(|_| p.key_required())
+                    .is_some_and(|var| std::env::var_os(var).is_none_or(|v| v.is_empty()))
+            });
+            if !keyless {
+                return false;
+            }
+        }
+        false
     }
 
     /// A fallback chain with no profile that can be called (every one lacks its API key)

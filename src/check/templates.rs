@@ -1550,6 +1550,10 @@ impl<'a> Walker<'a> {
         let local = self.local(&root);
         let mut rest: &[(Seg, usize, usize)] = &segs;
         let defined = self.guarded(&root) || self.guarded(&defined_guard(&root));
+        // A role's output read by name: its maps are a reply's (or a tool's), whose keys
+        // are the model's choice.
+        let from_output =
+            local.is_none() && matches!(self.globals.get(&root), Some(Global::Role(..)));
         let mut ty = match local {
             Some((t, sure)) => {
                 if !sure && mode == Mode::Render && !defined {
@@ -1772,15 +1776,22 @@ impl<'a> Walker<'a> {
         for (i, (seg, from, to)) in rest.iter().enumerate() {
             let prefix = normalize(&root, &segs[..skipped + i]);
             let done = skipped + i + 1;
-            // Tera fails on a field a value does not have, and a value typed `any` (a
-            // reply's `map[any]` field, a tool's `data`) may lack any.
-            if matches!(ty, Type::Any) && mode == Mode::Render {
+            // Tera fails on a key a value does not have: a value typed `any` (a tool's
+            // `data`) may lack any, and so may a map a reply gave (`action_params`).
+            let open_map =
+                from_output && matches!(ty, Type::Map { .. }) && !matches!(seg, Seg::Index(_));
+            if (matches!(ty, Type::Any) || open_map) && mode == Mode::Render {
                 let whole = normalize(&root, &segs[..done]);
                 if !self.guarded(&whole) {
+                    let kind = if open_map {
+                        "a map in a role's output"
+                    } else {
+                        "typed `any`"
+                    };
                     let at_ = self.report(
                         Code::TemplateMaybeNull,
                         format!(
-                            "`{prefix}` is typed `any`, so reading `{whole}` fails when it has no such field"
+                            "`{prefix}` is {kind}, so reading `{whole}` fails when it has no such key"
                         ),
                         at(0, *to),
                         format!("`{prefix}` may not have it"),

@@ -1,6 +1,7 @@
 //! Scripted replies (issue 22 §3): a `rondo run` whose script has no reply for an llm role
-//! the workflow can reach is refused before it starts, naming every such role; replies
-//! that run out during a run end it at `limit`, finished — never at `error`, "resumable".
+//! every run reaches is refused before it starts, naming every role without replies; one
+//! only some runs reach is named in a warning; replies that run out during a run end it at
+//! `limit`, finished — never at `error`, "resumable".
 
 mod common;
 
@@ -52,7 +53,7 @@ fn a_run_whose_script_leaves_out_reachable_roles_is_refused_naming_them() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("no reply for roles `write`, `review`"),
+        err.contains("no reply for roles `write`, `review`, which every run reaches"),
         "{err}"
     );
     // Refused before anything started: no run was recorded.
@@ -97,4 +98,45 @@ fn replies_that_run_out_during_a_run_end_it_at_limit() {
         state["path"],
         serde_json::json!(["plan", "write", "review", "write", "review"])
     );
+}
+
+/// A role only some runs reach may go without replies: the run starts with a warning
+/// naming it, and ends at `limit` only if it gets there.
+#[test]
+fn a_role_only_some_runs_reach_is_named_in_a_warning() {
+    const BRANCHING: &str = r#"
+workflow branching {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+role ask: llm {
+  prompt = "plan.tera"
+  output json { ok: bool }
+}
+role fix: llm {
+  prompt = "write.tera"
+  output text
+}
+start -> ask
+ask -> invalid_output when ask.invalid
+ask -> done when ask.ok
+ask -> fix otherwise
+fix -> done
+exit done
+"#;
+    let tmp = tempfile::tempdir().unwrap();
+    for (ok, code) in [("true", 0), ("false", 3)] {
+        let script = format!("replies:\n  ask: '{{\"ok\": {ok}}}'\n");
+        let wf = project(tmp.path(), BRANCHING, PROMPTS, &script);
+        let (out, dir) = run(&wf, &format!("r{ok}"));
+        assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
+        assert!(
+            stderr(&out)
+                .contains("no reply for role `fix`; a run that reaches one ends at `limit`"),
+            "{}",
+            stderr(&out)
+        );
+        let record = json(dir.join("run.json"));
+        assert_eq!(record["status"], "finished");
+    }
 }

@@ -449,11 +449,12 @@ impl<'w> Interpreter<'w> {
         })
     }
 
-    /// Every llm role the scripted provider answers has a reply in the script: a run that
-    /// would reach one without is refused before it starts, naming them all. (A role with
-    /// replies for some visits only ends the run at `limit` when they run out.)
+    /// An llm role the scripted provider answers with no reply in the script: a run that
+    /// surely reaches one (every way from `start` to an exit passes it) is refused before it
+    /// starts, naming them all; the others are named in a warning, and a run that reaches
+    /// one ends at `limit` (as when a role's replies for some visits only run out).
     fn check_replies(&self, script: &Script) -> Result<(), StartError> {
-        let mut lacking = Vec::new();
+        let (mut refused, mut warned) = (Vec::new(), Vec::new());
         for (index, role) in self.workflow.roles() {
             if !matches!(role.kind, RoleKind::Llm(_)) {
                 continue;
@@ -462,19 +463,41 @@ impl<'w> Interpreter<'w> {
                 continue;
             };
             let name = &self.workflow.node(index).name;
-            if self.answers_scripted(profile) && !script.has_replies(name) {
-                lacking.push(format!("`{name}`"));
+            if !self.answers_scripted(profile) || script.has_replies(name) {
+                continue;
+            }
+            if unavoidable(self.workflow, index) {
+                refused.push(format!("`{name}`"));
+            } else {
+                warned.push(format!("`{name}`"));
             }
         }
-        if lacking.is_empty() {
+        let roles = |names: &[String]| {
+            format!(
+                "{} {}",
+                if names.len() == 1 { "role" } else { "roles" },
+                names.join(", ")
+            )
+        };
+        if refused.is_empty() {
+            if !warned.is_empty() {
+                self.reporter.warn(&format!(
+                    "the scripted replies have no reply for {}; a run that reaches one ends at `limit`",
+                    roles(&warned)
+                ));
+            }
             return Ok(());
         }
-        let first = lacking[0].trim_matches('`').to_string();
+        let also = if warned.is_empty() {
+            String::new()
+        } else {
+            format!(" (nor for {}, which some runs reach)", roles(&warned))
+        };
+        let first = refused[0].trim_matches('`').to_string();
         Err(StartError::Setup(format!(
-            "the scripted replies have no reply for {} {}, which the workflow can reach; add {} to the script (`replies: {{{first}: \"...\"}}`, a list of replies for visits 1, 2, ..., or a `default:` reply for every role)",
-            if lacking.len() == 1 { "role" } else { "roles" },
-            lacking.join(", "),
-            if lacking.len() == 1 { "it" } else { "them" },
+            "the scripted replies have no reply for {}, which every run reaches{also}; add {} to the script (`replies: {{{first}: \"...\"}}`, a list of replies for visits 1, 2, ..., or a `default:` reply for every role)",
+            roles(&refused),
+            if refused.len() == 1 { "it" } else { "them" },
         )))
     }
 
@@ -755,4 +778,38 @@ fn provider_summaries(workflow: &Workflow, pool: &ProviderPool) -> Vec<Value> {
             json!({"name": p.name, "kind": p.kind, "model": model, "base_url": p.base_url, "base_url_env": p.base_url_env, "api_key_env": p.api_key_env})
         })
         .collect()
+}
+
+/// Whether every way from `start` to an exit runs `role`: the search for an exit avoids it
+/// (a map may go over an empty list, so its worker is never unavoidable for that reason;
+/// an exit guard can end the run after any step).
+fn unavoidable(workflow: &Workflow, role: petgraph::graph::NodeIndex) -> bool {
+    use crate::compile::RouteTarget;
+    let guarded = !workflow.exit_guards.is_empty();
+    let mut seen = vec![false; workflow.graph.node_count()];
+    let mut stack = vec![workflow.start];
+    while let Some(node) = stack.pop() {
+        if std::mem::replace(&mut seen[node.index()], true) {
+            continue;
+        }
+        if workflow.is_exit(node) || (guarded && node != workflow.start) {
+            return false;
+        }
+        for &id in &workflow.outgoing[node.index()] {
+            let next = match &workflow.routes[id].target {
+                RouteTarget::Node { node } => *node,
+                RouteTarget::Parallel { branches, join } => {
+                    if branches.contains(&role) {
+                        continue;
+                    }
+                    *join
+                }
+                RouteTarget::Map { join, .. } => *join,
+            };
+            if next != role {
+                stack.push(next);
+            }
+        }
+    }
+    true
 }

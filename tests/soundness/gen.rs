@@ -278,7 +278,8 @@ pub struct Case {
     pub prompts: Vec<(String, String)>,
     /// (role, visit, replies for attempt 1, 2, ...); `visit` None = every other visit.
     pub replies: Vec<(String, Option<u64>, Vec<String>)>,
-    /// Llm roles left out of the replies on purpose: the run must be refused at its start.
+    /// Llm roles left out of the replies on purpose: a run that surely reaches one is refused
+    /// at its start, one that reaches one otherwise ends at `limit`.
     pub omitted: Vec<String>,
 }
 

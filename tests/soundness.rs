@@ -443,7 +443,8 @@ exit done
 /// The map join: a map worker read by its name is the list of its branch outputs, as the
 /// runtime makes it. `append` of it was accepted (typed as one output) and every run
 /// ended at `error` when the join's template read a summary's field; now `append` is a
-/// type error and `extend` runs, for an empty map too.
+/// type error and `extend` runs, for an empty map too. In the worker's own update its
+/// name is the list so far (the reply is tried against it before it is applied).
 #[test]
 fn a_map_worker_read_at_its_join_is_the_list_of_its_branch_outputs() {
     let source = |items: &str, op: &str| {
@@ -455,13 +456,13 @@ type Summary {{ summary: string }}
 memory {{
   items: list[string] = {items}
   sums: list[Summary] = []
-  seen: int = 0
+  seen: list[Summary] = []
 }}
-role dispatch: builtin {{ update {{ set seen = 0 }} }}
+role dispatch: builtin {{ update {{ seen.clear() }} }}
 role worker: llm {{
   prompt = "worker.tera"
   output json Summary
-  update {{ set seen = len(worker) }}
+  update {{ seen.extend(worker) }}
 }}
 role collect: builtin {{ update {{ sums.{op}(worker) }} }}
 role report: llm {{
@@ -765,5 +766,50 @@ exit done
                 (Verdict::Failed(why), _) => panic!("{next} {meta}: {why}"),
             }
         }
+    }
+}
+
+/// Found by the long mode (seeds 0x5eed14f1, 0x5eed1e68): a float from a reply in an
+/// artifact name prints all its digits (`5e-324` is 326 characters); cut only to the
+/// 240 bytes of a path component, its temporary file's name passed the system's 255 and
+/// the write failed ("File name too long") depending on the process id's digits. It is cut
+/// to 120 bytes like a string value.
+#[test]
+fn a_long_float_from_a_reply_in_an_artifact_name_is_cut() {
+    let source = r#"workflow w {
+  prompts = "prompts"
+}
+role r1: llm {
+  prompt = "r1.tera"
+  output json { score: float }
+  artifact "named/{{ r1.score }}.txt" = output
+}
+start -> r1
+r1 -> invalid_output when r1.invalid
+r1 -> done
+exit done
+"#;
+    for score in ["5e-324", "-1e300", "0.5"] {
+        let case = Case {
+            seed: 0,
+            source: source.to_string(),
+            prompts: vec![("r1.tera".into(), "score?\n".into())],
+            replies: vec![("r1".into(), None, vec![format!(r#"{{"score": {score}}}"#)])],
+            omitted: Vec::new(),
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        match judge(&case, tmp.path()) {
+            Verdict::Ran(exit) => assert_eq!(exit, "done", "{score}"),
+            Verdict::Rejected(codes, _) => panic!("check rejected it: {codes:?}"),
+            Verdict::Failed(why) => panic!("{score}: {why}"),
+        }
+        let named = tmp.path().join("runs/run/workspace/named");
+        let names: Vec<String> = std::fs::read_dir(&named)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].ends_with(".txt"), "{names:?}");
+        assert!(names[0].len() <= 124, "{score}: {} bytes", names[0].len());
     }
 }

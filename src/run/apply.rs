@@ -437,7 +437,14 @@ impl<'w> Interpreter<'w> {
             file_lengths: Default::default(),
             ended: state.ended.clone(),
         };
-        draft.outputs.insert(node.index(), output.clone());
+        // As `apply` will: a map worker read by name is the list of its outputs (the other
+        // branches of this map are not applied yet).
+        let read = if item.is_some() && self.workflow.is_map_worker(node) {
+            Value::Array(vec![output.clone()])
+        } else {
+            output.clone()
+        };
+        draft.outputs.insert(node.index(), read);
         draft.visits[node.index()] += 1;
         match self.run_updates(&mut draft, node, updates, output, item) {
             Err(UpdateError::Refused(reason)) => Some(reason),

@@ -180,9 +180,10 @@ fn every_case_runs_and_the_metrics_follow_from_the_results_field_by_field() {
         ]
     );
 
+    // Its replies run out: the run ends at `limit` and says why.
     let broken = &rs[2];
-    assert_eq!(broken["exit"], "error");
-    assert_eq!(broken["exit_code"], 2);
+    assert_eq!(broken["exit"], "limit");
+    assert_eq!(broken["exit_code"], 3);
     assert_eq!(broken["passed"], false);
     assert_eq!(broken["score"], 0.0);
     assert!(

@@ -95,7 +95,8 @@ fn script(act_visits: usize) -> String {
         r#"'{"bad_action": true, "summary": "nothing new", "lessons": "do not reread"}'"#,
         r#"'{"bad_action": false, "summary": "saw main", "lessons": ""}'"#,
     ];
-    // Keyed by visit: a visit without a reply is an error (a sequence would repeat its last).
+    // Keyed by visit: a visit without a reply ends the run at `limit` (a sequence would
+    // repeat its last).
     let act: Vec<String> = acts[..act_visits]
         .iter()
         .enumerate()
@@ -109,9 +110,18 @@ fn script(act_visits: usize) -> String {
     )
 }
 
+/// Prepended to `act.tera`, it stops the run at `error` at act's third visit (`range`
+/// yields at most 100,000 numbers) and renders nothing before; written back without it,
+/// `rondo resume` goes on with the same prompts.
+const STOP_AT_THIRD_ACT: &str = "{% for i in range(end=visit * 40000) %}{% endfor %}";
+
 fn project(dir: &Path, act_visits: usize) -> std::path::PathBuf {
+    project_with(dir, act_visits, ACT)
+}
+
+fn project_with(dir: &Path, act_visits: usize, act: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(dir.join("prompts")).unwrap();
-    std::fs::write(dir.join("prompts/act.tera"), ACT).unwrap();
+    std::fs::write(dir.join("prompts/act.tera"), act).unwrap();
     std::fs::write(dir.join("prompts/reflect.tera"), REFLECT).unwrap();
     std::fs::write(dir.join("script.yaml"), script(act_visits)).unwrap();
     let path = dir.join("mem.rondo");
@@ -173,10 +183,10 @@ fn a_resumed_run_renders_the_same_prompts_as_an_uninterrupted_one() {
     assert!(last_act.contains("Now main"), "{last_act}");
     assert!(last_act.contains("(bad: true)"), "{last_act}");
 
-    // Same workflow, but the script lacks the third action: the run stops at `error`,
-    // resumable; with the reply added, `rondo resume` finishes it.
+    // Same workflow, but the third act prompt cannot be rendered: the run stops at `error`,
+    // resumable; with the template fixed, `rondo resume` finishes it.
     let broken = tempfile::tempdir().unwrap();
-    let wf = project(broken.path(), 2);
+    let wf = project_with(broken.path(), 3, &format!("{STOP_AT_THIRD_ACT}{ACT}"));
     let runs = broken.path().join("runs");
     let out = rondo(&[
         "run",
@@ -197,7 +207,7 @@ fn a_resumed_run_renders_the_same_prompts_as_an_uninterrupted_one() {
     let info: Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["status"], "failed");
-    std::fs::write(broken.path().join("script.yaml"), script(3)).unwrap();
+    std::fs::write(broken.path().join("prompts/act.tera"), ACT).unwrap();
     let out = rondo(&["resume", "-q", run_dir.to_str().unwrap()]);
     common::assert_success(&out);
     assert_eq!(prompts(&run_dir), expected);
@@ -267,7 +277,7 @@ exit done
 #[test]
 fn a_damaged_structured_memory_in_the_checkpoint_stops_resume() {
     let tmp = tempfile::tempdir().unwrap();
-    let wf = project(tmp.path(), 2);
+    let wf = project_with(tmp.path(), 3, &format!("{STOP_AT_THIRD_ACT}{ACT}"));
     let runs = tmp.path().join("runs");
     let out = rondo(&[
         "run",
@@ -292,7 +302,7 @@ fn a_damaged_structured_memory_in_the_checkpoint_stops_resume() {
     assert!(state["memory"][2]["sections"].is_array(), "{state}");
     state["memory"][2]["sections"] = serde_json::json!({"Facts": 1});
     std::fs::write(&state_path, serde_json::to_vec(&state).unwrap()).unwrap();
-    std::fs::write(tmp.path().join("script.yaml"), script(3)).unwrap();
+    std::fs::write(tmp.path().join("prompts/act.tera"), ACT).unwrap();
     let out = rondo(&["resume", "-q", run_dir.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

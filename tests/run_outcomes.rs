@@ -651,8 +651,8 @@ exit done
 "#;
 
 /// `ended`, the `finally` role and the workflow-level artifacts see every end: the
-/// workflow's exit, `limit`, `error`; a resumed error run ends again and applies the role
-/// again; the artifacts never stay at "running".
+/// workflow's exit, `limit` (a bound, replies that ran out), `error`; a resumed error run
+/// ends again and applies the role again; the artifacts never stay at "running".
 #[test]
 fn finally_and_ended_see_every_end_of_a_run() {
     let tmp = tempfile::tempdir().unwrap();
@@ -688,18 +688,32 @@ fn finally_and_ended_see_every_end_of_a_run() {
         "{ended}"
     );
 
-    // No reply for the second visit: `error`; with the reply added, `rondo resume`
-    // continues, ends at `done` and the finally role runs at both ends.
-    let (out, dir) = end_of("error", "replies:\n  ask:\n    \"1\": '{\"n\": 1}'\n");
-    assert_eq!(out.status.code(), Some(2));
+    // No reply for the second visit: the replies ran out, `limit`, finished.
+    let (out, dir) = end_of("ran_out", "replies:\n  ask:\n    \"1\": '{\"n\": 1}'\n");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let state = json(dir.join("workspace/final.json"));
+    assert_eq!(state["status"], "limit");
+    assert_eq!(state["ends"], serde_json::json!(["limit"]));
+
+    // The second prompt is past a rendering bound (`range` yields at most 100,000
+    // numbers): `error`; with the template fixed, `rondo resume` continues, ends at `done`
+    // and the finally role runs at both ends.
+    let error_dir = tmp.path().join("error");
+    let path = project(
+        &error_dir,
+        ENDS,
+        &[(
+            "ask.tera",
+            "{% for i in range(end=visit * 60000) %}{% endfor %}n?\n",
+        )],
+        "replies:\n  ask:\n    \"1\": '{\"n\": 1}'\n    \"2\": '{\"n\": 10}'\n",
+    );
+    let (out, dir) = run(&path, "error");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let state = json(dir.join("workspace/final.json"));
     assert_eq!(state["status"], "error");
     assert_eq!(state["ends"], serde_json::json!(["error"]));
-    std::fs::write(
-        tmp.path().join("error/script.yaml"),
-        "replies:\n  ask:\n    \"1\": '{\"n\": 1}'\n    \"2\": '{\"n\": 10}'\n",
-    )
-    .unwrap();
+    std::fs::write(error_dir.join("prompts/ask.tera"), "n?\n").unwrap();
     let resumed = rondo(&["resume", "-q", dir.to_str().unwrap()]);
     assert!(resumed.status.success(), "{}", stderr(&resumed));
     let state = json(dir.join("workspace/final.json"));

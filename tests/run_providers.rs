@@ -2562,7 +2562,8 @@ async fn a_resumed_native_run_sends_the_checkpointed_conversation() {
 
 /// A role that does not take native tool calls (`mode = json`, the default) is never
 /// answered by a reply that holds only tool calls: each is an invalid attempt, and when
-/// the retries are used up the run stops resumably instead of taking empty text.
+/// the retries are used up the run ends at `invalid_output` (a text role has no invalid
+/// route) instead of taking empty text — what a model answers never ends a run at `error`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_with_only_tool_calls_is_not_an_empty_answer() {
     let secret = Secret::new();
@@ -2582,7 +2583,14 @@ async fn a_reply_with_only_tool_calls_is_not_an_empty_answer() {
     let case = Case::one(secret, &block);
     let out = case.run("r1", &[]).await;
     srv.assert_valid();
-    assert_failed_resumable(&case, "r1", &out);
+    assert_eq!(
+        out.code, 4,
+        "expected the invalid_output exit:\n{}",
+        out.stderr
+    );
+    let info = case.run_json("r1");
+    assert_eq!(info["status"], "finished", "{info:#}");
+    assert_eq!(info["exit"], "invalid_output", "{info:#}");
     // The default two retries: three attempts, each refused with the reason.
     assert_eq!(srv.count(), 3);
     assert!(

@@ -18,6 +18,7 @@ use crate::syntax::BinOp;
 /// `invalid_unrouted`: the roles whose invalid outcome no route takes, already reported.
 pub fn check(workflow: &Workflow, invalid_unrouted: &[NodeIndex], diags: &mut Diagnostics) {
     let branch_of = fork_branches(workflow);
+    branches_reused(workflow, &branch_of, diags);
     // Roles whose routing is already reported (no route, a case or the invalid outcome
     // not routed): the exit they miss is the route they miss, so it is not reported again
     // for them, for the roles before them, or as an exit nothing reaches.
@@ -48,6 +49,65 @@ fn fork_branches(workflow: &Workflow) -> HashMap<NodeIndex, crate::source::Span>
         }
     }
     out
+}
+
+/// A branch role runs only as a branch: a route to it as a step would run it with no way
+/// on (its own routes are refused), a join runs it as a step, and a map worker read by
+/// name is the list of its outputs while a parallel branch is one output.
+fn branches_reused(
+    workflow: &Workflow,
+    branch_of: &HashMap<NodeIndex, crate::source::Span>,
+    diags: &mut Diagnostics,
+) {
+    let mut reported = BTreeSet::new();
+    for route in &workflow.routes {
+        let (nodes, how): (Vec<NodeIndex>, &str) = match &route.target {
+            RouteTarget::Node { node } => (vec![*node], "leads to it as a step"),
+            RouteTarget::Parallel { branches, join } => {
+                let mut as_join = vec![*join];
+                as_join.retain(|j| branch_of.contains_key(j));
+                if !as_join.is_empty() {
+                    (as_join, "joins at it, which runs it as a step")
+                } else {
+                    let workers: Vec<NodeIndex> = branches
+                        .iter()
+                        .copied()
+                        .filter(|b| workflow.is_map_worker(*b))
+                        .collect();
+                    (
+                        workers,
+                        "runs it as a parallel branch (one output, not a list)",
+                    )
+                }
+            }
+            RouteTarget::Map { join, .. } => (vec![*join], "joins at it, which runs it as a step"),
+        };
+        for node in nodes {
+            let Some(fork) = branch_of.get(&node) else {
+                continue;
+            };
+            if workflow.role(node).is_none() || !reported.insert(node) {
+                continue;
+            }
+            let name = node_name(workflow, node);
+            let what = if workflow.is_map_worker(node) {
+                "the worker of a map route"
+            } else {
+                "a parallel branch"
+            };
+            diags.push(
+                Diagnostic::error(
+                    Code::RouteBranchReused,
+                    format!("`{name}` runs as {what}, and another route {how}"),
+                )
+                .label(route.span, format!("this route {how}"))
+                .label(*fork, "the branch is forked here")
+                .help(format!(
+                    "a branch role runs only as a branch: give the other route a role of its own (a copy of `{name}` under another name)"
+                )),
+            );
+        }
+    }
 }
 
 /// Reports a `start` with no route, dead ends and routed branches; returns the dead ends.
@@ -315,6 +375,7 @@ fn bool_atom(e: &Expr) -> Option<(String, bool)> {
             op: op @ (BinOp::Eq | BinOp::Ne),
             lhs,
             rhs,
+            ..
         } => {
             let (path, lit) = match (&lhs.kind, &rhs.kind) {
                 (ExprKind::Path { .. }, ExprKind::Literal { value }) => (lhs, value),
@@ -340,6 +401,7 @@ fn equality_subject(
             op: BinOp::Eq,
             lhs,
             rhs,
+            ..
         } = &c.kind
         else {
             return None;
@@ -384,8 +446,12 @@ fn path_type(workflow: &Workflow, e: &Expr) -> Option<Type> {
     let ExprKind::Path { root, fields } = &e.kind else {
         return None;
     };
+    let read;
     let root: &Type = match root {
-        Root::Role { node } => &workflow.role(*node)?.output_type,
+        Root::Role { node } => {
+            read = workflow.read_type(*node)?;
+            &read
+        }
         Root::Memory { id } => match &workflow.memory[*id].kind {
             MemoryKind::Value { ty, .. } => ty,
             _ => return None,

@@ -484,9 +484,7 @@ fn check_expr(
                 {
                     continue;
                 }
-                let declared = workflow
-                    .role(*node)
-                    .and_then(|r| r.output_type.field_path(fields));
+                let declared = workflow.read_type(*node).and_then(|t| t.field_path(fields));
                 if declared.is_none_or(|t| t.is_optional()) {
                     continue;
                 }
@@ -499,7 +497,7 @@ fn check_expr(
             ExprKind::Map { entries } => {
                 stack.extend(entries.iter().map(|(_, v)| (v, guards.clone(), Use::Value)));
             }
-            ExprKind::Call { func, args } => {
+            ExprKind::Call { func, args, .. } => {
                 if matches!(func, Func::Visits | Func::Used) {
                     continue;
                 }
@@ -516,8 +514,8 @@ fn check_expr(
             }
             ExprKind::Get { base, .. } => stack.push((base, guards, Use::Value)),
             ExprKind::Not { operand } => stack.push((operand, guards, Use::Truth)),
-            ExprKind::Neg { operand } => stack.push((operand, guards, Use::Value)),
-            ExprKind::Binary { op, lhs, rhs } => match op {
+            ExprKind::Neg { operand, .. } => stack.push((operand, guards, Use::Value)),
+            ExprKind::Binary { op, lhs, rhs, .. } => match op {
                 BinOp::And => {
                     let mut more = guards.clone();
                     proven(lhs, &mut more);
@@ -564,11 +562,12 @@ fn proven(e: &Expr, out: &mut Vec<NodeIndex>) {
                 op: BinOp::And,
                 lhs,
                 rhs,
+                ..
             } => {
                 stack.push(lhs);
                 stack.push(rhs);
             }
-            ExprKind::Binary { op, lhs, rhs } => {
+            ExprKind::Binary { op, lhs, rhs, .. } => {
                 let (l, r) = (&**lhs, &**rhs);
                 let found = match op {
                     BinOp::Gt | BinOp::Ne => visits_of(l)
@@ -597,6 +596,7 @@ fn visits_of(e: &Expr) -> Option<NodeIndex> {
         ExprKind::Call {
             func: Func::Visits,
             args,
+            ..
         } => match args.first().map(|a| &a.kind) {
             Some(ExprKind::Literal { value }) => value.as_u64().map(|n| NodeIndex::new(n as usize)),
             _ => None,

@@ -439,6 +439,31 @@ enum Mode {
     Tolerant,
 }
 
+/// The declared type of a `map ... over` path (a memory value, a role's output, an input).
+fn over_type(workflow: &Workflow, over: &crate::compile::Expr) -> Option<Type> {
+    let crate::compile::ExprKind::Path { root, fields } = &over.kind else {
+        return None;
+    };
+    let root = match root {
+        crate::compile::Root::Memory { id } => match &workflow.memory.get(*id)?.kind {
+            MemoryKind::Value { ty, .. } => ty.clone(),
+            _ => return None,
+        },
+        crate::compile::Root::Role { node } => workflow.read_type(*node)?,
+        crate::compile::Root::Input { id } => workflow.inputs.get(*id)?.ty.clone(),
+        _ => return None,
+    };
+    root.field_path(fields)
+}
+
+/// The guard `{% if x is defined %}` adds: `x` exists, though it may be null.
+fn defined_guard(root: &str) -> String {
+    format!("{root} is defined")
+}
+
+/// Locals and `set_global` values set in one branch.
+type Sets = (Vec<(String, Type, bool)>, Vec<(String, Type, bool)>);
+
 /// One segment of a tera identifier: `.name`, `.0` / `[0]`, `["key"]`, `[var.path]`.
 #[derive(Debug, Clone)]
 enum Seg {
@@ -642,22 +667,12 @@ struct Shared {
 
 impl Shared {
     fn new(workflow: &Workflow) -> Self {
-        let map_workers: BTreeSet<NodeIndex> = workflow
-            .routes
-            .iter()
-            .filter_map(|r| match &r.target {
-                RouteTarget::Map { worker, .. } => Some(*worker),
-                _ => None,
-            })
-            .collect();
         let mut globals = BTreeMap::new();
-        let any = Arc::new(Type::Any);
         for (index, r) in workflow.roles() {
-            // A map worker's output is the list of its branches' outputs at the join.
-            let ty = if map_workers.contains(&index) {
-                any.clone()
-            } else {
-                r.output_type.clone()
+            // A map worker read by name is the list of its branch outputs.
+            let ty = match workflow.read_type(index) {
+                Some(ty) if workflow.is_map_worker(index) => Arc::new(ty),
+                _ => r.output_type.clone(),
             };
             globals.insert(
                 node_name(workflow, index).to_string(),
@@ -676,7 +691,6 @@ impl Shared {
             ("round", Type::Int),
             ("step", Type::Int),
             ("visit", Type::Int),
-            ("item", Type::Any),
             ("last_error", Type::optional(Type::String)),
             ("run_id", Type::String),
             ("role", Type::String),
@@ -725,9 +739,12 @@ struct Walker<'a> {
     /// The role's `tools`, as `tools` in its templates.
     tools: Type,
     reads: Vec<usize>,
-    locals: Vec<(String, Type)>,
+    /// Loop variables and `set` values: (name, type, whether it surely exists here). A
+    /// value set in one branch of an `{% if %}`, or by `set_global` in a loop that may not
+    /// run, exists only sometimes after it.
+    locals: Vec<(String, Type, bool)>,
     /// `set_global` values: they outlive the loop that set them.
-    set_globals: Vec<(String, Type)>,
+    set_globals: Vec<(String, Type, bool)>,
     /// Paths proven present and not null by an enclosing `{% if %}`.
     guards: Vec<String>,
     loops: usize,
@@ -907,6 +924,84 @@ impl<'a> Walker<'a> {
         self.depth -= 1;
     }
 
+    /// Takes the locals and `set_global` values set since the given lengths.
+    fn take_sets(&mut self, locals: usize, globals: usize) -> Sets {
+        (
+            self.locals.split_off(locals.min(self.locals.len())),
+            self.set_globals
+                .split_off(globals.min(self.set_globals.len())),
+        )
+    }
+
+    /// After a choice between branches: a value set in every branch surely exists, one set
+    /// in some of them only sometimes (tera leaves it undefined on the other paths).
+    fn merge_sets(&mut self, branches: Vec<Sets>) {
+        fn merge(branches: Vec<&Vec<(String, Type, bool)>>) -> Vec<(String, Type, bool)> {
+            let mut out: Vec<(String, Type, bool)> = Vec::new();
+            for (name, ty, _) in branches.iter().flat_map(|b| b.iter()) {
+                if out.iter().any(|(n, _, _)| n == name) {
+                    continue;
+                }
+                let sure = branches.iter().all(|b| {
+                    b.iter()
+                        .rev()
+                        .find(|(n, _, _)| n == name)
+                        .is_some_and(|(_, _, s)| *s)
+                });
+                out.push((name.clone(), ty.clone(), sure));
+            }
+            out
+        }
+        let locals = merge(branches.iter().map(|b| &b.0).collect());
+        let globals = merge(branches.iter().map(|b| &b.1).collect());
+        for (name, ty, sure) in locals {
+            // A value that surely existed before the choice still does.
+            let before = self.local(&name).is_some_and(|(_, s)| s);
+            self.locals.push((name, ty, sure || before));
+        }
+        for (name, ty, sure) in globals {
+            let before = self.local(&name).is_some_and(|(_, s)| s);
+            self.set_globals.push((name, ty, sure || before));
+        }
+    }
+
+    /// The type of `item` in a map worker's templates: the items of the list its map
+    /// routes go over, when that is a declared list (else `any`).
+    fn item_type(&self) -> Type {
+        let mut found: Option<Type> = None;
+        for route in &self.workflow.routes {
+            let RouteTarget::Map { worker, over, .. } = &route.target else {
+                continue;
+            };
+            if *worker != self.role {
+                continue;
+            }
+            let item = match over_type(self.workflow, over)
+                .as_ref()
+                .map(Type::strip_optional)
+            {
+                Some(Type::List { item }) => (**item).clone(),
+                _ => Type::Any,
+            };
+            match &found {
+                None => found = Some(item),
+                Some(t) if *t == item => {}
+                Some(_) => return Type::Any,
+            }
+        }
+        found.unwrap_or(Type::Any)
+    }
+
+    /// A loop variable or `set` value by name: its type, and whether it surely exists.
+    fn local(&self, name: &str) -> Option<(Type, bool)> {
+        self.locals
+            .iter()
+            .rev()
+            .chain(self.set_globals.iter().rev())
+            .find(|(n, _, _)| n == name)
+            .map(|(_, t, sure)| (t.clone(), *sure))
+    }
+
     fn nodes(&mut self, nodes: &[Node]) {
         if !self.enter() {
             self.leave();
@@ -924,16 +1019,21 @@ impl<'a> Walker<'a> {
                 self.expr(e, Mode::Render);
             }
             Node::Set(_, set) => {
+                // The name written here is not a read: later reads are located past it.
+                self.locate(&set.key);
                 let ty = self.expr(&set.value, Mode::Render);
                 if set.global {
-                    self.set_globals.push((set.key.clone(), ty));
+                    self.set_globals.push((set.key.clone(), ty, true));
                 } else {
-                    self.locals.push((set.key.clone(), ty));
+                    self.locals.push((set.key.clone(), ty, true));
                 }
             }
             Node::Forloop(_, f, _) => self.for_loop(f),
             Node::If(i, _) => {
                 let guards = self.guards.len();
+                let (locals, globals) = (self.locals.len(), self.set_globals.len());
+                // What each branch set: only what every branch sets surely exists after.
+                let mut branches = Vec::new();
                 for (_, cond, body) in &i.conditions {
                     let (yes, no) = self.condition(cond);
                     let before = self.guards.len();
@@ -941,11 +1041,16 @@ impl<'a> Walker<'a> {
                     self.nodes(body);
                     self.guards.truncate(before);
                     self.guards.extend(no);
+                    branches.push(self.take_sets(locals, globals));
                 }
                 if let Some((_, body)) = &i.otherwise {
                     self.nodes(body);
+                    branches.push(self.take_sets(locals, globals));
+                } else {
+                    branches.push(Default::default());
                 }
                 self.guards.truncate(guards);
+                self.merge_sets(branches);
             }
             Node::FilterSection(_, f, _) => {
                 self.filter(Type::String, &f.filter, Mode::Render, None);
@@ -1088,18 +1193,33 @@ impl<'a> Walker<'a> {
                 (Type::Any, Type::Any)
             }
         };
-        let locals = self.locals.len();
-        if let Some(k) = &f.key {
-            self.locals.push((k.clone(), key));
+        for name in f.key.iter().chain([&f.value]) {
+            self.locate(name);
         }
-        self.locals.push((f.value.clone(), value));
+        let locals = self.locals.len();
+        let globals = self.set_globals.len();
+        if let Some(k) = &f.key {
+            self.locals.push((k.clone(), key, true));
+        }
+        self.locals.push((f.value.clone(), value, true));
         self.loops += 1;
         self.nodes(&f.body);
         self.loops -= 1;
         self.locals.truncate(locals);
+        // The body may run no time at all, and the `{% else %}` body only then.
+        let in_body = self.take_sets(locals, globals);
+        let mut branches = vec![in_body];
         if let Some(body) = &f.empty_body {
             self.nodes(body);
+            branches.push(self.take_sets(locals, globals));
         }
+        for sets in &mut branches {
+            sets.0.clear();
+        }
+        if f.empty_body.is_none() {
+            branches.push(Default::default());
+        }
+        self.merge_sets(branches);
     }
 
     /// Where a loop's container is written (already located once by [`Self::expr`]).
@@ -1152,10 +1272,12 @@ impl<'a> Walker<'a> {
             ExprVal::Test(t) => {
                 self.test(t);
                 if t.name == "defined" || t.name == "undefined" {
-                    // `x is defined` holds for a null `x`: it proves only what leads to it.
+                    // `x is defined` holds for a null `x`: it proves only what leads to it,
+                    // and that `x` itself exists (a value that exists only sometimes).
                     let (root, segs) = parse_ident(&t.ident);
                     let mut p = prefixes(&root, &segs);
                     p.pop();
+                    p.push(defined_guard(&root));
                     if (t.name == "defined") != t.negated {
                         yes = p;
                     } else {
@@ -1503,16 +1625,65 @@ impl<'a> Walker<'a> {
             }
         }
         let root_span = at(0, root.len());
-        let local = self
-            .locals
-            .iter()
-            .rev()
-            .chain(self.set_globals.iter().rev())
-            .find(|(n, _)| *n == root)
-            .map(|(_, t)| t.clone());
+        let local = self.local(&root);
         let mut rest: &[(Seg, usize, usize)] = &segs;
+        let defined = self.guarded(&root) || self.guarded(&defined_guard(&root));
+        // A role's output read by name: its maps are a reply's (or a tool's), whose keys
+        // are the model's choice.
+        let from_output =
+            local.is_none() && matches!(self.globals.get(&root), Some(Global::Role(..)));
         let mut ty = match local {
-            Some(t) => t,
+            Some((t, sure)) => {
+                if !sure && mode == Mode::Render && !defined {
+                    let at_ = self.report(
+                        Code::TemplateUnknownVariable,
+                        format!(
+                            "{} uses `{root}`, which is set only on some paths before this point",
+                            self.what()
+                        ),
+                        root_span,
+                        "may not be set here".into(),
+                    );
+                    self.help(
+                        at_,
+                        Some(format!(
+                            "set it before the `{{% if %}}` or loop (or in every branch, `{{% else %}}` included), or guard the read: `{{% if {root} is defined %}}...{{% endif %}}`"
+                        )),
+                    );
+                    return Type::Any;
+                }
+                t
+            }
+            // `item` exists only in a map branch: elsewhere it is not defined at all.
+            None if root == "item" && !self.workflow.is_map_worker(self.role) => {
+                if mode == Mode::Render && !defined {
+                    let whose = match &self.inline {
+                        Some(i) => i.what.clone(),
+                        None => format!(
+                            "template `{}` of role `{}`",
+                            self.file_name(),
+                            self.role_name
+                        ),
+                    };
+                    let at_ = self.report(
+                        Code::TemplateUnknownVariable,
+                        format!(
+                            "{whose} uses `item`, which exists only in the templates of a map worker"
+                        ),
+                        root_span,
+                        "not defined here".into(),
+                    );
+                    self.help(
+                        at_,
+                        Some(format!(
+                            "`item` is the item of `map ROLE over LIST`, seen by ROLE only; `{}` is not a map worker. In a partial shared with one, guard it: `{{% if item is defined %}}...{{% endif %}}`",
+                            self.role_name
+                        )),
+                    );
+                }
+                return Type::Any;
+            }
+            None if root == "item" => self.item_type(),
             None if root == "loop" && self.loops > 0 => Type::object(vec![
                 ("index", Type::Int),
                 ("index0", Type::Int),
@@ -1630,7 +1801,7 @@ impl<'a> Walker<'a> {
                             .locals
                             .iter()
                             .chain(&self.set_globals)
-                            .map(|(n, _)| n.clone())
+                            .map(|(n, _, _)| n.clone())
                             .collect();
                         candidates.extend(
                             self.globals
@@ -1683,6 +1854,36 @@ impl<'a> Walker<'a> {
         for (i, (seg, from, to)) in rest.iter().enumerate() {
             let prefix = normalize(&root, &segs[..skipped + i]);
             let done = skipped + i + 1;
+            // Tera fails on a key a value does not have: a value typed `any` (a tool's
+            // `data`) may lack any, and so may a map a reply gave (`action_params`).
+            let open_map =
+                from_output && matches!(ty, Type::Map { .. }) && !matches!(seg, Seg::Index(_));
+            if (matches!(ty, Type::Any) || open_map) && mode == Mode::Render {
+                let whole = normalize(&root, &segs[..done]);
+                if !self.guarded(&whole) {
+                    let kind = if open_map {
+                        "a map in a role's output"
+                    } else {
+                        "typed `any`"
+                    };
+                    let at_ = self.report(
+                        Code::TemplateMaybeNull,
+                        format!(
+                            "`{prefix}` is {kind}, so reading `{whole}` fails when it has no such key"
+                        ),
+                        at(0, *to),
+                        format!("`{prefix}` may not have it"),
+                    );
+                    self.help(
+                        at_,
+                        Some(format!(
+                            "guard it: `{{% if {whole} %}}...{{% endif %}}`, or read it with a default: `{} | default(value=...)`",
+                            normalize(&root, &segs)
+                        )),
+                    );
+                    return Type::Any;
+                }
+            }
             if matches!(ty, Type::Any) {
                 return Type::Any;
             }
@@ -1760,6 +1961,9 @@ impl<'a> Walker<'a> {
             return t;
         }
         let owner = normalize(root, &upto[..upto.len() - 1]);
+        let worker = upto.len() == 1
+            && matches!(self.globals.get(root), Some(Global::Role(node, _)) if self.workflow.is_map_worker(*node))
+            && !self.locals.iter().any(|(n, _, _)| n == root);
         let at = self.report(
             Code::TemplateUnknownField,
             format!("`{owner}` has no field `{name}`"),
@@ -1767,9 +1971,15 @@ impl<'a> Walker<'a> {
             format!("`{owner}` is {}", short(ty)),
         );
         let names = ty.field_names();
-        let help = did_you_mean(name, names.iter().map(String::as_str))
-            .or_else(|| fields_help(&names))
-            .or_else(|| no_fields_help(ty, &owner, name));
+        let help = if worker {
+            Some(format!(
+                "`{root}` is a map worker: here it is the list of its branch outputs; loop over it (`{{% for x in {root} %}}{{{{ x.{name} }}}}{{% endfor %}}`) or take one (`{root} | first`)"
+            ))
+        } else {
+            did_you_mean(name, names.iter().map(String::as_str))
+                .or_else(|| fields_help(&names))
+                .or_else(|| no_fields_help(ty, &owner, name))
+        };
         self.help(at, help);
         Type::Any
     }

@@ -6,7 +6,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
 use super::types::Type;
-use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root};
+use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root, Unchecked};
 use super::{Compiler, number_value};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::syntax::{self, BinOp, UnOp};
@@ -188,9 +188,11 @@ impl Compiler<'_> {
                                     .help("negate a number"),
                             );
                         }
+                        let unchecked = Unchecked::from(is_unchecked(&ty));
                         (
                             ExprKind::Neg {
                                 operand: Box::new(inner),
+                                unchecked,
                             },
                             ty,
                         )
@@ -328,11 +330,15 @@ impl Compiler<'_> {
                 }
             }
         };
+        let unchecked = Unchecked::from(
+            matches!(op, BinOp::Add | BinOp::Sub) && (is_unchecked(&lt) || is_unchecked(&rt)),
+        );
         (
             ExprKind::Binary {
                 op,
                 lhs: Box::new(l),
                 rhs: Box::new(r),
+                unchecked,
             },
             ty,
         )
@@ -507,11 +513,37 @@ impl Compiler<'_> {
                 Cow::Owned(Type::String),
                 Described::Text("the prompt"),
             ),
-            "item" => (
-                Root::Item,
-                Cow::Owned(Type::Any),
-                Described::Text("the map item"),
-            ),
+            "item" => {
+                let role = scope.role.map(|n| self.workflow.graph[n].name.clone());
+                if !role.as_ref().is_some_and(|r| self.map_workers.contains(r)) {
+                    let (label, help) = match &role {
+                        Some(r) => (
+                            format!("`{r}` is not a map worker"),
+                            format!(
+                                "`item` is the item of `map ROLE over LIST`, seen by ROLE alone; read what `{r}` needs from memory or a role's output"
+                            ),
+                        ),
+                        None => (
+                            "no map item here".to_string(),
+                            "`item` is the item of `map ROLE over LIST`, seen by ROLE alone (its prompt, updates, artifacts, tool arguments)".to_string(),
+                        ),
+                    };
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::ExprItemOutsideMap,
+                            "`item` exists only in a map worker",
+                        )
+                        .label(root.span, label)
+                        .help(help),
+                    );
+                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
+                }
+                (
+                    Root::Item,
+                    Cow::Owned(Type::Any),
+                    Described::Text("the map item"),
+                )
+            }
             "round" => (Root::Round, Cow::Owned(Type::Int), Described::Text("round")),
             "step" => (Root::Step, Cow::Owned(Type::Int), Described::Text("step")),
             "visit" => (Root::Visit, Cow::Owned(Type::Int), Described::Text("visit")),
@@ -545,10 +577,13 @@ impl Compiler<'_> {
                         (Root::Role { node }, Cow::Owned(ty), Described::Role(name))
                     } else {
                         let ty = match self.workflow.role(node) {
-                            Some(r) if !self.twice_declared.contains(name) => {
-                                Cow::Borrowed(&*r.output_type)
+                            Some(_) if self.twice_declared.contains(name) => Cow::Owned(Type::Any),
+                            // A map worker read by name is the list of its branch outputs.
+                            Some(r) if self.map_workers.contains(name) => {
+                                Cow::Owned(Type::list((*r.output_type).clone()))
                             }
-                            _ => Cow::Owned(Type::Any),
+                            Some(r) => Cow::Borrowed(&*r.output_type),
+                            None => Cow::Owned(Type::Any),
                         };
                         (Root::Role { node }, ty, Described::Role(name))
                     }
@@ -596,7 +631,22 @@ impl Compiler<'_> {
                     let names = ty.field_names();
                     // A value with no fields at all: every field read of it is the one
                     // fault (one diagnostic, each read labelled).
-                    let (message, help) = if names.is_empty() {
+                    let worker = match described {
+                        Described::Role(role) if self.map_workers.contains(role) => Some(role),
+                        _ => None,
+                    };
+                    let (message, help) = if let Some(role) = worker {
+                        (
+                            format!(
+                                "`{role}` is a map worker: read by its name it is the list of its branch outputs, which has no field `{}`",
+                                field.name
+                            ),
+                            format!(
+                                "read one item (`first({role}).{0}`, `at({role}, 0).{0}`), or keep them all (`LIST.extend({role})`)",
+                                field.name
+                            ),
+                        )
+                    } else if names.is_empty() {
                         let help = match (&described, &*ty) {
                             (Described::Role(role), Type::String) => format!(
                                 "a reply has fields when its shape is declared: `output json TYPE` in role `{role}`"
@@ -739,6 +789,7 @@ impl Compiler<'_> {
                 ExprKind::Call {
                     func,
                     args: vec![lit],
+                    unchecked: Unchecked::No,
                 },
                 ty,
             );
@@ -878,14 +929,22 @@ impl Compiler<'_> {
                 either(&typed[1].1, &typed[2].1)
             }
         };
+        let unchecked = Unchecked::from(func == Func::Len && is_unchecked(&typed[0].1));
         (
             ExprKind::Call {
                 func,
                 args: typed.into_iter().map(|t| t.0).collect(),
+                unchecked,
             },
             ty,
         )
     }
+}
+
+/// A value whose kind `check` does not know (`any`, or a union of kinds): an operation
+/// that needs one kind is accepted, and a value of another kind fails it at run time.
+fn is_unchecked(ty: &Type) -> bool {
+    matches!(ty.strip_optional(), Type::Any | Type::Union { .. })
 }
 
 /// The type of `a + b` on lists: the wider side when one fits the other, else a list of

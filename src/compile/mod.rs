@@ -98,6 +98,9 @@ struct Compiler<'f> {
     tool_result: Option<Arc<Type>>,
     /// Llm roles with `output json`: they have the `invalid` pseudo-fields.
     json_llm: std::collections::HashSet<NodeIndex>,
+    /// Roles that are the worker of a `map` route: read by name, the list of their outputs.
+    /// Known from the syntax before routes are compiled, since role bodies read them.
+    map_workers: std::collections::HashSet<String>,
     /// Where the header names the `finally` role.
     finally_span: Span,
     /// Nesting and size of the type being resolved: named types are expanded in place,
@@ -164,6 +167,7 @@ impl<'f> Compiler<'f> {
             pending_providers: Vec::new(),
             tool_result: None,
             json_llm: Default::default(),
+            map_workers: Default::default(),
             finally_span: Span::default(),
         }
     }
@@ -171,6 +175,14 @@ impl<'f> Compiler<'f> {
     fn run(&mut self, ast: &Ast) {
         self.broken_nodes = ast.broken_nodes.iter().cloned().collect();
         self.refused_nodes.extend(self.broken_nodes.iter().cloned());
+        self.map_workers = ast
+            .routes
+            .iter()
+            .filter_map(|r| match &r.target {
+                syntax::RouteTarget::Map { worker, .. } => Some(worker.name.clone()),
+                _ => None,
+            })
+            .collect();
         for span in &ast.extra_headers {
             self.diags.push(
                 Diagnostic::error(Code::WorkflowDuplicate, "a file declares one workflow")
@@ -408,6 +420,9 @@ pub fn condition_over(workflow: &Workflow, text: &str) -> Result<Expr, Diagnosti
             .insert(workflow.graph[index].name.clone(), index);
         if workflow.is_json_llm(index) {
             c.json_llm.insert(index);
+        }
+        if workflow.is_map_worker(index) {
+            c.map_workers.insert(workflow.graph[index].name.clone());
         }
     }
     for (id, input) in workflow.inputs.iter().enumerate() {

@@ -93,7 +93,7 @@ fn string_inputs(expr: &Expr, out: &mut Vec<(usize, Span)>) {
         ExprKind::Map { entries } => entries.iter().for_each(|(_, v)| string_inputs(v, out)),
         ExprKind::Call { args, .. } => args.iter().for_each(|a| string_inputs(a, out)),
         ExprKind::Get { base, .. } => string_inputs(base, out),
-        ExprKind::Not { operand } | ExprKind::Neg { operand } => string_inputs(operand, out),
+        ExprKind::Not { operand } | ExprKind::Neg { operand, .. } => string_inputs(operand, out),
         ExprKind::Binary { lhs, rhs, .. } => {
             string_inputs(lhs, out);
             string_inputs(rhs, out);

@@ -206,7 +206,14 @@ impl Type {
     /// carry extra fields: `validate` keeps them when a value is stored.
     pub fn assign_mismatch(&self, to: &Type) -> Option<String> {
         let mut path = String::new();
-        self.mismatch_at(to, &mut path, 0)
+        self.mismatch_at(to, &mut path, 0, false)
+    }
+
+    /// Whether a value of this type fits `to` only because part of it is typed `any`: `check`
+    /// accepts it, and the run checks it when it is stored.
+    pub fn fits_through_any(&self, to: &Type) -> bool {
+        self.assign_mismatch(to).is_none()
+            && self.mismatch_at(to, &mut String::new(), 0, true).is_some()
     }
 
     fn admits_null(&self) -> bool {
@@ -216,7 +223,13 @@ impl Type {
         }
     }
 
-    fn mismatch_at(&self, to: &Type, path: &mut String, depth: usize) -> Option<String> {
+    fn mismatch_at(
+        &self,
+        to: &Type,
+        path: &mut String,
+        depth: usize,
+        strict: bool,
+    ) -> Option<String> {
         // Types are acyclic and written by the author; past this depth nothing is claimed.
         if depth > MAX_TYPE_DEPTH {
             return None;
@@ -239,32 +252,35 @@ impl Type {
         let nested = |from: &Type, to: &Type, path: &mut String, step: &str| {
             let len = path.len();
             path.push_str(step);
-            let out = from.mismatch_at(to, path, depth + 1);
+            let out = from.mismatch_at(to, path, depth + 1, strict);
             path.truncate(len);
             out
         };
         match (self, to) {
-            (Type::Any, _) | (_, Type::Any) => None,
+            (_, Type::Any) => None,
+            // Strict: a value typed `any` is not known to fit anything narrower.
+            (Type::Any, _) if strict => misfit(path),
+            (Type::Any, _) => None,
             (Type::Null, to) => (!to.admits_null())
                 .then(|| format!("{}null does not fit {}", at(path), to.display())),
             // Each member on its own: a `null` member still meets the target's `?`.
             (Type::Union { members }, _) => members
                 .iter()
-                .find_map(|m| m.mismatch_at(to, path, depth + 1)),
+                .find_map(|m| m.mismatch_at(to, path, depth + 1, strict)),
             (Type::Optional { inner }, Type::Optional { inner: to }) => {
-                inner.mismatch_at(to, path, depth + 1)
+                inner.mismatch_at(to, path, depth + 1, strict)
             }
             (Type::Optional { inner }, Type::Union { .. }) if to.admits_null() => {
-                inner.mismatch_at(to, path, depth + 1)
+                inner.mismatch_at(to, path, depth + 1, strict)
             }
             (Type::Optional { .. }, _) => {
                 Some(format!("{}{} may be null", at(path), self.display()))
             }
-            (_, Type::Optional { inner: to }) => self.mismatch_at(to, path, depth + 1),
+            (_, Type::Optional { inner: to }) => self.mismatch_at(to, path, depth + 1, strict),
             (_, Type::Union { members }) => {
                 if members
                     .iter()
-                    .any(|m| self.mismatch_at(m, path, depth + 1).is_none())
+                    .any(|m| self.mismatch_at(m, path, depth + 1, strict).is_none())
                 {
                     None
                 } else {

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::Compiler;
 use super::expr::Scope;
 use super::types::{self, Type};
-use super::workflow::{Expr, ExprKind, MemoryKind, MemoryOp, Update};
+use super::workflow::{Expr, ExprKind, MemoryKind, MemoryOp, Unchecked, Update};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::syntax::{self, Ident};
 
@@ -76,10 +76,17 @@ impl Compiler<'_> {
                         );
                     }
                 }
+                let unchecked = match &self.workflow.memory[memory].kind {
+                    MemoryKind::Value { ty: slot_ty, .. } => {
+                        stored_type(&value, &ty).fits_through_any(slot_ty)
+                    }
+                    _ => false,
+                };
                 Some(Update::Set {
                     memory,
                     value,
                     span: *span,
+                    unchecked: Unchecked::from(unchecked),
                 })
             }
             syntax::UpdateStmt::Call {
@@ -148,11 +155,16 @@ impl Compiler<'_> {
                 } else if let MemoryKind::Value { ty, .. } = &kind {
                     self.check_value_op(target, memory_op, ty, &typed);
                 }
+                let unchecked = match &kind {
+                    MemoryKind::Value { ty, .. } => op_through_any(memory_op, ty, &typed),
+                    _ => false,
+                };
                 Some(Update::Op {
                     memory,
                     op: memory_op,
                     args: typed.into_iter().map(|t| t.0).collect(),
                     span: *span,
+                    unchecked: Unchecked::from(unchecked),
                 })
             }
         }
@@ -212,7 +224,21 @@ impl Compiler<'_> {
                             expected.display(),
                             stored.display()
                         );
-                        let help = format!("`{}` is declared as `{}`", target.name, ty.display());
+                        let declared =
+                            format!("`{}` is declared as `{}`", target.name, ty.display());
+                        // A list of fitting items (a map worker's outputs) is added by `extend`.
+                        let help = match stored.strip_optional() {
+                            Type::List { item: given }
+                                if op == MemoryOp::Append
+                                    && given.assign_mismatch(item).is_none() =>
+                            {
+                                format!(
+                                    "this is a list of such items: `{}.extend(..)` adds each of them; {declared}",
+                                    target.name
+                                )
+                            }
+                            _ => declared,
+                        };
                         self.not_assignable(message, e, &stored, &why, help);
                     }
                     None => {
@@ -544,6 +570,41 @@ fn null_into_required(required: &Type, value: &Type) -> Option<Vec<NullStep>> {
 /// The type of a value to store, with the string literals an object or list literal
 /// spells out kept as literals (the expression types widen them to `string`), so
 /// `{ status: "done" }` fits a `status: "todo" | "done"` field.
+/// Whether what an operation stores fits the memory only through a part typed `any`.
+fn op_through_any(op: MemoryOp, slot: &Type, args: &[(Expr, Type)]) -> bool {
+    let slot = slot.strip_optional();
+    let stored = |i: usize| args.get(i).map(|(e, t)| stored_type(e, t));
+    match (op, slot) {
+        (MemoryOp::Append, Type::List { item }) => {
+            stored(0).is_some_and(|t| t.fits_through_any(item))
+        }
+        (MemoryOp::Extend, Type::List { .. }) => {
+            stored(0).is_some_and(|t| t.strip_optional().fits_through_any(slot))
+        }
+        (MemoryOp::Put, Type::Map { value }) => {
+            stored(1).is_some_and(|t| t.fits_through_any(value))
+        }
+        (MemoryOp::Patch, Type::List { item }) => stored(1).is_some_and(|changes| {
+            match (item.strip_optional(), changes.strip_optional()) {
+                (Type::Object { fields }, Type::Object { fields: given }) => {
+                    given.iter().any(|g| {
+                        fields
+                            .iter()
+                            .find(|f| f.name == g.name)
+                            .is_some_and(|f| g.ty.fits_through_any(&f.ty))
+                    })
+                }
+                (_, Type::Any) => !matches!(item.strip_optional(), Type::Any),
+                (Type::Map { value }, c) => c.fits_through_any(&Type::Map {
+                    value: value.clone(),
+                }),
+                _ => false,
+            }
+        }),
+        _ => false,
+    }
+}
+
 fn stored_type(expr: &Expr, ty: &Type) -> Type {
     match (&expr.kind, ty) {
         (ExprKind::Literal { value }, _) => match value {

@@ -475,13 +475,40 @@ pub enum Update {
         memory: MemoryId,
         value: Expr,
         span: Span,
+        /// The value fits the memory only through a part typed `any` (see [`Unchecked`]).
+        #[serde(default, skip_serializing_if = "Unchecked::is_no")]
+        unchecked: Unchecked,
     },
     Op {
         memory: MemoryId,
         op: MemoryOp,
         args: Vec<Expr>,
         span: Span,
+        #[serde(default, skip_serializing_if = "Unchecked::is_no")]
+        unchecked: Unchecked,
     },
+}
+
+/// Whether `check` proved an operation cannot fail on its values, or accepted it because
+/// a value is typed `any` (a reply's `map[any]` field, a tool's `data`): then a value of
+/// the wrong kind is the fault of what produced it, not of the engine, and the run treats
+/// it as an invalid value (the reply asked again, or the `invalid_output` exit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unchecked {
+    #[default]
+    No,
+    Yes,
+}
+
+impl Unchecked {
+    pub fn is_no(&self) -> bool {
+        *self == Unchecked::No
+    }
+
+    pub fn from(yes: bool) -> Self {
+        if yes { Unchecked::Yes } else { Unchecked::No }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -620,6 +647,9 @@ pub enum ExprKind {
     Call {
         func: Func,
         args: Vec<Expr>,
+        /// `len` of a value typed `any`.
+        #[serde(default, skip_serializing_if = "Unchecked::is_no")]
+        unchecked: Unchecked,
     },
     Get {
         base: Box<Expr>,
@@ -630,11 +660,16 @@ pub enum ExprKind {
     },
     Neg {
         operand: Box<Expr>,
+        #[serde(default, skip_serializing_if = "Unchecked::is_no")]
+        unchecked: Unchecked,
     },
     Binary {
         op: crate::syntax::BinOp,
         lhs: Box<Expr>,
         rhs: Box<Expr>,
+        /// `+` or `-` with an operand typed `any`.
+        #[serde(default, skip_serializing_if = "Unchecked::is_no")]
+        unchecked: Unchecked,
     },
 }
 
@@ -733,6 +768,25 @@ impl Workflow {
             self.role(node).map(|r| &r.kind),
             Some(RoleKind::Llm(l)) if matches!(l.output, OutputFormat::Json { .. })
         )
+    }
+
+    /// The worker of a `map` route: read by its name, it is the list of its branches'
+    /// outputs (each branch adds its own as it is applied, a join sees them all).
+    pub fn is_map_worker(&self, node: NodeIndex) -> bool {
+        self.routes
+            .iter()
+            .any(|r| matches!(&r.target, RouteTarget::Map { worker, .. } if *worker == node))
+    }
+
+    /// The type of role `node` read by its name: its output, or for a map worker the
+    /// list of its outputs.
+    pub fn read_type(&self, node: NodeIndex) -> Option<Type> {
+        let role = self.role(node)?;
+        Some(if self.is_map_worker(node) {
+            Type::list((*role.output_type).clone())
+        } else {
+            (*role.output_type).clone()
+        })
     }
 
     pub fn roles(&self) -> impl Iterator<Item = (NodeIndex, &Role)> {

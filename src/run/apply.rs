@@ -3,7 +3,7 @@
 use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
-use super::eval;
+use super::eval::{self, EvalError};
 use super::events::Event;
 use super::memory::{self, MemoryValue};
 use super::state::RunState;
@@ -105,7 +105,20 @@ impl<'w> Interpreter<'w> {
             }
             RoleKind::Builtin => {}
         }
-        state.outputs.insert(node.index(), run.output.clone());
+        if item.is_some() && workflow.is_map_worker(node) {
+            // A map worker read by name is the list of its branch outputs: each branch
+            // adds its own, so its updates and artifacts see the list typed as `check` does.
+            match state.outputs.get_mut(&node.index()) {
+                Some(Value::Array(outputs)) => outputs.push(run.output.clone()),
+                _ => {
+                    state
+                        .outputs
+                        .insert(node.index(), Value::Array(vec![run.output.clone()]));
+                }
+            }
+        } else {
+            state.outputs.insert(node.index(), run.output.clone());
+        }
         // An invalid outcome is only routed: the role's updates and artifacts expect a valid output.
         let (updates, artifacts): (&[Update], &[crate::compile::Artifact]) = if invalid {
             (&[], &[])
@@ -118,7 +131,10 @@ impl<'w> Interpreter<'w> {
                 let message = format!("role `{name}`: {}", e.message());
                 match e {
                     UpdateError::Limit(_) => StepError::Limit(message),
-                    _ => StepError::Failed(message),
+                    // A value a reply or a tool gave that the memory refuses: not a fault of
+                    // the engine (an llm role's own reply was asked again before this).
+                    UpdateError::Refused(_) => StepError::Invalid(message),
+                    UpdateError::Failed(_) => StepError::Failed(message),
                 }
             })?;
         for n in &notes {
@@ -259,8 +275,10 @@ pub(super) struct UpdateNote {
 /// Why a role's updates could not be applied.
 #[derive(Debug)]
 pub(super) enum UpdateError {
-    /// The output's content was refused (a whiteboard batch, a value of the wrong type):
-    /// an llm role's reply is sent back to the model with this reason.
+    /// The output's content was refused (a whiteboard batch, a value of the wrong type
+    /// where `check` accepted it typed `any`, an expression that cannot take such a value):
+    /// an llm role's reply is sent back to the model with this reason; elsewhere the run
+    /// ends at `invalid_output`.
     Refused(String),
     /// Anything else (an expression that cannot be evaluated, a damaged checkpoint).
     Failed(String),
@@ -290,34 +308,50 @@ impl<'w> Interpreter<'w> {
         let workflow = self.workflow;
         let mut notes = Vec::with_capacity(updates.len());
         for update in updates {
-            let (memory_id, op, args) = match update {
-                Update::Set { memory, value, .. } => {
+            let evaluated = |e: EvalError, memory: usize| {
+                let message = format!("update of `{}`: {e}", workflow.memory[memory].name);
+                if e.unchecked {
+                    UpdateError::Refused(message)
+                } else {
+                    UpdateError::Failed(message)
+                }
+            };
+            let (memory_id, op, args, unchecked) = match update {
+                Update::Set {
+                    memory,
+                    value,
+                    unchecked,
+                    ..
+                } => {
                     let v = self
                         .env(state, Some(node), Some(output), item)
-                        .eval(value)
-                        .map_err(|e| {
-                            UpdateError::Failed(format!(
-                                "update of `{}`: {e}",
-                                workflow.memory[*memory].name
-                            ))
-                        })?;
-                    (*memory, None, vec![v])
+                        .value(value)
+                        .map_err(|e| evaluated(e, *memory))?;
+                    (*memory, None, vec![v], !unchecked.is_no())
                 }
                 Update::Op {
-                    memory, op, args, ..
+                    memory,
+                    op,
+                    args,
+                    unchecked,
+                    ..
                 } => {
                     let env = self.env(state, Some(node), Some(output), item);
                     let values = args
                         .iter()
-                        .map(|a| env.eval(a))
+                        .map(|a| env.value(a))
                         .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| {
-                            UpdateError::Failed(format!(
-                                "update of `{}`: {e}",
-                                workflow.memory[*memory].name
-                            ))
-                        })?;
-                    (*memory, Some(*op), values)
+                        .map_err(|e| evaluated(e, *memory))?;
+                    (*memory, Some(*op), values, !unchecked.is_no())
+                }
+            };
+            // A value `check` accepted only as `any` and that does not fit is the fault of
+            // what produced it; one `check` proved fits and does not is the engine's.
+            let refused = |message: String| {
+                if unchecked {
+                    UpdateError::Refused(message)
+                } else {
+                    UpdateError::Failed(message)
                 }
             };
             let slot = &workflow.memory[memory_id];
@@ -332,12 +366,16 @@ impl<'w> Interpreter<'w> {
                         )));
                     };
                     ty.validate(&value)
-                        .map_err(|e| UpdateError::Refused(format!("`set {}`: {e}", slot.name)))?;
+                        .map_err(|e| refused(format!("`set {}`: {e}", slot.name)))?;
                     ty.fill_absent(&mut value);
                     state.memory[memory_id] = MemoryValue::Plain(value);
                     String::new()
                 }
                 Some(op) => {
+                    if let MemoryKind::Value { ty, .. } = &slot.kind {
+                        stored_fits(ty, op, &args)
+                            .map_err(|e| refused(format!("`{}.{}`: {e}", slot.name, op.name())))?;
+                    }
                     let note = memory::apply(
                         &slot.kind,
                         &mut state.memory[memory_id],
@@ -403,11 +441,42 @@ impl<'w> Interpreter<'w> {
             file_lengths: Default::default(),
             ended: state.ended.clone(),
         };
-        draft.outputs.insert(node.index(), output.clone());
+        // As `apply` will: a map worker read by name is the list of its outputs (the other
+        // branches of this map are not applied yet).
+        let read = if item.is_some() && self.workflow.is_map_worker(node) {
+            Value::Array(vec![output.clone()])
+        } else {
+            output.clone()
+        };
+        draft.outputs.insert(node.index(), read);
         draft.visits[node.index()] += 1;
         match self.run_updates(&mut draft, node, updates, output, item) {
             Err(UpdateError::Refused(reason)) => Some(reason),
             _ => None,
         }
+    }
+}
+
+/// What `append`, `extend`, `put` and `patch` add to a value memory fits its declared type, so
+/// memory always holds what `check` typed it as (a later template reads its fields).
+fn stored_fits(
+    ty: &crate::compile::types::Type,
+    op: MemoryOp,
+    args: &[Value],
+) -> Result<(), String> {
+    use crate::compile::types::Type;
+    match (op, ty.strip_optional(), args) {
+        (MemoryOp::Append, Type::List { item }, [value, ..]) => item.validate(value),
+        (MemoryOp::Extend, Type::List { .. }, [Value::Array(_), ..]) => ty.validate(&args[0]),
+        (MemoryOp::Put, Type::Map { value: v }, [_, value, ..]) => v.validate(value),
+        (MemoryOp::Patch, Type::List { item }, [_, Value::Object(changes), ..]) => {
+            for (field, value) in changes {
+                if let Some(t) = item.strip_optional().field(field) {
+                    t.validate(value).map_err(|e| format!("`{field}`: {e}"))?;
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }

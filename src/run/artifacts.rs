@@ -46,8 +46,8 @@ impl<'w> Interpreter<'w> {
             let mut env = self.env(state, node, output, item);
             env.prompt = prompt.as_ref();
             let value = env
-                .eval(&artifact.value)
-                .map_err(|e| StepError::Failed(format!("`{role_name}`: artifact `{file}`: {e}")))?;
+                .value(&artifact.value)
+                .map_err(|e| e.step(format_args!("`{role_name}`: artifact `{file}`")))?;
             let bytes = match (&value, artifact.append) {
                 (Value::String(s), false) => s.clone().into_bytes(),
                 (other, false) => serde_json::to_vec_pretty(other).unwrap_or_default(),
@@ -182,6 +182,16 @@ fn path_safe_context(ctx: tera::Context) -> tera::Context {
             }
             Value::Array(items) => stack.extend(items.iter_mut()),
             Value::Object(map) => stack.extend(map.values_mut()),
+            // A float prints all its digits (`5e-324` is 326 characters): as long a value
+            // is cut like a string.
+            Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_none() => {
+                let shown = n.as_f64().map(|f| f.to_string()).unwrap_or_default();
+                if let Some(safe) = rondo_workspace::path_component(&shown)
+                    && shown.len() > safe.len()
+                {
+                    *v = Value::String(safe);
+                }
+            }
             _ => {}
         }
     }

@@ -69,7 +69,8 @@ impl<'w> Interpreter<'w> {
         ctx
     }
 
-    /// What every template sees: counters, inputs, `item`, and each role's latest output.
+    /// What every template sees: counters, inputs, `item` (in a map branch), and each role's
+    /// latest output.
     fn shared_context(
         &self,
         state: &RunState,
@@ -82,7 +83,11 @@ impl<'w> Interpreter<'w> {
         ctx.insert("visit", &visit);
         ctx.insert("run_id", &state.run_id);
         ctx.insert("role", &self.workflow.node(node).name);
-        ctx.insert("item", &item.cloned().unwrap_or(Value::Null));
+        // Only a map branch has an item: elsewhere `item` is not defined, so a partial
+        // shared with a map worker can ask `{% if item is defined %}`.
+        if let Some(item) = item {
+            ctx.insert("item", item);
+        }
         ctx.insert("input", &state.inputs_by_name(self.workflow));
         for (index, _) in self.workflow.roles() {
             let mut value = state

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::memory::MemoryValue;
 use super::state::RunState;
 use super::value::{equal, truthy};
-use crate::compile::{Expr, ExprKind, Func, Root, Workflow, number_value};
+use crate::compile::{Expr, ExprKind, Func, Root, Unchecked, Workflow, number_value};
 use crate::syntax::BinOp;
 
 /// What an expression can see besides the state.
@@ -26,21 +26,75 @@ pub struct Env<'a> {
 
 static NULL: Value = Value::Null;
 
+/// Why an expression could not be evaluated.
+#[derive(Debug, Clone)]
+pub struct EvalError {
+    pub message: String,
+    /// The operation that failed was accepted by `check` on a value typed `any`: the
+    /// value's kind is the fault of what produced it (a reply, a tool's data), not of the
+    /// engine.
+    pub unchecked: bool,
+}
+
+impl EvalError {
+    fn new(message: String, unchecked: &Unchecked) -> Self {
+        EvalError {
+            message,
+            unchecked: !unchecked.is_no(),
+        }
+    }
+}
+
+impl EvalError {
+    /// The step's error: a value of the wrong kind ends the run at `invalid_output`, any
+    /// other failure at `error`.
+    pub(super) fn step(self, context: impl std::fmt::Display) -> super::StepError {
+        if self.unchecked {
+            super::StepError::Invalid(format!(
+                "{context}: {} (the value was typed `any`, so `check` could not prove its kind)",
+                self.message
+            ))
+        } else {
+            super::StepError::Failed(format!("{context}: {}", self.message))
+        }
+    }
+}
+
+impl From<String> for EvalError {
+    fn from(message: String) -> Self {
+        EvalError {
+            message,
+            unchecked: false,
+        }
+    }
+}
+
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl Env<'_> {
     pub fn eval(&self, e: &Expr) -> Result<Value, String> {
+        self.value(e).map_err(|e| e.message)
+    }
+
+    /// [`Self::eval`], telling a value of the wrong kind apart from a fault.
+    pub fn value(&self, e: &Expr) -> Result<Value, EvalError> {
         Ok(match &e.kind {
             ExprKind::Literal { value } => value.clone(),
             ExprKind::List { items } => Value::Array(
                 items
                     .iter()
-                    .map(|i| self.eval(i))
+                    .map(|i| self.value(i))
                     .collect::<Result<_, _>>()?,
             ),
             ExprKind::Map { entries } => Value::Object(
                 entries
                     .iter()
-                    .map(|(k, v)| Ok((k.clone(), self.eval(v)?)))
-                    .collect::<Result<_, String>>()?,
+                    .map(|(k, v)| Ok((k.clone(), self.value(v)?)))
+                    .collect::<Result<_, EvalError>>()?,
             ),
             ExprKind::Path {
                 root: Root::Memory { id },
@@ -102,24 +156,43 @@ impl Env<'_> {
                 });
             }
             ExprKind::Get { base, fields } => {
-                let mut v = self.eval(base)?;
+                let mut v = self.value(base)?;
                 for f in fields {
                     v = v.get(f).cloned().unwrap_or(Value::Null);
                 }
                 v
             }
-            ExprKind::Not { operand } => Value::Bool(!truthy(&self.eval(operand)?)),
-            ExprKind::Neg { operand } => match self.eval(operand)?.as_f64() {
+            ExprKind::Not { operand } => Value::Bool(!truthy(&self.value(operand)?)),
+            ExprKind::Neg { operand, unchecked } => match self.value(operand)?.as_f64() {
                 Some(n) => number_value(-n),
-                None => return Err(format!("`{}` is not a number", operand.text)),
+                None => {
+                    return Err(EvalError::new(
+                        format!("`{}` is not a number", operand.text),
+                        unchecked,
+                    ));
+                }
             },
-            ExprKind::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs)?,
-            ExprKind::Call { func, args } => self.call(*func, args)?,
+            ExprKind::Binary {
+                op,
+                lhs,
+                rhs,
+                unchecked,
+            } => self.binary(*op, lhs, rhs, unchecked)?,
+            ExprKind::Call {
+                func,
+                args,
+                unchecked,
+            } => self.call(*func, args, unchecked)?,
         })
     }
 
     pub fn condition(&self, e: &Expr) -> Result<bool, String> {
         self.eval(e).map(|v| truthy(&v))
+    }
+
+    /// [`Self::condition`], telling a value of the wrong kind apart from a fault.
+    pub fn holds(&self, e: &Expr) -> Result<bool, EvalError> {
+        self.value(e).map(|v| truthy(&v))
     }
 
     fn root(&self, root: Root) -> Result<&Value, String> {
@@ -148,20 +221,27 @@ impl Env<'_> {
         }
     }
 
-    fn binary(&self, op: BinOp, lhs: &Expr, rhs: &Expr) -> Result<Value, String> {
+    fn binary(
+        &self,
+        op: BinOp,
+        lhs: &Expr,
+        rhs: &Expr,
+        unchecked: &Unchecked,
+    ) -> Result<Value, EvalError> {
         // `and`/`or` short-circuit so `x != null and x.y == 1` is safe.
         match op {
-            BinOp::And => return Ok(Value::Bool(self.condition(lhs)? && self.condition(rhs)?)),
-            BinOp::Or => return Ok(Value::Bool(self.condition(lhs)? || self.condition(rhs)?)),
+            BinOp::And => return Ok(Value::Bool(self.holds(lhs)? && self.holds(rhs)?)),
+            BinOp::Or => return Ok(Value::Bool(self.holds(lhs)? || self.holds(rhs)?)),
             BinOp::Coalesce => {
-                return match self.eval(lhs)? {
-                    Value::Null => self.eval(rhs),
+                return match self.value(lhs)? {
+                    Value::Null => self.value(rhs),
                     value => Ok(value),
                 };
             }
             _ => {}
         }
-        let (l, r) = (self.eval(lhs)?, self.eval(rhs)?);
+        let fail = |message: String| Err(EvalError::new(message, unchecked));
+        let (l, r) = (self.value(lhs)?, self.value(rhs)?);
         Ok(match op {
             BinOp::Eq => Value::Bool(equal(&l, &r)),
             BinOp::Ne => Value::Bool(!equal(&l, &r)),
@@ -188,25 +268,37 @@ impl Env<'_> {
                 }
                 _ => match (l.as_f64(), r.as_f64()) {
                     (Some(a), Some(b)) => number_value(a + b),
-                    _ => return Err(format!("cannot add {} and {}", short(&l), short(&r))),
+                    _ => return fail(format!("cannot add {} and {}", short(&l), short(&r))),
                 },
             },
             _ => match (l.as_f64(), r.as_f64()) {
                 (Some(a), Some(b)) => number_value(a - b),
-                _ => return Err(format!("cannot subtract {} from {}", short(&r), short(&l))),
+                _ => return fail(format!("cannot subtract {} from {}", short(&r), short(&l))),
             },
         })
     }
 
-    fn call(&self, func: Func, args: &[Expr]) -> Result<Value, String> {
-        let arg = |i: usize| args.get(i).map(|a| self.eval(a)).unwrap_or(Ok(Value::Null));
+    fn call(&self, func: Func, args: &[Expr], unchecked: &Unchecked) -> Result<Value, EvalError> {
+        let arg = |i: usize| {
+            args.get(i)
+                .map(|a| self.value(a))
+                .unwrap_or(Ok(Value::Null))
+        };
         Ok(match func {
             Func::Len => Value::from(match arg(0)? {
                 Value::Array(a) => a.len(),
                 Value::Object(o) => o.len(),
                 Value::String(s) => s.chars().count(),
                 Value::Null => 0,
-                other => return Err(format!("len of {}", short(&other))),
+                other => {
+                    return Err(EvalError::new(
+                        format!(
+                            "`len` of {}, which is not a list, a map or a string",
+                            short(&other)
+                        ),
+                        unchecked,
+                    ));
+                }
             }),
             Func::Contains => {
                 let (hay, needle) = (arg(0)?, arg(1)?);
@@ -220,9 +312,9 @@ impl Env<'_> {
             Func::Matches => {
                 let text = arg(0)?;
                 let pattern = arg(1)?;
-                let re =
-                    regex::Regex::new(pattern.as_str().unwrap_or("")).map_err(|e| e.to_string())?;
-                Value::Bool(text.as_str().is_some_and(|t| re.is_match(t)))
+                // A pattern that does not compile (one built from a reply) matches nothing.
+                let re = regex::Regex::new(pattern.as_str().unwrap_or(""));
+                Value::Bool(re.is_ok_and(|re| text.as_str().is_some_and(|t| re.is_match(t))))
             }
             Func::Visits => {
                 let node = arg(0)?.as_u64().unwrap_or(u64::MAX) as usize;

@@ -214,6 +214,10 @@ impl<'w> Interpreter<'w> {
                     };
                     let message =
                         format!("role `{name}`: the provider call failed ({called}): {e}");
+                    // The scripted provider fails only when it has no reply: the replies
+                    // ran out, a bound of the run like its budget, not a fault to resume.
+                    let ran_out = e.kind() == rondo_provider::ErrorKind::Config
+                        && self.is_scripted_profile(last);
                     self.buffer_event(Event::LlmFailed {
                         role: name.clone(),
                         visit,
@@ -221,6 +225,11 @@ impl<'w> Interpreter<'w> {
                         error: e.to_string(),
                         attempts: records,
                     });
+                    if ran_out {
+                        return Err(StepError::Limit(format!(
+                            "the scripted replies ran out: no reply for role `{name}`, visit {visit}"
+                        )));
+                    }
                     return Err(StepError::Failed(
                         self.redactor.redact(&message).into_owned(),
                     ));
@@ -344,9 +353,10 @@ impl<'w> Interpreter<'w> {
             });
         }
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
-        // A text or native role has no invalid route: what its replies lacked ends the run.
+        // A text or native role has no invalid route: what its replies lacked (a reply too
+        // long, one its updates refuse) ends the run at `invalid_output`.
         if !matches!(llm.output, OutputFormat::Json { .. }) || llm.mode.native() {
-            return Err(StepError::Failed(format!(
+            return Err(StepError::Invalid(format!(
                 "role `{name}`: no usable reply in {attempts} attempt(s): {}",
                 last_error.unwrap_or_default()
             )));
@@ -357,6 +367,14 @@ impl<'w> Interpreter<'w> {
             "error": last_error.unwrap_or_default(),
             "attempts": attempts,
         })))
+    }
+
+    /// A profile served by the scripted provider (`scripted`, or one of `kind = "scripted"`).
+    pub(super) fn is_scripted_profile(&self, name: &str) -> bool {
+        self.workflow
+            .providers
+            .iter()
+            .any(|p| p.name() == name && p.profile.kind == rondo_provider::ProviderKind::Scripted)
     }
 
     /// The tools a native role offers, in the provider-neutral form each protocol translates.

@@ -212,12 +212,15 @@ enum StepError {
     Failed(String),
     Interrupted,
     Limit(String),
+    /// Ends the run at `invalid_output`: a value a reply (or a tool's data) gave was not of
+    /// the kind `check` could prove (it was typed `any`), or a reply no route can take.
+    Invalid(String),
 }
 
 impl StepError {
     fn message(&self) -> &str {
         match self {
-            StepError::Failed(m) | StepError::Limit(m) => m,
+            StepError::Failed(m) | StepError::Limit(m) | StepError::Invalid(m) => m,
             StepError::Interrupted => "interrupted",
         }
     }

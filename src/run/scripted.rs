@@ -17,6 +17,16 @@ use super::rundir::JournalLine;
 pub use crate::script::{RoleReplies, Script};
 
 impl Script {
+    /// Whether `role` gets a reply for some visit: its own, or the script's `default`.
+    pub fn has_replies(&self, role: &str) -> bool {
+        self.default.is_some()
+            || self.roles.get(role).is_some_and(|r| {
+                !r.sequence.is_empty()
+                    || r.every.is_some()
+                    || r.by_visit.values().any(|texts| !texts.is_empty())
+            })
+    }
+
     /// The replies a recorded run received, so it can be re-executed offline. A reply to
     /// a request that offered tools natively replays with the calls recorded, and only
     /// those (its text is never read for calls).

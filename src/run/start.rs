@@ -46,8 +46,9 @@ impl<'w> Interpreter<'w> {
             Some(_) => Ok(Script::default()),
             None => load_script(options),
         };
+        let require = options.pool.is_none();
         let started = script.and_then(|script| {
-            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, require)
         });
         if started.is_err()
             && let Some(dir) = claimed
@@ -118,7 +119,9 @@ impl<'w> Interpreter<'w> {
         )))
     }
 
-    /// [`start`](Self::start) with replies given in code (`test` blocks).
+    /// [`start`](Self::start) with replies given in code (`test` blocks): a role the
+    /// replies leave out ends the run at `limit` if the run reaches it (a test gives the
+    /// replies of the path it tests).
     pub fn start_with_script(
         workflow: &'w Checked,
         options: &RunOptions,
@@ -126,7 +129,19 @@ impl<'w> Interpreter<'w> {
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout)
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, false)
+    }
+
+    /// [`start`](Self::start) with replies given in code, refused as `rondo run` refuses a
+    /// script that has no reply for an llm role the scripted provider serves.
+    pub fn start_scripted(
+        workflow: &'w Checked,
+        options: &RunOptions,
+        script: Script,
+    ) -> Result<(Self, RunState), StartError> {
+        let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
+        let (run_id, layout) = Self::layout(options)?;
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, true)
     }
 
     fn start_with_script_at(
@@ -136,9 +151,14 @@ impl<'w> Interpreter<'w> {
         inputs: Vec<Value>,
         run_id: String,
         layout: rundir::Layout,
+        require_replies: bool,
     ) -> Result<(Self, RunState), StartError> {
+        let replies = require_replies.then(|| script.clone());
         let mut interp = Self::build(workflow, &layout, options, script)?;
         interp.check_keys()?;
+        if let Some(script) = &replies {
+            interp.check_replies(script)?;
+        }
         let mut inputs = inputs;
         inputs
             .iter_mut()
@@ -429,6 +449,77 @@ impl<'w> Interpreter<'w> {
         })
     }
 
+    /// An llm role the scripted provider answers with no reply in the script: a run that
+    /// surely reaches one (every way from `start` to an exit passes it) is refused before it
+    /// starts, naming them all; the others are named in a warning, and a run that reaches
+    /// one ends at `limit` (as when a role's replies for some visits only run out).
+    fn check_replies(&self, script: &Script) -> Result<(), StartError> {
+        let (mut refused, mut warned) = (Vec::new(), Vec::new());
+        for (index, role) in self.workflow.roles() {
+            if !matches!(role.kind, RoleKind::Llm(_)) {
+                continue;
+            }
+            let Some(profile) = self.profile_of.get(&index.index()) else {
+                continue;
+            };
+            let name = &self.workflow.node(index).name;
+            if !self.answers_scripted(profile) || script.has_replies(name) {
+                continue;
+            }
+            if unavoidable(self.workflow, index) {
+                refused.push(format!("`{name}`"));
+            } else {
+                warned.push(format!("`{name}`"));
+            }
+        }
+        let roles = |names: &[String]| {
+            format!(
+                "{} {}",
+                if names.len() == 1 { "role" } else { "roles" },
+                names.join(", ")
+            )
+        };
+        if refused.is_empty() {
+            if !warned.is_empty() {
+                self.reporter.warn(&format!(
+                    "the scripted replies have no reply for {}; a run that reaches one ends at `limit`",
+                    roles(&warned)
+                ));
+            }
+            return Ok(());
+        }
+        let also = if warned.is_empty() {
+            String::new()
+        } else {
+            format!(" (nor for {}, which some runs reach)", roles(&warned))
+        };
+        let first = refused[0].trim_matches('`').to_string();
+        Err(StartError::Setup(format!(
+            "the scripted replies have no reply for {}, which every run reaches{also}; add {} to the script (`replies: {{{first}: \"...\"}}`, a list of replies for visits 1, 2, ..., or a `default:` reply for every role)",
+            roles(&refused),
+            if refused.len() == 1 { "it" } else { "them" },
+        )))
+    }
+
+    /// Whether a profile's calls go to the scripted provider: the first profile of its
+    /// fallback chain that can be called (its key set) is a scripted one.
+    fn answers_scripted(&self, profile: &str) -> bool {
+        for link in self.pool.chain(profile) {
+            if self.is_scripted_profile(&link) {
+                return true;
+            }
+            let keyless = self.pool.profile(&link).is_some_and(|p| {
+                p.key_env()
+                    .filter(|_| p.key_required())
+                    .is_some_and(|var| std::env::var_os(var).is_none_or(|v| v.is_empty()))
+            });
+            if !keyless {
+                return false;
+            }
+        }
+        false
+    }
+
     /// A fallback chain with no profile that can be called (every one lacks its API key)
     /// is a start-up error, never a failure in the middle of a run. A profile whose key is
     /// missing is skipped for its fallbacks (docs/providers.md).
@@ -687,4 +778,38 @@ fn provider_summaries(workflow: &Workflow, pool: &ProviderPool) -> Vec<Value> {
             json!({"name": p.name, "kind": p.kind, "model": model, "base_url": p.base_url, "base_url_env": p.base_url_env, "api_key_env": p.api_key_env})
         })
         .collect()
+}
+
+/// Whether every way from `start` to an exit runs `role`: the search for an exit avoids it
+/// (a map may go over an empty list, so its worker is never unavoidable for that reason;
+/// an exit guard can end the run after any step).
+fn unavoidable(workflow: &Workflow, role: petgraph::graph::NodeIndex) -> bool {
+    use crate::compile::RouteTarget;
+    let guarded = !workflow.exit_guards.is_empty();
+    let mut seen = vec![false; workflow.graph.node_count()];
+    let mut stack = vec![workflow.start];
+    while let Some(node) = stack.pop() {
+        if std::mem::replace(&mut seen[node.index()], true) {
+            continue;
+        }
+        if workflow.is_exit(node) || (guarded && node != workflow.start) {
+            return false;
+        }
+        for &id in &workflow.outgoing[node.index()] {
+            let next = match &workflow.routes[id].target {
+                RouteTarget::Node { node } => *node,
+                RouteTarget::Parallel { branches, join } => {
+                    if branches.contains(&role) {
+                        continue;
+                    }
+                    *join
+                }
+                RouteTarget::Map { join, .. } => *join,
+            };
+            if next != role {
+                stack.push(next);
+            }
+        }
+    }
+    true
 }

@@ -57,6 +57,10 @@ impl<'w> Interpreter<'w> {
                     let node = self.builtin_exit("limit");
                     state.position = Position::Exited { node, reason };
                 }
+                Err(StepError::Invalid(reason)) => {
+                    let node = self.builtin_exit("invalid_output");
+                    state.position = Position::Exited { node, reason };
+                }
                 Err(StepError::Failed(reason)) => break (self.builtin_exit("error"), reason),
             }
         };
@@ -280,7 +284,13 @@ impl<'w> Interpreter<'w> {
     pub(super) fn exit_guards(&mut self, state: &RunState) -> Result<Option<Flow>, StepError> {
         for (exit, expr) in &self.workflow.exit_guards {
             let env = self.env(state, None, None, None);
-            if env.condition(expr).map_err(StepError::Failed)? {
+            let holds = env.holds(expr).map_err(|e| {
+                e.step(format_args!(
+                    "the condition of exit `{}`",
+                    self.workflow.node(*exit).name
+                ))
+            })?;
+            if holds {
                 let reason = format!("`{}` holds", expr.text);
                 return Ok(Some(Flow::Exit {
                     node: *exit,
@@ -338,10 +348,10 @@ impl<'w> Interpreter<'w> {
                 Condition::Always | Condition::Otherwise => true,
                 Condition::When { expr } => self
                     .env(state, Some(from), None, None)
-                    .condition(expr)
+                    .holds(expr)
                     .map_err(|e| {
-                        StepError::Failed(format!(
-                            "route condition `{}` of `{}` failed: {e}",
+                        e.step(format_args!(
+                            "route condition `{}` of `{}`",
                             expr.text,
                             self.workflow.node(from).name
                         ))
@@ -429,13 +439,14 @@ impl<'w> Interpreter<'w> {
             RouteTarget::Map { worker, over, join } => {
                 let items = self
                     .env(state, None, None, None)
-                    .eval(over)
-                    .map_err(StepError::Failed)?;
+                    .value(over)
+                    .map_err(|e| e.step(format_args!("`map ... over {}`", over.text)))?;
                 let items = match items {
                     Value::Array(a) => a,
                     Value::Null => Vec::new(),
+                    // `check` proves a typed `over` is a list: this one was typed `any`.
                     other => {
-                        return Err(StepError::Failed(format!(
+                        return Err(StepError::Invalid(format!(
                             "`map ... over {}` needs a list, got {other}",
                             over.text
                         )));
@@ -527,10 +538,14 @@ impl<'w> Interpreter<'w> {
                 ),
             });
         }
-        let mut outputs = Vec::new();
+        // The worker's list starts empty and grows as its branches are applied.
+        if let RouteTarget::Map { worker, .. } = &self.workflow.routes[route_id].target {
+            state
+                .outputs
+                .insert(worker.index(), Value::Array(Vec::new()));
+        }
         for (_, r) in done {
             let node = r.node;
-            outputs.push(r.output.clone());
             let run = RoleRun {
                 output: r.output,
                 tool: r.tool,
@@ -538,10 +553,6 @@ impl<'w> Interpreter<'w> {
                 record: r.record,
             };
             self.apply(state, node, run, r.item.as_ref())?;
-        }
-        // A map over an empty list joins to `[]`, never to nothing.
-        if let RouteTarget::Map { worker, .. } = &self.workflow.routes[route_id].target {
-            state.outputs.insert(worker.index(), Value::Array(outputs));
         }
         if let Some(flow) = self.exit_guards(state)? {
             mark_exit(state, &flow);

@@ -456,8 +456,8 @@ pub(super) async fn run_tool_role(
     if let ToolAction::Calls { choices, calls, .. } = &role.action {
         let calls = interp
             .env(state, Some(node), None, item)
-            .eval(calls)
-            .map_err(|e| StepError::Failed(format!("role `{name}`: `calls`: {e}")))?;
+            .value(calls)
+            .map_err(|e| e.step(format_args!("role `{name}`: `calls`")))?;
         let step_id = step_id(state, branch);
         let output = run_calls(
             workflow,
@@ -491,9 +491,9 @@ pub(super) async fn run_tool_role(
             let env = interp.env(state, Some(node), None, item);
             let values = args
                 .iter()
-                .map(|a| env.eval(a))
+                .map(|a| env.value(a))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| StepError::Failed(format!("role `{name}`: tool arguments: {e}")))?;
+                .map_err(|e| e.step(format_args!("role `{name}`: tool arguments")))?;
             let spec = &workflow.tools[*tool];
             let texts: Vec<String> = values.iter().map(arg_text).collect();
             let request = tool_command(environment.as_ref(), spec, &texts)?;
@@ -512,12 +512,12 @@ pub(super) async fn run_tool_role(
         } => {
             let env = interp.env(state, Some(node), None, item);
             let chosen = env
-                .eval(call)
-                .map_err(|e| StepError::Failed(format!("role `{name}`: `call`: {e}")))?;
+                .value(call)
+                .map_err(|e| e.step(format_args!("role `{name}`: `call`")))?;
             let arguments = match args {
                 Some(a) => env
-                    .eval(a)
-                    .map_err(|e| StepError::Failed(format!("role `{name}`: `args`: {e}")))?,
+                    .value(a)
+                    .map_err(|e| e.step(format_args!("role `{name}`: `args`")))?,
                 None => Value::Object(Default::default()),
             };
             let chosen_name = chosen.as_str().unwrap_or("").to_string();
@@ -550,8 +550,8 @@ pub(super) async fn run_tool_role(
             // A list is spread over the command line; an object is one JSON argument.
             let passed = match argv {
                 Some(a) => env
-                    .eval(a)
-                    .map_err(|e| StepError::Failed(format!("role `{name}`: `argv`: {e}")))?,
+                    .value(a)
+                    .map_err(|e| e.step(format_args!("role `{name}`: `argv`")))?,
                 None => arguments.clone(),
             };
             let argv: Vec<String> = match &passed {

@@ -587,17 +587,17 @@ fn task_state_json_is_final_whatever_ends_the_run() {
     assert!(observations.iter().all(|o| o["status"] == "failed"));
     assert_eq!(observations.len(), 60);
 
-    // The provider fails (no reply for the summarizer): `error`.
-    let error = catmaster(
+    // The replies run out (none for the summarizer): `limit`, as the run says why.
+    let ran_out = catmaster(
         &ws,
-        "error",
+        "ran_out",
         "no summary",
         json!({"planner": plan(&[("T1", "t")], json!([])), "task_runner": finish(json!([]))}),
         &[],
     );
-    assert_exit(&error, "error", 2);
-    let state = error.task_state();
-    assert_eq!(state["status"], "error");
+    assert_exit(&ran_out, "limit", 3);
+    let state = ran_out.task_state();
+    assert_eq!(state["status"], "limit");
     assert!(
         state["reason"].as_str().unwrap().contains("summarizer"),
         "{state}"
@@ -629,7 +629,11 @@ fn task_state_json_is_final_whatever_ends_the_run() {
         .collect();
     assert_eq!(
         statuses,
-        [("limit", "limit"), ("error", "error"), ("failed", "failed")]
+        [
+            ("limit", "limit"),
+            ("ran_out", "limit"),
+            ("failed", "failed")
+        ]
     );
 }
 

@@ -65,6 +65,21 @@ pub struct Features {
     /// `../up` ended the run at `error` (finding 4) until values in artifact names were
     /// made path-safe.
     pub model_artifact_names: bool,
+    /// Issue 22 §3, the map join: a map worker read by name at its join (and after) is the
+    /// list of its branch outputs: loops over it, `extend` with it, `len` of it; json
+    /// workers; rarely `append` of it or a field of the list, which `check` must reject.
+    pub map_join_list: bool,
+    /// Issue 22 §3, names that exist only sometimes: `item` guarded in roles that are not
+    /// map workers (and rarely unguarded, or in an expression: rejected), `{% set %}` in
+    /// one branch of an `{% if %}` read guarded (rarely unguarded: rejected).
+    pub sometimes_names: bool,
+    /// Issue 22 §3, values from a reply: `map[any]` fields whose values go into
+    /// arithmetic, `len`, stores into narrower memory and template reads — in the replying
+    /// role's update (an invalid attempt) and in later roles (`invalid_output`).
+    pub reply_values: bool,
+    /// Issue 22 §3, scripted replies that run out: a role left out of the replies (the run
+    /// is refused before it starts) or given replies for its first visits only (`limit`).
+    pub scripted_gaps: bool,
 }
 
 impl Features {
@@ -77,6 +92,10 @@ impl Features {
         holes_fixed: false,
         assignable_set: false,
         model_artifact_names: false,
+        map_join_list: false,
+        sometimes_names: false,
+        reply_values: false,
+        scripted_gaps: false,
     };
     /// The final design of issue 10.
     pub const FINAL: Features = Features {
@@ -87,6 +106,10 @@ impl Features {
         holes_fixed: true,
         assignable_set: true,
         model_artifact_names: true,
+        map_join_list: true,
+        sometimes_names: true,
+        reply_values: true,
+        scripted_gaps: true,
     };
 
     /// `current`, `final`, or a comma list of switches (`invalid_routes,coercion`).
@@ -106,6 +129,10 @@ impl Features {
                 "holes_fixed" => f.holes_fixed = true,
                 "assignable_set" => f.assignable_set = true,
                 "model_artifact_names" => f.model_artifact_names = true,
+                "map_join_list" => f.map_join_list = true,
+                "sometimes_names" => f.sometimes_names = true,
+                "reply_values" => f.reply_values = true,
+                "scripted_gaps" => f.scripted_gaps = true,
                 other => return Err(format!("unknown feature `{other}`")),
             }
         }
@@ -251,6 +278,9 @@ pub struct Case {
     pub prompts: Vec<(String, String)>,
     /// (role, visit, replies for attempt 1, 2, ...); `visit` None = every other visit.
     pub replies: Vec<(String, Option<u64>, Vec<String>)>,
+    /// Llm roles left out of the replies on purpose: a run that surely reaches one is refused
+    /// at its start, one that reaches one otherwise ends at `limit`.
+    pub omitted: Vec<String>,
 }
 
 const FIELD_NAMES: &[&str] = &[
@@ -363,13 +393,14 @@ pub fn generate(seed: u64, features: Features) -> Case {
         max_steps: 60,
     };
     g.build();
-    let replies = g.replies();
+    let (replies, omitted) = g.replies();
     let (source, prompts) = g.render();
     Case {
         seed,
         source,
         prompts,
         replies,
+        omitted,
     }
 }
 
@@ -537,6 +568,14 @@ impl Gen<'_> {
     fn obj(&mut self, depth: usize) -> Ty {
         let k = self.rng.range(1, 4) as usize;
         let mut fields: Vec<Field> = Vec::new();
+        if self.f.reply_values && depth == 0 && self.rng.chance(0.25) {
+            // A reply's open parameters, as the LLM-IDE agent's `action_params`.
+            fields.push(Field {
+                name: "params".into(),
+                ty: Ty::MapAny,
+                opt: false,
+            });
+        }
         while fields.len() < k {
             let name = self.rng.pick(FIELD_NAMES).to_string();
             if fields.iter().any(|f| f.name == name) {
@@ -550,7 +589,12 @@ impl Gen<'_> {
     }
 
     fn kind(&mut self, branch: bool) -> Kind {
-        let json_ok = !branch || !self.f.invalid_routes;
+        self.kind_of(branch, false)
+    }
+
+    /// A map worker may be a json role: its invalid branch ends the run at `invalid_output`.
+    fn kind_of(&mut self, branch: bool, worker: bool) -> Kind {
+        let json_ok = !branch || !self.f.invalid_routes || (worker && self.f.map_join_list);
         match self.rng.below(20) {
             0..=9 if json_ok => {
                 let objs: Vec<(String, Ty)> = self
@@ -599,6 +643,22 @@ impl Gen<'_> {
 
     fn idx(&self, name: &str) -> usize {
         self.roles.iter().position(|r| r.name == name).unwrap()
+    }
+
+    /// A map worker, read by name, is the list of its outputs: none of its fields.
+    fn worker(&self, j: usize) -> bool {
+        self.roles[j].worker
+    }
+
+    /// The required `map[any]` field of a json role's output (`params`), if it has one.
+    fn params_field(&self, j: usize) -> Option<String> {
+        let Kind::Json(ty) = &self.roles[j].kind else {
+            return None;
+        };
+        ty.fields()
+            .iter()
+            .find(|f| matches!(f.ty.resolved(), Ty::MapAny) && !f.opt)
+            .map(|f| f.name.clone())
     }
 
     fn exit_name(&mut self) -> String {
@@ -696,7 +756,7 @@ impl Gen<'_> {
                 self.route(&me, Target::Parallel(branches, next.clone()), Cond::Always);
             }
             93..=99 if next_is_role && self.memory.has("items") => {
-                let kind = self.kind(true);
+                let kind = self.kind_of(true, true);
                 let name = format!("{me}_w");
                 let mut role = self.role(name.clone(), kind);
                 role.worker = true;
@@ -806,6 +866,13 @@ impl Gen<'_> {
         }
         if self.memory.has("notes") {
             options.push(format!("len(memory.notes) > {}", self.rng.range(0, 2)));
+        }
+        if self.f.reply_values
+            && let Some(p) = self.params_field(i)
+        {
+            // `len` of a value typed `any`: a number there ends the run at `invalid_output`.
+            options.push(format!("len({me}.{p}.extra) > 1"));
+            options.push(format!("len({me}.{p}.text) > 3"));
         }
         match self.roles[i].kind.clone() {
             Kind::Json(ty) => {
@@ -1021,7 +1088,7 @@ impl Gen<'_> {
     /// A json role in `avail` with a string field and a `map[any]` field to call a tool with.
     fn tool_choice(&mut self, avail: &[usize]) -> Option<(String, String)> {
         let mut options = Vec::new();
-        for &j in avail {
+        for &j in avail.iter().filter(|&&j| !self.worker(j)) {
             if let Kind::Json(ty) = &self.roles[j].kind {
                 let fields = ty.fields();
                 let name = fields.iter().find(|f| f.ty.is_stringy() && !f.opt);
@@ -1052,6 +1119,7 @@ impl Gen<'_> {
         }
         for (root, j) in roots {
             match &self.roles[j].kind {
+                Kind::Json(_) if self.worker(j) && root != "output" => {}
                 Kind::Json(ty) => {
                     for f in ty.fields() {
                         if f.ty.is_stringy() && !f.opt {
@@ -1096,6 +1164,9 @@ impl Gen<'_> {
                 roots.push(("output".into(), o));
             }
             for (root, j) in roots {
+                if self.worker(j) && root != "output" {
+                    continue;
+                }
                 if let Kind::Json(ty) = &self.roles[j].kind {
                     for f in ty.fields() {
                         match f.ty.resolved() {
@@ -1121,7 +1192,7 @@ impl Gen<'_> {
                 options.push("notes.clear()".into());
             }
             // list[string] fields.
-            for &j in avail {
+            for &j in avail.iter().filter(|&&j| !self.worker(j)) {
                 if let Kind::Json(ty) = &self.roles[j].kind {
                     for f in ty.fields() {
                         if let Ty::List(item) = f.ty.resolved()
@@ -1143,7 +1214,7 @@ impl Gen<'_> {
         }
         if m.has("maybe_label") {
             options.push(format!("set maybe_label = {}", self.rng.pick(&strings)));
-            for &j in avail {
+            for &j in avail.iter().filter(|&&j| !self.worker(j)) {
                 if let Kind::Json(ty) = &self.roles[j].kind {
                     for f in ty.fields() {
                         if f.ty.is_stringy() && f.opt {
@@ -1186,6 +1257,16 @@ impl Gen<'_> {
                 if *n != tname {
                     continue;
                 }
+                if self.worker(j) && root != "output" {
+                    // The list of the worker's outputs: `extend` takes it, `append` not.
+                    if self.f.map_join_list {
+                        options.push(format!("plan.extend({root})"));
+                        if self.f.holes_fixed && self.rng.chance(0.1) {
+                            options.push(format!("plan.append({root})"));
+                        }
+                    }
+                    continue;
+                }
                 options.push(format!("plan.append({root})"));
                 options.push(format!("plan.extend([{root}, {root}])"));
                 // `plan.patch(..)` is documented but `check` has no such operation (finding 5).
@@ -1198,10 +1279,81 @@ impl Gen<'_> {
                 }
             }
         }
+        self.issue22_updates(i, avail, &mut options);
         if options.is_empty() {
             return None;
         }
         Some(self.rng.pick(&options).clone())
+    }
+
+    /// Issue 22 §3 updates: the list of a map worker's outputs, `item`, and reply values
+    /// typed `any` in arithmetic, `len` and stores.
+    fn issue22_updates(&mut self, i: usize, avail: &[usize], options: &mut Vec<String>) {
+        let names: Vec<&'static str> = self.memory.items.iter().map(|(n, _, _)| *n).collect();
+        let has = |m: &str| names.contains(&m);
+        if self.f.map_join_list {
+            let workers: Vec<usize> = avail.iter().copied().filter(|&j| self.worker(j)).collect();
+            for j in workers {
+                let name = self.roles[j].name.clone();
+                if has("counter") {
+                    options.push(format!("set counter = len({name})"));
+                }
+                if has("notes") && matches!(self.roles[j].kind, Kind::Text) {
+                    options.push(format!("notes.extend({name})"));
+                    if self.f.holes_fixed && self.rng.chance(0.1) {
+                        options.push(format!("notes.append({name})"));
+                    }
+                }
+                if has("last") {
+                    options.push(format!("set last = {name}"));
+                }
+            }
+        }
+        if self.f.sometimes_names {
+            if self.worker(i) {
+                if has("notes") {
+                    options.push("notes.append(item)".into());
+                }
+                if has("last") {
+                    options.push("set last = item".into());
+                }
+            } else if self.f.holes_fixed && has("last") && self.rng.chance(0.03) {
+                // Not a map worker: `check` must reject `item`.
+                options.push("set last = item".into());
+            }
+        }
+        if self.f.reply_values {
+            let mut roots: Vec<(String, usize)> = avail
+                .iter()
+                .filter(|&&j| !self.worker(j))
+                .map(|&j| (self.roles[j].name.clone(), j))
+                .collect();
+            if matches!(self.roles[i].kind, Kind::Json(_)) {
+                roots.push(("output".into(), i));
+            }
+            for (root, j) in roots {
+                let Some(p) = self.params_field(j) else {
+                    continue;
+                };
+                let v = format!("{root}.{p}");
+                if has("counter") {
+                    options.push(format!("set counter = memory.counter + {v}.n"));
+                    options.push(format!("set counter = len({v}.extra)"));
+                    options.push(format!("set counter = {v}.n"));
+                }
+                if has("last") {
+                    options.push(format!("set last = [input.q] + {v}.extra"));
+                    options.push(format!("set last = -{v}.n"));
+                }
+                if has("notes") {
+                    options.push(format!("notes.append({v}.text)"));
+                    options.push(format!("notes.extend({v}.extra)"));
+                }
+                if has("label") {
+                    options.push(format!("set label = {v}.text"));
+                }
+            }
+        }
     }
 
     fn argv(&mut self, avail: &[usize]) -> Vec<String> {
@@ -1235,6 +1387,54 @@ impl Gen<'_> {
         let mut out = Vec::new();
         for &j in avail {
             let name = self.roles[j].name.clone();
+            if self.f.map_join_list && self.worker(j) {
+                // The list of the worker's outputs.
+                out.push(format!("{{{{ {name} | length }}}}"));
+                match self.roles[j].kind.clone() {
+                    Kind::Json(ty) => {
+                        let field = ty
+                            .fields()
+                            .iter()
+                            .find(|f| !f.opt && f.ty.is_scalar())
+                            .map(|f| f.name.clone());
+                        match &field {
+                            Some(f) => out.push(format!(
+                                "{{% for w in {name} %}}- {{{{ w.{f} }}}}\n{{% endfor %}}"
+                            )),
+                            None => out.push(format!(
+                                "{{% for w in {name} %}}- {{{{ w | json_encode() }}}}\n{{% endfor %}}"
+                            )),
+                        }
+                        if let Some(f) = field
+                            && self.f.holes_fixed
+                            && self.rng.chance(0.05)
+                        {
+                            // A field of the list itself: `check` must reject it.
+                            out.push(format!("{{{{ {name}.{f} }}}}"));
+                        }
+                    }
+                    Kind::Text => out.push(format!(
+                        "{{% for w in {name} %}}- {{{{ w }}}}\n{{% endfor %}}"
+                    )),
+                    Kind::Tool => out.push(format!(
+                        "{{% for w in {name} %}}- {{{{ w.stdout }}}}\n{{% endfor %}}"
+                    )),
+                    Kind::Builtin => {}
+                }
+                continue;
+            }
+            if self.f.reply_values
+                && let Some(p) = self.params_field(j)
+            {
+                out.push(format!(
+                    "{{% if {name}.{p}.text %}}Text: {{{{ {name}.{p}.text }}}}{{% endif %}}"
+                ));
+                out.push(format!("{{{{ {name}.{p}.n | default(value=\"-\") }}}}"));
+                if self.f.holes_fixed && self.rng.chance(0.05) {
+                    // A field read through `any`, unguarded: `check` must reject it.
+                    out.push(format!("{{{{ {name}.{p}.text }}}}"));
+                }
+            }
             match self.roles[j].kind.clone() {
                 Kind::Json(ty) => {
                     if let Ty::List(_) = ty.resolved() {
@@ -1302,6 +1502,9 @@ impl Gen<'_> {
         if self.roles[i].worker {
             t.push_str("Item: {{ item }}\n");
         }
+        if self.f.sometimes_names {
+            self.sometimes_names(i, &mut t, &mut reads);
+        }
         let snippets = self.template_reads(avail);
         for _ in 0..self.rng.range(0, 3) {
             if snippets.is_empty() {
@@ -1355,6 +1558,31 @@ impl Gen<'_> {
         (t, reads)
     }
 
+    /// Names that exist only sometimes, guarded (and rarely not, which `check` must reject).
+    fn sometimes_names(&mut self, i: usize, t: &mut String, reads: &mut Vec<&'static str>) {
+        let worker = self.roles[i].worker;
+        if self.rng.chance(0.15) {
+            // As a partial shared with a map worker would read it.
+            t.push_str("{% if item is defined %}Item: {{ item }}{% else %}No item.{% endif %}\n");
+        }
+        if !worker && self.f.holes_fixed && self.rng.chance(0.02) {
+            t.push_str("Item: {{ item }}\n");
+        }
+        if self.rng.chance(0.15) {
+            t.push_str("{% if visit > 1 %}{% set hint = \"again\" %}{% else %}{% set hint = \"first\" %}{% endif %}Hint: {{ hint }}\n");
+        }
+        if self.rng.chance(0.1) {
+            t.push_str("{% if visit > 1 %}{% set late = true %}{% endif %}{% if late is defined %}Late.{% endif %}\n");
+        }
+        if self.f.holes_fixed && self.rng.chance(0.02) {
+            t.push_str("{% if visit > 1 %}{% set later = true %}{% endif %}Later: {{ later }}\n");
+        }
+        if self.memory.has("notes") && self.rng.chance(0.1) {
+            t.push_str("{% for n in memory.notes %}{% set_global last_note = n %}{% endfor %}{% if last_note is defined %}Last: {{ last_note }}{% endif %}\n");
+            reads.push("notes");
+        }
+    }
+
     fn partial_text(&mut self) -> (String, Vec<&'static str>) {
         match self.rng.below(3) {
             0 if self.memory.has("notes") => (
@@ -1371,32 +1599,52 @@ impl Gen<'_> {
 
     // ---- replies -------------------------------------------------------------------------
 
-    fn replies(&mut self) -> Vec<(String, Option<u64>, Vec<String>)> {
+    /// The replies of every llm role, and the llm roles left out on purpose.
+    #[allow(clippy::type_complexity)]
+    fn replies(&mut self) -> (Vec<(String, Option<u64>, Vec<String>)>, Vec<String>) {
         let mut out = Vec::new();
+        let mut omitted = Vec::new();
         for i in 0..self.roles.len() {
             let role = self.roles[i].clone();
             let attempts = role.retries as usize + 1;
+            if !matches!(role.kind, Kind::Json(_) | Kind::Text) {
+                continue;
+            }
+            // Gaps: no reply at all (the run is refused before it starts), or replies for
+            // the first visits only (the run ends at `limit` if it visits the role again).
+            let (visits, every) = match self.f.scripted_gaps {
+                true if self.rng.chance(0.015) => {
+                    omitted.push(role.name.clone());
+                    continue;
+                }
+                true if self.rng.chance(0.08) => (self.rng.range(1, 3), false),
+                _ => (8, true),
+            };
             match &role.kind {
                 Kind::Json(ty) => {
-                    for visit in 1..=8u64 {
+                    for visit in 1..=visits {
                         let texts = (0..attempts)
                             .map(|a| self.json_reply(ty, a + 1 == attempts))
                             .collect();
                         out.push((role.name.clone(), Some(visit), texts));
                     }
-                    let every = self.json_reply(ty, true);
-                    out.push((role.name.clone(), None, vec![every]));
+                    if every {
+                        let every = self.json_reply(ty, true);
+                        out.push((role.name.clone(), None, vec![every]));
+                    }
                 }
                 Kind::Text => {
-                    for visit in 1..=8u64 {
+                    for visit in 1..=visits {
                         out.push((role.name.clone(), Some(visit), vec![self.text_reply()]));
                     }
-                    out.push((role.name.clone(), None, vec![self.text_reply()]));
+                    if every {
+                        out.push((role.name.clone(), None, vec![self.text_reply()]));
+                    }
                 }
                 _ => {}
             }
         }
-        out
+        (out, omitted)
     }
 
     fn text_reply(&mut self) -> String {
@@ -1448,11 +1696,16 @@ impl Gen<'_> {
             Ty::Float => json!(*self.rng.pick(&[0.5, 1.0, 3.25, -2.0, 100.0])),
             Ty::Bool => json!(self.rng.chance(0.5)),
             Ty::Lit(m) => json!(self.rng.pick(m)),
-            Ty::MapAny => match self.rng.below(4) {
+            Ty::MapAny => match self.rng.below(if self.f.reply_values { 7 } else { 4 }) {
                 0 => json!({}),
                 1 => json!({"text": self.rng.pick(WORDS)}),
                 2 => json!({"n": 3}),
-                _ => json!({"n": "three", "extra": [1, 2]}),
+                3 => json!({"n": "three", "extra": [1, 2]}),
+                // The kinds `check` cannot know: a string where a list is meant (the
+                // LLM-IDE agent's `args`), a number where a string is.
+                4 => json!({"n": 2, "text": "ok", "extra": ["a", "b"]}),
+                5 => json!({"n": [1], "text": 7, "extra": "calc.py"}),
+                _ => json!({"text": {"nested": true}, "extra": null}),
             },
             Ty::List(item) => {
                 let item = item.clone();

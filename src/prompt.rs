@@ -635,7 +635,12 @@ type Args = HashMap<String, Value>;
 /// [`MAX_PAD_WIDTH`]; a negative one pads nothing.
 fn pad(value: &Value, args: &Args) -> tera::Result<Value> {
     let width = match args.get("width") {
-        Some(w) => match w.as_f64() {
+        // A number written as text counts too: an artifact name holds a reply's long float
+        // as its cut text.
+        Some(w) => match w
+            .as_f64()
+            .or_else(|| w.as_str().and_then(|s| s.trim().parse().ok()))
+        {
             Some(w) if w.is_nan() || w <= 0.0 => 0,
             // `as` saturates: 1e300 is usize::MAX here, then the bound.
             Some(w) => (w as usize).min(MAX_PAD_WIDTH),

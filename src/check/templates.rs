@@ -668,11 +668,13 @@ struct Shared {
 impl Shared {
     fn new(workflow: &Workflow) -> Self {
         let mut globals = BTreeMap::new();
+        let workers = workflow.map_workers();
         for (index, r) in workflow.roles() {
             // A map worker read by name is the list of its branch outputs.
-            let ty = match workflow.read_type(index) {
-                Some(ty) if workflow.is_map_worker(index) => Arc::new(ty),
-                _ => r.output_type.clone(),
+            let ty = if workers.contains(&index) {
+                Arc::new(Type::list((*r.output_type).clone()))
+            } else {
+                r.output_type.clone()
             };
             globals.insert(
                 node_name(workflow, index).to_string(),

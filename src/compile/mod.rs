@@ -415,13 +415,14 @@ pub fn condition_over(workflow: &Workflow, text: &str) -> Result<Expr, Diagnosti
     let file = SourceFile::new(workflow.path.clone(), text);
     let mut c = Compiler::new(&file);
     c.workflow = workflow.clone();
+    let workers = workflow.map_workers();
     for index in workflow.graph.node_indices() {
         c.node_names
             .insert(workflow.graph[index].name.clone(), index);
         if workflow.is_json_llm(index) {
             c.json_llm.insert(index);
         }
-        if workflow.is_map_worker(index) {
+        if workers.contains(&index) {
             c.map_workers.insert(workflow.graph[index].name.clone());
         }
     }

@@ -778,6 +778,18 @@ impl Workflow {
             .any(|r| matches!(&r.target, RouteTarget::Map { worker, .. } if *worker == node))
     }
 
+    /// Every map worker at once: [`Self::is_map_worker`] looks through all routes, too slow
+    /// to ask for each role of a large workflow.
+    pub fn map_workers(&self) -> std::collections::HashSet<NodeIndex> {
+        self.routes
+            .iter()
+            .filter_map(|r| match &r.target {
+                RouteTarget::Map { worker, .. } => Some(*worker),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The type of role `node` read by its name: its output, or for a map worker the
     /// list of its outputs.
     pub fn read_type(&self, node: NodeIndex) -> Option<Type> {

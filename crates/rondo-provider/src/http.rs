@@ -42,9 +42,8 @@ pub(crate) fn redact(text: &str, key: Option<&ApiKey>) -> String {
 
 /// The HTTP client a model sends with: the process's shared one, built on its first
 /// request (its TLS roots are most of a scripted run's start-up otherwise), or one given.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub enum HttpClient {
-    #[default]
     Shared,
     Given(reqwest::Client),
 }

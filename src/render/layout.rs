@@ -9,6 +9,8 @@
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Shape {
     Rect,
+    /// A rectangle with half-circle ends.
+    Pill,
     Circle,
     /// Edges end at the node's port (a label that a bundle of edges passes through).
     Anchor,
@@ -50,7 +52,7 @@ pub struct Placed {
 
 pub const MARGIN: f64 = 12.0;
 const LAYER_GAP: f64 = 16.0;
-const NODE_GAP: f64 = 28.0;
+const NODE_GAP: f64 = 24.0;
 const DUMMY_GAP: f64 = 12.0;
 const LABEL_PAD: f64 = 6.0;
 /// Beyond this many layout vertices the order gets fewer sweeps (a 10,000-role workflow
@@ -149,6 +151,14 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
         if v != 0 && indegree[v] == 0 && !succ[v].is_empty() {
             let nearest = succ[v].iter().map(|&w| rank[w]).min().unwrap_or(2);
             rank[v] = nearest.saturating_sub(2);
+        }
+    }
+
+    // A node on no edge (a `finally` role) goes to the bottom, beside the exits.
+    let bottom = rank.iter().copied().max().unwrap_or(0);
+    for v in 1..n {
+        if indegree[v] == 0 && succ[v].is_empty() {
+            rank[v] = bottom;
         }
     }
 
@@ -345,7 +355,13 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
                     want.push(sum / total - verts[v].port);
                     weight.push(total);
                 } else {
-                    want.push(x[v]);
+                    // Nothing pulls it: it keeps close to its left neighbour.
+                    let i = want.len();
+                    let close = match i.checked_sub(1).map(|p| layer[p]) {
+                        Some(p) => x[p] + (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v]),
+                        None => x[v],
+                    };
+                    want.push(close);
                     weight.push(0.05);
                 }
             }
@@ -401,6 +417,26 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
                 }
                 let r = s.w.min(s.h) / 2.0;
                 (cx + dx / len * r, cy + dy / len * r)
+            }
+            Shape::Pill => {
+                let (hw, hh) = (s.w / 2.0, s.h / 2.0);
+                let side = hw - hh;
+                let (dx, dy) = (toward.0 - cx, toward.1 - cy);
+                // Through the flat top or bottom when that is where the ray leaves.
+                if dy.abs() > 1e-9 {
+                    let k = hh / dy.abs();
+                    if (dx * k).abs() <= side {
+                        return (cx + dx * k, cy + dy.signum() * hh);
+                    }
+                }
+                // Otherwise through an end's half circle: from its centre towards `toward`.
+                let ex = cx + dx.signum() * side;
+                let (fx, fy) = (toward.0 - ex, toward.1 - cy);
+                let len = (fx * fx + fy * fy).sqrt();
+                if len < 1e-9 {
+                    return (ex + dx.signum() * hh, cy);
+                }
+                (ex + fx / len * hh, cy + fy / len * hh)
             }
             Shape::Rect => {
                 let (dx, dy) = (toward.0 - cx, toward.1 - cy);

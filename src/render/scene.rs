@@ -17,14 +17,14 @@ pub const LABEL_PX: f64 = 10.0;
 /// The fonts text is measured for ([`text_width`]); narrower fallbacks only leave room.
 pub const FONT: &str = "DejaVu Sans, Verdana, sans-serif";
 /// Conditions longer than this many characters are cut on the edge (whole in its title).
-pub const LABEL_CHARS: usize = 28;
+pub const LABEL_CHARS: usize = 24;
 const NAME_CHARS: usize = 40;
-const SUB_CHARS: usize = 34;
+const SUB_CHARS: usize = 28;
 const NODE_H: f64 = 38.0;
 const NODE_PAD: f64 = 10.0;
 const LABEL_H: f64 = 13.0;
-/// Room kept on a node's second line for the viewer's visit count (`×12 · `).
-const COUNT_ROOM: &str = "×999 · ";
+/// Room kept on a node's second line for the viewer's visit count (`×12 · `, `×99+ · ` past 99).
+const COUNT_ROOM: &str = "×99+ · ";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -109,7 +109,7 @@ pub struct GraphEdge {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EdgeText {
-    /// The condition, cut with `…` past 28 characters.
+    /// The condition, cut with `…` past 24 characters.
     pub text: String,
     /// Where the text starts, on its baseline.
     pub x: f64,
@@ -231,7 +231,12 @@ fn node_size(kind: NodeKind, title: &str, sub: &str) -> (f64, f64, Shape) {
             } else {
                 NODE_PAD
             };
-            ((name.max(second) + 2.0 * pad).max(84.0), NODE_H, Shape::Rect)
+            let shape = if kind == NodeKind::Exit {
+                Shape::Pill
+            } else {
+                Shape::Rect
+            };
+            ((name.max(second) + 2.0 * pad).max(84.0), NODE_H, shape)
         }
     }
 }

@@ -220,7 +220,7 @@
       else if (n.kind === "guard") g.append(text(n.x, n.y + 3.5, n.title, { "font-size": 10, "text-anchor": "middle", fill: "#55616d" }));
       else {
         g.append(text(n.x, n.y - 2, n.title, { "font-size": 12, "text-anchor": "middle" }));
-        const sub = count && n.kind !== "exit" ? "×" + count + " · " + n.sub : n.sub;
+        const sub = count && n.kind !== "exit" ? "×" + (count > 99 ? "99+" : count) + " · " + n.sub : n.sub;
         g.append(text(n.x, n.y + 12, sub, { "font-size": 10, "text-anchor": "middle", fill: "#55616d", class: count ? "visits" : "sub" }));
       }
       root.append(g);

@@ -64,10 +64,7 @@ fn faults(g: &Graph) -> Vec<String> {
     for i in 0..boxes.len() {
         for j in i + 1..boxes.len() {
             if boxes[i].overlaps(&boxes[j]) {
-                faults.push(format!(
-                    "{} overlaps {}",
-                    g.nodes[i].name, g.nodes[j].name
-                ));
+                faults.push(format!("{} overlaps {}", g.nodes[i].name, g.nodes[j].name));
             }
         }
         let n = &g.nodes[i];
@@ -83,12 +80,12 @@ fn faults(g: &Graph) -> Vec<String> {
     for e in &g.edges {
         if let Some(t) = &e.text {
             texts.push((
-                t.text.clone(),
+                t.lines.join(" "),
                 Rect {
                     l: t.x,
                     t: t.y - 10.0,
                     r: t.x + t.w,
-                    b: t.y + 3.0,
+                    b: t.y - 10.0 + t.h,
                 },
             ));
         }
@@ -104,18 +101,21 @@ fn faults(g: &Graph) -> Vec<String> {
         if off_boundary(to, last) > 0.5 {
             faults.push(format!("{} -> {} ends at {last:?}", e.from, e.to));
         }
-        if !e.path.starts_with(&format!("M{:.1},{:.1}", first[0], first[1])) {
+        if !e
+            .path
+            .starts_with(&format!("M{:.1},{:.1}", first[0], first[1]))
+        {
             faults.push(format!("{} -> {}: its path starts elsewhere", e.from, e.to));
         }
     }
     for l in &g.labels {
         texts.push((
-            l.text.clone(),
+            l.lines.join(" "),
             Rect {
                 l: l.x,
                 t: l.y - 10.0,
                 r: l.x + l.w,
-                b: l.y + 3.0,
+                b: l.y - 10.0 + l.h,
             },
         ));
     }
@@ -154,7 +154,12 @@ fn every_shipped_workflow_is_laid_out_without_overlaps_and_fits_a_page() {
             g.crossings
         );
         let faults = faults(&g);
-        assert!(faults.is_empty(), "{}:\n{}", path.display(), faults.join("\n"));
+        assert!(
+            faults.is_empty(),
+            "{}:\n{}",
+            path.display(),
+            faults.join("\n")
+        );
         // The same workflow lays out to the same bytes.
         let again = graph_of(&path);
         assert_eq!(
@@ -204,7 +209,11 @@ fn a_shared_condition_is_written_once_and_long_ones_are_cut() {
     let shared: Vec<_> = g.labels.iter().filter(|l| l.title == long).collect();
     assert_eq!(shared.len(), 1, "{:?}", g.labels);
     assert_eq!(shared[0].edges, 6);
-    assert!(shared[0].text.ends_with('…') && shared[0].text.chars().count() <= 24);
+    let lines = &shared[0].lines;
+    assert!(
+        lines.last().unwrap().ends_with('…') && lines.len() == 3,
+        "{lines:?}"
+    );
     // The six edges meet: they end along one stretch, from the label to compose.
     let tails: Vec<_> = into_compose
         .iter()
@@ -212,11 +221,28 @@ fn a_shared_condition_is_written_once_and_long_ones_are_cut() {
         .collect();
     assert!(tails.windows(2).all(|w| w[0] == w[1]), "{tails:?}");
     let svg = rondo::render::scene::svg(&g);
-    assert_eq!(svg.matches(&format!(">{}<", shared[0].text)).count(), 1);
-    assert!(svg.contains(&format!("<title>{} (6 routes)</title>", long.replace('>', "&gt;"))));
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('>', "&gt;")
+            .replace('<', "&lt;")
+    };
+    for line in lines {
+        assert_eq!(
+            svg.matches(&format!(">{}<", esc(line))).count(),
+            1,
+            "{line}"
+        );
+    }
+    assert!(svg.contains(&format!("<title>{} (6 routes)</title>", esc(long))));
     // The legend names what the graph holds.
     let legend: Vec<&str> = g.legend.iter().map(|l| l.text.as_str()).collect();
-    for kind in ["start", "llm role", "tool role", "exit and its code", "route"] {
+    for kind in [
+        "start",
+        "llm role",
+        "tool role",
+        "exit and its code",
+        "route",
+    ] {
         assert!(legend.contains(&kind), "{legend:?}");
     }
 }

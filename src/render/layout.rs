@@ -134,7 +134,8 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
         succ[a].push(b);
     }
     let mut rank = vec![0usize; n];
-    let mut queue: std::collections::VecDeque<usize> = (0..n).filter(|&v| indegree[v] == 0).collect();
+    let mut queue: std::collections::VecDeque<usize> =
+        (0..n).filter(|&v| indegree[v] == 0).collect();
     let mut topo = Vec::with_capacity(n);
     let mut left = indegree.clone();
     while let Some(v) = queue.pop_front() {
@@ -358,7 +359,9 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
                     // Nothing pulls it: it keeps close to its left neighbour.
                     let i = want.len();
                     let close = match i.checked_sub(1).map(|p| layer[p]) {
-                        Some(p) => x[p] + (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v]),
+                        Some(p) => {
+                            x[p] + (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v])
+                        }
                         None => x[v],
                     };
                     want.push(close);
@@ -479,25 +482,24 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
             continue;
         }
         let chain = &chains[i];
-        let mut points: Vec<(f64, f64)> = chain[1..chain.len() - 1]
-            .iter()
-            .map(|&v| port(v))
-            .collect();
-        let first_toward = points.first().copied().unwrap_or(centre(chain[chain.len() - 1]));
+        let mut points: Vec<(f64, f64)> =
+            chain[1..chain.len() - 1].iter().map(|&v| port(v)).collect();
+        let first_toward = points
+            .first()
+            .copied()
+            .unwrap_or(centre(chain[chain.len() - 1]));
         let last_toward = points.last().copied().unwrap_or(centre(chain[0]));
         points.insert(0, clip(chain[0], first_toward));
         points.push(clip(chain[chain.len() - 1], last_toward));
         if reversed[i] {
             points.reverse();
         }
-        let label = label_vertex[i].map(|v| (x[v] - verts[v].w / 2.0 + LABEL_PAD, y(v) - verts[v].h / 2.0));
+        let label =
+            label_vertex[i].map(|v| (x[v] - verts[v].w / 2.0 + LABEL_PAD, y(v) - verts[v].h / 2.0));
         paths.push(EdgePath { points, label });
     }
 
-    let mut width = (0..nv)
-        .map(|v| x[v] + verts[v].w / 2.0)
-        .fold(0.0, f64::max)
-        + MARGIN;
+    let mut width = (0..nv).map(|v| x[v] + verts[v].w / 2.0).fold(0.0, f64::max) + MARGIN;
     for p in &paths {
         for &(px, _) in &p.points {
             width = width.max(px + MARGIN);

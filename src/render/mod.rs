@@ -9,8 +9,8 @@ use std::fmt::Write;
 
 use petgraph::graph::NodeIndex;
 
-pub use scene::{EdgeKind, Graph, GraphEdge, GraphNode};
 use scene::{EdgeIn, NodeIn};
+pub use scene::{EdgeKind, Graph, GraphEdge, GraphNode};
 
 use crate::compile::{
     Condition, EnvKind, NodeKind, RoleKind, Route, RouteTarget, Show, ToolAction, Workflow,

@@ -16,15 +16,53 @@ pub const SUB_PX: f64 = 10.0;
 pub const LABEL_PX: f64 = 10.0;
 /// The fonts text is measured for ([`text_width`]); narrower fallbacks only leave room.
 pub const FONT: &str = "DejaVu Sans, Verdana, sans-serif";
-/// Conditions longer than this many characters are cut on the edge (whole in its title).
-pub const LABEL_CHARS: usize = 24;
+/// A condition is written on the edge in at most 3 lines of at most 15 characters, cut
+/// with `…` past that (whole in its tooltip).
+pub const LINE_CHARS: usize = 15;
+pub const LABEL_LINES: usize = 3;
+/// Distance between the baselines of a label's lines.
+pub const LINE_H: f64 = 12.0;
 const NAME_CHARS: usize = 40;
-const SUB_CHARS: usize = 28;
+const SUB_CHARS: usize = 26;
 const NODE_H: f64 = 38.0;
 const NODE_PAD: f64 = 10.0;
-const LABEL_H: f64 = 13.0;
 /// Room kept on a node's second line for the viewer's visit count (`×12 · `, `×99+ · ` past 99).
 const COUNT_ROOM: &str = "×99+ · ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_break_into_short_lines_and_are_cut_after_three() {
+        assert_eq!(label_lines("otherwise"), ["otherwise"]);
+        assert_eq!(
+            label_lines("len(agent.calls) > 0"),
+            ["len(agent.calls", ") > 0"]
+        );
+        assert_eq!(
+            label_lines("compose.ok and compose.data.composed"),
+            ["compose.ok and", "compose.data.co", "mposed"]
+        );
+        let long = label_lines("visits(planner) >= input.max_steps or visits(planner) >= 20");
+        assert_eq!(
+            long,
+            ["visits(planner)", ">= input.max_st", "eps or visits(…"]
+        );
+        for lines in [
+            long,
+            label_lines(&"x".repeat(100)),
+            label_lines("a b c d e f g h i j k l m n o p q r s t u v w x y z aa bb cc dd"),
+        ] {
+            assert!(lines.len() <= LABEL_LINES);
+            assert!(
+                lines.iter().all(|l| l.chars().count() <= LINE_CHARS),
+                "{lines:?}"
+            );
+        }
+        assert!(label_lines("").is_empty());
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -109,28 +147,34 @@ pub struct GraphEdge {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EdgeText {
-    /// The condition, cut with `…` past 24 characters.
-    pub text: String,
-    /// Where the text starts, on its baseline.
+    /// The condition's lines, the last cut with `…` when it does not fit.
+    pub lines: Vec<String>,
+    /// Where the first line starts, on its baseline (the next ones 12 px lower each).
     pub x: f64,
     pub y: f64,
+    /// The size of the text's box, from `y - 10`.
     pub w: f64,
+    pub h: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SharedLabel {
-    pub text: String,
+    /// As [`EdgeText`]'s.
+    pub lines: Vec<String>,
     /// The whole condition.
     pub title: String,
     pub x: f64,
     pub y: f64,
     pub w: f64,
+    pub h: f64,
     /// How many edges share it.
     pub edges: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Sample {
     Start,
@@ -185,8 +229,8 @@ pub fn text_width(text: &str, px: f64) -> f64 {
         .chars()
         .map(|c| match c {
             'i' | 'j' | 'l' | '.' | ',' | ':' | ';' | '\'' | '|' | '!' | ' ' | '·' => 0.35,
-            'f' | 't' | 'r' | '(' | ')' | '[' | ']' | '{' | '}' | '-' | '/' | '\\' | '"'
-            | '`' | 'I' | 'J' => 0.48,
+            'f' | 't' | 'r' | '(' | ')' | '[' | ']' | '{' | '}' | '-' | '/' | '\\' | '"' | '`'
+            | 'I' | 'J' => 0.48,
             's' | 'z' | '*' | '_' => 0.56,
             'm' | 'w' | 'M' | 'W' | '@' | '%' | '…' => 1.0,
             '=' | '<' | '>' | '+' | '~' | '×' | '#' | '&' | '^' => 0.85,
@@ -210,6 +254,56 @@ pub fn shorten(text: &str, max: usize) -> String {
     cut
 }
 
+/// A condition in lines of at most [`LINE_CHARS`] characters, broken at spaces where it can,
+/// at most [`LABEL_LINES`] of them, the last cut with `…` when the text goes on.
+pub fn label_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let mut word: Vec<char> = word.chars().collect();
+        loop {
+            let used = line.chars().count();
+            let room = LINE_CHARS.saturating_sub(used + usize::from(used > 0));
+            if word.len() <= room {
+                if used > 0 {
+                    line.push(' ');
+                }
+                line.extend(word.iter());
+                break;
+            }
+            // A break at the space when it wastes little, else the word is split.
+            if used > 0 && (room < 4 || (word.len() <= LINE_CHARS && LINE_CHARS - used <= 5)) {
+                lines.push(std::mem::take(&mut line));
+                continue;
+            }
+            if used > 0 {
+                line.push(' ');
+            }
+            line.extend(word.drain(..room));
+            lines.push(std::mem::take(&mut line));
+        }
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    if lines.len() > LABEL_LINES {
+        lines.truncate(LABEL_LINES);
+        let last = &mut lines[LABEL_LINES - 1];
+        let keep: String = last.chars().take(LINE_CHARS - 1).collect();
+        *last = format!("{}…", keep.trim_end());
+    }
+    lines
+}
+
+/// The box of a label's lines: width and height.
+fn lines_size(lines: &[String]) -> (f64, f64) {
+    let w = lines
+        .iter()
+        .map(|l| text_width(l, LABEL_PX))
+        .fold(0.0, f64::max);
+    (w, LINE_H * lines.len() as f64 + 1.0)
+}
+
 fn r1(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
 }
@@ -217,7 +311,11 @@ fn r1(v: f64) -> f64 {
 fn node_size(kind: NodeKind, title: &str, sub: &str) -> (f64, f64, Shape) {
     match kind {
         NodeKind::Start => (44.0, 44.0, Shape::Circle),
-        NodeKind::Guard => (text_width(title, SUB_PX) + 2.0 * NODE_PAD, 24.0, Shape::Rect),
+        NodeKind::Guard => (
+            text_width(title, SUB_PX) + 2.0 * NODE_PAD,
+            24.0,
+            Shape::Rect,
+        ),
         _ => {
             let name = text_width(title, NAME_PX);
             let second = if kind == NodeKind::Exit {
@@ -318,7 +416,7 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
     }
     // Edge i is laid out as pieces: one edge, or into its shared label then out of it.
     let mut shared: Vec<Option<usize>> = vec![None; edges.len()];
-    let mut anchors: Vec<(usize, String, String, usize)> = Vec::new();
+    let mut anchors: Vec<(usize, Vec<String>, String, usize)> = Vec::new();
     let mut specs_edges: Vec<EdgeSpec> = Vec::new();
     let mut first_group_edge: Vec<(usize, Vec<usize>)> = groups
         .into_iter()
@@ -329,12 +427,12 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
     let mut anchor_out: Vec<usize> = Vec::new();
     for (to, members) in first_group_edge {
         let label = edges[members[0]].label.clone();
-        let text = shorten(&label, LABEL_CHARS);
-        let w = text_width(&text, LABEL_PX) + 12.0;
+        let text = label_lines(&label);
+        let (w, h) = lines_size(&text);
         let a = specs.len();
         specs.push(NodeSpec {
-            w,
-            h: LABEL_H,
+            w: w + 12.0,
+            h,
             shape: Shape::Anchor,
         });
         for &m in &members {
@@ -357,9 +455,9 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
             }),
             None => {
                 let label = (!e.label.is_empty() && e.kind != EdgeKind::Join).then(|| {
-                    let t = shorten(&e.label, LABEL_CHARS);
-                    cut_any |= t != e.label;
-                    (text_width(&t, LABEL_PX), LABEL_H)
+                    let t = label_lines(&e.label);
+                    cut_any |= t.last().is_some_and(|l| l.ends_with('…'));
+                    lines_size(&t)
                 });
                 specs_edges.push(EdgeSpec {
                     from: e.from,
@@ -371,7 +469,7 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
     }
     let out_first = specs_edges.len();
     for (k, &(a, ref text, ref whole, _)) in anchors.iter().enumerate() {
-        cut_any |= *text != *whole;
+        cut_any |= text.last().is_some_and(|l| l.ends_with('…')) && !whole.ends_with('…');
         specs_edges.push(EdgeSpec {
             from: a,
             to: anchor_out[k],
@@ -386,13 +484,14 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
     let mut labels = Vec::new();
     for &(a, ref text, ref whole, count) in &anchors {
         let (x, y) = placed.nodes[a];
-        let w = specs[a].w;
+        let (w, h) = (specs[a].w, specs[a].h);
         labels.push(SharedLabel {
-            text: text.clone(),
+            lines: text.clone(),
             title: whole.clone(),
             x: r1(x - w / 2.0 + 6.0),
-            y: r1(y + 3.5),
+            y: r1(y - h / 2.0 + 10.0),
             w: r1(w - 12.0),
+            h: r1(h),
             edges: count,
         });
     }
@@ -416,13 +515,14 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
         };
         let text = match (shared[i], p.label) {
             (None, Some((lx, ly))) => {
-                let t = shorten(&e.label, LABEL_CHARS);
-                let w = r1(text_width(&t, LABEL_PX));
+                let lines = label_lines(&e.label);
+                let (w, h) = lines_size(&lines);
                 Some(EdgeText {
-                    text: t,
+                    lines,
                     x: r1(lx),
                     y: r1(ly + 10.0),
-                    w,
+                    w: r1(w),
+                    h: r1(h),
                 })
             }
             _ => None,
@@ -637,26 +737,19 @@ pub fn svg(g: &Graph) -> String {
             kind_name(e.kind)
         );
         if let Some(t) = &e.text {
-            let _ = write!(
-                out,
-                r##"<text x="{:.1}" y="{:.1}" font-size="{LABEL_PX}" fill="#55616d">{}</text>"##,
-                t.x,
-                t.y,
-                esc(&t.text)
-            );
+            lines_svg(&mut out, &t.lines, t.x, t.y);
         }
         out.push_str("</g>\n");
     }
     for l in &g.labels {
-        let _ = writeln!(
+        let _ = write!(
             out,
-            r##"<g class="shared"><title>{} ({} routes)</title><text x="{:.1}" y="{:.1}" font-size="{LABEL_PX}" fill="#55616d">{}</text></g>"##,
+            r#"<g class="shared"><title>{} ({} routes)</title>"#,
             esc(&l.title),
-            l.edges,
-            l.x,
-            l.y,
-            esc(&l.text)
+            l.edges
         );
+        lines_svg(&mut out, &l.lines, l.x, l.y);
+        out.push_str("</g>\n");
     }
     for n in &g.nodes {
         let _ = write!(
@@ -718,6 +811,17 @@ pub fn svg(g: &Graph) -> String {
     }
     out.push_str("</g>\n</svg>\n");
     out
+}
+
+fn lines_svg(out: &mut String, lines: &[String], x: f64, y: f64) {
+    for (i, line) in lines.iter().enumerate() {
+        let _ = write!(
+            out,
+            r##"<text x="{x:.1}" y="{:.1}" font-size="{LABEL_PX}" fill="#55616d">{}</text>"##,
+            y + LINE_H * i as f64,
+            esc(line)
+        );
+    }
 }
 
 fn legend_sample(out: &mut String, sample: Sample, x: f64, y: f64) {

@@ -195,14 +195,15 @@
       const attrs = { d: e.path, fill: "none", stroke: color, "stroke-width": width, "marker-end": taken ? "url(#arrow-taken)" : `url(#arrow-${e.kind})` };
       if (dash) attrs["stroke-dasharray"] = dash;
       g.append(svg("path", attrs));
-      if (e.text) g.append(text(e.text.x, e.text.y, e.text.text, { "font-size": 10, fill: "#55616d" }));
+      if (e.text) e.text.lines.forEach((line, i) => g.append(text(e.text.x, e.text.y + 12 * i, line, { "font-size": 10, fill: "#55616d" })));
       root.append(g);
     }
     for (const l of graph.labels || []) {
       const g = svg("g", { class: "shared" });
       const title = svg("title");
       title.textContent = l.title + " (" + l.edges + " routes)";
-      g.append(title, text(l.x, l.y, l.text, { "font-size": 10, fill: "#55616d" }));
+      g.append(title);
+      l.lines.forEach((line, i) => g.append(text(l.x, l.y + 12 * i, line, { "font-size": 10, fill: "#55616d" })));
       root.append(g);
     }
     const running = view.live ? a.next : new Set();

@@ -52,8 +52,8 @@ pub struct Placed {
 
 pub const MARGIN: f64 = 12.0;
 const LAYER_GAP: f64 = 16.0;
-const NODE_GAP: f64 = 24.0;
-const DUMMY_GAP: f64 = 12.0;
+const NODE_GAP: f64 = 16.0;
+const DUMMY_GAP: f64 = 10.0;
 const LABEL_PAD: f64 = 6.0;
 /// Beyond this many layout vertices the order gets fewer sweeps (a 10,000-role workflow
 /// still draws in well under a second).

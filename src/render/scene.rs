@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::layout::{self, EdgeSpec, NodeSpec, Shape};
 
 /// Font sizes (px) of a node's name, its second line, and edge labels.
-pub const NAME_PX: f64 = 12.0;
+pub const NAME_PX: f64 = 11.0;
 pub const SUB_PX: f64 = 10.0;
 pub const LABEL_PX: f64 = 10.0;
 /// The fonts text is measured for ([`text_width`]); narrower fallbacks only leave room.
@@ -23,11 +23,10 @@ pub const LABEL_LINES: usize = 3;
 /// Distance between the baselines of a label's lines.
 pub const LINE_H: f64 = 12.0;
 const NAME_CHARS: usize = 40;
-const SUB_CHARS: usize = 26;
+const SUB_CHARS: usize = 21;
 const NODE_H: f64 = 38.0;
-const NODE_PAD: f64 = 10.0;
-/// Room kept on a node's second line for the viewer's visit count (`×12 · `, `×99+ · ` past 99).
-const COUNT_ROOM: &str = "×99+ · ";
+const NODE_PAD: f64 = 8.0;
+
 
 #[cfg(test)]
 mod tests {
@@ -318,11 +317,7 @@ fn node_size(kind: NodeKind, title: &str, sub: &str) -> (f64, f64, Shape) {
         ),
         _ => {
             let name = text_width(title, NAME_PX);
-            let second = if kind == NodeKind::Exit {
-                text_width(sub, SUB_PX)
-            } else {
-                text_width(&format!("{COUNT_ROOM}{sub}"), SUB_PX)
-            };
+            let second = text_width(sub, SUB_PX);
             // An exit's round ends take their radius from each side.
             let pad = if kind == NodeKind::Exit {
                 NODE_H / 2.0
@@ -334,7 +329,7 @@ fn node_size(kind: NodeKind, title: &str, sub: &str) -> (f64, f64, Shape) {
             } else {
                 Shape::Rect
             };
-            ((name.max(second) + 2.0 * pad).max(84.0), NODE_H, shape)
+            ((name.max(second) + 2.0 * pad).max(72.0), NODE_H, shape)
         }
     }
 }

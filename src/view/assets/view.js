@@ -220,9 +220,17 @@
       if (n.kind === "start") g.append(text(n.x, n.y + 4, "start", { "font-size": 11, "text-anchor": "middle" }));
       else if (n.kind === "guard") g.append(text(n.x, n.y + 3.5, n.title, { "font-size": 10, "text-anchor": "middle", fill: "#55616d" }));
       else {
-        g.append(text(n.x, n.y - 2, n.title, { "font-size": 12, "text-anchor": "middle" }));
-        const sub = count && n.kind !== "exit" ? "×" + (count > 99 ? "99+" : count) + " · " + n.sub : n.sub;
-        g.append(text(n.x, n.y + 12, sub, { "font-size": 10, "text-anchor": "middle", fill: "#55616d", class: count ? "visits" : "sub" }));
+        g.append(text(n.x, n.y - 2, n.title, { "font-size": 11, "text-anchor": "middle" }));
+        g.append(text(n.x, n.y + 12, n.sub, { "font-size": 10, "text-anchor": "middle", fill: "#55616d" }));
+        if (count && n.kind !== "exit") {
+          // The visit count on a badge at the box's top right corner.
+          const label = "×" + count;
+          const bw = 8 + 7 * label.length, bx = n.x + n.w / 2 - bw + 6, by = n.y - n.h / 2 - 7;
+          const badge = svg("g", { class: "visits" });
+          badge.append(svg("rect", { x: bx, y: by, width: bw, height: 14, rx: 7, class: "badge" }));
+          badge.append(text(bx + bw / 2, by + 10.5, label, { "font-size": 10, "text-anchor": "middle" }));
+          g.append(badge);
+        }
       }
       root.append(g);
     }

@@ -27,7 +27,6 @@ const SUB_CHARS: usize = 21;
 const NODE_H: f64 = 38.0;
 const NODE_PAD: f64 = 8.0;
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1123,6 +1123,9 @@ fn every_shipped_workflows_graph_is_drawn_untangled_and_fits_the_page() {
         std::fs::write(&page, rondo::view::page(&data)).unwrap();
         b.open(&file_url(&page));
         b.wait_for("!!document.getElementById('graph-svg')", &name);
+        let kept = common::root().join("target/viewer-screenshots");
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::copy(&page, kept.join(format!("graph-{name}.html"))).unwrap();
         let found = b.eval(GRAPH_CHECK);
         eprintln!(
             "{name}: drawn {} px wide (shown {} px on a {} px page), {} edge pairs crossing",
@@ -1149,5 +1152,24 @@ fn every_shipped_workflows_graph_is_drawn_untangled_and_fits_the_page() {
             base64_decode(shot["data"].as_str().unwrap()),
         )
         .unwrap();
+    }
+    // The check finds what it looks for: a box moved onto another overlaps it, leaves its
+    // texts outside and its edges loose.
+    b.eval(
+        "(() => { const [, a, b] = document.querySelectorAll('#graph g.node'); \
+         const ra = a.querySelector(':scope > rect'), rb = b.querySelector(':scope > rect'); \
+         ra.setAttribute('x', rb.getAttribute('x')); ra.setAttribute('y', rb.getAttribute('y')); })()",
+    );
+    let found = b.eval(GRAPH_CHECK);
+    let faults: Vec<String> = strings(&found["faults"]);
+    for kind in [
+        "boxes overlap",
+        "text leaves its shape",
+        "edge ends off its node",
+    ] {
+        assert!(
+            faults.iter().any(|f| f.starts_with(kind)),
+            "{kind}: {faults:?}"
+        );
     }
 }

@@ -69,7 +69,12 @@ fn faults(g: &Graph) -> Vec<String> {
         }
         let n = &g.nodes[i];
         let room = if n.kind == NodeKind::Exit { n.h } else { 8.0 };
-        if n.kind != NodeKind::Start && text_width(&n.title, NAME_PX) > n.w - room + 0.01 {
+        let px = if n.kind == NodeKind::Guard {
+            10.0
+        } else {
+            NAME_PX
+        };
+        if n.kind != NodeKind::Start && text_width(&n.title, px) > n.w - room + 0.01 {
             faults.push(format!("{}: its name leaves its box", n.name));
         }
         if boxes[i].l < 0.0 || boxes[i].r > g.width || boxes[i].b > g.height {
@@ -316,4 +321,32 @@ fn serve_answers_the_svg_graph_without_graphviz() {
     assert!(answer.contains("content-type: image/svg+xml"), "{answer}");
     assert!(answer.contains("<svg xmlns"), "{answer}");
     assert!(answer.contains("data-name=\"success\""), "{answer}");
+}
+
+/// Every fixture that compiles, however odd (loops onto themselves, unreachable roles,
+/// parallel routes, maps, exit guards, workflows with errors), lays out with no overlap
+/// and with every edge on its nodes.
+#[test]
+fn every_fixture_is_laid_out_without_overlaps() {
+    let mut laid = 0;
+    for path in common::files_with_ext(&common::root().join("tests/fixtures"), "rondo") {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let file = rondo::source::SourceFile::new(&path, text.as_str());
+        let (workflow, _) = rondo::compile::load(&file);
+        let g = rondo::render::graph_data(&workflow);
+        let found: Vec<String> = faults(&g)
+            .into_iter()
+            .filter(|f| !f.contains("more than a page"))
+            .collect();
+        assert!(
+            found.is_empty(),
+            "{}:\n{}",
+            path.display(),
+            found.join("\n")
+        );
+        laid += 1;
+    }
+    assert!(laid > 50, "only {laid} fixtures compiled");
 }

@@ -81,7 +81,9 @@ cargo_shown() {
 
 phase "Debian packages"
 need=()
-command -v dot >/dev/null 2>&1 || need+=(graphviz)
+# Graph texts are measured for DejaVu Sans (rondo::render::scene::text_width); the viewer
+# tests check in Chromium that they fit their shapes.
+fc-list 2>/dev/null | grep -q "DejaVu Sans" || need+=(fonts-dejavu-core)
 # The viewer tests (tests/viewer.rs) run the page in a headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)

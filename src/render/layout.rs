@@ -83,38 +83,8 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
     let n = nodes.len();
     // ---- cycles: a depth-first search in input order; an edge to a node on the stack is
     // turned round for the layout (drawn back the right way).
-    let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, e) in edges.iter().enumerate() {
-        if e.from != e.to && e.from < n && e.to < n {
-            out[e.from].push(i);
-        }
-    }
-    let mut reversed = vec![false; edges.len()];
-    let mut state = vec![0u8; n];
-    for root in 0..n {
-        if state[root] != 0 {
-            continue;
-        }
-        state[root] = 1;
-        let mut stack = vec![(root, 0usize)];
-        while let Some(&mut (v, ref mut next)) = stack.last_mut() {
-            if let Some(&e) = out[v].get(*next) {
-                *next += 1;
-                let w = edges[e].to;
-                match state[w] {
-                    0 => {
-                        state[w] = 1;
-                        stack.push((w, 0));
-                    }
-                    1 => reversed[e] = true,
-                    _ => {}
-                }
-            } else {
-                state[v] = 2;
-                stack.pop();
-            }
-        }
-    }
+    let ends: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
+    let reversed = back_edges(n, &ends);
     let oriented = |i: usize| {
         let e = &edges[i];
         if reversed[i] {
@@ -236,29 +206,8 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
     }
     let layers_n = vrank.iter().max().map_or(0, |m| m + 1);
 
-    // ---- order: first a depth-first walk down from the top layers, then sweeps.
-    let mut layers: Vec<Vec<usize>> = vec![Vec::new(); layers_n];
-    let mut seen = vec![false; nv];
-    let mut starts: Vec<usize> = (0..nv).collect();
-    starts.sort_by_key(|&v| (vrank[v], v));
-    for s in starts {
-        if seen[s] {
-            continue;
-        }
-        let mut stack = vec![s];
-        while let Some(v) = stack.pop() {
-            if seen[v] {
-                continue;
-            }
-            seen[v] = true;
-            layers[vrank[v]].push(v);
-            for &(w, _) in down[v].iter().rev() {
-                if !seen[w] {
-                    stack.push(w);
-                }
-            }
-        }
-    }
+    // ---- order: a depth-first walk down from the top layers (children in their order, then
+    // in reverse: two starts), each improved by sweeps; the order with fewest crossings kept.
     let mut pos = vec![0usize; nv];
     let index = |layers: &[Vec<usize>], pos: &mut [usize]| {
         for layer in layers {
@@ -267,52 +216,89 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
             }
         }
     };
-    index(&layers, &mut pos);
-    let mut best = layers.clone();
-    let mut best_count = crossings(&layers, &down, &pos);
-    let (sweeps, patience) = if nv > LARGE { (4, 2) } else { (24, 6) };
-    let mut last_better = 0;
-    for round in 0..sweeps {
-        if best_count == 0 {
-            break;
-        }
-        let downward = round % 2 == 0;
-        let order: Vec<usize> = if downward {
-            (1..layers_n).collect()
-        } else {
-            (0..layers_n.saturating_sub(1)).rev().collect()
-        };
-        for l in order {
-            let nbrs = if downward { &up } else { &down };
-            let mut keyed: Vec<(f64, usize, usize)> = layers[l]
-                .iter()
-                .map(|&v| {
-                    let (sum, total) = nbrs[v]
-                        .iter()
-                        .fold((0.0, 0.0), |(s, t), &(u, w)| (s + w * pos[u] as f64, t + w));
-                    let key = if total > 0.0 {
-                        sum / total
-                    } else {
-                        pos[v] as f64
-                    };
-                    (key, pos[v], v)
-                })
-                .collect();
-            keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            layers[l] = keyed.into_iter().map(|k| k.2).collect();
-            for (i, &v) in layers[l].iter().enumerate() {
-                pos[v] = i;
+    let mut best: Vec<Vec<usize>> = Vec::new();
+    let mut best_count = usize::MAX;
+    for start in 0..2 {
+        let mut layers: Vec<Vec<usize>> = vec![Vec::new(); layers_n];
+        let mut seen = vec![false; nv];
+        let mut starts: Vec<usize> = (0..nv).collect();
+        starts.sort_by_key(|&v| (vrank[v], if start == 0 { v } else { nv - v }));
+        for s in starts {
+            if seen[s] {
+                continue;
+            }
+            let mut stack = vec![s];
+            while let Some(v) = stack.pop() {
+                if seen[v] {
+                    continue;
+                }
+                seen[v] = true;
+                layers[vrank[v]].push(v);
+                let children: Vec<usize> = if start == 0 {
+                    down[v].iter().rev().map(|&(w, _)| w).collect()
+                } else {
+                    down[v].iter().map(|&(w, _)| w).collect()
+                };
+                stack.extend(children.into_iter().filter(|&w| !seen[w]));
             }
         }
-        if nv <= LARGE {
-            transpose(&mut layers, &mut pos, &up, &down);
-        }
+        index(&layers, &mut pos);
         let count = crossings(&layers, &down, &pos);
         if count < best_count {
             best_count = count;
             best = layers.clone();
-            last_better = round;
-        } else if round - last_better >= patience {
+        }
+        let (sweeps, patience) = if nv > LARGE { (4, 2) } else { (24, 6) };
+        let mut last_better = 0;
+        let mut run_best = count;
+        for round in 0..sweeps {
+            if best_count == 0 {
+                break;
+            }
+            let downward = round % 2 == 0;
+            let order: Vec<usize> = if downward {
+                (1..layers_n).collect()
+            } else {
+                (0..layers_n.saturating_sub(1)).rev().collect()
+            };
+            for l in order {
+                let nbrs = if downward { &up } else { &down };
+                let mut keyed: Vec<(f64, usize, usize)> = layers[l]
+                    .iter()
+                    .map(|&v| {
+                        let (sum, total) = nbrs[v]
+                            .iter()
+                            .fold((0.0, 0.0), |(s, t), &(u, _)| (s + pos[u] as f64, t + 1.0));
+                        let key = if total > 0.0 {
+                            sum / total
+                        } else {
+                            pos[v] as f64
+                        };
+                        (key, pos[v], v)
+                    })
+                    .collect();
+                keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                layers[l] = keyed.into_iter().map(|k| k.2).collect();
+                for (i, &v) in layers[l].iter().enumerate() {
+                    pos[v] = i;
+                }
+            }
+            if nv <= LARGE {
+                transpose(&mut layers, &mut pos, &up, &down);
+            }
+            let count = crossings(&layers, &down, &pos);
+            if count < best_count {
+                best_count = count;
+                best = layers.clone();
+            }
+            if count < run_best {
+                run_best = count;
+                last_better = round;
+            } else if round - last_better >= patience {
+                break;
+            }
+        }
+        if nv > LARGE {
             break;
         }
     }
@@ -531,6 +517,45 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
         height,
         crossings: best_count,
     }
+}
+
+/// The edges a depth-first search from the first node (then from each node not reached yet),
+/// following edges in their order, finds going back to a node on its stack: turned round,
+/// they leave no cycle.
+pub fn back_edges(n: usize, edges: &[(usize, usize)]) -> Vec<bool> {
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, &(a, b)) in edges.iter().enumerate() {
+        if a != b && a < n && b < n {
+            out[a].push(i);
+        }
+    }
+    let mut reversed = vec![false; edges.len()];
+    let mut state = vec![0u8; n];
+    for root in 0..n {
+        if state[root] != 0 {
+            continue;
+        }
+        state[root] = 1;
+        let mut stack = vec![(root, 0usize)];
+        while let Some(&mut (v, ref mut next)) = stack.last_mut() {
+            if let Some(&e) = out[v].get(*next) {
+                *next += 1;
+                let w = edges[e].1;
+                match state[w] {
+                    0 => {
+                        state[w] = 1;
+                        stack.push((w, 0));
+                    }
+                    1 => reversed[e] = true,
+                    _ => {}
+                }
+            } else {
+                state[v] = 2;
+                stack.pop();
+            }
+        }
+    }
+    reversed
 }
 
 /// Crossings between consecutive layers: edges sorted by their upper end, inversions of

@@ -401,11 +401,17 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
         });
     }
     let real = specs.len();
-    // (target, condition) -> the edges that share it.
-    let mut groups: BTreeMap<(usize, &str), Vec<usize>> = BTreeMap::new();
+    // (target, condition, going back up) -> the edges that share it. Routes back up a loop
+    // merge apart from those coming down, so that one edge, not several, climbs back.
+    let ends: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
+    let back = layout::back_edges(specs.len(), &ends);
+    let mut groups: BTreeMap<(usize, &str, bool), Vec<usize>> = BTreeMap::new();
     for (i, e) in edges.iter().enumerate() {
         if !e.label.is_empty() && e.kind != EdgeKind::Join && e.from != e.to {
-            groups.entry((e.to, e.label.as_str())).or_default().push(i);
+            groups
+                .entry((e.to, e.label.as_str(), back[i]))
+                .or_default()
+                .push(i);
         }
     }
     // Edge i is laid out as pieces: one edge, or into its shared label then out of it.
@@ -415,7 +421,7 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
     let mut first_group_edge: Vec<(usize, Vec<usize>)> = groups
         .into_iter()
         .filter(|(_, members)| members.len() > 1)
-        .map(|((to, _), members)| (to, members))
+        .map(|((to, _, _), members)| (to, members))
         .collect();
     first_group_edge.sort_by_key(|(_, m)| m[0]);
     let mut anchor_out: Vec<usize> = Vec::new();

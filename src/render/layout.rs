@@ -218,11 +218,38 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
     };
     let mut best: Vec<Vec<usize>> = Vec::new();
     let mut best_count = usize::MAX;
-    for start in 0..2 {
+    // Small graphs also try starts shuffled by a fixed seed (the same every time).
+    let tries = match nv {
+        0..=300 => 32,
+        301..=600 => 8,
+        _ => 2,
+    };
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for start in 0..tries {
         let mut layers: Vec<Vec<usize>> = vec![Vec::new(); layers_n];
         let mut seen = vec![false; nv];
         let mut starts: Vec<usize> = (0..nv).collect();
-        starts.sort_by_key(|&v| (vrank[v], if start == 0 { v } else { nv - v }));
+        let mut shuffle: Vec<u64> = (0..nv)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            })
+            .collect();
+        if start < 2 {
+            shuffle = (0..nv as u64).collect();
+        }
+        starts.sort_by_key(|&v| {
+            (
+                vrank[v],
+                if start == 1 {
+                    (nv - v) as u64
+                } else {
+                    shuffle[v]
+                },
+            )
+        });
         for s in starts {
             if seen[s] {
                 continue;
@@ -234,11 +261,12 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
                 }
                 seen[v] = true;
                 layers[vrank[v]].push(v);
-                let children: Vec<usize> = if start == 0 {
-                    down[v].iter().rev().map(|&(w, _)| w).collect()
-                } else {
-                    down[v].iter().map(|&(w, _)| w).collect()
-                };
+                let mut children: Vec<usize> = down[v].iter().rev().map(|&(w, _)| w).collect();
+                if start == 1 {
+                    children.reverse();
+                } else if start > 1 {
+                    children.sort_by_key(|&w| shuffle[w]);
+                }
                 stack.extend(children.into_iter().filter(|&w| !seen[w]));
             }
         }
@@ -268,7 +296,7 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
                     .map(|&v| {
                         let (sum, total) = nbrs[v]
                             .iter()
-                            .fold((0.0, 0.0), |(s, t), &(u, _)| (s + pos[u] as f64, t + 1.0));
+                            .fold((0.0, 0.0), |(s, t), &(u, w)| (s + w * pos[u] as f64, t + w));
                         let key = if total > 0.0 {
                             sum / total
                         } else {

@@ -4,6 +4,9 @@
 //! adjacent swaps (the best order kept), and x coordinates pulled towards the neighbours
 //! under the order's separations (a weighted isotonic regression per layer, so long edges
 //! run straight). Everything is deterministic: the same input gives the same coordinates.
+//! (The `layout-rs` crate was weighed: it reduces crossings by adjacent swaps only and hands
+//! out coordinates only through its own drawing backend, with no place for a label beside
+//! its edge nor a way to tell which drawn line is which route.)
 
 /// How a node's boundary clips the edges that end on it.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -400,7 +400,6 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
             h,
         });
     }
-    let real = specs.len();
     // (target, condition, going back up) -> the edges that share it. Routes back up a loop
     // merge apart from those coming down, so that one edge, not several, climbs back.
     let ends: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
@@ -538,7 +537,6 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
             text,
         });
     }
-    let _ = real;
 
     // The legend: what is in this graph, under it.
     let mut samples: Vec<Sample> = Vec::new();

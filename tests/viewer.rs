@@ -1138,6 +1138,44 @@ fn every_shipped_workflows_graph_is_drawn_untangled_and_fits_the_page() {
             json!(data.graph.nodes.len()),
             "{name}"
         );
+        // The page draws the picture `rondo graph --format svg` writes: the same paths,
+        // the same boxes.
+        let svg = rondo::render::svg(&workflow);
+        let paths = b.eval(
+            "[...document.querySelectorAll('#graph g.edge > path')].map(p => p.getAttribute('d'))",
+        );
+        let ours: Vec<Value> = data.graph.edges.iter().map(|e| json!(e.path)).collect();
+        assert_eq!(paths, json!(ours), "{name}");
+        for e in &data.graph.edges {
+            assert!(
+                svg.contains(&format!("d=\"{}\"", e.path)),
+                "{name}: {}",
+                e.path
+            );
+        }
+        let boxes = b.eval(
+            "[...document.querySelectorAll('#graph g.node > rect:first-of-type, #graph g.node > circle')].map(r => { const b = r.getBBox(); return [b.x, b.y, b.width, b.height].map(v => Math.round(v * 10) / 10); })",
+        );
+        let boxes: Vec<[f64; 4]> = serde_json::from_value(boxes).unwrap();
+        let ours: Vec<[f64; 4]> = data
+            .graph
+            .nodes
+            .iter()
+            .map(|n| {
+                let r = |v: f64| (v * 10.0).round() / 10.0;
+                [r(n.x - n.w / 2.0), r(n.y - n.h / 2.0), r(n.w), r(n.h)]
+            })
+            .collect();
+        // Within a rounding (both are drawn from numbers kept to 0.1 px).
+        let same = boxes.len() == ours.len()
+            && boxes
+                .iter()
+                .zip(&ours)
+                .all(|(a, b)| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 0.11));
+        assert!(
+            same,
+            "{name}: the page's boxes {boxes:?}, the layout's {ours:?}"
+        );
         let clip = b.eval(
             "(() => { const r = document.getElementById('graph-svg').getBoundingClientRect(); return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height, scale: 1}; })()",
         );

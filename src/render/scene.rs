@@ -396,8 +396,8 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
             sub,
             x: 0.0,
             y: 0.0,
-            w,
-            h,
+            w: r1(w),
+            h: r1(h),
         });
     }
     // (target, condition, going back up) -> the edges that share it. Routes back up a loop

@@ -385,6 +385,8 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
         };
         let sub = shorten(&n.sub, SUB_CHARS);
         let (w, h, shape) = node_size(n.kind, &title, &sub);
+        // Kept to 0.1 px, rounded up: the page and the SVG draw these very numbers.
+        let (w, h) = ((w * 10.0).ceil() / 10.0, (h * 10.0).ceil() / 10.0);
         specs.push(NodeSpec { w, h, shape });
         drawn.push(GraphNode {
             id: n.id,
@@ -396,8 +398,8 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
             sub,
             x: 0.0,
             y: 0.0,
-            w: r1(w),
-            h: r1(h),
+            w,
+            h,
         });
     }
     // (target, condition, going back up) -> the edges that share it. Routes back up a loop
@@ -498,19 +500,20 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
     for (i, e) in edges.iter().enumerate() {
         let p = &placed.edges[piece[i]];
         let looped = e.from == e.to;
+        // Paths are written from the rounded points, which the page data also holds.
+        let round = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+            pts.iter().map(|&(x, y)| (r1(x), r1(y))).collect()
+        };
+        let head = round(&p.points);
         let (points, d) = match shared[i] {
             Some(k) => {
-                let tail = &placed.edges[out_first + k];
-                let mut points = p.points.clone();
-                points.extend(tail.points.iter().skip(1));
-                let d = format!(
-                    "{} {}",
-                    path_of(&p.points, false),
-                    path_of(&tail.points, false)
-                );
+                let tail = round(&placed.edges[out_first + k].points);
+                let mut points = head.clone();
+                points.extend(tail.iter().skip(1));
+                let d = format!("{} {}", path_of(&head, false), path_of(&tail, false));
                 (points, d)
             }
-            None => (p.points.clone(), path_of(&p.points, looped)),
+            None => (head.clone(), path_of(&head, looped)),
         };
         let text = match (shared[i], p.label) {
             (None, Some((lx, ly))) => {

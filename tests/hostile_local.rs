@@ -855,3 +855,78 @@ exit success
     assert!(tmp.path().join("runs/yes/workspace/ran.txt").exists());
     assert!(tmp.path().join("runs/yes/escaped.txt").exists());
 }
+
+/// Connects to each Unix socket of the space-separated list `argv[1]`.
+const CONNECT: &str = r#"
+import socket, sys
+for path in sys.argv[1].split():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        print('CONNECTED', path)
+    except OSError:
+        print('refused', path)
+"#;
+
+/// A daemon's Unix socket (here one the test listens on, open to the tool's user, and the
+/// Docker engine's when the machine has one) is out of a tool's reach: as root, the
+/// engine or systemd would run anything it asks, outside every confinement.
+#[test]
+fn a_tool_cannot_connect_to_a_daemons_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    for user in users() {
+        let dir = user_dir(tmp.path(), user);
+        let script = write_owned(&dir, "connect.py", CONNECT, user);
+        let daemon = dir.join("daemon.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&daemon).unwrap();
+        std::fs::set_permissions(&daemon, std::fs::Permissions::from_mode(0o777)).unwrap();
+        if let Some(uid) = user {
+            std::os::unix::fs::chown(&daemon, Some(uid), Some(uid)).unwrap();
+        }
+        let mut sockets = vec![daemon.display().to_string()];
+        for engine in ["/var/run/docker.sock", "/run/docker.sock"] {
+            if Path::new(engine).exists() {
+                sockets.push(engine.to_string());
+            }
+        }
+        write_workflow(
+            &dir,
+            r#"
+workflow sockets {
+  input script: string
+  input sockets: string
+}
+role connect: tool { command = ["python3", "{{ input.script }}", "{{ input.sockets }}"] }
+start -> connect
+connect -> success
+exit success
+"#,
+            user,
+        );
+        let out = rondo_as(
+            &dir,
+            &[
+                "run",
+                "-q",
+                "w.rondo",
+                "--run-dir",
+                "runs",
+                "--run-id",
+                "s",
+                "--input",
+                &format!("script={}", script.display()),
+                "--input",
+                &format!("sockets={}", sockets.join(" ")),
+            ],
+            user,
+        );
+        assert_ok(&out, "run");
+        let report = tool_stdout(&dir.join("runs/s"), "connect");
+        let expected: String = sockets.iter().map(|s| format!("refused {s}\n")).collect();
+        assert_eq!(report, expected, "as {user:?}");
+        // The daemon still serves everyone else.
+        std::os::unix::net::UnixStream::connect(&daemon).unwrap();
+        drop(listener);
+    }
+}

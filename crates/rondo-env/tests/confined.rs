@@ -346,3 +346,54 @@ fn a_spec_says_how_many_processes_and_which_capabilities() {
         assert!(err.contains(why), "{err}");
     }
 }
+
+/// Connects to each Unix socket path given, then binds and connects to one of its own in
+/// the folder it runs in and in its `TMPDIR`; one line each.
+const SOCKETS: &str = r#"
+import os, socket, sys
+def attempt(what, path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        print(what, 'connected')
+    except OSError:
+        print(what, 'refused')
+for i, path in enumerate(sys.argv[1:]):
+    attempt(f'outside{i}', path)
+for name, folder in [('workspace', '.'), ('tmpdir', os.environ['TMPDIR'])]:
+    path = os.path.join(folder, 'own.sock')
+    own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    own.bind(path)
+    own.listen(1)
+    attempt(name, path)
+"#;
+
+/// A daemon's Unix socket with a path (the Docker engine's, systemd's, an agent's: as
+/// root, reaching one is reaching everything) is out of a command's reach, whether it
+/// was bound before the environment started or after, and whatever its permissions; a
+/// command still binds and uses sockets of its own in its workspace and `TMPDIR`.
+#[tokio::test]
+async fn a_call_cannot_connect_to_another_processs_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("daemon");
+    std::fs::create_dir_all(&outside).unwrap();
+    let before = outside.join("before.sock");
+    let _early = std::os::unix::net::UnixListener::bind(&before).unwrap();
+    let env = env(dir.path()).await;
+    let after = outside.join("after.sock");
+    let _late = std::os::unix::net::UnixListener::bind(&after).unwrap();
+    for path in [&before, &after] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let (before, after) = (before.to_str().unwrap(), after.to_str().unwrap());
+    let out = env.exec(python(SOCKETS, &[before, after])).await.unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        out.stdout,
+        "outside0 refused\noutside1 refused\nworkspace connected\ntmpdir connected\n"
+    );
+    // The sockets are still there for everyone else.
+    std::os::unix::net::UnixStream::connect(before).unwrap();
+    std::os::unix::net::UnixStream::connect(after).unwrap();
+}

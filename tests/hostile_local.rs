@@ -854,6 +854,20 @@ exit success
     assert_ok(&allowed, "--unconfined-tools");
     assert!(tmp.path().join("runs/yes/workspace/ran.txt").exists());
     assert!(tmp.path().join("runs/yes/escaped.txt").exists());
+    // Loudly, even with `-q`, and in the records: what the tools ran without.
+    let warned = String::from_utf8_lossy(&allowed.stderr);
+    assert!(
+        warned.contains("run UNCONFINED, with all your permissions"),
+        "{warned}"
+    );
+    let confinement = of_kind(&events(&tmp.path().join("runs/yes")), "tool_confinement");
+    assert_eq!(confinement.len(), 1);
+    assert_eq!(confinement[0]["protections"]["write_rules"], false);
+    assert_eq!(confinement[0]["protections"]["pid_namespace"], false);
+    let missing = confinement[0]["missing"].to_string();
+    for protection in ["write rules (Landlock)", "own PID namespace and /proc"] {
+        assert!(missing.contains(protection), "{missing}");
+    }
 }
 
 /// Connects to each Unix socket of the space-separated list `argv[1]`.

@@ -153,7 +153,7 @@ impl LocalEnv {
     fn confine(&self, extra: Option<&Path>) -> Result<Arc<Sandbox>, EnvError> {
         let mut writable = vec![self.config.run_dir.as_path(), self.tmp.path()];
         writable.extend(extra);
-        Sandbox::new(&writable, &self.config.read_only).map(Arc::new)
+        Sandbox::new(&writable, &self.config.read_only, &self.tmp.shm()?).map(Arc::new)
     }
 
     /// What the kernel gives the commands (all `false` but the session when they run

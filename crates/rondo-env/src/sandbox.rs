@@ -427,6 +427,8 @@ pub(crate) struct Sandbox {
     protections: Protections,
     /// The writable folders, to leave a tool's own sockets alone.
     writable_paths: Vec<PathBuf>,
+    /// The folder mounted at the tool's `/dev/shm` (the last of `writable`).
+    shm: CString,
     /// Sockets found in [`SOCKET_FOLDERS`] when the sandbox was made.
     sockets: Vec<PathBuf>,
 }
@@ -450,9 +452,16 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
 
 impl Sandbox {
     /// A sandbox whose tools write beneath `writable` (folders that exist) and to the
-    /// harmless devices; `read_only` folders (beneath a writable one) stay read-only.
-    /// Fails when the kernel has no Landlock.
-    pub(crate) fn new(writable: &[&Path], read_only: &[PathBuf]) -> Result<Sandbox, EnvError> {
+    /// harmless devices; `read_only` folders (beneath a writable one) stay read-only;
+    /// `shm`, a folder that exists, is their `/dev/shm` (POSIX shared memory and
+    /// semaphores), writable too. Fails when the kernel has no Landlock.
+    pub(crate) fn new(
+        writable: &[&Path],
+        read_only: &[PathBuf],
+        shm: &Path,
+    ) -> Result<Sandbox, EnvError> {
+        let writable: Vec<&Path> = writable.iter().copied().chain([shm]).collect();
+        let writable = writable.as_slice();
         let abi = landlock_abi();
         if abi == 0 {
             return Err(EnvError::Confinement(
@@ -583,6 +592,7 @@ impl Sandbox {
             cgroup,
             protections,
             writable_paths: writable.iter().map(|p| p.to_path_buf()).collect(),
+            shm: c_path(shm)?,
             sockets: sockets_in_folders(),
         })
     }
@@ -1105,6 +1115,7 @@ impl Sandbox {
             for (slot, path) in writable.iter_mut().zip(&self.writable) {
                 *slot = clone_tree(libc::AT_FDCWD, path, AT_RECURSIVE)?;
             }
+            let shm = clone_tree(libc::AT_FDCWD, &self.shm, 0)?;
             // By path: a tree cloned must be in the namespace of the caller.
             let mut devices = [-1 as c_int; DEVICES.len()];
             for (slot, path) in devices.iter_mut().zip(&self.devices) {
@@ -1157,6 +1168,8 @@ impl Sandbox {
             for (target, link) in DEV_LINKS {
                 check(libc::symlink(target.as_ptr(), link.as_ptr()).into())?;
             }
+            check(libc::mkdir(c"/dev/shm".as_ptr(), 0o1777).into())?;
+            attach(shm, c"/dev/shm")?;
             set_read_only(libc::AT_FDCWD, c"/dev", 0)
         }
     }
@@ -1300,6 +1313,15 @@ impl PrivateTmp {
 
     pub(crate) fn path(&self) -> &Path {
         &self.0
+    }
+
+    /// The folder the environment's tools see as `/dev/shm`, made if missing.
+    pub(crate) fn shm(&self) -> Result<PathBuf, EnvError> {
+        let shm = self.0.join("shm");
+        match std::fs::create_dir(&shm) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(EnvError::io(&shm, e)),
+            _ => Ok(shm),
+        }
     }
 }
 

@@ -287,7 +287,7 @@ attempt('socket', lambda: s.connect('\0' + sys.argv[1]))
     assert_eq!(lines[0], "tty refused", "{}", out.stdout);
     assert_eq!(
         lines[2],
-        "dev fd full null random stderr stdin stdout urandom zero"
+        "dev fd full null random shm stderr stdin stdout urandom zero"
     );
     let want = |abi: u32| {
         if protections.landlock_abi >= abi {
@@ -396,4 +396,30 @@ async fn a_call_cannot_connect_to_another_processs_unix_socket() {
     // The sockets are still there for everyone else.
     std::os::unix::net::UnixStream::connect(before).unwrap();
     std::os::unix::net::UnixStream::connect(after).unwrap();
+}
+
+/// A command has a `/dev/shm` of its own: Python's `multiprocessing` (its locks are POSIX
+/// semaphores there) works, the machine's shared memory is not visible, and what the
+/// command leaves there does not reach the machine's.
+#[tokio::test]
+async fn a_call_has_shared_memory_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = env(dir.path()).await;
+    let host = Path::new("/dev/shm").join(common::unique("rondo-host-shm"));
+    std::fs::write(&host, "the machine's").unwrap();
+    let probe = r#"
+import multiprocessing, os, sys
+print(multiprocessing.Pool(2).map(abs, [-1, -2]))
+print(os.path.exists(sys.argv[1]))
+open('/dev/shm/left-by-the-tool-' + sys.argv[2], 'w').write('x')
+"#;
+    let mark = common::unique("mark");
+    let out = env
+        .exec(python(probe, &[host.to_str().unwrap(), &mark]))
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(&host);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout, "[1, 2]\nFalse\n");
+    assert!(!Path::new(&format!("/dev/shm/left-by-the-tool-{mark}")).exists());
 }

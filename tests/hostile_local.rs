@@ -944,3 +944,58 @@ exit success
         drop(listener);
     }
 }
+
+/// A tool takes every permission away from the folder it works in (`chmod 000 .`, which
+/// Landlock does not cover, on a folder it may change): in a `--workspace` folder the
+/// run's records are reached through it, and the next tools start in it. The run goes on
+/// to its exit and its records say so, as root and as an ordinary user (whom the mode
+/// stops: the records stayed `running`, the next tool could not start).
+#[test]
+fn a_tool_cannot_lock_the_run_out_of_its_workspace() {
+    let tmp = tempfile::tempdir().unwrap();
+    for user in users() {
+        let dir = user_dir(tmp.path(), user);
+        write_workflow(
+            &dir,
+            r#"
+workflow lock {}
+role lock: tool { command = ["sh", "-c", "chmod 000 . && echo locked"] }
+role after: tool { command = ["sh", "-c", "echo after"] }
+start -> lock
+lock -> after
+after -> success
+exit success
+"#,
+            user,
+        );
+        let project = dir.join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        if let Some(uid) = user {
+            std::os::unix::fs::chown(&project, Some(uid), Some(uid)).unwrap();
+        }
+        let out = rondo_as(
+            &dir,
+            &[
+                "run",
+                "-q",
+                "w.rondo",
+                "--run-id",
+                "l",
+                "--workspace",
+                "project",
+            ],
+            user,
+        );
+        assert_ok(&out, "run");
+        let run = project.join(".rondo/runs/l");
+        let info = json(run.join("run.json"));
+        assert_eq!(info["status"], "finished", "as {user:?}: {info:#}");
+        assert_eq!(info["exit"], "success", "as {user:?}");
+        assert_eq!(tool_stdout(&run, "lock"), "locked\n");
+        assert_eq!(tool_stdout(&run, "after"), "after\n");
+        assert_ok(
+            &rondo_as(&dir, &["replay", run.to_str().unwrap()], user),
+            "replay",
+        );
+    }
+}

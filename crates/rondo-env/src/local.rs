@@ -325,6 +325,25 @@ impl Drop for Group<'_> {
     }
 }
 
+/// Gives the owner back search, read and write on the folder the commands run in when a
+/// call took them away (`chmod 000 .`: Landlock does not cover `chmod`, and the folder is
+/// the tool's to change): the run's records in a `--workspace` folder are reached through
+/// it, and the next commands start in it.
+struct KeepRootUsable<'a>(&'a Path);
+
+impl Drop for KeepRootUsable<'_> {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::symlink_metadata(self.0) else {
+            return;
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.is_dir() && mode & 0o700 != 0o700 {
+            let _ = std::fs::set_permissions(self.0, std::fs::Permissions::from_mode(mode | 0o700));
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Environment for LocalEnv {
     fn kind(&self) -> &'static str {
@@ -340,6 +359,8 @@ impl Environment for LocalEnv {
             Some(dir) => self.resolve(dir),
             None => self.config.run_dir.clone(),
         };
+        // Dropped last, once the call's processes are gone (however the call ends).
+        let _root = KeepRootUsable(&self.config.run_dir);
         let (program, mut cmd) = match &req.command {
             Command::Argv(argv) => {
                 let mut c = tokio::process::Command::new(&argv[0]);

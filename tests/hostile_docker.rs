@@ -786,6 +786,86 @@ exit success
     assert!(top().contains("sleep infinity"), "{}", top());
 }
 
+/// A container user owning the workspace (`user` = the caller's uid) takes every
+/// permission away from it (`chmod 000 /work`): the run's records, in the workspace's
+/// `.rondo`, are reached through it. The run goes on to its exit and its records say so.
+/// Run by an ordinary user of the engine's group (whom the mode stops; root is not
+/// stopped): uid 65534 with the socket's group when the tests run as root.
+#[test]
+fn a_docker_tool_cannot_lock_the_run_out_of_its_workspace() {
+    use std::os::unix::fs::MetadataExt;
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let user = if uid == 0 { 65534 } else { uid };
+    let (tmp, project, _) = setup(
+        &format!(
+            r#"
+workflow lock {{}}
+environment box {{
+  kind = "docker"
+  image = "{IMAGE}"
+  mounts = [".:/work:rw"]
+  user = "{user}:{user}"
+}}
+role lock: tool {{
+  env = box
+  command = ["sh", "-c", "chmod 000 /work && echo locked"]
+}}
+role after: tool {{
+  env = box
+  command = ["sh", "-c", "echo after"]
+}}
+start -> lock
+lock -> after
+after -> success
+exit success
+"#
+        ),
+        &[],
+    );
+    let id = unique("lock");
+    let mut cmd = if uid == 0 {
+        let socket = std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(str::to_string))
+            .unwrap_or_else(|| "/var/run/docker.sock".into());
+        let group = std::fs::metadata(&socket).unwrap().gid();
+        for dir in [tmp.path(), project.as_path()] {
+            std::os::unix::fs::chown(dir, Some(user), Some(user)).unwrap();
+        }
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            format!("--reuid={user}"),
+            format!("--regid={user}"),
+            format!("--groups={group}"),
+        ])
+        .arg(env!("CARGO_BIN_EXE_rondo"))
+        .env("HOME", tmp.path());
+        cmd
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_rondo"))
+    };
+    let out = cmd
+        .args(["run", "-q", "w.rondo", "--workspace"])
+        .arg(&project)
+        .args(["--run-id", &id])
+        .current_dir(tmp.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let run_dir = project.join(".rondo/runs").join(&id);
+    let info = json(run_dir.join("run.json"));
+    assert_eq!(info["status"], "finished", "{info:#}");
+    assert_eq!(info["exit"], "success");
+    assert_eq!(stdout_of(&run_dir, "lock"), "locked\n");
+    assert_eq!(stdout_of(&run_dir, "after"), "after\n");
+}
+
 /// A tool that signals everything it can — the container's init and `sleep infinity`,
 /// every process of its user, the command runner — does not stop the container: its
 /// step fails, the next step runs and the run reaches its declared exit.

@@ -1026,6 +1026,15 @@ impl Environment for DockerEnv {
             return Err(EnvError::ShutDown);
         }
         let running = self.gate.read().await;
+        // The writable folders of the host the command may `chmod 000` (dropped last).
+        let _folders = crate::local::KeepRootUsable(
+            self.config
+                .mounts
+                .iter()
+                .filter(|m| m.writable)
+                .map(|m| m.host.clone())
+                .collect(),
+        );
         let transport = self.config.transport;
         for m in transport.before_exec(&self.config.mounts) {
             self.copy_in(&m.host, &m.container).await?;

@@ -325,21 +325,25 @@ impl Drop for Group<'_> {
     }
 }
 
-/// Gives the owner back search, read and write on the folder the commands run in when a
-/// call took them away (`chmod 000 .`: Landlock does not cover `chmod`, and the folder is
-/// the tool's to change): the run's records in a `--workspace` folder are reached through
-/// it, and the next commands start in it.
-struct KeepRootUsable<'a>(&'a Path);
+/// When dropped, gives the owner back search, read and write on each folder, should a call
+/// have taken them away (`chmod 000 .`: Landlock does not cover `chmod`, and the folder is
+/// the tool's to change; in Docker, a container user owning a writable mount): the run's
+/// records in a `--workspace` folder are reached through the workspace, and the next
+/// commands start in it.
+pub(crate) struct KeepRootUsable(pub(crate) Vec<PathBuf>);
 
-impl Drop for KeepRootUsable<'_> {
+impl Drop for KeepRootUsable {
     fn drop(&mut self) {
         use std::os::unix::fs::PermissionsExt;
-        let Ok(meta) = std::fs::symlink_metadata(self.0) else {
-            return;
-        };
-        let mode = meta.permissions().mode() & 0o7777;
-        if meta.is_dir() && mode & 0o700 != 0o700 {
-            let _ = std::fs::set_permissions(self.0, std::fs::Permissions::from_mode(mode | 0o700));
+        for folder in &self.0 {
+            let Ok(meta) = std::fs::symlink_metadata(folder) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.is_dir() && mode & 0o700 != 0o700 {
+                let _ =
+                    std::fs::set_permissions(folder, std::fs::Permissions::from_mode(mode | 0o700));
+            }
         }
     }
 }
@@ -360,7 +364,7 @@ impl Environment for LocalEnv {
             None => self.config.run_dir.clone(),
         };
         // Dropped last, once the call's processes are gone (however the call ends).
-        let _root = KeepRootUsable(&self.config.run_dir);
+        let _root = KeepRootUsable(vec![self.config.run_dir.clone()]);
         let (program, mut cmd) = match &req.command {
             Command::Argv(argv) => {
                 let mut c = tokio::process::Command::new(&argv[0]);

@@ -45,11 +45,25 @@ pub struct Args {
     /// Replies for the scripted provider (YAML), for every run.
     #[arg(long)]
     script: Option<PathBuf>,
+    /// Evaluate these predictions (SWE-bench's preds.json, a list, or JSON Lines of
+    /// {instance_id, model_patch}); no agent runs.
+    #[arg(long, value_name = "FILE")]
+    predictions: Option<PathBuf>,
+    /// The image of an instance without one: `{id}` is its id, `{hub_id}` the id as
+    /// SWE-bench's Docker Hub images spell it (e.g. 'swebench/sweb.eval.x86_64.{hub_id}:latest').
+    #[arg(long, value_name = "TEMPLATE")]
+    image: Option<String>,
+    /// Build a missing image from DIR/<instance id>/Dockerfile.
+    #[arg(long, value_name = "DIR")]
+    build: Option<PathBuf>,
+    /// Seconds the tests of one evaluation may take; longer, they are killed.
+    #[arg(long, value_name = "SECS")]
+    eval_timeout: Option<u64>,
     /// The results folder (default: evals/swebench-<time>).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Continue the runs of this results folder: only the instances without a result.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out", "predictions", "image", "build", "eval_timeout"])]
     resume: Option<PathBuf>,
     /// No progress output.
     #[arg(long, short)]
@@ -86,6 +100,12 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 model: args.model,
                 script: args.script.as_deref().map(batch::absolute),
                 concurrency: args.concurrency.unwrap_or(batch::DEFAULT_CONCURRENCY),
+                predictions: args.predictions.as_deref().map(batch::absolute),
+                image: args.image,
+                build: args.build.as_deref().map(batch::absolute),
+                eval_timeout_sec: args
+                    .eval_timeout
+                    .unwrap_or(swebench::DEFAULT_EVAL_TIMEOUT_SEC),
             };
             let out = args.out.unwrap_or_else(|| batch::default_dir("swebench"));
             batch::refuse_existing(&out, swebench::SETUP_FILE, "a swebench run", "swebench")?;
@@ -101,8 +121,13 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         Some(model) => workflow.with_model(model),
         None => workflow,
     };
-    let instances =
-        swebench::read_instances(&setup.dataset, &workflow).map_err(|p| input_problems(&p))?;
+    let instances = swebench::read_instances(
+        &setup.dataset,
+        &workflow,
+        setup.image.as_deref(),
+        setup.predictions.is_none(),
+    )
+    .map_err(|p| input_problems(&p))?;
     let instances = swebench::select(instances, &setup)?;
     let single = setup.instances.len() == 1;
     let rt = run::runtime_for_runs(setup.concurrency).map_err(runtime_error)?;
@@ -120,11 +145,17 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     out!("{}", swebench::render_table(&report));
     out!("{}", why(&report.results));
     errln!("results: {}", out.display());
+    if report.interrupted {
+        errln!(
+            "interrupted: continue with `rondo swebench --resume {}`",
+            out.display()
+        );
+    }
     let all = report.unfinished == 0
         && report
             .results
             .iter()
-            .all(|r| r.exit_code == 0 && r.resolved != Some(false));
+            .all(|r| r.exit_code == 0 && r.resolved == Some(true));
     Ok(Code::from(!all))
 }
 
@@ -148,19 +179,28 @@ fn why(results: &[swebench::InstanceResult]) -> String {
             out.push_str(&format!("{id}: no patch: {}\n", one_line(e)));
             said = true;
         }
-        if let Some(e) = &r.tests_error {
-            out.push_str(&format!("{id}: tests not run: {}\n", one_line(e)));
+        if let Some(e) = &r.eval_error {
+            out.push_str(&format!("{id}: not evaluated: {}\n", one_line(e)));
             said = true;
-        }
-        for t in r.tests.iter().filter(|t| !t.passed) {
-            let code = t
-                .exit_code
-                .map_or("no exit code".to_string(), |c| format!("exit {c}"));
-            out.push_str(&format!("{id}: test failed ({code}): {}\n", t.command));
+        } else if r.resolved == Some(false) {
+            let failed: Vec<&str> = r
+                .report
+                .tests_status
+                .iter()
+                .flat_map(|t| t.fail_to_pass.failure.iter().chain(&t.pass_to_pass.failure))
+                .map(String::as_str)
+                .collect();
+            out.push_str(&format!("{id}: unresolved: failed {}\n", failed.join(", ")));
             said = true;
         }
         if said {
-            let run = r.workspace.join(".rondo/runs").join(&r.run_id);
+            out.push_str(&format!(
+                "{id}: its evaluation: {}\n",
+                r.eval_dir.join("test_output.txt").display()
+            ));
+        }
+        if said && let Some(ws) = &r.workspace {
+            let run = ws.join(".rondo/runs").join(&r.run_id);
             out.push_str(&format!("{id}: its run: rondo replay {}\n", run.display()));
         }
     }

@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Continue the runs of this results folder: only the instances without a result.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out", "predictions", "image", "build", "eval_timeout"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out", "predictions", "image", "build"])]
     resume: Option<PathBuf>,
     /// No progress output.
     #[arg(long, short)]
@@ -80,6 +80,9 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 batch::saved_setup(&dir, swebench::SETUP_FILE, "a swebench results folder")?;
             if let Some(n) = args.concurrency {
                 setup.concurrency = n;
+            }
+            if let Some(n) = args.eval_timeout {
+                setup.eval_timeout_sec = n;
             }
             (setup, dir)
         }
@@ -129,6 +132,25 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     )
     .map_err(|p| input_problems(&p))?;
     let instances = swebench::select(instances, &setup)?;
+    // The agent works where the repository is: SWE-bench's /testbed when it is the image's.
+    let in_images = instances.iter().filter(|i| i.repo.is_none()).count();
+    let workflow = if setup.predictions.is_none() && in_images > 0 {
+        if in_images < instances.len() {
+            return Err(CliError::new(
+                "some instances' repositories are folders and others are their images': run them as two batches (--filter)",
+            ));
+        }
+        workflow
+            .with_workspace_at(swebench::TESTBED)
+            .ok_or_else(|| {
+                CliError::new(
+                    "the workflow has no Docker environment that mounts its workspace (`.:/work`): the agent could not reach /testbed",
+                )
+                .with_code(2)
+            })?
+    } else {
+        workflow
+    };
     let single = setup.instances.len() == 1;
     let rt = run::runtime_for_runs(setup.concurrency).map_err(runtime_error)?;
     let job = swebench::Swebench {

@@ -491,7 +491,9 @@ async fn steps(
             quote(&base)
         ));
     }
-    script.push_str("git apply --verbose /rondo-eval/test.patch\n");
+    if !target.test_patch.trim().is_empty() {
+        script.push_str("git apply --verbose /rondo-eval/test.patch\n");
+    }
     let out = exec(env, script, STEP_TIMEOUT).await?;
     log.push_str(&out.merged);
     if !out.success() {

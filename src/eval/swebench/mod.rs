@@ -41,6 +41,9 @@ pub const EVAL_DIR: &str = "eval";
 pub const GIT_DIR: &str = "git";
 /// The workflow input that receives the problem statement.
 pub const TASK_INPUT: &str = "task";
+/// The workflow input that, when the workflow has it, receives where the repository is in
+/// the container (`/testbed` for an instance whose repository is its image's).
+pub const REPO_INPUT: &str = "repo_dir";
 /// Where SWE-bench's images keep the repository.
 pub const TESTBED: &str = "/testbed";
 
@@ -358,7 +361,7 @@ impl Ctx<'_> {
                 at("\"FAIL_TO_PASS\""),
                 "needs at least one test",
             );
-            return None;
+            ok = false;
         }
         let image = image_of(own_image.as_deref(), self.image, &id);
         let repo_path = self.base.join(&repo);
@@ -804,7 +807,15 @@ fn prepare(instance: &Instance, dir: &Path, git_dir: &Path) -> Result<(), String
                 .image
                 .as_deref()
                 .ok_or_else(|| format!("{}: no image holds its repository", instance.id))?;
-            copy_out_of_image(image, TESTBED, &tmp)?;
+            copy_out_of_image(
+                image,
+                TESTBED,
+                &tmp,
+                &dir.parent()
+                    .and_then(Path::parent)
+                    .unwrap_or(Path::new(""))
+                    .to_string_lossy(),
+            )?;
             if !tmp.join(".git").exists() {
                 git(&tmp, &["init", "-q"])?;
                 git(&tmp, &["add", "-A"])?;
@@ -846,6 +857,34 @@ fn prepare(instance: &Instance, dir: &Path, git_dir: &Path) -> Result<(), String
     std::fs::rename(&tmp, dir).map_err(|e| format!("cannot rename {}: {e}", tmp.display()))
 }
 
+/// `image` in the local engine: there already, or built from `dir/Dockerfile` when that
+/// exists (no registry is asked).
+pub fn ensure_image(image: &str, dir: &Path) -> Result<(), String> {
+    let present = std::process::Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", image])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if present || !dir.join("Dockerfile").is_file() {
+        return Ok(());
+    }
+    let out = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", image])
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run docker build: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(10).collect();
+        return Err(format!(
+            "docker build of {image} from {}: {}",
+            dir.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(())
+}
+
 fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
     let status = std::process::Command::new("cp")
         .arg("-a")
@@ -861,7 +900,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
 
 /// `path` of `image` (SWE-bench's `/testbed`) copied to the folder `to`, through a
 /// container that is created and never started.
-fn copy_out_of_image(image: &str, path: &str, to: &Path) -> Result<(), String> {
+fn copy_out_of_image(image: &str, path: &str, to: &Path, batch: &str) -> Result<(), String> {
     let docker = |args: &[&str]| -> Result<String, String> {
         let out = std::process::Command::new("docker")
             .args(args)
@@ -886,6 +925,8 @@ fn copy_out_of_image(image: &str, path: &str, to: &Path) -> Result<(), String> {
         &label,
         "--label",
         "rondo.role=copy",
+        "--label",
+        &format!("rondo.batch={batch}"),
         image,
         "true",
     ])
@@ -1118,6 +1159,24 @@ impl Swebench {
         let workspaces = out.join(WORKSPACES_DIR);
         let git_dirs = out.join(GIT_DIR);
         let git_dir_of = |inst: &Instance| git_dirs.join(format!("{}.git", inst.run_id));
+        if let Some(build) = &self.setup.build {
+            for inst in &self.instances {
+                if let Some(image) = &inst.image
+                    && !done.contains_key(&inst.id)
+                {
+                    ensure_image(image, &build.join(&inst.id))?;
+                }
+            }
+        }
+        // Every container of the batch is labelled with its folder; what a crashed batch of
+        // this folder left, and any container whose rondo process is gone, is removed.
+        let batch = out.to_string_lossy().into_owned();
+        rondo_env::set_batch_label(&batch);
+        let docker = rondo_env::connect().await.ok();
+        if let Some(docker) = &docker {
+            let _ = rondo_env::remove_batch(docker, &batch).await;
+            let _ = rondo_env::cleanup_stale(docker).await;
+        }
         let stop = Arc::new(StopFlag::default());
         let watcher = tokio::spawn(watch_signals(stop.clone()));
         let mut submitted = Vec::new();
@@ -1227,6 +1286,11 @@ impl Swebench {
         }
         while tasks.join_next().await.is_some() {}
         watcher.abort();
+        if stop.stopped()
+            && let Some(docker) = &docker
+        {
+            let _ = rondo_env::remove_batch(docker, &batch).await;
+        }
         let results: Vec<InstanceResult> = self
             .instances
             .iter()
@@ -1290,10 +1354,14 @@ impl Swebench {
             if !done.contains_key(&inst.id) {
                 prepare(inst, &ws, &git_dirs.join(format!("{}.git", inst.run_id)))?;
             }
+            let mut inputs = vec![(TASK_INPUT.to_string(), inst.problem_statement.clone())];
+            if inst.repo.is_none() && self.workflow.inputs.iter().any(|i| i.name == REPO_INPUT) {
+                inputs.push((REPO_INPUT.to_string(), TESTBED.to_string()));
+            }
             cases.push(Case {
                 id: inst.id.clone(),
                 run_id: inst.run_id.clone(),
-                inputs: vec![(TASK_INPUT.to_string(), inst.problem_statement.clone())],
+                inputs,
                 expect: Default::default(),
                 workspace: Some(std::fs::canonicalize(&ws).unwrap_or(ws)),
                 image: inst.image.clone(),
@@ -1406,22 +1474,7 @@ fn progress_line(r: &InstanceResult) -> String {
 /// The first Ctrl-C or SIGTERM stops the batch; the next one ends the process now, after
 /// removing this process's containers.
 async fn watch_signals(stop: Arc<StopFlag>) {
-    #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    loop {
-        #[cfg(unix)]
-        let got = match term.as_mut() {
-            Some(t) => tokio::select! {
-                r = tokio::signal::ctrl_c() => r.is_ok(),
-                r = t.recv() => r.is_some(),
-            },
-            None => tokio::signal::ctrl_c().await.is_ok(),
-        };
-        #[cfg(not(unix))]
-        let got = tokio::signal::ctrl_c().await.is_ok();
-        if !got {
-            return;
-        }
+    while super::batch::interrupted().await {
         if stop.stopped() {
             remove_own_containers();
             std::process::exit(130);

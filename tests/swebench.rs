@@ -1107,3 +1107,40 @@ fn an_interrupt_during_a_hanging_test_leaves_no_container_and_the_batch_resumes(
     assert_eq!(summary["error_ids"], serde_json::json!(["calc-add"]));
     assert!(batch_containers(&out_dir).is_empty());
 }
+
+/// A command killed at its tool's timeout gives the agent an observation that says so (it
+/// printed nothing: the observation was empty).
+#[test]
+fn a_command_that_hits_its_timeout_says_it_timed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let wf = common::project(
+        dir.path(),
+        r#"
+workflow slow {}
+environment here { kind = "local" }
+role hang: tool {
+  env = here
+  command = ["sh", "-c", "sleep 30"]
+  timeout = 1s
+}
+start -> hang
+hang -> done
+exit done
+"#,
+        &[],
+        "",
+    );
+    let (out, run_dir) = common::run_with(&wf, "slow", &[]);
+    let journal = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let shown: Vec<Value> = journal
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| e.pointer("/result/shown").cloned())
+        .collect();
+    assert_eq!(
+        shown,
+        [Value::String("timed out after 1 seconds".into())],
+        "{}\n{journal}",
+        stderr(&out)
+    );
+}

@@ -1144,3 +1144,77 @@ exit done
         stderr(&out)
     );
 }
+
+/// Ctrl-C while the agent's command hangs: the run stops at a checkpoint, every container
+/// of the batch is removed, no result is written; `--resume` continues the run where it
+/// stopped and the batch ends resolved.
+#[test]
+fn an_interrupt_during_an_agents_command_leaves_no_container_and_the_run_resumes() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let act = serde_json::json!({
+        "command": "cd /work && while [ ! -e .go ]; do sleep 1; done; rm -f .go && sed -i 's/return a - b/return a + b/' calc.py"
+    });
+    let script = format!(
+        "replies:\n  act_next:\n    - {}\n    - '<thought>Submit.</thought> <action_type>submit</action_type> <action-params>{{}}</action-params>'\n  reflect:\n    - '<bad_action>false</bad_action> <lessons></lessons> <summary>edited</summary>'\n",
+        serde_json::to_string(&format!(
+            "<thought>Wait, then fix.</thought> <action_type>bash</action_type> <action-params>{act}</action-params>"
+        ))
+        .unwrap()
+    );
+    std::fs::write(dir.path().join("wait.yaml"), script).unwrap();
+    let out_dir = dir.path().join("a");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .args([
+            "swebench",
+            DATASET,
+            "--provider",
+            "scripted",
+            "--script",
+            "wait.yaml",
+        ])
+        .args(["-i", "calc-add", "--out", "a", "-q"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = out_dir.join("workspaces/calc-add/logs");
+    let started = std::time::Instant::now();
+    while std::fs::read_dir(&logs).map_or(true, |mut d| d.next().is_none()) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "the agent's command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!batch_containers(&out_dir).is_empty());
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(batch_containers(&out_dir).is_empty());
+    assert!(results(&out_dir).is_empty());
+
+    std::fs::write(out_dir.join("workspaces/calc-add/.go"), "").unwrap();
+    let out = swebench(dir.path(), &["--resume", "a", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = results(&out_dir);
+    assert_eq!(by_id(&res, "calc-add")["resolved"], true, "{res:#?}");
+    assert!(
+        !by_id(&res, "calc-add")["patch"]
+            .as_str()
+            .unwrap()
+            .contains(".go"),
+        "{res:#?}"
+    );
+    assert!(batch_containers(&out_dir).is_empty());
+}

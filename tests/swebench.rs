@@ -852,7 +852,8 @@ fn testbed_build(dir: &Path, id: &str) -> String {
     git(&["commit", "-qm", "base"]);
     std::fs::write(
         ctx.join("Dockerfile"),
-        "FROM rondo-test-base:latest\nCOPY testbed /testbed\nWORKDIR /testbed\n",
+        // As SWE-bench's builds do, the image changes a tracked file after the base commit.
+        "FROM rondo-test-base:latest\nCOPY testbed /testbed\nRUN printf '\\n# built by the image\\n' >> /testbed/calc.py\nWORKDIR /testbed\n",
     )
     .unwrap();
     git(&["rev-parse", "HEAD"])
@@ -947,6 +948,11 @@ fn an_instance_whose_repository_is_its_images_testbed() {
             .contains("-    return a - b\n+    return a + b\n"),
         "{r:#}"
     );
+    // The image's own change is the workspace's base, not part of the agent's patch.
+    assert!(
+        !r["patch"].as_str().unwrap().contains("built by the image"),
+        "{r:#}"
+    );
     // The agent's workspace is the image's /testbed, copied out at its base commit.
     let ws = PathBuf::from(r["workspace"].as_str().unwrap());
     let head = std::process::Command::new("git")
@@ -955,7 +961,14 @@ fn an_instance_whose_repository_is_its_images_testbed() {
         .args(["rev-parse", "HEAD"])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&head.stdout).trim(), base);
+    let parent = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir.path().join("t/git").join(format!("{id}.git")))
+        .args(["rev-parse", "HEAD^"])
+        .output()
+        .unwrap();
+    assert_ne!(String::from_utf8_lossy(&head.stdout).trim(), base);
+    assert_eq!(String::from_utf8_lossy(&parent.stdout).trim(), base);
     assert!(
         std::fs::read_to_string(ws.join("calc.py"))
             .unwrap()

@@ -446,9 +446,11 @@ async fn steps(
     if let Some(commit) = &target.base_commit {
         let out = exec(
             env,
+            // The image is at its base commit already, with its build's changes to tracked
+            // files, which must stay: check out only a repository somewhere else.
             format!(
-                "git -c advice.detachedHead=false checkout -q -f {}",
-                quote(commit)
+                "[ \"$(git rev-parse HEAD)\" = \"$(git rev-parse {c}^{{commit}})\" ] || git -c advice.detachedHead=false checkout -q -f {c}",
+                c = quote(commit)
             ),
             STEP_TIMEOUT,
         )

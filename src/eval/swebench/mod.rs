@@ -820,8 +820,21 @@ fn prepare(instance: &Instance, dir: &Path, git_dir: &Path) -> Result<(), String
                 git(&tmp, &["init", "-q"])?;
                 git(&tmp, &["add", "-A"])?;
                 git(&tmp, &["commit", "-q", "--allow-empty", "-m", "base"])?;
-            } else if let Some(commit) = &instance.base_commit {
-                git(&tmp, &["checkout", "-q", "-f", "--detach", commit])?;
+            } else {
+                // The image's /testbed is at the base commit already, with the changes its
+                // build made to tracked files (SWE-bench's pre-install steps); those stay,
+                // committed, so the agent's patch leaves them out as the harness expects.
+                if let Some(commit) = &instance.base_commit {
+                    let head = git(&tmp, &["rev-parse", "HEAD"])?;
+                    let want = git(&tmp, &["rev-parse", &format!("{commit}^{{commit}}")])?;
+                    if head.trim() != want.trim() {
+                        git(&tmp, &["checkout", "-q", "-f", "--detach", commit])?;
+                    }
+                }
+                if !git(&tmp, &["status", "--porcelain"])?.trim().is_empty() {
+                    git(&tmp, &["add", "-A"])?;
+                    git(&tmp, &["commit", "-q", "-m", "the image's own changes"])?;
+                }
             }
         }
     }

@@ -313,6 +313,42 @@ fn a_patch_that_does_not_apply_and_empty_patches_are_reported_as_such() {
         "{stdout}"
     );
 
+    // Tests that print no status (the patch ends the process at import): unresolved, as
+    // the harness reports a log it cannot read, and said why.
+    let silent = serde_json::json!([{
+        "instance_id": "stats-mean", "model_name_or_path": "m",
+        "model_patch": "diff --git a/stats.py b/stats.py\n--- a/stats.py\n+++ b/stats.py\n@@ -1,4 +1,6 @@\n \"\"\"Statistics helpers.\"\"\"\n+import os\n+os._exit(0)\n \n \n def mean(xs):\n"
+    }]);
+    std::fs::write(dir.path().join("silent.json"), silent.to_string()).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[
+            DATASET,
+            "--predictions",
+            "silent.json",
+            "-i",
+            "stats-mean",
+            "--out",
+            "s",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let res = results(&dir.path().join("s"));
+    let stats = by_id(&res, "stats-mean");
+    assert_eq!(stats["resolved"], false, "{stats:#}");
+    assert_eq!(stats["test_exit_code"], 0);
+    assert!(
+        stats["eval_note"]
+            .as_str()
+            .unwrap()
+            .contains("no test status in the log"),
+        "{stats:#}"
+    );
+    assert_eq!(report_of(stats)["patch_successfully_applied"], false);
+    let summary = read_json(&dir.path().join("s/report.json"));
+    assert_eq!(summary["unresolved_ids"], serde_json::json!(["stats-mean"]));
+
     // Only one prediction: the others are incomplete, not failed.
     std::fs::write(dir.path().join("one.jsonl"), format!("{}\n", preds[0])).unwrap();
     let out = swebench(

@@ -212,7 +212,10 @@ fn why(results: &[swebench::InstanceResult]) -> String {
                 .flat_map(|t| t.fail_to_pass.failure.iter().chain(&t.pass_to_pass.failure))
                 .map(String::as_str)
                 .collect();
-            out.push_str(&format!("{id}: unresolved: failed {}\n", failed.join(", ")));
+            match &r.eval_note {
+                Some(note) => out.push_str(&format!("{id}: unresolved: {}\n", one_line(note))),
+                None => out.push_str(&format!("{id}: unresolved: failed {}\n", failed.join(", "))),
+            }
             said = true;
         }
         if said {

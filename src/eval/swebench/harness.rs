@@ -105,6 +105,10 @@ pub struct Outcome {
     /// or left no status, the container could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why tests that ran have no verdict (no status in their log): unresolved, as the
+    /// harness reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
     /// The test command's exit code.
@@ -297,6 +301,7 @@ pub async fn evaluate(
     let mut outcome = Outcome {
         report: InstanceReport::default(),
         error: None,
+        note: None,
         timed_out: false,
         test_exit_code: None,
         eval_sec: 0.0,
@@ -323,7 +328,7 @@ pub async fn evaluate(
                 outcome.report.tests_status = Some(status);
             }
             None => {
-                outcome.error = Some(format!(
+                outcome.note = Some(format!(
                     "no test status in the log (exit {}): see {}",
                     outcome
                         .test_exit_code

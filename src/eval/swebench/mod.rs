@@ -520,6 +520,9 @@ pub struct InstanceResult {
     /// Why the evaluation gave no verdict: the patch did not apply, the tests timed out...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_error: Option<String>,
+    /// Why tests that ran gave no verdict (no test status in their log): unresolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_note: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub eval_timed_out: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1265,6 +1268,7 @@ impl Swebench {
                             },
                         ),
                         error: Some(e.clone()),
+                        note: None,
                         timed_out: false,
                         test_exit_code: None,
                         eval_sec: 0.0,
@@ -1457,6 +1461,7 @@ fn result_line(sub: Submitted, outcome: Outcome) -> InstanceResult {
         resolved: completed.then_some(outcome.report.resolved),
         report: outcome.report,
         eval_error: outcome.error,
+        eval_note: outcome.note,
         eval_timed_out: outcome.timed_out,
         test_exit_code: outcome.test_exit_code,
         eval_sec: outcome.eval_sec,

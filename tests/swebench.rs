@@ -1267,3 +1267,48 @@ fn an_interrupt_during_an_agents_command_leaves_no_container_and_the_run_resumes
     );
     assert!(batch_containers(&out_dir).is_empty());
 }
+
+/// A file the test patch creates is not the agent's to write: a prediction that writes its
+/// own, passing, version of it is undone (the file is removed before the test patch is
+/// applied), and the real test fails.
+#[test]
+fn a_test_file_the_test_patch_creates_is_the_test_patchs() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let new_test = |body: &str| {
+        format!(
+            "diff --git a/test_new.py b/test_new.py\nnew file mode 100644\n--- /dev/null\n+++ b/test_new.py\n@@ -0,0 +1,8 @@\n+import unittest\n+\n+from calc import add\n+\n+\n+class NewTest(unittest.TestCase):\n+    def test_new(self):\n+        {body}\n"
+        )
+    };
+    let row = serde_json::json!({
+        "instance_id": "calc-new", "repo": "tests/fixtures/swebench/repos/calc",
+        "problem_statement": "add subtracts",
+        "test_patch": new_test("self.assertEqual(add(2, 2), 4)"),
+        "FAIL_TO_PASS": "[\"test_new (test_new.NewTest.test_new)\"]",
+        "PASS_TO_PASS": "[]",
+        "test_commands": ["python3 -m unittest -v test_new"],
+        "log_parser": "unittest",
+    });
+    std::fs::write(dir.path().join("new.jsonl"), format!("{row}\n")).unwrap();
+    let preds = serde_json::json!([{
+        "instance_id": "calc-new", "model_name_or_path": "m",
+        "model_patch": new_test("self.assertTrue(True)"),
+    }]);
+    std::fs::write(dir.path().join("new.json"), preds.to_string()).unwrap();
+    let out = swebench(
+        dir.path(),
+        &["new.jsonl", "--predictions", "new.json", "--out", "n", "-q"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let res = results(&dir.path().join("n"));
+    let r = by_id(&res, "calc-new");
+    assert_eq!(report_of(r)["patch_successfully_applied"], true, "{r:#}");
+    assert_eq!(r["resolved"], false, "{r:#}");
+    assert_eq!(
+        report_of(r)["tests_status"]["FAIL_TO_PASS"]["failure"],
+        serde_json::json!(["test_new (test_new.NewTest.test_new)"])
+    );
+}

@@ -455,6 +455,8 @@ impl<'w> Interpreter<'w> {
     /// one ends at `limit` (as when a role's replies for some visits only run out).
     fn check_replies(&self, script: &Script) -> Result<(), StartError> {
         let (mut refused, mut warned) = (Vec::new(), Vec::new());
+        // A scripted answer is never silent: the user may believe a model answered.
+        let mut scripted: Vec<&str> = Vec::new();
         for (index, role) in self.workflow.roles() {
             if !matches!(role.kind, RoleKind::Llm(_)) {
                 continue;
@@ -463,6 +465,9 @@ impl<'w> Interpreter<'w> {
                 continue;
             };
             let name = &self.workflow.node(index).name;
+            if self.answers_scripted(profile) && !scripted.contains(&profile.as_str()) {
+                scripted.push(profile);
+            }
             if !self.answers_scripted(profile) || script.has_replies(name) {
                 continue;
             }
@@ -479,6 +484,12 @@ impl<'w> Interpreter<'w> {
                 names.join(", ")
             )
         };
+        if !scripted.is_empty() {
+            self.reporter.warn(&format!(
+                "replies from the script, not a model (profile `{}` is scripted or its chain ends in a scripted one)",
+                scripted.join("`, `")
+            ));
+        }
         if refused.is_empty() {
             if !warned.is_empty() {
                 self.reporter.warn(&format!(

@@ -1235,10 +1235,12 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn compiled_demos_are_shown_to_the_planner_from_the_default_path_and_the_variable() {
+    // The format `rondo optimize` writes (docs/optimize.md): the run's inputs and the
+    // planner's reply, as text or as an object.
     let demos = serde_json::json!([
-        {"question": "What's 17*3? Return only the number.", "state": "[]",
-         "tool_calls": [{"name": "calculator", "args": {"expression": "17*3"}}], "final": null},
-        {"question": "Say hello.", "state": "[]", "tool_calls": [], "final": "hello"},
+        {"inputs": {"question": "What's 17*3? Return only the number."},
+         "reply": r#"{"tool": {"name": "calculator", "args": {"expression": "17*3"}}}"#},
+        {"inputs": {"question": "Say hello."}, "reply": {"final": {"answer": "hello"}}},
     ]);
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(tmp.path().join("opt")).unwrap();
@@ -1375,4 +1377,75 @@ fn more_plugin_specs_than_the_bound_are_a_diagnostic() {
     let err = stderr(&asked.out);
     assert!(err.contains("rondo::tool::too_many_plugins"), "{err}");
     assert!(err.contains("more than 256"), "{err}");
+}
+
+/// `rondo optimize --role planner --out opt/plan_demos.json` on the shipped micro-agent
+/// ("Saves demos to JSON; the agent auto-loads them if present"): the file it writes is the
+/// one the loader reads (the next run's planner prompt shows the demo), it holds no absolute
+/// path of this machine, and a demos file the loader cannot use is said, never silently no
+/// demos.
+#[test]
+fn optimized_planner_demos_are_read_back_by_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::write(
+        dir.join("train.jsonl"),
+        concat!(
+            r#"{"id": "t1", "inputs": {"question": "What is 6*7?", "llm_provider": "ollama"}, "expect": {"contains": "42"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let script = serde_json::json!({"replies": {"planner": [calc("6*7"), final_answer("42")]}});
+    std::fs::write(dir.join("script.json"), script.to_string()).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.current_dir(&dir)
+        .args(["optimize", "-q"])
+        .arg(workflow())
+        .args(["--provider", "scripted", "--script", "script.json"])
+        .args(["--dataset", "train.jsonl", "--role", "planner"])
+        .args(["--out", "opt/plan_demos.json", "--runs", "evals/opt"]);
+    for var in CONFIG_VARS {
+        cmd.env_remove(var);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(dir.join("opt/plan_demos.json")).unwrap();
+    assert!(!text.contains(dir.to_str().unwrap()), "{text}");
+    let demos: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(demos.as_array().unwrap().len(), 1);
+    assert_eq!(demos[0]["inputs"]["question"], "What is 6*7?");
+    // The next ask loads it from the default path and shows it to the planner.
+    let asked = Ask::new("What is the capital of Norway?")
+        .reply(&final_answer("Oslo"))
+        .run_in(&dir)
+        .ok();
+    let prompt = &asked.prompts()[0];
+    assert!(
+        prompt.contains("Example Question: What is 6*7?"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(
+            r#"Decision: {"tool": {"name": "calculator", "args": {"expression": "6*7"}}}"#
+        ),
+        "{prompt}"
+    );
+    // A file the loader cannot use (the Python reference's own layout) is said and stops
+    // the ask, with its own exit code.
+    std::fs::write(
+        dir.join("opt/plan_demos.json"),
+        serde_json::json!([{"question": "q", "state": "[]", "tool_calls": [], "final": "x"}])
+            .to_string(),
+    )
+    .unwrap();
+    let asked = Ask::new("What is the capital of Norway?")
+        .reply(&final_answer("Oslo"))
+        .run_in(&dir);
+    assert_eq!(asked.out.status.code(), Some(5), "{}", stderr(&asked.out));
+    let said = String::from_utf8_lossy(&asked.out.stdout);
+    assert!(
+        said.contains("cannot use the demos file") && said.contains("demo 1 of"),
+        "{said}"
+    );
 }

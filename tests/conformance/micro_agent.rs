@@ -1449,3 +1449,22 @@ fn optimized_planner_demos_are_read_back_by_the_next_run() {
         "{said}"
     );
 }
+
+/// "Every ask appends a record to `traces/<id>.jsonl`": an ask Rondo stops (here at `limit`:
+/// the model's replies run out) is recorded too, with the steps it made.
+#[test]
+fn an_ask_stopped_at_limit_still_appends_its_trace_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("visit1.json");
+    // A reply for the planner's first visit only.
+    let replies = serde_json::json!({"replies": {"planner": {"1": calc("6*7")}}});
+    std::fs::write(&script, replies.to_string()).unwrap();
+    let asked = Ask::new("What is 6*7?")
+        .arg("--script")
+        .arg(script.to_str().unwrap())
+        .run_in(tmp.path());
+    assert_eq!(asked.out.status.code(), Some(3), "{}", stderr(&asked.out));
+    let record = asked.record();
+    assert_eq!(record["question"], "What is 6*7?");
+    assert_eq!(asked.tools(), ["calculator"]);
+}

@@ -87,8 +87,14 @@ fn verdict(
     cleanup: bool,
     report: &str,
 ) -> String {
+    // Every requirement judged is referenced at a line of the code.
+    let refs: serde_json::Map<String, Value> = reqs
+        .as_object()
+        .map(|m| m.keys().map(|k| (k.clone(), json!("hello.go:4"))).collect())
+        .unwrap_or_default();
     json!({"status": status, "reasons": [format!("reason: {report}")], "requirement_status": reqs,
-           "build_passed": build, "tests_passed": tests, "cleanup_verified": cleanup, "report": report})
+           "requirement_refs": refs, "build_passed": build, "tests_passed": tests,
+           "cleanup_verified": cleanup, "report": report})
     .to_string()
 }
 
@@ -1101,4 +1107,42 @@ fn a_step_whose_diff_is_empty_does_not_advance() {
         .run(&subdir(tmp.path(), "run"));
     assert_eq!(ran.exit(), "rejected", "{}", ran.describe());
     assert_eq!(ran.count("advance"), 0);
+}
+
+/// "Must verify requirements with code line references": a pass whose requirements are not
+/// each referenced at a line of the code (`path:line`) is a rejection, like any other field
+/// short of a pass.
+#[test]
+fn a_pass_without_line_references_is_a_rejection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full = json!({"R1": true, "R2": true});
+    let cases = [
+        ("no refs", json!({})),
+        ("one missing", json!({"R1": "hello.go:4"})),
+        (
+            "not a line",
+            json!({"R1": "hello.go", "R2": "hello_test.go:6"}),
+        ),
+    ];
+    for (name, refs) in cases {
+        let mut bad: Value = serde_json::from_str(&pass("p")).unwrap();
+        bad["requirement_refs"] = refs;
+        let ran = Iter::new()
+            .input("build_command", "true")
+            .input("max_rejections", "1")
+            .reply("validator", &[bad.to_string()])
+            .run(&subdir(tmp.path(), &name.replace(' ', "_")));
+        assert_eq!(ran.exit(), "rejected", "{name}: {}", ran.describe());
+        assert_eq!(ran.count("advance"), 0, "{name}");
+        let feedback = ran.memory("feedback").to_string();
+        assert!(
+            feedback.contains("without_line_reference"),
+            "{name}: {feedback}"
+        );
+    }
+    // With them, the same pass moves on.
+    let ran = Iter::new()
+        .input("build_command", "true")
+        .run(&subdir(tmp.path(), "with_refs"));
+    assert_eq!(ran.exit(), "done", "{}", ran.describe());
 }

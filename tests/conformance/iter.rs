@@ -1115,7 +1115,6 @@ fn a_step_whose_diff_is_empty_does_not_advance() {
 #[test]
 fn a_pass_without_line_references_is_a_rejection() {
     let tmp = tempfile::tempdir().unwrap();
-    let full = json!({"R1": true, "R2": true});
     let cases = [
         ("no refs", json!({})),
         ("one missing", json!({"R1": "hello.go:4"})),

@@ -12,7 +12,7 @@ use crate::source::SourceFile;
 /// --offline) the environment.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "The environment tier checks that the API keys the providers need are set. A key that is not set is a warning: the file is sound, but `rondo run` will not start without the key.\n\nExamples:\n  rondo check workflows/*.rondo                        # keys not set: warnings\n  rondo check --offline workflows/*.rondo              # no environment tier\n  rondo check --deny-warnings workflows/ds_star.rondo  # CI: warnings fail too\n  rondo check --format json --offline workflows/iter.rondo\n\nExit code: 0 clean or warnings only, 1 errors (or warnings with --deny-warnings), 2 unreadable file."
+    after_help = "The environment tier checks that the API keys the providers need are set. A key that is not set is a warning: the file is sound, but `rondo run` will not start without the key.\n\nExamples:\n  rondo check workflows/*.rondo                        # keys not set: warnings\n  rondo check --offline workflows/*.rondo              # no environment tier\n  rondo check --deny-warnings workflows/ds_star.rondo  # CI: warnings fail too\n  rondo check --format json --offline workflows/iter.rondo\n  rondo check --cost --offline workflows/ds_star.rondo  # the worst case in tokens and $\n\nExit code: 0 clean or warnings only, 1 errors (or warnings with --deny-warnings), 2 unreadable file."
 )]
 pub struct Args {
     #[arg(required = true)]
@@ -26,6 +26,10 @@ pub struct Args {
     /// Skip the environment tier (the API keys the providers need are set).
     #[arg(long)]
     offline: bool,
+    /// Print the proven worst case of a run: per llm role its visits, attempts, input and
+    /// output tokens and cost, and the run's total; and each value without a size bound.
+    #[arg(long)]
+    cost: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,9 +48,12 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     let mut json_out = Vec::new();
     let mut keys = MissingKeys::default();
     for path in &args.files {
-        let (file, diags, summary, sorted) = match load_checked(path, &options) {
+        let (file, diags, summary, sorted, cost) = match load_checked(path, &options) {
             Ok((file, loaded)) => {
                 let sorted = loaded.diagnostics.sorted();
+                // Proven only for a workflow `check` accepts.
+                let cost = (args.cost && loaded.checked.is_ok())
+                    .then(|| crate::check::cost::analyse(loaded.workflow()));
                 if args.format == OutputFormat::Human {
                     keys.collect(&file, loaded.workflow(), &sorted);
                 }
@@ -54,7 +61,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 // process ends right after reporting, and the OS takes the memory back at once.
                 std::mem::forget(loaded.ast);
                 std::mem::forget(loaded.checked);
-                (file, loaded.diagnostics, loaded.summary, sorted)
+                (file, loaded.diagnostics, loaded.summary, sorted, cost)
             }
             Err(e) => {
                 code = code.max(CliError::new(e).report());
@@ -91,6 +98,17 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                     };
                     outln!("{mark} {}: {}", path.display(), summary.line());
                 }
+                if let Some(cost) = &cost {
+                    if !cost.unbounded.is_empty() {
+                        err!(
+                            "{}",
+                            diagnostics::render_human(&file, &cost.unbounded, color, 100)
+                        );
+                    }
+                    outln!("{}", cost.table().trim_end());
+                } else if args.cost && !diags.has_errors() {
+                    outln!("(no worst case: the workflow has errors)");
+                }
             }
             OutputFormat::Json => {
                 json_out.push(serde_json::json!({
@@ -100,6 +118,14 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                     "warnings": diags.warning_count(),
                     "diagnostics": diagnostics::to_json(&file, &sorted),
                     "summary": summary,
+                    "cost": cost.as_ref().map(|c| serde_json::json!({
+                        "roles": c.roles,
+                        "input_tokens": c.input_tokens,
+                        "output_tokens": c.output_tokens,
+                        "max_cost": c.max_cost,
+                        "visits_by_inputs": c.visits_by_inputs,
+                        "unbounded": diagnostics::to_json(&file, &c.unbounded),
+                    })),
                 }));
             }
         }

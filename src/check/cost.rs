@@ -13,9 +13,9 @@
 //!   found by walking the template (loops × their bodies, the larger branch of an `if`,
 //!   includes, filters); a template never renders more than [`MAX_RENDERED`], which the
 //!   engine enforces, so a value without a bound makes that the figure and is reported;
-//! - output tokens ≤ the profile's `max_tokens`, or what a reply cut at `max_reply` is
-//!   counted as when the provider gives no figure; a profile without `max_tokens` has no
-//!   output bound, which costs nothing only when its output price is 0.
+//! - output tokens ≤ the profile's `max_tokens` (providers stop there, and a reply read in
+//!   part is never counted past it); a profile without `max_tokens` has no output bound,
+//!   which costs nothing only when its output price is 0.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,9 +41,6 @@ pub const TOKENS_PER_CALL: u64 = 1024;
 pub const CONVERSATION_MESSAGE_EXTRA: u64 = 256;
 /// `last_error` as a template sees it is cut to this many bytes (the engine cuts it).
 pub const MAX_LAST_ERROR: u64 = 4096;
-/// What a reply read in part is counted as beyond `max_reply` (the provider's read slack,
-/// twice for a stream's last event).
-const REPLY_SLACK: u64 = 2 * 64 * 1024;
 /// The longest a float renders in a template (Rust prints every digit: `5e-324` is 326).
 const FLOAT_TEXT: u64 = 350;
 const INT_TEXT: u64 = 21;
@@ -259,8 +256,6 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
         let input_per_try = prompt_bytes
             .saturating_add(messages.saturating_mul(TOKENS_PER_MESSAGE))
             .saturating_add(TOKENS_PER_CALL);
-        let max_reply = llm.max_reply.unwrap_or(DEFAULT_MAX_REPLY);
-        let cut_reply_tokens = max_reply.saturating_add(REPLY_SLACK).saturating_mul(2) / 4;
         // Under `provider_env` a role of the default profile may call any profile.
         let firsts: Vec<usize> = if llm.default_provider && workflow.default_provider_env.is_some()
         {
@@ -288,7 +283,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                 let scripted = profile.kind == rondo_provider::ProviderKind::Scripted;
                 let out = match (scripted, profile.max_tokens) {
                     (true, _) => None,
-                    (false, Some(m)) => Some(u64::from(m).max(cut_reply_tokens)),
+                    (false, Some(m)) => Some(u64::from(m)),
                     (false, None) => None,
                 };
                 out_per_try = max_opt(out_per_try, out);
@@ -410,6 +405,10 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) {
     match report.max_cost {
         Some(cost) if cost <= budget => {}
         Some(cost) => {
+            // What stands in for a missing bound may be what puts the run over.
+            for w in &report.unbounded {
+                diags.push(w.clone());
+            }
             diags.push(
                 Diagnostic::error(
                     Code::CostOverBudget,

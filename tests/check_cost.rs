@@ -66,8 +66,8 @@ exit done
     )
 }
 
-/// "Hello " + an int (at most 21 characters) + "!\n": 29 bytes, one message.
-const HELLO: (&str, &str) = ("a.tera", "Hello {{ input.n }}!\n");
+/// "Hello " + the visit (a count, at most 21 characters) + "!\n": 29 bytes, one message.
+const HELLO: (&str, &str) = ("a.tera", "Hello {{ visit }}!\n");
 
 #[test]
 fn the_bound_of_a_single_call_is_the_one_worked_out_by_hand() {
@@ -92,6 +92,19 @@ fn the_bound_of_a_single_call_is_the_one_worked_out_by_hand() {
         a.max_cost
     );
     assert_eq!(report.max_cost, a.max_cost);
+}
+
+#[test]
+fn an_int_from_outside_may_print_every_digit_of_a_whole_float() {
+    // `-i n=1e300` is a whole number, so an `int`, and prints 301 digits.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = write(
+        tmp.path(),
+        &paid_workflow("", ""),
+        &[("a.tera", "{{ input.n }}")],
+    );
+    let report = cost::analyse(load(&path).workflow());
+    assert!(report.roles[0].max_prompt_bytes >= 301);
 }
 
 #[test]
@@ -316,4 +329,19 @@ fn a_budget_that_is_not_money_is_reported() {
         codes(&load(&path).diagnostics),
         ["rondo::workflow::bad_budget"]
     );
+}
+
+#[test]
+fn a_set_in_one_branch_of_an_if_counts_after_it() {
+    // `hint` is short before the `if` and may be the long input after it.
+    let tmp = tempfile::tempdir().unwrap();
+    let template =
+        "{% set hint = \"x\" %}{% if visit > 1 %}{% set hint = input.q %}{% endif %}{{ hint }}";
+    let source = paid_workflow(
+        "  input q: string\n  limits { max_input_bytes = 500 }\n",
+        "",
+    );
+    let path = write(tmp.path(), &source, &[("a.tera", template)]);
+    let report = cost::analyse(load(&path).workflow());
+    assert_eq!(report.roles[0].max_prompt_bytes, 500);
 }

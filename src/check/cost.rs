@@ -541,8 +541,7 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// The most bytes any value of `ty` serializes to, when its type alone bounds it.
 fn json_bound(ty: &Type) -> Option<u64> {
     match ty {
-        Type::Int => Some(INT_TEXT),
-        Type::Float => Some(24),
+        Type::Int | Type::Float => Some(24),
         Type::Bool => Some(5),
         Type::Null => Some(4),
         Type::Literal { value } => Some(serde_json::to_string(value).map_or(0, |s| s.len()) as u64),
@@ -562,8 +561,8 @@ fn json_bound(ty: &Type) -> Option<u64> {
 /// The most bytes a value of `ty` renders to in `{{ }}`, given a bound on its JSON.
 fn render_bound(ty: &Type, json: Option<u64>) -> Option<u64> {
     let fixed = match ty {
-        Type::Int => Some(INT_TEXT),
-        Type::Float => Some(FLOAT_TEXT),
+        // An `int` is any whole number, `1e300` too, which prints every digit.
+        Type::Int | Type::Float => Some(FLOAT_TEXT),
         Type::Bool => Some(5),
         Type::Null => Some(0),
         Type::Literal { value } => Some(value.len() as u64),
@@ -594,7 +593,7 @@ fn render_factor(ty: &Type) -> u64 {
 
 fn has_float(ty: &Type) -> bool {
     match ty {
-        Type::Float | Type::Any => true,
+        Type::Int | Type::Float | Type::Any => true,
         Type::List { item } => has_float(item),
         Type::Map { value } => has_float(value),
         Type::Object { fields } => fields.iter().any(|f| has_float(&f.ty)),
@@ -604,16 +603,25 @@ fn has_float(ty: &Type) -> bool {
     }
 }
 
-fn depth(ty: &Type) -> u64 {
-    match ty {
-        Type::Any => 128,
-        Type::List { item } => 1 + depth(item),
-        Type::Map { value } => 1 + depth(value),
-        Type::Object { fields } => 1 + fields.iter().map(|f| depth(&f.ty)).max().unwrap_or(0),
-        Type::Union { members } => members.iter().map(depth).max().unwrap_or(0),
-        Type::Optional { inner } => depth(inner),
+/// How deep a value of `ty` nests; `None` for `any`, which updates can nest without end.
+fn depth(ty: &Type) -> Option<u64> {
+    Some(match ty {
+        Type::Any => return None,
+        Type::List { item } => 1 + depth(item)?,
+        Type::Map { value } => 1 + depth(value)?,
+        Type::Object { fields } => {
+            1 + fields
+                .iter()
+                .map(|f| depth(&f.ty))
+                .try_fold(0u64, |m, d| Some(m.max(d?)))?
+        }
+        Type::Union { members } => members
+            .iter()
+            .map(depth)
+            .try_fold(0u64, |m, d| Some(m.max(d?)))?,
+        Type::Optional { inner } => depth(inner)?,
         _ => 0,
-    }
+    })
 }
 
 fn element(ty: &Type) -> Type {
@@ -694,7 +702,13 @@ impl<'a> Walker<'a> {
                 } else {
                     self.frames.last_mut()
                 };
+                // Joined with what it held: a `set` in one branch of an `if` outlives the
+                // branch, and an over-estimate stays sound.
                 if let Some(f) = frame {
+                    let v = match f.remove(&set.key) {
+                        Some(old) => Val::join(old, v),
+                        None => v,
+                    };
                     f.insert(set.key.clone(), v);
                 }
                 Some(0)
@@ -713,15 +727,12 @@ impl<'a> Walker<'a> {
             }
             Node::If(i, _) => {
                 let mut out: Option<u64> = Some(0);
+                // No scope of its own: tera keeps what a branch sets.
                 for (_, _, body) in &i.conditions {
-                    self.frames.push(HashMap::new());
                     out = max_opt(out, self.nodes(body, depth + 1));
-                    self.frames.pop();
                 }
                 if let Some((_, body)) = &i.otherwise {
-                    self.frames.push(HashMap::new());
                     out = max_opt(out, self.nodes(body, depth + 1));
-                    self.frames.pop();
                 }
                 out
             }
@@ -917,8 +928,13 @@ impl<'a> Walker<'a> {
                         f.args.get("pretty").map(|e| &e.val),
                         Some(ExprVal::Bool(true))
                     );
+                // Pretty: a line per value, indented two spaces a level; a value nests
+                // at most one level per two bytes of its JSON.
                 let json = if pretty {
-                    v.json.map(|j| j.saturating_mul(2 * depth(&v.ty) + 3))
+                    v.json.map(|j| {
+                        let d = depth(&v.ty).unwrap_or(j / 2 + 1);
+                        j.saturating_mul(d.saturating_mul(2).saturating_add(3))
+                    })
                 } else {
                     v.json
                 };

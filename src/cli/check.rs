@@ -30,6 +30,10 @@ pub struct Args {
     /// output tokens and cost, and the run's total; and each value without a size bound.
     #[arg(long)]
     cost: bool,
+    /// With --cost: the worst case when every llm role calls this profile, as
+    /// `rondo run --provider NAME` makes it.
+    #[arg(long, requires = "cost")]
+    provider: Option<String>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +57,9 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 let sorted = loaded.diagnostics.sorted();
                 // Proven only for a workflow `check` accepts.
                 let cost = (args.cost && loaded.checked.is_ok())
-                    .then(|| crate::check::cost::analyse(loaded.workflow()));
+                    .then(|| cost_of(loaded.workflow(), args.provider.as_deref()))
+                    .transpose()
+                    .map_err(CliError::new)?;
                 if args.format == OutputFormat::Human {
                     keys.collect(&file, loaded.workflow(), &sorted);
                 }
@@ -138,6 +144,34 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     }
     keys.report(color);
     Ok(code)
+}
+
+/// The worst case of a run, with every llm role calling `provider` when one is given.
+fn cost_of(
+    workflow: &Workflow,
+    provider: Option<&str>,
+) -> Result<crate::check::cost::CostReport, String> {
+    let Some(name) = provider else {
+        return Ok(crate::check::cost::analyse(workflow));
+    };
+    let Some(id) = workflow.provider_id(name) else {
+        let names: Vec<&str> = workflow.providers.iter().map(|p| p.name()).collect();
+        return Err(format!(
+            "`{name}` is not a provider profile of {} (its profiles: {})",
+            workflow.name,
+            names.join(", ")
+        ));
+    };
+    let mut w = workflow.clone();
+    for node in w.graph.node_weights_mut() {
+        if let crate::compile::NodeKind::Role(role) = &mut node.kind
+            && let crate::compile::RoleKind::Llm(l) = &mut role.kind
+        {
+            l.provider = id;
+            l.default_provider = false;
+        }
+    }
+    Ok(crate::check::cost::analyse(&w))
 }
 
 /// The `rondo::env::missing_key` warnings of every file checked, by variable: a shell

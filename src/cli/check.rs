@@ -117,22 +117,26 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 }
             }
             OutputFormat::Json => {
-                json_out.push(serde_json::json!({
+                let mut entry = serde_json::json!({
                     "file": path.display().to_string(),
                     "ok": !failed,
                     "errors": diags.error_count(),
                     "warnings": diags.warning_count(),
                     "diagnostics": diagnostics::to_json(&file, &sorted),
                     "summary": summary,
-                    "cost": cost.as_ref().map(|c| serde_json::json!({
+                });
+                // Only asked for: the shape without `--cost` stays as it was.
+                if let Some(c) = &cost {
+                    entry["cost"] = serde_json::json!({
                         "roles": c.roles,
                         "input_tokens": c.input_tokens,
                         "output_tokens": c.output_tokens,
                         "max_cost": c.max_cost,
                         "visits_by_inputs": c.visits_by_inputs,
                         "unbounded": diagnostics::to_json(&file, &c.unbounded),
-                    })),
-                }));
+                    });
+                }
+                json_out.push(entry);
             }
         }
     }

@@ -345,3 +345,52 @@ fn a_set_in_one_branch_of_an_if_counts_after_it() {
     let report = cost::analyse(load(&path).workflow());
     assert_eq!(report.roles[0].max_prompt_bytes, 500);
 }
+
+/// A durable value saved longer than `max_memory_bytes` (by a run before the limit was
+/// written) starts empty: the bound holds from the first step.
+#[test]
+fn a_durable_value_past_max_memory_bytes_is_not_carried_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = "workflow keep {\n  prompts = \"prompts\"\n  script = \"script.yaml\"\n  durable = [notes]\n  limits { max_memory_bytes = 40 }\n}\nmemory { notes: list[string] = [] }\nrole note: builtin {\n  update { notes.append(\"n\") }\n}\nstart -> note\nnote -> done\nexit done\n";
+    let path = project(tmp.path(), source, &[], "replies: {}\n");
+    let ws = tmp.path().join("ws");
+    let saved = ws.join(".rondo/memory/keep.json");
+    std::fs::create_dir_all(saved.parent().unwrap()).unwrap();
+    let in_ws = |id: &str| {
+        let out = rondo(&[
+            "run",
+            "-q",
+            path.to_str().unwrap(),
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--run-id",
+            id,
+        ]);
+        assert_success(&out);
+        let system = ws.join(".rondo/runs").join(id);
+        (json(system.join("state.json")), events(&system))
+    };
+    // 27 bytes of compact JSON: carried, and one more item still fits.
+    std::fs::write(
+        &saved,
+        r#"{"memory": {"notes": ["0123456789", "0123456789"]}}"#,
+    )
+    .unwrap();
+    let (state, _) = in_ws("a");
+    assert_eq!(state["memory"][0].as_array().unwrap().len(), 3);
+    // 53 bytes: past the bound, so the run starts without it.
+    std::fs::write(
+        &saved,
+        r#"{"memory": {"notes": ["0123456789", "0123456789", "0123456789", "0123456789"]}}"#,
+    )
+    .unwrap();
+    let (state, events) = in_ws("b");
+    assert_eq!(state["memory"][0], serde_json::json!(["n"]));
+    let carried = &of_kind(&events, "durable_memory")[0];
+    assert!(
+        carried["skipped"]
+            .to_string()
+            .contains("max_memory_bytes = 40"),
+        "{carried}"
+    );
+}

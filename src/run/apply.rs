@@ -273,6 +273,17 @@ pub(super) struct UpdateNote {
 }
 
 /// Why a role's updates could not be applied.
+/// `limits.max_memory_bytes` when a value memory's JSON passes it.
+pub(super) fn memory_over_limit(
+    workflow: &crate::compile::Workflow,
+    value: &super::memory::MemoryValue,
+) -> Option<u64> {
+    let (limit, _) = workflow.limits.max_memory_bytes?;
+    let plain = value.plain()?;
+    let bytes = serde_json::to_string(plain).map_or(0, |s| s.len()) as u64;
+    (bytes > limit).then_some(limit)
+}
+
 #[derive(Debug)]
 pub(super) enum UpdateError {
     /// The output's content was refused (a whiteboard batch, a value of the wrong type
@@ -399,6 +410,12 @@ impl<'w> Interpreter<'w> {
                     note
                 }
             };
+            if let Some(limit) = memory_over_limit(workflow, &state.memory[memory_id]) {
+                return Err(UpdateError::Limit(format!(
+                    "memory `{}` would hold more than its bound, max_memory_bytes = {limit}",
+                    slot.name
+                )));
+            }
             notes.push(UpdateNote {
                 memory: memory_id,
                 op,

@@ -403,6 +403,9 @@ impl From<RenderError> for String {
     }
 }
 
+/// What the refusals of [`range`], [`replace`], [`indent`] and [`join`] for their size say.
+const BOUND_REFUSALS: &[&str] = &["would yield", "would make", "step_by must be at least 1"];
+
 /// Whether a tera error is about a value's kind (see [`RenderError::wrong_kind`]).
 fn wrong_kind(error: &tera::Error) -> bool {
     let mut at: Option<&(dyn std::error::Error + 'static)> = Some(error);
@@ -417,6 +420,12 @@ fn wrong_kind(error: &tera::Error) -> bool {
             }
         }
         if e.downcast_ref::<std::io::Error>().is_some() {
+            return false;
+        }
+        // A bound of Rondo's own filters and functions (`range`, `replace`, `indent`,
+        // `join`): a rendering refused for its size, as one past `MAX_RENDERED` is.
+        let text = e.to_string();
+        if BOUND_REFUSALS.iter().any(|m| text.contains(m)) {
             return false;
         }
         at = e.source();

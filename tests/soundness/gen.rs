@@ -78,7 +78,8 @@ pub struct Features {
     /// role's update (an invalid attempt) and in later roles (`invalid_output`).
     pub reply_values: bool,
     /// Issue 22 §3, scripted replies that run out: a role left out of the replies (the run
-    /// is refused before it starts) or given replies for its first visits only (`limit`).
+    /// is refused before it starts, unless the script names it in `unreached`: then a run
+    /// that reaches it ends at `limit`) or given replies for its first visits only (`limit`).
     pub scripted_gaps: bool,
     /// Issue 22 §3, templates on values of a kind they need: loops, filters, arithmetic,
     /// comparisons, `~` and `in` over a reply's `map[any]` values (a wrong kind ends the

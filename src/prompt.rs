@@ -375,17 +375,84 @@ impl Prompts {
         }
     }
 
-    pub fn render(&self, name: &str, context: &tera::Context) -> Result<String, String> {
+    pub fn render(&self, name: &str, context: &tera::Context) -> Result<String, RenderError> {
         bounded_render(&self.tera, name, context)
     }
 }
 
+/// Why a template did not render.
+#[derive(Debug, Clone)]
+pub struct RenderError {
+    pub message: String,
+    /// What failed is the value rendered: `check` proves every read, loop, filter, test and
+    /// operator of a template against the declared types, so at run time only a value it
+    /// could not prove (typed `any`: a reply's open map, a tool's data, a demo) fails one.
+    /// Not so for a rendering past its bound, `throw`, or `get_env` of an unset variable.
+    pub wrong_kind: bool,
+}
+
+impl std::fmt::Display for RenderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<RenderError> for String {
+    fn from(e: RenderError) -> String {
+        e.message
+    }
+}
+
+/// What the refusals of [`range`], [`replace`], [`indent`] and [`join`] for their size say.
+const BOUND_REFUSALS: &[&str] = &["would yield", "would make", "step_by must be at least 1"];
+
+/// Whether a tera error is about a value's kind (see [`RenderError::wrong_kind`]).
+fn wrong_kind(error: &tera::Error) -> bool {
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = at {
+        if let Some(t) = e.downcast_ref::<tera::Error>() {
+            match &t.kind {
+                tera::ErrorKind::Io(_) | tera::ErrorKind::Utf8Conversion { .. } => return false,
+                tera::ErrorKind::CallFunction(name) if name == "throw" || name == "get_env" => {
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        if e.downcast_ref::<std::io::Error>().is_some() {
+            return false;
+        }
+        // A bound of Rondo's own filters and functions (`range`, `replace`, `indent`,
+        // `join`): a rendering refused for its size, as one past `MAX_RENDERED` is.
+        let text = e.to_string();
+        if BOUND_REFUSALS.iter().any(|m| text.contains(m)) {
+            return false;
+        }
+        at = e.source();
+    }
+    true
+}
+
 /// Renders into a buffer that refuses to grow past [`MAX_RENDERED`].
-fn bounded_render(tera: &Tera, name: &str, context: &tera::Context) -> Result<String, String> {
+fn bounded_render(tera: &Tera, name: &str, context: &tera::Context) -> Result<String, RenderError> {
     let mut out = BoundedBuffer(Vec::new());
-    tera.render_to(name, context, &mut out)
-        .map_err(|e| crate::compile::tera_error_text(&e))?;
-    String::from_utf8(out.0).map_err(|e| e.to_string())
+    // Tera's arithmetic panics on some numbers (`a + b` past f64's range, `i64::MIN % -1`):
+    // numbers a reply gave, as a failure of their kind.
+    let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tera.render_to(name, context, &mut out)
+    }))
+    .map_err(|_| RenderError {
+        message: "its arithmetic overflowed on a number it was given".into(),
+        wrong_kind: true,
+    })?;
+    rendered.map_err(|e| RenderError {
+        message: crate::compile::tera_error_text(&e),
+        wrong_kind: wrong_kind(&e),
+    })?;
+    String::from_utf8(out.0).map_err(|e| RenderError {
+        message: e.to_string(),
+        wrong_kind: false,
+    })
 }
 
 struct BoundedBuffer(Vec<u8>);
@@ -439,7 +506,7 @@ pub fn parse_inline(name: &str, text: &str) -> Result<tera::Template, tera::Erro
 }
 
 /// Renders a one-off template string (artifact names, command arguments).
-pub fn render_str(text: &str, context: &tera::Context) -> Result<String, String> {
+pub fn render_str(text: &str, context: &tera::Context) -> Result<String, RenderError> {
     if !text.contains("{{") && !text.contains("{%") {
         return Ok(text.to_string());
     }
@@ -447,7 +514,10 @@ pub fn render_str(text: &str, context: &tera::Context) -> Result<String, String>
     tera.autoescape_on(vec![]);
     register(&mut tera);
     tera.add_raw_template("inline", text)
-        .map_err(|e| crate::compile::tera_error_text(&e))?;
+        .map_err(|e| RenderError {
+            message: crate::compile::tera_error_text(&e),
+            wrong_kind: false,
+        })?;
     bounded_render(&tera, "inline", context)
 }
 

@@ -20,6 +20,13 @@ pub struct RoleReplies {
 pub struct Script {
     pub roles: HashMap<String, RoleReplies>,
     pub default: Option<String>,
+    /// Llm roles the script is written not to reach (`unreached: [role, ...]`): a run is
+    /// refused at its start when a role it can reach has no reply, unless named here; a
+    /// run that reaches one anyway ends at `limit`, saying so.
+    pub unreached: Vec<String>,
+    /// The replies a recorded run received: a role without any was not reached there, and
+    /// counts as named in `unreached`.
+    pub recorded: bool,
 }
 
 #[derive(Deserialize)]
@@ -45,6 +52,8 @@ struct YamlScript {
     replies: BTreeMap<String, YamlReplies>,
     #[serde(default)]
     default: Option<String>,
+    #[serde(default)]
+    unreached: Vec<String>,
 }
 
 impl Script {
@@ -73,7 +82,8 @@ impl Script {
     }
 
     /// A YAML script: `replies: {role: "text" | [visit1, visit2, ...] | {"2": "text" | [attempt1,
-    /// attempt2, ...], default: "text"}}`.
+    /// attempt2, ...], default: "text"}}`, and optionally `default: "text"` and
+    /// `unreached: [role, ...]`.
     pub fn from_yaml(path: &Path) -> Result<Script, String> {
         let text = crate::source::read_regular(path, crate::source::MAX_SOURCE_BYTES)
             .map_err(|e| format!("cannot read script {}: {e}", path.display()))?;
@@ -81,6 +91,7 @@ impl Script {
             .map_err(|e| format!("script {}: {e}", path.display()))?;
         let mut script = Script {
             default: parsed.default,
+            unreached: parsed.unreached,
             ..Script::default()
         };
         for (role, replies) in parsed.replies {

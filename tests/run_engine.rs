@@ -320,13 +320,13 @@ fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
     assert_eq!(a["path"], b["path"]);
     assert_eq!(a["memory"], b["memory"]);
     assert_eq!(b["memory"][1][0]["review"], "bad");
-    // Without the recording the same run has no replies for a role every run reaches: it
-    // is refused before it starts, naming the role (it used to start and stop at `error`).
+    // Without the recording the same run has no replies for the roles it can reach: it is
+    // refused before it starts, naming them (it used to start and stop at `error`).
     let (out, third) = run_with(&wf, "noreplies", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(!third.join("run.json").exists());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("no reply for role `review`"),
+        String::from_utf8_lossy(&out.stderr).contains("no reply for roles `review`, `shout`"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

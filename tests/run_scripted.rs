@@ -1,7 +1,8 @@
 //! Scripted replies (issue 22 §3): a `rondo run` whose script has no reply for an llm role
-//! every run reaches is refused before it starts, naming every role without replies; one
-//! only some runs reach is named in a warning; replies that run out during a run end it at
-//! `limit`, finished — never at `error`, "resumable".
+//! the workflow can reach is refused before it starts, naming every role without replies,
+//! unless the script says it is written not to reach them (`unreached: [...]`); replies
+//! that run out during a run (a role's visits past its replies, or a role said unreached
+//! that the run reached) end it at `limit`, finished — never at `error`, "resumable".
 
 mod common;
 
@@ -53,9 +54,10 @@ fn a_run_whose_script_leaves_out_reachable_roles_is_refused_naming_them() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("no reply for roles `write`, `review`, which every run reaches"),
+        err.contains("no reply for roles `write`, `review`, which the workflow can reach"),
         "{err}"
     );
+    assert!(err.contains("`unreached: [write, review]`"), "{err}");
     // Refused before anything started: no run was recorded.
     assert!(!dir.join("run.json").exists(), "{}", dir.display());
     // A `default:` reply answers every role: the run starts.
@@ -100,10 +102,11 @@ fn replies_that_run_out_during_a_run_end_it_at_limit() {
     );
 }
 
-/// A role only some runs reach may go without replies: the run starts with a warning
-/// naming it, and ends at `limit` only if it gets there.
+/// A role only some runs reach is refused too (it was only warned of, and a run that got
+/// there ended at `limit`); a script that says it is written for runs that do not reach it
+/// (`unreached: [fix]`) starts, and a run that reaches it anyway ends at `limit`, saying so.
 #[test]
-fn a_role_only_some_runs_reach_is_named_in_a_warning() {
+fn a_role_only_some_runs_reach_must_have_replies_or_be_declared_unreached() {
     const BRANCHING: &str = r#"
 workflow branching {
   prompts = "prompts"
@@ -125,18 +128,47 @@ fix -> done
 exit done
 "#;
     let tmp = tempfile::tempdir().unwrap();
-    for (ok, code) in [("true", 0), ("false", 3)] {
-        let script = format!("replies:\n  ask: '{{\"ok\": {ok}}}'\n");
+    let wf = project(
+        tmp.path(),
+        BRANCHING,
+        PROMPTS,
+        "replies:\n  ask: '{\"ok\": true}'\n",
+    );
+    let (out, dir) = run(&wf, "refused");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no reply for role `fix`, which the workflow can reach"),
+        "{err}"
+    );
+    assert!(!dir.join("run.json").exists(), "{}", dir.display());
+    for (ok, code, exit) in [("true", 0, "done"), ("false", 3, "limit")] {
+        let script = format!("replies:\n  ask: '{{\"ok\": {ok}}}'\nunreached: [fix]\n");
         let wf = project(tmp.path(), BRANCHING, PROMPTS, &script);
         let (out, dir) = run(&wf, &format!("r{ok}"));
         assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
-        assert!(
-            stderr(&out)
-                .contains("no reply for role `fix`; a run that reaches one ends at `limit`"),
-            "{}",
-            stderr(&out)
-        );
         let record = json(dir.join("run.json"));
         assert_eq!(record["status"], "finished");
+        assert_eq!(record["exit"], exit);
+        if exit == "limit" {
+            assert_eq!(
+                record["reason"],
+                "the scripted replies ran out: no reply for role `fix`, visit 1"
+            );
+        }
     }
+    // A name there that is no llm role of the workflow is refused, with the nearest one.
+    let wf = project(
+        tmp.path(),
+        BRANCHING,
+        PROMPTS,
+        "replies:\n  ask: '{\"ok\": true}'\nunreached: [fxi]\n",
+    );
+    let (out, _) = run(&wf, "typo");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("`unreached` names `fxi`, which is not an llm role"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -29,7 +29,8 @@ const DEFAULT_FEATURES: Features = Features::FINAL;
 const DEFAULT_CASES: u64 = 300;
 const DEFAULT_SEED: u64 = 0x5EED_0000;
 
-/// How a run ends whose replies leave out a role every run reaches: refused at its start.
+/// How a run ends whose replies leave out a role the workflow can reach (and the script
+/// does not say it is unreached): refused at its start.
 const REFUSED: &str = "refused at start (roles without replies)";
 
 /// Exits a run may end at besides the declared ones.
@@ -68,6 +69,7 @@ fn script(case: &Case) -> Script {
             s.add(role, *visit, t.clone());
         }
     }
+    s.unreached = case.unreached.clone();
     s
 }
 
@@ -127,13 +129,16 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
             return Verdict::Failed(format!("panicked: {msg}"));
         }
         Ok(Err(e)) => {
-            // Refused only for roles left out of the replies (one every run reaches).
+            // Refused only for roles left out of the replies and not said to be unreached.
             let refused = e.contains("the scripted replies have no reply for");
             let wrongly_named = case
                 .replies
                 .iter()
-                .any(|(role, _, _)| e.contains(&format!("`{role}`")));
-            if refused && !wrongly_named && !case.omitted.is_empty() {
+                .map(|(role, _, _)| role)
+                .chain(&case.unreached)
+                .any(|role| e.contains(&format!("`{role}`")));
+            let undeclared = case.omitted.iter().any(|r| !case.unreached.contains(r));
+            if refused && !wrongly_named && undeclared {
                 return Verdict::Ran(REFUSED.into());
             }
             return Verdict::Failed(e);
@@ -455,6 +460,7 @@ fn judge_text(source: &str, prompts: &[(&str, &str)], replies: &[(&str, &str)]) 
             .map(|(r, t)| (r.to_string(), None, vec![t.to_string()]))
             .collect(),
         omitted: Vec::new(),
+        unreached: Vec::new(),
     };
     let tmp = tempfile::tempdir().unwrap();
     judge(&case, tmp.path())
@@ -699,6 +705,7 @@ fn judge_attempts(
             .map(|(r, v, t)| (r.to_string(), *v, t.iter().map(|s| s.to_string()).collect()))
             .collect(),
         omitted: Vec::new(),
+        unreached: Vec::new(),
     };
     let tmp = tempfile::tempdir().unwrap();
     judge(&case, tmp.path())
@@ -884,6 +891,7 @@ exit done
             prompts: vec![("r1.tera".into(), "score?\n".into())],
             replies: vec![("r1".into(), None, vec![format!(r#"{{"score": {score}}}"#)])],
             omitted: Vec::new(),
+            unreached: Vec::new(),
         };
         let tmp = tempfile::tempdir().unwrap();
         match judge(&case, tmp.path()) {
@@ -899,5 +907,287 @@ exit done
         assert_eq!(names.len(), 1, "{names:?}");
         assert!(names[0].ends_with(".txt"), "{names:?}");
         assert!(names[0].len() <= 124, "{score}: {} bytes", names[0].len());
+    }
+}
+
+// ---- issue 22 §3, what the first pass left open
+
+/// Expects `check` to refuse `source` with exactly `codes`.
+fn assert_rejected(
+    source: &str,
+    prompts: &[(&str, &str)],
+    replies: &[(&str, &str)],
+    codes: &[&str],
+) {
+    match judge_text(source, prompts, replies) {
+        Verdict::Rejected(got, text) => assert_eq!(got, codes, "{text}"),
+        Verdict::Ran(exit) => panic!("check accepted it and the run ended at {exit}"),
+        Verdict::Failed(why) => panic!("check accepted it and the run failed: {why}"),
+    }
+}
+
+/// Expects `check` to accept `source` and the run to end at `exit`.
+fn assert_ends(source: &str, prompts: &[(&str, &str)], replies: &[(&str, &str)], exit: &str) {
+    match judge_text(source, prompts, replies) {
+        Verdict::Ran(got) => assert_eq!(got, exit, "{prompts:?} {replies:?}"),
+        Verdict::Rejected(_, text) => panic!("check rejected it: {text}"),
+        Verdict::Failed(why) => panic!("{prompts:?} {replies:?}: {why}"),
+    }
+}
+
+const ACT_THEN_NEXT: &str = r#"workflow w {
+  prompts = "prompts"
+}
+role act: llm {
+  prompt = "act.tera"
+  output json { params: map[any], name: string, count: int, maybe: string?, items: list[string] }
+}
+role next: llm {
+  prompt = "next.tera"
+  output text
+}
+start -> act
+act -> invalid_output when act.invalid
+act -> next
+next -> done
+exit done
+"#;
+
+/// A template that loops over, filters, computes with, compares or joins a reply's value
+/// typed `any` (`params: map[any]`) of another kind than it needs: the run ended at `error`
+/// (tera's "Tried to iterate on a container ... unsupported type", "Filter `upper` was
+/// called on an incorrect value", ...). It ends at `invalid_output` now, as an update of
+/// such a value does; with values of the right kind it ends at its exit.
+#[test]
+fn a_template_given_a_reply_value_of_the_wrong_kind_ends_at_invalid_output() {
+    let reply = |params: &str| {
+        format!(r#"{{"params": {params}, "name": "n", "count": 2, "items": ["a"]}}"#)
+    };
+    let cases: [(&str, &str, &str); 8] = [
+        (
+            "{% if act.params.args %}{% for a in act.params.args %}- {{ a }}\n{% endfor %}{% endif %}",
+            r#"{"args": 5}"#,
+            r#"{"args": ["calc.py"]}"#,
+        ),
+        (
+            "{% if act.params.args %}{% for k, v in act.params.args %}{{ k }}{% endfor %}{% endif %}",
+            r#"{"args": ["a"]}"#,
+            r#"{"args": {"a": 1}}"#,
+        ),
+        (
+            "{{ act.params.text | default(value=\"\") | upper }}",
+            r#"{"text": 7}"#,
+            r#"{"text": "seven"}"#,
+        ),
+        (
+            "{% if act.params.n %}{{ act.params.n + 1 }}{% endif %}",
+            r#"{"n": "three"}"#,
+            r#"{"n": 3}"#,
+        ),
+        (
+            "{% if act.params.n %}{% if act.params.n > 2 %}big{% endif %}{% endif %}",
+            r#"{"n": [3]}"#,
+            r#"{"n": 3}"#,
+        ),
+        (
+            "{% if act.params.text %}{{ \"T: \" ~ act.params.text }}{% endif %}",
+            r#"{"text": {"nested": true}}"#,
+            r#"{"text": "t"}"#,
+        ),
+        (
+            "{{ act.params.extra | default(value=[]) | join(sep=\", \") }}",
+            r#"{"extra": "calc.py"}"#,
+            r#"{"extra": ["calc.py"]}"#,
+        ),
+        (
+            "{% if act.params.n %}{% if act.params.n is odd %}odd{% endif %}{{ act.params.n | abs }}{% endif %}",
+            r#"{"n": true}"#,
+            r#"{"n": -3}"#,
+        ),
+    ];
+    for (next, wrong, right) in cases {
+        let prompts = [("act.tera", "Act.\n"), ("next.tera", next)];
+        for (params, exit) in [(wrong, "invalid_output"), (right, "done")] {
+            let reply = reply(params);
+            assert_ends(
+                ACT_THEN_NEXT,
+                &prompts,
+                &[("act", &reply), ("next", "ok")],
+                exit,
+            );
+        }
+    }
+}
+
+/// What tera evaluates on some kinds only — `+ - * / %`, `< > <= >=`, `~`, `in`, the
+/// tests `odd`, `starting_with`, `containing`..., and filters missing a required argument
+/// — was accepted on values of declared types, and every run ended at `error`. Each is a
+/// check error now; written right, the run ends at its exit.
+#[test]
+fn a_template_operator_on_a_declared_type_it_cannot_take_is_a_check_error() {
+    let reply = r#"{"params": {}, "name": "n", "count": 2, "items": ["a"]}"#;
+    let operand = "rondo::template::operand";
+    let null = "rondo::template::maybe_null";
+    let filter = "rondo::template::filter_input";
+    let cases: [(&str, Option<&str>); 16] = [
+        ("{{ act.name + 1 }}", Some(operand)),
+        ("{{ act.count * 2 }}{{ act.count % 2 }}", None),
+        ("{% if act.name > 3 %}big{% endif %}", Some(operand)),
+        ("{% if act.name < \"m\" %}early{% endif %}", Some(operand)),
+        (
+            "{% if act.count >= 2 %}two{% endif %}{% if act.name == \"n\" %}n{% endif %}",
+            None,
+        ),
+        ("{{ \"Maybe: \" ~ act.maybe }}", Some(null)),
+        (
+            "{% if act.maybe %}{{ \"Maybe: \" ~ act.maybe }}{% endif %}",
+            None,
+        ),
+        ("{{ \"Items: \" ~ act.items }}", Some(operand)),
+        ("{{ \"Name: \" ~ act.name ~ act.count }}", None),
+        ("{% if act.count is odd %}odd{% endif %}", None),
+        ("{% if act.name is odd %}odd{% endif %}", Some(operand)),
+        (
+            "{% if act.count is starting_with(\"1\") %}1{% endif %}",
+            Some(operand),
+        ),
+        ("{% if \"a\" in act.count %}a{% endif %}", Some(operand)),
+        (
+            "{% if \"a\" in act.items %}a{% endif %}{% if \"n\" in act.name %}n{% endif %}",
+            None,
+        ),
+        ("{{ act.items | nth }}", Some(filter)),
+        (
+            "{{ act.items | nth(n=0) }}{{ act.name | replace(from=\"n\", to=\"m\") }}",
+            None,
+        ),
+    ];
+    for (next, refused) in cases {
+        let prompts = [("act.tera", "Act.\n"), ("next.tera", next)];
+        let replies = [("act", reply), ("next", "ok")];
+        match refused {
+            Some(code) => assert_rejected(ACT_THEN_NEXT, &prompts, &replies, &[code]),
+            None => assert_ends(ACT_THEN_NEXT, &prompts, &replies, "done"),
+        }
+    }
+}
+
+/// A map the workflow fills itself (`counts: map[int]`), read by key in a template: the
+/// key is absent until an update puts it, and the run ended at `error` ("Variable
+/// `memory.counts.alpha` not found"); so did a computed index past a list's end and `get`
+/// of a missing key. Unguarded, each is a check error; guarded, or with a default, the run
+/// ends at its exit. In expressions a map's value is already optional.
+#[test]
+fn a_map_key_read_from_memory_must_be_guarded() {
+    let source = r#"workflow w {
+  prompts = "prompts"
+}
+memory {
+  counts: map[int] = {}
+  items: list[string] = ["a"]
+  at: int = 3
+}
+role ask: llm {
+  prompt = "ask.tera"
+  reads = [counts, items, at]
+  output text
+}
+role tally: builtin { update { counts.put(ask, 1) } }
+start -> ask
+ask -> tally
+tally -> done
+exit done
+"#;
+    let null = "rondo::template::maybe_null";
+    let cases: [(&str, Option<&str>); 8] = [
+        ("Count: {{ memory.counts.alpha }}", Some(null)),
+        ("Count: {{ memory.counts[\"alpha\"] }}", Some(null)),
+        (
+            "Count: {{ memory.counts | get(key=\"alpha\") }}",
+            Some(null),
+        ),
+        ("Item: {{ memory.items[memory.at] }}", Some(null)),
+        (
+            "{% if memory.counts.alpha %}{{ memory.counts.alpha }}{% endif %}{{ memory.counts.beta | default(value=0) }}",
+            None,
+        ),
+        ("{{ memory.counts | get(key=\"alpha\", default=0) }}", None),
+        (
+            "{% if memory.items[memory.at] %}{{ memory.items[memory.at] }}{% endif %}",
+            None,
+        ),
+        (
+            "{% for k, v in memory.counts %}{{ k }}={{ v + 1 }}{% endfor %}",
+            None,
+        ),
+    ];
+    for (ask, refused) in cases {
+        let prompts = [("ask.tera", ask)];
+        let replies = [("ask", "alpha")];
+        match refused {
+            Some(code) => assert_rejected(source, &prompts, &replies, &[code]),
+            None => assert_ends(source, &prompts, &replies, "done"),
+        }
+    }
+    // The same read in an expression is optional: arithmetic on it needs a fallback.
+    let expr = source.replace(
+        "role tally: builtin { update { counts.put(ask, 1) } }",
+        "role tally: builtin { update { counts.put(ask, memory.counts.alpha + 1) } }",
+    );
+    assert_rejected(
+        &expr,
+        &[("ask.tera", "Ask.\n")],
+        &[("ask", "alpha")],
+        &["rondo::expr::optional_operand"],
+    );
+    let fallback = source.replace(
+        "role tally: builtin { update { counts.put(ask, 1) } }",
+        "role tally: builtin { update { counts.put(ask, (memory.counts.alpha ?? 0) + 1) } }",
+    );
+    assert_ends(
+        &fallback,
+        &[("ask.tera", "Ask.\n")],
+        &[("ask", "alpha")],
+        "done",
+    );
+}
+
+/// `item` in an expression was typed `any`, so `check` let a map worker over a list of
+/// strings add 1 to it or store it as a number, and the run ended at `invalid_output`,
+/// blaming the model for the workflow's fault. It has the type of the list's items now.
+#[test]
+fn item_in_an_expression_has_the_type_of_the_list_mapped_over() {
+    let source = |update: &str| {
+        format!(
+            r#"workflow w {{}}
+type Task {{ title: string, size: int }}
+memory {{
+  items: list[string] = ["a", "b"]
+  tasks: list[Task] = [{{ title: "t", size: 2 }}]
+  total: int = 0
+  titles: list[string] = []
+}}
+role each: builtin {{ update {{ {update} }} }}
+role task: builtin {{ update {{ set total = memory.total + item.size }} }}
+role after: builtin {{}}
+start -> map each over memory.items -> after max 5
+after -> map task over memory.tasks -> done max 5
+exit done
+"#
+        )
+    };
+    let mismatch = "rondo::expr::type_mismatch";
+    for (update, refused) in [
+        ("set total = item + 1", Some(mismatch)),
+        ("set total = item", Some("rondo::update::type_mismatch")),
+        ("set total = len(item)", None),
+        ("titles.append(item)", None),
+        ("set total = item.size", Some("rondo::expr::unknown_field")),
+    ] {
+        let text = source(update);
+        match refused {
+            Some(code) => assert_rejected(&text, &[], &[], &[code]),
+            None => assert_ends(&text, &[], &[], "done"),
+        }
     }
 }

@@ -532,7 +532,11 @@ fn normalize(root: &str, segs: &[(Seg, usize, usize)]) -> String {
                 out.push('.');
                 out.push_str(&n.to_string());
             }
-            Seg::Dynamic(_) => out.push_str("[?]"),
+            Seg::Dynamic(inner) => {
+                out.push('[');
+                out.push_str(inner);
+                out.push(']');
+            }
         }
     }
     out
@@ -632,6 +636,15 @@ fn tag_ranges(text: &str) -> Vec<(usize, usize)> {
 
 /// Whether a filter accepts a value of the type.
 type Accepts = fn(&Type) -> bool;
+
+/// What kind of value an operator or test takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Number,
+    Text,
+    TextOrNumber,
+    Container,
+}
 
 /// A variable of the template's frame.
 #[derive(Debug, Clone)]
@@ -1307,13 +1320,131 @@ impl<'a> Walker<'a> {
         } else {
             Mode::Render
         };
-        self.read(&t.ident, mode);
+        let ty = self.read(&t.ident, mode);
+        let needs = match t.name.as_str() {
+            "odd" | "even" | "divisibleby" => Some(Needs::Number),
+            "starting_with" | "ending_with" | "matching" => Some(Needs::Text),
+            "containing" => Some(Needs::Container),
+            _ => None,
+        };
+        if let Some(needs) = needs {
+            let subject = Expr::new(ExprVal::Ident(t.ident.clone()));
+            let _ = self.operand(&subject, &ty, &format!("is {}", t.name), needs);
+        }
         if !TESTERS.contains(&t.name.as_str()) {
             self.unknown_callable("test", &t.name, TESTERS);
         }
         for a in &t.args {
             self.expr(a, Mode::Render);
         }
+    }
+
+    /// An operand of an operator or test that tera evaluates only on some kinds of value:
+    /// a known type of another kind, or one that may be null unguarded, fails the
+    /// rendering. A value typed `any` is the run's to tell (a failure there ends the run
+    /// at `invalid_output`).
+    fn operand(&mut self, e: &Expr, ty: &Type, op: &str, needs: Needs) -> bool {
+        let path = match &e.val {
+            ExprVal::Ident(id) if e.filters.is_empty() => {
+                let (root, segs) = parse_ident(id);
+                Some(normalize(&root, &segs))
+            }
+            _ => None,
+        };
+        let inner = ty.strip_optional();
+        let fits = |t: &Type| match needs {
+            Needs::Number => matches!(t, Type::Int | Type::Float),
+            Needs::Text => t.is_stringy(),
+            Needs::TextOrNumber => t.is_stringy() || matches!(t, Type::Int | Type::Float),
+            Needs::Container => {
+                t.is_stringy()
+                    || matches!(
+                        t,
+                        Type::List { .. } | Type::Map { .. } | Type::Object { .. }
+                    )
+            }
+        };
+        let unknown = match inner {
+            Type::Any => true,
+            Type::Union { members } => !members.iter().all(|m| fits(m.strip_optional())),
+            _ => false,
+        };
+        let kind = match needs {
+            Needs::Number => "a number",
+            Needs::Text => "a string",
+            Needs::TextOrNumber => "a string or a number",
+            Needs::Container => "a list, a map or a string",
+        };
+        let shown = match (&path, &e.val) {
+            (Some(p), _) => p.clone(),
+            (None, ExprVal::String(s)) => format!("{s:?}"),
+            (None, ExprVal::Bool(b)) => b.to_string(),
+            _ => "the value".to_string(),
+        };
+        let wrong = !unknown && !matches!(inner, Type::Null) && !fits(inner);
+        let null = !wrong
+            && !unknown
+            && matches!(ty, Type::Optional { .. } | Type::Null)
+            && !path.as_ref().is_some_and(|p| self.guarded(p));
+        if !wrong && !null {
+            return false;
+        }
+        let (start, len) = match &e.val {
+            ExprVal::Ident(id) => (self.last_seen(id), shown.len()),
+            ExprVal::String(_) => {
+                let start = self.locate(&shown);
+                (start.unwrap_or(0), start.map_or(0, |_| shown.len()))
+            }
+            _ => (0, 0),
+        };
+        let (message, help) = if wrong {
+            (
+                format!("`{op}` needs {kind}, but `{shown}` is {}", short(ty)),
+                format!(
+                    "give `{op}` {kind}{}",
+                    if needs == Needs::Number {
+                        " (tera compares and computes with numbers only; `==` compares anything)"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        } else {
+            (
+                format!("`{op}` fails when `{shown}` is null"),
+                format!(
+                    "guard it: `{{% if {shown} %}}...{{% endif %}}`, or give a default first: `{shown} | default(value=...)`"
+                ),
+            )
+        };
+        let code = if wrong {
+            Code::TemplateOperand
+        } else {
+            Code::TemplateMaybeNull
+        };
+        let at = self.report(
+            code,
+            message,
+            Span::new(start, start + len),
+            format!("`{shown}` is {}", short(ty)),
+        );
+        self.help(at, Some(help));
+        true
+    }
+
+    /// Where the identifier met last was written (already located by [`Self::read`]).
+    fn last_seen(&mut self, id: &str) -> usize {
+        let Some(file) = self.files.last() else {
+            return 0;
+        };
+        let n = file.seen.get(id).copied().unwrap_or(1).saturating_sub(1);
+        let mut probe = FileCtx {
+            name: String::new(),
+            text: file.text.clone(),
+            tags: file.tags.clone(),
+            seen: HashMap::from([(id.to_string(), n)]),
+        };
+        probe.locate(id).unwrap_or(0)
     }
 
     fn unknown_callable(&mut self, what: &str, name: &str, known: &[&str]) {
@@ -1353,6 +1484,10 @@ impl<'a> Walker<'a> {
             ExprVal::Math(m) => {
                 let l = self.expr(&m.lhs, Mode::Render);
                 let r = self.expr(&m.rhs, Mode::Render);
+                let op = m.operator.to_string();
+                // One fault per operator: the first operand that cannot take it.
+                let _ = self.operand(&m.lhs, &l, &op, Needs::Number)
+                    || self.operand(&m.rhs, &r, &op, Needs::Number);
                 if matches!((&l, &r), (Type::Int, Type::Int)) {
                     Type::Int
                 } else {
@@ -1363,14 +1498,34 @@ impl<'a> Walker<'a> {
                 if matches!(l.operator, LogicOperator::And | LogicOperator::Or) {
                     self.condition(e);
                 } else {
-                    self.expr(&l.lhs, Mode::Render);
-                    self.expr(&l.rhs, Mode::Render);
+                    let lt = self.expr(&l.lhs, Mode::Render);
+                    let rt = self.expr(&l.rhs, Mode::Render);
+                    // Tera orders numbers only: a string, or null, fails the comparison.
+                    if !matches!(l.operator, LogicOperator::Eq | LogicOperator::NotEq) {
+                        let op = l.operator.to_string();
+                        let _ = self.operand(&l.lhs, &lt, &op, Needs::Number)
+                            || self.operand(&l.rhs, &rt, &op, Needs::Number);
+                    }
                 }
                 Type::Bool
             }
             ExprVal::In(i) => {
-                self.expr(&i.lhs, Mode::Render);
-                self.expr(&i.rhs, Mode::Render);
+                let lt = self.expr(&i.lhs, Mode::Render);
+                let rt = self.expr(&i.rhs, Mode::Render);
+                let reported = self.operand(&i.rhs, &rt, "in", Needs::Container);
+                // In a string or a map's keys, only a string is looked for.
+                if !reported
+                    && matches!(
+                        rt.strip_optional(),
+                        Type::String
+                            | Type::WorkspacePath
+                            | Type::Literal { .. }
+                            | Type::Map { .. }
+                            | Type::Object { .. }
+                    )
+                {
+                    let _ = self.operand(&i.lhs, &lt, "in", Needs::Text);
+                }
                 Type::Bool
             }
             ExprVal::Test(t) => {
@@ -1408,7 +1563,9 @@ impl<'a> Walker<'a> {
                 for v in &s.values {
                     match v {
                         ExprVal::Ident(id) => {
-                            self.read(id, Mode::Render);
+                            let ty = self.read(id, Mode::Render);
+                            let part = Expr::new(ExprVal::Ident(id.clone()));
+                            let _ = self.operand(&part, &ty, "~", Needs::TextOrNumber);
                         }
                         ExprVal::FunctionCall(f) => {
                             self.args(f);
@@ -1484,6 +1641,7 @@ impl<'a> Walker<'a> {
             "get" => Some(("a map", |t| {
                 matches!(t, Type::Map { .. } | Type::Object { .. })
             })),
+            "int" | "float" => Some(("a number or a string", |t| t.is_stringy() || t.is_numeric())),
             _ => None,
         };
         if let Some((kind, ok)) = needs {
@@ -1520,6 +1678,55 @@ impl<'a> Walker<'a> {
                         "guard it: `{{% if {shown} %}}...{{% endif %}}`, or give a default first: `{shown} | default(value=...) | {name}`"
                     )),
                 );
+            }
+        }
+        // Arguments without which the filter always fails.
+        let required: &[&str] = match name {
+            "nth" => &["n"],
+            "group_by" | "filter" | "map" => &["attribute"],
+            "concat" => &["with"],
+            "replace" => &["from", "to"],
+            "split" | "trim_start_matches" | "trim_end_matches" => &["pat"],
+            "get" => &["key"],
+            "default" => &["value"],
+            _ => &[],
+        };
+        if let Some(arg) = required.iter().find(|a| !f.args.contains_key(**a)) {
+            let at = self.report(
+                Code::TemplateFilterInput,
+                format!("filter `{name}` needs its `{arg}` argument"),
+                span,
+                format!("no `{arg}`"),
+            );
+            self.help(at, Some(format!("give it: `{name}({arg}=...)`")));
+            return Type::Any;
+        }
+        // `get` of a key the value does not have fails unless a default is given: a map's
+        // keys are known only at run time.
+        if name == "get" && !f.args.contains_key("default") && mode == Mode::Render {
+            let key = match f.args.get("key").map(|a| &a.val) {
+                Some(ExprVal::String(k)) => Some(k.clone()),
+                _ => None,
+            };
+            let absent = match (&inner, &key) {
+                (Type::Map { .. }, _) => true,
+                (Type::Object { .. }, None) => true,
+                (Type::Object { .. }, Some(k)) => inner.field(k).is_none(),
+                _ => false,
+            };
+            if absent {
+                let shown_key = key.map_or("the key".to_string(), |k| format!("`{k}`"));
+                let at = self.report(
+                    Code::TemplateMaybeNull,
+                    format!("`{shown} | get` fails when `{shown}` has no {shown_key}"),
+                    span,
+                    format!("`{shown}` is {}", short(&input)),
+                );
+                self.help(
+                    at,
+                    Some("give a default: `get(key=..., default=...)`".to_string()),
+                );
+                return Type::Any;
             }
         }
         let item = match &inner {
@@ -1857,16 +2064,16 @@ impl<'a> Walker<'a> {
             let prefix = normalize(&root, &segs[..skipped + i]);
             let done = skipped + i + 1;
             // Tera fails on a key a value does not have: a value typed `any` (a tool's
-            // `data`) may lack any, and so may a map a reply gave (`action_params`).
-            let open_map =
-                from_output && matches!(ty, Type::Map { .. }) && !matches!(seg, Seg::Index(_));
+            // `data`) may lack any, and so may every map: a reply's (`action_params`), a
+            // memory map the workflow fills itself, an input map.
+            let open_map = matches!(ty, Type::Map { .. });
             if (matches!(ty, Type::Any) || open_map) && mode == Mode::Render {
                 let whole = normalize(&root, &segs[..done]);
                 if !self.guarded(&whole) {
-                    let kind = if open_map {
-                        "a map in a role's output"
-                    } else {
-                        "typed `any`"
+                    let kind = match (open_map, from_output) {
+                        (true, true) => "a map in a role's output",
+                        (true, false) => "a map, whose keys are known only at run time",
+                        (false, _) => "typed `any`",
                     };
                     let at_ = self.report(
                         Code::TemplateMaybeNull,
@@ -1916,7 +2123,26 @@ impl<'a> Walker<'a> {
                 t => t.clone(),
             };
             ty = match (seg, &inner) {
-                (Seg::Dynamic(_), Type::List { item }) => (**item).clone(),
+                (Seg::Dynamic(_), Type::List { item }) => {
+                    // A computed index may be past the end (or not a number at all).
+                    let whole = normalize(&root, &segs[..done]);
+                    if mode == Mode::Render && !self.guarded(&whole) {
+                        let at_ = self.report(
+                            Code::TemplateMaybeNull,
+                            format!("`{whole}` may be past the end of `{prefix}`"),
+                            at(0, *to),
+                            format!("`{prefix}` may have no item at this index"),
+                        );
+                        self.help(
+                            at_,
+                            Some(format!(
+                                "loop over it (`{{% for x in {prefix} %}}`), or guard the read: `{{% if {whole} %}}...{{% endif %}}`"
+                            )),
+                        );
+                        return Type::Any;
+                    }
+                    (**item).clone()
+                }
                 (Seg::Dynamic(_), Type::Map { value }) => (**value).clone(),
                 (Seg::Dynamic(_), _) => Type::Any,
                 (Seg::Index(n), Type::List { item }) => {

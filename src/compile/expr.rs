@@ -538,9 +538,10 @@ impl Compiler<'_> {
                     );
                     return (ExprKind::Literal { value: Value::Null }, Type::Any);
                 }
+                let item = self.item_type(role.as_deref().unwrap_or(""));
                 (
                     Root::Item,
-                    Cow::Owned(Type::Any),
+                    Cow::Owned(item),
                     Described::Text("the map item"),
                 )
             }
@@ -679,6 +680,37 @@ impl Compiler<'_> {
             },
             ty.into_owned(),
         )
+    }
+
+    /// The type of `item` in a map worker: the items of the list its map routes go over
+    /// (`any` when that is not a declared list, or when two routes disagree).
+    fn item_type(&mut self, worker: &str) -> Type {
+        let overs: Vec<syntax::Expr> = self
+            .map_over
+            .iter()
+            .filter(|(w, _)| w == worker)
+            .map(|(_, e)| e.clone())
+            .collect();
+        let mut found: Option<Type> = None;
+        // The route reports its own faults: here the list is only typed.
+        let diags = std::mem::take(&mut self.diags);
+        for over in &overs {
+            let (_, ty) = self.expr(over, &Scope::global());
+            let item = match ty.strip_optional() {
+                Type::List { item } => (**item).clone(),
+                _ => Type::Any,
+            };
+            match &found {
+                None => found = Some(item),
+                Some(t) if *t == item => {}
+                Some(_) => {
+                    found = Some(Type::Any);
+                    break;
+                }
+            }
+        }
+        self.diags = diags;
+        found.unwrap_or(Type::Any)
     }
 
     fn bare_namespace(

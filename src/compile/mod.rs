@@ -101,6 +101,8 @@ struct Compiler<'f> {
     /// Roles that are the worker of a `map` route: read by name, the list of their outputs.
     /// Known from the syntax before routes are compiled, since role bodies read them.
     map_workers: std::collections::HashSet<String>,
+    /// Each map route's worker and the list it goes over, for the type of `item`.
+    map_over: Vec<(String, syntax::Expr)>,
     /// Where the header names the `finally` role.
     finally_span: Span,
     /// Nesting and size of the type being resolved: named types are expanded in place,
@@ -169,6 +171,7 @@ impl<'f> Compiler<'f> {
             tool_result: None,
             json_llm: Default::default(),
             map_workers: Default::default(),
+            map_over: Vec::new(),
             finally_span: Span::default(),
         }
     }
@@ -181,6 +184,16 @@ impl<'f> Compiler<'f> {
             .iter()
             .filter_map(|r| match &r.target {
                 syntax::RouteTarget::Map { worker, .. } => Some(worker.name.clone()),
+                _ => None,
+            })
+            .collect();
+        self.map_over = ast
+            .routes
+            .iter()
+            .filter_map(|r| match &r.target {
+                syntax::RouteTarget::Map { worker, over, .. } => {
+                    Some((worker.name.clone(), over.clone()))
+                }
                 _ => None,
             })
             .collect();

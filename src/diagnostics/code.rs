@@ -151,6 +151,7 @@ codes! {
     TemplateMaybeNull = "rondo::template::maybe_null",
     TemplateMemoryNotRead = "rondo::template::memory_not_read",
     TemplateMissing = "rondo::template::missing",
+    TemplateOperand = "rondo::template::operand",
     TemplateParse = "rondo::template::parse",
     TemplateTooDeep = "rondo::template::too_deep",
     TemplateUnknownField = "rondo::template::unknown_field",

@@ -35,8 +35,8 @@ impl<'w> Interpreter<'w> {
             // cannot add one, climb out, or name nothing.
             let raw = render_str(&artifact.name, &ctx).ok();
             let file = render_str(&artifact.name, &path_safe_context(ctx)).map_err(|e| {
-                StepError::Failed(format!(
-                    "`{role_name}`: artifact name `{}`: {e}",
+                e.step(format_args!(
+                    "`{role_name}`: artifact name `{}`",
                     artifact.name
                 ))
             })?;

@@ -60,6 +60,22 @@ impl EvalError {
     }
 }
 
+impl crate::prompt::RenderError {
+    /// The step's error: a template that failed on a value `check` could not prove (typed
+    /// `any`) ends the run at `invalid_output`, as an expression does; a rendering past its
+    /// bound, `throw` or an unset `get_env` at `error`.
+    pub(super) fn step(self, context: impl std::fmt::Display) -> super::StepError {
+        if self.wrong_kind {
+            super::StepError::Invalid(format!(
+                "{context}: {} (a value typed `any`, from a reply or a tool's data, is not of the kind the template needs)",
+                self.message
+            ))
+        } else {
+            super::StepError::Failed(format!("{context}: {}", self.message))
+        }
+    }
+}
+
 impl From<String> for EvalError {
     fn from(message: String) -> Self {
         EvalError {

@@ -65,9 +65,7 @@ impl<'w> Interpreter<'w> {
                 let text = self
                     .prompts
                     .render(&system.to_string_lossy(), &ctx)
-                    .map_err(|e| {
-                        StepError::Failed(format!("role `{name}`: system template: {e}"))
-                    })?;
+                    .map_err(|e| e.step(format_args!("role `{name}`: system template")))?;
                 let text = self.redactor.redact(&text).into_owned();
                 messages.push(Message::system(text));
             }
@@ -87,8 +85,8 @@ impl<'w> Interpreter<'w> {
                         .prompts
                         .render(&template.to_string_lossy(), &ctx)
                         .map_err(|e| {
-                            StepError::Failed(format!(
-                                "role `{name}`: template {}: {e}",
+                            e.step(format_args!(
+                                "role `{name}`: template {}",
                                 template.display()
                             ))
                         })?;

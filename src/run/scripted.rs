@@ -27,6 +27,11 @@ impl Script {
             })
     }
 
+    /// Whether the script says a run does not reach `role` (see [`Script::unreached`]).
+    pub fn expects_unreached(&self, role: &str) -> bool {
+        self.recorded || self.unreached.iter().any(|r| r == role)
+    }
+
     /// The replies a recorded run received, so it can be re-executed offline. A reply to
     /// a request that offered tools natively replays with the calls recorded, and only
     /// those (its text is never read for calls).
@@ -37,7 +42,10 @@ impl Script {
             path.to_path_buf()
         };
         let unreadable = |e: std::io::Error| format!("cannot read {}: {e}", events.display());
-        let mut script = Script::default();
+        let mut script = Script {
+            recorded: true,
+            ..Script::default()
+        };
         for line in super::rundir::journal_lines_at(path).map_err(unreadable)? {
             // Rejected attempts too, in order, so an invalid outcome replays as one.
             let call = match line.map_err(unreadable)? {

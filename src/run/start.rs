@@ -450,11 +450,31 @@ impl<'w> Interpreter<'w> {
     }
 
     /// An llm role the scripted provider answers with no reply in the script: a run that
-    /// surely reaches one (every way from `start` to an exit passes it) is refused before it
-    /// starts, naming them all; the others are named in a warning, and a run that reaches
-    /// one ends at `limit` (as when a role's replies for some visits only run out).
+    /// can reach one (a way from `start` leads to it) is refused before it starts, naming
+    /// them all, unless the script says it is written not to reach it (`unreached:`); a run
+    /// that reaches such a role anyway ends at `limit`, as when a role's replies for some
+    /// visits only run out.
     fn check_replies(&self, script: &Script) -> Result<(), StartError> {
-        let (mut refused, mut warned) = (Vec::new(), Vec::new());
+        let llm_roles: Vec<&str> = self
+            .workflow
+            .roles()
+            .filter(|(_, r)| matches!(r.kind, RoleKind::Llm(_)))
+            .map(|(i, _)| self.workflow.node(i).name.as_str())
+            .collect();
+        if let Some(stray) = script
+            .unreached
+            .iter()
+            .find(|r| !llm_roles.contains(&r.as_str()))
+        {
+            let hint = crate::diagnostics::did_you_mean(stray, llm_roles.iter().copied())
+                .unwrap_or_else(|| format!("its llm roles: {}", llm_roles.join(", ")));
+            return Err(StartError::Setup(format!(
+                "the script's `unreached` names `{stray}`, which is not an llm role of {} ({hint})",
+                self.workflow.name
+            )));
+        }
+        let reachable = reachable(self.workflow);
+        let mut refused = Vec::new();
         // A scripted answer the environment chose (`provider_env`) or a chain fell back to is
         // never silent: the user may believe a model answered. `--provider scripted` and a
         // workflow whose own default is its demo say so themselves.
@@ -470,7 +490,7 @@ impl<'w> Interpreter<'w> {
             });
         let mut scripted: Vec<&str> = Vec::new();
         for (index, role) in self.workflow.roles() {
-            if !matches!(role.kind, RoleKind::Llm(_)) {
+            if !matches!(role.kind, RoleKind::Llm(_)) || !reachable[index.index()] {
                 continue;
             }
             let Some(profile) = self.profile_of.get(&index.index()) else {
@@ -482,22 +502,14 @@ impl<'w> Interpreter<'w> {
             if unasked && self.answers_scripted(profile) && !scripted.contains(&profile.as_str()) {
                 scripted.push(profile);
             }
-            if !self.answers_scripted(profile) || script.has_replies(name) {
+            if !self.answers_scripted(profile)
+                || script.has_replies(name)
+                || script.expects_unreached(name)
+            {
                 continue;
             }
-            if unavoidable(self.workflow, index) {
-                refused.push(format!("`{name}`"));
-            } else {
-                warned.push(format!("`{name}`"));
-            }
+            refused.push(name.clone());
         }
-        let roles = |names: &[String]| {
-            format!(
-                "{} {}",
-                if names.len() == 1 { "role" } else { "roles" },
-                names.join(", ")
-            )
-        };
         if !scripted.is_empty() {
             self.reporter.warn(&format!(
                 "replies from the script, not a model (profile `{}` is scripted or its chain ends in a scripted one)",
@@ -505,24 +517,16 @@ impl<'w> Interpreter<'w> {
             ));
         }
         if refused.is_empty() {
-            if !warned.is_empty() {
-                self.reporter.warn(&format!(
-                    "the scripted replies have no reply for {}; a run that reaches one ends at `limit`",
-                    roles(&warned)
-                ));
-            }
             return Ok(());
         }
-        let also = if warned.is_empty() {
-            String::new()
-        } else {
-            format!(" (nor for {}, which some runs reach)", roles(&warned))
-        };
-        let first = refused[0].trim_matches('`').to_string();
+        let quoted: Vec<String> = refused.iter().map(|n| format!("`{n}`")).collect();
         Err(StartError::Setup(format!(
-            "the scripted replies have no reply for {}, which every run reaches{also}; add {} to the script (`replies: {{{first}: \"...\"}}`, a list of replies for visits 1, 2, ..., or a `default:` reply for every role)",
-            roles(&refused),
+            "the scripted replies have no reply for {} {}, which the workflow can reach; add {} to the script (`replies: {{{}: \"...\"}}`, a list of replies for visits 1, 2, ..., or a `default:` reply for every role), or, for a script written for runs that never get there, say so: `unreached: [{}]` (a run that reaches one then ends at `limit`)",
+            if refused.len() == 1 { "role" } else { "roles" },
+            quoted.join(", "),
             if refused.len() == 1 { "it" } else { "them" },
+            refused[0],
+            refused.join(", "),
         )))
     }
 
@@ -634,6 +638,7 @@ fn load_script(options: &RunOptions) -> Result<Script, StartError> {
         for (role, replies) in recorded.roles {
             script.roles.insert(role, replies);
         }
+        script.recorded = true;
     }
     Ok(script)
 }
@@ -826,36 +831,30 @@ fn provider_summaries(workflow: &Workflow, pool: &ProviderPool) -> Vec<Value> {
         .collect()
 }
 
-/// Whether every way from `start` to an exit runs `role`: the search for an exit avoids it
-/// (a map may go over an empty list, so its worker is never unavoidable for that reason;
-/// an exit guard can end the run after any step).
-fn unavoidable(workflow: &Workflow, role: petgraph::graph::NodeIndex) -> bool {
+/// Which nodes a run can reach: every target of every route from `start` on (parallel
+/// branches and map workers included), and the `finally` role, which every run ends with.
+fn reachable(workflow: &Workflow) -> Vec<bool> {
     use crate::compile::RouteTarget;
-    let guarded = !workflow.exit_guards.is_empty();
     let mut seen = vec![false; workflow.graph.node_count()];
     let mut stack = vec![workflow.start];
+    stack.extend(workflow.finally);
     while let Some(node) = stack.pop() {
         if std::mem::replace(&mut seen[node.index()], true) {
             continue;
         }
-        if workflow.is_exit(node) || (guarded && node != workflow.start) {
-            return false;
-        }
         for &id in &workflow.outgoing[node.index()] {
-            let next = match &workflow.routes[id].target {
-                RouteTarget::Node { node } => *node,
+            match &workflow.routes[id].target {
+                RouteTarget::Node { node } => stack.push(*node),
                 RouteTarget::Parallel { branches, join } => {
-                    if branches.contains(&role) {
-                        continue;
-                    }
-                    *join
+                    stack.extend(branches.iter().copied());
+                    stack.push(*join);
                 }
-                RouteTarget::Map { join, .. } => *join,
-            };
-            if next != role {
-                stack.push(next);
+                RouteTarget::Map { worker, join, .. } => {
+                    stack.push(*worker);
+                    stack.push(*join);
+                }
             }
         }
     }
-    true
+    seen
 }

@@ -478,7 +478,7 @@ pub(super) async fn run_tool_role(
                 .iter()
                 .map(|a| render_str(a, ctx))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| StepError::Failed(format!("role `{name}`: command: {e}")))?;
+                .map_err(|e| e.step(format_args!("role `{name}`: command")))?;
             let program = argv.first().cloned().unwrap_or_default();
             (
                 ExecRequest::new(Command::Argv(argv)),
@@ -582,7 +582,7 @@ pub(super) async fn run_tool_role(
     let log = match &role.log {
         Some(template) => {
             let file = render_str(template, &names)
-                .map_err(|e| StepError::Failed(format!("role `{name}`: log name: {e}")))?;
+                .map_err(|e| e.step(format_args!("role `{name}`: log name")))?;
             match interp.workspace.create_file(&file) {
                 Ok(log_file) => {
                     request.log_file = Some(std::sync::Arc::new(log_file));

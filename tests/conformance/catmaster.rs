@@ -60,8 +60,14 @@ impl Run {
 fn catmaster(ws: &Path, id: &str, request: &str, replies: Value, extra: &[&str]) -> Run {
     std::fs::create_dir_all(ws).unwrap();
     let script = ws.parent().unwrap().join(format!("{id}.script.json"));
-    // JSON is YAML: the script file takes it as it is.
-    std::fs::write(&script, json!({ "replies": replies }).to_string()).unwrap();
+    // JSON is YAML: the script file takes it as it is. A role a test gives no reply is one
+    // its run is written not to reach (a run that reaches it ends at `limit`).
+    let unreached: Vec<&str> = ["planner", "task_runner", "summarizer"]
+        .into_iter()
+        .filter(|r| replies.get(r).is_none())
+        .collect();
+    let script_text = json!({ "replies": replies, "unreached": unreached }).to_string();
+    std::fs::write(&script, script_text).unwrap();
     let workflow = common::root().join("workflows/catmaster.rondo");
     let request = format!("request={request}");
     let mut args = vec![

@@ -310,7 +310,7 @@ fn data_dir_is_the_users_folder_relative_to_where_rondo_started() {
     let sub = site.path().join("sub");
     std::fs::create_dir_all(&sub).unwrap();
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder: |\n    import csv, json\n    path = list(json.load(open('descriptions.json'))['files'])[0]\n    print(len(list(csv.DictReader(open(path)))))\n  verifier: {}\n  finalyzer: two rows\n",
+        "replies:\n  planner: {}\n  coder: |\n    import csv, json\n    path = list(json.load(open('descriptions.json'))['files'])[0]\n    print(len(list(csv.DictReader(open(path)))))\n  verifier: {}\n  finalyzer: two rows\nunreached: [debugger, router]\n",
         yq(r#"{"id": 1, "title": "Count rows", "details": "Read the CSV.", "status": "todo"}"#),
         yq(SUFFICIENT)
     ));
@@ -435,7 +435,7 @@ fn a_planner_reply_that_is_not_a_step_still_becomes_one() {
     ];
     for (id, reply, title, details) in cases {
         site.script(&format!(
-            "replies:\n  planner: {}\n  coder: \"print('ok')\"\n  verifier: {}\n  finalyzer: done\n",
+            "replies:\n  planner: {}\n  coder: \"print('ok')\"\n  verifier: {}\n  finalyzer: done\nunreached: [debugger, router]\n",
             yq(reply),
             yq(SUFFICIENT)
         ));
@@ -464,7 +464,7 @@ fn a_planner_reply_that_is_not_a_step_still_becomes_one() {
 fn a_failed_execution_is_debugged_and_never_shown_to_the_verifier_model() {
     let site = Site::new();
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder: |\n    import sys\n    print('boom', file=sys.stderr)\n    sys.exit(3)\n  debugger: \"print('fixed')\"\n  verifier: {}\n  finalyzer: fixed\n",
+        "replies:\n  planner: {}\n  coder: |\n    import sys\n    print('boom', file=sys.stderr)\n    sys.exit(3)\n  debugger: \"print('fixed')\"\n  verifier: {}\n  finalyzer: fixed\nunreached: [router]\n",
         yq(r#"{"id": 1, "title": "Print", "details": "Print something.", "status": "todo"}"#),
         yq(SUFFICIENT)
     ));
@@ -575,7 +575,7 @@ fn round_code_always_matches_round_exec() {
         .map(|n| format!("    - \"print('debugger {n}'); raise SystemExit(1)\"\n"))
         .collect();
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder:\n{}  debugger:\n{}  router: {}\n  finalyzer: gave up\n",
+        "replies:\n  planner: {}\n  coder:\n{}  debugger:\n{}  router: {}\n  finalyzer: gave up\nunreached: [verifier]\n",
         yq(r#"{"id": 1, "title": "Try", "details": "d", "status": "todo"}"#),
         coder.concat(),
         debugger.concat(),
@@ -619,7 +619,7 @@ fn round_code_always_matches_round_exec() {
 fn the_router_backtracks_to_a_step_and_ignores_ids_outside_the_plan() {
     let site = Site::new();
     site.script(&format!(
-        "replies:\n  planner:\n    - {}\n    - {}\n    - {}\n  coder: \"print('ok')\"\n  verifier:\n    - {}\n    - {}\n    - {}\n  router:\n    - {}\n    - {}\n  finalyzer: done\n",
+        "replies:\n  planner:\n    - {}\n    - {}\n    - {}\n  coder: \"print('ok')\"\n  verifier:\n    - {}\n    - {}\n    - {}\n  router:\n    - {}\n    - {}\n  finalyzer: done\nunreached: [debugger]\n",
         yq(r#"{"id": 1, "title": "Numbers", "details": "nums = [1, 2, 3]", "status": "todo"}"#),
         yq(r#"{"id": 2, "title": "Sum", "details": "sum(nums)", "status": "todo"}"#),
         yq(r#"{"id": 5, "title": "Mean", "details": "sum(nums) / 3", "status": "todo"}"#),
@@ -652,7 +652,7 @@ fn the_router_backtracks_to_a_step_and_ignores_ids_outside_the_plan() {
 
     let site = Site::new();
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder: \"print('ok')\"\n  verifier:\n    - {}\n    - {}\n    - {}\n    - {}\n  router:\n    - {}\n    - {}\n    - {}\n  finalyzer: done\n",
+        "replies:\n  planner: {}\n  coder: \"print('ok')\"\n  verifier:\n    - {}\n    - {}\n    - {}\n    - {}\n  router:\n    - {}\n    - {}\n    - {}\n  finalyzer: done\nunreached: [debugger]\n",
         yq(r#"{"id": 1, "title": "Step", "details": "d", "status": "todo"}"#),
         yq(NOT_YET),
         yq(NOT_YET),
@@ -682,7 +682,7 @@ fn the_router_backtracks_to_a_step_and_ignores_ids_outside_the_plan() {
 fn unreadable_router_and_verifier_replies_take_the_reference_defaults() {
     let site = Site::new();
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder: \"print('ok')\"\n  verifier:\n    - \"It looks fine to me.\"\n    - {}\n  router: \"Add another step, I think.\"\n  finalyzer: done\n",
+        "replies:\n  planner: {}\n  coder: \"print('ok')\"\n  verifier:\n    - \"It looks fine to me.\"\n    - {}\n  router: \"Add another step, I think.\"\n  finalyzer: done\nunreached: [debugger]\n",
         yq(r#"{"id": 1, "title": "Step", "details": "d", "status": "todo"}"#),
         yq(SUFFICIENT)
     ));
@@ -715,7 +715,7 @@ fn unreadable_router_and_verifier_replies_take_the_reference_defaults() {
 fn max_rounds_is_the_real_bound_of_the_loop() {
     let site = Site::new();
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder: \"print('round')\"\n  verifier: {}\n  router: {}\n  finalyzer: out of rounds\n",
+        "replies:\n  planner: {}\n  coder: \"print('round')\"\n  verifier: {}\n  router: {}\n  finalyzer: out of rounds\nunreached: [debugger]\n",
         yq(r#"{"id": 1, "title": "More", "details": "d", "status": "todo"}"#),
         yq(NOT_YET),
         yq(ADD_STEP)
@@ -752,7 +752,7 @@ fn max_rounds_is_the_real_bound_of_the_loop() {
 fn rounds_started_by_backtracks_count_toward_max_rounds() {
     let site = Site::new();
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder: \"print('x')\"\n  verifier: {}\n  router: {}\n  finalyzer: done\n",
+        "replies:\n  planner: {}\n  coder: \"print('x')\"\n  verifier: {}\n  router: {}\n  finalyzer: done\nunreached: [debugger]\n",
         yq(r#"{"id": 1, "title": "Again", "details": "d", "status": "todo"}"#),
         yq(NOT_YET),
         yq(r#"{"action": "backtrack", "backtrack_to_step_id": 1}"#)
@@ -792,7 +792,7 @@ fn rounds_started_by_backtracks_count_toward_max_rounds() {
 fn rounds_are_counted_exactly_and_the_ending_is_recorded() {
     let site = Site::new();
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder: \"print('x')\"\n  verifier: {}\n  router:\n    - {}\n    - {}\n  finalyzer: stopped\n",
+        "replies:\n  planner: {}\n  coder: \"print('x')\"\n  verifier: {}\n  router:\n    - {}\n    - {}\n  finalyzer: stopped\nunreached: [debugger]\n",
         yq(r#"{"id": 1, "title": "Look", "details": "d", "status": "todo"}"#),
         yq(NOT_YET),
         yq(ADD_STEP),
@@ -810,7 +810,7 @@ fn rounds_are_counted_exactly_and_the_ending_is_recorded() {
     assert_eq!(run.text("final_answer.md"), "stopped");
 
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder: \"print('x')\"\n  verifier: {}\n  finalyzer: cannot\n",
+        "replies:\n  planner: {}\n  coder: \"print('x')\"\n  verifier: {}\n  finalyzer: cannot\nunreached: [debugger, router]\n",
         yq(r#"{"id": 1, "title": "Look", "details": "d", "status": "todo"}"#),
         yq(r#"{"sufficient": false, "reason": "No data.", "missing": ["data"], "next_action": "stop"}"#)
     ));

@@ -87,7 +87,13 @@ fn ide(ws: &Path, id: &str, task: &str, replies: Value) -> Run {
 fn ide_with(workflow: &Path, ws: &Path, id: &str, task: &str, replies: Value) -> Run {
     std::fs::create_dir_all(ws).unwrap();
     let script = ws.parent().unwrap().join(format!("{id}.script.json"));
-    std::fs::write(&script, json!({ "replies": replies }).to_string()).unwrap();
+    // A role a test gives no reply is one its run is written not to reach.
+    let unreached: Vec<&str> = ["act_next", "reflect", "act_alternative"]
+        .into_iter()
+        .filter(|r| replies.get(r).is_none())
+        .collect();
+    let script_text = json!({ "replies": replies, "unreached": unreached }).to_string();
+    std::fs::write(&script, script_text).unwrap();
     let task = format!("task={task}");
     let out = common::rondo(&[
         "run",

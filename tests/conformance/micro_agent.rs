@@ -114,7 +114,8 @@ impl<'a> Ask<'a> {
         if !self.replies.is_empty() {
             let script = cwd.join(format!("{id}.yaml"));
             let replies: Vec<Value> = self.replies.iter().cloned().map(Value::String).collect();
-            let yaml = serde_json::json!({ "replies": { "planner": replies, "summarize": "from the model" } });
+            // The native-tools agent is another path (`mode`): these runs never reach it.
+            let yaml = serde_json::json!({ "replies": { "planner": replies, "summarize": "from the model" }, "unreached": ["agent"] });
             // JSON is YAML.
             std::fs::write(&script, yaml.to_string()).unwrap();
             cmd.arg("--script").arg(&script);

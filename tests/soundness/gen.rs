@@ -78,8 +78,21 @@ pub struct Features {
     /// role's update (an invalid attempt) and in later roles (`invalid_output`).
     pub reply_values: bool,
     /// Issue 22 §3, scripted replies that run out: a role left out of the replies (the run
-    /// is refused before it starts) or given replies for its first visits only (`limit`).
+    /// is refused before it starts, unless the script names it in `unreached`: then a run
+    /// that reaches it ends at `limit`) or given replies for its first visits only (`limit`).
     pub scripted_gaps: bool,
+    /// Issue 22 §3, templates on values of a kind they need: loops, filters, arithmetic,
+    /// comparisons, `~` and `in` over a reply's `map[any]` values (a wrong kind ends the
+    /// run at `invalid_output`) and over declared fields (rarely of a type they cannot
+    /// take, or optional unguarded: `check` must reject them).
+    pub template_kinds: bool,
+    /// Issue 22 §3, maps the workflow fills itself (`tally: map[int]`, `seen: map[any]`)
+    /// read by key in templates and expressions, and a list read at a computed index:
+    /// guarded (rarely not: rejected).
+    pub memory_maps: bool,
+    /// Issue 22 §3, `item` in a map worker's expressions has the type of the list's items:
+    /// stored into a string slot, measured (rarely stored as an int: rejected).
+    pub item_typed: bool,
 }
 
 impl Features {
@@ -96,6 +109,9 @@ impl Features {
         sometimes_names: false,
         reply_values: false,
         scripted_gaps: false,
+        template_kinds: false,
+        memory_maps: false,
+        item_typed: false,
     };
     /// The final design of issue 10.
     pub const FINAL: Features = Features {
@@ -110,6 +126,9 @@ impl Features {
         sometimes_names: true,
         reply_values: true,
         scripted_gaps: true,
+        template_kinds: true,
+        memory_maps: true,
+        item_typed: true,
     };
 
     /// `current`, `final`, or a comma list of switches (`invalid_routes,coercion`).
@@ -133,6 +152,9 @@ impl Features {
                 "sometimes_names" => f.sometimes_names = true,
                 "reply_values" => f.reply_values = true,
                 "scripted_gaps" => f.scripted_gaps = true,
+                "template_kinds" => f.template_kinds = true,
+                "memory_maps" => f.memory_maps = true,
+                "item_typed" => f.item_typed = true,
                 other => return Err(format!("unknown feature `{other}`")),
             }
         }
@@ -278,9 +300,11 @@ pub struct Case {
     pub prompts: Vec<(String, String)>,
     /// (role, visit, replies for attempt 1, 2, ...); `visit` None = every other visit.
     pub replies: Vec<(String, Option<u64>, Vec<String>)>,
-    /// Llm roles left out of the replies on purpose: a run that surely reaches one is refused
-    /// at its start, one that reaches one otherwise ends at `limit`.
+    /// Llm roles left out of the replies on purpose: the run is refused at its start unless
+    /// the script names them in `unreached`, and a run that reaches one then ends at `limit`.
     pub omitted: Vec<String>,
+    /// Omitted roles the script says the run does not reach (`unreached: [...]`).
+    pub unreached: Vec<String>,
 }
 
 const FIELD_NAMES: &[&str] = &[
@@ -399,6 +423,11 @@ pub fn generate(seed: u64, features: Features) -> Case {
     };
     g.build();
     let (replies, omitted) = g.replies();
+    let unreached = omitted
+        .iter()
+        .filter(|_| g.rng.chance(0.6))
+        .cloned()
+        .collect();
     let (source, prompts) = g.render();
     Case {
         seed,
@@ -406,6 +435,7 @@ pub fn generate(seed: u64, features: Features) -> Case {
         prompts,
         replies,
         omitted,
+        unreached,
     }
 }
 
@@ -430,7 +460,7 @@ impl Gen<'_> {
             self.named.push(("Decision".into(), d));
         }
         // Memory.
-        let menu: [(&'static str, &'static str, &'static str); 7] = [
+        let menu: [(&'static str, &'static str, &'static str); 8] = [
             ("counter", "int", "0"),
             ("notes", "list[string]", "[]"),
             ("items", "list[string]", "[\"a\", \"b\"]"),
@@ -438,8 +468,12 @@ impl Gen<'_> {
             ("seen", "map[any]", "{}"),
             ("label", "string", "\"none\""),
             ("maybe_label", "string?", "null"),
+            ("tally", "map[int]", "{}"),
         ];
         for m in menu {
+            if m.0 == "tally" && !self.f.memory_maps {
+                continue;
+            }
             if self.rng.chance(0.6) {
                 let mut m = m;
                 if m.0 == "items" {
@@ -1066,7 +1100,7 @@ impl Gen<'_> {
                     Vec::new()
                 };
                 for snippet in from_model {
-                    if snippet.starts_with("{{") && !snippet.contains('|') {
+                    if snippet.starts_with("{{") && !snippet.contains(['|', '"']) {
                         names.push(format!("named/{snippet}.txt"));
                     }
                 }
@@ -1314,6 +1348,32 @@ impl Gen<'_> {
                 }
             }
         }
+        if self.f.memory_maps && has("tally") {
+            let key = self
+                .rng
+                .pick(&["\"alpha\"", "input.q", "\"beta\""])
+                .to_string();
+            options.push(format!("tally.put({key}, 1)"));
+            options.push(format!(
+                "tally.put({key}, (memory.tally.alpha ?? 0) + (memory.tally.beta ?? 1))"
+            ));
+            if self.f.holes_fixed && self.rng.chance(0.05) {
+                // The key may be absent: `check` must reject arithmetic on it.
+                options.push(format!("tally.put({key}, memory.tally.alpha + 1)"));
+            }
+        }
+        if self.f.item_typed && self.worker(i) {
+            // `memory.items` is a list of strings: so is `item`.
+            if has("label") {
+                options.push("set label = item".into());
+            }
+            if has("counter") {
+                options.push("set counter = len(item)".into());
+                if self.f.holes_fixed && self.rng.chance(0.05) {
+                    options.push("set counter = item".into());
+                }
+            }
+        }
         if self.f.sometimes_names {
             if self.worker(i) {
                 if has("notes") {
@@ -1435,6 +1495,25 @@ impl Gen<'_> {
                     "{{% if {name}.{p}.text %}}Text: {{{{ {name}.{p}.text }}}}{{% endif %}}"
                 ));
                 out.push(format!("{{{{ {name}.{p}.n | default(value=\"-\") }}}}"));
+                if self.f.template_kinds {
+                    // Right for some replies, of the wrong kind for others: those end the
+                    // run at `invalid_output`.
+                    let v = format!("{name}.{p}");
+                    out.push(format!(
+                        "{{% if {v}.extra %}}{{% for e in {v}.extra %}}[{{{{ e }}}}]{{% endfor %}}{{% endif %}}"
+                    ));
+                    out.push(format!("{{{{ {v}.text | default(value=\"\") | upper }}}}"));
+                    out.push(format!(
+                        "{{% if {v}.n %}}{{{{ {v}.n + 1 }}}}{{% if {v}.n > 2 %}} big{{% endif %}}{{% endif %}}"
+                    ));
+                    out.push(format!(
+                        "{{% if {v}.text %}}{{{{ \"T: \" ~ {v}.text }}}}{{% endif %}}"
+                    ));
+                    out.push(format!(
+                        "{{{{ {v}.extra | default(value=[]) | join(sep=\", \") }}}}"
+                    ));
+                    out.push(format!("{{{{ {v} | get(key=\"text\", default=\"-\") }}}}"));
+                }
                 if self.f.holes_fixed && self.rng.chance(0.05) {
                     // A field read through `any`, unguarded: `check` must reject it.
                     out.push(format!("{{{{ {name}.{p}.text }}}}"));
@@ -1452,10 +1531,22 @@ impl Gen<'_> {
                         if f.opt {
                             out.push(format!("{{{{ {p} | default(value=\"none\") }}}}"));
                             out.push(format!("{{% if {p} %}}{{{{ {p} }}}}{{% endif %}}"));
+                            if self.f.template_kinds && f.ty.is_stringy() {
+                                out.push(format!(
+                                    "{{% if {p} %}}{{{{ \"N: \" ~ {p} }}}}{{% endif %}}"
+                                ));
+                                if self.f.holes_fixed && self.rng.chance(0.05) {
+                                    // May be null: `check` must reject it.
+                                    out.push(format!("{{{{ \"N: \" ~ {p} }}}}"));
+                                }
+                            }
                             if self.f.holes_fixed {
                                 out.push(format!("{{{{ {p} }}}}"));
                             }
                             continue;
+                        }
+                        if self.f.template_kinds {
+                            self.typed_operators(&p, &f.ty, &mut out);
                         }
                         match f.ty.resolved() {
                             Ty::List(item) => {
@@ -1501,6 +1592,35 @@ impl Gen<'_> {
         out
     }
 
+    /// Operators on a required field of a declared type: the ones it takes, and rarely one
+    /// it cannot take, which `check` must reject.
+    fn typed_operators(&mut self, p: &str, ty: &Ty, out: &mut Vec<String>) {
+        match ty.resolved() {
+            Ty::Int => {
+                out.push(format!("{{{{ {p} + 1 }}}}"));
+                out.push(format!("{{% if {p} > 2 %}}big{{% endif %}}"));
+                out.push(format!("{{% if {p} is odd %}}odd{{% endif %}}"));
+            }
+            Ty::Str | Ty::Lit(_) => {
+                out.push(format!("{{{{ \"N: \" ~ {p} }}}}"));
+                out.push(format!("{{% if \"a\" in {p} %}}has a{{% endif %}}"));
+                if self.f.holes_fixed && self.rng.chance(0.05) {
+                    out.push(format!("{{{{ {p} + 1 }}}}"));
+                }
+            }
+            Ty::List(_) => {
+                out.push(format!("{{% if \"a\" in {p} %}}has a{{% endif %}}"));
+                if self.f.holes_fixed && self.rng.chance(0.05) {
+                    out.push(format!("{{{{ \"N: \" ~ {p} }}}}"));
+                }
+            }
+            Ty::Bool if self.f.holes_fixed && self.rng.chance(0.05) => {
+                out.push(format!("{{% if {p} > 1 %}}big{{% endif %}}"));
+            }
+            _ => {}
+        }
+    }
+
     fn template(&mut self, i: usize, avail: &[usize]) -> (String, Vec<&'static str>) {
         let mut t = String::from("Task (visit {{ visit }}): {{ input.q }}\n");
         let mut reads = Vec::new();
@@ -1544,6 +1664,9 @@ impl Gen<'_> {
             t.push_str("Counter: {{ memory.counter }}\n");
             reads.push("counter");
         }
+        if self.f.memory_maps {
+            self.memory_map_reads(&mut t, &mut reads);
+        }
         if self.memory.has("maybe_label") && self.rng.chance(0.2) {
             t.push_str("{% if memory.maybe_label %}Label: {{ memory.maybe_label }}{% endif %}\n");
             reads.push("maybe_label");
@@ -1561,6 +1684,41 @@ impl Gen<'_> {
             t.push_str("Answer in JSON.{% if last_error %} Your last answer was wrong: {{ last_error }}{% endif %}\n");
         }
         (t, reads)
+    }
+
+    /// Maps the workflow fills itself read by key, and a list read at a computed index:
+    /// guarded (rarely not, which `check` must reject).
+    fn memory_map_reads(&mut self, t: &mut String, reads: &mut Vec<&'static str>) {
+        let unguarded = self.f.holes_fixed && self.rng.chance(0.03);
+        for map in ["tally", "seen"] {
+            if !self.memory.has(map) || !self.rng.chance(0.3) {
+                continue;
+            }
+            reads.push(map);
+            let snippet = match self.rng.below(4) {
+                0 => format!(
+                    "{{% if memory.{map}.alpha %}}Alpha: {{{{ memory.{map}.alpha }}}}{{% endif %}}"
+                ),
+                1 => format!("{{{{ memory.{map} | get(key=\"alpha\", default=\"-\") }}}}"),
+                2 => format!(
+                    "{{% for k, v in memory.{map} %}}{{{{ k }}}}={{{{ v | json_encode() }}}} {{% endfor %}}"
+                ),
+                _ => format!("{{{{ memory.{map}[input.q] | default(value=\"-\") }}}}"),
+            };
+            t.push_str(&snippet);
+            t.push('\n');
+            if unguarded {
+                t.push_str(&format!("Alpha: {{{{ memory.{map}.alpha }}}}\n"));
+            }
+        }
+        if self.memory.has("items") && self.memory.has("counter") && self.rng.chance(0.2) {
+            reads.push("items");
+            reads.push("counter");
+            t.push_str("{% if memory.items[memory.counter] %}At: {{ memory.items[memory.counter] }}{% endif %}\n");
+            if unguarded {
+                t.push_str("At: {{ memory.items[memory.counter] }}\n");
+            }
+        }
     }
 
     /// Names that exist only sometimes, guarded (and rarely not, which `check` must reject).
@@ -1701,7 +1859,14 @@ impl Gen<'_> {
             Ty::Float => json!(*self.rng.pick(&[0.5, 1.0, 3.25, -2.0, 100.0])),
             Ty::Bool => json!(self.rng.chance(0.5)),
             Ty::Lit(m) => json!(self.rng.pick(m)),
-            Ty::MapAny => match self.rng.below(if self.f.reply_values { 7 } else { 4 }) {
+            Ty::MapAny => match self
+                .rng
+                .below(match (self.f.reply_values, self.f.template_kinds) {
+                    (_, true) => 8,
+                    (true, false) => 7,
+                    _ => 4,
+                }) {
+                7 => json!({"n": {"k": 1}, "text": ["x"], "extra": 5}),
                 0 => json!({}),
                 1 => json!({"text": self.rng.pick(WORDS)}),
                 2 => json!({"n": 3}),

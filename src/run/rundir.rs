@@ -21,8 +21,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::clock;
+use super::commit::Job;
 use super::events::{Entry, Event};
 use super::memory::MemoryValue;
+pub use super::state::{ARTIFACT_KEY, ROOT_KEY};
 use super::state::{RunState, Status, Totals};
 use crate::compile::Workflow;
 
@@ -321,6 +323,8 @@ pub fn check_run_id(id: &str) -> Result<(), String> {
 pub struct RunDir {
     pub path: PathBuf,
     events: BufWriter<File>,
+    /// The journal's file again, for the committer to sync while the run goes on.
+    journal: std::sync::Arc<File>,
     seq: u64,
     /// The time written on the last line (ms since the epoch).
     last_ms: u64,
@@ -478,6 +482,7 @@ impl RunDir {
         });
         Ok(RunDir {
             path: path.to_path_buf(),
+            journal: std::sync::Arc::new(file.try_clone()?),
             events: BufWriter::with_capacity(64 * 1024, file),
             seq,
             last_ms: 0,
@@ -560,9 +565,11 @@ impl RunDir {
         self.events.get_ref().sync_data()
     }
 
-    /// Makes the step durable: one append and one `fdatasync` of the journal; from time
-    /// to time (and when the run is not running) a snapshot instead.
-    pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<()> {
+    /// Records the step: one append to the journal; from time to time (and when the run
+    /// is not running) a snapshot instead. The step is durable once the returned job is
+    /// done (the journal's `fdatasync`, or the snapshot's ordered writes): see
+    /// [`commit`](super::commit).
+    pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<Job> {
         // The growing and the large parts (path, memory, outputs, inputs) are compared in
         // place, never serialized whole: a step costs what it changed, not the run's size.
         let path = std::mem::take(&mut state.path);
@@ -629,18 +636,14 @@ impl RunDir {
         if let Some(delta) = delta {
             self.event(&Event::Checkpoint { delta })
                 .and_then(|()| self.events.flush())
-                .and_then(|()| self.events.get_ref().sync_data())
                 .map_err(|e| naming(JOURNAL, e))?;
             self.since_snapshot += 1;
             if let Some(last) = self.last.as_mut() {
                 last.remember(state, small);
             }
-            return Ok(());
+            return Ok(Job::SyncData(self.journal.clone()));
         }
-        self.events
-            .flush()
-            .and_then(|()| self.events.get_ref().sync_data())
-            .map_err(|e| naming(JOURNAL, e))?;
+        self.events.flush().map_err(|e| naming(JOURNAL, e))?;
         for name in std::mem::take(&mut self.unsynced) {
             self.workspace
                 .sync(&name)
@@ -648,8 +651,13 @@ impl RunDir {
         }
         let events_len = self.events.get_ref().metadata()?.len();
         state.file_lengths.insert(JOURNAL.into(), events_len);
-        write_atomic(&self.path.join(STATE), &serde_json::to_vec_pretty(state)?)
-            .map_err(|e| naming(STATE, e))?;
+        let snapshot = serde_json::to_vec_pretty(state)?;
+        let journal = self.journal.clone();
+        let path = self.path.join(STATE);
+        let job = Job::Ordered(Box::new(move || {
+            journal.sync_data().map_err(|e| naming(JOURNAL, e))?;
+            write_atomic(&path, &snapshot).map_err(|e| naming(STATE, e))
+        }));
         self.since_snapshot = 0;
         self.last = Some(Last {
             small,
@@ -658,7 +666,7 @@ impl RunDir {
             outputs: state.outputs.clone(),
             inputs: state.inputs.clone(),
         });
-        Ok(())
+        Ok(job)
     }
 
     /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
@@ -716,17 +724,25 @@ impl RunDir {
     /// permissions changed under the run, the disk is full), the record is rewritten in
     /// place instead: a run never ends with `run.json` still saying `running`.
     pub fn write_info(&self, info: &RunInfo) -> std::io::Result<()> {
+        self.info_job(info)?.run()
+    }
+
+    /// [`write_info`](Self::write_info) as a job for the committer.
+    pub fn info_job(&self, info: &RunInfo) -> std::io::Result<Job> {
         let bytes = serde_json::to_vec_pretty(info)?;
-        let atomic = write_atomic(&self.path.join(RUN_INFO), &bytes);
-        let Err(e) = atomic else {
-            return Ok(());
-        };
-        let in_place = open_record(&self.path, RUN_INFO, true).and_then(|mut f| {
-            f.set_len(0)?;
-            f.write_all(&bytes)?;
-            f.sync_all()
-        });
-        in_place.map_err(|_| e)
+        let dir = self.path.clone();
+        Ok(Job::Ordered(Box::new(move || {
+            let atomic = write_atomic(&dir.join(RUN_INFO), &bytes);
+            let Err(e) = atomic else {
+                return Ok(());
+            };
+            let in_place = open_record(&dir, RUN_INFO, true).and_then(|mut f| {
+                f.set_len(0)?;
+                f.write_all(&bytes)?;
+                f.sync_all()
+            });
+            in_place.map_err(|_| e)
+        })))
     }
 }
 
@@ -734,11 +750,6 @@ impl RunDir {
 fn naming(file: &str, e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{file}: {e}"))
 }
-
-/// Key prefix of an append-mode artifact in the checkpoint's `file_lengths`.
-pub const ARTIFACT_KEY: &str = "workspace/";
-/// `input/<input id>/<name>`: the length of an artifact in the folder a `path` input names.
-pub const ROOT_KEY: &str = "input/";
 
 /// The folder a `path` input names, as the confinement of the artifacts written there
 /// (created when missing). Never the run's records: a folder inside the system area (but

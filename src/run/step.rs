@@ -32,7 +32,7 @@ impl<'w> Interpreter<'w> {
         }
         let (exit, reason) = loop {
             if self.interrupted.load(Ordering::SeqCst) {
-                break self.stop_interrupted(&mut state);
+                break self.stop_interrupted(&mut state).await;
             }
             let position = state.position.clone();
             let flow = match position {
@@ -52,7 +52,7 @@ impl<'w> Interpreter<'w> {
                 Ok(Flow::Exit { node, reason }) => {
                     state.position = Position::Exited { node, reason };
                 }
-                Err(StepError::Interrupted) => break self.stop_interrupted(&mut state),
+                Err(StepError::Interrupted) => break self.stop_interrupted(&mut state).await,
                 Err(StepError::Limit(reason)) => {
                     let node = self.builtin_exit("limit");
                     state.position = Position::Exited { node, reason };
@@ -67,9 +67,9 @@ impl<'w> Interpreter<'w> {
         self.finish(state, exit, reason).await
     }
 
-    fn stop_interrupted(&mut self, state: &mut RunState) -> (NodeIndex, String) {
+    async fn stop_interrupted(&mut self, state: &mut RunState) -> (NodeIndex, String) {
         state.status = Status::Interrupted;
-        match self.checkpoint(state) {
+        match self.checkpoint(state).await {
             Ok(()) => (
                 self.builtin_exit("interrupted"),
                 "interrupted; `rondo resume` continues the run".into(),
@@ -123,7 +123,7 @@ impl<'w> Interpreter<'w> {
                 step: state.step,
                 totals: state.totals.clone(),
             });
-            if let Err(e) = self.checkpoint(&mut state) {
+            if let Err(e) = self.checkpoint(&mut state).await {
                 // The end could not be recorded: the run ends at `error`, which says why,
                 // and `rondo resume` finishes it from the last checkpoint.
                 let error = self.builtin_exit("error");
@@ -147,7 +147,7 @@ impl<'w> Interpreter<'w> {
                     step: state.step,
                     totals: state.totals.clone(),
                 });
-                let _ = self.checkpoint(&mut state);
+                let _ = self.checkpoint(&mut state).await;
             }
         }
         self.envs.shutdown().await;
@@ -162,9 +162,14 @@ impl<'w> Interpreter<'w> {
             info.exit_code = Some(code);
             info.reason = Some(reason.clone());
             info.totals = state.totals.clone();
-            if let Some(dir) = &self.dir
-                && let Err(e) = dir.write_info(&info)
-            {
+            let written = match &self.dir {
+                Some(dir) => match dir.info_job(&info) {
+                    Ok(job) => job.commit().await,
+                    Err(e) => Err(e),
+                },
+                None => Ok(()),
+            };
+            if let Err(e) = written {
                 self.reporter.warn(&format!("cannot write run.json: {e}"));
             }
         }
@@ -272,12 +277,12 @@ impl<'w> Interpreter<'w> {
         self.apply(state, node, run, None)?;
         if let Some(flow) = self.exit_guards(state)? {
             mark_exit(state, &flow);
-            self.checkpoint(state)?;
+            self.checkpoint(state).await?;
             return Ok(flow);
         }
         let flow = self.route(state, node)?;
         mark_exit(state, &flow);
-        self.checkpoint(state)?;
+        self.checkpoint(state).await?;
         Ok(flow)
     }
 
@@ -521,7 +526,7 @@ impl<'w> Interpreter<'w> {
             done: done.clone(),
         };
         self.settle(state);
-        self.checkpoint(state)?;
+        self.checkpoint(state).await?;
         // Every branch finished: their own containers (`per_branch`) are not needed any more.
         self.envs.release_branches().await;
         // A branch cannot route, so its invalid outcome ends the run (the join's readers
@@ -556,11 +561,11 @@ impl<'w> Interpreter<'w> {
         }
         if let Some(flow) = self.exit_guards(state)? {
             mark_exit(state, &flow);
-            self.checkpoint(state)?;
+            self.checkpoint(state).await?;
             return Ok(flow);
         }
         state.position = Position::Node { node: join };
-        self.checkpoint(state)?;
+        self.checkpoint(state).await?;
         Ok(Flow::Continue)
     }
 

@@ -241,7 +241,7 @@ async fn launch(
     let task_server = server.clone();
     let task = async move {
         let server = task_server;
-        let (mut interp, state) = match Interpreter::start(&workflow, &options) {
+        let (mut interp, state) = match Interpreter::start_committed(&workflow, &options).await {
             Ok(x) => x,
             Err(e) => {
                 let _ = started_tx.send(Err(e));

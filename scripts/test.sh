@@ -81,10 +81,14 @@ cargo_shown() {
 
 phase "Debian packages"
 need=()
-command -v dot >/dev/null 2>&1 || need+=(graphviz)
+# Graph texts are measured for DejaVu Sans (rondo::render::scene::text_width); the viewer
+# tests check in Chromium that they fit their shapes.
+fc-list 2>/dev/null | grep -q "DejaVu Sans" || need+=(fonts-dejavu-core)
 # The viewer tests (tests/viewer.rs) run the page in a headless Chromium.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# The unprivileged pass of the hostile-tool tests reads cargo's JSON messages.
+command -v jq >/dev/null 2>&1 || need+=(jq)
 # Iter's demo runs its default build command, `go build ./... && go test ./...`.
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 # Local tool installs run pip offline against Debian's wheelhouse; setuptools < 70
@@ -108,6 +112,35 @@ phase "test build (cargo test --workspace --no-run)"
 cargo_shown test --workspace --no-run
 phase "tests (cargo test --workspace)"
 cargo test --workspace
+
+# The hostile-tool suites once more as an ordinary user (uid 65534, no groups). Run as root
+# above, each of their tests already starts `rondo` as that user too; here the tests
+# themselves are that user, so the sandbox's unprivileged paths (a user namespace,
+# RLIMIT_NPROC) run in-process as well (crates/rondo-env/tests/confined.rs). Docker stays
+# out: an ordinary user cannot reach the engine.
+unprivileged_tests() {
+  local home pkg_test pkg test dir exe
+  home=$(mktemp -d "${TMPDIR:-/tmp}/rondo-nobody.XXXXXX")
+  chmod 755 "$home"
+  chown 65534:65534 "$home"
+  for pkg_test in rondo-env:confined rondo:hostile_local rondo:secrets_forms rondo:run_secrets; do
+    pkg=${pkg_test%%:*}
+    test=${pkg_test#*:}
+    # Cargo runs a test in its package's folder, with its CARGO_* variables: so do we.
+    IFS=$'\t' read -r dir exe < <(cargo test -p "$pkg" --test "$test" --no-run --message-format=json 2>/dev/null |
+      jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test)
+             | "\(.manifest_path | sub("/Cargo.toml$"; ""))\t\(.executable)"')
+    echo "--- $test as uid 65534" >&2
+    (cd "$dir" && setpriv --reuid=65534 --regid=65534 --clear-groups \
+      env HOME="$home" TMPDIR="$home" RONDO_TEST_SKIP=docker \
+      CARGO_MANIFEST_DIR="$dir" CARGO_PKG_NAME="$pkg" "$exe")
+  done
+  rm -rf "$home"
+}
+if ((EUID == 0)); then
+  phase "hostile-tool tests as uid 65534"
+  unprivileged_tests
+fi
 # The `test` blocks inside the five reference workflows.
 phase "workflow tests (rondo test workflows/*.rondo)"
 "${CARGO_TARGET_DIR:-target}/debug/rondo" test workflows/*.rondo

@@ -717,6 +717,155 @@ exit success
     assert!(containers_of(&id).is_empty());
 }
 
+/// `rondo` killed in the middle of a Docker step (a crash, `kill -9`): the command and the
+/// daemon it started end too, at once, not when a later run removes the container; only
+/// the container's own init and `sleep infinity` stay.
+#[test]
+fn a_docker_tools_processes_end_when_rondo_is_killed() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let (tmp, project, _) = setup(
+        &format!(
+            r#"
+workflow crash {{}}
+environment box {{
+  kind = "docker"
+  image = "{IMAGE}"
+  mounts = [".:/work:rw"]
+}}
+role hold: tool {{
+  env = box
+  timeout = 600s
+  command = ["sh", "-c", "setsid sleep 1777 >/dev/null 2>&1 </dev/null & touch started; exec sleep 1778"]
+}}
+start -> hold
+hold -> success
+exit success
+"#
+        ),
+        &[],
+    );
+    let id = unique("killed");
+    let _kept = Kept(id.clone());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .args(["run", "-q", "w.rondo", "--workspace"])
+        .arg(&project)
+        .args(["--run-id", &id])
+        .current_dir(tmp.path())
+        .env("NO_COLOR", "1")
+        .spawn()
+        .unwrap();
+    let since = Instant::now();
+    while !project.join("started").exists() {
+        assert!(since.elapsed() < PROCESS_LIMIT, "the step never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let containers = containers_of(&id);
+    assert_eq!(containers.len(), 1);
+    let top = || {
+        let out = Command::new("docker")
+            .args(["top", &containers[0], "-eo", "pid,args"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(top().contains("sleep 1777"), "{}", top());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let since = Instant::now();
+    while top().contains("sleep 177") {
+        assert!(
+            since.elapsed() < PROCESS_LIMIT,
+            "outlived rondo:\n{}",
+            top()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(top().contains("sleep infinity"), "{}", top());
+}
+
+/// A container user owning the workspace (`user` = the caller's uid) takes every
+/// permission away from it (`chmod 000 /work`): the run's records, in the workspace's
+/// `.rondo`, are reached through it. The run goes on to its exit and its records say so.
+/// Run by an ordinary user of the engine's group (whom the mode stops; root is not
+/// stopped): uid 65534 with the socket's group when the tests run as root.
+#[test]
+fn a_docker_tool_cannot_lock_the_run_out_of_its_workspace() {
+    use std::os::unix::fs::MetadataExt;
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let user = if uid == 0 { 65534 } else { uid };
+    let (tmp, project, _) = setup(
+        &format!(
+            r#"
+workflow lock {{}}
+environment box {{
+  kind = "docker"
+  image = "{IMAGE}"
+  mounts = [".:/work:rw"]
+  user = "{user}:{user}"
+}}
+role lock: tool {{
+  env = box
+  command = ["sh", "-c", "chmod 000 /work && echo locked"]
+}}
+role after: tool {{
+  env = box
+  command = ["sh", "-c", "echo after"]
+}}
+start -> lock
+lock -> after
+after -> success
+exit success
+"#
+        ),
+        &[],
+    );
+    let id = unique("lock");
+    let mut cmd = if uid == 0 {
+        let socket = std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(str::to_string))
+            .unwrap_or_else(|| "/var/run/docker.sock".into());
+        let group = std::fs::metadata(&socket).unwrap().gid();
+        for dir in [tmp.path(), project.as_path()] {
+            std::os::unix::fs::chown(dir, Some(user), Some(user)).unwrap();
+        }
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            format!("--reuid={user}"),
+            format!("--regid={user}"),
+            format!("--groups={group}"),
+        ])
+        .arg(env!("CARGO_BIN_EXE_rondo"))
+        .env("HOME", tmp.path());
+        cmd
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_rondo"))
+    };
+    let out = cmd
+        .args(["run", "-q", "w.rondo", "--workspace"])
+        .arg(&project)
+        .args(["--run-id", &id])
+        .current_dir(tmp.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let run_dir = project.join(".rondo/runs").join(&id);
+    let info = json(run_dir.join("run.json"));
+    assert_eq!(info["status"], "finished", "{info:#}");
+    assert_eq!(info["exit"], "success");
+    assert_eq!(stdout_of(&run_dir, "lock"), "locked\n");
+    assert_eq!(stdout_of(&run_dir, "after"), "after\n");
+}
+
 /// A tool that signals everything it can — the container's init and `sleep infinity`,
 /// every process of its user, the command runner — does not stop the container: its
 /// step fails, the next step runs and the run reaches its declared exit.
@@ -904,6 +1053,31 @@ fn no_engine_or_no_image_is_a_clear_error() {
         .to_string();
     assert!(reason.contains("rondo-no-such-image:latest"), "{reason}");
     assert!(of_kind(&events(&run_dir), "tool_call").is_empty());
+}
+
+/// A container kept with `--keep-env` stays when a later run on the machine removes the
+/// containers whose owner is gone (it removed them all, so a kept container vanished
+/// under whoever was looking at it, this file's secrets test included).
+#[test]
+fn a_kept_container_stays_when_a_later_run_removes_stale_ones() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let (tmp, project, _) = setup(&ONE_DOCKER_STEP.replace("IMAGE", IMAGE), &[]);
+    let kept = unique("kept");
+    let _kept = Kept(kept.clone());
+    let (out, _) = run_in(tmp.path(), &project, &kept, &["--keep-env"], &[]);
+    common::assert_success(&out);
+    assert_eq!(containers_of(&kept).len(), 1);
+    let later = unique("later");
+    let (out, _) = run_in(tmp.path(), &project, &later, &[], &[]);
+    common::assert_success(&out);
+    assert_eq!(
+        containers_of(&kept).len(),
+        1,
+        "the kept container was removed"
+    );
 }
 
 /// An engine answering just enough of the API to create a container, whose kernel lacks

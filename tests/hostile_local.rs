@@ -854,4 +854,148 @@ exit success
     assert_ok(&allowed, "--unconfined-tools");
     assert!(tmp.path().join("runs/yes/workspace/ran.txt").exists());
     assert!(tmp.path().join("runs/yes/escaped.txt").exists());
+    // Loudly, even with `-q`, and in the records: what the tools ran without.
+    let warned = String::from_utf8_lossy(&allowed.stderr);
+    assert!(
+        warned.contains("run UNCONFINED, with all your permissions"),
+        "{warned}"
+    );
+    let confinement = of_kind(&events(&tmp.path().join("runs/yes")), "tool_confinement");
+    assert_eq!(confinement.len(), 1);
+    assert_eq!(confinement[0]["protections"]["write_rules"], false);
+    assert_eq!(confinement[0]["protections"]["pid_namespace"], false);
+    let missing = confinement[0]["missing"].to_string();
+    for protection in ["write rules (Landlock)", "own PID namespace and /proc"] {
+        assert!(missing.contains(protection), "{missing}");
+    }
+}
+
+/// Connects to each Unix socket of the space-separated list `argv[1]`.
+const CONNECT: &str = r#"
+import socket, sys
+for path in sys.argv[1].split():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        print('CONNECTED', path)
+    except OSError:
+        print('refused', path)
+"#;
+
+/// A daemon's Unix socket (here one the test listens on, open to the tool's user, and the
+/// Docker engine's when the machine has one) is out of a tool's reach: as root, the
+/// engine or systemd would run anything it asks, outside every confinement.
+#[test]
+fn a_tool_cannot_connect_to_a_daemons_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    for user in users() {
+        let dir = user_dir(tmp.path(), user);
+        let script = write_owned(&dir, "connect.py", CONNECT, user);
+        let daemon = dir.join("daemon.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&daemon).unwrap();
+        std::fs::set_permissions(&daemon, std::fs::Permissions::from_mode(0o777)).unwrap();
+        if let Some(uid) = user {
+            std::os::unix::fs::chown(&daemon, Some(uid), Some(uid)).unwrap();
+        }
+        let mut sockets = vec![daemon.display().to_string()];
+        for engine in ["/var/run/docker.sock", "/run/docker.sock"] {
+            if Path::new(engine).exists() {
+                sockets.push(engine.to_string());
+            }
+        }
+        write_workflow(
+            &dir,
+            r#"
+workflow sockets {
+  input script: string
+  input sockets: string
+}
+role connect: tool { command = ["python3", "{{ input.script }}", "{{ input.sockets }}"] }
+start -> connect
+connect -> success
+exit success
+"#,
+            user,
+        );
+        let out = rondo_as(
+            &dir,
+            &[
+                "run",
+                "-q",
+                "w.rondo",
+                "--run-dir",
+                "runs",
+                "--run-id",
+                "s",
+                "--input",
+                &format!("script={}", script.display()),
+                "--input",
+                &format!("sockets={}", sockets.join(" ")),
+            ],
+            user,
+        );
+        assert_ok(&out, "run");
+        let report = tool_stdout(&dir.join("runs/s"), "connect");
+        let expected: String = sockets.iter().map(|s| format!("refused {s}\n")).collect();
+        assert_eq!(report, expected, "as {user:?}");
+        // The daemon still serves everyone else.
+        std::os::unix::net::UnixStream::connect(&daemon).unwrap();
+        drop(listener);
+    }
+}
+
+/// A tool takes every permission away from the folder it works in (`chmod 000 .`, which
+/// Landlock does not cover, on a folder it may change): in a `--workspace` folder the
+/// run's records are reached through it, and the next tools start in it. The run goes on
+/// to its exit and its records say so, as root and as an ordinary user (whom the mode
+/// stops: the records stayed `running`, the next tool could not start).
+#[test]
+fn a_tool_cannot_lock_the_run_out_of_its_workspace() {
+    let tmp = tempfile::tempdir().unwrap();
+    for user in users() {
+        let dir = user_dir(tmp.path(), user);
+        write_workflow(
+            &dir,
+            r#"
+workflow lock {}
+role lock: tool { command = ["sh", "-c", "chmod 000 . && echo locked"] }
+role after: tool { command = ["sh", "-c", "echo after"] }
+start -> lock
+lock -> after
+after -> success
+exit success
+"#,
+            user,
+        );
+        let project = dir.join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        if let Some(uid) = user {
+            std::os::unix::fs::chown(&project, Some(uid), Some(uid)).unwrap();
+        }
+        let out = rondo_as(
+            &dir,
+            &[
+                "run",
+                "-q",
+                "w.rondo",
+                "--run-id",
+                "l",
+                "--workspace",
+                "project",
+            ],
+            user,
+        );
+        assert_ok(&out, "run");
+        let run = project.join(".rondo/runs/l");
+        let info = json(run.join("run.json"));
+        assert_eq!(info["status"], "finished", "as {user:?}: {info:#}");
+        assert_eq!(info["exit"], "success", "as {user:?}");
+        assert_eq!(tool_stdout(&run, "lock"), "locked\n");
+        assert_eq!(tool_stdout(&run, "after"), "after\n");
+        assert_ok(
+            &rondo_as(&dir, &["replay", run.to_str().unwrap()], user),
+            "replay",
+        );
+    }
 }

@@ -23,10 +23,14 @@ impl Drop for Served {
 }
 
 fn serve(dir: &Path) -> Served {
+    serve_workflow(dir, &iter_workflow())
+}
+
+fn serve_workflow(dir: &Path, workflow: &Path) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rondo"))
         .current_dir(dir)
         .arg("serve")
-        .arg(iter_workflow())
+        .arg(workflow)
         .args(["--port", "0", "--provider", "scripted", "--run-dir", "runs"])
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
@@ -98,6 +102,54 @@ async fn served_iter_refuses_a_workdir_out_of_the_workspace() {
         &served.1,
         "/runs",
         &json!({"workflow": "iter", "inputs": {"task": "list", "workdir": "."}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+}
+
+/// A `path` input (DS-STAR's `data_dir`, whose tool describes every file beneath it,
+/// samples included) may name a folder of the server's, but not its run folder, a run
+/// folder in it, a folder holding it (`.`), nor a link a run's tool planted in its
+/// workspace: each is refused with a 422 and no run is made. (Confining it to the server's
+/// folder alone let a caller read every other run.)
+#[tokio::test(flavor = "multi_thread")]
+async fn served_path_inputs_never_name_the_run_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let victim = d.join("runs/victim/workspace");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("secret_of_another_run.txt"), "not yours").unwrap();
+    std::fs::create_dir_all(d.join("data")).unwrap();
+    std::os::unix::fs::symlink("../runs/victim", d.join("data/planted")).unwrap();
+    let workflow = Path::new(env!("CARGO_MANIFEST_DIR")).join("workflows/ds_star.rondo");
+    let served = serve_workflow(d, &workflow);
+    for data_dir in [
+        ".",
+        "runs",
+        "runs/victim",
+        "./runs/victim/workspace",
+        "data/planted",
+        "data/planted/workspace",
+    ] {
+        let (status, body) = post(
+            &served.1,
+            "/runs",
+            &json!({"workflow": "ds_star", "inputs": {"question": "q", "data_dir": data_dir}}),
+        )
+        .await;
+        assert_eq!(status, 422, "{data_dir}: {body}");
+        assert_eq!(body["error"], "path_outside", "{data_dir}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("data_dir"),
+            "{body}"
+        );
+        assert_eq!(run_folders(d), vec!["victim".to_string()], "{data_dir}");
+    }
+    // The server's own data folder is taken.
+    let (status, body) = post(
+        &served.1,
+        "/runs",
+        &json!({"workflow": "ds_star", "inputs": {"question": "q", "data_dir": "data"}}),
     )
     .await;
     assert_eq!(status, 202, "{body}");

@@ -95,9 +95,10 @@ role execute: tool {
 }
 // Exactly what a process gets (python3 may be a shim that adds variables of its own).
 role environment: tool { command = ["/usr/bin/env"] }
-// A tool that gets at the key anyway (a file outside the run): the redaction's case.
+// A tool that gets at the key anyway (a file outside the run): the redaction's case. It
+// also names a file of the workspace after the token, which `rondo run` lists.
 role leak: tool {
-  command = ["cat", "LEAK_FILE"]
+  command = ["sh", "-c", "cat \"$0\" && touch \"0-$(sed -n 's/^token: //p' \"$0\")\"", "LEAK_FILE"]
   log = "logs/leak.log"
   show = all
 }

@@ -1025,3 +1025,189 @@ exit done
     drop(held);
     b.wait_for("document.body.dataset.exit === 'done'", "live-total-done");
 }
+
+/// Checks the drawn graph as the browser laid its text out: returns `{faults, width, shown,
+/// page, crossings}` (crossings: pairs of edges between four different nodes whose drawn
+/// paths cross).
+const GRAPH_CHECK: &str = r#"(() => {
+  const svg = document.getElementById('graph-svg');
+  const faults = [];
+  const nodes = [...svg.querySelectorAll('g.node, g.guard')];
+  const shapeOf = (g) => g.querySelector(':scope > rect, :scope > circle');
+  const boxes = nodes.map((g) => shapeOf(g).getBBox());
+  const byName = new Map(nodes.map((g, i) => [g.dataset.name, i]));
+  const over = (a, b) => a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+  // How far a point is from the boundary of node i's shape.
+  const off = (i, p) => {
+    const s = boxes[i], g = nodes[i];
+    const cx = s.x + s.width / 2, cy = s.y + s.height / 2;
+    let dx = Math.abs(p.x - cx), dy = Math.abs(p.y - cy);
+    const hw = s.width / 2, hh = s.height / 2;
+    if (shapeOf(g).tagName === 'circle') return Math.abs(Math.hypot(dx, dy) - hw);
+    if (g.classList.contains('exit') && dx > hw - hh) return Math.abs(Math.hypot(dx - (hw - hh), dy) - hh);
+    if (dx <= hw && dy <= hh) return Math.min(hw - dx, hh - dy);
+    return Math.hypot(Math.max(0, dx - hw), Math.max(0, dy - hh));
+  };
+  for (let i = 0; i < nodes.length; i++) {
+    for (let j = i + 1; j < nodes.length; j++) {
+      if (over(boxes[i], boxes[j])) faults.push('boxes overlap: ' + nodes[i].dataset.name + ' / ' + nodes[j].dataset.name);
+    }
+    const s = boxes[i], round = nodes[i].classList.contains('exit') ? s.height / 2 - 4 : 0;
+    for (const t of nodes[i].querySelectorAll(':scope > text')) {
+      const b = t.getBBox();
+      const inside = shapeOf(nodes[i]).tagName === 'circle'
+        ? [[b.x, b.y], [b.x + b.width, b.y], [b.x, b.y + b.height], [b.x + b.width, b.y + b.height]]
+            .every(([x, y]) => Math.hypot(x - s.x - s.width / 2, y - s.y - s.height / 2) <= s.width / 2)
+        : b.x >= s.x + round && b.x + b.width <= s.x + s.width - round && b.y >= s.y && b.y + b.height <= s.y + s.height;
+      if (!inside) faults.push('text leaves its shape: ' + t.textContent + ' in ' + nodes[i].dataset.name);
+    }
+  }
+  const view = svg.viewBox.baseVal;
+  for (const t of svg.querySelectorAll('g.edge > text, g.shared > text')) {
+    const b = t.getBBox();
+    boxes.forEach((s, i) => { if (over(b, s)) faults.push('label over a node: ' + t.textContent + ' / ' + nodes[i].dataset.name); });
+    if (b.x < 0 || b.x + b.width > view.width) faults.push('label outside the drawing: ' + t.textContent);
+  }
+  const edges = [...svg.querySelectorAll('g.edge')];
+  const lines = [];
+  for (const g of edges) {
+    const path = g.querySelector(':scope > path');
+    const len = path.getTotalLength();
+    const a = path.getPointAtLength(0), z = path.getPointAtLength(len);
+    const from = byName.get(g.dataset.from), to = byName.get(g.dataset.to);
+    if (from === undefined || to === undefined) { faults.push('an edge end is not a node: ' + g.dataset.from + ' -> ' + g.dataset.to); continue; }
+    if (off(from, a) > 1.5) faults.push('edge starts off its node: ' + g.dataset.from + ' -> ' + g.dataset.to);
+    if (off(to, z) > 1.5) faults.push('edge ends off its node: ' + g.dataset.from + ' -> ' + g.dataset.to);
+    const pts = [];
+    for (let k = 0; k <= 60; k++) pts.push(path.getPointAtLength(len * k / 60));
+    lines.push({ from: g.dataset.from, to: g.dataset.to, pts });
+  }
+  const cross = (p, q, r, s) => {
+    const d = (a, b, c) => (b.x - a.x) * (c.y - a.y) - (b.y - a.y) * (c.x - a.x);
+    return d(p, q, r) * d(p, q, s) < 0 && d(r, s, p) * d(r, s, q) < 0;
+  };
+  let crossings = 0;
+  for (let i = 0; i < lines.length; i++) {
+    for (let j = i + 1; j < lines.length; j++) {
+      const A = lines[i], B = lines[j];
+      if (new Set([A.from, A.to, B.from, B.to]).size < 4) continue;
+      let hit = false;
+      for (let u = 0; u < 60 && !hit; u++) for (let v = 0; v < 60 && !hit; v++) hit = cross(A.pts[u], A.pts[u + 1], B.pts[v], B.pts[v + 1]);
+      if (hit) crossings++;
+    }
+  }
+  const r = svg.getBoundingClientRect();
+  const page = document.documentElement.clientWidth;
+  if (r.right > page || document.documentElement.scrollWidth > page) faults.push('wider than the page: ' + r.right + ' > ' + page);
+  return { faults, width: svg.width.baseVal.value, shown: r.width, page, crossings };
+})()"#;
+
+/// Every shipped workflow's graph, drawn by the viewer at its default zoom in a 1400 px
+/// window: no two boxes overlap, every text stays in its shape and edge labels keep off the
+/// boxes, every edge starts and ends on a node's boundary, and the graph fits the page
+/// unscaled. Screenshots of the graphs: target/viewer-screenshots/graph-NAME.png (those
+/// in docs/graphs/ are copies).
+#[test]
+fn every_shipped_workflows_graph_is_drawn_untangled_and_fits_the_page() {
+    let ds_star = common::root().join("workflows/ds_star.rondo");
+    let (dir, out) = common::run_demo(&ds_star, &["--run-id", "demo"]);
+    common::assert_success(&out);
+    let run_dir = dir.path().join("runs/demo");
+    let mut b = Browser::launch();
+    for path in common::workflow_files() {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let (_, workflow, _, _) = common::check_path(&path, true);
+        // The demo run's page with this workflow's graph (the page says the file changed).
+        let data = rondo::view::data(&run_dir, Some(&workflow)).unwrap();
+        let page = dir.path().join(format!("graph-{name}.html"));
+        std::fs::write(&page, rondo::view::page(&data)).unwrap();
+        b.open(&file_url(&page));
+        b.wait_for("!!document.getElementById('graph-svg')", &name);
+        let kept = common::root().join("target/viewer-screenshots");
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::copy(&page, kept.join(format!("graph-{name}.html"))).unwrap();
+        let found = b.eval(GRAPH_CHECK);
+        eprintln!(
+            "{name}: drawn {} px wide (shown {} px on a {} px page), {} edge pairs crossing",
+            found["width"], found["shown"], found["page"], found["crossings"]
+        );
+        assert_eq!(found["faults"], json!([]), "{name}");
+        assert_eq!(found["shown"], found["width"], "{name}: drawn at zoom 1");
+        assert_eq!(
+            b.eval("document.querySelectorAll('#graph g.node').length"),
+            json!(data.graph.nodes.len()),
+            "{name}"
+        );
+        // The page draws the picture `rondo graph --format svg` writes: the same paths,
+        // the same boxes.
+        let svg = rondo::render::svg(&workflow);
+        let paths = b.eval(
+            "[...document.querySelectorAll('#graph g.edge > path')].map(p => p.getAttribute('d'))",
+        );
+        let ours: Vec<Value> = data.graph.edges.iter().map(|e| json!(e.path)).collect();
+        assert_eq!(paths, json!(ours), "{name}");
+        for e in &data.graph.edges {
+            assert!(
+                svg.contains(&format!("d=\"{}\"", e.path)),
+                "{name}: {}",
+                e.path
+            );
+        }
+        let boxes = b.eval(
+            "[...document.querySelectorAll('#graph g.node > rect:first-of-type, #graph g.node > circle')].map(r => { const b = r.getBBox(); return [b.x, b.y, b.width, b.height].map(v => Math.round(v * 10) / 10); })",
+        );
+        let boxes: Vec<[f64; 4]> = serde_json::from_value(boxes).unwrap();
+        let ours: Vec<[f64; 4]> = data
+            .graph
+            .nodes
+            .iter()
+            .map(|n| {
+                let r = |v: f64| (v * 10.0).round() / 10.0;
+                [r(n.x - n.w / 2.0), r(n.y - n.h / 2.0), r(n.w), r(n.h)]
+            })
+            .collect();
+        // Within a rounding (both are drawn from numbers kept to 0.1 px).
+        let same = boxes.len() == ours.len()
+            && boxes
+                .iter()
+                .zip(&ours)
+                .all(|(a, b)| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 0.11));
+        assert!(
+            same,
+            "{name}: the page's boxes {boxes:?}, the layout's {ours:?}"
+        );
+        let clip = b.eval(
+            "(() => { const r = document.getElementById('graph-svg').getBoundingClientRect(); return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height, scale: 1}; })()",
+        );
+        let shot = b.call(
+            "Page.captureScreenshot",
+            json!({"format": "png", "clip": clip, "captureBeyondViewport": true}),
+        );
+        let dir = common::root().join("target/viewer-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format!("graph-{name}.png")),
+            base64_decode(shot["data"].as_str().unwrap()),
+        )
+        .unwrap();
+    }
+    // The check finds what it looks for: a box moved onto another overlaps it, leaves its
+    // texts outside and its edges loose.
+    b.eval(
+        "(() => { const [, a, b] = document.querySelectorAll('#graph g.node'); \
+         const ra = a.querySelector(':scope > rect'), rb = b.querySelector(':scope > rect'); \
+         ra.setAttribute('x', rb.getAttribute('x')); ra.setAttribute('y', rb.getAttribute('y')); })()",
+    );
+    let found = b.eval(GRAPH_CHECK);
+    let faults: Vec<String> = strings(&found["faults"]);
+    for kind in [
+        "boxes overlap",
+        "text leaves its shape",
+        "edge ends off its node",
+    ] {
+        assert!(
+            faults.iter().any(|f| f.starts_with(kind)),
+            "{kind}: {faults:?}"
+        );
+    }
+}

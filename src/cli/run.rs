@@ -121,23 +121,25 @@ pub(super) fn report_outcome(
     let quiet = options.progress == progress::Mode::Quiet;
     // An engine exit (limit, error, interrupted, invalid_output) is no answer: the reason is.
     let declared = !BUILTIN_EXITS.iter().any(|(name, _)| *name == outcome.exit);
+    let redactor = run::redact::for_workflow(workflow);
     if declared {
-        print_answer(
-            &answer(workflow, outcome),
-            &run::redact::for_workflow(workflow),
-        );
+        print_answer(&answer(workflow, outcome), &redactor);
     }
     if quiet && outcome.exit_code == 0 {
         return 0;
     }
     if quiet {
-        errln!("exit `{}`: {}", outcome.exit, outcome.reason);
+        errln!(
+            "exit `{}`: {}",
+            outcome.exit,
+            redactor.redact(&outcome.reason)
+        );
     }
     errln!("run directory: {}", outcome.run_dir.display());
     errln!(
         "workspace: {}{}",
         outcome.workspace.display(),
-        listing(&outcome.workspace)
+        listing(&outcome.workspace, &redactor)
     );
     outcome.exit_code
 }
@@ -187,8 +189,9 @@ fn print_answer(answer: &Value, redactor: &rondo_env::Redactor) {
     }
 }
 
-/// ` (a.md, b.json, logs/, … 4 more)`: what the workspace holds, the run's records left out.
-fn listing(workspace: &Path) -> String {
+/// ` (a.md, b.json, logs/, … 4 more)`: what the workspace holds, the run's records left out;
+/// a tool names the files, so the names are redacted like its output.
+fn listing(workspace: &Path, redactor: &rondo_env::Redactor) -> String {
     const SHOWN: usize = 6;
     let Ok(entries) = std::fs::read_dir(workspace) else {
         return String::new();
@@ -210,7 +213,7 @@ fn listing(workspace: &Path) -> String {
     names.sort();
     let more = names.len().saturating_sub(SHOWN);
     names.truncate(SHOWN);
-    let names = progress::neutralise(&names.join(", "));
+    let names = progress::neutralise(&redactor.redact(&names.join(", ")));
     match more {
         0 => format!(" ({names})"),
         n => format!(" ({names}, … {n} more)"),

@@ -1,9 +1,16 @@
-//! Draws a compiled workflow as DOT, Mermaid or SVG (SVG through Graphviz's `dot`).
-//! Output is written by hand in one ordered walk so the same input gives the same bytes.
+//! Draws a compiled workflow as DOT, Mermaid or SVG. SVG is laid out here ([`layout`], a
+//! layered layout) and written by [`scene`]; the run viewer draws the same layout. Output is
+//! written by hand in one ordered walk so the same input gives the same bytes.
+
+pub mod layout;
+pub mod scene;
 
 use std::fmt::Write;
 
 use petgraph::graph::NodeIndex;
+
+use scene::{EdgeIn, NodeIn};
+pub use scene::{EdgeKind, Graph, GraphEdge, GraphNode};
 
 use crate::compile::{
     Condition, EnvKind, NodeKind, RoleKind, Route, RouteTarget, Show, ToolAction, Workflow,
@@ -288,87 +295,108 @@ pub fn mermaid(workflow: &Workflow) -> String {
     out
 }
 
-/// SVG through Graphviz (`dot -Tsvg`), installed by the README's set-up.
-pub fn svg(workflow: &Workflow) -> Result<String, String> {
-    use std::io::Write as _;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("dot")
-        .arg("-Tsvg")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run Graphviz `dot` ({e}); install it with `apt-get install graphviz`, or use --format dot"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(dot(workflow).as_bytes())
-            .map_err(|e| e.to_string())?;
-    }
-    let output = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !output.status.success() {
-        return Err(format!(
-            "Graphviz failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+/// SVG drawn here, from the layout the run viewer uses: no Graphviz needed.
+pub fn svg(workflow: &Workflow) -> String {
+    scene::svg(&graph_data(workflow))
 }
 
-/// The drawn nodes and edges as data, for the run viewer (which lays them out itself):
-/// nodes `{id, name, kind, detail, exit_code?}`, edges `{from, to, route?, label, kind}` with
-/// names for ends and `route` the route's index, as a run's `route` events name it.
-pub fn graph_data(workflow: &Workflow) -> serde_json::Value {
-    use serde_json::json;
-    let nodes: Vec<serde_json::Value> = drawn(workflow)
-        .into_iter()
-        .map(|index| {
-            let node = workflow.node(index);
-            let (kind, code) = match &node.kind {
-                NodeKind::Start => ("start", None),
-                NodeKind::Exit(spec) => ("exit", Some(spec.code)),
-                NodeKind::Role(role) => match role.kind {
-                    RoleKind::Llm(_) => ("llm", None),
-                    RoleKind::Tool(_) => ("tool", None),
-                    RoleKind::Builtin => ("builtin", None),
-                },
-            };
-            json!({
-                "id": format!("n{}", index.index()),
-                "name": node.name,
-                "kind": kind,
-                "detail": role_detail(workflow, index),
-                "exit_code": code,
-            })
-        })
-        .collect();
-    let name = |i: NodeIndex| workflow.node(i).name.clone();
+/// The drawn graph, laid out: what `--format svg` writes and the run viewer draws. Nodes are
+/// named `n<index>`; an edge names its ends by name and its route by index, as a run's
+/// `route` events do.
+pub fn graph_data(workflow: &Workflow) -> Graph {
+    let shown = drawn(workflow);
+    let mut at = std::collections::HashMap::new();
+    let mut nodes: Vec<NodeIn> = Vec::new();
+    for &index in &shown {
+        let node = workflow.node(index);
+        let detail = role_detail(workflow, index);
+        let (kind, code) = match &node.kind {
+            NodeKind::Start => (scene::NodeKind::Start, None),
+            NodeKind::Exit(spec) => (scene::NodeKind::Exit, Some(spec.code)),
+            NodeKind::Role(role) => match role.kind {
+                RoleKind::Llm(_) => (scene::NodeKind::Llm, None),
+                RoleKind::Tool(_) => (scene::NodeKind::Tool, None),
+                RoleKind::Builtin => (scene::NodeKind::Builtin, None),
+            },
+        };
+        let sub = match code {
+            Some(c) => format!("exit {c}"),
+            None => detail.first().cloned().unwrap_or_default(),
+        };
+        at.insert(index, nodes.len());
+        nodes.push(NodeIn {
+            id: format!("n{}", index.index()),
+            name: node.name.clone(),
+            kind,
+            detail,
+            exit_code: code,
+            sub,
+        });
+    }
     let mut edges = Vec::new();
     for (rid, route) in workflow.routes.iter().enumerate() {
         let label = route_label(route);
-        let kind = if route.backtrack {
-            "backtrack"
-        } else {
-            "route"
+        let (targets, join, kind) = match &route.target {
+            RouteTarget::Node { node } => (vec![*node], None, EdgeKind::Route),
+            RouteTarget::Parallel { branches, join } => {
+                (branches.clone(), Some(*join), EdgeKind::Fork)
+            }
+            RouteTarget::Map { worker, join, .. } => (vec![*worker], Some(*join), EdgeKind::Fork),
         };
-        let (targets, join) = match &route.target {
-            RouteTarget::Node { node } => (vec![*node], None),
-            RouteTarget::Parallel { branches, join } => (branches.clone(), Some(*join)),
-            RouteTarget::Map { worker, join, .. } => (vec![*worker], Some(*join)),
+        let kind = if route.backtrack {
+            EdgeKind::Backtrack
+        } else {
+            kind
+        };
+        let Some(&from) = at.get(&route.from) else {
+            continue;
         };
         for t in targets {
-            edges.push(json!({"from": name(route.from), "to": name(t), "route": rid, "label": label, "kind": kind}));
-            if let Some(j) = join {
-                edges.push(json!({"from": name(t), "to": name(j), "route": null, "label": "join", "kind": "join"}));
+            let Some(&to) = at.get(&t) else { continue };
+            edges.push(EdgeIn {
+                from,
+                to,
+                route: Some(rid),
+                label: label.clone(),
+                kind,
+            });
+            if let Some(&j) = join.as_ref().and_then(|j| at.get(j)) {
+                edges.push(EdgeIn {
+                    from: to,
+                    to: j,
+                    route: None,
+                    label: "join".into(),
+                    kind: EdgeKind::Join,
+                });
             }
         }
     }
-    json!({"name": workflow.name, "nodes": nodes, "edges": edges})
+    for (exit, expr) in &workflow.exit_guards {
+        let Some(&to) = at.get(exit) else { continue };
+        let from = nodes.len();
+        nodes.push(NodeIn {
+            id: format!("guard{}", exit.index()),
+            name: format!("after any step ({})", workflow.node(*exit).name),
+            kind: scene::NodeKind::Guard,
+            detail: Vec::new(),
+            exit_code: None,
+            sub: String::new(),
+        });
+        edges.push(EdgeIn {
+            from,
+            to,
+            route: None,
+            label: expr.text.clone(),
+            kind: EdgeKind::Guard,
+        });
+    }
+    scene::lay_out(&workflow.name, nodes, edges)
 }
 
 pub fn render(workflow: &Workflow, format: Format) -> Result<String, String> {
     match format {
         Format::Dot => Ok(dot(workflow)),
         Format::Mermaid => Ok(mermaid(workflow)),
-        Format::Svg => svg(workflow),
+        Format::Svg => Ok(svg(workflow)),
     }
 }

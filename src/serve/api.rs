@@ -200,7 +200,7 @@ async fn launch(
     done: Option<tokio::sync::oneshot::Sender<crate::run::Outcome>>,
 ) -> Result<String, ApiError> {
     let provider = admit(server, &workflow, provider)?;
-    check_inputs(&workflow, &inputs)?;
+    check_inputs(&workflow, &inputs, &server.runs_root)?;
     let options = RunOptions {
         runs_root: server.runs_root.clone(),
         inputs: inputs
@@ -332,10 +332,12 @@ async fn run_live(
 }
 
 /// Inputs of a request are JSON of the declared types (no text-to-number guessing), and a
-/// `path` input names a place beneath the folder the server was started in.
+/// `path` input names a place beneath the folder the server was started in, neither in
+/// nor holding the server's run folder `runs_root` (other runs' records and workspaces).
 fn check_inputs(
     workflow: &Checked,
     inputs: &serde_json::Map<String, Value>,
+    runs_root: &std::path::Path,
 ) -> Result<(), ApiError> {
     for (name, value) in inputs {
         let Some(input) = workflow.inputs.iter().find(|i| &i.name == name) else {
@@ -380,9 +382,52 @@ fn check_inputs(
                     ),
                 ));
             }
+            if names_the_runs(path, runs_root) {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "path_outside",
+                    format!(
+                        "input `{name}` names the server's run folder or a folder holding it: \
+                         other runs' records and workspaces are not an input"
+                    ),
+                ));
+            }
         }
     }
     Ok(())
+}
+
+/// Whether `path` (relative to the server's folder) is in `runs_root` or holds it, or is
+/// in a `.rondo` system area, once its links are followed: a run's tool may plant a link
+/// in its workspace, which is in `runs_root`.
+fn names_the_runs(path: &std::path::Path, runs_root: &std::path::Path) -> bool {
+    let Ok(here) = std::env::current_dir() else {
+        return true;
+    };
+    let (Some(runs), Some(place)) = (
+        real_place(&here.join(runs_root)),
+        real_place(&here.join(path)),
+    ) else {
+        return true;
+    };
+    place.starts_with(&runs)
+        || runs.starts_with(&place)
+        || place
+            .components()
+            .any(|c| c.as_os_str() == rondo_workspace::SYSTEM_DIR)
+}
+
+/// `path` with its links followed as far as it exists, the rest appended as written.
+fn real_place(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return Some(rest.iter().rev().fold(real, |p, c| p.join(c)));
+        }
+        rest.push(existing.file_name()?.to_os_string());
+        existing = existing.parent()?;
+    }
 }
 
 /// A run's record as the API shows it: a run this server drives with its running totals.

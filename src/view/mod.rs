@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::compile::Workflow;
@@ -37,9 +37,10 @@ pub struct PageData {
     pub run: RunInfo,
     /// The run's workspace (absolute): tool logs are named relative to it.
     pub workspace: PathBuf,
-    /// The workflow's graph as `rondo graph` draws it; null when the workflow file can no
-    /// longer be read or checked (the page then draws what the journal shows).
-    pub graph: Option<Graph>,
+    /// The workflow's graph, laid out, as `rondo graph --format svg` draws it; when the
+    /// workflow file can no longer be read or checked, the graph of what the journal shows
+    /// (the roles run, the routes taken, the exit).
+    pub graph: Graph,
     /// Memory names by index (checkpoints name memories by index); null without the
     /// workflow.
     pub memory: Option<Vec<String>>,
@@ -57,55 +58,9 @@ pub struct PageData {
     pub unread_total: usize,
 }
 
-/// The graph the viewer lays out: [`crate::render::graph_data`].
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Graph {
-    pub name: String,
-    pub nodes: Vec<GraphNode>,
-    pub edges: Vec<GraphEdge>,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GraphNode {
-    pub id: String,
-    pub name: String,
-    pub kind: NodeKind,
-    /// Lines of the node's tooltip.
-    pub detail: Vec<String>,
-    /// An exit's code.
-    pub exit_code: Option<i32>,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum NodeKind {
-    Start,
-    Exit,
-    Llm,
-    Tool,
-    Builtin,
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GraphEdge {
-    pub from: String,
-    pub to: String,
-    /// The route's index, as a run's `route` events name it; null for a join.
-    pub route: Option<usize>,
-    pub label: String,
-    pub kind: EdgeKind,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum EdgeKind {
-    Route,
-    Backtrack,
-    Join,
-}
+pub use crate::render::scene::{
+    EdgeKind, EdgeText, Graph, GraphEdge, GraphNode, LegendItem, NodeKind, Sample, SharedLabel,
+};
 
 /// The JSON Schema of [`PageData`], as `docs/view-data.schema.json` holds it.
 pub fn data_schema() -> Value {
@@ -124,29 +79,26 @@ pub fn data(run_dir: &Path, workflow: Option<&Workflow>) -> Result<PageData, Str
         |e: std::io::Error| format!("{}: cannot read the journal: {e}", run_dir.display());
     let lines = rundir::journal_lines(run_dir).map_err(unreadable)?;
     let workspace = rundir::Layout::of(run_dir, &info).workspace;
+    let mut journal = Bounded::default();
+    for line in lines {
+        journal.add(line.map_err(unreadable)?);
+    }
     let (graph, memory, note) = match workflow {
         Some(w) => (
-            Some(
-                serde_json::from_value::<Graph>(crate::render::graph_data(w))
-                    .map_err(|e| format!("the workflow's graph: {e}"))?,
-            ),
+            crate::render::graph_data(w),
             Some(w.memory.iter().map(|m| m.name.clone()).collect()),
             (w.source_hash != info.workflow_hash).then(|| {
                 "the workflow file changed since this run: the graph is today's".to_string()
             }),
         ),
         None => (
-            None,
+            journal_graph(&info.workflow, &journal.events),
             None,
             Some(
                 "the workflow file could not be checked: the graph shows what the run took".into(),
             ),
         ),
     };
-    let mut journal = Bounded::default();
-    for line in lines {
-        journal.add(line.map_err(unreadable)?);
-    }
     Ok(PageData {
         run: info,
         workspace,
@@ -158,6 +110,85 @@ pub fn data(run_dir: &Path, workflow: Option<&Workflow>) -> Result<PageData, Str
         unread: journal.unread,
         unread_total: journal.unread_total,
     })
+}
+
+/// The graph of what a journal shows: start, the roles run, the routes taken, the exit.
+fn journal_graph(name: &str, events: &[Value]) -> Graph {
+    use crate::render::scene::{EdgeIn, NodeIn, lay_out};
+    use std::collections::{HashMap, HashSet};
+    let mut nodes: Vec<NodeIn> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    let mut add = |nodes: &mut Vec<NodeIn>, name: &str, kind: NodeKind, sub: String| {
+        if let Some(&i) = at.get(name) {
+            return i;
+        }
+        at.insert(name.to_string(), nodes.len());
+        nodes.push(NodeIn {
+            id: name.to_string(),
+            name: name.to_string(),
+            kind,
+            detail: Vec::new(),
+            exit_code: None,
+            sub,
+        });
+        nodes.len() - 1
+    };
+    add(&mut nodes, "start", NodeKind::Start, String::new());
+    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    // (from, to, route, condition, backtrack), each once.
+    let mut edges: Vec<(String, String, Option<usize>, String, bool)> = Vec::new();
+    let mut seen = HashSet::new();
+    for e in events {
+        match e.get("event").and_then(Value::as_str) {
+            Some("role_start") => {
+                let kind = match text(e, "kind").as_str() {
+                    "llm" => NodeKind::Llm,
+                    "tool" => NodeKind::Tool,
+                    _ => NodeKind::Builtin,
+                };
+                add(&mut nodes, &text(e, "role"), kind, text(e, "kind"));
+            }
+            Some("exit") => {
+                let code = e.get("code").and_then(Value::as_i64).map(|c| c as i32);
+                let i = add(
+                    &mut nodes,
+                    &text(e, "exit"),
+                    NodeKind::Exit,
+                    code.map(|c| format!("exit {c}")).unwrap_or_default(),
+                );
+                nodes[i].exit_code = code;
+            }
+            Some("route") => {
+                let from = text(e, "from");
+                let route = e.get("route").and_then(Value::as_u64).map(|r| r as usize);
+                let backtrack = e.get("backtrack").and_then(Value::as_bool) == Some(true);
+                for to in e.get("to").and_then(Value::as_array).into_iter().flatten() {
+                    let to = to.as_str().unwrap_or("").to_string();
+                    if seen.insert((route, from.clone(), to.clone())) {
+                        edges.push((from.clone(), to, route, text(e, "condition"), backtrack));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut laid = Vec::new();
+    for (from, to, route, label, backtrack) in edges.drain(..) {
+        let f = add(&mut nodes, &from, NodeKind::Builtin, String::new());
+        let t = add(&mut nodes, &to, NodeKind::Builtin, String::new());
+        laid.push(EdgeIn {
+            from: f,
+            to: t,
+            route,
+            label,
+            kind: if backtrack {
+                EdgeKind::Backtrack
+            } else {
+                EdgeKind::Route
+            },
+        });
+    }
+    lay_out(name, nodes, laid)
 }
 
 /// The run's workflow, checked, when its file still checks (offline).

@@ -29,6 +29,8 @@ const LABEL_RUN: &str = "rondo.run_id";
 const LABEL_ROLE: &str = "rondo.role";
 const LABEL_PID: &str = "rondo.owner_pid";
 const LABEL_HOST: &str = "rondo.owner_host";
+/// On a container kept on purpose (`--keep-env`): not stale once its owner is gone.
+const LABEL_KEEP: &str = "rondo.keep";
 /// Set on every exec so a timed-out command and all its descendants can be found and killed.
 const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 pub const TOOLS_REPO: &str = "rondo-tools";
@@ -175,7 +177,8 @@ async fn remove(docker: &Docker, id: &str) -> Result<(), EnvError> {
 }
 
 /// Remove containers left by crashed runs: those labelled by rondo on this host whose
-/// owning process is gone. Returns the removed container ids.
+/// owning process is gone, but those kept on purpose (`--keep-env`), which only
+/// [`remove_run`] removes. Returns the removed container ids.
 pub async fn cleanup_stale(docker: &Docker) -> Result<Vec<String>, EnvError> {
     let me = hostname();
     let mut removed = Vec::new();
@@ -183,7 +186,9 @@ pub async fn cleanup_stale(docker: &Docker) -> Result<Vec<String>, EnvError> {
         let labels = c.labels.unwrap_or_default();
         let same_host = labels.get(LABEL_HOST).is_some_and(|h| *h == me);
         let owner: Option<i32> = labels.get(LABEL_PID).and_then(|p| p.parse().ok());
+        let kept = labels.get(LABEL_KEEP).is_some_and(|k| k == "true");
         if same_host
+            && !kept
             && owner.is_some_and(|p| !pid_alive(p))
             && let Some(id) = c.id
         {
@@ -539,13 +544,16 @@ async fn create_container(
     image: &str,
     role: &str,
 ) -> Result<String, EnvError> {
-    let labels = HashMap::from([
+    let mut labels = HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_RUN.to_string(), config.run_id.clone()),
         (LABEL_ROLE.to_string(), role.to_string()),
         (LABEL_PID.to_string(), std::process::id().to_string()),
         (LABEL_HOST.to_string(), hostname()),
     ]);
+    if config.keep {
+        labels.insert(LABEL_KEEP.to_string(), "true".to_string());
+    }
     let binds = config.transport.binds(&config.mounts);
     // Only the run container gets the root file system read-only: the tool builder
     // installs into it.
@@ -1018,6 +1026,15 @@ impl Environment for DockerEnv {
             return Err(EnvError::ShutDown);
         }
         let running = self.gate.read().await;
+        // The writable folders of the host the command may `chmod 000` (dropped last).
+        let _folders = crate::local::KeepRootUsable(
+            self.config
+                .mounts
+                .iter()
+                .filter(|m| m.writable)
+                .map(|m| m.host.clone())
+                .collect(),
+        );
         let transport = self.config.transport;
         for m in transport.before_exec(&self.config.mounts) {
             self.copy_in(&m.host, &m.container).await?;

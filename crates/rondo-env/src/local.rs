@@ -153,7 +153,7 @@ impl LocalEnv {
     fn confine(&self, extra: Option<&Path>) -> Result<Arc<Sandbox>, EnvError> {
         let mut writable = vec![self.config.run_dir.as_path(), self.tmp.path()];
         writable.extend(extra);
-        Sandbox::new(&writable, &self.config.read_only).map(Arc::new)
+        Sandbox::new(&writable, &self.config.read_only, &self.tmp.shm()?).map(Arc::new)
     }
 
     /// What the kernel gives the commands (all `false` but the session when they run
@@ -325,6 +325,29 @@ impl Drop for Group<'_> {
     }
 }
 
+/// When dropped, gives the owner back search, read and write on each folder, should a call
+/// have taken them away (`chmod 000 .`: Landlock does not cover `chmod`, and the folder is
+/// the tool's to change; in Docker, a container user owning a writable mount): the run's
+/// records in a `--workspace` folder are reached through the workspace, and the next
+/// commands start in it.
+pub(crate) struct KeepRootUsable(pub(crate) Vec<PathBuf>);
+
+impl Drop for KeepRootUsable {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        for folder in &self.0 {
+            let Ok(meta) = std::fs::symlink_metadata(folder) else {
+                continue;
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.is_dir() && mode & 0o700 != 0o700 {
+                let _ =
+                    std::fs::set_permissions(folder, std::fs::Permissions::from_mode(mode | 0o700));
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Environment for LocalEnv {
     fn kind(&self) -> &'static str {
@@ -340,6 +363,8 @@ impl Environment for LocalEnv {
             Some(dir) => self.resolve(dir),
             None => self.config.run_dir.clone(),
         };
+        // Dropped last, once the call's processes are gone (however the call ends).
+        let _root = KeepRootUsable(vec![self.config.run_dir.clone()]);
         let (program, mut cmd) = match &req.command {
             Command::Argv(argv) => {
                 let mut c = tokio::process::Command::new(&argv[0]);

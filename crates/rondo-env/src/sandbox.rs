@@ -86,6 +86,16 @@ const DEV_LINKS: &[(&CStr, &CStr)] = &[
 /// them kept read-only, at most: the children keep their descriptors on the stack.
 const MAX_FOLDERS: usize = 8;
 
+/// Unix sockets with a path covered for one call, at most (the first by path).
+const MAX_SOCKETS: usize = 1024;
+
+/// Folders searched for the sockets of daemons when an environment starts (a socket
+/// bound in another network namespace, such as an engine's socket mounted into a
+/// container, is not in `/proc/net/unix`), how deep, and how many entries at most.
+const SOCKET_FOLDERS: &[&str] = &["/run", "/var/run", "/tmp", "/var/tmp"];
+const SOCKET_DEPTH: usize = 4;
+const SOCKET_ENTRIES: usize = 20_000;
+
 /// Processes of a tool call at once, the tool included, unless its spec says otherwise.
 pub const DEFAULT_MAX_PROCESSES: u32 = 512;
 
@@ -415,6 +425,12 @@ pub(crate) struct Sandbox {
     root: bool,
     cgroup: Option<PidsCgroup>,
     protections: Protections,
+    /// The writable folders, to leave a tool's own sockets alone.
+    writable_paths: Vec<PathBuf>,
+    /// The folder mounted at the tool's `/dev/shm` (the last of `writable`).
+    shm: CString,
+    /// Sockets found in [`SOCKET_FOLDERS`] when the sandbox was made.
+    sockets: Vec<PathBuf>,
 }
 
 fn os_err(what: &str, e: io::Error) -> EnvError {
@@ -436,9 +452,16 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
 
 impl Sandbox {
     /// A sandbox whose tools write beneath `writable` (folders that exist) and to the
-    /// harmless devices; `read_only` folders (beneath a writable one) stay read-only.
-    /// Fails when the kernel has no Landlock.
-    pub(crate) fn new(writable: &[&Path], read_only: &[PathBuf]) -> Result<Sandbox, EnvError> {
+    /// harmless devices; `read_only` folders (beneath a writable one) stay read-only;
+    /// `shm`, a folder that exists, is their `/dev/shm` (POSIX shared memory and
+    /// semaphores), writable too. Fails when the kernel has no Landlock.
+    pub(crate) fn new(
+        writable: &[&Path],
+        read_only: &[PathBuf],
+        shm: &Path,
+    ) -> Result<Sandbox, EnvError> {
+        let writable: Vec<&Path> = writable.iter().copied().chain([shm]).collect();
+        let writable = writable.as_slice();
         let abi = landlock_abi();
         if abi == 0 {
             return Err(EnvError::Confinement(
@@ -568,7 +591,38 @@ impl Sandbox {
             root,
             cgroup,
             protections,
+            writable_paths: writable.iter().map(|p| p.to_path_buf()).collect(),
+            shm: c_path(shm)?,
+            sockets: sockets_in_folders(),
         })
+    }
+
+    /// The Unix sockets with a path a tool could connect to, as found now: those found
+    /// when the sandbox was made and those bound in `rondo`'s network namespace; not the
+    /// tool's own (beneath a writable folder), nor those under `/dev` and `/proc`, which
+    /// the tool gets fresh. A daemon's socket is a way out of any confinement: the Docker
+    /// engine's, systemd's, a D-Bus bus, an SSH or GPG agent act for whoever connects,
+    /// and for root they act as root.
+    fn sockets_to_cover(&self) -> Result<Vec<CString>, EnvError> {
+        let listed = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+        let bound = listed.lines().skip(1).filter_map(|line| {
+            let path = line.split_whitespace().nth(7)?;
+            path.starts_with('/').then(|| PathBuf::from(path))
+        });
+        let mut found = std::collections::BTreeSet::new();
+        for path in self.sockets.iter().cloned().chain(bound) {
+            let Ok(real) = std::fs::canonicalize(&path) else {
+                continue;
+            };
+            let is_socket = std::fs::symlink_metadata(&real)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            let fresh = real.starts_with("/dev") || real.starts_with("/proc");
+            let own = self.writable_paths.iter().any(|w| real.starts_with(w));
+            if is_socket && !fresh && !own {
+                found.insert(real);
+            }
+        }
+        found.iter().take(MAX_SOCKETS).map(|p| c_path(p)).collect()
     }
 
     pub(crate) fn protections(&self) -> &Protections {
@@ -595,6 +649,7 @@ impl Sandbox {
             keep_capabilities: if self.root { keep_capabilities } else { 0 },
             cgroup: None,
             death: death_pipe(),
+            sockets: self.sockets_to_cover()?,
         };
         match self.protections.process_limit {
             Some(ProcessLimit::Rlimit) => {
@@ -779,6 +834,8 @@ pub(crate) struct Launch {
     keep_capabilities: u64,
     cgroup: Option<CgroupLease>,
     death: RawFd,
+    /// Unix sockets covered by `/dev/null` in the call's mount namespace.
+    sockets: Vec<CString>,
 }
 
 fn check(rc: c_long) -> io::Result<c_long> {
@@ -819,6 +876,7 @@ impl Launch {
             keep_capabilities: 0,
             cgroup: None,
             death: -1,
+            sockets: Vec::new(),
         }
     }
 
@@ -853,7 +911,7 @@ impl Launch {
                 libc::prctl(libc::PR_SET_DUMPABLE, dumpable.max(0), 0, 0, 0);
                 written?;
             }
-            sandbox.make_mounts()?;
+            sandbox.make_mounts(&self.sockets)?;
             libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             let init = check(libc::fork().into())? as libc::pid_t;
             if init == 0 {
@@ -1035,9 +1093,10 @@ unsafe fn keep(init: libc::pid_t, death: RawFd) -> ! {
 impl Sandbox {
     /// In the keeper, in its new mount namespace: nothing it does reaches the user's;
     /// every mount turns read-only but the writable folders (bound back as they were),
-    /// the read-only folders beneath them stay read-only, and `/dev` holds only the
-    /// harmless devices.
-    unsafe fn make_mounts(&self) -> io::Result<()> {
+    /// the read-only folders beneath them stay read-only, each of `sockets` is covered
+    /// by `/dev/null` (a connection to it is refused), and `/dev` holds only the harmless
+    /// devices.
+    unsafe fn make_mounts(&self, sockets: &[CString]) -> io::Result<()> {
         // SAFETY: system calls on NUL-terminated strings, buffers
         // and descriptors owned by `self`, in a child process.
         unsafe {
@@ -1056,6 +1115,7 @@ impl Sandbox {
             for (slot, path) in writable.iter_mut().zip(&self.writable) {
                 *slot = clone_tree(libc::AT_FDCWD, path, AT_RECURSIVE)?;
             }
+            let shm = clone_tree(libc::AT_FDCWD, &self.shm, 0)?;
             // By path: a tree cloned must be in the namespace of the caller.
             let mut devices = [-1 as c_int; DEVICES.len()];
             for (slot, path) in devices.iter_mut().zip(&self.devices) {
@@ -1069,6 +1129,19 @@ impl Sandbox {
                 let tree = clone_tree(libc::AT_FDCWD, path, AT_RECURSIVE)?;
                 set_read_only(tree, c"", libc::AT_EMPTY_PATH as c_uint | AT_RECURSIVE)?;
                 attach(tree, path)?;
+            }
+            for path in sockets {
+                // A copy of the read-only /dev/null: nothing to connect to, and Landlock
+                // keeps the tool from unmounting it.
+                let null = clone_tree(libc::AT_FDCWD, c"/dev/null", 0)?;
+                if let Err(e) = attach(null, path) {
+                    // Gone since it was found, or out of the keeper's reach and so of
+                    // the tool's too.
+                    let gone = [libc::ENOENT, libc::ENOTDIR, libc::EACCES];
+                    if !e.raw_os_error().is_some_and(|n| gone.contains(&n)) {
+                        return Err(e);
+                    }
+                }
             }
             check(
                 libc::mount(
@@ -1095,6 +1168,8 @@ impl Sandbox {
             for (target, link) in DEV_LINKS {
                 check(libc::symlink(target.as_ptr(), link.as_ptr()).into())?;
             }
+            check(libc::mkdir(c"/dev/shm".as_ptr(), 0o1777).into())?;
+            attach(shm, c"/dev/shm")?;
             set_read_only(libc::AT_FDCWD, c"/dev", 0)
         }
     }
@@ -1176,6 +1251,37 @@ fn write_proc(path: &CStr, data: &[u8]) -> io::Result<()> {
     }
 }
 
+/// The Unix sockets in [`SOCKET_FOLDERS`], [`SOCKET_DEPTH`] levels deep, at most
+/// [`SOCKET_ENTRIES`] entries looked at in each; links are not followed.
+fn sockets_in_folders() -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut found = Vec::new();
+    for folder in SOCKET_FOLDERS {
+        let mut seen = 0usize;
+        let mut queue = std::collections::VecDeque::from([(PathBuf::from(folder), 0)]);
+        'folder: while let Some((dir, depth)) = queue.pop_front() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                seen += 1;
+                if seen > SOCKET_ENTRIES {
+                    break 'folder;
+                }
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                if kind.is_socket() {
+                    found.push(entry.path());
+                } else if kind.is_dir() && depth + 1 < SOCKET_DEPTH {
+                    queue.push_back((entry.path(), depth + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
 /// A private temporary folder for one environment's tools (`TMPDIR`), removed on drop.
 pub(crate) struct PrivateTmp(PathBuf);
 
@@ -1207,6 +1313,15 @@ impl PrivateTmp {
 
     pub(crate) fn path(&self) -> &Path {
         &self.0
+    }
+
+    /// The folder the environment's tools see as `/dev/shm`, made if missing.
+    pub(crate) fn shm(&self) -> Result<PathBuf, EnvError> {
+        let shm = self.0.join("shm");
+        match std::fs::create_dir(&shm) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(EnvError::io(&shm, e)),
+            _ => Ok(shm),
+        }
     }
 }
 

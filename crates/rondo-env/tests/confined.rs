@@ -287,7 +287,7 @@ attempt('socket', lambda: s.connect('\0' + sys.argv[1]))
     assert_eq!(lines[0], "tty refused", "{}", out.stdout);
     assert_eq!(
         lines[2],
-        "dev fd full null random stderr stdin stdout urandom zero"
+        "dev fd full null random shm stderr stdin stdout urandom zero"
     );
     let want = |abi: u32| {
         if protections.landlock_abi >= abi {
@@ -345,4 +345,81 @@ fn a_spec_says_how_many_processes_and_which_capabilities() {
         );
         assert!(err.contains(why), "{err}");
     }
+}
+
+/// Connects to each Unix socket path given, then binds and connects to one of its own in
+/// the folder it runs in and in its `TMPDIR`; one line each.
+const SOCKETS: &str = r#"
+import os, socket, sys
+def attempt(what, path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        print(what, 'connected')
+    except OSError:
+        print(what, 'refused')
+for i, path in enumerate(sys.argv[1:]):
+    attempt(f'outside{i}', path)
+for name, folder in [('workspace', '.'), ('tmpdir', os.environ['TMPDIR'])]:
+    path = os.path.join(folder, 'own.sock')
+    own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    own.bind(path)
+    own.listen(1)
+    attempt(name, path)
+"#;
+
+/// A daemon's Unix socket with a path (the Docker engine's, systemd's, an agent's: as
+/// root, reaching one is reaching everything) is out of a command's reach, whether it
+/// was bound before the environment started or after, and whatever its permissions; a
+/// command still binds and uses sockets of its own in its workspace and `TMPDIR`.
+#[tokio::test]
+async fn a_call_cannot_connect_to_another_processs_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("daemon");
+    std::fs::create_dir_all(&outside).unwrap();
+    let before = outside.join("before.sock");
+    let _early = std::os::unix::net::UnixListener::bind(&before).unwrap();
+    let env = env(dir.path()).await;
+    let after = outside.join("after.sock");
+    let _late = std::os::unix::net::UnixListener::bind(&after).unwrap();
+    for path in [&before, &after] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let (before, after) = (before.to_str().unwrap(), after.to_str().unwrap());
+    let out = env.exec(python(SOCKETS, &[before, after])).await.unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        out.stdout,
+        "outside0 refused\noutside1 refused\nworkspace connected\ntmpdir connected\n"
+    );
+    // The sockets are still there for everyone else.
+    std::os::unix::net::UnixStream::connect(before).unwrap();
+    std::os::unix::net::UnixStream::connect(after).unwrap();
+}
+
+/// A command has a `/dev/shm` of its own: Python's `multiprocessing` (its locks are POSIX
+/// semaphores there) works, the machine's shared memory is not visible, and what the
+/// command leaves there does not reach the machine's.
+#[tokio::test]
+async fn a_call_has_shared_memory_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = env(dir.path()).await;
+    let host = Path::new("/dev/shm").join(common::unique("rondo-host-shm"));
+    std::fs::write(&host, "the machine's").unwrap();
+    let probe = r#"
+import multiprocessing, os, sys
+print(multiprocessing.Pool(2).map(abs, [-1, -2]))
+print(os.path.exists(sys.argv[1]))
+open('/dev/shm/left-by-the-tool-' + sys.argv[2], 'w').write('x')
+"#;
+    let mark = common::unique("mark");
+    let out = env
+        .exec(python(probe, &[host.to_str().unwrap(), &mark]))
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(&host);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout, "[1, 2]\nFalse\n");
+    assert!(!Path::new(&format!("/dev/shm/left-by-the-tool-{mark}")).exists());
 }

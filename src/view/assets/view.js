@@ -21,11 +21,7 @@
     for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
     return e;
   }
-  function svgText(x, y, s, cls) {
-    const t = svg("text", { x, y, "text-anchor": "middle", class: cls || "" });
-    t.textContent = s;
-    return t;
-  }
+
 
   // Live events arrive whole: cut their texts as `rondo view` cuts the embedded ones.
   function cutTexts(value) {
@@ -145,126 +141,113 @@
     return { steps, visits, routes, exit, next, totals };
   }
 
-  // The graph of the journal alone, when the workflow could not be read.
-  function graphOfJournal(events) {
-    const nodes = [{ id: "start", name: "start", kind: "start", detail: [] }];
-    const seen = new Set(["start"]);
-    const edges = [];
-    const edgeSeen = new Set();
-    const add = (name, kind) => {
-      if (!seen.has(name)) { seen.add(name); nodes.push({ id: name, name, kind, detail: [] }); }
-    };
-    for (const e of events) {
-      if (e.event === "role_start") add(e.role, e.kind);
-      if (e.event === "exit") add(e.exit, "exit");
-      if (e.event === "route") {
-        for (const to of e.to || []) {
-          const k = e.route + ">" + e.from + ">" + to;
-          if (!edgeSeen.has(k)) { edgeSeen.add(k); edges.push({ from: e.from, to, route: e.route, label: e.condition || "", kind: e.backtrack ? "backtrack" : "route" }); }
-        }
-      }
-    }
-    for (const e of edges) add(e.to, "role");
-    return { nodes, edges };
+  // ---- the graph: drawn where Rust's layout (rondo::render::layout) placed it, with the
+  // shapes `rondo graph --format svg` writes (rondo::render::scene) ----
+  const FONT = "DejaVu Sans, Verdana, sans-serif";
+  const EDGE = {
+    route: ["#8a96a3", 1.2, ""], backtrack: ["#b03030", 1.2, "5 3"], fork: ["#5a6b7b", 2.4, ""],
+    join: ["#22303c", 2.4, ""], guard: ["#8a96a3", 1.2, "2 3"],
+  };
+  function nodeShape(g, kind, x, y, w, h) {
+    const l = x - w / 2, t = y - h / 2;
+    const rect = (attrs) => g.append(svg("rect", attrs));
+    if (kind === "start") g.append(svg("circle", { cx: x, cy: y, r: w / 2, fill: "#eef1f4", stroke: "#22303c", "stroke-width": 1.5 }));
+    else if (kind === "exit") {
+      rect({ x: l, y: t, width: w, height: h, rx: h / 2, fill: "#fff", stroke: "#22303c", "stroke-width": 1.2 });
+      rect({ x: l + 3, y: t + 3, width: w - 6, height: h - 6, rx: h / 2 - 3, fill: "none", stroke: "#22303c", "stroke-width": 1, class: "inner" });
+    } else if (kind === "llm") rect({ x: l, y: t, width: w, height: h, rx: 6, fill: "#fff", stroke: "#3b6ea5", "stroke-width": 1.2 });
+    else if (kind === "tool") {
+      rect({ x: l, y: t, width: w, height: h, rx: 0, fill: "#fff", stroke: "#7a5a2f", "stroke-width": 1.2 });
+      g.append(svg("path", { d: `M${l + 5},${t} V${t + h}`, stroke: "#7a5a2f", "stroke-width": 1.2 }));
+    } else if (kind === "guard") rect({ x: l, y: t, width: w, height: h, rx: 3, fill: "#fff", stroke: "#8a96a3", "stroke-width": 1, "stroke-dasharray": "2 3" });
+    else rect({ x: l, y: t, width: w, height: h, rx: 6, fill: "#fff", stroke: "#5a6b7b", "stroke-width": 1.2, "stroke-dasharray": "4 2" });
   }
-
-  // ---- the graph ----
-  const W = 150, H = 42, GX = 36, GY = 64, M = 24;
+  function text(x, y, s, attrs) {
+    const t = svg("text", Object.assign({ x, y }, attrs || {}));
+    t.textContent = s;
+    return t;
+  }
   function drawGraph(graph, a) {
     const box = $("graph");
     box.replaceChildren();
-    const byName = new Map(graph.nodes.map((n) => [n.name, n]));
-    const rank = new Map();
-    const start = graph.nodes.find((n) => n.kind === "start") || graph.nodes[0];
-    if (start) {
-      rank.set(start.name, 0);
-      const queue = [start.name];
-      while (queue.length) {
-        const from = queue.shift();
-        for (const e of graph.edges) {
-          if (e.from === from && e.kind !== "backtrack" && !rank.has(e.to) && byName.has(e.to)) {
-            rank.set(e.to, rank.get(from) + 1);
-            queue.push(e.to);
-          }
-        }
-      }
-    }
-    let maxRank = Math.max(0, ...rank.values());
-    for (const n of graph.nodes) if (!rank.has(n.name)) rank.set(n.name, ++maxRank);
-    const rows = [];
-    for (const n of graph.nodes) (rows[rank.get(n.name)] = rows[rank.get(n.name)] || []).push(n);
-    const widest = Math.max(1, ...rows.map((r) => (r ? r.length : 0)));
-    const width = M * 2 + widest * W + (widest - 1) * GX + 120;
-    const pos = new Map();
-    rows.forEach((row, r) => {
-      if (!row) return;
-      const rowWidth = row.length * W + (row.length - 1) * GX;
-      row.forEach((n, i) => {
-        const x = M + (widest * W + (widest - 1) * GX - rowWidth) / 2 + i * (W + GX) + W / 2;
-        pos.set(n.name, { x, y: M + r * (H + GY) + H / 2 });
-      });
-    });
-    const height = M * 2 + rows.length * (H + GY);
-    const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, id: "graph-svg" });
+    const root = svg("svg", { width: graph.width, height: graph.height, viewBox: `0 0 ${graph.width} ${graph.height}`, id: "graph-svg", "font-family": FONT, "data-crossings": graph.crossings });
     const defs = svg("defs");
-    for (const [id, color] of [["arrow", "#aab3bd"], ["arrow-taken", "#2f8a4a"]]) {
-      const m = svg("marker", { id, viewBox: "0 0 10 10", refX: 9, refY: 5, markerUnits: "userSpaceOnUse", markerWidth: 9, markerHeight: 9, orient: "auto-start-reverse" });
-      const p = svg("path", { d: "M0,0 L10,5 L0,10 z", fill: color });
-      m.append(p);
+    const marker = (id, color) => {
+      const m = svg("marker", { id, viewBox: "0 0 10 10", refX: 10, refY: 5, markerUnits: "userSpaceOnUse", markerWidth: 9, markerHeight: 9, orient: "auto" });
+      m.append(svg("path", { d: "M0,0 L10,5 L0,10 z", fill: color }));
       defs.append(m);
-    }
+    };
+    for (const [kind, [color]] of Object.entries(EDGE)) marker("arrow-" + kind, color);
+    marker("arrow-taken", "#2f8a4a");
     root.append(defs);
-    let side = 0;
+    root.append(svg("rect", { width: "100%", height: "100%", fill: "#fff" }));
     for (const e of graph.edges) {
-      const p = pos.get(e.from), q = pos.get(e.to);
-      if (!p || !q) continue;
       const taken = e.kind === "join"
         ? (a.visits[e.from] || 0) > 0 && ((a.visits[e.to] || 0) > 0 || (a.exit && a.exit.exit === e.to))
         : a.routes.some((r) => r.route === e.route && r.from === e.from && (r.to || []).includes(e.to));
-      const g = svg("g", { class: "edge" + (taken ? " taken" : ""), "data-from": e.from, "data-to": e.to, "data-route": e.route === null || e.route === undefined ? "" : e.route });
-      let d, lx, ly;
-      if (q.y > p.y) {
-        const y1 = p.y + H / 2, y2 = q.y - H / 2;
-        d = `M${p.x},${y1} C${p.x},${y1 + GY / 2} ${q.x},${y2 - GY / 2} ${q.x},${y2}`;
-        lx = (p.x + q.x) / 2; ly = (y1 + y2) / 2;
-      } else {
-        const off = 40 + (side++ % 4) * 14;
-        const x1 = p.x + W / 2, x2 = q.x + W / 2, cx = Math.max(x1, x2) + off;
-        d = `M${x1},${p.y} C${cx},${p.y} ${cx},${q.y} ${x2},${q.y}`;
-        lx = cx - 8; ly = (p.y + q.y) / 2;
-      }
-      g.append(svg("path", { d, "marker-end": taken ? "url(#arrow-taken)" : "url(#arrow)" }));
+      const g = svg("g", { class: "edge " + e.kind + (taken ? " taken" : ""), "data-from": e.from, "data-to": e.to, "data-route": e.route === null || e.route === undefined ? "" : e.route });
       if (e.label) {
-        // Every condition is in the edge's tooltip; only the taken ones are written out, so
-        // the many routes leaving one role do not write over each other.
         const title = svg("title");
         title.textContent = e.label;
         g.append(title);
-        if (taken) g.append(svgText(lx, ly, e.label.length > 40 ? e.label.slice(0, 39) + "…" : e.label));
       }
+      const [color, width, dash] = EDGE[e.kind] || EDGE.route;
+      const attrs = { d: e.path, fill: "none", stroke: color, "stroke-width": width, "marker-end": taken ? "url(#arrow-taken)" : `url(#arrow-${e.kind})` };
+      if (dash) attrs["stroke-dasharray"] = dash;
+      g.append(svg("path", attrs));
+      if (e.text) e.text.lines.forEach((line, i) => g.append(text(e.text.x, e.text.y + 12 * i, line, { "font-size": 10, fill: "#55616d" })));
+      root.append(g);
+    }
+    for (const l of graph.labels || []) {
+      const g = svg("g", { class: "shared" });
+      const title = svg("title");
+      title.textContent = l.title + " (" + l.edges + " routes)";
+      g.append(title);
+      l.lines.forEach((line, i) => g.append(text(l.x, l.y + 12 * i, line, { "font-size": 10, fill: "#55616d" })));
       root.append(g);
     }
     const running = view.live ? a.next : new Set();
     for (const n of graph.nodes) {
-      const p = pos.get(n.name);
       const count = a.visits[n.name] || 0;
       const reached = n.kind === "exit" && a.exit && a.exit.exit === n.name;
       const visited = n.kind === "start" ? a.steps.length > 0 || a.routes.length > 0 : count > 0 || reached;
-      const cls = ["node", n.kind === "exit" ? "exit" : "", visited ? "visited" : "", reached ? "reached" : "", running.has(n.name) ? "running" : ""].filter(Boolean).join(" ");
+      const cls = n.kind === "guard" ? "guard" : ["node", n.kind, visited ? "visited" : "", reached ? "reached" : "", running.has(n.name) ? "running" : ""].filter(Boolean).join(" ");
       const g = svg("g", { class: cls, "data-name": n.name, "data-visits": count });
       const title = svg("title");
       title.textContent = [n.name, ...(n.detail || [])].join("\n");
       g.append(title);
-      if (n.kind === "start" || n.kind === "exit") {
-        g.append(svg("circle", { cx: p.x, cy: p.y, r: H / 2 }));
-        g.append(svgText(p.x, p.y + 4, n.kind === "start" ? "start" : n.name));
-      } else {
-        g.append(svg("rect", { x: p.x - W / 2, y: p.y - H / 2, width: W, height: H, rx: 6 }));
-        g.append(svgText(p.x, p.y - 3, n.name.length > 22 ? n.name.slice(0, 21) + "…" : n.name));
-        g.append(svgText(p.x, p.y + 12, count ? "×" + count + " · " + n.kind : n.kind, count ? "visits" : ""));
+      nodeShape(g, n.kind, n.x, n.y, n.w, n.h);
+      if (n.kind === "start") g.append(text(n.x, n.y + 4, "start", { "font-size": 11, "text-anchor": "middle" }));
+      else if (n.kind === "guard") g.append(text(n.x, n.y + 3.5, n.title, { "font-size": 10, "text-anchor": "middle", fill: "#55616d" }));
+      else {
+        g.append(text(n.x, n.y - 2, n.title, { "font-size": 11, "text-anchor": "middle" }));
+        g.append(text(n.x, n.y + 12, n.sub, { "font-size": 10, "text-anchor": "middle", fill: "#55616d" }));
+        if (count && n.kind !== "exit") {
+          // The visit count on a badge at the box's top right corner.
+          const label = "×" + count;
+          const bw = 8 + 7 * label.length, bx = n.x + n.w / 2 - bw + 6, by = n.y - n.h / 2 - 7;
+          const badge = svg("g", { class: "visits" });
+          badge.append(svg("rect", { x: bx, y: by, width: bw, height: 14, rx: 7, class: "badge" }));
+          badge.append(text(bx + bw / 2, by + 10.5, label, { "font-size": 10, "text-anchor": "middle" }));
+          g.append(badge);
+        }
       }
       root.append(g);
     }
+    const legend = svg("g", { class: "legend" });
+    for (const item of graph.legend || []) {
+      const s = item.sample;
+      if (s === "start") legend.append(svg("circle", { cx: item.x + 14, cy: item.y + 7, r: 7, fill: "#eef1f4", stroke: "#22303c", "stroke-width": 1.5 }));
+      else if (["llm", "tool", "builtin", "exit", "guard"].includes(s)) nodeShape(legend, s, item.x + 14, item.y + 7, 28, 14);
+      else if (s === "shared" || s === "cut") legend.append(text(item.x, item.y + 11, s === "shared" ? "a ⇉" : "ab…", { "font-size": 10, fill: "#55616d" }));
+      else {
+        const kind = s === "guard_edge" ? "guard" : s;
+        const [color, width, dash] = EDGE[kind] || EDGE.route;
+        legend.append(svg("path", { d: `M${item.x},${item.y + 7} H${item.x + 28}`, stroke: color, "stroke-width": width, "stroke-dasharray": dash || "none", "marker-end": `url(#arrow-${kind})` }));
+      }
+      legend.append(text(item.x + 34, item.y + 11, item.text, { "font-size": 10, fill: "#22303c" }));
+    }
+    root.append(legend);
     box.append(root);
   }
 
@@ -398,7 +381,7 @@
       notes.push(d.unread_total + " journal lines this version does not read" + (first ? " (line " + first.line + (first.kind ? " " + first.kind : "") + ": " + first.reason + ")" : ""));
     }
     $("note").textContent = notes.join("; ");
-    drawGraph(d.graph || graphOfJournal(view.events), a);
+    drawGraph(d.graph, a);
     drawTimeline(a);
     drawTotals(a);
     drawDetail(a);

@@ -72,11 +72,21 @@ fn journal_len(workspace: &Path, run_id: &str) -> u64 {
     .len()
 }
 
-/// Every instance runs in its own workspace and container: the two right fixes pass their
-/// tests, the wrong one does not; each patch is the repository's change only (none of the
-/// run's logs or artifacts), and preds.json / report.json follow from the results.
+fn report_of(res: &Value) -> &Value {
+    &res["report"]
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Every instance runs in its own workspace and container, and each patch is then judged
+/// as SWE-bench's harness judges it: in a fresh container, with the instance's test patch,
+/// each test's status read from the log. The two right fixes are resolved, the wrong one
+/// is not; the reports have the harness's form; `--predictions` on the batch's own
+/// preds.json gives the same verdicts without running any agent.
 #[test]
-fn each_instance_gets_a_real_patch_and_its_tests_decide_resolved() {
+fn the_harness_decides_resolved_and_predictions_give_the_same_verdicts() {
     if !docker_ready() {
         eprintln!("skipped locally: no Docker engine or test image");
         return;
@@ -108,26 +118,36 @@ fn each_instance_gets_a_real_patch_and_its_tests_decide_resolved() {
     for run_file in ["logs/", "patch.diff", "trajectory.json", ".rondo"] {
         assert!(!patch.contains(run_file), "{run_file} in {patch}");
     }
+    let report = report_of(calc);
+    assert_eq!(report["patch_is_None"], false);
+    assert_eq!(report["patch_exists"], true);
+    assert_eq!(report["patch_successfully_applied"], true);
+    assert_eq!(report["resolved"], true);
     assert_eq!(
-        calc["tests"][0]["command"],
-        "python3 -m unittest -q test_calc"
+        report["tests_status"]["FAIL_TO_PASS"]["success"],
+        serde_json::json!([
+            "test_add (test_calc.CalcTest.test_add)",
+            "test_add_negative (test_calc.CalcTest.test_add_negative)"
+        ])
     );
-    assert_eq!(calc["tests"][0]["exit_code"], 0);
+    assert_eq!(
+        report["tests_status"]["PASS_TO_PASS"]["success"],
+        serde_json::json!(["test_mul (test_calc.CalcTest.test_mul)"])
+    );
+    // The harness's report file, under the instance's id, and the log it was read from:
+    // the test patch's new test ran though the agent never saw it.
+    let eval_dir = PathBuf::from(calc["eval_dir"].as_str().unwrap());
+    let file = read_json(&eval_dir.join("report.json"));
+    assert_eq!(&file["calc-add"], report);
+    let log = std::fs::read_to_string(eval_dir.join("test_output.txt")).unwrap();
     assert!(
-        calc["tests"][0]["output"]
-            .as_str()
-            .unwrap()
-            .contains("Ran 2 tests")
+        log.contains("test_add_negative (test_calc.CalcTest.test_add_negative) ... ok"),
+        "{log}"
     );
+    assert!(log.contains(">>>>> Test Exit Code: 0"), "{log}");
 
     let slug = by_id(&res, "textutil-slug");
     assert_eq!(slug["resolved"], true);
-    assert!(
-        slug["patch"]
-            .as_str()
-            .unwrap()
-            .contains("+    return \"-\".join(title.lower().split())\n")
-    );
 
     let stats = by_id(&res, "stats-mean");
     assert_eq!(stats["exit"], "submitted");
@@ -138,13 +158,17 @@ fn each_instance_gets_a_real_patch_and_its_tests_decide_resolved() {
             .unwrap()
             .contains("+    return sum(xs) / (len(xs) + 1)\n")
     );
-    assert_eq!(stats["tests"][0]["exit_code"], 1);
-    assert!(
-        stats["tests"][0]["output"]
-            .as_str()
-            .unwrap()
-            .contains("AssertionError: 1.5 != 2")
+    let report = report_of(stats);
+    assert_eq!(report["patch_successfully_applied"], true);
+    assert_eq!(report["resolved"], false);
+    assert_eq!(
+        report["tests_status"]["FAIL_TO_PASS"]["failure"],
+        serde_json::json!([
+            "test_mean (test_stats.MeanTest.test_mean)",
+            "test_mean_of_two (test_stats.MeanTest.test_mean_of_two)"
+        ])
     );
+    assert_eq!(stats["test_exit_code"], 1);
 
     // The agent edited the copy; the fixture repository is untouched.
     let fixture = std::fs::read_to_string(
@@ -159,29 +183,249 @@ fn each_instance_gets_a_real_patch_and_its_tests_decide_resolved() {
             .unwrap()
             .contains("return a + b")
     );
-    // The run's records are in the workspace's system area, as `rondo run --workspace` keeps them.
-    let run_json: Value = serde_json::from_str(
-        &std::fs::read_to_string(ws.join(".rondo/runs/calc-add/run.json")).unwrap(),
-    )
-    .unwrap();
+    let run_json = read_json(&ws.join(".rondo/runs/calc-add/run.json"));
     assert_eq!(run_json["exit"], "submitted");
 
-    let preds: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("swe/preds.json")).unwrap())
-            .unwrap();
+    let preds = read_json(&dir.path().join("swe/preds.json"));
     assert_eq!(preds["calc-add"]["model_patch"], calc["patch"]);
     assert_eq!(preds["stats-mean"]["instance_id"], "stats-mean");
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("swe/report.json")).unwrap())
-            .unwrap();
-    assert_eq!(report["n"], 3);
-    assert_eq!(report["resolved"], 2);
-    assert_eq!(report["unresolved"], 1);
-    assert_eq!(report["with_patch"], 3);
+    let summary = read_json(&dir.path().join("swe/report.json"));
+    assert_eq!(summary["total_instances"], 3);
+    assert_eq!(summary["submitted_instances"], 3);
+    assert_eq!(summary["completed_instances"], 3);
+    assert_eq!(summary["resolved_instances"], 2);
+    assert_eq!(summary["unresolved_instances"], 1);
+    assert_eq!(summary["empty_patch_instances"], 0);
+    assert_eq!(summary["error_instances"], 0);
+    assert_eq!(
+        summary["resolved_ids"],
+        serde_json::json!(["calc-add", "textutil-slug"])
+    );
+    assert_eq!(summary["unresolved_ids"], serde_json::json!(["stats-mean"]));
+    assert!(summary["input_tokens"].as_u64().unwrap() > 0, "{summary:#}");
+    assert!(
+        summary["instances"]["calc-add"]["agent_sec"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        summary["instances"]["calc-add"]["eval_sec"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table.contains("2 resolved of 3 (66.7%), 1 unresolved"),
         "{table}"
+    );
+
+    // The same patches from preds.json, no agent: the same verdicts, the same reports.
+    let out = swebench(
+        dir.path(),
+        &[
+            DATASET,
+            "--predictions",
+            "swe/preds.json",
+            "--out",
+            "p",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let again = results(&dir.path().join("p"));
+    assert_eq!(again.len(), 3);
+    for r in &res {
+        let id = r["instance_id"].as_str().unwrap();
+        let p = by_id(&again, id);
+        assert_eq!(p["exit"], "prediction");
+        assert_eq!(report_of(p), report_of(r), "{id}");
+        assert!(p.get("workspace").is_none(), "{p:#}");
+    }
+    assert!(!dir.path().join("p/workspaces/calc-add/.rondo").exists());
+    let again = read_json(&dir.path().join("p/report.json"));
+    for key in [
+        "resolved_ids",
+        "unresolved_ids",
+        "completed_ids",
+        "error_ids",
+    ] {
+        assert_eq!(again[key], summary[key], "{key}");
+    }
+}
+
+/// `--predictions` reports what the harness reports of a patch that does not apply (an
+/// error, not a failed test), an empty patch and a `null` one (not evaluated), and leaves
+/// an instance without a prediction incomplete.
+#[test]
+fn a_patch_that_does_not_apply_and_empty_patches_are_reported_as_such() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let preds = serde_json::json!([
+        {"instance_id": "calc-add", "model_name_or_path": "m",
+         "model_patch": "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,3 +1,3 @@\n-no such line\n+x\n context\n"},
+        {"instance_id": "textutil-slug", "model_name_or_path": "m", "model_patch": ""},
+        {"instance_id": "stats-mean", "model_name_or_path": "m", "model_patch": null},
+    ]);
+    std::fs::write(dir.path().join("bad.json"), preds.to_string()).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[DATASET, "--predictions", "bad.json", "--out", "b", "-q"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let res = results(&dir.path().join("b"));
+    let calc = by_id(&res, "calc-add");
+    assert_eq!(report_of(calc)["patch_exists"], true);
+    assert_eq!(report_of(calc)["patch_successfully_applied"], false);
+    assert_eq!(report_of(calc)["resolved"], false);
+    assert!(report_of(calc).get("tests_status").is_none());
+    assert!(calc["resolved"].is_null());
+    assert!(
+        calc["eval_error"]
+            .as_str()
+            .unwrap()
+            .contains("the patch does not apply"),
+        "{calc:#}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("b/eval/calc-add/test_output.txt")).unwrap();
+    assert!(log.contains(">>>>> Patch Apply Failed"), "{log}");
+    assert!(!log.contains(">>>>> Start Test Output"), "{log}");
+    let slug = by_id(&res, "textutil-slug");
+    assert_eq!(report_of(slug)["patch_exists"], false);
+    assert_eq!(report_of(slug)["patch_is_None"], false);
+    let stats = by_id(&res, "stats-mean");
+    assert_eq!(report_of(stats)["patch_is_None"], true);
+    let summary = read_json(&dir.path().join("b/report.json"));
+    assert_eq!(summary["error_ids"], serde_json::json!(["calc-add"]));
+    assert_eq!(
+        summary["empty_patch_ids"],
+        serde_json::json!(["stats-mean", "textutil-slug"])
+    );
+    assert_eq!(summary["completed_instances"], 0);
+    assert_eq!(summary["resolved_instances"], 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("calc-add: not evaluated: the patch does not apply"),
+        "{stdout}"
+    );
+
+    // Tests that print no status (the patch ends the process at import): unresolved, as
+    // the harness reports a log it cannot read, and said why.
+    let silent = serde_json::json!([{
+        "instance_id": "stats-mean", "model_name_or_path": "m",
+        "model_patch": "diff --git a/stats.py b/stats.py\n--- a/stats.py\n+++ b/stats.py\n@@ -1,4 +1,6 @@\n \"\"\"Statistics helpers.\"\"\"\n+import os\n+os._exit(0)\n \n \n def mean(xs):\n"
+    }]);
+    std::fs::write(dir.path().join("silent.json"), silent.to_string()).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[
+            DATASET,
+            "--predictions",
+            "silent.json",
+            "-i",
+            "stats-mean",
+            "--out",
+            "s",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let res = results(&dir.path().join("s"));
+    let stats = by_id(&res, "stats-mean");
+    assert_eq!(stats["resolved"], false, "{stats:#}");
+    assert_eq!(stats["test_exit_code"], 0);
+    assert!(
+        stats["eval_note"]
+            .as_str()
+            .unwrap()
+            .contains("no test status in the log"),
+        "{stats:#}"
+    );
+    assert_eq!(report_of(stats)["patch_successfully_applied"], false);
+    let summary = read_json(&dir.path().join("s/report.json"));
+    assert_eq!(summary["unresolved_ids"], serde_json::json!(["stats-mean"]));
+
+    // Only one prediction: the others are incomplete, not failed.
+    std::fs::write(dir.path().join("one.jsonl"), format!("{}\n", preds[0])).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[DATASET, "--predictions", "one.jsonl", "--out", "o", "-q"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let summary = read_json(&dir.path().join("o/report.json"));
+    assert_eq!(summary["submitted_ids"], serde_json::json!(["calc-add"]));
+    assert_eq!(
+        summary["incomplete_ids"],
+        serde_json::json!(["stats-mean", "textutil-slug"])
+    );
+}
+
+/// An agent that makes the failing test pass by editing the test is not resolved: the
+/// harness puts every file the test patch touches back to its base version first. (The
+/// old verdict, the tests run in the agent's workspace, called it resolved.)
+#[test]
+fn an_agent_that_edits_the_failing_test_is_unresolved() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let act = serde_json::json!({
+        "command": "cd /work && sed -i 's/mean(\\[1, 2, 3\\]), 2)/mean([1, 2, 3]), 3.0)/' test_stats.py && python3 -m unittest test_stats"
+    });
+    let script = format!(
+        "replies:\n  act_next:\n    - {}\n    - '<thought>Submit.</thought> <action_type>submit</action_type> <action-params>{{}}</action-params>'\n  reflect:\n    - '<bad_action>false</bad_action> <lessons></lessons> <summary>edited</summary>'\n",
+        serde_json::to_string(&format!(
+            "<thought>Make the test pass.</thought> <action_type>bash</action_type> <action-params>{act}</action-params>"
+        ))
+        .unwrap()
+    );
+    std::fs::write(dir.path().join("cheat.yaml"), script).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[
+            DATASET,
+            "--provider",
+            "scripted",
+            "--script",
+            "cheat.yaml",
+            "-i",
+            "stats-mean",
+            "--out",
+            "c",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let res = results(&dir.path().join("c"));
+    let stats = by_id(&res, "stats-mean");
+    // The agent's test did pass in its workspace ...
+    let ws = PathBuf::from(stats["workspace"].as_str().unwrap());
+    assert!(
+        std::fs::read_to_string(ws.join("test_stats.py"))
+            .unwrap()
+            .contains("mean([1, 2, 3]), 3.0)")
+    );
+    assert!(
+        stats["patch"]
+            .as_str()
+            .unwrap()
+            .contains("+++ b/test_stats.py"),
+        "{stats:#}"
+    );
+    // ... and the harness restored it: unresolved.
+    assert_eq!(report_of(stats)["patch_successfully_applied"], true);
+    assert_eq!(stats["resolved"], false);
+    assert_eq!(
+        report_of(stats)["tests_status"]["FAIL_TO_PASS"]["failure"],
+        serde_json::json!([
+            "test_mean (test_stats.MeanTest.test_mean)",
+            "test_mean_of_two (test_stats.MeanTest.test_mean_of_two)"
+        ])
     );
 }
 
@@ -307,6 +551,8 @@ fn a_bad_instance_is_located_and_nothing_runs() {
             "\n",
             r#"{"instance_id": "c", "repo": }"#,
             "\n",
+            r#"{"instance_id": "d", "repo": "tests/fixtures/swebench/repos/calc", "problem_statement": "x", "FAIL_TO_PASS": "[\"a\", 3]", "log_parser": "pytests"}"#,
+            "\n",
         ),
     )
     .unwrap();
@@ -333,6 +579,16 @@ fn a_bad_instance_is_located_and_nothing_runs() {
     );
     assert!(err.contains("bad.jsonl:4:"), "{err}");
     assert!(err.contains("this line is not JSON"), "{err}");
+    assert!(
+        err.contains("`FAIL_TO_PASS` is a list of strings, or one written as a JSON string"),
+        "{err}"
+    );
+    assert!(err.contains("`pytests` is not a log parser"), "{err}");
+    assert!(err.contains("bad.jsonl:5:"), "{err}");
+    assert!(
+        err.contains("this instance has no `FAIL_TO_PASS` tests"),
+        "{err}"
+    );
     assert!(err.contains("nothing ran"), "{err}");
     assert!(!dir.path().join("bad").exists());
 }
@@ -459,9 +715,9 @@ exit submitted
     std::fs::write(
         dir.path().join("imaged.jsonl"),
         concat!(
-            r#"{"instance_id": "calc", "repo": "tests/fixtures/swebench/repos/calc", "problem_statement": "add(2, 3) returns -1", "test_commands": ["python3 -m unittest -q test_calc"]}"#,
+            r#"{"instance_id": "calc", "repo": "tests/fixtures/swebench/repos/calc", "problem_statement": "add(2, 3) returns -1", "test_commands": ["python3 -m unittest -v test_calc"], "log_parser": "unittest", "FAIL_TO_PASS": ["test_add (test_calc.CalcTest.test_add)"]}"#,
             "\n",
-            r#"{"instance_id": "imaged", "repo": "tests/fixtures/swebench/repos/calc", "problem_statement": "x", "image": "rondo-no-such-image:0"}"#,
+            r#"{"instance_id": "imaged", "repo": "tests/fixtures/swebench/repos/calc", "problem_statement": "x", "image": "rondo-no-such-image:0", "FAIL_TO_PASS": "[\"t\"]"}"#,
             "\n",
         ),
     )
@@ -584,4 +840,475 @@ fn what_the_agent_writes_in_the_workspaces_git_never_runs_on_the_host() {
         res[0]
     );
     assert_eq!(res[0]["resolved"], true);
+}
+
+/// The ids of the containers labelled with the batch whose results folder is `out`.
+fn batch_containers(out: &Path) -> Vec<String> {
+    let out = std::fs::canonicalize(out).unwrap_or(out.to_path_buf());
+    let got = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=rondo.batch={}", out.display()))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&got.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A SWE-bench-style build folder for `id`: the calc repository, a git repository at a
+/// commit made with fixed dates (so its id is known), copied into the image at /testbed.
+/// Returns the base commit.
+fn testbed_build(dir: &Path, id: &str) -> String {
+    let ctx = dir.join("builds").join(id);
+    let repo = ctx.join("testbed");
+    std::fs::create_dir_all(&repo).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/swebench/repos/calc");
+    for f in ["calc.py", "test_calc.py"] {
+        std::fs::copy(src.join(f), repo.join(f)).unwrap();
+    }
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(&repo)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .env("GIT_AUTHOR_DATE", "2020-01-01T00:00:00Z")
+            .env("GIT_COMMITTER_DATE", "2020-01-01T00:00:00Z")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "base"]);
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        // As SWE-bench's builds do, the image changes a tracked file after the base commit.
+        "FROM rondo-test-base:latest\nCOPY testbed /testbed\nRUN printf '\\n# built by the image\\n' >> /testbed/calc.py\nWORKDIR /testbed\n",
+    )
+    .unwrap();
+    git(&["rev-parse", "HEAD"])
+}
+
+/// The calc instance as SWE-bench publishes a row: its repository is the image's own
+/// (`acme/calc` is no folder here), the test lists are JSON-encoded strings.
+fn testbed_dataset(dir: &Path, id: &str, base: &str) {
+    let fixtures: Vec<Value> =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DATASET))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let calc = &fixtures[0];
+    let row = serde_json::json!({
+        "instance_id": id,
+        "repo": "acme/calc",
+        "base_commit": base,
+        "problem_statement": calc["problem_statement"],
+        "patch": "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -3,7 +3,7 @@\n \n def add(a, b):\n     \"\"\"Return the sum of a and b.\"\"\"\n-    return a - b\n+    return a + b\n \n \n def mul(a, b):\n",
+        "test_patch": calc["test_patch"],
+        "FAIL_TO_PASS": calc["FAIL_TO_PASS"],
+        "PASS_TO_PASS": calc["PASS_TO_PASS"],
+        "test_commands": calc["test_commands"],
+        "log_parser": "unittest",
+        "version": "1.0",
+        "environment_setup_commit": base,
+        "hints_text": "",
+        "created_at": "2020-01-01T00:00:00Z",
+    });
+    std::fs::write(dir.join("testbed.jsonl"), format!("{row}\n")).unwrap();
+}
+
+/// An instance whose repository exists only inside its image (SWE-bench's /testbed): the
+/// image is built locally from its Dockerfile (`--build`, named by `--image`'s template),
+/// the agent works in /testbed, the patch is taken with a git directory out of its reach,
+/// and the evaluation checks out the base commit in a fresh container of that image. The
+/// dataset's gold patch, given with `--predictions`, is resolved too; no container is left.
+#[test]
+fn an_instance_whose_repository_is_its_images_testbed() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let id = "acme__calc-1";
+    let image = "rondo-test-sweb.acme_1776_calc-1:latest";
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", image])
+        .output();
+    let base = testbed_build(dir.path(), id);
+    testbed_dataset(dir.path(), id, &base);
+    let act = serde_json::json!({
+        "command": "cd /testbed && git log --format=%H -1 && sed -i 's/return a - b/return a + b/' calc.py"
+    });
+    let script = format!(
+        "replies:\n  act_next:\n    - {}\n    - '<thought>Submit.</thought> <action_type>submit</action_type> <action-params>{{}}</action-params>'\n  reflect:\n    - '<bad_action>false</bad_action> <lessons></lessons> <summary>edited</summary>'\n",
+        serde_json::to_string(&format!(
+            "<thought>Fix it.</thought> <action_type>bash</action_type> <action-params>{act}</action-params>"
+        ))
+        .unwrap()
+    );
+    std::fs::write(dir.path().join("testbed.yaml"), script).unwrap();
+    let template = "rondo-test-sweb.{hub_id}:latest";
+    let out = swebench(
+        dir.path(),
+        &[
+            "testbed.jsonl",
+            "--provider",
+            "scripted",
+            "--script",
+            "testbed.yaml",
+            "--image",
+            template,
+            "--build",
+            "builds",
+            "--out",
+            "t",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = results(&dir.path().join("t"));
+    let r = by_id(&res, id);
+    assert_eq!(r["resolved"], true, "{r:#}");
+    assert_eq!(report_of(r)["patch_successfully_applied"], true);
+    assert!(
+        r["patch"]
+            .as_str()
+            .unwrap()
+            .contains("-    return a - b\n+    return a + b\n"),
+        "{r:#}"
+    );
+    // The image's own change is the workspace's base, not part of the agent's patch.
+    assert!(
+        !r["patch"].as_str().unwrap().contains("built by the image"),
+        "{r:#}"
+    );
+    // The agent's workspace is the image's /testbed, copied out at its base commit.
+    let ws = PathBuf::from(r["workspace"].as_str().unwrap());
+    let head = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir.path().join("t/git").join(format!("{id}.git")))
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .unwrap();
+    let parent = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir.path().join("t/git").join(format!("{id}.git")))
+        .args(["rev-parse", "HEAD^"])
+        .output()
+        .unwrap();
+    assert_ne!(String::from_utf8_lossy(&head.stdout).trim(), base);
+    assert_eq!(String::from_utf8_lossy(&parent.stdout).trim(), base);
+    assert!(
+        std::fs::read_to_string(ws.join("calc.py"))
+            .unwrap()
+            .contains("return a + b")
+    );
+    let log = std::fs::read_to_string(dir.path().join("t/eval").join(id).join("test_output.txt"))
+        .unwrap();
+    assert!(
+        log.contains("test_add_negative (test_calc.CalcTest.test_add_negative) ... ok"),
+        "{log}"
+    );
+    assert!(batch_containers(&dir.path().join("t")).is_empty());
+
+    // The dataset's own patch, as another agent's prediction: resolved.
+    let row: Value = serde_json::from_str(
+        std::fs::read_to_string(dir.path().join("testbed.jsonl"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    let preds = serde_json::json!({id: {"instance_id": id, "model_name_or_path": "gold", "model_patch": row["patch"]}});
+    std::fs::write(dir.path().join("gold.json"), preds.to_string()).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[
+            "testbed.jsonl",
+            "--predictions",
+            "gold.json",
+            "--image",
+            template,
+            "--out",
+            "g",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = results(&dir.path().join("g"));
+    assert_eq!(by_id(&res, id)["resolved"], true);
+    assert!(!dir.path().join("g/workspaces").exists());
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", image])
+        .output();
+}
+
+/// Sends `signal` to the batch once its evaluation container runs, and waits for it to end.
+fn interrupt_during_eval(dir: &Path, args: &[&str], out: &Path, signal: &str) -> Output {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .arg("swebench")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let running = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-q",
+                "--filter",
+                "label=rondo.run_id=calc-add-eval",
+                "--filter",
+            ])
+            .arg(format!("label=rondo.owner_pid={}", child.id()))
+            .output()
+            .unwrap();
+        if !running.stdout.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "no evaluation container started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Let the steps before the tests finish: the tests hang.
+    let log = out.join("eval/calc-add/inputs/test.patch");
+    while !log.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let status = std::process::Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait_with_output().unwrap()
+}
+
+/// A patch whose tests hang: Ctrl-C (then SIGTERM, on `--resume`) stops the batch during
+/// the tests with every container of the batch removed and no result written; `--resume`
+/// with a wall-time limit then kills the hanging tests and reports them timed out.
+#[test]
+fn an_interrupt_during_a_hanging_test_leaves_no_container_and_the_batch_resumes() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let preds = serde_json::json!([{
+        "instance_id": "calc-add", "model_name_or_path": "m",
+        "model_patch": "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -3,7 +3,8 @@\n \n def add(a, b):\n     \"\"\"Return the sum of a and b.\"\"\"\n-    return a - b\n+    while True:\n+        pass\n \n \n def mul(a, b):\n"
+    }]);
+    std::fs::write(dir.path().join("hang.json"), preds.to_string()).unwrap();
+    let out_dir = dir.path().join("h");
+    let args = [
+        DATASET,
+        "--predictions",
+        "hang.json",
+        "-i",
+        "calc-add",
+        "--out",
+        "h",
+        "-q",
+    ];
+    let out = interrupt_during_eval(dir.path(), &args, &out_dir, "-INT");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("interrupted: continue with"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(batch_containers(&out_dir).is_empty());
+    assert!(results(&out_dir).is_empty());
+
+    let out = interrupt_during_eval(dir.path(), &["--resume", "h", "-q"], &out_dir, "-TERM");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(batch_containers(&out_dir).is_empty());
+    assert!(results(&out_dir).is_empty());
+
+    let out = swebench(dir.path(), &["--resume", "h", "-q", "--eval-timeout", "3"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let res = results(&out_dir);
+    let calc = by_id(&res, "calc-add");
+    assert_eq!(calc["eval_timed_out"], true, "{calc:#}");
+    assert!(
+        calc["eval_error"]
+            .as_str()
+            .unwrap()
+            .contains("the tests timed out after 3 seconds"),
+        "{calc:#}"
+    );
+    assert!(calc["resolved"].is_null());
+    let log = std::fs::read_to_string(out_dir.join("eval/calc-add/test_output.txt")).unwrap();
+    assert!(log.contains(">>>>> Tests Timed Out"), "{log}");
+    let summary = read_json(&out_dir.join("report.json"));
+    assert_eq!(summary["error_ids"], serde_json::json!(["calc-add"]));
+    assert!(batch_containers(&out_dir).is_empty());
+}
+
+/// A command killed at its tool's timeout gives the agent an observation that says so (it
+/// printed nothing: the observation was empty).
+#[test]
+fn a_command_that_hits_its_timeout_says_it_timed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let wf = common::project(
+        dir.path(),
+        r#"
+workflow slow {}
+environment here { kind = "local" }
+role hang: tool {
+  env = here
+  command = ["sh", "-c", "sleep 30"]
+  timeout = 1s
+}
+start -> hang
+hang -> done
+exit done
+"#,
+        &[],
+        "",
+    );
+    let (out, run_dir) = common::run_with(&wf, "slow", &[]);
+    let journal = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+    let shown: Vec<Value> = journal
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| e.pointer("/result/shown").cloned())
+        .collect();
+    assert_eq!(
+        shown,
+        [Value::String("timed out after 1 seconds".into())],
+        "{}\n{journal}",
+        stderr(&out)
+    );
+}
+
+/// Ctrl-C while the agent's command hangs: the run stops at a checkpoint, every container
+/// of the batch is removed, no result is written; `--resume` continues the run where it
+/// stopped and the batch ends resolved.
+#[test]
+fn an_interrupt_during_an_agents_command_leaves_no_container_and_the_run_resumes() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let act = serde_json::json!({
+        "command": "cd /work && while [ ! -e .go ]; do sleep 1; done; rm -f .go && sed -i 's/return a - b/return a + b/' calc.py"
+    });
+    let script = format!(
+        "replies:\n  act_next:\n    - {}\n    - '<thought>Submit.</thought> <action_type>submit</action_type> <action-params>{{}}</action-params>'\n  reflect:\n    - '<bad_action>false</bad_action> <lessons></lessons> <summary>edited</summary>'\n",
+        serde_json::to_string(&format!(
+            "<thought>Wait, then fix.</thought> <action_type>bash</action_type> <action-params>{act}</action-params>"
+        ))
+        .unwrap()
+    );
+    std::fs::write(dir.path().join("wait.yaml"), script).unwrap();
+    let out_dir = dir.path().join("a");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"))
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .args([
+            "swebench",
+            DATASET,
+            "--provider",
+            "scripted",
+            "--script",
+            "wait.yaml",
+        ])
+        .args(["-i", "calc-add", "--out", "a", "-q"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = out_dir.join("workspaces/calc-add/logs");
+    let started = std::time::Instant::now();
+    while std::fs::read_dir(&logs).map_or(true, |mut d| d.next().is_none()) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "the agent's command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!batch_containers(&out_dir).is_empty());
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(batch_containers(&out_dir).is_empty());
+    assert!(results(&out_dir).is_empty());
+
+    std::fs::write(out_dir.join("workspaces/calc-add/.go"), "").unwrap();
+    let out = swebench(dir.path(), &["--resume", "a", "-q"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = results(&out_dir);
+    assert_eq!(by_id(&res, "calc-add")["resolved"], true, "{res:#?}");
+    assert!(
+        !by_id(&res, "calc-add")["patch"]
+            .as_str()
+            .unwrap()
+            .contains(".go"),
+        "{res:#?}"
+    );
+    assert!(batch_containers(&out_dir).is_empty());
+}
+
+/// A file the test patch creates is not the agent's to write: a prediction that writes its
+/// own, passing, version of it is undone (the file is removed before the test patch is
+/// applied), and the real test fails.
+#[test]
+fn a_test_file_the_test_patch_creates_is_the_test_patchs() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let new_test = |body: &str| {
+        format!(
+            "diff --git a/test_new.py b/test_new.py\nnew file mode 100644\n--- /dev/null\n+++ b/test_new.py\n@@ -0,0 +1,8 @@\n+import unittest\n+\n+from calc import add\n+\n+\n+class NewTest(unittest.TestCase):\n+    def test_new(self):\n+        {body}\n"
+        )
+    };
+    let row = serde_json::json!({
+        "instance_id": "calc-new", "repo": "tests/fixtures/swebench/repos/calc",
+        "problem_statement": "add subtracts",
+        "test_patch": new_test("self.assertEqual(add(2, 2), 4)"),
+        "FAIL_TO_PASS": "[\"test_new (test_new.NewTest.test_new)\"]",
+        "PASS_TO_PASS": "[]",
+        "test_commands": ["python3 -m unittest -v test_new"],
+        "log_parser": "unittest",
+    });
+    std::fs::write(dir.path().join("new.jsonl"), format!("{row}\n")).unwrap();
+    let preds = serde_json::json!([{
+        "instance_id": "calc-new", "model_name_or_path": "m",
+        "model_patch": new_test("self.assertTrue(True)"),
+    }]);
+    std::fs::write(dir.path().join("new.json"), preds.to_string()).unwrap();
+    let out = swebench(
+        dir.path(),
+        &["new.jsonl", "--predictions", "new.json", "--out", "n", "-q"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let res = results(&dir.path().join("n"));
+    let r = by_id(&res, "calc-new");
+    assert_eq!(report_of(r)["patch_successfully_applied"], true, "{r:#}");
+    assert_eq!(r["resolved"], false, "{r:#}");
+    assert_eq!(
+        report_of(r)["tests_status"]["FAIL_TO_PASS"]["failure"],
+        serde_json::json!(["test_new (test_new.NewTest.test_new)"])
+    );
 }

@@ -114,6 +114,40 @@ impl Checked {
     }
 }
 
+impl Checked {
+    /// The same workflow with each Docker environment that mounts the whole workspace
+    /// mounting it at `path` instead, over what the image has there, and working there
+    /// (`rondo swebench` on SWE-bench's images, whose repository is `/testbed`). `None`
+    /// when no environment mounts the workspace.
+    pub fn with_workspace_at(mut self, path: &str) -> Option<Checked> {
+        use crate::compile::mounts::{MountSource, parse_mount};
+        let mut moved = false;
+        for env in &mut self.0.environments {
+            if env.kind != compile::EnvKind::Docker {
+                continue;
+            }
+            for mount in &mut env.mounts {
+                let Ok(spec) = parse_mount(mount) else {
+                    continue;
+                };
+                let MountSource::Workspace(rel) = &spec.source else {
+                    continue;
+                };
+                if !rel.to_string_lossy().trim_matches(['.', '/']).is_empty() {
+                    continue;
+                }
+                let mode = if spec.writable { "rw" } else { "ro" };
+                if env.workdir.as_deref().is_none_or(|w| w == spec.container) {
+                    env.workdir = Some(path.to_string());
+                }
+                *mount = format!("{}:{path}:{mode}:replace", rel.display());
+                moved = true;
+            }
+        }
+        moved.then_some(self)
+    }
+}
+
 impl std::ops::Deref for Checked {
     type Target = Workflow;
 

@@ -74,3 +74,18 @@ pub fn refuse_existing_optimize(out: &Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Waits for Ctrl-C or SIGTERM; `false` when neither can be waited for.
+pub async fn interrupted() -> bool {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            return tokio::select! {
+                r = tokio::signal::ctrl_c() => r.is_ok(),
+                r = term.recv() => r.is_some(),
+            };
+        }
+    }
+    tokio::signal::ctrl_c().await.is_ok()
+}

@@ -465,7 +465,7 @@ impl Eval {
         let watcher = {
             let stop = stop.clone();
             tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if batch::interrupted().await {
                     stop.all();
                 }
             })

@@ -619,7 +619,7 @@ pub(super) async fn run_tool_role(
         .await
         .map_err(|e| StepError::Failed(format!("role `{name}`: {e}")))?;
     Ok(RoleRun {
-        output: tool_result(&tool_name, &out, role.show, log, args),
+        output: tool_result(&tool_name, &out, role.show, log, args, timeout),
         tool: tool_id,
         prompt: None,
         record: None,
@@ -686,12 +686,12 @@ async fn run_calls(
             return Ok(refused(&id, chosen, &args, "validation", why));
         }
         let mut request = tool_command(environment, spec, &[arg_text(&args)])?;
-        request.timeout = Some(
-            role.timeout_ms
-                .map(Duration::from_millis)
-                .or(spec.spec.timeout)
-                .unwrap_or(Duration::from_secs(300)),
-        );
+        let timeout = role
+            .timeout_ms
+            .map(Duration::from_millis)
+            .or(spec.spec.timeout)
+            .unwrap_or(Duration::from_secs(300));
+        request.timeout = Some(timeout);
         request
             .env
             .insert("RONDO_STEP_ID".into(), format!("{step_id}.call{}", i + 1));
@@ -703,7 +703,7 @@ async fn run_calls(
             .exec(request)
             .await
             .map_err(|e| StepError::Failed(format!("tool `{chosen}`: {e}")))?;
-        let result = tool_result(chosen, &out, role.show, None, args.clone());
+        let result = tool_result(chosen, &out, role.show, None, args.clone(), timeout);
         let ok = result["ok"].as_bool().unwrap_or(false);
         let observation = match (&result["data"], &result["error"]) {
             (Value::Null, Value::Null) => result["stdout"].clone(),
@@ -738,6 +738,7 @@ fn tool_result(
     show: Show,
     log: Option<String>,
     args: Value,
+    timeout: Duration,
 ) -> Value {
     let ok = out.success();
     let parsed: Option<Value> = serde_json::from_str(out.stdout.trim()).ok();
@@ -792,6 +793,17 @@ fn tool_result(
         Show::HeadTail { head, tail } => {
             rondo_env::head_tail_lines(&out.merged, head as usize, tail as usize)
         }
+    };
+    // A command killed at its timeout says so, whatever it printed (often nothing).
+    let shown = if out.timed_out {
+        let note = format!("timed out after {} seconds", timeout.as_secs());
+        if shown.trim().is_empty() {
+            note
+        } else {
+            format!("{shown}\n{note}")
+        }
+    } else {
+        shown
     };
     let error_kind = if ok {
         Value::Null

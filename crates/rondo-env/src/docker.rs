@@ -31,6 +31,38 @@ const LABEL_PID: &str = "rondo.owner_pid";
 const LABEL_HOST: &str = "rondo.owner_host";
 /// On a container kept on purpose (`--keep-env`): not stale once its owner is gone.
 const LABEL_KEEP: &str = "rondo.keep";
+const LABEL_BATCH: &str = "rondo.batch";
+static BATCH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Labels every container this process creates from now on `rondo.batch=<id>`: a batch
+/// (`rondo swebench`) finds and removes its containers together, and the ones a crashed
+/// batch left.
+pub fn set_batch_label(id: &str) {
+    let _ = BATCH.set(id.to_string());
+}
+
+/// Remove every container labelled `rondo.batch=<id>`.
+pub async fn remove_batch(docker: &Docker, id: &str) -> Result<Vec<String>, EnvError> {
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_BATCH}={id}")])]);
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let list = docker
+        .list_containers(Some(opts))
+        .await
+        .map_err(|e| EnvError::docker("listing containers", e))?;
+    let mut removed = Vec::new();
+    for c in list {
+        if let Some(id) = c.id {
+            remove(docker, &id).await?;
+            removed.push(id);
+        }
+    }
+    Ok(removed)
+}
+
 /// Set on every exec so a timed-out command and all its descendants can be found and killed.
 const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 pub const TOOLS_REPO: &str = "rondo-tools";
@@ -553,6 +585,9 @@ async fn create_container(
     ]);
     if config.keep {
         labels.insert(LABEL_KEEP.to_string(), "true".to_string());
+    }
+    if let Some(batch) = BATCH.get() {
+        labels.insert(LABEL_BATCH.to_string(), batch.clone());
     }
     let binds = config.transport.binds(&config.mounts);
     // Only the run container gets the root file system read-only: the tool builder

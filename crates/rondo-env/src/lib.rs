@@ -19,7 +19,9 @@ mod transport;
 
 use std::path::Path;
 
-pub use docker::{DockerConfig, DockerEnv, cleanup_stale, connect, remove_run};
+pub use docker::{
+    DockerConfig, DockerEnv, cleanup_stale, connect, remove_batch, remove_run, set_batch_label,
+};
 pub use error::{EnvError, InstallFailure};
 pub use exec::{
     Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, MAX_SHOWN_LINE, StreamKind,

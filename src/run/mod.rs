@@ -92,12 +92,14 @@ pub fn input_text(value: &Value) -> String {
     }
 }
 
-/// The runtime for up to `runs_at_once` runs in flight (a server, an eval). A run's
-/// checkpoints are synchronous writes with fsync on the thread that drives it: a thread per
-/// run in flight lets concurrent runs wait on the disk together, not in a line of cores.
+/// The runtime for up to `runs_at_once` runs in flight (a server, an eval): a worker per
+/// core, as many runs as it likes on each. A run holds no thread while its records sync
+/// (the committer, [`commit`], does that), so runs waiting on the disk or on a model do
+/// not need threads of their own.
 pub fn runtime_for_runs(runs_at_once: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(runs_at_once.clamp(2, 128))
+        .worker_threads(cores.clamp(2, runs_at_once.max(2)))
         .enable_all()
         .build()
 }

@@ -158,11 +158,13 @@ fn every_case_runs_and_the_metrics_follow_from_the_results_field_by_field() {
             ("check".into(), "look.data.length == 5".into(), true),
         ]
     );
+    // `look` calls `lookup` by name: a helper of the workflow, not a call a model asked for;
+    // the one decision is `reply`'s.
     assert_eq!(
         (pass["llm_calls"].as_u64(), pass["tool_calls"].as_u64()),
-        (Some(1), Some(1))
+        (Some(1), Some(0))
     );
-    assert_eq!(pass["steps"], 2);
+    assert_eq!(pass["steps"], 1);
 
     let miss = &rs[1];
     assert_eq!(miss["exit"], "done");
@@ -199,9 +201,8 @@ fn every_case_runs_and_the_metrics_follow_from_the_results_field_by_field() {
         let info = json(dir.join("run.json"));
         assert_eq!(info["exit"], r["exit"], "{}", r["id"]);
         let state = json(dir.join("state.json"));
-        assert_eq!(state["step"], r["steps"]);
+        assert!(r["steps"].as_u64() <= state["step"].as_u64(), "{}", r["id"]);
         assert_eq!(state["totals"]["llm_calls"], r["llm_calls"]);
-        assert_eq!(state["totals"]["tool_calls"], r["tool_calls"]);
         assert!(close(
             state["totals"]["cost"].as_f64().unwrap(),
             r["cost_usd"].as_f64().unwrap()
@@ -237,7 +238,7 @@ fn every_case_runs_and_the_metrics_follow_from_the_results_field_by_field() {
     assert!(close(f("avg_latency_sec"), avg("latency_sec")));
     assert!(f("avg_latency_sec") > 0.0);
     assert!(close(f("avg_lm_calls"), avg("llm_calls")));
-    assert!(close(f("avg_tool_calls"), 1.0));
+    assert!(close(f("avg_tool_calls"), 0.0));
     assert!(close(f("avg_steps"), avg("steps")));
     assert!(close(f("avg_cost_usd"), avg("cost_usd")));
     assert_eq!(summary["n"], 3);
@@ -628,4 +629,62 @@ exit done
     assert_eq!(rs[0]["passed"], true, "{}", rs[0]);
     let events = std::fs::read_to_string(res.join("runs/slow/events.jsonl")).unwrap();
     assert!(events.contains("\"run_resumed\""), "{events}");
+}
+
+/// micro-agent's evals count "the agent's decisions and the tool calls the model asked
+/// for": in the JSON loop the planner's turns and its tools, natively the model's turns and
+/// its calls; not the engine's roles (classify, observe, record...) nor the helper tools
+/// (`load_demos`, `compose_answer`).
+#[test]
+fn micro_agent_steps_and_tool_calls_are_the_agents_decisions_and_calls() {
+    let dir = common::repo_copy();
+    std::fs::write(
+        dir.path().join("cases.jsonl"),
+        concat!(
+            r#"{"id": "loop", "inputs": {"question": "What is 6*7?", "llm_provider": "ollama"}, "expect": {"contains": "42"}}"#,
+            "\n",
+            r#"{"id": "native", "inputs": {"question": "What is 6*7?", "llm_provider": "openai"}, "expect": {"contains": "42"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let calc = r#"{"tool": {"name": "calculator", "args": {"expression": "6*7"}}}"#;
+    let native = r#"{"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}, {"name": "calculator", "arguments": {"expr": "6*7"}}]}"#;
+    let script = serde_json::json!({"replies": {
+        "planner": [calc, r#"{"final": {"answer": "42"}}"#],
+        "agent": [native, "It is 42."],
+    }});
+    std::fs::write(dir.path().join("script.json"), script.to_string()).unwrap();
+    let out = eval(
+        dir.path(),
+        &[
+            "workflows/micro_agent.rondo",
+            "--provider",
+            "scripted",
+            "--script",
+            "script.json",
+            "--dataset",
+            "cases.jsonl",
+            "--out",
+            "res",
+        ],
+    );
+    assert_success(&out);
+    let rs = results(&dir.path().join("res"));
+    let figures: Vec<(String, u64, u64)> = rs
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_string(),
+                r["steps"].as_u64().unwrap(),
+                r["tool_calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // loop: two planner turns, one calculator call. native: two model turns, two calls asked
+    // for (one refused by the schema), compose_answer not counted.
+    assert_eq!(
+        figures,
+        [("loop".to_string(), 2, 1), ("native".to_string(), 2, 2)]
+    );
 }

@@ -162,6 +162,58 @@ fn the_role_sees_its_demos_in_the_next_run_and_the_before_eval_does_not() {
     );
 }
 
+/// With `--dev`, the demos still come from the training set (run in `OUT/train`), and the
+/// scores before and after are of the held-out cases only, without and with the demos: a
+/// gain there is not the training set scoring its own replies.
+#[test]
+fn dev_cases_are_scored_before_and_after_not_the_training_set() {
+    let (dir, _) = copy_project();
+    std::fs::write(
+        dir.path().join("dev.jsonl"),
+        concat!(
+            r#"{"id": "d1", "inputs": {"question": "seven times six?"}, "expect": {"contains": "42"}}"#,
+            "\n",
+            r#"{"id": "d2", "inputs": {"question": "three cubed?"}, "expect": {"contains": "27"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let out = optimize(dir.path(), &["--dev", "dev.jsonl", "--runs", "held"]);
+    assert_success(&out);
+    let held = dir.path().join("held");
+    // Demos from the training set's passing cases.
+    let demos = json(dir.path().join("opt/answer_demos.json"));
+    assert_eq!(demos.as_array().unwrap().len(), 3);
+    let cases = |eval: &str| -> Vec<String> {
+        let mut ids: Vec<String> = std::fs::read_dir(held.join(eval).join("runs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(cases("train").len(), 4);
+    assert_eq!(cases("before").len(), 2);
+    assert_eq!(cases("after").len(), 2);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let n = table.lines().find(|l| l.starts_with("n ")).unwrap();
+    assert_eq!(n.split_whitespace().collect::<Vec<_>>(), ["n", "2", "2"]);
+    // d1's answer holds 42, d2's (27) cannot: half, before and after.
+    let hits = table
+        .lines()
+        .find(|l| l.starts_with("contains_hit_rate"))
+        .unwrap();
+    assert_eq!(
+        hits.split_whitespace().collect::<Vec<_>>(),
+        ["contains_hit_rate", "0.5000", "0.5000"],
+        "{table}"
+    );
+    assert!(table.contains("held-out"), "{table}");
+    // The dev runs after saw the demos, those before did not.
+    assert!(case_prompt(&held.join("after"), "d1").contains("Q: six times seven?"));
+    assert!(!case_prompt(&held.join("before"), "d1").contains("six times seven"));
+}
+
 /// `rondo optimize --help`'s example, as written, from a folder holding the example project
 /// where the repository has it.
 #[test]

@@ -15,6 +15,9 @@ pub struct Args {
     /// The training cases: JSON Lines, as for `rondo eval`.
     #[arg(long)]
     dataset: PathBuf,
+    /// Held-out cases the before and after scores are measured on (default: the training set).
+    #[arg(long)]
+    dev: Option<PathBuf>,
     /// The llm role whose replies become demos.
     #[arg(long)]
     role: String,
@@ -49,6 +52,13 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     let demos = optimize::demos_file(&workflow, &args.role, args.out)?;
     let cases = eval::dataset::read_dataset(&args.dataset, &workflow, &Default::default(), None)
         .map_err(|p| CliError::shown(render_problems(&p), 2))?;
+    let dev = match &args.dev {
+        Some(path) => Some(
+            eval::dataset::read_dataset(path, &workflow, &Default::default(), None)
+                .map_err(|p| CliError::shown(render_problems(&p), 2))?,
+        ),
+        None => None,
+    };
     let out = args
         .runs
         .unwrap_or_else(|| batch::default_optimize_dir(&args.workflow));
@@ -76,6 +86,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     let rt = run::runtime_for_runs(concurrency).map_err(runtime_error)?;
     let outcome = rt.block_on(optimize::optimize(
         job,
+        dev,
         &args.role,
         args.max_demos,
         args.seed,

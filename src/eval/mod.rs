@@ -217,6 +217,45 @@ fn observations(journal: &[Entry]) -> Vec<&Value> {
     out
 }
 
+/// What micro-agent's evals count (`avg_steps`, `avg_tool_calls`): the agent's decisions (the
+/// visits of llm roles) and the tool calls a model asked for (a tool role whose tool is chosen
+/// by an expression, `call = planner.tool.name`, one call a visit; or `calls = agent.calls`,
+/// every call of the reply, refused ones included). Engine roles and helper tools a workflow
+/// calls by name (`call = "compose_answer"`, `run = ...`, a command) are not decisions.
+fn agent_counts(workflow: &Checked, state: &RunState, journal: &[Entry]) -> (u64, u64) {
+    use crate::compile::{ExprKind, RoleKind, ToolAction};
+    let mut steps = 0;
+    let mut asked: Vec<&str> = Vec::new();
+    let mut natively: Vec<&str> = Vec::new();
+    for (index, role) in workflow.roles() {
+        let name = workflow.node(index).name.as_str();
+        match &role.kind {
+            RoleKind::Llm(_) => steps += state.visits.get(index.index()).copied().unwrap_or(0),
+            RoleKind::Tool(t) => match &t.action {
+                ToolAction::Choose { call, .. }
+                    if !matches!(call.kind, ExprKind::Literal { .. }) =>
+                {
+                    asked.push(name)
+                }
+                ToolAction::Calls { .. } => natively.push(name),
+                _ => {}
+            },
+            RoleKind::Builtin => {}
+        }
+    }
+    let mut calls = 0;
+    for entry in journal {
+        if let Event::ToolCall { role, result, .. } = &entry.event {
+            if asked.contains(&role.as_str()) {
+                calls += 1;
+            } else if natively.contains(&role.as_str()) {
+                calls += result["results"].as_array().map_or(0, |r| r.len() as u64);
+            }
+        }
+    }
+    (steps, calls)
+}
+
 /// The names of the tools a run called: its `used()` set and the tool results' names.
 fn tools_called(workflow: &Checked, state: &RunState, journal: &[Entry]) -> Vec<String> {
     let mut names: Vec<String> = state
@@ -254,14 +293,11 @@ fn score(workflow: &Checked, case: &Case, weights: Weights, end: Ending<'_>) -> 
         }
         None => true,
     };
-    // Read once, and only when an expectation looks at it.
-    let journal = if case.expect.keys.is_empty() && case.expect.tools.is_empty() {
-        Vec::new()
-    } else {
-        rundir::read_journal(end.run_dir)
-            .unwrap_or_default()
-            .entries
-    };
+    // Read once: the counts and the expectations look at it.
+    let journal = rundir::read_journal(end.run_dir)
+        .unwrap_or_default()
+        .entries;
+    let (steps, tool_calls) = agent_counts(workflow, state, &journal);
     let observed = observations(&journal);
     let mut key_hit = true;
     for key in &case.expect.keys {
@@ -329,8 +365,8 @@ fn score(workflow: &Checked, case: &Case, weights: Weights, end: Ending<'_>) -> 
         checks,
         latency_sec: end.latency_sec,
         llm_calls: state.totals.llm_calls,
-        tool_calls: state.totals.tool_calls,
-        steps: state.step,
+        tool_calls,
+        steps,
         cost_usd: state.totals.cost,
     }
 }

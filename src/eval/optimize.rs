@@ -1,7 +1,7 @@
 //! `rondo optimize`: bootstrap few-shot demos (DSPy's `BootstrapFewShot`). The training
 //! set runs as an eval without demos; of the cases that passed, the role's first accepted
-//! reply and the run's inputs are demos; a seeded choice keeps at most N; the set runs
-//! again with them.
+//! reply and the run's inputs are demos; a seeded choice keeps at most N; the held-out
+//! cases (`--dev`, else the training set) are scored without and with them.
 
 use std::path::{Path, PathBuf};
 
@@ -14,8 +14,15 @@ use crate::run::events::Event;
 use crate::run::rundir;
 
 /// The demos the passing cases of `report` give, in dataset order: the run's inputs and
-/// `role`'s first accepted reply.
-pub fn candidates(report: &Report, out: &Path, role: &str) -> Vec<Value> {
+/// `role`'s first accepted reply. `path` inputs are left out: they name folders of this
+/// machine (a traces folder, the demos file itself), which a demo must not carry.
+pub fn candidates(report: &Report, out: &Path, role: &str, workflow: &Workflow) -> Vec<Value> {
+    let host_paths: Vec<&str> = workflow
+        .inputs
+        .iter()
+        .filter(|i| i.path)
+        .map(|i| i.name.as_str())
+        .collect();
     report
         .results
         .iter()
@@ -28,7 +35,9 @@ pub fn candidates(report: &Report, out: &Path, role: &str) -> Vec<Value> {
                 Event::LlmResponse(r) if r.call.role == role => Some(r.call.raw),
                 _ => None,
             })?;
-            Some(json!({"inputs": info.inputs, "reply": reply}))
+            let mut inputs = info.inputs;
+            inputs.retain(|name, _| !host_paths.contains(&name.as_str()));
+            Some(json!({"inputs": inputs, "reply": reply}))
         })
         .collect()
 }
@@ -69,44 +78,66 @@ pub struct Outcome {
     pub after: Report,
     pub candidates: usize,
     pub chosen: usize,
+    /// The scores are of held-out cases (`--dev`), not of the training set.
+    pub held_out: bool,
 }
 
-/// Runs the set without demos in `OUT/before`, writes the chosen demos to `demos`, and
-/// runs it again in `OUT/after` (which reads them when `demos` is the role's file).
+/// Runs the training set without demos in `OUT/train`, writes the demos chosen from its
+/// passing cases to `demos`, then scores the held-out cases `dev` without demos in
+/// `OUT/before` and with them in `OUT/after` (which reads them when `demos` is the role's
+/// file). Without `dev` the training set's own runs are the "before", and it runs again.
 pub async fn optimize(
-    before: Eval,
+    train: Eval,
+    dev: Option<Vec<super::dataset::Case>>,
     role: &str,
     max: usize,
     seed: u64,
     demos: &Path,
 ) -> Result<Outcome, String> {
-    let out: PathBuf = before.out.clone();
+    let out: PathBuf = train.out.clone();
+    let held_out = dev.is_some();
+    let scored = dev.unwrap_or_else(|| train.cases.clone());
     let after = Eval {
-        workflow: before.workflow.clone(),
-        cases: before.cases.clone(),
-        weights: before.weights,
-        setup: before.setup.clone(),
+        workflow: train.workflow.clone(),
+        cases: scored.clone(),
+        weights: train.weights,
+        setup: train.setup.clone(),
         out: out.join("after"),
-        progress: before.progress,
+        progress: train.progress,
         no_demos: false,
     };
-    let before = Eval {
+    let before_dev = held_out.then(|| Eval {
+        workflow: train.workflow.clone(),
+        cases: scored,
+        weights: train.weights,
+        setup: train.setup.clone(),
         out: out.join("before"),
+        progress: train.progress,
         no_demos: true,
-        ..before
+    });
+    let workflow = train.workflow.clone();
+    let train = Eval {
+        out: out.join(if held_out { "train" } else { "before" }),
+        no_demos: true,
+        ..train
     };
-    let before_out = before.out.clone();
-    let before = before.run().await?;
-    let found = candidates(&before, &before_out, role);
+    let train_out = train.out.clone();
+    let trained = train.run().await?;
+    let found = candidates(&trained, &train_out, role, &workflow);
     let candidates = found.len();
     let chosen = choose(found, max, seed);
     write(demos, &chosen)?;
+    let before = match before_dev {
+        Some(eval) => eval.run().await?,
+        None => trained,
+    };
     let after = after.run().await?;
     Ok(Outcome {
         before,
         after,
         candidates,
         chosen: chosen.len(),
+        held_out,
     })
 }
 
@@ -123,8 +154,14 @@ pub fn render(outcome: &Outcome) -> String {
         out.push_str(&format!("{name:<18} {b:>12} {a:>12}\n"));
     }
     out.push_str(&format!(
-        "\n{} demos chosen of {} passing cases\n",
-        outcome.chosen, outcome.candidates
+        "\n{} demos chosen of {} passing cases; scored on {}\n",
+        outcome.chosen,
+        outcome.candidates,
+        if outcome.held_out {
+            "the held-out cases (--dev)"
+        } else {
+            "the training set itself (give --dev for held-out cases)"
+        }
     ));
     out
 }

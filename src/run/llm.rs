@@ -284,8 +284,8 @@ impl<'w> Interpreter<'w> {
                 cost: completion.cost,
                 attempts: records,
             };
-            let parsed = if oversized && (native || matches!(llm.output, OutputFormat::Json { .. }))
-            {
+            // A cut script or object is not the model's answer: only prose survives a cut.
+            let parsed = if oversized && (native || !matches!(llm.output, OutputFormat::Text)) {
                 Err(format!(
                     "the reply is longer than max_reply = {max_reply} bytes"
                 ))

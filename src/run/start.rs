@@ -491,6 +491,20 @@ impl<'w> Interpreter<'w> {
     /// one ends at `limit` (as when a role's replies for some visits only run out).
     fn check_replies(&self, script: &Script) -> Result<(), StartError> {
         let (mut refused, mut warned) = (Vec::new(), Vec::new());
+        // A scripted answer the environment chose (`provider_env`) or a chain fell back to is
+        // never silent: the user may believe a model answered. `--provider scripted` and a
+        // workflow whose own default is its demo say so themselves.
+        let from_env = self
+            .workflow
+            .default_provider_env
+            .as_deref()
+            .and_then(|var| {
+                std::env::var(var)
+                    .ok()
+                    .map(|v| v.trim().to_string())
+                    .filter(|v| !v.is_empty())
+            });
+        let mut scripted: Vec<&str> = Vec::new();
         for (index, role) in self.workflow.roles() {
             if !matches!(role.kind, RoleKind::Llm(_)) {
                 continue;
@@ -499,6 +513,11 @@ impl<'w> Interpreter<'w> {
                 continue;
             };
             let name = &self.workflow.node(index).name;
+            let unasked =
+                !self.is_scripted_profile(profile) || from_env.as_deref() == Some(profile.as_str());
+            if unasked && self.answers_scripted(profile) && !scripted.contains(&profile.as_str()) {
+                scripted.push(profile);
+            }
             if !self.answers_scripted(profile) || script.has_replies(name) {
                 continue;
             }
@@ -515,6 +534,12 @@ impl<'w> Interpreter<'w> {
                 names.join(", ")
             )
         };
+        if !scripted.is_empty() {
+            self.reporter.warn(&format!(
+                "replies from the script, not a model (profile `{}` is scripted or its chain ends in a scripted one)",
+                scripted.join("`, `")
+            ));
+        }
         if refused.is_empty() {
             if !warned.is_empty() {
                 self.reporter.warn(&format!(

@@ -318,9 +318,14 @@ fn a_refused_whiteboard_batch_goes_back_to_the_model_with_the_reason() {
             "no entry `FACT-7`",
         ),
         (
-            "extra_field",
-            json!({"op": "UPSERT", "section": "Facts", "id": "FACT-1", "text": "BAD", "confidence": 0.9}),
-            "confidence",
+            "system_upper",
+            json!({"op": "UPSERT", "section": "Key Files", "id": "FILE-1", "path": ".CATMASTER/x", "text": "BAD"}),
+            ".catmaster",
+        ),
+        (
+            "system_mixed",
+            json!({"op": "UPSERT", "section": "Key Files", "id": "FILE-1", "path": "structures/../.CatMaster/task_state.json", "text": "BAD"}),
+            ".catmaster",
         ),
         (
             "section",
@@ -801,4 +806,70 @@ fn file_tools_never_reveal_paths_outside_the_workspace() {
     assert_eq!(results[3]["data"]["files"], json!([]));
     assert_eq!(results[8]["data"]["files"], json!(["data/ok.txt"]));
     assert!(!tmp.path().join("escape.txt").exists());
+}
+
+/// §6 Structured outputs are Pydantic models, and Pydantic's default for a field the model
+/// does not declare is `extra = "ignore"`: a reply with one more top-level field (and a
+/// whiteboard op with one more field) is taken as it is, without it, on the first attempt.
+/// Tool payloads stay strict (§5.1, `ToolExecutor` rejects extra fields).
+#[test]
+fn an_extra_reply_field_is_ignored_as_pydantic_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("extra");
+    let mut planned: Value = serde_json::from_str(&plan(
+        &[("T1", "t")],
+        json!([{"op": "UPSERT", "section": "Facts", "id": "FACT-1", "text": "GOOD fact", "confidence": 0.9}]),
+    ))
+    .unwrap();
+    planned["notes"] = json!("the model's aside");
+    let mut done: Value = serde_json::from_str(&finish(json!([]))).unwrap();
+    done["confidence"] = json!("high");
+    let run = catmaster(
+        &ws,
+        "extra",
+        "record a fact",
+        json!({"planner": planned.to_string(), "task_runner": done.to_string(), "summarizer": "ok"}),
+        &[],
+    );
+    assert_exit(&run, "completed", 0);
+    assert!(common::of_kind(&run.events(), "invalid_output").is_empty());
+    assert_eq!(run.prompts("planner").len(), 1);
+    assert_eq!(run.prompts("task_runner").len(), 1);
+    assert!(run.whiteboard().contains("FACT-1: GOOD fact"));
+    let state = run.task_state();
+    assert_eq!(state["plan"][0]["id"], "T1");
+    assert!(!state.to_string().contains("the model's aside"));
+}
+
+/// §4: the system view `.catmaster/` is not reachable from tools, whatever its case:
+/// `.CATMASTER/task_state.json` is refused by `read_file` and `write_file` as
+/// `.catmaster/...` is.
+#[test]
+fn the_system_view_is_refused_to_tools_whatever_its_case() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("cased");
+    write(&ws.join(".CATMASTER/secret.txt"), "hidden");
+    let run = catmaster(
+        &ws,
+        "cased",
+        "read the records",
+        json!({
+            "planner": plan(&[("T1", "t")], json!([])),
+            "task_runner": visits(&[
+                call("read_file", json!({"path": ".CATMASTER/secret.txt"})),
+                call("write_file", json!({"path": ".CatMaster/new.txt", "content": "x"})),
+                finish(json!([])),
+            ]),
+            "summarizer": "ok",
+        }),
+        &[],
+    );
+    assert_exit(&run, "completed", 0);
+    let results = run.tool_results();
+    assert_eq!(results.len(), 2);
+    for r in &results {
+        assert_eq!(r["status"], "failed", "{r}");
+        assert!(r["error"].as_str().unwrap().contains("system view"), "{r}");
+    }
+    assert!(!ws.join(".CatMaster/new.txt").exists());
 }

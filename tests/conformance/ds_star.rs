@@ -481,7 +481,8 @@ fn a_failed_execution_is_debugged_and_never_shown_to_the_verifier_model() {
             "executor",
             "verifier",
             "verified",
-            "finalyzer"
+            "finalyzer",
+            "wrap_up"
         ]
     );
     let ev = run.events();
@@ -541,7 +542,8 @@ fn a_round_whose_patch_still_fails_gets_fix_step_without_the_verifier_model() {
             "executor",
             "verifier",
             "verified",
-            "finalyzer"
+            "finalyzer",
+            "wrap_up"
         ]
     );
     assert_eq!(run.prompts("verifier").len(), 1);
@@ -905,6 +907,11 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Self::start_billing(10)
+    }
+
+    /// A server whose every reply reports `input_tokens` input tokens used.
+    fn start_billing(input_tokens: u64) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -913,7 +920,7 @@ impl Server {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (log, script) = (log.clone(), script.clone());
-                std::thread::spawn(move || serve(stream, &log, &script));
+                std::thread::spawn(move || serve(stream, &log, &script, input_tokens));
             }
         });
         Server { addr, seen }
@@ -924,7 +931,12 @@ impl Server {
     }
 }
 
-fn serve(mut stream: TcpStream, log: &Mutex<Vec<Request>>, script: &rondo::run::scripted::Script) {
+fn serve(
+    mut stream: TcpStream,
+    log: &Mutex<Vec<Request>>,
+    script: &rondo::run::scripted::Script,
+    input_tokens: u64,
+) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {
@@ -991,13 +1003,13 @@ fn serve(mut stream: TcpStream, log: &Mutex<Vec<Request>>, script: &rondo::run::
     let reply = if gemini {
         json!({
             "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}],
-            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
+            "usageMetadata": {"promptTokenCount": input_tokens, "candidatesTokenCount": 5, "totalTokenCount": input_tokens + 5}
         })
     } else {
         json!({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            "usage": {"prompt_tokens": input_tokens, "completion_tokens": 5, "total_tokens": input_tokens + 5}
         })
     }
     .to_string();
@@ -1122,4 +1134,113 @@ fn a_hosted_profile_without_its_key_says_which_variable_to_set() {
         let err = String::from_utf8_lossy(&run.out.stderr);
         assert!(err.contains(var), "{provider}: {err}");
     }
+}
+
+/// `get_client` keeps a fallback (guide §7): a hosted client that cannot be used hands the
+/// call to the other one. `--provider openai` with only a Gemini key runs on Gemini.
+#[test]
+fn a_hosted_client_that_cannot_be_used_falls_back_to_the_other() {
+    let server = Server::start();
+    let site = Site::new();
+    let base = format!("http://{}", server.addr);
+    let run = site.run_in(
+        site.dir.path(),
+        "fallback",
+        &["--provider", "openai", "-i", &format!("question={HELLO}")],
+        &[
+            ("GEMINI_API_KEY", "gm-test".into()),
+            ("GOOGLE_GEMINI_BASE_URL", format!("{base}/v1beta")),
+        ],
+    );
+    run.ok();
+    assert_eq!(run.text("hello.txt"), "hello");
+    let profiles: Vec<Value> = run
+        .events()
+        .iter()
+        .filter(|e| e["event"] == "llm_response")
+        .map(|e| e["profile"].clone())
+        .collect();
+    assert_eq!(profiles, ["gemini"; 4]);
+    assert!(
+        server
+            .requests()
+            .iter()
+            .all(|r| r.path.ends_with(":generateContent"))
+    );
+}
+
+/// The coder's output is a Python script (guide §3): a reply cut at `max_reply` is not one.
+/// The cut attempt is refused (not written to `round_00_code.py` with the marker, where it
+/// would fail as a SyntaxError) and the coder is asked again.
+#[test]
+fn a_script_cut_at_max_reply_is_refused_and_asked_again() {
+    let site = Site::new();
+    // 1 MiB (the default `max_reply`) and more of valid Python.
+    let big = format!(
+        "{}print('too long')",
+        "x = 1\n".repeat(1024 * 1024 / 6 + 10)
+    );
+    let good =
+        "from pathlib import Path\nPath('hello.txt').write_text('hello', encoding='utf-8')\n";
+    site.script(&format!(
+        "replies:\n  planner: {}\n  coder:\n    \"1\": [{}, {}]\n  verifier: {}\n  finalyzer: done\n",
+        yq(r#"{"id": 1, "title": "Write hello.txt", "details": "d", "status": "todo"}"#),
+        // JSON strings (JSON is YAML): the scripts' new lines are kept.
+        json!(big),
+        json!(good),
+        yq(SUFFICIENT)
+    ));
+    let run = site.run("cut", &["--script", "script.yaml", "-i", "question=q"]);
+    run.ok();
+    assert_eq!(run.text("round_00_code.py"), good);
+    assert_eq!(run.text("hello.txt"), "hello");
+    let refused: Vec<Value> = run
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "invalid_output" && e["role"] == "coder")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("longer than max_reply"),
+        "{}",
+        refused[0]["error"]
+    );
+    // Only the whole script ran: one execution, which succeeded.
+    assert_eq!(run.json("round_00_exec.json")["exit_code"], 0);
+}
+
+/// `final_answer.md` is the finalyzer's (guide §2), and the loop always writes it: a run
+/// stopped by Rondo's own budget (here `max_tokens = 500000`, spent by replies billed
+/// 300,000 tokens each) ends at `limit` with a final answer saying so, and
+/// `run_metadata.json` no longer says `running`.
+#[test]
+fn a_run_stopped_by_its_budget_still_writes_the_final_answer() {
+    let server = Server::start_billing(300_000);
+    let site = Site::new();
+    let base = format!("http://{}", server.addr);
+    let run = site.run_in(
+        site.dir.path(),
+        "budget",
+        &["--provider", "openai", "-i", &format!("question={HELLO}")],
+        &[
+            ("OPENAI_API_KEY", "sk-test".into()),
+            ("OPENAI_BASE_URL", format!("{base}/v1")),
+        ],
+    );
+    let info = read_json(run.dir.join("run.json"));
+    assert_eq!(info["exit"], "limit", "{info}");
+    // The planner and the coder were answered; the verifier's call would pass the budget.
+    assert_eq!(server.requests().len(), 2);
+    let answer = run.text("final_answer.md");
+    assert!(answer.contains("stopped at `limit`"), "{answer}");
+    assert!(answer.contains("max_tokens"), "{answer}");
+    // What the round left: the script's output.
+    assert!(answer.contains("wrote hello.txt"), "{answer}");
+    let meta = run.json("run_metadata.json");
+    assert_eq!(meta["status"], "stopped");
+    assert_eq!(meta["ended_by"], "limit");
+    assert_eq!(meta["rounds"], 1);
 }

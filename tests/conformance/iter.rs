@@ -87,8 +87,14 @@ fn verdict(
     cleanup: bool,
     report: &str,
 ) -> String {
+    // Every requirement judged is referenced at a line of the code.
+    let refs: serde_json::Map<String, Value> = reqs
+        .as_object()
+        .map(|m| m.keys().map(|k| (k.clone(), json!("hello.go:4"))).collect())
+        .unwrap_or_default();
     json!({"status": status, "reasons": [format!("reason: {report}")], "requirement_status": reqs,
-           "build_passed": build, "tests_passed": tests, "cleanup_verified": cleanup, "report": report})
+           "requirement_refs": refs, "build_passed": build, "tests_passed": tests,
+           "cleanup_verified": cleanup, "report": report})
     .to_string()
 }
 
@@ -577,14 +583,15 @@ fn a_low_exit_threshold_skips_neither_the_final_validation_nor_the_summary() {
     let ran = Iter::new().input("exit_threshold", "1").run(tmp.path());
     assert_eq!(ran.exit(), "done", "{}", ran.describe());
     let path = ran.path();
-    let tail: Vec<&str> = path[path.len() - 4..].iter().map(String::as_str).collect();
+    let tail: Vec<&str> = path[path.len() - 5..].iter().map(String::as_str).collect();
     assert_eq!(
         tail,
         [
             "final_build",
             "final_validator",
             "final_passed",
-            "summarizer"
+            "summarizer",
+            "wrap_up"
         ]
     );
     assert!(ran.file("final_validation.md").contains("PASS"));
@@ -639,7 +646,12 @@ fn a_step_rejected_every_time_ends_rejected_after_the_summary() {
     assert_eq!(ran.exit(), "rejected", "{}", ran.describe());
     assert_eq!(ran.code(), Some(6));
     assert_eq!(ran.count("worker"), 2, "{}", ran.describe());
-    assert_eq!(ran.path().last().map(String::as_str), Some("summarizer"));
+    // The summarizer is the last role before the `finally` one.
+    let path = ran.path();
+    assert_eq!(
+        path[path.len() - 2..],
+        ["summarizer".to_string(), "wrap_up".to_string()]
+    );
     assert!(ran.has("summary.md"));
     let prompt = &ran.prompts("summarizer")[0];
     assert!(prompt.contains("a step was rejected 2 times"), "{prompt}");
@@ -716,12 +728,14 @@ fn every_attempts_reports_are_kept_under_the_architects_step_numbers() {
         false,
     );
     let fixed = go_result("hello", "second attempt");
+    // Step 20 changes a file of its own: a step that changes nothing does not advance.
+    let step20 = result(20, &[("NOTES.md", "step 20\n")], "step 20", true);
     let ran = Iter::new()
         .reply(
             "architect",
             &[plan(&[(10, &[], &["R1"]), (20, &[10], &["R2"])])],
         )
-        .reply("worker", &[broken, fixed])
+        .reply("worker", &[broken, fixed, step20])
         .reply(
             "validator",
             &[
@@ -980,4 +994,154 @@ fn subdir(tmp: &Path, name: &str) -> PathBuf {
     let dir = tmp.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+// ---- what the roles see, and what ends a run ---------------------------------------------------
+
+/// "Must analyze existing patterns before planning"; the worker "Follows step docs EXACTLY"
+/// and sends whole files: before every attempt it sees the files as they are now, an earlier
+/// step's changes included, not only their names.
+#[test]
+fn the_worker_sees_the_current_content_of_the_files_it_replaces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = subdir(tmp.path(), "ws");
+    std::fs::write(ws.join("notes.md"), "ORIGINAL_MARKER line\n").unwrap();
+    let ran = Iter::new()
+        .input("build_command", "true")
+        .reply(
+            "architect",
+            &[plan(&[(1, &[], &["R1"]), (2, &[1], &["R2"])])],
+        )
+        .reply(
+            "worker",
+            &[
+                result(1, &[("notes.md", "STEP1_MARKER line\n")], "step 1", false),
+                result(2, &[("more.md", "two\n")], "step 2", true),
+            ],
+        )
+        .in_workspace(&ws)
+        .run(&subdir(tmp.path(), "run"));
+    assert_eq!(ran.exit(), "done", "{}", ran.describe());
+    let prompts = ran.prompts("worker");
+    assert_eq!(prompts.len(), 2);
+    assert!(
+        prompts[0].contains("--- notes.md\nORIGINAL_MARKER line"),
+        "{}",
+        prompts[0]
+    );
+    assert!(
+        prompts[1].contains("--- notes.md\nSTEP1_MARKER line"),
+        "{}",
+        prompts[1]
+    );
+    assert!(ran.prompts("architect")[0].contains("ORIGINAL_MARKER"));
+}
+
+/// A worker reply too long to be read is told so ("too long"), not "not valid JSON"; and a
+/// run that ends before the summarizer (here the loop's circuit breaker) still has its
+/// summary.md ("SUMMARY IS MANDATORY"), saying how it ended.
+#[test]
+fn a_worker_reply_over_max_reply_is_told_too_long_and_the_summary_is_still_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = format!("{{\"message\": \"{}\"}}", "x".repeat(1024 * 1024 + 10));
+    let ran = Iter::new()
+        .input("build_command", "true")
+        .input("breaker_threshold", "2")
+        .reply("worker", &[big])
+        .run(tmp.path());
+    assert_eq!(ran.exit(), "circuit_open", "{}", ran.describe());
+    let prompts = ran.prompts("worker");
+    let told = prompts.iter().any(|p| {
+        p.contains("Your previous reply could not be used: the reply is longer than max_reply")
+    });
+    assert!(
+        told,
+        "{:?}",
+        prompts.last().map(|p| &p[..p.len().min(3000)])
+    );
+    let summary = ran.file("summary.md");
+    assert!(summary.contains("stopped at `circuit_open`"), "{summary}");
+}
+
+/// A run stopped by Rondo itself (`limit`: here the replies run out at the validator) still
+/// leaves summary.md.
+#[test]
+fn a_run_stopped_at_limit_still_writes_summary_md() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut it = Iter::new().input("build_command", "true");
+    it.replies
+        .insert("validator".into(), json!({"2": pass("p")}));
+    let ran = it.run(tmp.path());
+    assert_eq!(ran.exit(), "limit", "{}", ran.describe());
+    let summary = ran.file("summary.md");
+    assert!(summary.contains("stopped at `limit`"), "{summary}");
+}
+
+/// "summary.md existence is a completion indicator": an empty summary.md is no summary, so
+/// it does not make up the threshold ("SUMMARY IS MANDATORY - task incomplete without
+/// summary.md").
+#[test]
+fn an_empty_summary_is_not_a_completion_indicator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ran = Iter::new()
+        .input("build_command", "true")
+        .reply("summarizer", &["  \n".to_string()])
+        .run(tmp.path());
+    assert_eq!(ran.exit(), "incomplete", "{}", ran.describe());
+}
+
+/// A step whose changes change nothing (an empty diff over all its attempts) has not been
+/// implemented: the validator's pass does not move the run on.
+#[test]
+fn a_step_whose_diff_is_empty_does_not_advance() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = subdir(tmp.path(), "ws");
+    std::fs::write(ws.join("notes.md"), "same\n").unwrap();
+    let ran = Iter::new()
+        .input("build_command", "true")
+        .reply(
+            "worker",
+            &[result(1, &[("notes.md", "same\n")], "no-op", true)],
+        )
+        .in_workspace(&ws)
+        .run(&subdir(tmp.path(), "run"));
+    assert_eq!(ran.exit(), "rejected", "{}", ran.describe());
+    assert_eq!(ran.count("advance"), 0);
+}
+
+/// "Must verify requirements with code line references": a pass whose requirements are not
+/// each referenced at a line of the code (`path:line`) is a rejection, like any other field
+/// short of a pass.
+#[test]
+fn a_pass_without_line_references_is_a_rejection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        ("no refs", json!({})),
+        ("one missing", json!({"R1": "hello.go:4"})),
+        (
+            "not a line",
+            json!({"R1": "hello.go", "R2": "hello_test.go:6"}),
+        ),
+    ];
+    for (name, refs) in cases {
+        let mut bad: Value = serde_json::from_str(&pass("p")).unwrap();
+        bad["requirement_refs"] = refs;
+        let ran = Iter::new()
+            .input("build_command", "true")
+            .input("max_rejections", "1")
+            .reply("validator", &[bad.to_string()])
+            .run(&subdir(tmp.path(), &name.replace(' ', "_")));
+        assert_eq!(ran.exit(), "rejected", "{name}: {}", ran.describe());
+        assert_eq!(ran.count("advance"), 0, "{name}");
+        let feedback = ran.memory("feedback").to_string();
+        assert!(
+            feedback.contains("without_line_reference"),
+            "{name}: {feedback}"
+        );
+    }
+    // With them, the same pass moves on.
+    let ran = Iter::new()
+        .input("build_command", "true")
+        .run(&subdir(tmp.path(), "with_refs"));
+    assert_eq!(ran.exit(), "done", "{}", ran.describe());
 }

@@ -777,3 +777,85 @@ fn the_submission_is_the_diff_of_the_agents_changes_and_nothing_else() {
     assert!(!patch.contains("logs/op_"), "{patch}");
     assert!(!patch.contains("no git repository"), "{patch}");
 }
+
+// ---- mini-swe-agent's format errors, and actions of a plausible but wrong shape -----------
+
+/// An IDE action whose `args` is one string (`"calc.py 1 2"`) instead of a list is a call
+/// the tool's schema refuses: an observation the model reflects on, not an engine error.
+#[test]
+fn an_ide_action_whose_args_is_a_string_is_an_observation_not_an_error() {
+    if !common::docker_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = workspace(tmp.path());
+    let run = ide(
+        &ws,
+        "string_args",
+        "Args",
+        json!({
+            "act_next": [
+                act("Show add.", "pyfind", json!({"command": "show", "args": "calc.py 1 2"})),
+                submit(),
+            ],
+            "reflect": [reflect(true, "args is a list", "the call was refused")],
+            "act_alternative": [submit()],
+        }),
+    );
+    assert_ok(&run);
+    let calls = common::of_kind(&run.events(), "tool_call");
+    let ide_call = calls
+        .iter()
+        .find(|c| c["role"] == "run_ide")
+        .expect("run_ide ran");
+    assert_eq!(ide_call["result"]["ok"], false, "{ide_call}");
+    // The reflection saw why.
+    assert!(run.prompts("reflect")[0].contains("args"));
+}
+
+/// Like mini-swe-agent, a reply in no usable format (prose, a missing tag, two actions, a
+/// `<bad_action>maybe`-like value) is sent back to the model with the reason and the agent
+/// goes on; only past the declared bound (`max_format_errors`) does the run end at
+/// `invalid_output`.
+#[test]
+fn malformed_replies_go_back_to_the_model_up_to_the_declared_bound() {
+    if !common::docker_ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = workspace(tmp.path());
+    let prose = "I think we should look at calc.py first.".to_string();
+    let missing = "<thought>Look.</thought><action_type>bash</action_type>".to_string();
+    let two = format!("{}\n{}", bash("a", "ls"), bash("b", "pwd"));
+    let run = ide(
+        &ws,
+        "format",
+        "Format",
+        json!({
+            "act_next": {"1": [prose.clone(), missing.clone(), two.clone()], "2": submit()},
+        }),
+    );
+    assert_ok(&run);
+    let path: Vec<String> = common::of_kind(&run.events(), "role_start")
+        .iter()
+        .map(|e| e["role"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(path, ["act_next", "format_error", "act_next", "submit"]);
+    let prompts = run.prompts("act_next");
+    let told = prompts.last().unwrap();
+    assert!(
+        told.contains("Your last reply could not be used, and no action was executed"),
+        "{told}"
+    );
+
+    // Always malformed: the bound (10 by default) ends it at invalid_output, not before.
+    let ws = tmp.path().join("ws2");
+    std::fs::create_dir_all(&ws).unwrap();
+    let run = ide(&ws, "format_bound", "Format", json!({"act_next": [prose]}));
+    assert_eq!(run.exit(), "invalid_output", "{}", common::stderr(&run.out));
+    let errors = common::of_kind(&run.events(), "role_start")
+        .iter()
+        .filter(|e| e["role"] == "format_error")
+        .count();
+    assert_eq!(errors, 10);
+}

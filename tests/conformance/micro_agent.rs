@@ -51,7 +51,13 @@ impl<'a> Ask<'a> {
             question,
             replies: Vec::new(),
             env: Vec::new(),
-            args: vec!["--provider".into(), "scripted".into()],
+            // The JSON decision loop (Ollama's mode), answered by the script.
+            args: vec![
+                "--provider".into(),
+                "scripted".into(),
+                "--input".into(),
+                "llm_provider=ollama".into(),
+            ],
         }
     }
 
@@ -334,6 +340,14 @@ fn math_questions_meet_the_calculator_policy_whatever_their_wording() {
         "What is the sum of 4 and 5?",
         "2 ** 10 = ?",
         "Divide 10 by 4",
+        // arithmetic in words: percentages, roots, primality, powers, factorials
+        "What is 15% of 80?",
+        "What is 15 percent of 80?",
+        "What is the square root of 144?",
+        "Is 97 a prime number?",
+        "What are the prime factors of 84?",
+        "What is 2 to the power of 10?",
+        "What is the factorial of 5?",
     ] {
         assert_eq!(
             policies_of(question),
@@ -355,6 +369,14 @@ fn near_miss_words_are_not_math_or_time() {
         "What is the totality of a solar eclipse?",
         "Which powerful kings ruled France?",
         "Wow!",
+        "Who was the prime minister of Britain in 1990?",
+        "What is the root cause of inflation?",
+        // a question that merely mentions time or a date is not about the current time
+        "Give me a brief history of timekeeping.",
+        "What is the time complexity of quicksort?",
+        "What was the date of the Battle of Hastings?",
+        "When was the first mechanical clock built?",
+        "Which time zones does Russia span?",
     ] {
         assert_eq!(policies_of(question), Vec::<String>::new(), "{question}");
     }
@@ -367,6 +389,10 @@ fn time_questions_meet_the_now_policy_and_the_message_names_the_tool() {
         "What's the date today?",
         "Tell me the current UTC timestamp",
         "Is it morning now?",
+        "What year is it?",
+        "How many days until Christmas?",
+        "What's today's date?",
+        "What day is it today?",
     ] {
         let (_tmp, asked) = Ask::new(question)
             .reply(&final_answer("noon"))
@@ -455,6 +481,23 @@ fn malformed_decisions_are_marked_steps_the_next_prompt_sees() {
         assert!(prompts[2].contains("⛔️malformed_decision"), "{reply}");
         assert_eq!(asked.record()["answer"], "42");
     }
+}
+
+/// "exactly one" of a tool call and a final answer: a decision with both is malformed, and
+/// neither its tool runs nor its answer is taken.
+#[test]
+fn a_decision_with_both_a_tool_and_a_final_is_a_malformed_step() {
+    let both = r#"{"tool": {"name": "calculator", "args": {"expression": "6*7"}}, "final": {"answer": "41"}}"#;
+    let (_tmp, asked) = Ask::new("What is 6*7?")
+        .reply(both)
+        .reply(&calc("6*7"))
+        .reply(&final_answer("42"))
+        .run();
+    let asked = asked.ok();
+    assert_eq!(asked.tools(), ["⛔️malformed_decision", "calculator"]);
+    assert_eq!(asked.calls().len(), 1);
+    assert_eq!(asked.record()["answer"], "42");
+    assert!(asked.prompts()[1].contains("⛔️malformed_decision"));
 }
 
 #[test]
@@ -854,28 +897,118 @@ fn a_user_with_only_ollama_runs_it_with_ollama_host_and_ollama_model() {
     assert_eq!(info["totals"]["input_tokens"], 60);
 }
 
+/// "falls back in order: Ollama → OpenAI → mock LM", and the mock is never a silent answer:
+/// with Ollama down and no OpenAI key the run fails naming the chain, it does not answer
+/// `ok` as if a model had.
 #[test]
-fn ollama_down_and_no_openai_key_fall_back_to_the_mock() {
-    let (_tmp, asked) = Ask::new("What is the capital of Norway?")
-        .own_provider()
-        .env("LLM_PROVIDER", "ollama")
-        .env("OLLAMA_HOST", dead_address())
-        .run();
-    let asked = asked.ok();
-    // The mock LM's reply (workflows/scripts/micro_agent_mock.yaml).
-    assert_eq!(asked.record()["answer"], "ok");
-    let attempts = of_kind(&asked.events(), "llm_response");
-    assert_eq!(attempts.last().unwrap()["profile"], "mock");
+fn ollama_down_and_no_openai_key_is_an_error_never_a_silent_mock() {
+    for env in [
+        vec![
+            ("LLM_PROVIDER", "ollama".to_string()),
+            ("OLLAMA_HOST", dead_address()),
+        ],
+        vec![("OLLAMA_HOST", dead_address())],
+    ] {
+        let mut ask = Ask::new("What is the capital of Norway?").own_provider();
+        for (k, v) in env.clone() {
+            ask = ask.env(k, v);
+        }
+        let (_tmp, asked) = ask.run();
+        assert_eq!(asked.out.status.code(), Some(2), "{env:?}");
+        let err = stderr(&asked.out);
+        assert!(err.contains("all providers failed"), "{env:?}: {err}");
+        assert!(!err.contains("mock"), "{env:?}: {err}");
+        assert!(
+            !of_kind(&asked.events(), "llm_response")
+                .iter()
+                .any(|r| r["profile"] == "mock")
+        );
+    }
 }
 
+/// The mock runs when chosen (`LLM_PROVIDER=mock`) and says so on standard error.
 #[test]
-fn without_any_provider_the_default_openai_is_skipped_for_the_mock() {
-    let (_tmp, asked) = Ask::new("What is 2+2?").own_provider().run();
+fn the_mock_runs_only_when_chosen_and_says_so() {
+    let (_tmp, asked) = Ask::new("What is the capital of Norway?")
+        .own_provider()
+        .env("LLM_PROVIDER", "mock")
+        .run();
     let asked = asked.ok();
-    // The mock finalizes at once; the math policy holds it back until max_steps, and the
-    // answer is composed from the question.
-    assert_eq!(asked.tools(), vec!["⛔️policy_violation"; 6]);
-    assert_eq!(asked.record()["answer"], "4");
+    assert_eq!(asked.record()["answer"], "ok");
+    let err = stderr(&asked.out);
+    assert!(
+        err.contains("replies from the script, not a model (profile `mock`"),
+        "{err}"
+    );
+}
+
+/// With a key for OpenAI and `LLM_PROVIDER` unset, the default is OpenAI with native tool
+/// calls ("LLM_PROVIDER: ... (default: openai)"; "OpenAI → native tool-calls").
+#[test]
+fn with_an_openai_key_and_llm_provider_unset_openai_calls_the_tools_natively() {
+    let server = Server::start(
+        Wire::OpenAi,
+        vec![
+            tool_calls(&[(
+                "call_1",
+                "calculator",
+                serde_json::json!({"expression": "6*7"}),
+            )]),
+            "The product is forty-two.".into(),
+        ],
+        (10, 5),
+    );
+    let (_tmp, asked) = Ask::new("What is 6*7?")
+        .own_provider()
+        .env("OPENAI_API_KEY", "sk-test-default")
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", server.addr))
+        .run();
+    let asked = asked.ok();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[0].2["tools"].is_array(), "{}", requests[0].2);
+    assert!(requests[0].2.get("response_format").is_none());
+    assert_eq!(asked.tools(), ["calculator"]);
+    // "composes final answers from tool results ... to preserve key values"
+    assert_eq!(asked.record()["answer"], "42");
+}
+
+/// A user with only Ollama (`OLLAMA_HOST`, no OpenAI key, `LLM_PROVIDER` unset) gets Ollama.
+#[test]
+fn a_user_with_only_ollama_and_no_llm_provider_gets_ollama() {
+    let server = Server::start(Wire::Ollama, vec!["Oslo".into()], (30, 7));
+    let (_tmp, asked) = Ask::new("What is the capital of Norway?")
+        .own_provider()
+        .env("OLLAMA_HOST", server.addr.to_string())
+        .run();
+    let asked = asked.ok();
+    assert_eq!(asked.record()["answer"], "Oslo");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].0, "/api/chat");
+    let responses = of_kind(&asked.events(), "llm_response");
+    assert!(responses.iter().all(|r| r["profile"] == "ollama"));
+}
+
+/// At `max_steps` in native mode the answer is composed from the native tool results (their
+/// `id` and `ok` fields are no reason to refuse them), not written by a summarising model.
+#[test]
+fn a_native_loop_that_reaches_max_steps_composes_its_answer_from_the_results() {
+    let call =
+        |id: &str| tool_calls(&[(id, "calculator", serde_json::json!({"expression": "6*7"}))]);
+    let server = Server::start(Wire::OpenAi, vec![call("c1"), call("c2")], (10, 5));
+    let (_tmp, asked) = Ask::new("What is 6*7?")
+        .own_provider()
+        .env("OPENAI_API_KEY", "sk-test-steps")
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", server.addr))
+        .arg("--input")
+        .arg("max_steps=2")
+        .run();
+    let asked = asked.ok();
+    assert_eq!(server.requests().len(), 2);
+    let path = asked.path();
+    assert_eq!(&path[path.len() - 2..], ["compose", "record"]);
+    assert_eq!(asked.record()["answer"], "42");
 }
 
 #[test]
@@ -1028,7 +1161,12 @@ fn openai_calls_the_tools_natively_and_sees_every_result_in_the_conversation() {
     );
     // The trace: a ⛔️validation_error step, then the calls that ran; the model's answer.
     assert_eq!(asked.tools(), ["⛔️validation_error", "now", "calculator"]);
-    assert_eq!(asked.record()["answer"], "6*7 is 42.");
+    // Composed from the tool results: the calculator's value and the `now` time.
+    let iso = asked.steps()[1]["observation"]["iso"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(asked.record()["answer"], format!("42 | UTC: {iso}"));
     assert_eq!(asked.steps()[0]["observation"]["tool"], "calculator");
 }
 
@@ -1097,10 +1235,12 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn compiled_demos_are_shown_to_the_planner_from_the_default_path_and_the_variable() {
+    // The format `rondo optimize` writes (docs/optimize.md): the run's inputs and the
+    // planner's reply, as text or as an object.
     let demos = serde_json::json!([
-        {"question": "What's 17*3? Return only the number.", "state": "[]",
-         "tool_calls": [{"name": "calculator", "args": {"expression": "17*3"}}], "final": null},
-        {"question": "Say hello.", "state": "[]", "tool_calls": [], "final": "hello"},
+        {"inputs": {"question": "What's 17*3? Return only the number."},
+         "reply": r#"{"tool": {"name": "calculator", "args": {"expression": "17*3"}}}"#},
+        {"inputs": {"question": "Say hello."}, "reply": {"final": {"answer": "hello"}}},
     ]);
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(tmp.path().join("opt")).unwrap();
@@ -1237,4 +1377,94 @@ fn more_plugin_specs_than_the_bound_are_a_diagnostic() {
     let err = stderr(&asked.out);
     assert!(err.contains("rondo::tool::too_many_plugins"), "{err}");
     assert!(err.contains("more than 256"), "{err}");
+}
+
+/// `rondo optimize --role planner --out opt/plan_demos.json` on the shipped micro-agent
+/// ("Saves demos to JSON; the agent auto-loads them if present"): the file it writes is the
+/// one the loader reads (the next run's planner prompt shows the demo), it holds no absolute
+/// path of this machine, and a demos file the loader cannot use is said, never silently no
+/// demos.
+#[test]
+fn optimized_planner_demos_are_read_back_by_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::write(
+        dir.join("train.jsonl"),
+        concat!(
+            r#"{"id": "t1", "inputs": {"question": "What is 6*7?", "llm_provider": "ollama"}, "expect": {"contains": "42"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let script = serde_json::json!({"replies": {"planner": [calc("6*7"), final_answer("42")]}});
+    std::fs::write(dir.join("script.json"), script.to_string()).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rondo"));
+    cmd.current_dir(&dir)
+        .args(["optimize", "-q"])
+        .arg(workflow())
+        .args(["--provider", "scripted", "--script", "script.json"])
+        .args(["--dataset", "train.jsonl", "--role", "planner"])
+        .args(["--out", "opt/plan_demos.json", "--runs", "evals/opt"]);
+    for var in CONFIG_VARS {
+        cmd.env_remove(var);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(dir.join("opt/plan_demos.json")).unwrap();
+    assert!(!text.contains(dir.to_str().unwrap()), "{text}");
+    let demos: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(demos.as_array().unwrap().len(), 1);
+    assert_eq!(demos[0]["inputs"]["question"], "What is 6*7?");
+    // The next ask loads it from the default path and shows it to the planner.
+    let asked = Ask::new("What is the capital of Norway?")
+        .reply(&final_answer("Oslo"))
+        .run_in(&dir)
+        .ok();
+    let prompt = &asked.prompts()[0];
+    assert!(
+        prompt.contains("Example Question: What is 6*7?"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(
+            r#"Decision: {"tool": {"name": "calculator", "args": {"expression": "6*7"}}}"#
+        ),
+        "{prompt}"
+    );
+    // A file the loader cannot use (the Python reference's own layout) is said and stops
+    // the ask, with its own exit code.
+    std::fs::write(
+        dir.join("opt/plan_demos.json"),
+        serde_json::json!([{"question": "q", "state": "[]", "tool_calls": [], "final": "x"}])
+            .to_string(),
+    )
+    .unwrap();
+    let asked = Ask::new("What is the capital of Norway?")
+        .reply(&final_answer("Oslo"))
+        .run_in(&dir);
+    assert_eq!(asked.out.status.code(), Some(5), "{}", stderr(&asked.out));
+    let said = String::from_utf8_lossy(&asked.out.stdout);
+    assert!(
+        said.contains("cannot use the demos file") && said.contains("demo 1 of"),
+        "{said}"
+    );
+}
+
+/// "Every ask appends a record to `traces/<id>.jsonl`": an ask Rondo stops (here at `limit`:
+/// the model's replies run out) is recorded too, with the steps it made.
+#[test]
+fn an_ask_stopped_at_limit_still_appends_its_trace_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("visit1.json");
+    // A reply for the planner's first visit only.
+    let replies = serde_json::json!({"replies": {"planner": {"1": calc("6*7")}}});
+    std::fs::write(&script, replies.to_string()).unwrap();
+    let asked = Ask::new("What is 6*7?")
+        .arg("--script")
+        .arg(script.to_str().unwrap())
+        .run_in(tmp.path());
+    assert_eq!(asked.out.status.code(), Some(3), "{}", stderr(&asked.out));
+    let record = asked.record();
+    assert_eq!(record["question"], "What is 6*7?");
+    assert_eq!(asked.tools(), ["calculator"]);
 }

@@ -28,6 +28,11 @@ SYSTEM_DIR = ".catmaster"
 SYSTEM_DIRS = (SYSTEM_DIR, ".rondo")
 
 
+def is_system_part(part: str) -> bool:
+    """`.CATMASTER` is `.catmaster` on a case-insensitive file system: refused too."""
+    return part.lower() in SYSTEM_DIRS
+
+
 class ToolInputError(ValueError):
     """The payload does not match the tool's input schema."""
 
@@ -43,7 +48,7 @@ def resolve_workspace_path(rel: str, must_exist: bool = False) -> Path:
         raise ToolInputError("path must be a non-empty workspace-relative string")
     if Path(rel).is_absolute():
         raise ToolInputError(f"path must be workspace-relative, not absolute: {rel}")
-    if any(part in SYSTEM_DIRS for part in Path(rel).parts):
+    if any(is_system_part(part) for part in Path(rel).parts):
         raise ToolInputError(f"{rel}: the system view ({', '.join(SYSTEM_DIRS)}) is not reachable from tools")
     target = (root / rel).resolve()
     if not inside_workspace(target):
@@ -68,7 +73,7 @@ def in_system_view(path: Path) -> bool:
     target = path.resolve()
     if target == root or root not in target.parents:
         return False
-    return any(part in SYSTEM_DIRS for part in target.relative_to(root).parts)
+    return any(is_system_part(part) for part in target.relative_to(root).parts)
 
 
 def workspace_relpath(path: Path) -> str:

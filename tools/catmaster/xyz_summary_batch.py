@@ -19,7 +19,7 @@ import fnmatch
 import json
 import math
 
-from base import (SYSTEM_DIRS, create_tool_output, in_system_view, inside_workspace, main,
+from base import (is_system_part, create_tool_output, in_system_view, inside_workspace, main,
                   resolve_workspace_path, validate, workspace_relpath, workspace_root)
 
 TOOL = "xyz_summary_batch"
@@ -76,7 +76,7 @@ def xyz_summary_batch(payload: dict) -> dict:
     inputs = []
     for path in sorted(in_dir.rglob("*.xyz")):
         rel_parts = path.relative_to(in_dir).parts
-        if any(p in SYSTEM_DIRS for p in rel_parts) or any(fnmatch.fnmatch(p, "*_batch_*") for p in rel_parts[:-1]):
+        if any(is_system_part(p) for p in rel_parts) or any(fnmatch.fnmatch(p, "*_batch_*") for p in rel_parts[:-1]):
             continue
         if out_dir in path.parents or not path.is_file():
             continue

@@ -4,14 +4,17 @@ composed from the tool results so their key values appear in it (reference: micr
 "composes final answers from tool results ... to preserve key values").
 
 Arguments (JSON object as the first argument, or on stdin):
-  {"question": "...", "steps": [{tool, args, observation}, ...], "must_math": bool}
+  {"question": "...", "steps": [{tool, args, observation}, ...], "must_math": bool,
+   "fallback": "the model's own answer, if any"}
+
+Steps may be native tool-call results too ({id, tool, args, ok, error_kind, observation}).
 
 The answer joins with " | ": the first calculator result, then "UTC: <iso>" of the last `now`
 call. A math question whose calculator never gave a result gets a last-chance value: the sum of
 its integers when it asks to add or sum, else its longest arithmetic-looking part (arithmetic
 words between numbers read as operators: "6 times 7" is 6 * 7) evaluated by the calculator's own
-safe evaluator. `composed` is false when there is nothing to compose from
-(no calculator or now step, not a math question): the workflow then asks the model instead.
+safe evaluator. With nothing to compose from, the answer is `fallback` (native mode: the
+model's text); without one `composed` is false and the workflow asks the model instead.
 
 Prints the standard tool result {status, tool_name, data, warnings, error, execution_time} with
 `data` = {"answer": "<string>", "composed": bool}.
@@ -70,14 +73,12 @@ def last_chance(question: str):
     return None
 
 
-def compose(question: str, steps: list, must_math: bool) -> dict:
+def compose(question: str, steps: list, must_math: bool, fallback: str = "") -> dict:
     def observed(name):
         return [s["observation"] for s in steps
                 if isinstance(s, dict) and s.get("tool") == name and isinstance(s.get("observation"), dict)]
 
     calculators, nows = observed("calculator"), observed("now")
-    if not (calculators or nows or must_math):
-        return {"answer": "", "composed": False}
     parts = []
     if calculators:
         results = [o["result"] for o in calculators if o.get("result") is not None]
@@ -89,7 +90,12 @@ def compose(question: str, steps: list, must_math: bool) -> dict:
             parts.append(text(value))
     if nows and nows[-1].get("iso"):
         parts.append(f"UTC: {nows[-1]['iso']}")
-    return {"answer": " | ".join(parts), "composed": True}
+    if parts:
+        return {"answer": " | ".join(parts), "composed": True}
+    # Nothing to keep from the tools: the model's own text (native mode), else not composed.
+    if fallback.strip():
+        return {"answer": fallback, "composed": True}
+    return {"answer": "", "composed": False}
 
 
 def main() -> int:
@@ -100,7 +106,8 @@ def main() -> int:
         steps = args.get("steps") or []
         if not isinstance(steps, list):
             raise ValueError("`steps` must be a list")
-        data = compose(str(args.get("question") or ""), steps, bool(args.get("must_math")))
+        data = compose(str(args.get("question") or ""), steps, bool(args.get("must_math")),
+                       str(args.get("fallback") or ""))
     except (ValueError, TypeError, KeyError) as exc:
         error = f"{type(exc).__name__}: {exc}"
         data = {"error": error}

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """micro-agent `load_demos`: the compiled few-shot demos (`COMPILED_DEMOS_PATH`, default
-`opt/plan_demos.json`, written by `micro-agent optimize`), as decisions the planner prompt shows
-before its own examples. A missing file is no demos, as in the reference.
+`opt/plan_demos.json`, written by `rondo optimize --role planner`), as decisions the planner
+prompt shows before its own examples. A missing file is no demos, as in the reference.
 
 Arguments (JSON object as the first argument, or on stdin): {"path": "/abs/plan_demos.json"}
 
-The file is a JSON list of {question, state, tool_calls: [{name, args}], final}; each demo
-becomes {question, state, decision} where the decision is the first tool call
-({"tool": {"name", "args"}}) or the final answer ({"final": {"answer"}}), as compact JSON text.
-At most 16 demos and 1 MiB are read.
+The file is what `rondo optimize` writes for every workflow (docs/optimize.md): a JSON list of
+{"inputs": {...}, "reply": ...}, where `inputs` are the run's inputs (its `question`) and
+`reply` the planner's decision, {"tool": {"name", "args"}} or {"final": {"answer"}}, as JSON
+text or as an object. Each demo becomes {question, state, decision} (`decision` compact JSON
+text; `state` "[]", the first decision of a run). At most 16 demos and 1 MiB are read.
+
+A file that exists but cannot be used (not JSON, not a list, an item without a question or
+whose reply is not a decision) is a failure naming the file and the item, never silently no
+demos: the workflow says so and stops.
 
 Prints the standard tool result {status, tool_name, data, warnings, error, execution_time} with
 `data` = {"demos": [...]}.
@@ -33,13 +38,21 @@ def read_args() -> dict:
     return json.loads(raw) if raw else {}
 
 
-def decision(item: dict):
-    calls = item.get("tool_calls")
-    if isinstance(calls, list) and calls and isinstance(calls[0], dict) and calls[0].get("name"):
-        args = calls[0].get("args") if isinstance(calls[0].get("args"), dict) else {}
-        return {"tool": {"name": str(calls[0]["name"]), "args": args}}
-    if isinstance(item.get("final"), str) and item["final"]:
-        return {"final": {"answer": item["final"]}}
+def decision(reply):
+    """The planner decision a demo's reply holds, or None."""
+    if isinstance(reply, str):
+        try:
+            reply = json.loads(reply)
+        except ValueError:
+            return None
+    if not isinstance(reply, dict):
+        return None
+    tool, final = reply.get("tool"), reply.get("final")
+    if isinstance(tool, dict) and isinstance(tool.get("name"), str) and final is None:
+        args = tool.get("args") if isinstance(tool.get("args"), dict) else {}
+        return {"tool": {"name": tool["name"], "args": args}}
+    if isinstance(final, dict) and isinstance(final.get("answer"), str) and tool is None:
+        return {"final": {"answer": final["answer"]}}
     return None
 
 
@@ -47,25 +60,28 @@ def load(path: str):
     if not path or not os.path.isfile(path):
         return [], []
     if os.path.getsize(path) > MAX_BYTES:
-        return [], [f"{path}: larger than {MAX_BYTES} bytes; no demos loaded"]
+        raise ValueError(f"{path}: larger than {MAX_BYTES} bytes")
     with open(path, encoding="utf-8") as f:
-        items = json.load(f)
+        try:
+            items = json.load(f)
+        except ValueError as exc:
+            raise ValueError(f"{path} is not JSON: {exc}") from None
     if not isinstance(items, list):
-        raise ValueError(f"{path}: not a JSON list of demos")
+        raise ValueError(f'{path} is not a list of {{"inputs": {{...}}, "reply": ...}}')
     demos, warnings = [], []
-    for item in items:
+    for number, item in enumerate(items, start=1):
         if len(demos) == MAX_DEMOS:
             warnings.append(f"{path}: only the first {MAX_DEMOS} demos are used")
             break
-        if not isinstance(item, dict) or not isinstance(item.get("question"), str):
-            continue
-        chosen = decision(item)
-        if chosen is None:
-            continue
-        state = item.get("state", "[]")
+        inputs = item.get("inputs") if isinstance(item, dict) else None
+        question = inputs.get("question") if isinstance(inputs, dict) else None
+        chosen = decision(item.get("reply")) if isinstance(item, dict) else None
+        if not isinstance(question, str) or chosen is None:
+            raise ValueError(
+                f'demo {number} of {path} is not {{"inputs": {{"question": ...}}, "reply": <a planner decision>}}')
         demos.append({
-            "question": item["question"],
-            "state": state if isinstance(state, str) else json.dumps(state),
+            "question": question,
+            "state": "[]",
             "decision": json.dumps(chosen, ensure_ascii=False),
         })
     return demos, warnings

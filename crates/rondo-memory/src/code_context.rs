@@ -503,20 +503,24 @@ fn render_file<'a>(
     // 0-based rows selected by the chunks themselves.
     let mut rows: Vec<usize> = Vec::new();
     for chunk in chunks {
-        for &line in &chunk.lines {
-            if line == 0 || line > n {
-                skipped.push(out_of_range(path, line, n));
-            } else {
-                rows.push(line - 1);
+        let spans: Vec<(usize, usize)> = match (&file.syntax, chunk.function.as_deref()) {
+            (Some(syntax), Some(function)) if chunk.whole_function => syntax
+                .function_spans(chunk.class.as_deref(), function)
+                .collect(),
+            _ => Vec::new(),
+        };
+        // A whole function is the function as the file has it now: the line numbers recorded
+        // when it was read may belong to other code since an edit.
+        if spans.is_empty() {
+            for &line in &chunk.lines {
+                if line == 0 || line > n {
+                    skipped.push(out_of_range(path, line, n));
+                } else {
+                    rows.push(line - 1);
+                }
             }
         }
         if chunk.whole_function {
-            let spans: Vec<(usize, usize)> = match (&file.syntax, chunk.function.as_deref()) {
-                (Some(syntax), Some(function)) => syntax
-                    .function_spans(chunk.class.as_deref(), function)
-                    .collect(),
-                _ => Vec::new(),
-            };
             if spans.is_empty() {
                 skipped.push(Skipped {
                     path: path.to_string(),

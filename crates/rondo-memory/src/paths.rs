@@ -47,7 +47,8 @@ pub fn normalize_workspace_path(path: &str, system_dirs: &[String]) -> Result<St
     }
     if let Some(dir) = system_dirs
         .iter()
-        .find(|dir| dir.trim_matches('/') == parts[0])
+        // `.CATMASTER/x` is the same folder on a case-insensitive file system.
+        .find(|dir| dir.trim_matches('/').eq_ignore_ascii_case(parts[0]))
     {
         return Err(PathError::System {
             path: trimmed.to_string(),
@@ -95,6 +96,15 @@ mod tests {
             normalize_workspace_path("./.catmaster/wb.md", &sys()),
             Err(PathError::System { .. })
         ));
+        for cased in [".CATMASTER/x", ".CatMaster/wb.md", "a/../.Catmaster/x"] {
+            assert!(
+                matches!(
+                    normalize_workspace_path(cased, &sys()),
+                    Err(PathError::System { .. })
+                ),
+                "{cased}"
+            );
+        }
         assert!(matches!(
             normalize_workspace_path(" . ", &sys()),
             Err(PathError::Empty)

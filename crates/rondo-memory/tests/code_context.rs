@@ -259,3 +259,24 @@ fn parse_cache_is_reused_until_the_content_changes() {
     assert_ne!(first, edited);
     assert_eq!(numbers(file(&edited, "mod.py")), vec![5, 6, 7, 12, 13]);
 }
+
+/// A whole-function chunk renders the function as the file has it now, and only it: after an
+/// edit moves `helper` down four lines, its old line numbers (11-14, now function `other`) are
+/// not shown beside it.
+#[test]
+fn a_whole_function_after_an_edit_is_the_function_alone() {
+    let dir = workspace();
+    let root = dir.path();
+    let mut cc = CodeContext::new(params(1.0, 1.0, 0.9, 0.0)).unwrap();
+    cc.begin_operation();
+    cc.record_access(root, "mod.py", &[11, 12, 13, 14]).unwrap();
+    assert!(cc.chunks()[0].whole_function);
+    let edited = MODULE.replace(
+        "def helper(x):",
+        "def other():\n    return 1\n\n\ndef helper(x):",
+    );
+    std::fs::write(root.join("mod.py"), edited).unwrap();
+    let view = cc.render(root);
+    // helper is now lines 15-18; lines 11-14 hold `other` and blank lines.
+    assert_eq!(numbers(file(&view, "mod.py")), vec![15, 16, 17, 18]);
+}

@@ -581,3 +581,24 @@ proptest! {
         prop_assert_eq!(verdict(&path, &formatted), verdict(&path, &case.source));
     }
 }
+
+/// Issue 27 §4: the header's `budget` and the size limits the worst case counts on.
+#[test]
+fn a_budget_and_size_limits_are_printed() {
+    let messy = "workflow w {\n budget   =  \"$2.00\"\n  limits {  max_input_bytes = \"4KB\"   max_memory_bytes=65536 }\n}\nrole r: builtin {}\nstart -> r\nr -> done\nexit done\n";
+    let out = with_stdin(&["fmt", "-"], messy);
+    common::assert_success(&out);
+    let formatted = String::from_utf8(out.stdout).unwrap();
+    assert!(formatted.contains("  budget = \"$2.00\"\n"), "{formatted}");
+    assert!(
+        formatted.contains("max_input_bytes = \"4KB\""),
+        "{formatted}"
+    );
+    assert!(
+        formatted.contains("max_memory_bytes = 65536"),
+        "{formatted}"
+    );
+    assert_formats_faithfully(Path::new("w.rondo"), messy);
+    let out = with_stdin(&["fmt", "--check", "-"], &formatted);
+    assert_eq!(out.status.code(), Some(0));
+}

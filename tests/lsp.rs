@@ -388,6 +388,10 @@ fn a_scripted_editing_session_on_ds_star() {
         coder.contains("the whole run: at most 201 LLM calls"),
         "{coder}"
     );
+    // Its worst-case cost: the scripted `mock` has no price, whatever the prompt holds.
+    assert!(coder.contains("worst-case cost: **$0.0000**"), "{coder}");
+    assert!(coder.contains("unbounded output tokens"), "{coder}");
+    assert!(coder.contains("201 LLM calls, **$0.0000**"), "{coder}");
     let success = hover_text(&mut client, &uri, pos(&fixed, "-> success", 0, 3));
     assert!(
         success.contains("exit success") && success.contains("code **0**"),

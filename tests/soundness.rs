@@ -152,6 +152,9 @@ fn judge(case: &Case, dir: &Path) -> Verdict {
     if let Err(e) = records_agree(workflow, &outcome) {
         return Verdict::Failed(format!("records disagree: {e}"));
     }
+    if let Err(e) = within_cost_bound(workflow, &outcome) {
+        return Verdict::Failed(format!("past its proven worst case: {e}"));
+    }
     Verdict::Ran(outcome.exit)
 }
 
@@ -233,6 +236,86 @@ fn records_agree(workflow: &Workflow, outcome: &rondo::run::Outcome) -> Result<(
             "run.json counts {} llm calls, events.jsonl records {llm_calls} accepted replies",
             info["totals"]["llm_calls"]
         ));
+    }
+    Ok(())
+}
+
+/// Prompts compared with their proven bound, and those whose bound needed no cap.
+static PROMPTS_COMPARED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static PROMPTS_UNCAPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Issue 27 §4: no run spends more than `rondo check --cost` proves (each figure it
+/// proves: the scripted provider's replies have no length bound, so output tokens have
+/// none, and its price is 0).
+fn within_cost_bound(workflow: &Workflow, outcome: &rondo::run::Outcome) -> Result<(), String> {
+    let bound = check::cost::analyse(workflow);
+    let info = read_json(&outcome.run_dir.join("run.json"))?;
+    let totals = &info["totals"];
+    let spent = |k: &str| totals[k].as_u64().unwrap_or(0);
+    if let Some(max) = bound.input_tokens
+        && spent("input_tokens") > max
+    {
+        return Err(format!(
+            "{} input tokens, proven at most {max}",
+            spent("input_tokens")
+        ));
+    }
+    if let Some(max) = bound.output_tokens
+        && spent("output_tokens") > max
+    {
+        return Err(format!(
+            "{} output tokens, proven at most {max}",
+            spent("output_tokens")
+        ));
+    }
+    let cost = totals["cost"].as_f64().unwrap_or(0.0);
+    if let Some(max) = bound.max_cost
+        && cost > max
+    {
+        return Err(format!("${cost}, proven at most ${max}"));
+    }
+    // The figure per role: its spend in the records against its own bound.
+    let events =
+        std::fs::read_to_string(outcome.run_dir.join("events.jsonl")).map_err(|e| e.to_string())?;
+    let mut by_role: BTreeMap<String, u64> = BTreeMap::new();
+    for line in events.lines() {
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        // The call is flattened into the event.
+        let call = match e["event"].as_str() {
+            Some("llm_response" | "invalid_output") => &e,
+            _ => continue,
+        };
+        if let (Some(role), Some(n)) = (
+            call["role"].as_str(),
+            call["usage"]["input_tokens"].as_u64(),
+        ) {
+            *by_role.entry(role.to_string()).or_insert(0) += n;
+            // The template walk itself: the prompt sent against the bound proven for it.
+            let sent = call["prompt"].as_str().map_or(0, str::len) as u64;
+            if let Some(r) = bound.role(role) {
+                PROMPTS_COMPARED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if !r.prompt_capped {
+                    PROMPTS_UNCAPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                if sent > r.max_prompt_bytes {
+                    return Err(format!(
+                        "role `{role}` sent a prompt of {sent} bytes, proven at most {}",
+                        r.max_prompt_bytes
+                    ));
+                }
+            }
+        }
+    }
+    for (role, n) in by_role {
+        if let Some(max) = bound.role(&role).and_then(|r| r.input_tokens)
+            && n > max
+        {
+            return Err(format!(
+                "role `{role}`: {n} input tokens, proven at most {max}"
+            ));
+        }
     }
     Ok(())
 }
@@ -333,6 +416,11 @@ fn every_checked_workflow_runs_to_an_exit_whatever_the_model_answers() {
     println!(
         "soundness: rejections by diagnostic: {:?}",
         tally.rejected_by
+    );
+    println!(
+        "soundness: cost: every run within its proven worst case; {} prompts compared with their bound, {} of them bounded without the template cap",
+        PROMPTS_COMPARED.load(std::sync::atomic::Ordering::Relaxed),
+        PROMPTS_UNCAPPED.load(std::sync::atomic::Ordering::Relaxed)
     );
     assert!(
         tally.failures.is_empty(),

@@ -3,6 +3,7 @@
 //! offline — the environment (provider keys). Provider profiles and tool specs were
 //! validated by their own crates when the workflow was compiled.
 
+pub mod cost;
 mod graph;
 mod outcomes;
 pub mod ran;
@@ -303,6 +304,10 @@ fn check_sound(
         let invalid_unrouted = outcomes::check(workflow, &mut diags);
         graph::check(workflow, &invalid_unrouted, &mut diags);
         ran::check(workflow, runs, &mut diags);
+        // The worst case is only proven on a sound graph without errors.
+        if !diags.has_errors() {
+            cost::check(workflow, &mut diags);
+        }
     }
     if !options.offline {
         environment(workflow, &mut diags);

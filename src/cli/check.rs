@@ -12,7 +12,7 @@ use crate::source::SourceFile;
 /// --offline) the environment.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "The environment tier checks that the API keys the providers need are set. A key that is not set is a warning: the file is sound, but `rondo run` will not start without the key.\n\nExamples:\n  rondo check workflows/*.rondo                        # keys not set: warnings\n  rondo check --offline workflows/*.rondo              # no environment tier\n  rondo check --deny-warnings workflows/ds_star.rondo  # CI: warnings fail too\n  rondo check --format json --offline workflows/iter.rondo\n\nExit code: 0 clean or warnings only, 1 errors (or warnings with --deny-warnings), 2 unreadable file."
+    after_help = "The environment tier checks that the API keys the providers need are set. A key that is not set is a warning: the file is sound, but `rondo run` will not start without the key.\n\nExamples:\n  rondo check workflows/*.rondo                        # keys not set: warnings\n  rondo check --offline workflows/*.rondo              # no environment tier\n  rondo check --deny-warnings workflows/ds_star.rondo  # CI: warnings fail too\n  rondo check --format json --offline workflows/iter.rondo\n  rondo check --cost --offline workflows/ds_star.rondo  # the worst case in tokens and $\n\nExit code: 0 clean or warnings only, 1 errors (or warnings with --deny-warnings), 2 unreadable file."
 )]
 pub struct Args {
     #[arg(required = true)]
@@ -26,6 +26,14 @@ pub struct Args {
     /// Skip the environment tier (the API keys the providers need are set).
     #[arg(long)]
     offline: bool,
+    /// Print the proven worst case of a run: per llm role its visits, attempts, input and
+    /// output tokens and cost, and the run's total; and each value without a size bound.
+    #[arg(long)]
+    cost: bool,
+    /// With --cost: the worst case when every llm role calls this profile, as
+    /// `rondo run --provider NAME` makes it.
+    #[arg(long, requires = "cost")]
+    provider: Option<String>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,9 +52,14 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     let mut json_out = Vec::new();
     let mut keys = MissingKeys::default();
     for path in &args.files {
-        let (file, diags, summary, sorted) = match load_checked(path, &options) {
+        let (file, diags, summary, sorted, cost) = match load_checked(path, &options) {
             Ok((file, loaded)) => {
                 let sorted = loaded.diagnostics.sorted();
+                // Proven only for a workflow `check` accepts.
+                let cost = (args.cost && loaded.checked.is_ok())
+                    .then(|| cost_of(loaded.workflow(), args.provider.as_deref()))
+                    .transpose()
+                    .map_err(CliError::new)?;
                 if args.format == OutputFormat::Human {
                     keys.collect(&file, loaded.workflow(), &sorted);
                 }
@@ -54,7 +67,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 // process ends right after reporting, and the OS takes the memory back at once.
                 std::mem::forget(loaded.ast);
                 std::mem::forget(loaded.checked);
-                (file, loaded.diagnostics, loaded.summary, sorted)
+                (file, loaded.diagnostics, loaded.summary, sorted, cost)
             }
             Err(e) => {
                 code = code.max(CliError::new(e).report());
@@ -91,16 +104,39 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                     };
                     outln!("{mark} {}: {}", path.display(), summary.line());
                 }
+                if let Some(cost) = &cost {
+                    if !cost.unbounded.is_empty() {
+                        err!(
+                            "{}",
+                            diagnostics::render_human(&file, &cost.unbounded, color, 100)
+                        );
+                    }
+                    outln!("{}", cost.table().trim_end());
+                } else if args.cost && !diags.has_errors() {
+                    outln!("(no worst case: the workflow has errors)");
+                }
             }
             OutputFormat::Json => {
-                json_out.push(serde_json::json!({
+                let mut entry = serde_json::json!({
                     "file": path.display().to_string(),
                     "ok": !failed,
                     "errors": diags.error_count(),
                     "warnings": diags.warning_count(),
                     "diagnostics": diagnostics::to_json(&file, &sorted),
                     "summary": summary,
-                }));
+                });
+                // Only asked for: the shape without `--cost` stays as it was.
+                if let Some(c) = &cost {
+                    entry["cost"] = serde_json::json!({
+                        "roles": c.roles,
+                        "input_tokens": c.input_tokens,
+                        "output_tokens": c.output_tokens,
+                        "max_cost": c.max_cost,
+                        "visits_by_inputs": c.visits_by_inputs,
+                        "unbounded": diagnostics::to_json(&file, &c.unbounded),
+                    });
+                }
+                json_out.push(entry);
             }
         }
     }
@@ -112,6 +148,34 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     }
     keys.report(color);
     Ok(code)
+}
+
+/// The worst case of a run, with every llm role calling `provider` when one is given.
+fn cost_of(
+    workflow: &Workflow,
+    provider: Option<&str>,
+) -> Result<crate::check::cost::CostReport, String> {
+    let Some(name) = provider else {
+        return Ok(crate::check::cost::analyse(workflow));
+    };
+    let Some(id) = workflow.provider_id(name) else {
+        let names: Vec<&str> = workflow.providers.iter().map(|p| p.name()).collect();
+        return Err(format!(
+            "`{name}` is not a provider profile of {} (its profiles: {})",
+            workflow.name,
+            names.join(", ")
+        ));
+    };
+    let mut w = workflow.clone();
+    for node in w.graph.node_weights_mut() {
+        if let crate::compile::NodeKind::Role(role) = &mut node.kind
+            && let crate::compile::RoleKind::Llm(l) = &mut role.kind
+        {
+            l.provider = id;
+            l.default_provider = false;
+        }
+    }
+    Ok(crate::check::cost::analyse(&w))
 }
 
 /// The `rondo::env::missing_key` warnings of every file checked, by variable: a shell

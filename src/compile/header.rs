@@ -70,6 +70,7 @@ impl Compiler<'_> {
                 env,
                 path,
                 artifact_root: false,
+                span: input.span,
             });
         }
     }
@@ -90,6 +91,7 @@ impl Compiler<'_> {
                 "finally",
                 "durable",
                 "secret_env",
+                "budget",
             ],
             "the workflow header",
         );
@@ -141,7 +143,14 @@ impl Compiler<'_> {
         if let Some(limits) = attrs.block("limits", diags) {
             let mut l = Attrs::new(
                 limits,
-                &["max_steps", "max_wall_time", "max_tokens", "max_cost"],
+                &[
+                    "max_steps",
+                    "max_wall_time",
+                    "max_tokens",
+                    "max_cost",
+                    "max_input_bytes",
+                    "max_memory_bytes",
+                ],
                 "`limits`",
             );
             self.workflow.limits = Limits {
@@ -151,8 +160,23 @@ impl Compiler<'_> {
                     max_tokens: l.count("max_tokens", diags).map(|x| x.0),
                     max_cost: l.number("max_cost", diags).map(|x| x.0),
                 },
+                max_input_bytes: l.bytes("max_input_bytes", diags),
+                max_memory_bytes: l.bytes("max_memory_bytes", diags),
             };
             l.finish(diags);
+        }
+        if let Some((text, span)) = attrs.string("budget", diags) {
+            match parse_budget(&text) {
+                Some(dollars) => self.workflow.budget = Some((dollars, span)),
+                None => diags.push(
+                    Diagnostic::error(
+                        Code::WorkflowBadBudget,
+                        format!("{text:?} is not an amount of money"),
+                    )
+                    .label(span, "not dollars")
+                    .help("write the most a run may cost in the profiles' currency, e.g. `budget = \"$2.00\"` or `budget = \"0.50\"`"),
+                ),
+            }
         }
         attrs.finish(diags);
         if let Some(p) = provider
@@ -267,6 +291,16 @@ fn script_replies(
             );
         }
     }
+}
+
+/// `"$2.00"`, `"2"` or `"0.5"`: a finite amount of at least 0.
+fn parse_budget(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let t = t.strip_prefix('$').unwrap_or(t).trim();
+    if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return None;
+    }
+    t.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// `env("VAR")` or `env("VAR", default)` as an input's default: the variable and the

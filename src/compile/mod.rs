@@ -152,6 +152,7 @@ impl<'f> Compiler<'f> {
                 script: None,
                 answer: None,
                 tests: Vec::new(),
+                budget: None,
             },
             types: HashMap::new(),
             memory_names: HashMap::new(),

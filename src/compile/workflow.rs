@@ -67,6 +67,9 @@ pub struct Workflow {
     #[serde(default)]
     pub answer: Option<Expr>,
     pub tests: Vec<TestCase>,
+    /// `budget = "$2.00"`: `check` fails when the proven worst-case cost of a run is higher.
+    #[serde(default)]
+    pub budget: Option<(f64, Span)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -85,6 +88,9 @@ pub struct Input {
     /// against the folder rondo was started in and shown to tools read-only.
     #[serde(default)]
     pub path: bool,
+    /// The declaration, for what `check` says about the input.
+    #[serde(default)]
+    pub span: Span,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -143,6 +149,14 @@ pub struct Limits {
     /// `max_tokens` and `max_cost`, checked before every LLM attempt.
     #[serde(flatten)]
     pub budget: rondo_provider::Budget,
+    /// `max_input_bytes`: the most JSON bytes one input may hold; a run given more does
+    /// not start. A size bound for the proven worst-case cost (`check --cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_input_bytes: Option<(u64, Span)>,
+    /// `max_memory_bytes`: the most JSON bytes a value memory may hold after an update;
+    /// a step that would store more ends the run at `limit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_bytes: Option<(u64, Span)>,
 }
 
 /// A provider profile of the workflow: declared in the file, imported from YAML, or the

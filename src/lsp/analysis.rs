@@ -45,6 +45,8 @@ pub struct Analysis {
     /// Built on first use: diagnostics are published before them.
     index: OnceLock<Index>,
     templates: OnceLock<Vec<Template>>,
+    /// The proven worst case in tokens and money, made on the first hover that shows it.
+    cost: OnceLock<crate::check::cost::CostReport>,
     /// The editor's text of the open templates when the workflow was checked.
     open: HashMap<PathBuf, String>,
 }
@@ -97,6 +99,7 @@ impl Analysis {
             summary,
             index: OnceLock::new(),
             templates: OnceLock::new(),
+            cost: OnceLock::new(),
             open,
         }
     }
@@ -114,6 +117,12 @@ impl Analysis {
             out.extend(self.workflow.script.as_deref().and_then(script));
             out
         })
+    }
+
+    /// The worst case of a run (`rondo check --cost`); meaningful only without errors.
+    pub fn cost(&self) -> &crate::check::cost::CostReport {
+        self.cost
+            .get_or_init(|| crate::check::cost::analyse(&self.workflow))
     }
 
     pub fn text(&self) -> &str {

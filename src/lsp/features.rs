@@ -467,8 +467,26 @@ fn role_hover(a: &Analysis, name: &str, role: &compile::Role) -> String {
     };
     lines.push(worst);
     if matches!(role.kind, RoleKind::Llm(_)) {
+        let cost = a.cost();
+        if let Some(r) = cost.role(name) {
+            use crate::check::cost::CostReport as C;
+            lines.push(format!(
+                "worst-case cost: **{}** ({} input, {} output tokens{})",
+                C::money(r.max_cost),
+                C::count(r.input_tokens),
+                C::count(r.output_tokens),
+                if r.prompt_capped {
+                    "; a value its prompt renders has no size bound: `rondo check --cost` names it"
+                } else {
+                    ""
+                }
+            ));
+        }
         lines.push(match a.summary.worst_case_llm_calls {
-            Some(n) => format!("the whole run: at most {n} LLM calls"),
+            Some(n) => format!(
+                "the whole run: at most {n} LLM calls, **{}**",
+                crate::check::cost::CostReport::money(cost.max_cost)
+            ),
             None => "the whole run: no bound on LLM calls is proven".into(),
         });
     }

@@ -317,6 +317,17 @@ pub(super) struct UpdateNote {
     pub note: String,
 }
 
+/// `limits.max_memory_bytes` when a value memory's JSON passes it.
+pub(super) fn memory_over_limit(
+    workflow: &crate::compile::Workflow,
+    value: &super::memory::MemoryValue,
+) -> Option<u64> {
+    let (limit, _) = workflow.limits.max_memory_bytes?;
+    let plain = value.plain()?;
+    let bytes = serde_json::to_string(plain).map_or(0, |s| s.len()) as u64;
+    (bytes > limit).then_some(limit)
+}
+
 /// Why a role's updates could not be applied.
 #[derive(Debug)]
 pub(super) enum UpdateError {
@@ -365,6 +376,12 @@ impl<'w> Interpreter<'w> {
             let op = evaluated.op;
             let memory = evaluated.memory;
             let note = self.store_update(state, evaluated)?;
+            if let Some(limit) = memory_over_limit(self.workflow, &state.memory[memory]) {
+                return Err(UpdateError::Limit(format!(
+                    "memory `{}` would hold more than its bound, max_memory_bytes = {limit}",
+                    self.workflow.memory[memory].name
+                )));
+            }
             notes.push(UpdateNote { memory, op, note });
         }
         Ok(notes)

@@ -40,6 +40,12 @@ impl<'w> Interpreter<'w> {
         }
         ctx.insert("tools", &tools);
         ctx.insert("step", &(state.step + 1));
+        // Cut, so what a prompt renders of it has a bound (`rondo check --cost`).
+        let max = crate::check::cost::MAX_LAST_ERROR as usize;
+        let last_error = last_error.map(|e| match e.len() > max {
+            true => format!("{}...", &e[..e.floor_char_boundary(max)]),
+            false => e.to_string(),
+        });
         ctx.insert("last_error", &last_error);
         let none = Value::Array(Vec::new());
         ctx.insert("demos", self.demos.get(&node.index()).unwrap_or(&none));

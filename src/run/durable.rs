@@ -76,7 +76,15 @@ impl Durable {
                     let Some(value) = saved.get(&slot.name) else {
                         continue;
                     };
-                    match carry_over(&slot.kind, &state.memory[id], value) {
+                    let carried = carry_over(&slot.kind, &state.memory[id], value).and_then(|v| {
+                        match super::apply::memory_over_limit(workflow, &v) {
+                            Some(limit) => {
+                                Err(format!("holds more than max_memory_bytes = {limit}"))
+                            }
+                            None => Ok(v),
+                        }
+                    });
+                    match carried {
                         Ok(v) => {
                             state.memory[id] = v;
                             loaded.push(slot.name.clone());

@@ -740,7 +740,28 @@ fn resolve_inputs(
             ))),
         })
         .collect::<Result<Vec<Value>, StartError>>()
+        .and_then(|values| inputs_within_limit(workflow, values))
         .and_then(|values| visit_bounds_given(workflow, values))
+}
+
+/// Each input's JSON within `limits.max_input_bytes` (a path as resolved): the bound the
+/// proven worst-case cost counts on.
+pub(crate) fn inputs_within_limit(
+    workflow: &Workflow,
+    values: Vec<Value>,
+) -> Result<Vec<Value>, StartError> {
+    if let Some((limit, _)) = workflow.limits.max_input_bytes {
+        for (input, v) in workflow.inputs.iter().zip(&values) {
+            let bytes = serde_json::to_string(v).map_or(0, |s| s.len()) as u64;
+            if bytes > limit {
+                return Err(StartError::Input(format!(
+                    "input `{}` holds {bytes} bytes, more than max_input_bytes = {limit}",
+                    input.name
+                )));
+            }
+        }
+    }
+    Ok(values)
 }
 
 /// An input that bounds a role's visits (`max_visits = input.N`) must let it run once.

@@ -373,6 +373,10 @@ pub struct Gen<'r> {
     partials: Vec<(String, String, Vec<&'static str>)>,
     has_invalid_exit: bool,
     max_steps: u64,
+    /// Issue 27 §4: every other case bounds its inputs and value memory, so the proven
+    /// worst case of its prompts needs no cap (drawn from the seed, not the generator's
+    /// stream, so every case is otherwise the same).
+    size_limits: bool,
 }
 
 pub fn generate(seed: u64, features: Features) -> Case {
@@ -391,6 +395,7 @@ pub fn generate(seed: u64, features: Features) -> Case {
         partials: Vec::new(),
         has_invalid_exit: false,
         max_steps: 60,
+        size_limits: seed.is_multiple_of(2),
     };
     g.build();
     let (replies, omitted) = g.replies();
@@ -1850,9 +1855,14 @@ impl Gen<'_> {
         s.push_str(
             "workflow generated {\n  prompts = \"prompts\"\n  input q: string = \"hello\"\n  input n: int = 2\n",
         );
+        let sizes = if self.size_limits {
+            "\n    max_input_bytes = 256\n    max_memory_bytes = \"2KB\""
+        } else {
+            ""
+        };
         let _ = write!(
             s,
-            "  limits {{\n    max_steps = {}\n  }}\n}}\n\n",
+            "  limits {{\n    max_steps = {}{sizes}\n  }}\n}}\n\n",
             self.max_steps
         );
         for (name, ty) in &self.named {

@@ -74,12 +74,19 @@ impl AttemptRecord {
 /// The usage of an attempt that ended without a whole reply, as far as it went: the
 /// provider's figures where it reported them, else the input estimated from the request
 /// and the output from the reply text read; `true` when a figure is estimated.
-fn partial_usage(probe: &AttemptProbe, req: &ChatRequest) -> (Usage, bool) {
+/// The output is never counted past `max_tokens` (the request's, else the profile's): no
+/// provider bills more, and the proven worst case (`rondo check --cost`) counts on it.
+fn partial_usage(
+    probe: &AttemptProbe,
+    req: &ChatRequest,
+    max_tokens: Option<u32>,
+) -> (Usage, bool) {
     let (input, output) = probe.reported();
     let read = (probe.text_bytes() as u64).div_ceil(4);
+    let cap = req.max_tokens.or(max_tokens).map_or(u64::MAX, u64::from);
     let usage = Usage {
         input_tokens: input.unwrap_or_else(|| estimate_input_tokens(req)),
-        output_tokens: output.unwrap_or(0).max(read),
+        output_tokens: output.unwrap_or(0).max(read).min(cap),
     };
     (usage, input.is_none() || read > output.unwrap_or(0))
 }
@@ -397,7 +404,7 @@ impl ProviderPool {
                     // A reply read only in part was billed whole: what it used so far.
                     let mut estimated = false;
                     if resp.truncated {
-                        (resp.usage, estimated) = partial_usage(&probe, req);
+                        (resp.usage, estimated) = partial_usage(&probe, req, profile.max_tokens);
                     }
                     let cost = profile.cost(&resp.usage);
                     let mut rec =
@@ -426,7 +433,7 @@ impl ProviderPool {
                         latency,
                     );
                     if billed(&probe, &e) {
-                        let (usage, estimated) = partial_usage(&probe, req);
+                        let (usage, estimated) = partial_usage(&probe, req, profile.max_tokens);
                         rec.usage = Some(usage);
                         rec.cost = Some(profile.cost(&usage));
                         rec.usage_estimated = estimated;

@@ -656,3 +656,26 @@ async fn dead_port() -> u16 {
         .expect("bind");
     l.local_addr().expect("addr").port()
 }
+
+/// A reply read in part is never counted past `max_tokens`: no provider bills more, and
+/// `rondo check --cost` counts each try at most `max_tokens` output tokens.
+#[tokio::test]
+async fn a_partial_reply_is_counted_at_most_max_tokens() {
+    let server = fake::server(Some(KEY)).await;
+    let mut p = openai_profile("main", &server);
+    p.retry = fast_retry(1);
+    p.max_tokens = Some(1);
+    let pool = ProviderPool::with_env(vec![p], &env_with(ENV)).expect("pool");
+    server.script([Some(fake::cut_stream())]);
+    let shown = Mutex::new(String::new());
+    let cb = |d: &str| shown.lock().unwrap().push_str(d);
+    let mut recs = Vec::new();
+    let e = pool
+        .complete("main", &req(), Some(&cb), &mut |a| recs.push(a))
+        .await
+        .expect_err("cut");
+    assert_eq!(e.kind(), ErrorKind::Connection);
+    // More than four bytes of text came: uncapped, that would count 2 tokens or more.
+    assert!(shown.lock().unwrap().len() > 4);
+    assert_eq!(recs[0].usage.map(|u| u.output_tokens), Some(1));
+}

@@ -479,7 +479,7 @@ impl<'w> Interpreter<'w> {
         &self,
         state: &RunState,
         route_id: usize,
-    ) -> Result<(Vec<(NodeIndex, Option<Value>)>, NodeIndex), StepError> {
+    ) -> Result<(Vec<Branch>, NodeIndex), StepError> {
         let route = &self.workflow.routes[route_id];
         match &route.target {
             RouteTarget::Parallel { branches, join } => {
@@ -523,7 +523,7 @@ impl<'w> Interpreter<'w> {
     async fn run_branches(
         &self,
         state: &RunState,
-        branches: &[(NodeIndex, Option<Value>)],
+        branches: &[Branch],
         done: &mut BTreeMap<usize, state::BranchResult>,
     ) -> Result<(), StepError> {
         // Branches of one role (a map) are its visits n+1, n+2, ... in item order.
@@ -700,3 +700,6 @@ impl Ending {
         }
     }
 }
+
+/// A branch of a fork: its role, and its item when the fork is a `map`.
+type Branch = (NodeIndex, Option<Value>);

@@ -452,3 +452,101 @@ fn killed_long_runs_replay_the_journal_past_snapshots() {
         "long-run trials: {trials}, {killed} killed mid-run; all ended like the uninterrupted run"
     );
 }
+
+/// `rondo eval` with 50 runs in flight, their steps made durable together by the
+/// process's committer, killed at random moments and resumed (`--resume`, itself killed
+/// once) until the eval ends: every case's run ends like the uninterrupted run.
+#[test]
+fn killed_evals_of_many_concurrent_runs_resume_to_the_same_ends() {
+    const CASES: usize = 50;
+    let trials: u64 = std::env::var("RONDO_CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(3, |t| t.div_ceil(10));
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let wf = cwd.join("ticks.rondo");
+    std::fs::write(&wf, LOOP.replace("< 600", "< 40")).unwrap();
+    let dataset = cwd.join("cases.jsonl");
+    let lines: Vec<String> = (0..CASES)
+        .map(|i| format!("{{\"id\": \"c{i:02}\", \"inputs\": {{}}}}"))
+        .collect();
+    std::fs::write(&dataset, lines.join("\n") + "\n").unwrap();
+    let rondo = |args: &[&std::ffi::OsStr]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
+        cmd.current_dir(cwd)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    };
+    let runs = cwd.join("runs");
+    assert!(!run_killed(
+        rondo(&[
+            "run".as_ref(),
+            wf.as_os_str(),
+            "--run-dir".as_ref(),
+            runs.as_os_str(),
+            "--run-id".as_ref(),
+            "base".as_ref(),
+            "-q".as_ref(),
+        ]),
+        None
+    ));
+    let expected = result_of(&runs.join("base"));
+    assert_eq!(expected.exit.as_deref(), Some("done"));
+    let eval = |out: &Path| {
+        rondo(&[
+            "eval".as_ref(),
+            wf.as_os_str(),
+            "--dataset".as_ref(),
+            dataset.as_os_str(),
+            "--out".as_ref(),
+            out.as_os_str(),
+            "-c".as_ref(),
+            "50".as_ref(),
+            "-q".as_ref(),
+        ])
+    };
+    let resume = |out: &Path| {
+        rondo(&[
+            "eval".as_ref(),
+            "--resume".as_ref(),
+            out.as_os_str(),
+            "-q".as_ref(),
+        ])
+    };
+    let started = Instant::now();
+    assert!(!run_killed(eval(&cwd.join("whole")), None));
+    let span = started.elapsed().as_micros() as u64;
+    let mut rng = Rng(11);
+    let mut killed = 0;
+    for trial in 0..trials {
+        let out = cwd.join(format!("e{trial}"));
+        if run_killed(eval(&out), Some(Duration::from_micros(rng.below(span)))) {
+            killed += 1;
+        }
+        let mut attempt = 0;
+        while !out.join("summary.json").exists() {
+            // Killed before the eval wrote its set-up: nothing to resume, start again.
+            let cmd = if out.join("eval.json").exists() {
+                resume(&out)
+            } else {
+                let _ = std::fs::remove_dir_all(&out);
+                eval(&out)
+            };
+            let kill = (attempt == 0).then(|| Duration::from_micros(rng.below(span)));
+            run_killed(cmd, kill);
+            attempt += 1;
+            assert!(attempt < 10, "{}: the eval does not end", out.display());
+        }
+        for i in 0..CASES {
+            let dir = out.join("runs").join(format!("c{i:02}"));
+            assert_eq!(result_of(&dir), expected, "trial {trial}, case c{i:02}");
+        }
+    }
+    eprintln!(
+        "concurrent-eval trials: {trials} of {CASES} runs each, {killed} killed mid-eval; \
+         every run ended like the uninterrupted run"
+    );
+}

@@ -4,7 +4,8 @@
 #   bench/serve/run.sh [--rounds N] [--requests N] [--clients N]
 # Builds rondo (release), starts the fake server and `rondo serve --concurrency 100`, runs
 # load.py ROUNDS times (a fresh run directory each), and prints each round's JSON line
-# plus the server's peak RSS (VmHWM). Results: bench/serve/RESULTS.md.
+# plus the server's peak RSS (VmHWM). Results: bench/serve/RESULTS.md. RONDO_BIN=path runs
+# that binary instead of building one (two builds side by side).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 HERE="$ROOT/bench/serve"
@@ -18,8 +19,11 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
-RONDO="$ROOT/target/release/rondo"
+RONDO="${RONDO_BIN:-}"
+if [ -z "$RONDO" ]; then
+  cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+  RONDO="${CARGO_TARGET_DIR:-$ROOT/target}/release/rondo"
+fi
 TMP="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 python3 "$FAKE" --port "$LLM_PORT" --latency-ms 100 >/dev/null 2>&1 &

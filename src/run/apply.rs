@@ -54,13 +54,67 @@ impl<'w> Interpreter<'w> {
                 step: state.step,
             });
         }
+        self.record_result(state, node, &name, visit, &mut run, invalid);
+        store_output(state, node, &run.output, item, workflow.is_map_worker(node));
+        // An invalid outcome is only routed: the role's updates and artifacts expect a valid output.
+        let (updates, artifacts): (&[Update], &[crate::compile::Artifact]) = if invalid {
+            (&[], &[])
+        } else {
+            (&role.updates, &role.artifacts)
+        };
+        self.apply_updates(state, node, &name, updates, &run.output, item)?;
+        let mut appended = self.write_artifacts(
+            artifacts,
+            state,
+            Some(node),
+            Some(&run.output),
+            item,
+            run.prompt.as_deref(),
+            visit,
+        )?;
+        appended.extend(self.write_artifacts(
+            &workflow.artifacts,
+            state,
+            None,
+            None,
+            None,
+            None,
+            visit,
+        )?);
+        state.file_lengths.extend(appended);
+        if self.wants_events() {
+            self.event(Event::RoleEnd {
+                role: name,
+                visit,
+                step: state.step,
+                totals: Some(state.totals.clone()),
+            });
+        }
+        Ok(())
+    }
+
+    /// The events of a role's result (its reply and how it was read, its tool call) and
+    /// the tool counters.
+    fn record_result(
+        &mut self,
+        state: &mut RunState,
+        node: NodeIndex,
+        name: &str,
+        visit: u64,
+        run: &mut RoleRun,
+        invalid: bool,
+    ) {
+        let workflow = self.workflow;
+        let Some(role) = workflow.role(node) else {
+            return;
+        };
         match &role.kind {
             RoleKind::Llm(_) => {
-                if let Some(record) = run.record {
+                if let Some(record) = run.record.take() {
                     let (how, coercions) = (record.parsed, record.coercions.clone());
                     self.event(Event::LlmResponse(record));
                     self.event(Event::ParsedOutput {
-                        role: name.clone(),
+                        role: name.to_string(),
                         visit,
                         how,
                         coercions,
@@ -68,7 +122,7 @@ impl<'w> Interpreter<'w> {
                     });
                 } else if invalid {
                     self.event(Event::InvalidOutcome {
-                        role: name.clone(),
+                        role: name.to_string(),
                         visit,
                         attempts: run.output["attempts"].as_u64().unwrap_or(0),
                         error: run.output["error"].as_str().unwrap_or("").to_string(),
@@ -98,35 +152,29 @@ impl<'w> Interpreter<'w> {
                     state.tools_used.insert(tool);
                 }
                 self.event(Event::ToolCall {
-                    role: name.clone(),
+                    role: name.to_string(),
                     visit,
                     result: run.output.clone(),
                 });
             }
             RoleKind::Builtin => {}
         }
-        if item.is_some() && workflow.is_map_worker(node) {
-            // A map worker read by name is the list of its branch outputs: each branch
-            // adds its own, so its updates and artifacts see the list typed as `check` does.
-            match state.outputs.get_mut(&node.index()) {
-                Some(Value::Array(outputs)) => outputs.push(run.output.clone()),
-                _ => {
-                    state
-                        .outputs
-                        .insert(node.index(), Value::Array(vec![run.output.clone()]));
-                }
-            }
-        } else {
-            state.outputs.insert(node.index(), run.output.clone());
-        }
-        // An invalid outcome is only routed: the role's updates and artifacts expect a valid output.
-        let (updates, artifacts): (&[Update], &[crate::compile::Artifact]) = if invalid {
-            (&[], &[])
-        } else {
-            (&role.updates, &role.artifacts)
-        };
+    }
+
+    /// Runs the role's updates, then writes `whiteboard.md` after every applied batch and
+    /// records what changed.
+    fn apply_updates(
+        &mut self,
+        state: &mut RunState,
+        node: NodeIndex,
+        name: &str,
+        updates: &[Update],
+        output: &Value,
+        item: Option<&Value>,
+    ) -> Result<(), StepError> {
+        let workflow = self.workflow;
         let notes = self
-            .run_updates(state, node, updates, &run.output, item)
+            .run_updates(state, node, updates, output, item)
             .map_err(|e| {
                 let message = format!("role `{name}`: {}", e.message());
                 match e {
@@ -148,41 +196,38 @@ impl<'w> Interpreter<'w> {
         if self.dir.is_some() {
             for n in notes {
                 self.event(Event::Memory {
-                    role: name.clone(),
+                    role: name.to_string(),
                     memory: workflow.memory[n.memory].name.clone(),
                     op: n.op.map_or("set", |o| o.name()).to_string(),
                     note: n.note,
                 });
             }
         }
-        let mut appended = self.write_artifacts(
-            artifacts,
-            state,
-            Some(node),
-            Some(&run.output),
-            item,
-            run.prompt.as_deref(),
-            visit,
-        )?;
-        appended.extend(self.write_artifacts(
-            &workflow.artifacts,
-            state,
-            None,
-            None,
-            None,
-            None,
-            visit,
-        )?);
-        state.file_lengths.extend(appended);
-        if self.wants_events() {
-            self.event(Event::RoleEnd {
-                role: name,
-                visit,
-                step: state.step,
-                totals: Some(state.totals.clone()),
-            });
-        }
         Ok(())
+    }
+}
+
+/// A role's output as the run keeps it: a map worker's is the list of its branch outputs
+/// (each branch adds its own, so its updates and artifacts see the list typed as `check`
+/// does).
+fn store_output(
+    state: &mut RunState,
+    node: NodeIndex,
+    output: &Value,
+    item: Option<&Value>,
+    map_worker: bool,
+) {
+    if item.is_some() && map_worker {
+        match state.outputs.get_mut(&node.index()) {
+            Some(Value::Array(outputs)) => outputs.push(output.clone()),
+            _ => {
+                state
+                    .outputs
+                    .insert(node.index(), Value::Array(vec![output.clone()]));
+            }
+        }
+    } else {
+        state.outputs.insert(node.index(), output.clone());
     }
 }
 
@@ -272,7 +317,6 @@ pub(super) struct UpdateNote {
     pub note: String,
 }
 
-/// Why a role's updates could not be applied.
 /// `limits.max_memory_bytes` when a value memory's JSON passes it.
 pub(super) fn memory_over_limit(
     workflow: &crate::compile::Workflow,
@@ -284,6 +328,7 @@ pub(super) fn memory_over_limit(
     (bytes > limit).then_some(limit)
 }
 
+/// Why a role's updates could not be applied.
 #[derive(Debug)]
 pub(super) enum UpdateError {
     /// The output's content was refused (a whiteboard batch, a value of the wrong type
@@ -305,6 +350,15 @@ impl UpdateError {
     }
 }
 
+/// An update with its values evaluated: the memory slot, the operation (`set` when
+/// none) and whether `check` accepted the values only as `any`.
+struct Evaluated {
+    memory: usize,
+    op: Option<MemoryOp>,
+    args: Vec<Value>,
+    unchecked: bool,
+}
+
 impl<'w> Interpreter<'w> {
     /// Applies `updates` to the state's memory in order, with `output` as the role's
     /// output; stops at the first that fails.
@@ -316,113 +370,131 @@ impl<'w> Interpreter<'w> {
         output: &Value,
         item: Option<&Value>,
     ) -> Result<Vec<UpdateNote>, UpdateError> {
-        let workflow = self.workflow;
         let mut notes = Vec::with_capacity(updates.len());
         for update in updates {
-            let evaluated = |e: EvalError, memory: usize| {
-                let message = format!("update of `{}`: {e}", workflow.memory[memory].name);
-                if e.unchecked {
-                    UpdateError::Refused(message)
-                } else {
-                    UpdateError::Failed(message)
-                }
-            };
-            let (memory_id, op, args, unchecked) = match update {
-                Update::Set {
-                    memory,
-                    value,
-                    unchecked,
-                    ..
-                } => {
-                    let v = self
-                        .env(state, Some(node), Some(output), item)
-                        .value(value)
-                        .map_err(|e| evaluated(e, *memory))?;
-                    (*memory, None, vec![v], !unchecked.is_no())
-                }
-                Update::Op {
-                    memory,
-                    op,
-                    args,
-                    unchecked,
-                    ..
-                } => {
-                    let env = self.env(state, Some(node), Some(output), item);
-                    let values = args
-                        .iter()
-                        .map(|a| env.value(a))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| evaluated(e, *memory))?;
-                    (*memory, Some(*op), values, !unchecked.is_no())
-                }
-            };
-            // A value `check` accepted only as `any` and that does not fit is the fault of
-            // what produced it; one `check` proved fits and does not is the engine's.
-            let refused = |message: String| {
-                if unchecked {
-                    UpdateError::Refused(message)
-                } else {
-                    UpdateError::Failed(message)
-                }
-            };
-            let slot = &workflow.memory[memory_id];
-            let note = match op {
-                None => {
-                    let mut value = args.into_iter().next().unwrap_or(Value::Null);
-                    let MemoryKind::Value { ty, .. } = &slot.kind else {
-                        return Err(UpdateError::Failed(format!(
-                            "`set {}`: a {} cannot be set",
-                            slot.name,
-                            slot.kind.kind_name()
-                        )));
-                    };
-                    ty.validate(&value)
-                        .map_err(|e| refused(format!("`set {}`: {e}", slot.name)))?;
-                    ty.fill_absent(&mut value);
-                    state.memory[memory_id] = MemoryValue::Plain(value);
-                    String::new()
-                }
-                Some(op) => {
-                    if let MemoryKind::Value { ty, .. } = &slot.kind {
-                        stored_fits(ty, op, &args)
-                            .map_err(|e| refused(format!("`{}.{}`: {e}", slot.name, op.name())))?;
-                    }
-                    let note = memory::apply(
-                        &slot.kind,
-                        &mut state.memory[memory_id],
-                        op,
-                        args,
-                        self.workspace.root(),
-                    )
-                    .map_err(|e| {
-                        let message = format!("`{}.{}`: {}", slot.name, op.name(), e.message());
-                        match e {
-                            memory::MemoryError::Refused(_) => UpdateError::Refused(message),
-                            memory::MemoryError::Failed(_) => UpdateError::Failed(message),
-                            memory::MemoryError::Limit(_) => UpdateError::Limit(message),
-                        }
-                    })?;
-                    if let (MemoryKind::Value { ty, .. }, MemoryValue::Plain(v)) =
-                        (&slot.kind, &mut state.memory[memory_id])
-                    {
-                        ty.fill_absent(v);
-                    }
-                    note
-                }
-            };
-            if let Some(limit) = memory_over_limit(workflow, &state.memory[memory_id]) {
+            let evaluated = self.update_values(state, node, update, output, item)?;
+            let op = evaluated.op;
+            let memory = evaluated.memory;
+            let note = self.store_update(state, evaluated)?;
+            if let Some(limit) = memory_over_limit(self.workflow, &state.memory[memory]) {
                 return Err(UpdateError::Limit(format!(
                     "memory `{}` would hold more than its bound, max_memory_bytes = {limit}",
-                    slot.name
+                    self.workflow.memory[memory].name
                 )));
             }
-            notes.push(UpdateNote {
-                memory: memory_id,
-                op,
-                note,
-            });
+            notes.push(UpdateNote { memory, op, note });
         }
         Ok(notes)
+    }
+
+    /// The values an update stores, evaluated on the state as it is.
+    fn update_values(
+        &self,
+        state: &RunState,
+        node: NodeIndex,
+        update: &Update,
+        output: &Value,
+        item: Option<&Value>,
+    ) -> Result<Evaluated, UpdateError> {
+        let workflow = self.workflow;
+        let evaluated = |e: EvalError, memory: usize| {
+            let message = format!("update of `{}`: {e}", workflow.memory[memory].name);
+            if e.unchecked {
+                UpdateError::Refused(message)
+            } else {
+                UpdateError::Failed(message)
+            }
+        };
+        let env = self.env(state, Some(node), Some(output), item);
+        Ok(match update {
+            Update::Set {
+                memory,
+                value,
+                unchecked,
+                ..
+            } => Evaluated {
+                memory: *memory,
+                op: None,
+                args: vec![env.value(value).map_err(|e| evaluated(e, *memory))?],
+                unchecked: !unchecked.is_no(),
+            },
+            Update::Op {
+                memory,
+                op,
+                args,
+                unchecked,
+                ..
+            } => Evaluated {
+                memory: *memory,
+                op: Some(*op),
+                args: args
+                    .iter()
+                    .map(|a| env.value(a))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| evaluated(e, *memory))?,
+                unchecked: !unchecked.is_no(),
+            },
+        })
+    }
+
+    /// Stores an evaluated update in its memory slot; the note says what changed.
+    fn store_update(&self, state: &mut RunState, update: Evaluated) -> Result<String, UpdateError> {
+        let Evaluated {
+            memory: memory_id,
+            op,
+            args,
+            unchecked,
+        } = update;
+        // A value `check` accepted only as `any` and that does not fit is the fault of
+        // what produced it; one `check` proved fits and does not is the engine's.
+        let refused = |message: String| {
+            if unchecked {
+                UpdateError::Refused(message)
+            } else {
+                UpdateError::Failed(message)
+            }
+        };
+        let slot = &self.workflow.memory[memory_id];
+        let Some(op) = op else {
+            let mut value = args.into_iter().next().unwrap_or(Value::Null);
+            let MemoryKind::Value { ty, .. } = &slot.kind else {
+                return Err(UpdateError::Failed(format!(
+                    "`set {}`: a {} cannot be set",
+                    slot.name,
+                    slot.kind.kind_name()
+                )));
+            };
+            ty.validate(&value)
+                .map_err(|e| refused(format!("`set {}`: {e}", slot.name)))?;
+            ty.fill_absent(&mut value);
+            state.memory[memory_id] = MemoryValue::Plain(value);
+            return Ok(String::new());
+        };
+        if let MemoryKind::Value { ty, .. } = &slot.kind {
+            stored_fits(ty, op, &args)
+                .map_err(|e| refused(format!("`{}.{}`: {e}", slot.name, op.name())))?;
+        }
+        let note = memory::apply(
+            &slot.kind,
+            &mut state.memory[memory_id],
+            op,
+            args,
+            self.workspace.root(),
+        )
+        .map_err(|e| {
+            let message = format!("`{}.{}`: {}", slot.name, op.name(), e.message());
+            match e {
+                memory::MemoryError::Refused(_) => UpdateError::Refused(message),
+                memory::MemoryError::Failed(_) => UpdateError::Failed(message),
+                memory::MemoryError::Limit(_) => UpdateError::Limit(message),
+            }
+        })?;
+        if let (MemoryKind::Value { ty, .. }, MemoryValue::Plain(v)) =
+            (&slot.kind, &mut state.memory[memory_id])
+        {
+            ty.fill_absent(v);
+        }
+        Ok(note)
     }
 
     /// Whether an llm role's parsed reply can be applied: its updates are tried on a copy

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::output::Parsed;
-use super::state::Totals;
 use crate::compile::types::Coerced;
 
 /// One line of `events.jsonl` (besides its `seq` and `ts`).
@@ -378,4 +377,14 @@ mod tests {
             assert_eq!(Event::from_line(&serde_json::from_str(line).unwrap()), None);
         }
     }
+}
+
+/// What a run has used so far.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Totals {
+    pub llm_calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost: f64,
+    pub tool_calls: u64,
 }

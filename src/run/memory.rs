@@ -183,15 +183,31 @@ pub fn apply(
     args: Vec<Value>,
     workspace: &Path,
 ) -> Result<String, MemoryError> {
+    match slot {
+        MemoryValue::Plain(slot) => apply_plain(kind, slot, op, args),
+        MemoryValue::Whiteboard(board) => apply_whiteboard(kind, board, op, args),
+        MemoryValue::History(history) => apply_history(kind, history, op, args),
+        MemoryValue::CodeContext(code) => apply_code_context(kind, code, op, args, workspace),
+        MemoryValue::Conversation(messages) => apply_conversation(kind, messages, op, args),
+    }
+}
+
+/// The operations of a plain value (a list or a map).
+fn apply_plain(
+    kind: &MemoryKind,
+    slot: &mut Value,
+    op: MemoryOp,
+    args: Vec<Value>,
+) -> Result<String, MemoryError> {
     let mut args = args.into_iter();
     let mut next = || args.next().unwrap_or(Value::Null);
-    match (slot, op) {
-        (MemoryValue::Plain(slot), MemoryOp::Append) => {
+    match op {
+        MemoryOp::Append => {
             let item = next();
             as_list(slot)?.push(item);
             Ok(String::new())
         }
-        (MemoryValue::Plain(slot), MemoryOp::Extend) => match next() {
+        MemoryOp::Extend => match next() {
             Value::Array(items) => {
                 as_list(slot)?.extend(items);
                 Ok(String::new())
@@ -201,7 +217,7 @@ pub fn apply(
                 "extend needs a list, got {other}"
             ))),
         },
-        (MemoryValue::Plain(slot), MemoryOp::Truncate) => {
+        MemoryOp::Truncate => {
             let to = next();
             let list = as_list(slot)?;
             let before = list.len();
@@ -219,7 +235,7 @@ pub fn apply(
             list.truncate(keep);
             Ok(format!("kept {keep} of {before}"))
         }
-        (MemoryValue::Plain(slot), MemoryOp::Patch) => {
+        MemoryOp::Patch => {
             let (pattern, changes) = (next(), next());
             let (Value::Object(pattern), Value::Object(changes)) = (pattern, changes) else {
                 return Err(MemoryError::Failed(
@@ -240,7 +256,7 @@ pub fn apply(
             }
             Ok(format!("patched {patched} item(s)"))
         }
-        (MemoryValue::Plain(slot), MemoryOp::Put) => {
+        MemoryOp::Put => {
             let key = next();
             let value = next();
             let key = key
@@ -259,7 +275,7 @@ pub fn apply(
                 _ => Err(MemoryError::Failed("put needs a map".into())),
             }
         }
-        (MemoryValue::Plain(slot), MemoryOp::Clear) => {
+        MemoryOp::Clear => {
             match slot {
                 Value::Array(a) => a.clear(),
                 Value::Object(o) => o.clear(),
@@ -267,7 +283,21 @@ pub fn apply(
             }
             Ok(String::new())
         }
-        (MemoryValue::Whiteboard(board), MemoryOp::Apply) => {
+        op => Err(no_operation(kind, op)),
+    }
+}
+
+/// A whiteboard's one operation: a batch of edits, applied all or nothing.
+fn apply_whiteboard(
+    kind: &MemoryKind,
+    board: &mut Whiteboard,
+    op: MemoryOp,
+    args: Vec<Value>,
+) -> Result<String, MemoryError> {
+    let mut args = args.into_iter();
+    let mut next = || args.next().unwrap_or(Value::Null);
+    match op {
+        MemoryOp::Apply => {
             let ops = next();
             let mut ops = match ops {
                 Value::Object(ref o) if o.contains_key("ops") => o["ops"].clone(),
@@ -288,7 +318,21 @@ pub fn apply(
             *board = draft;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
-        (MemoryValue::History(history), MemoryOp::Push) => {
+        op => Err(no_operation(kind, op)),
+    }
+}
+
+/// The operations of an LLM-IDE history: a step, its observation, a reflection.
+fn apply_history(
+    kind: &MemoryKind,
+    history: &mut OperationHistory,
+    op: MemoryOp,
+    args: Vec<Value>,
+) -> Result<String, MemoryError> {
+    let mut args = args.into_iter();
+    let mut next = || args.next().unwrap_or(Value::Null);
+    match op {
+        MemoryOp::Push => {
             let node = next();
             let params = node.get("action_params").map(text_of).unwrap_or_default();
             history.push(
@@ -298,13 +342,13 @@ pub fn apply(
             );
             Ok(String::new())
         }
-        (MemoryValue::History(history), MemoryOp::Observe) => {
+        MemoryOp::Observe => {
             history
                 .set_observation(text_of(&next()))
                 .map_err(|e| e.to_string())?;
             Ok(String::new())
         }
-        (MemoryValue::History(history), MemoryOp::Reflect) => {
+        MemoryOp::Reflect => {
             let r = next();
             // The first operation has nothing to reflect on.
             if history.last().is_none() {
@@ -324,7 +368,22 @@ pub fn apply(
                 .map_err(|e| e.to_string())?;
             Ok(String::new())
         }
-        (MemoryValue::CodeContext(code), MemoryOp::Cite) => {
+        op => Err(no_operation(kind, op)),
+    }
+}
+
+/// The operations of a code context: citations and accesses, read from the workspace.
+fn apply_code_context(
+    kind: &MemoryKind,
+    code: &mut CodeContext,
+    op: MemoryOp,
+    args: Vec<Value>,
+    workspace: &Path,
+) -> Result<String, MemoryError> {
+    let mut args = args.into_iter();
+    let mut next = || args.next().unwrap_or(Value::Null);
+    match op {
+        MemoryOp::Cite => {
             // A root a tool turned into a link out of the workspace reads nothing; the
             // run goes on and the note says why.
             let root = match code_root(kind, workspace) {
@@ -339,7 +398,7 @@ pub fn apply(
             code.update_scores();
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
-        (MemoryValue::CodeContext(code), MemoryOp::Access) => {
+        MemoryOp::Access => {
             let root = match code_root(kind, workspace) {
                 Ok(root) => root,
                 Err(e) => return Ok(e),
@@ -379,14 +438,25 @@ pub fn apply(
             code.update_scores();
             Ok(notes.join("; "))
         }
-        (MemoryValue::Conversation(messages), MemoryOp::Clear) => {
+        op => Err(no_operation(kind, op)),
+    }
+}
+
+/// The operations of a conversation: cleared, or a message appended within its bounds.
+fn apply_conversation(
+    kind: &MemoryKind,
+    messages: &mut Vec<Message>,
+    op: MemoryOp,
+    args: Vec<Value>,
+) -> Result<String, MemoryError> {
+    let mut args = args.into_iter();
+    let mut next = || args.next().unwrap_or(Value::Null);
+    match op {
+        MemoryOp::Clear => {
             messages.clear();
             Ok(String::new())
         }
-        (
-            MemoryValue::Conversation(messages),
-            op @ (MemoryOp::System | MemoryOp::User | MemoryOp::Assistant),
-        ) => {
+        op @ (MemoryOp::System | MemoryOp::User | MemoryOp::Assistant) => {
             let text = text_of(&next());
             let message = match op {
                 MemoryOp::System => Message::system(text),
@@ -396,12 +466,16 @@ pub fn apply(
             push_bounded(kind, messages, vec![message]).map_err(MemoryError::Limit)?;
             Ok(String::new())
         }
-        (_, op) => Err(MemoryError::Failed(format!(
-            "a {} has no operation `{}`",
-            kind.kind_name(),
-            op.name()
-        ))),
+        op => Err(no_operation(kind, op)),
     }
+}
+
+fn no_operation(kind: &MemoryKind, op: MemoryOp) -> MemoryError {
+    MemoryError::Failed(format!(
+        "a {} has no operation `{}`",
+        kind.kind_name(),
+        op.name()
+    ))
 }
 
 /// Appends `messages` to a conversation within its bounds; past them nothing is appended.

@@ -9,6 +9,7 @@ mod apply;
 mod artifacts;
 pub mod bus;
 pub mod clock;
+pub mod commit;
 mod context;
 pub mod demos;
 pub mod durable;
@@ -91,12 +92,14 @@ pub fn input_text(value: &Value) -> String {
     }
 }
 
-/// The runtime for up to `runs_at_once` runs in flight (a server, an eval). A run's
-/// checkpoints are synchronous writes with fsync on the thread that drives it: a thread per
-/// run in flight lets concurrent runs wait on the disk together, not in a line of cores.
+/// The runtime for up to `runs_at_once` runs in flight (a server, an eval): a worker per
+/// core, as many runs as it likes on each. A run holds no thread while its records sync
+/// (the committer, [`commit`], does that), so runs waiting on the disk or on a model do
+/// not need threads of their own.
 pub fn runtime_for_runs(runs_at_once: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(runs_at_once.clamp(2, 128))
+        .worker_threads(cores.clamp(2, runs_at_once.max(2)))
         .enable_all()
         .build()
 }
@@ -153,6 +156,8 @@ pub struct Interpreter<'w> {
     workspace: rondo_workspace::Workspace,
     dir: Option<RunDir>,
     info: Option<RunInfo>,
+    /// The start's writes (first checkpoint, then `run.json`) not yet durable.
+    start_jobs: Vec<commit::Job>,
     pool: Arc<ProviderPool>,
     prompts: Prompts,
     /// Profile name per llm role (node index), after `--provider`.
@@ -266,17 +271,23 @@ impl<'w> Interpreter<'w> {
 
     /// Makes the step durable. A record that cannot be written ends the run at `error`
     /// at once: going on would run steps no resume knows about.
-    fn checkpoint(&mut self, state: &mut RunState) -> Result<(), StepError> {
+    async fn checkpoint(&mut self, state: &mut RunState) -> Result<(), StepError> {
         let elapsed = self.elapsed_ms(state);
         if let Some(dir) = &mut self.dir {
             let saved = state.elapsed_ms;
             state.elapsed_ms = elapsed;
-            let result = match self.unrecorded.take() {
+            let recorded = match self.unrecorded.take() {
                 Some(e) => Err(e),
                 None => dir.checkpoint(state).map_err(|e| e.to_string()),
             };
             state.elapsed_ms = saved;
-            if result.is_ok() {
+            let result = match recorded {
+                Ok(job) => job.commit().await.map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            if let Some(dir) = &mut self.dir
+                && result.is_ok()
+            {
                 self.bus.written(dir);
             }
             if let Err(e) = result {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::events::{Event, LlmResponse};
+use super::events::{Event, LlmCall, LlmResponse};
 use super::rundir::JournalLine;
 
 fn clip(text: &str, full: bool, limit: usize) -> String {
@@ -244,47 +244,7 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
                 step_started = last_boundary;
                 let _ = writeln!(out, "\nstep {step} · {role} ({kind}) visit {visit}");
             }
-            Event::LlmResponse(LlmResponse { call, .. }) => {
-                if call.prompt.is_empty() {
-                    // A role with a conversation sends it, and a prompt only if it has one.
-                    let _ = writeln!(
-                        out,
-                        "  sent ({} via {}): its conversation, with no prompt of its own",
-                        call.model, call.profile
-                    );
-                } else {
-                    let _ = writeln!(
-                        out,
-                        "  prompt ({} via {}):\n{}",
-                        call.model,
-                        call.profile,
-                        indent(&clip(&call.prompt, full, 400))
-                    );
-                }
-                let calls = call.tool_calls.as_deref().unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "  reply (attempt {}, {} tokens){}",
-                    call.attempt,
-                    call.usage.input_tokens + call.usage.output_tokens,
-                    match calls.len() {
-                        0 => String::from(":"),
-                        1 => String::from(", 1 tool call:"),
-                        n => format!(", {n} tool calls:"),
-                    }
-                );
-                if !call.raw.is_empty() || calls.is_empty() {
-                    let _ = writeln!(out, "{}", indent(&clip(&call.raw, full, 600)));
-                }
-                for c in calls {
-                    let _ = writeln!(
-                        out,
-                        "      {} {}",
-                        c.name,
-                        clip(&c.arguments.to_string(), full, 200)
-                    );
-                }
-            }
+            Event::LlmResponse(LlmResponse { call, .. }) => llm_call(&mut out, &call, full),
             Event::InvalidOutput { call, error } => {
                 let _ = writeln!(out, "  invalid reply (attempt {}): {error}", call.attempt);
             }
@@ -296,28 +256,12 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
                     "  no valid reply after {attempts} attempt(s): routed as invalid ({error})"
                 );
             }
-            Event::ToolCall { result: r, .. } => match r["results"].as_array() {
-                Some(calls) => {
-                    let took = step_started
-                        .zip(at)
-                        .map(|(from, to)| {
-                            format!(" in {:.2}s", to.saturating_sub(from) as f64 / 1000.0)
-                        })
-                        .unwrap_or_default();
-                    let _ = writeln!(
-                        out,
-                        "  ran the reply's {} at once{took}:",
-                        match calls.len() {
-                            1 => "tool call".to_string(),
-                            n => format!("{n} tool calls"),
-                        }
-                    );
-                    for c in calls {
-                        tool_call(&mut out, c, full);
-                    }
-                }
-                None => tool_run(&mut out, &r, full),
-            },
+            Event::ToolCall { result, .. } => {
+                let took = step_started
+                    .zip(at)
+                    .map(|(from, to)| to.saturating_sub(from));
+                tool_step(&mut out, &result, took, full);
+            }
             Event::Memory {
                 memory, op, note, ..
             } => {
@@ -364,6 +308,74 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// A model call: the prompt sent (or that the conversation was), the reply and its tool
+/// calls.
+fn llm_call(out: &mut String, call: &LlmCall, full: bool) {
+    if call.prompt.is_empty() {
+        // A role with a conversation sends it, and a prompt only if it has one.
+        let _ = writeln!(
+            out,
+            "  sent ({} via {}): its conversation, with no prompt of its own",
+            call.model, call.profile
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  prompt ({} via {}):\n{}",
+            call.model,
+            call.profile,
+            indent(&clip(&call.prompt, full, 400))
+        );
+    }
+    let calls = call.tool_calls.as_deref().unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "  reply (attempt {}, {} tokens){}",
+        call.attempt,
+        call.usage.input_tokens + call.usage.output_tokens,
+        match calls.len() {
+            0 => String::from(":"),
+            1 => String::from(", 1 tool call:"),
+            n => format!(", {n} tool calls:"),
+        }
+    );
+    if !call.raw.is_empty() || calls.is_empty() {
+        let _ = writeln!(out, "{}", indent(&clip(&call.raw, full, 600)));
+    }
+    for c in calls {
+        let _ = writeln!(
+            out,
+            "      {} {}",
+            c.name,
+            clip(&c.arguments.to_string(), full, 200)
+        );
+    }
+}
+
+/// A tool role's step: one tool run, or the reply's tool calls run at once (with the
+/// step's time, `took` ms, when the journal gives it).
+fn tool_step(out: &mut String, result: &Value, took: Option<u64>, full: bool) {
+    match result["results"].as_array() {
+        Some(calls) => {
+            let took = took
+                .map(|ms| format!(" in {:.2}s", ms as f64 / 1000.0))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  ran the reply's {} at once{took}:",
+                match calls.len() {
+                    1 => "tool call".to_string(),
+                    n => format!("{n} tool calls"),
+                }
+            );
+            for c in calls {
+                tool_call(out, c, full);
+            }
+        }
+        None => tool_run(out, result, full),
+    }
 }
 
 #[cfg(test)]

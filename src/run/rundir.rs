@@ -21,8 +21,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::clock;
+use super::commit::Job;
 use super::events::{Entry, Event};
 use super::memory::MemoryValue;
+pub use super::state::{ARTIFACT_KEY, ROOT_KEY};
 use super::state::{RunState, Status, Totals};
 use crate::compile::Workflow;
 
@@ -321,6 +323,12 @@ pub fn check_run_id(id: &str) -> Result<(), String> {
 pub struct RunDir {
     pub path: PathBuf,
     events: BufWriter<File>,
+    /// The journal's file again, for the committer to sync while the run goes on.
+    journal: std::sync::Arc<File>,
+    /// The run folder, held open: `state.json` and `run.json` are replaced through it, so
+    /// a tool that takes the permissions of a folder above it away (`chmod 000` on a
+    /// `--workspace` it owns) cannot lock the run out of its records.
+    records: std::sync::Arc<rondo_workspace::Workspace>,
     seq: u64,
     /// The time written on the last line (ms since the epoch).
     last_ms: u64,
@@ -478,6 +486,8 @@ impl RunDir {
         });
         Ok(RunDir {
             path: path.to_path_buf(),
+            journal: std::sync::Arc::new(file.try_clone()?),
+            records: std::sync::Arc::new(rondo_workspace::Workspace::open(path)?),
             events: BufWriter::with_capacity(64 * 1024, file),
             seq,
             last_ms: 0,
@@ -560,9 +570,11 @@ impl RunDir {
         self.events.get_ref().sync_data()
     }
 
-    /// Makes the step durable: one append and one `fdatasync` of the journal; from time
-    /// to time (and when the run is not running) a snapshot instead.
-    pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<()> {
+    /// Records the step: one append to the journal; from time to time (and when the run
+    /// is not running) a snapshot instead. The step is durable once the returned job is
+    /// done (the journal's `fdatasync`, or the snapshot's ordered writes): see
+    /// [`commit`](super::commit).
+    pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<Job> {
         // The growing and the large parts (path, memory, outputs, inputs) are compared in
         // place, never serialized whole: a step costs what it changed, not the run's size.
         let path = std::mem::take(&mut state.path);
@@ -629,18 +641,14 @@ impl RunDir {
         if let Some(delta) = delta {
             self.event(&Event::Checkpoint { delta })
                 .and_then(|()| self.events.flush())
-                .and_then(|()| self.events.get_ref().sync_data())
                 .map_err(|e| naming(JOURNAL, e))?;
             self.since_snapshot += 1;
             if let Some(last) = self.last.as_mut() {
                 last.remember(state, small);
             }
-            return Ok(());
+            return Ok(Job::SyncData(self.journal.clone()));
         }
-        self.events
-            .flush()
-            .and_then(|()| self.events.get_ref().sync_data())
-            .map_err(|e| naming(JOURNAL, e))?;
+        self.events.flush().map_err(|e| naming(JOURNAL, e))?;
         for name in std::mem::take(&mut self.unsynced) {
             self.workspace
                 .sync(&name)
@@ -648,8 +656,15 @@ impl RunDir {
         }
         let events_len = self.events.get_ref().metadata()?.len();
         state.file_lengths.insert(JOURNAL.into(), events_len);
-        write_atomic(&self.path.join(STATE), &serde_json::to_vec_pretty(state)?)
-            .map_err(|e| naming(STATE, e))?;
+        let snapshot = serde_json::to_vec_pretty(state)?;
+        let journal = self.journal.clone();
+        let records = self.records.clone();
+        let job = Job::Ordered(Box::new(move || {
+            journal.sync_data().map_err(|e| naming(JOURNAL, e))?;
+            records
+                .write_atomic(STATE, &snapshot)
+                .map_err(|e| naming(STATE, e))
+        }));
         self.since_snapshot = 0;
         self.last = Some(Last {
             small,
@@ -658,7 +673,7 @@ impl RunDir {
             outputs: state.outputs.clone(),
             inputs: state.inputs.clone(),
         });
-        Ok(())
+        Ok(job)
     }
 
     /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
@@ -716,17 +731,21 @@ impl RunDir {
     /// permissions changed under the run, the disk is full), the record is rewritten in
     /// place instead: a run never ends with `run.json` still saying `running`.
     pub fn write_info(&self, info: &RunInfo) -> std::io::Result<()> {
+        self.info_job(info)?.run()
+    }
+
+    /// [`write_info`](Self::write_info) as a job for the committer.
+    pub fn info_job(&self, info: &RunInfo) -> std::io::Result<Job> {
         let bytes = serde_json::to_vec_pretty(info)?;
-        let atomic = write_atomic(&self.path.join(RUN_INFO), &bytes);
-        let Err(e) = atomic else {
-            return Ok(());
-        };
-        let in_place = open_record(&self.path, RUN_INFO, true).and_then(|mut f| {
-            f.set_len(0)?;
-            f.write_all(&bytes)?;
-            f.sync_all()
-        });
-        in_place.map_err(|_| e)
+        let records = self.records.clone();
+        Ok(Job::Ordered(Box::new(move || {
+            let atomic = records.write_atomic(RUN_INFO, &bytes);
+            let Err(e) = atomic else {
+                return Ok(());
+            };
+            let in_place = records.rewrite(RUN_INFO, &bytes);
+            in_place.map_err(|_| e)
+        })))
     }
 }
 
@@ -734,11 +753,6 @@ impl RunDir {
 fn naming(file: &str, e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{file}: {e}"))
 }
-
-/// Key prefix of an append-mode artifact in the checkpoint's `file_lengths`.
-pub const ARTIFACT_KEY: &str = "workspace/";
-/// `input/<input id>/<name>`: the length of an artifact in the folder a `path` input names.
-pub const ROOT_KEY: &str = "input/";
 
 /// The folder a `path` input names, as the confinement of the artifacts written there
 /// (created when missing). Never the run's records: a folder inside the system area (but
@@ -1059,29 +1073,77 @@ pub fn read_checkpoint(dir: &Path) -> Result<Value, String> {
     let damaged = |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
     let mut state: Value = serde_json::from_str(&text).map_err(damaged)?;
     if let Some(start) = state["file_lengths"][JOURNAL].as_u64() {
-        let mut end = start;
-        if let Ok(mut file) = open_record(dir, JOURNAL, false) {
-            use std::io::{Read, Seek, SeekFrom};
-            let mut tail = Vec::new();
-            file.seek(SeekFrom::Start(start))
-                .and_then(|_| file.read_to_end(&mut tail))
-                .map_err(|e| format!("{}: cannot read the journal: {e}", dir.display()))?;
-            let mut at = 0;
-            while let Some(n) = tail[at..].iter().position(|&b| b == b'\n') {
-                let line = &tail[at..at + n];
-                at += n + 1;
-                let Ok(record) = serde_json::from_slice::<Value>(line) else {
-                    break;
-                };
-                if let Some(Event::Checkpoint { delta }) = Event::from_line(&record) {
-                    apply_delta(&mut state, &delta);
-                    end = start + at as u64;
-                }
-            }
-        }
+        let end = replay_checkpoints(dir, start, &mut state)?;
         state["file_lengths"][JOURNAL] = Value::from(end);
     }
     Ok(state)
+}
+
+/// Applies the journal's checkpoint records after `start` to `state`; returns the end
+/// of the last one. The journal is read a line at a time, each at most
+/// [`MAX_JOURNAL_LINE`] bytes. A last line that does not read is the torn write of a
+/// killed process (or what a power failure left) and belongs to the unfinished step; one
+/// that does not read with a complete record after it is damage, and the run is refused
+/// rather than replayed past it.
+fn replay_checkpoints(dir: &Path, start: u64, state: &mut Value) -> Result<u64, String> {
+    use std::io::{BufRead, Read, Seek, SeekFrom};
+    let Ok(mut file) = open_record(dir, JOURNAL, false) else {
+        return Ok(start);
+    };
+    let unreadable = |e: std::io::Error| format!("{}: cannot read the journal: {e}", dir.display());
+    file.seek(SeekFrom::Start(start)).map_err(unreadable)?;
+    let mut reader = std::io::BufReader::new(file);
+    let mut end = start;
+    let mut at = start;
+    let mut line = Vec::new();
+    // A line that did not read, kept until it is known not to be the last.
+    let mut bad: Option<(u64, String)> = None;
+    loop {
+        line.clear();
+        (&mut reader)
+            .take(MAX_JOURNAL_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(unreadable)?;
+        if line.is_empty() {
+            return Ok(end);
+        }
+        let ended = line.last() == Some(&b'\n');
+        if !ended && line.len() > MAX_JOURNAL_LINE {
+            return Err(damaged_journal(
+                dir,
+                at,
+                "a line longer than the journal's limit",
+            ));
+        }
+        let line_at = at;
+        at += line.len() as u64;
+        let record = match serde_json::from_slice::<Value>(&line) {
+            Ok(record) => record,
+            Err(e) => {
+                if let Some((offset, why)) = bad.take() {
+                    return Err(damaged_journal(dir, offset, &why));
+                }
+                bad = Some((line_at, e.to_string()));
+                continue;
+            }
+        };
+        if let Some((offset, why)) = bad.take() {
+            return Err(damaged_journal(dir, offset, &why));
+        }
+        if let Some(Event::Checkpoint { delta }) = Event::from_line(&record) {
+            apply_delta(state, &delta);
+            end = at;
+        }
+    }
+}
+
+fn damaged_journal(dir: &Path, offset: u64, why: &str) -> String {
+    format!(
+        "{}: events.jsonl is damaged at byte {offset} ({}), with records after it: the run \
+         cannot be resumed past it, and nothing was changed",
+        dir.display(),
+        bounded(why)
+    )
 }
 
 /// What changed between two states, field by field; a field that is a map or a list
@@ -1197,6 +1259,46 @@ mod journal_tests {
 
     const LINE: &str =
         r#"{"seq":1,"ts":"2026-01-01T00:00:00.000Z","event":"run_resumed","step":0}"#;
+
+    fn checkpoint_line(seq: u64, step: u64) -> String {
+        format!(
+            r#"{{"seq":{seq},"ts":"2026-01-01T00:00:00.000Z","event":"checkpoint","delta":{{"step":{step}}}}}"#
+        )
+    }
+
+    /// A record that does not read with complete records after it is damage: the run is
+    /// refused, where a torn last line is the unfinished step's and left out.
+    #[test]
+    fn a_damaged_record_in_the_middle_of_the_journal_is_refused() {
+        let torn = format!(
+            "{}\n{}\n{{\"seq\":3,\"ev",
+            checkpoint_line(1, 1),
+            checkpoint_line(2, 2)
+        );
+        let damaged = format!(
+            "{}\n{{not json}}\n{}\n",
+            checkpoint_line(1, 1),
+            checkpoint_line(3, 3)
+        );
+        for (text, expected) in [(torn, Ok(2)), (damaged, Err("damaged at byte"))] {
+            let dir = journal(text.as_bytes());
+            std::fs::write(
+                dir.path().join(STATE),
+                r#"{"step": 0, "file_lengths": {"events.jsonl": 0}}"#,
+            )
+            .unwrap();
+            let read = read_checkpoint(dir.path());
+            match (read, expected) {
+                (Ok(state), Ok(step)) => assert_eq!(state["step"], step),
+                (Err(e), Err(why)) => {
+                    assert!(e.contains(why), "{e}");
+                    let after = std::fs::read_to_string(dir.path().join(JOURNAL)).unwrap();
+                    assert_eq!(after, text, "the journal is left as it was");
+                }
+                (read, expected) => panic!("{read:?}, expected {expected:?}"),
+            }
+        }
+    }
 
     /// Lines of a later version, lines whose fields do not fit, and lines that are not
     /// JSON are reported where they are, with a short reason; the lines around them read.

@@ -31,6 +31,31 @@ impl<'w> Interpreter<'w> {
         workflow: &'w Checked,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
+        let (mut interp, state) = Self::prepare(workflow, options)?;
+        for job in std::mem::take(&mut interp.start_jobs) {
+            job.run().map_err(start_unrecorded)?;
+        }
+        Ok((interp, state))
+    }
+
+    /// [`start`](Self::start) for a process with many runs in flight: the start's writes
+    /// are made durable by the committer (see [`commit`](super::commit)), so the thread
+    /// is not held while the disk syncs.
+    pub async fn start_committed(
+        workflow: &'w Checked,
+        options: &RunOptions,
+    ) -> Result<(Self, RunState), StartError> {
+        let (mut interp, state) = Self::prepare(workflow, options)?;
+        for job in std::mem::take(&mut interp.start_jobs) {
+            job.commit().await.map_err(start_unrecorded)?;
+        }
+        Ok((interp, state))
+    }
+
+    fn prepare(
+        workflow: &'w Checked,
+        options: &RunOptions,
+    ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
         if std::fs::symlink_metadata(layout.system.join("run.json")).is_ok() {
@@ -129,7 +154,12 @@ impl<'w> Interpreter<'w> {
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, false)
+        let (mut interp, state) =
+            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, false)?;
+        for job in std::mem::take(&mut interp.start_jobs) {
+            job.run().map_err(start_unrecorded)?;
+        }
+        Ok((interp, state))
     }
 
     /// [`start`](Self::start) with replies given in code, refused as `rondo run` refuses a
@@ -141,7 +171,12 @@ impl<'w> Interpreter<'w> {
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
-        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, true)
+        let (mut interp, state) =
+            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, true)?;
+        for job in std::mem::take(&mut interp.start_jobs) {
+            job.run().map_err(start_unrecorded)?;
+        }
+        Ok((interp, state))
     }
 
     fn start_with_script_at(
@@ -215,14 +250,14 @@ impl<'w> Interpreter<'w> {
             // Resumable from here on: the checkpoint is durable before `run.json` says a
             // run exists, so a kill before this point leaves a run id that can be reused.
             let mut state = state;
-            interp
-                .dir
-                .as_mut()
-                .map_or(Ok(()), |d| d.checkpoint(&mut state))
-                .map_err(|e| StartError::Setup(format!("cannot write the checkpoint: {e}")))?;
-            if let Some(dir) = &interp.dir {
-                dir.write_info(&info)
+            if let Some(dir) = interp.dir.as_mut() {
+                let checkpoint = dir
+                    .checkpoint(&mut state)
+                    .map_err(|e| StartError::Setup(format!("cannot write the checkpoint: {e}")))?;
+                let run_json = dir
+                    .info_job(&info)
                     .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
+                interp.start_jobs = vec![checkpoint, run_json];
             }
             interp.info = Some(info);
             return Ok((interp, state));
@@ -406,6 +441,7 @@ impl<'w> Interpreter<'w> {
             workspace,
             dir: None,
             info: None,
+            start_jobs: Vec::new(),
             pool,
             prompts: Prompts::load_named(&workflow.prompts_dir, &template_names(workflow)),
             profile_of,
@@ -857,4 +893,9 @@ fn reachable(workflow: &Workflow) -> Vec<bool> {
         }
     }
     seen
+}
+
+/// A start whose first checkpoint or `run.json` could not be made durable.
+fn start_unrecorded(e: std::io::Error) -> StartError {
+    StartError::Setup(format!("cannot write the run's records: {e}"))
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::events::LlmResponse;
+pub use super::events::Totals;
 use super::memory::MemoryValue;
 use crate::compile::types::Type;
 use crate::compile::{MemoryKind, RouteTarget, Workflow};
@@ -15,6 +16,11 @@ use crate::compile::{MemoryKind, RouteTarget, Workflow};
 /// The largest count a checkpoint may hold (steps, visits, tokens, milliseconds): far
 /// beyond any run, and low enough that the engine's additions cannot overflow.
 pub const MAX_COUNT: u64 = 1 << 53;
+
+/// Key prefix of an append-mode artifact in the checkpoint's `file_lengths`.
+pub const ARTIFACT_KEY: &str = "workspace/";
+/// `input/<input id>/<name>`: the length of an artifact in the folder a `path` input names.
+pub const ROOT_KEY: &str = "input/";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -53,15 +59,6 @@ pub struct BranchResult {
     pub tool: Option<usize>,
     pub prompt: Option<String>,
     pub record: Option<LlmResponse>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Totals {
-    pub llm_calls: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cost: f64,
-    pub tool_calls: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -313,10 +310,10 @@ impl RunState {
         for key in self.file_lengths.keys() {
             let known = key == "events.jsonl"
                 || key
-                    .strip_prefix(super::rundir::ARTIFACT_KEY)
+                    .strip_prefix(ARTIFACT_KEY)
                     .is_some_and(|name| rondo_workspace::relative_name(name).is_ok())
                 || key
-                    .strip_prefix(super::rundir::ROOT_KEY)
+                    .strip_prefix(ROOT_KEY)
                     .and_then(|k| k.split_once('/'))
                     .and_then(|(id, _)| id.parse::<usize>().ok())
                     .and_then(|id| workflow.inputs.get(id))

@@ -32,7 +32,7 @@ impl<'w> Interpreter<'w> {
         }
         let (exit, reason) = loop {
             if self.interrupted.load(Ordering::SeqCst) {
-                break self.stop_interrupted(&mut state);
+                break self.stop_interrupted(&mut state).await;
             }
             let position = state.position.clone();
             let flow = match position {
@@ -52,7 +52,7 @@ impl<'w> Interpreter<'w> {
                 Ok(Flow::Exit { node, reason }) => {
                     state.position = Position::Exited { node, reason };
                 }
-                Err(StepError::Interrupted) => break self.stop_interrupted(&mut state),
+                Err(StepError::Interrupted) => break self.stop_interrupted(&mut state).await,
                 Err(StepError::Limit(reason)) => {
                     let node = self.builtin_exit("limit");
                     state.position = Position::Exited { node, reason };
@@ -67,9 +67,9 @@ impl<'w> Interpreter<'w> {
         self.finish(state, exit, reason).await
     }
 
-    fn stop_interrupted(&mut self, state: &mut RunState) -> (NodeIndex, String) {
+    async fn stop_interrupted(&mut self, state: &mut RunState) -> (NodeIndex, String) {
         state.status = Status::Interrupted;
-        match self.checkpoint(state) {
+        match self.checkpoint(state).await {
             Ok(()) => (
                 self.builtin_exit("interrupted"),
                 "interrupted; `rondo resume` continues the run".into(),
@@ -91,94 +91,108 @@ impl<'w> Interpreter<'w> {
         exit: NodeIndex,
         reason: String,
     ) -> Outcome {
-        let mut reason = self.redactor.redact(&reason).into_owned();
-        let mut name = self.workflow.node(exit).name.clone();
-        let mut code = self.exit_code(exit);
+        let mut end = Ending {
+            reason: self.redactor.redact(&reason).into_owned(),
+            name: self.workflow.node(exit).name.clone(),
+            code: self.exit_code(exit),
+        };
         let already_finished = state.status == Status::Finished;
         if state.status != Status::Interrupted {
             // An error exit keeps the position of the failed step, so `resume` retries it.
-            if name == "error" {
+            if end.name == "error" {
                 state.status = Status::Failed;
             } else {
                 state.status = Status::Finished;
                 state.position = Position::Exited {
                     node: exit,
-                    reason: reason.clone(),
+                    reason: end.reason.clone(),
                 };
             }
         }
         if !already_finished {
-            self.flush_buffered_events();
-            self.settle(&mut state);
-            state.ended = Some(state::Ended {
-                exit: name.clone(),
-                code,
-                reason: reason.clone(),
-            });
-            self.at_end(&mut state, &name);
-            self.event(Event::Exit {
-                exit: name.clone(),
-                code,
-                reason: reason.clone(),
-                step: state.step,
-                totals: state.totals.clone(),
-            });
-            if let Err(e) = self.checkpoint(&mut state) {
-                // The end could not be recorded: the run ends at `error`, which says why,
-                // and `rondo resume` finishes it from the last checkpoint.
-                let error = self.builtin_exit("error");
-                reason = if name == "error" && reason != e.message() {
-                    format!("{reason}; then {}", e.message())
-                } else {
-                    e.message().to_string()
-                };
-                name = self.workflow.node(error).name.clone();
-                code = self.exit_code(error);
-                state.status = Status::Failed;
-                state.ended = Some(state::Ended {
-                    exit: name.clone(),
-                    code,
-                    reason: reason.clone(),
-                });
-                self.event(Event::Exit {
-                    exit: name.clone(),
-                    code,
-                    reason: reason.clone(),
-                    step: state.step,
-                    totals: state.totals.clone(),
-                });
-                let _ = self.checkpoint(&mut state);
-            }
+            end = self.record_end(&mut state, end).await;
         }
         self.envs.shutdown().await;
-        if let Some(mut info) = self.info.take() {
-            info.ended_at = Some(clock::now_rfc3339());
-            info.status = match state.status {
-                Status::Interrupted => RunStatus::Interrupted,
-                Status::Failed => RunStatus::Failed,
-                _ => RunStatus::Finished,
-            };
-            info.exit = Some(name.clone());
-            info.exit_code = Some(code);
-            info.reason = Some(reason.clone());
-            info.totals = state.totals.clone();
-            if let Some(dir) = &self.dir
-                && let Err(e) = dir.write_info(&info)
-            {
-                self.reporter.warn(&format!("cannot write run.json: {e}"));
-            }
-        }
+        self.write_final_info(&state, &end).await;
         if let Some(dir) = &mut self.dir {
             let _ = dir.flush();
         }
-        self.reporter.finish(&name, &reason, &state);
+        self.reporter.finish(&end.name, &end.reason, &state);
         Outcome {
             workspace: self.workspace.root().to_path_buf(),
             run_dir: self.run_dir,
-            exit: name,
-            exit_code: code,
-            reason,
+            exit: end.name,
+            exit_code: end.code,
+            reason: end.reason,
             state,
+        }
+    }
+
+    /// The run's last step: the `finally` role and the workflow-level artifacts, the
+    /// `exit` event and the final checkpoint. When that checkpoint cannot be written the
+    /// run ends at `error`, which says why, and `rondo resume` finishes it from the last
+    /// checkpoint.
+    async fn record_end(&mut self, state: &mut RunState, end: Ending) -> Ending {
+        self.flush_buffered_events();
+        self.settle(state);
+        state.ended = Some(end.recorded());
+        self.at_end(state, &end.name);
+        self.exit_event(state, &end);
+        let Err(e) = self.checkpoint(state).await else {
+            return end;
+        };
+        let error = self.builtin_exit("error");
+        let reason = if end.name == "error" && end.reason != e.message() {
+            format!("{}; then {}", end.reason, e.message())
+        } else {
+            e.message().to_string()
+        };
+        let failed = Ending {
+            name: self.workflow.node(error).name.clone(),
+            code: self.exit_code(error),
+            reason,
+        };
+        state.status = Status::Failed;
+        state.ended = Some(failed.recorded());
+        self.exit_event(state, &failed);
+        let _ = self.checkpoint(state).await;
+        failed
+    }
+
+    fn exit_event(&mut self, state: &RunState, end: &Ending) {
+        self.event(Event::Exit {
+            exit: end.name.clone(),
+            code: end.code,
+            reason: end.reason.clone(),
+            step: state.step,
+            totals: state.totals.clone(),
+        });
+    }
+
+    /// `run.json` says how the run ended.
+    async fn write_final_info(&mut self, state: &RunState, end: &Ending) {
+        let Some(mut info) = self.info.take() else {
+            return;
+        };
+        info.ended_at = Some(clock::now_rfc3339());
+        info.status = match state.status {
+            Status::Interrupted => RunStatus::Interrupted,
+            Status::Failed => RunStatus::Failed,
+            _ => RunStatus::Finished,
+        };
+        info.exit = Some(end.name.clone());
+        info.exit_code = Some(end.code);
+        info.reason = Some(end.reason.clone());
+        info.totals = state.totals.clone();
+        let written = match &self.dir {
+            Some(dir) => match dir.info_job(&info) {
+                Ok(job) => job.commit().await,
+                Err(e) => Err(e),
+            },
+            None => Ok(()),
+        };
+        if let Err(e) = written {
+            self.reporter.warn(&format!("cannot write run.json: {e}"));
         }
     }
 
@@ -272,12 +286,12 @@ impl<'w> Interpreter<'w> {
         self.apply(state, node, run, None)?;
         if let Some(flow) = self.exit_guards(state)? {
             mark_exit(state, &flow);
-            self.checkpoint(state)?;
+            self.checkpoint(state).await?;
             return Ok(flow);
         }
         let flow = self.route(state, node)?;
         mark_exit(state, &flow);
-        self.checkpoint(state)?;
+        self.checkpoint(state).await?;
         Ok(flow)
     }
 
@@ -360,50 +374,7 @@ impl<'w> Interpreter<'w> {
             if !holds {
                 continue;
             }
-            state.route_taken[id] += 1;
-            let condition = match &route.condition {
-                Condition::When { expr } => expr.text.as_str(),
-                Condition::Otherwise => "otherwise",
-                Condition::Always => "",
-            };
-            let from_name = &self.workflow.node(from).name;
-            // Built only when something records or shows it: this is the per-step hot path.
-            if self.wants_events() {
-                let to = route
-                    .target
-                    .first_nodes()
-                    .iter()
-                    .map(|n| self.workflow.node(*n).name.clone())
-                    .collect();
-                self.event(Event::Route {
-                    from: from_name.clone(),
-                    to,
-                    condition: condition.to_string(),
-                    route: id,
-                    backtrack: route.backtrack,
-                });
-            }
-            return Ok(match &route.target {
-                RouteTarget::Node { node } if self.workflow.is_exit(*node) => Flow::Exit {
-                    node: *node,
-                    reason: if condition.is_empty() {
-                        format!("routed from `{from_name}`")
-                    } else {
-                        format!("`{condition}` holds")
-                    },
-                },
-                RouteTarget::Node { node } => {
-                    state.position = Position::Node { node: *node };
-                    Flow::Continue
-                }
-                RouteTarget::Parallel { .. } | RouteTarget::Map { .. } => {
-                    state.position = Position::Fork {
-                        route: id,
-                        done: BTreeMap::new(),
-                    };
-                    Flow::Continue
-                }
-            });
+            return Ok(self.take_route(state, from, id));
         }
         let name = &self.workflow.node(from).name;
         if invalid && !any_invalid_route {
@@ -422,8 +393,57 @@ impl<'w> Interpreter<'w> {
         }
     }
 
-    /// Runs the branches of a parallel or map route concurrently, checkpointing each
-    /// finished branch, then applies them in order and continues at the join.
+    /// Takes route `id` out of `from`: counted, recorded, and the position moved.
+    fn take_route(&mut self, state: &mut RunState, from: NodeIndex, id: usize) -> Flow {
+        let route = &self.workflow.routes[id];
+        state.route_taken[id] += 1;
+        let condition = match &route.condition {
+            Condition::When { expr } => expr.text.as_str(),
+            Condition::Otherwise => "otherwise",
+            Condition::Always => "",
+        };
+        let from_name = &self.workflow.node(from).name;
+        // Built only when something records or shows it: this is the per-step hot path.
+        if self.wants_events() {
+            let to = route
+                .target
+                .first_nodes()
+                .iter()
+                .map(|n| self.workflow.node(*n).name.clone())
+                .collect();
+            self.event(Event::Route {
+                from: from_name.clone(),
+                to,
+                condition: condition.to_string(),
+                route: id,
+                backtrack: route.backtrack,
+            });
+        }
+        match &route.target {
+            RouteTarget::Node { node } if self.workflow.is_exit(*node) => Flow::Exit {
+                node: *node,
+                reason: if condition.is_empty() {
+                    format!("routed from `{from_name}`")
+                } else {
+                    format!("`{condition}` holds")
+                },
+            },
+            RouteTarget::Node { node } => {
+                state.position = Position::Node { node: *node };
+                Flow::Continue
+            }
+            RouteTarget::Parallel { .. } | RouteTarget::Map { .. } => {
+                state.position = Position::Fork {
+                    route: id,
+                    done: BTreeMap::new(),
+                };
+                Flow::Continue
+            }
+        }
+    }
+
+    /// Runs the branches of a parallel or map route concurrently, checkpoints when all
+    /// have finished, then applies them in order and continues at the join.
     pub(super) async fn fork(
         &mut self,
         state: &mut RunState,
@@ -431,10 +451,39 @@ impl<'w> Interpreter<'w> {
         mut done: BTreeMap<usize, state::BranchResult>,
     ) -> Result<Flow, StepError> {
         self.check_limits(state)?;
+        let (branches, join) = self.branches(state, route_id)?;
+        self.run_branches(state, &branches, &mut done).await?;
+        state.position = Position::Fork {
+            route: route_id,
+            done: done.clone(),
+        };
+        self.settle(state);
+        self.checkpoint(state).await?;
+        // Every branch finished: their own containers (`per_branch`) are not needed any more.
+        self.envs.release_branches().await;
+        if let Some(flow) = self.apply_branches(state, route_id, done)? {
+            return Ok(flow);
+        }
+        if let Some(flow) = self.exit_guards(state)? {
+            mark_exit(state, &flow);
+            self.checkpoint(state).await?;
+            return Ok(flow);
+        }
+        state.position = Position::Node { node: join };
+        self.checkpoint(state).await?;
+        Ok(Flow::Continue)
+    }
+
+    /// The branches a fork starts (each role with its `map` item) and its join.
+    fn branches(
+        &self,
+        state: &RunState,
+        route_id: usize,
+    ) -> Result<(Vec<Branch>, NodeIndex), StepError> {
         let route = &self.workflow.routes[route_id];
-        let (branches, join): (Vec<(NodeIndex, Option<Value>)>, NodeIndex) = match &route.target {
+        match &route.target {
             RouteTarget::Parallel { branches, join } => {
-                (branches.iter().map(|b| (*b, None)).collect(), *join)
+                Ok((branches.iter().map(|b| (*b, None)).collect(), *join))
             }
             RouteTarget::Map { worker, over, join } => {
                 let items = self
@@ -460,13 +509,23 @@ impl<'w> Interpreter<'w> {
                         items.len()
                     )));
                 }
-                (
+                Ok((
                     items.into_iter().map(|i| (*worker, Some(i))).collect(),
                     *join,
-                )
+                ))
             }
-            RouteTarget::Node { .. } => return Err(StepError::Failed("not a fork".into())),
-        };
+            RouteTarget::Node { .. } => Err(StepError::Failed("not a fork".into())),
+        }
+    }
+
+    /// Executes, concurrently, every branch not already in `done` (a resumed fork keeps
+    /// the branches that had finished) and adds their results to it.
+    async fn run_branches(
+        &self,
+        state: &RunState,
+        branches: &[Branch],
+        done: &mut BTreeMap<usize, state::BranchResult>,
+    ) -> Result<(), StepError> {
         // Branches of one role (a map) are its visits n+1, n+2, ... in item order.
         let visits: Vec<u64> = branches
             .iter()
@@ -477,66 +536,61 @@ impl<'w> Interpreter<'w> {
                     + branches[..i].iter().filter(|(n, _)| n == node).count() as u64
             })
             .collect();
-        {
-            let this = &*self;
-            let snapshot = &*state;
-            let visits = &visits;
-            let mut pending: FuturesUnordered<_> = branches
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !done.contains_key(i))
-                .map(|(i, (node, item))| async move {
-                    (
-                        i,
-                        *node,
-                        item.clone(),
-                        this.execute(snapshot, *node, visits[i], item.as_ref(), Some(i))
-                            .await,
-                    )
-                })
-                .collect();
-            let mut finished = Vec::new();
-            while let Some((i, node, item, result)) = pending.next().await {
-                let run = result?;
-                finished.push((
+        let visits = &visits;
+        let mut pending: FuturesUnordered<_> = branches
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !done.contains_key(i))
+            .map(|(i, (node, item))| async move {
+                (
                     i,
-                    state::BranchResult {
-                        node,
-                        output: run.output,
-                        item,
-                        tool: run.tool,
-                        prompt: run.prompt,
-                        record: run.record,
-                    },
-                ));
-            }
-            drop(pending);
-            for (i, r) in finished {
-                done.insert(i, r);
-                // Each finished branch is durable before the next one is applied.
-            }
+                    *node,
+                    item.clone(),
+                    self.execute(state, *node, visits[i], item.as_ref(), Some(i))
+                        .await,
+                )
+            })
+            .collect();
+        let mut finished = Vec::new();
+        while let Some((i, node, item, result)) = pending.next().await {
+            let run = result?;
+            finished.push((
+                i,
+                state::BranchResult {
+                    node,
+                    output: run.output,
+                    item,
+                    tool: run.tool,
+                    prompt: run.prompt,
+                    record: run.record,
+                },
+            ));
         }
-        state.position = Position::Fork {
-            route: route_id,
-            done: done.clone(),
-        };
-        self.settle(state);
-        self.checkpoint(state)?;
-        // Every branch finished: their own containers (`per_branch`) are not needed any more.
-        self.envs.release_branches().await;
-        // A branch cannot route, so its invalid outcome ends the run (the join's readers
-        // expect every branch's valid output).
+        drop(pending);
+        done.extend(finished);
+        Ok(())
+    }
+
+    /// Applies the finished branches in order. A branch cannot route, so an invalid
+    /// outcome of one ends the run (the join's readers expect every branch's valid
+    /// output): that exit is returned.
+    fn apply_branches(
+        &mut self,
+        state: &mut RunState,
+        route_id: usize,
+        done: BTreeMap<usize, state::BranchResult>,
+    ) -> Result<Option<Flow>, StepError> {
         if let Some(r) = done
             .values()
             .find(|r| self.workflow.is_json_llm(r.node) && eval::is_invalid_record(&r.output))
         {
             let name = self.workflow.node(r.node).name.clone();
-            return Ok(Flow::Exit {
+            return Ok(Some(Flow::Exit {
                 node: self.builtin_exit("invalid_output"),
                 reason: format!(
                     "branch `{name}` gave no valid output, and a branch cannot route it"
                 ),
-            });
+            }));
         }
         // The worker's list starts empty and grows as its branches are applied.
         if let RouteTarget::Map { worker, .. } = &self.workflow.routes[route_id].target {
@@ -554,14 +608,7 @@ impl<'w> Interpreter<'w> {
             };
             self.apply(state, node, run, r.item.as_ref())?;
         }
-        if let Some(flow) = self.exit_guards(state)? {
-            mark_exit(state, &flow);
-            self.checkpoint(state)?;
-            return Ok(flow);
-        }
-        state.position = Position::Node { node: join };
-        self.checkpoint(state)?;
-        Ok(Flow::Continue)
+        Ok(None)
     }
 
     /// Executes a role without changing the state, within what is left of the run's
@@ -636,3 +683,23 @@ fn mark_exit(state: &mut RunState, flow: &Flow) {
         };
     }
 }
+
+/// The exit a run reached, its code and why.
+struct Ending {
+    name: String,
+    code: i32,
+    reason: String,
+}
+
+impl Ending {
+    fn recorded(&self) -> state::Ended {
+        state::Ended {
+            exit: self.name.clone(),
+            code: self.code,
+            reason: self.reason.clone(),
+        }
+    }
+}
+
+/// A branch of a fork: its role, and its item when the fork is a `map`.
+type Branch = (NodeIndex, Option<Value>);

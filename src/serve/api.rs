@@ -199,6 +199,54 @@ async fn launch(
     provider: Option<String>,
     done: Option<tokio::sync::oneshot::Sender<crate::run::Outcome>>,
 ) -> Result<String, ApiError> {
+    let provider = admit(server, &workflow, provider)?;
+    check_inputs(&workflow, &inputs, &server.runs_root)?;
+    let options = RunOptions {
+        runs_root: server.runs_root.clone(),
+        inputs: inputs
+            .iter()
+            .map(|(k, v)| (k.clone(), crate::run::input_text(v)))
+            .collect(),
+        provider,
+        progress: progress::Mode::Quiet,
+        unconfined_tools: server.unconfined_tools,
+        pool: server.pools.get(&workflow.name).cloned(),
+        ..RunOptions::default()
+    };
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let task = run_live(server.clone(), workflow, options, started_tx, done);
+    server
+        .tasks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .spawn(task);
+    match started_rx.await {
+        Ok(Ok(id)) => Ok(id),
+        Ok(Err(e @ StartError::Input(_))) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_inputs",
+            e.to_string(),
+        )),
+        Ok(Err(e @ StartError::Setup(_))) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot_start",
+            e.to_string(),
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the run could not be started",
+        )),
+    }
+}
+
+/// Whether a new run is taken (not while stopping), and the provider it uses: the
+/// request's, or the server's; one the workflow lacks is refused.
+fn admit(
+    server: &Server,
+    workflow: &Checked,
+    provider: Option<String>,
+) -> Result<Option<String>, ApiError> {
     if server.stopping.load(Ordering::SeqCst) {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -224,91 +272,62 @@ async fn launch(
             ),
         ));
     }
-    check_inputs(&workflow, &inputs, &server.runs_root)?;
-    let options = RunOptions {
-        runs_root: server.runs_root.clone(),
-        inputs: inputs
-            .iter()
-            .map(|(k, v)| (k.clone(), crate::run::input_text(v)))
-            .collect(),
-        provider,
-        progress: progress::Mode::Quiet,
-        unconfined_tools: server.unconfined_tools,
-        pool: server.pools.get(&workflow.name).cloned(),
-        ..RunOptions::default()
-    };
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let task_server = server.clone();
-    let task = async move {
-        let server = task_server;
-        let (mut interp, state) = match Interpreter::start(&workflow, &options) {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = started_tx.send(Err(e));
-                return;
-            }
-        };
-        let id = state.run_id.clone();
-        let (interrupt, wake) = interp.interrupter();
-        let hub = Hub::new();
-        interp.subscribe(Box::new(Feeder(hub.clone())));
-        if let Ok(mut live) = server.live.lock() {
-            live.insert(
-                id.clone(),
-                LiveRun {
-                    interrupt: interrupt.clone(),
-                    wake,
-                    started: false,
-                    hub: hub.clone(),
-                },
-            );
-        }
-        let _ = started_tx.send(Ok(id.clone()));
-        // Queued: a stop or a cancel before the permit still makes a clean, resumable end.
-        let permit = tokio::select! {
-            p = server.permits.clone().acquire_owned() => p.ok(),
-            _ = server.stop.notified() => None,
-        };
-        if let Ok(mut live) = server.live.lock()
-            && let Some(run) = live.get_mut(&id)
-        {
-            run.started = true;
-        }
-        if permit.is_none() || server.stopping.load(Ordering::SeqCst) {
-            interrupt.store(true, Ordering::SeqCst);
-        }
-        let outcome = interp.drive(state).await;
-        drop(permit);
-        if let Ok(mut live) = server.live.lock() {
-            live.remove(&id);
-        }
-        hub.close();
-        if let Some(done) = done {
-            let _ = done.send(outcome);
+    Ok(provider)
+}
+
+/// A run from its start to its end: known to the server as live (its events published
+/// to the stream's hub) from the start, driven once a run slot is free.
+async fn run_live(
+    server: Arc<Server>,
+    workflow: Arc<Checked>,
+    options: RunOptions,
+    started: tokio::sync::oneshot::Sender<Result<String, StartError>>,
+    done: Option<tokio::sync::oneshot::Sender<crate::run::Outcome>>,
+) {
+    let (mut interp, state) = match Interpreter::start_committed(&workflow, &options).await {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = started.send(Err(e));
+            return;
         }
     };
-    server
-        .tasks
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .spawn(task);
-    match started_rx.await {
-        Ok(Ok(id)) => Ok(id),
-        Ok(Err(e @ StartError::Input(_))) => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "bad_inputs",
-            e.to_string(),
-        )),
-        Ok(Err(e @ StartError::Setup(_))) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "cannot_start",
-            e.to_string(),
-        )),
-        Err(_) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the run could not be started",
-        )),
+    let id = state.run_id.clone();
+    let (interrupt, wake) = interp.interrupter();
+    let hub = Hub::new();
+    interp.subscribe(Box::new(Feeder(hub.clone())));
+    if let Ok(mut live) = server.live.lock() {
+        live.insert(
+            id.clone(),
+            LiveRun {
+                interrupt: interrupt.clone(),
+                wake,
+                started: false,
+                hub: hub.clone(),
+            },
+        );
+    }
+    let _ = started.send(Ok(id.clone()));
+    // Queued: a stop or a cancel before the permit still makes a clean, resumable end.
+    let permit = tokio::select! {
+        p = server.permits.clone().acquire_owned() => p.ok(),
+        _ = server.stop.notified() => None,
+    };
+    if let Ok(mut live) = server.live.lock()
+        && let Some(run) = live.get_mut(&id)
+    {
+        run.started = true;
+    }
+    if permit.is_none() || server.stopping.load(Ordering::SeqCst) {
+        interrupt.store(true, Ordering::SeqCst);
+    }
+    let outcome = interp.drive(state).await;
+    drop(permit);
+    if let Ok(mut live) = server.live.lock() {
+        live.remove(&id);
+    }
+    hub.close();
+    if let Some(done) = done {
+        let _ = done.send(outcome);
     }
 }
 

@@ -97,28 +97,40 @@ impl Server {
 
 /// Serves until SIGTERM or Ctrl-C; returns the process exit status.
 pub fn serve(workflows: Vec<(PathBuf, Checked)>, options: ServeOptions) -> i32 {
-    let mut by_name = BTreeMap::new();
+    match prepare(workflows, &options) {
+        Ok((runtime, server)) => runtime.block_on(listen(server, options)),
+        Err(message) => {
+            say!("error: {message}");
+            2
+        }
+    }
+}
+
+/// The workflows by name (two of one name refused), the asked one, the runs' folder,
+/// the runtime and each workflow's provider pool.
+fn prepare(
+    workflows: Vec<(PathBuf, Checked)>,
+    options: &ServeOptions,
+) -> Result<(tokio::runtime::Runtime, Arc<Server>), String> {
+    let mut by_name: BTreeMap<String, Arc<Checked>> = BTreeMap::new();
     for (path, workflow) in workflows {
         if let Some(first) = by_name.get(&workflow.name) {
-            let first: &Arc<Checked> = first;
-            say!(
-                "error: two workflows are named `{}`: {} and {}",
+            return Err(format!(
+                "two workflows are named `{}`: {} and {}",
                 workflow.name,
                 first.path.display(),
                 path.display()
-            );
-            return 2;
+            ));
         }
         by_name.insert(workflow.name.clone(), Arc::new(workflow));
     }
     let ask = match &options.ask {
         Some(name) if by_name.contains_key(name) => name.clone(),
         Some(name) => {
-            say!(
-                "error: --ask names `{name}`, which is not one of the served workflows ({})",
+            return Err(format!(
+                "--ask names `{name}`, which is not one of the served workflows ({})",
                 by_name.keys().cloned().collect::<Vec<_>>().join(", ")
-            );
-            return 2;
+            ));
         }
         None => match options.workflows.first() {
             Some(_) => by_name
@@ -129,30 +141,18 @@ pub fn serve(workflows: Vec<(PathBuf, Checked)>, options: ServeOptions) -> i32 {
             None => String::new(),
         },
     };
-    if let Err(e) = std::fs::create_dir_all(&options.runs_root) {
-        say!("error: cannot create {}: {e}", options.runs_root.display());
-        return 2;
-    }
-    let runtime = match crate::run::runtime_for_runs(options.concurrency) {
-        Ok(r) => r,
-        Err(e) => {
-            say!("error: cannot start the async runtime: {e}");
-            return 2;
-        }
-    };
-    let _context = runtime.enter();
+    std::fs::create_dir_all(&options.runs_root)
+        .map_err(|e| format!("cannot create {}: {e}", options.runs_root.display()))?;
+    let runtime = crate::run::runtime_for_runs(options.concurrency)
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let mut pools = BTreeMap::new();
-    for (name, workflow) in &by_name {
-        let pool = Interpreter::script_for(workflow, &RunOptions::default())
-            .and_then(|script| Interpreter::provider_pool(workflow, script));
-        match pool {
-            Ok(pool) => {
-                pools.insert(name.clone(), Arc::new(pool));
-            }
-            Err(e) => {
-                say!("error: workflow `{name}`: {e}");
-                return 2;
-            }
+    {
+        let _context = runtime.enter();
+        for (name, workflow) in &by_name {
+            let pool = Interpreter::script_for(workflow, &RunOptions::default())
+                .and_then(|script| Interpreter::provider_pool(workflow, script))
+                .map_err(|e| format!("workflow `{name}`: {e}"))?;
+            pools.insert(name.clone(), Arc::new(pool));
         }
     }
     let server = Arc::new(Server {
@@ -169,57 +169,57 @@ pub fn serve(workflows: Vec<(PathBuf, Checked)>, options: ServeOptions) -> i32 {
         unconfined_tools: options.unconfined_tools,
         tasks: Mutex::new(tokio::task::JoinSet::new()),
     });
-    // A run's durable steps fsync on the thread that drives it: with a thread per run
-    // slot, concurrent runs wait on the disk together instead of in a line of two.
-    runtime.block_on(async move {
-        let addr = format!("{}:{}", options.host, options.port);
-        let listener = match tokio::net::TcpListener::bind(&addr).await {
-            Ok(l) => l,
-            Err(e) => {
-                say!("error: cannot listen on {addr}: {e}");
-                return 2;
-            }
-        };
-        let local: SocketAddr = match listener.local_addr() {
-            Ok(a) => a,
-            Err(e) => {
-                say!("error: {e}");
-                return 2;
-            }
-        };
-        say!(
-            "listening on http://{local} (workflows: {}; runs in {})",
-            server
-                .workflows
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", "),
-            server.runs_root.display()
-        );
-        let app = api::router(server.clone(), &options.cors_origins);
-        let shutdown = {
-            let server = server.clone();
-            async move {
-                stop_signal().await;
-                say!("stopping: running steps reach a checkpoint; resume them with `rondo resume`");
-                server.interrupt_all();
-            }
-        };
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
-        let mut tasks =
-            std::mem::take(&mut *server.tasks.lock().unwrap_or_else(|e| e.into_inner()));
-        while tasks.join_next().await.is_some() {}
-        match served {
-            Ok(()) => 0,
-            Err(e) => {
-                say!("error: {e}");
-                2
-            }
+    Ok((runtime, server))
+}
+
+/// Answers on the address until a stop signal; then every run reaches a checkpoint.
+async fn listen(server: Arc<Server>, options: ServeOptions) -> i32 {
+    let addr = format!("{}:{}", options.host, options.port);
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            say!("error: cannot listen on {addr}: {e}");
+            return 2;
         }
-    })
+    };
+    let local: SocketAddr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            say!("error: {e}");
+            return 2;
+        }
+    };
+    say!(
+        "listening on http://{local} (workflows: {}; runs in {})",
+        server
+            .workflows
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", "),
+        server.runs_root.display()
+    );
+    let app = api::router(server.clone(), &options.cors_origins);
+    let shutdown = {
+        let server = server.clone();
+        async move {
+            stop_signal().await;
+            say!("stopping: running steps reach a checkpoint; resume them with `rondo resume`");
+            server.interrupt_all();
+        }
+    };
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    let mut tasks = std::mem::take(&mut *server.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+    while tasks.join_next().await.is_some() {}
+    match served {
+        Ok(()) => 0,
+        Err(e) => {
+            say!("error: {e}");
+            2
+        }
+    }
 }
 
 async fn stop_signal() {

@@ -271,6 +271,23 @@ impl Workspace {
         Ok(())
     }
 
+    /// Rewrites an existing regular file in place and syncs it: for when the folder
+    /// refuses the temporary file of [`write_atomic`](Self::write_atomic) (the disk is
+    /// full, its permissions changed). A reader may see half of it.
+    pub fn rewrite(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let (parent, file_name) = self.parent_of(name)?;
+        let mut options = OpenOptions::new();
+        options.write(true);
+        nonblocking(&mut options);
+        let file = parent.open_with(&file_name, &options)?;
+        self.visible(name, &file)?;
+        regular(name, &file)?;
+        let mut file = file.into_std();
+        file.set_len(0)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    }
+
     /// Appends bytes, syncs, and returns the file's new length.
     pub fn append(&self, name: &str, bytes: &[u8]) -> io::Result<u64> {
         self.append_with(name, bytes, true)

@@ -1,0 +1,177 @@
+//! Group commit: the syncs that make runs' steps durable, for every run of the process.
+//!
+//! A step's records are written to its run's files at once (into the page cache); what
+//! the step then waits for is their sync. The runs of one process (a server, an eval)
+//! hand those syncs to one committer thread instead of each calling `fdatasync` on the
+//! thread that drives it. The committer takes every sync that arrived while the previous
+//! batch ran as the next batch and issues the batch's syncs together: the filesystem's
+//! journal (ext4's jbd2, XFS's log) then commits them in one transaction and one device
+//! flush, and each step is acknowledged when the sync that covers it returns. The
+//! runtime's threads never block on the disk, so a process needs no thread per run in
+//! flight.
+//!
+//! `syncfs` would make one call cover the whole batch, but it also flushes every other
+//! program's dirty data on the same filesystem (a build's gigabytes); a run folder stays
+//! self-contained (a shared log outside it would not move with it), so the unit of sync
+//! stays the run's own file.
+
+use std::fs::File;
+use std::io;
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::oneshot;
+
+/// What a step waits for before it is acknowledged.
+pub enum Job {
+    /// `fdatasync` of a journal. Two for the same file in one batch are synced once.
+    SyncData(Arc<File>),
+    /// Writes that must happen in order after the journal's sync (a snapshot).
+    Ordered(Box<dyn FnOnce() -> io::Result<()> + Send + Sync>),
+}
+
+impl Job {
+    /// Does the job on the calling thread (start-up, before any step, and code that has
+    /// no runtime).
+    pub fn run(self) -> io::Result<()> {
+        match self {
+            Job::SyncData(file) => file.sync_data(),
+            Job::Ordered(write) => write(),
+        }
+    }
+
+    /// Hands the job to the committer and waits, without holding a thread, until it is
+    /// done.
+    pub async fn commit(self) -> io::Result<()> {
+        let (done, acknowledged) = oneshot::channel();
+        let request = Request { job: self, done };
+        if let Err(mpsc::SendError(request)) = committer().send(request) {
+            // The committer thread could not be started: the job is still done.
+            return request.job.run();
+        }
+        acknowledged
+            .await
+            .unwrap_or_else(|_| Err(io::Error::other("the committer thread stopped")))
+    }
+}
+
+struct Request {
+    job: Job,
+    done: oneshot::Sender<io::Result<()>>,
+}
+
+/// Most syncs of one batch issued at the same time; the rest of the batch waits for a
+/// free thread (a thousand runs in flight do not make a thousand threads).
+const MAX_PARALLEL: usize = 32;
+
+fn committer() -> &'static mpsc::Sender<Request> {
+    static COMMITTER: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
+    COMMITTER.get_or_init(|| {
+        let (send, receive) = mpsc::channel::<Request>();
+        let started = std::thread::Builder::new()
+            .name("rondo-commit".into())
+            .spawn(move || {
+                while let Ok(first) = receive.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(receive.try_iter());
+                    commit_batch(batch);
+                }
+            });
+        if started.is_err() {
+            // `send` on a channel whose receiver is gone fails: callers run jobs inline.
+            let (send, _) = mpsc::channel();
+            return send;
+        }
+        send
+    })
+}
+
+/// Does every job of the batch, the syncs of distinct files at the same time, and
+/// answers each request with its own job's result.
+fn commit_batch(batch: Vec<Request>) {
+    // Requests for a file already in the batch wait on its one sync.
+    let mut groups: Vec<(Job, Vec<oneshot::Sender<io::Result<()>>>)> = Vec::new();
+    for Request { job, done } in batch {
+        if let Job::SyncData(file) = &job
+            && let Some((_, waiting)) = groups
+                .iter_mut()
+                .find(|(j, _)| matches!(j, Job::SyncData(f) if Arc::ptr_eq(f, file)))
+        {
+            waiting.push(done);
+            continue;
+        }
+        groups.push((job, vec![done]));
+    }
+    let answer = |result: io::Result<()>, waiting: Vec<oneshot::Sender<io::Result<()>>>| {
+        for done in waiting {
+            let copy = match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            };
+            let _ = done.send(copy);
+        }
+    };
+    if groups.len() == 1 {
+        let (job, waiting) = groups.pop().expect("one group");
+        answer(job.run(), waiting);
+        return;
+    }
+    while !groups.is_empty() {
+        let wave: Vec<_> = groups.drain(..groups.len().min(MAX_PARALLEL)).collect();
+        std::thread::scope(|scope| {
+            for (job, waiting) in wave {
+                let spawned = std::thread::Builder::new()
+                    .name("rondo-sync".into())
+                    .spawn_scoped(scope, move || answer(job.run(), waiting));
+                if let Err(e) = spawned {
+                    // No thread for it: its requests are answered with the reason; the
+                    // run ends at its last checkpoint.
+                    let _ = e;
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[tokio::test]
+    async fn every_request_of_a_batch_gets_its_own_jobs_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut jobs = Vec::new();
+        for i in 0..50 {
+            let mut f = File::create(dir.path().join(format!("j{i}"))).unwrap();
+            writeln!(f, "line {i}").unwrap();
+            let file = Arc::new(f);
+            jobs.push(tokio::spawn(Job::SyncData(file.clone()).commit()));
+            jobs.push(tokio::spawn(Job::SyncData(file).commit()));
+        }
+        let failing =
+            tokio::spawn(Job::Ordered(Box::new(|| Err(io::Error::other("disk full")))).commit());
+        for job in jobs {
+            job.await.unwrap().unwrap();
+        }
+        let e = failing.await.unwrap().unwrap_err();
+        assert_eq!(e.to_string(), "disk full");
+    }
+
+    #[tokio::test]
+    async fn an_ordered_job_runs_its_writes_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let p = path.clone();
+        Job::Ordered(Box::new(move || {
+            std::fs::write(&p, "a")?;
+            let mut f = std::fs::OpenOptions::new().append(true).open(&p)?;
+            f.write_all(b"b")?;
+            f.sync_all()
+        }))
+        .commit()
+        .await
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(path).unwrap(), "ab");
+    }
+}

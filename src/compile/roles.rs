@@ -414,7 +414,7 @@ impl Compiler<'_> {
 
     pub(super) fn artifact(&mut self, a: &syntax::ArtifactDecl, scope: &Scope) -> Artifact {
         let (value, _) = self.expr(&a.value, scope);
-        if let Err(e) = crate::prompt::parse_inline("artifact", &a.name) {
+        if let Err(e) = tera::Template::new("artifact", None, &a.name) {
             self.diags.push(
                 Diagnostic::error(
                     Code::ArtifactBadName,

@@ -1183,7 +1183,7 @@ fn a_script_cut_at_max_reply_is_refused_and_asked_again() {
     let good =
         "from pathlib import Path\nPath('hello.txt').write_text('hello', encoding='utf-8')\n";
     site.script(&format!(
-        "replies:\n  planner: {}\n  coder:\n    \"1\": [{}, {}]\n  verifier: {}\n  finalyzer: done\n",
+        "replies:\n  planner: {}\n  coder:\n    \"1\": [{}, {}]\n  verifier: {}\n  finalyzer: done\nunreached: [debugger, router]\n",
         yq(r#"{"id": 1, "title": "Write hello.txt", "details": "d", "status": "todo"}"#),
         // JSON strings (JSON is YAML): the scripts' new lines are kept.
         json!(big),

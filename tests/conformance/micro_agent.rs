@@ -1458,7 +1458,10 @@ fn an_ask_stopped_at_limit_still_appends_its_trace_record() {
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("visit1.json");
     // A reply for the planner's first visit only.
-    let replies = serde_json::json!({"replies": {"planner": {"1": calc("6*7")}}});
+    let replies = serde_json::json!({
+        "replies": {"planner": {"1": calc("6*7")}},
+        "unreached": ["agent", "summarize"],
+    });
     std::fs::write(&script, replies.to_string()).unwrap();
     let asked = Ask::new("What is 6*7?")
         .arg("--script")

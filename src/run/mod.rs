@@ -158,6 +158,8 @@ pub struct Interpreter<'w> {
     info: Option<RunInfo>,
     /// The start's writes (first checkpoint, then `run.json`) not yet durable.
     start_jobs: Vec<commit::Job>,
+    /// Counted among the process's runs while it exists (see [`commit::InFlight`]).
+    _in_flight: commit::InFlight,
     pool: Arc<ProviderPool>,
     prompts: Prompts,
     /// Profile name per llm role (node index), after `--provider`.

@@ -442,6 +442,7 @@ impl<'w> Interpreter<'w> {
             dir: None,
             info: None,
             start_jobs: Vec::new(),
+            _in_flight: super::commit::InFlight::new(),
             pool,
             prompts: Prompts::load_named(&workflow.prompts_dir, &template_names(workflow)),
             profile_of,

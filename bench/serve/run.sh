@@ -27,6 +27,9 @@ fi
 TMP="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 python3 "$FAKE" --port "$LLM_PORT" --latency-ms 100 >/dev/null 2>&1 &
+# The fake model must answer before the first ask: a round started earlier fails its
+# first asks at `error` (connection refused), which is the bench's fault, not the server's.
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$LLM_PORT/health" >/dev/null && break; sleep 0.05; done
 export FAKE_LLM_URL="http://127.0.0.1:$LLM_PORT/v1"
 for round in $(seq "$ROUNDS"); do
   (cd "$TMP" && exec "$RONDO" serve "$HERE/one_call.rondo" --port "$PORT" \

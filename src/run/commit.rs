@@ -150,14 +150,11 @@ fn commit_batch(batch: Vec<Request>) {
         let wave: Vec<_> = groups.drain(..groups.len().min(MAX_PARALLEL)).collect();
         std::thread::scope(|scope| {
             for (job, waiting) in wave {
-                let spawned = std::thread::Builder::new()
+                // No thread for it: the job and its answer channels are dropped, each
+                // waiting step gets an error, and its run ends at its last checkpoint.
+                let _ = std::thread::Builder::new()
                     .name("rondo-sync".into())
                     .spawn_scoped(scope, move || answer(job.run(), waiting));
-                if let Err(e) = spawned {
-                    // No thread for it: its requests are answered with the reason; the
-                    // run ends at its last checkpoint.
-                    let _ = e;
-                }
             }
         });
     }

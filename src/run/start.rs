@@ -31,11 +31,7 @@ impl<'w> Interpreter<'w> {
         workflow: &'w Checked,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
-        let (mut interp, state) = Self::prepare(workflow, options)?;
-        for job in std::mem::take(&mut interp.start_jobs) {
-            job.run().map_err(start_unrecorded)?;
-        }
-        Ok((interp, state))
+        Self::prepare(workflow, options).and_then(recorded_here)
     }
 
     /// [`start`](Self::start) for a process with many runs in flight: the start's writes
@@ -154,12 +150,8 @@ impl<'w> Interpreter<'w> {
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
-        let (mut interp, state) =
-            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, false)?;
-        for job in std::mem::take(&mut interp.start_jobs) {
-            job.run().map_err(start_unrecorded)?;
-        }
-        Ok((interp, state))
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, false)
+            .and_then(recorded_here)
     }
 
     /// [`start`](Self::start) with replies given in code, refused as `rondo run` refuses a
@@ -171,12 +163,8 @@ impl<'w> Interpreter<'w> {
     ) -> Result<(Self, RunState), StartError> {
         let inputs = resolve_inputs(workflow, &options.inputs, options.base_dir.as_deref())?;
         let (run_id, layout) = Self::layout(options)?;
-        let (mut interp, state) =
-            Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, true)?;
-        for job in std::mem::take(&mut interp.start_jobs) {
-            job.run().map_err(start_unrecorded)?;
-        }
-        Ok((interp, state))
+        Self::start_with_script_at(workflow, options, script, inputs, run_id, layout, true)
+            .and_then(recorded_here)
     }
 
     fn start_with_script_at(
@@ -899,4 +887,15 @@ fn reachable(workflow: &Workflow) -> Vec<bool> {
 /// A start whose first checkpoint or `run.json` could not be made durable.
 fn start_unrecorded(e: std::io::Error) -> StartError {
     StartError::Setup(format!("cannot write the run's records: {e}"))
+}
+
+/// A prepared start whose writes (the first checkpoint, then `run.json`) are made durable
+/// on the calling thread.
+fn recorded_here(
+    (mut interp, state): (Interpreter<'_>, RunState),
+) -> Result<(Interpreter<'_>, RunState), StartError> {
+    for job in std::mem::take(&mut interp.start_jobs) {
+        job.run().map_err(start_unrecorded)?;
+    }
+    Ok((interp, state))
 }

@@ -4,13 +4,17 @@
 //! merged, optionally logged and streamed line by line) and copies files in and out.
 //! [`LocalEnv`] runs processes in a run directory; [`DockerEnv`] runs them in one
 //! long-lived, hardened container per run, talking to the engine through its API.
-//! Both can install [`ToolSpec`]s (see `docs/tools.md`).
+//! Both can install [`ToolSpec`]s (see `docs/tools.md`). Where a run's sandboxes come
+//! from is its [`SandboxEngine`]: the local Docker engine, or [`ProcessEnv`]'s runner
+//! processes on this machine.
 
 mod archive;
 mod docker;
+mod engine;
 mod error;
 mod exec;
 mod local;
+mod process;
 mod redact;
 mod runner;
 mod sandbox;
@@ -22,12 +26,14 @@ use std::path::Path;
 pub use docker::{
     DockerConfig, DockerEnv, cleanup_stale, connect, remove_batch, remove_run, set_batch_label,
 };
+pub use engine::{ENGINE_NAMES, SandboxEngine};
 pub use error::{EnvError, InstallFailure};
 pub use exec::{
     Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, MAX_SHOWN_LINE, StreamKind,
     head_tail_lines, shell_quote, truncate_for_prompt,
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
+pub use process::ProcessEnv;
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};
 pub use sandbox::{Capability, DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
@@ -37,7 +43,7 @@ pub use transport::{Mount, Transport, refused_mount};
 /// concurrent roles (`Arc<dyn Environment>`), hence `&self` everywhere.
 #[async_trait::async_trait]
 pub trait Environment: Send + Sync {
-    /// `"local"` or `"docker"`.
+    /// `"local"`, `"docker"` or `"process"`.
     fn kind(&self) -> &'static str;
 
     /// Run a command. A non-zero exit or a timeout is reported in the output, not as an error.

@@ -579,75 +579,18 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
             component_of[v.index()] = id;
         }
     }
-    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (Some(x), Some(y)) => Some(x.saturating_add(y)),
-        _ => None,
-    };
-    let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (Some(x), None) | (None, Some(x)) => Some(x),
-        (None, None) => None,
-    };
     for (id, component) in components.iter().enumerate() {
         let is_member = |v: NodeIndex| component_of[v.index()] == id;
-        let mut entries: Option<u64> = Some(0);
-        let mut joins_seen: BTreeSet<usize> = BTreeSet::new();
-        for &v in component {
-            if v == workflow.start {
-                entries = add(entries, Some(1));
-            }
-            for e in graph.edges_directed(v, Direction::Incoming) {
-                if is_member(e.source()) {
-                    continue;
-                }
-                let route = &workflow.routes[e.weight().route];
-                let source_bound = bound.get(&e.source()).copied().unwrap_or(Some(0));
-                let per_activation = match (&route.target, e.weight().kind) {
-                    (RouteTarget::Map { .. }, EdgeKind::Fork) => route.max,
-                    _ => Some(1),
-                };
-                let mut through = match per_activation {
-                    Some(k) => source_bound.map(|b| b.saturating_mul(k)),
-                    None => None,
-                };
-                if !matches!(route.target, RouteTarget::Map { .. }) {
-                    through = min(through, route.max);
-                }
-                if e.weight().kind == EdgeKind::Join {
-                    // The join runs once per fork, not once per branch.
-                    if !joins_seen.insert(e.weight().route) {
-                        continue;
-                    }
-                    through = bound.get(&route.from).copied().unwrap_or(Some(0));
-                }
-                entries = add(entries, through);
-            }
-        }
+        let entries = component_entries(workflow, component, &is_member, &bound);
         let cyclic = component.len() > 1
             || component
                 .first()
                 .is_some_and(|&n| graph.contains_edge(n, n));
-        let mut budget = Some(0u64);
-        let mut any_bound = false;
-        if cyclic {
-            for &v in component {
-                if let Some(m) = workflow.role(v).and_then(|r| r.max_visits) {
-                    any_bound = true;
-                    budget = add(budget, m.by_default(&workflow.inputs));
-                }
-                for e in graph.edges_directed(v, Direction::Outgoing) {
-                    if is_member(e.target())
-                        && let Some(m) = workflow.routes[e.weight().route].max
-                    {
-                        any_bound = true;
-                        budget = add(budget, Some(m));
-                    }
-                }
-            }
-            if !any_bound {
-                budget = None;
-            }
-        }
+        let budget = if cyclic {
+            loop_budget(workflow, component, &is_member)
+        } else {
+            Some(0)
+        };
         for &v in component {
             // A map worker runs once per item, not once per segment: inside a loop its
             // bound comes from `tighten` (takings × items).
@@ -663,14 +606,106 @@ pub fn visit_bounds(workflow: &Workflow) -> HashMap<NodeIndex, Option<u64>> {
             let b = if map_worker_in_loop {
                 None
             } else {
-                add(entries, budget)
+                sum_bound(entries, budget)
             };
-            bound.insert(v, min(b, own(v)));
+            bound.insert(v, min_bound(b, own(v)));
         }
     }
     let order: Vec<NodeIndex> = components.into_iter().flatten().collect();
     tighten(workflow, &mut bound, &order, own);
     bound
+}
+
+/// How many times, at most, a walk enters `component` (a strongly connected component
+/// whose members `is_member` tells): from the start, and through each route into it from
+/// a component bounded in `bound` already.
+fn component_entries(
+    workflow: &Workflow,
+    component: &[NodeIndex],
+    is_member: &dyn Fn(NodeIndex) -> bool,
+    bound: &HashMap<NodeIndex, Option<u64>>,
+) -> Option<u64> {
+    let graph = &workflow.graph;
+    let mut entries: Option<u64> = Some(0);
+    let mut joins_seen: BTreeSet<usize> = BTreeSet::new();
+    for &v in component {
+        if v == workflow.start {
+            entries = sum_bound(entries, Some(1));
+        }
+        for e in graph.edges_directed(v, Direction::Incoming) {
+            if is_member(e.source()) {
+                continue;
+            }
+            let route = &workflow.routes[e.weight().route];
+            let source_bound = bound.get(&e.source()).copied().unwrap_or(Some(0));
+            let per_activation = match (&route.target, e.weight().kind) {
+                (RouteTarget::Map { .. }, EdgeKind::Fork) => route.max,
+                _ => Some(1),
+            };
+            let mut through = match per_activation {
+                Some(k) => source_bound.map(|b| b.saturating_mul(k)),
+                None => None,
+            };
+            if !matches!(route.target, RouteTarget::Map { .. }) {
+                through = min_bound(through, route.max);
+            }
+            if e.weight().kind == EdgeKind::Join {
+                // The join runs once per fork, not once per branch.
+                if !joins_seen.insert(e.weight().route) {
+                    continue;
+                }
+                through = bound.get(&route.from).copied().unwrap_or(Some(0));
+            }
+            entries = sum_bound(entries, through);
+        }
+    }
+    entries
+}
+
+/// The visits a cyclic component allows once entered: the sum of its roles' `max_visits`
+/// and of its inner routes' `max`; `None` when nothing in it is bounded.
+fn loop_budget(
+    workflow: &Workflow,
+    component: &[NodeIndex],
+    is_member: &dyn Fn(NodeIndex) -> bool,
+) -> Option<u64> {
+    let graph = &workflow.graph;
+    let mut budget = Some(0u64);
+    let mut any_bound = false;
+    for &v in component {
+        if let Some(m) = workflow.role(v).and_then(|r| r.max_visits) {
+            any_bound = true;
+            budget = sum_bound(budget, m.by_default(&workflow.inputs));
+        }
+        for e in graph.edges_directed(v, Direction::Outgoing) {
+            if is_member(e.target())
+                && let Some(m) = workflow.routes[e.weight().route].max
+            {
+                any_bound = true;
+                budget = sum_bound(budget, Some(m));
+            }
+        }
+    }
+    if !any_bound {
+        budget = None;
+    }
+    budget
+}
+
+fn sum_bound(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.saturating_add(y)),
+        _ => None,
+    }
+}
+
+/// The tighter of two bounds (`None` is none).
+fn min_bound(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (Some(x), None) | (None, Some(x)) => Some(x),
+        (None, None) => None,
+    }
 }
 
 /// Narrows sound visit bounds to a fixed point: a role runs at most once per time one of

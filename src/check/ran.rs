@@ -231,23 +231,7 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
                 continue;
             };
             let out = role_with(&sets[x], from, !route.on_invalid);
-            let mut meets: Vec<(NodeIndex, Set)> = Vec::new();
-            match &route.target {
-                RouteTarget::Node { node } => meets.push((*node, out)),
-                RouteTarget::Parallel { branches, join } => {
-                    let mut joined = out.clone();
-                    for b in branches {
-                        meets.push((*b, out.clone()));
-                        joined = role_with(&joined, *b, true);
-                    }
-                    meets.push((*join, joined));
-                }
-                RouteTarget::Map { worker, join, .. } => {
-                    meets.push((*worker, out.clone()));
-                    meets.push((*join, role_with(&out, *worker, true)));
-                }
-            }
-            for (target, set) in meets {
+            for (target, set) in route_meets(&route.target, out, &role_with) {
                 let t = target.index();
                 if t >= n {
                     continue;
@@ -271,6 +255,43 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
         sets[f.index()] = Set::Few(Vec::new());
         reached[f.index()] = false;
     }
+    let always = after_every_step(workflow, &sets, &reached, words);
+    DefiniteRuns {
+        sets,
+        reached,
+        is_role,
+        always,
+    }
+}
+
+/// The nodes a route's target reaches, each with the roles surely valid when it runs:
+/// `out` for the first nodes; a join also has every branch.
+fn route_meets(
+    target: &RouteTarget,
+    out: Set,
+    role_with: &dyn Fn(&Set, NodeIndex, bool) -> Set,
+) -> Vec<(NodeIndex, Set)> {
+    let mut meets: Vec<(NodeIndex, Set)> = Vec::new();
+    match target {
+        RouteTarget::Node { node } => meets.push((*node, out)),
+        RouteTarget::Parallel { branches, join } => {
+            let mut joined = out.clone();
+            for b in branches {
+                meets.push((*b, out.clone()));
+                joined = role_with(&joined, *b, true);
+            }
+            meets.push((*join, joined));
+        }
+        RouteTarget::Map { worker, join, .. } => {
+            meets.push((*worker, out.clone()));
+            meets.push((*join, role_with(&out, *worker, true)));
+        }
+    }
+    meets
+}
+
+/// The roles surely valid after every step: those valid after each reached role ran.
+fn after_every_step(workflow: &Workflow, sets: &[Set], reached: &[bool], words: usize) -> Set {
     let mut always: Option<Set> = None;
     for (index, role) in workflow.roles() {
         if !reached[index.index()] {
@@ -285,12 +306,7 @@ pub fn definitely_valid(workflow: &Workflow) -> DefiniteRuns {
             }
         }
     }
-    DefiniteRuns {
-        sets,
-        reached,
-        is_role,
-        always: always.unwrap_or(Set::Few(Vec::new())),
-    }
+    always.unwrap_or(Set::Few(Vec::new()))
 }
 
 /// Each node's position in a reverse postorder of the route graph from `start`

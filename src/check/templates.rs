@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use petgraph::graph::NodeIndex;
-use tera::ast::{Expr, ExprVal, FunctionCall, LogicOperator, Node};
+use tera::ast::{
+    Expr, ExprVal, FunctionCall, In, LogicExpr, LogicOperator, MathExpr, Node, StringConcat,
+};
 
 use super::node_name;
 use super::ran::DefiniteRuns;
@@ -475,6 +477,24 @@ enum Seg {
 /// A segment and its byte range inside the identifier.
 type Segs = Vec<(Seg, usize, usize)>;
 
+/// An identifier read in a template: its root, its segments, and where it starts in the
+/// text (when found).
+struct Ident {
+    start: Option<usize>,
+    root: String,
+    segs: Segs,
+}
+
+impl Ident {
+    /// The span of bytes `from..to` of the identifier.
+    fn at(&self, from: usize, to: usize) -> Span {
+        match self.start {
+            Some(s) => Span::new(s + from, s + to),
+            None => Span::new(0, 0),
+        }
+    }
+}
+
 fn parse_ident(ident: &str) -> (String, Segs) {
     let bytes = ident.as_bytes();
     let root_end = ident.find(['.', '[']).unwrap_or(ident.len());
@@ -636,6 +656,92 @@ fn tag_ranges(text: &str) -> Vec<(usize, usize)> {
 
 /// Whether a filter accepts a value of the type.
 type Accepts = fn(&Type) -> bool;
+
+/// What a filter needs, when it cannot take anything.
+fn filter_needs(name: &str) -> Option<(&'static str, Accepts)> {
+    match name {
+        "first" | "last" | "nth" | "join" | "sort" | "unique" | "slice" | "group_by" | "filter"
+        | "map" | "concat" => Some(("a list", |t| matches!(t, Type::List { .. }))),
+        "length" | "reverse" => Some(("a list, a map or a string", |t| {
+            matches!(
+                t,
+                Type::List { .. }
+                    | Type::Map { .. }
+                    | Type::Object { .. }
+                    | Type::String
+                    | Type::Literal { .. }
+            ) || t.is_stringy()
+        })),
+        "abs" | "round" | "pluralize" => Some(("a number", |t| t.is_numeric())),
+        "upper" | "lower" | "trim" | "trim_start" | "trim_end" | "trim_start_matches"
+        | "trim_end_matches" | "truncate" | "wordcount" | "replace" | "capitalize" | "title"
+        | "linebreaksbr" | "indent" | "striptags" | "spaceless" | "escape" | "escape_xml"
+        | "addslashes" | "split" => Some(("a string", |t| t.is_stringy())),
+        "get" => Some(("a map", |t| {
+            matches!(t, Type::Map { .. } | Type::Object { .. })
+        })),
+        "int" | "float" => Some(("a number or a string", |t| t.is_stringy() || t.is_numeric())),
+        _ => None,
+    }
+}
+
+/// The arguments without which a filter always fails.
+fn filter_required(name: &str) -> &'static [&'static str] {
+    match name {
+        "nth" => &["n"],
+        "group_by" | "filter" | "map" => &["attribute"],
+        "concat" => &["with"],
+        "replace" => &["from", "to"],
+        "split" | "trim_start_matches" | "trim_end_matches" => &["pat"],
+        "get" => &["key"],
+        "default" => &["value"],
+        _ => &[],
+    }
+}
+
+/// The type filter `f` gives for `input` (`inner` without its null, `item` the type of
+/// its items when a list); `args` are the types of its arguments.
+fn filter_output(
+    f: &FunctionCall,
+    input: Type,
+    inner: Type,
+    item: Type,
+    args: &BTreeMap<String, Type>,
+) -> Type {
+    let name = f.name.as_str();
+    match name {
+        // Tera gives "" for `first`, `last` and `nth` of an empty list.
+        "first" | "last" | "nth" => Type::optional(item),
+        "join" | "upper" | "lower" | "trim" | "trim_start" | "trim_end" | "trim_start_matches"
+        | "trim_end_matches" | "truncate" | "replace" | "capitalize" | "title" | "linebreaksbr"
+        | "indent" | "striptags" | "spaceless" | "escape" | "escape_xml" | "addslashes"
+        | "json_encode" | "as_str" | "pad" | "to_json" | "pluralize" => Type::String,
+        "sort" | "unique" | "slice" | "filter" | "concat" | "reverse" => inner,
+        "length" | "wordcount" | "int" => Type::Int,
+        "float" => Type::Float,
+        "abs" | "round" => inner,
+        "split" => Type::list(Type::String),
+        "group_by" => Type::Map {
+            value: Box::new(Type::list(item)),
+        },
+        "map" => match f.args.get("attribute").map(|a| &a.val) {
+            Some(ExprVal::String(attr)) => {
+                let fields: Vec<String> = attr.split('.').map(str::to_string).collect();
+                Type::list(item.field_path(&fields).unwrap_or(Type::Any))
+            }
+            _ => Type::list(Type::Any),
+        },
+        "get" => match (&inner, f.args.get("key").map(|a| &a.val)) {
+            (_, Some(ExprVal::String(k))) => inner.field(k).unwrap_or(Type::Any),
+            _ => Type::Any,
+        },
+        "default" => {
+            let fallback = args.get("value").cloned().unwrap_or(Type::Any);
+            if fallback == Type::Null { input } else { inner }
+        }
+        _ => input,
+    }
+}
 
 /// What kind of value an operator or test takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1481,51 +1587,13 @@ impl<'a> Walker<'a> {
                     },
                 )
             }
-            ExprVal::Math(m) => {
-                let l = self.expr(&m.lhs, Mode::Render);
-                let r = self.expr(&m.rhs, Mode::Render);
-                let op = m.operator.to_string();
-                // One fault per operator: the first operand that cannot take it.
-                let _ = self.operand(&m.lhs, &l, &op, Needs::Number)
-                    || self.operand(&m.rhs, &r, &op, Needs::Number);
-                if matches!((&l, &r), (Type::Int, Type::Int)) {
-                    Type::Int
-                } else {
-                    Type::Float
-                }
-            }
+            ExprVal::Math(m) => self.math(m),
             ExprVal::Logic(l) => {
-                if matches!(l.operator, LogicOperator::And | LogicOperator::Or) {
-                    self.condition(e);
-                } else {
-                    let lt = self.expr(&l.lhs, Mode::Render);
-                    let rt = self.expr(&l.rhs, Mode::Render);
-                    // Tera orders numbers only: a string, or null, fails the comparison.
-                    if !matches!(l.operator, LogicOperator::Eq | LogicOperator::NotEq) {
-                        let op = l.operator.to_string();
-                        let _ = self.operand(&l.lhs, &lt, &op, Needs::Number)
-                            || self.operand(&l.rhs, &rt, &op, Needs::Number);
-                    }
-                }
+                self.logic(e, l);
                 Type::Bool
             }
             ExprVal::In(i) => {
-                let lt = self.expr(&i.lhs, Mode::Render);
-                let rt = self.expr(&i.rhs, Mode::Render);
-                let reported = self.operand(&i.rhs, &rt, "in", Needs::Container);
-                // In a string or a map's keys, only a string is looked for.
-                if !reported
-                    && matches!(
-                        rt.strip_optional(),
-                        Type::String
-                            | Type::WorkspacePath
-                            | Type::Literal { .. }
-                            | Type::Map { .. }
-                            | Type::Object { .. }
-                    )
-                {
-                    let _ = self.operand(&i.lhs, &lt, "in", Needs::Text);
-                }
+                self.contains(i);
                 Type::Bool
             }
             ExprVal::Test(t) => {
@@ -1560,19 +1628,7 @@ impl<'a> Walker<'a> {
                 Type::list(item.unwrap_or(Type::Any))
             }
             ExprVal::StringConcat(s) => {
-                for v in &s.values {
-                    match v {
-                        ExprVal::Ident(id) => {
-                            let ty = self.read(id, Mode::Render);
-                            let part = Expr::new(ExprVal::Ident(id.clone()));
-                            let _ = self.operand(&part, &ty, "~", Needs::TextOrNumber);
-                        }
-                        ExprVal::FunctionCall(f) => {
-                            self.args(f);
-                        }
-                        _ => {}
-                    }
-                }
+                self.concat(s);
                 Type::String
             }
         };
@@ -1598,6 +1654,73 @@ impl<'a> Walker<'a> {
         if e.negated { Type::Bool } else { ty }
     }
 
+    fn math(&mut self, m: &MathExpr) -> Type {
+        let l = self.expr(&m.lhs, Mode::Render);
+        let r = self.expr(&m.rhs, Mode::Render);
+        let op = m.operator.to_string();
+        // One fault per operator: the first operand that cannot take it.
+        let _ = self.operand(&m.lhs, &l, &op, Needs::Number)
+            || self.operand(&m.rhs, &r, &op, Needs::Number);
+        if matches!((&l, &r), (Type::Int, Type::Int)) {
+            Type::Int
+        } else {
+            Type::Float
+        }
+    }
+
+    /// A comparison, or `and` / `or` (`e` is the whole expression).
+    fn logic(&mut self, e: &Expr, l: &LogicExpr) {
+        if matches!(l.operator, LogicOperator::And | LogicOperator::Or) {
+            self.condition(e);
+            return;
+        }
+        let lt = self.expr(&l.lhs, Mode::Render);
+        let rt = self.expr(&l.rhs, Mode::Render);
+        // Tera orders numbers only: a string, or null, fails the comparison.
+        if !matches!(l.operator, LogicOperator::Eq | LogicOperator::NotEq) {
+            let op = l.operator.to_string();
+            let _ = self.operand(&l.lhs, &lt, &op, Needs::Number)
+                || self.operand(&l.rhs, &rt, &op, Needs::Number);
+        }
+    }
+
+    /// `a in b`.
+    fn contains(&mut self, i: &In) {
+        let lt = self.expr(&i.lhs, Mode::Render);
+        let rt = self.expr(&i.rhs, Mode::Render);
+        let reported = self.operand(&i.rhs, &rt, "in", Needs::Container);
+        // In a string or a map's keys, only a string is looked for.
+        if !reported
+            && matches!(
+                rt.strip_optional(),
+                Type::String
+                    | Type::WorkspacePath
+                    | Type::Literal { .. }
+                    | Type::Map { .. }
+                    | Type::Object { .. }
+            )
+        {
+            let _ = self.operand(&i.lhs, &lt, "in", Needs::Text);
+        }
+    }
+
+    /// `a ~ b`.
+    fn concat(&mut self, s: &StringConcat) {
+        for v in &s.values {
+            match v {
+                ExprVal::Ident(id) => {
+                    let ty = self.read(id, Mode::Render);
+                    let part = Expr::new(ExprVal::Ident(id.clone()));
+                    let _ = self.operand(&part, &ty, "~", Needs::TextOrNumber);
+                }
+                ExprVal::FunctionCall(f) => {
+                    self.args(f);
+                }
+                _ => {}
+            }
+        }
+    }
+
     fn args(&mut self, f: &FunctionCall) -> BTreeMap<String, Type> {
         let mut args: Vec<_> = f.args.iter().collect();
         args.sort_by_key(|(k, _)| k.as_str());
@@ -1618,33 +1741,7 @@ impl<'a> Walker<'a> {
         }
         let shown = path.clone().unwrap_or_else(|| "the value".into());
         let inner = input.strip_optional().clone();
-        let maybe_null = matches!(input, Type::Optional { .. } | Type::Null);
-        // What the filter needs, when it cannot take anything.
-        let needs: Option<(&str, Accepts)> = match name {
-            "first" | "last" | "nth" | "join" | "sort" | "unique" | "slice" | "group_by"
-            | "filter" | "map" | "concat" => Some(("a list", |t| matches!(t, Type::List { .. }))),
-            "length" | "reverse" => Some(("a list, a map or a string", |t| {
-                matches!(
-                    t,
-                    Type::List { .. }
-                        | Type::Map { .. }
-                        | Type::Object { .. }
-                        | Type::String
-                        | Type::Literal { .. }
-                ) || t.is_stringy()
-            })),
-            "abs" | "round" | "pluralize" => Some(("a number", |t| t.is_numeric())),
-            "upper" | "lower" | "trim" | "trim_start" | "trim_end" | "trim_start_matches"
-            | "trim_end_matches" | "truncate" | "wordcount" | "replace" | "capitalize"
-            | "title" | "linebreaksbr" | "indent" | "striptags" | "spaceless" | "escape"
-            | "escape_xml" | "addslashes" | "split" => Some(("a string", |t| t.is_stringy())),
-            "get" => Some(("a map", |t| {
-                matches!(t, Type::Map { .. } | Type::Object { .. })
-            })),
-            "int" | "float" => Some(("a number or a string", |t| t.is_stringy() || t.is_numeric())),
-            _ => None,
-        };
-        if let Some((kind, ok)) = needs {
+        if let Some((kind, ok)) = filter_needs(name) {
             let known = !matches!(inner, Type::Any | Type::Union { .. } | Type::Null);
             if known && !ok(&inner) {
                 let at = self.report(
@@ -1662,6 +1759,7 @@ impl<'a> Walker<'a> {
                 );
                 return Type::Any;
             }
+            let maybe_null = matches!(input, Type::Optional { .. } | Type::Null);
             if maybe_null
                 && mode == Mode::Render
                 && !path.as_ref().is_some_and(|p| self.guards.contains(p))
@@ -1680,18 +1778,10 @@ impl<'a> Walker<'a> {
                 );
             }
         }
-        // Arguments without which the filter always fails.
-        let required: &[&str] = match name {
-            "nth" => &["n"],
-            "group_by" | "filter" | "map" => &["attribute"],
-            "concat" => &["with"],
-            "replace" => &["from", "to"],
-            "split" | "trim_start_matches" | "trim_end_matches" => &["pat"],
-            "get" => &["key"],
-            "default" => &["value"],
-            _ => &[],
-        };
-        if let Some(arg) = required.iter().find(|a| !f.args.contains_key(**a)) {
+        if let Some(arg) = filter_required(name)
+            .iter()
+            .find(|a| !f.args.contains_key(**a))
+        {
             let at = self.report(
                 Code::TemplateFilterInput,
                 format!("filter `{name}` needs its `{arg}` argument"),
@@ -1701,33 +1791,8 @@ impl<'a> Walker<'a> {
             self.help(at, Some(format!("give it: `{name}({arg}=...)`")));
             return Type::Any;
         }
-        // `get` of a key the value does not have fails unless a default is given: a map's
-        // keys are known only at run time.
-        if name == "get" && !f.args.contains_key("default") && mode == Mode::Render {
-            let key = match f.args.get("key").map(|a| &a.val) {
-                Some(ExprVal::String(k)) => Some(k.clone()),
-                _ => None,
-            };
-            let absent = match (&inner, &key) {
-                (Type::Map { .. }, _) => true,
-                (Type::Object { .. }, None) => true,
-                (Type::Object { .. }, Some(k)) => inner.field(k).is_none(),
-                _ => false,
-            };
-            if absent {
-                let shown_key = key.map_or("the key".to_string(), |k| format!("`{k}`"));
-                let at = self.report(
-                    Code::TemplateMaybeNull,
-                    format!("`{shown} | get` fails when `{shown}` has no {shown_key}"),
-                    span,
-                    format!("`{shown}` is {}", short(&input)),
-                );
-                self.help(
-                    at,
-                    Some("give a default: `get(key=..., default=...)`".to_string()),
-                );
-                return Type::Any;
-            }
+        if name == "get" && mode == Mode::Render && self.get_may_fail(f, &input, &shown, span) {
+            return Type::Any;
         }
         let item = match &inner {
             Type::List { item } => (**item).clone(),
@@ -1739,39 +1804,40 @@ impl<'a> Walker<'a> {
         {
             self.attribute(&item, attr);
         }
-        match name {
-            // Tera gives "" for `first`, `last` and `nth` of an empty list.
-            "first" | "last" | "nth" => Type::optional(item),
-            "join" | "upper" | "lower" | "trim" | "trim_start" | "trim_end"
-            | "trim_start_matches" | "trim_end_matches" | "truncate" | "replace" | "capitalize"
-            | "title" | "linebreaksbr" | "indent" | "striptags" | "spaceless" | "escape"
-            | "escape_xml" | "addslashes" | "json_encode" | "as_str" | "pad" | "to_json"
-            | "pluralize" => Type::String,
-            "sort" | "unique" | "slice" | "filter" | "concat" | "reverse" => inner,
-            "length" | "wordcount" | "int" => Type::Int,
-            "float" => Type::Float,
-            "abs" | "round" => inner,
-            "split" => Type::list(Type::String),
-            "group_by" => Type::Map {
-                value: Box::new(Type::list(item)),
-            },
-            "map" => match f.args.get("attribute").map(|a| &a.val) {
-                Some(ExprVal::String(attr)) => {
-                    let fields: Vec<String> = attr.split('.').map(str::to_string).collect();
-                    Type::list(item.field_path(&fields).unwrap_or(Type::Any))
-                }
-                _ => Type::list(Type::Any),
-            },
-            "get" => match (&inner, f.args.get("key").map(|a| &a.val)) {
-                (_, Some(ExprVal::String(k))) => inner.field(k).unwrap_or(Type::Any),
-                _ => Type::Any,
-            },
-            "default" => {
-                let fallback = args.get("value").cloned().unwrap_or(Type::Any);
-                if fallback == Type::Null { input } else { inner }
-            }
-            _ => input,
+        filter_output(f, input, inner, item, &args)
+    }
+
+    /// `get` of a key the value does not have fails unless a default is given (a map's
+    /// keys are known only at run time): reports it.
+    fn get_may_fail(&mut self, f: &FunctionCall, input: &Type, shown: &str, span: Span) -> bool {
+        if f.args.contains_key("default") {
+            return false;
         }
+        let inner = input.strip_optional();
+        let key = match f.args.get("key").map(|a| &a.val) {
+            Some(ExprVal::String(k)) => Some(k.clone()),
+            _ => None,
+        };
+        let absent = match (inner, &key) {
+            (Type::Map { .. }, _) => true,
+            (Type::Object { .. }, None) => true,
+            (Type::Object { .. }, Some(k)) => inner.field(k).is_none(),
+            _ => false,
+        };
+        if absent {
+            let shown_key = key.map_or("the key".to_string(), |k| format!("`{k}`"));
+            let at = self.report(
+                Code::TemplateMaybeNull,
+                format!("`{shown} | get` fails when `{shown}` has no {shown_key}"),
+                span,
+                format!("`{shown}` is {}", short(input)),
+            );
+            self.help(
+                at,
+                Some("give a default: `get(key=..., default=...)`".to_string()),
+            );
+        }
+        absent
     }
 
     fn unknown_callable_at(&mut self, what: &str, name: &str, known: &[&str], span: Span) {
@@ -1821,360 +1887,391 @@ impl<'a> Walker<'a> {
 
     /// Reads an identifier (`a.b[0].c`), checking each step; returns its type.
     fn read(&mut self, ident: &str, mode: Mode) -> Type {
-        let start = self.locate(ident);
-        let at = |from: usize, to: usize| match start {
-            Some(s) => Span::new(s + from, s + to),
-            None => Span::new(0, 0),
-        };
         let (root, segs) = parse_ident(ident);
+        let id = Ident {
+            start: self.locate(ident),
+            root,
+            segs,
+        };
         // The computed indexes are reads of their own.
-        for (seg, _, _) in &segs {
+        for (seg, _, _) in &id.segs {
             if let Seg::Dynamic(inner) = seg {
                 self.read(inner, Mode::Render);
             }
         }
-        let root_span = at(0, root.len());
-        let local = self.local(&root);
-        let mut rest: &[(Seg, usize, usize)] = &segs;
-        let defined = self.guarded(&root) || self.guarded(&defined_guard(&root));
         // A role's output read by name: its maps are a reply's (or a tool's), whose keys
         // are the model's choice.
-        let from_output =
-            local.is_none() && matches!(self.globals.get(&root), Some(Global::Role(..)));
-        let mut ty = match local {
-            Some((t, sure)) => {
-                if !sure && mode == Mode::Render && !defined {
-                    let at_ = self.report(
-                        Code::TemplateUnknownVariable,
-                        format!(
-                            "{} uses `{root}`, which is set only on some paths before this point",
-                            self.what()
-                        ),
-                        root_span,
-                        "may not be set here".into(),
-                    );
-                    self.help(
-                        at_,
-                        Some(format!(
-                            "set it before the `{{% if %}}` or loop (or in every branch, `{{% else %}}` included), or guard the read: `{{% if {root} is defined %}}...{{% endif %}}`"
-                        )),
-                    );
-                    return Type::Any;
-                }
-                t
-            }
-            // `item` exists only in a map branch: elsewhere it is not defined at all.
-            None if root == "item" && !self.workflow.is_map_worker(self.role) => {
-                if mode == Mode::Render && !defined {
-                    let whose = match &self.inline {
-                        Some(i) => i.what.clone(),
-                        None => format!(
-                            "template `{}` of role `{}`",
-                            self.file_name(),
-                            self.role_name
-                        ),
-                    };
-                    let at_ = self.report(
-                        Code::TemplateUnknownVariable,
-                        format!(
-                            "{whose} uses `item`, which exists only in the templates of a map worker"
-                        ),
-                        root_span,
-                        "not defined here".into(),
-                    );
-                    self.help(
-                        at_,
-                        Some(format!(
-                            "`item` is the item of `map ROLE over LIST`, seen by ROLE only; `{}` is not a map worker. In a partial shared with one, guard it: `{{% if item is defined %}}...{{% endif %}}`",
-                            self.role_name
-                        )),
-                    );
-                }
-                return Type::Any;
-            }
-            None if root == "item" => self.item_type(),
-            None if root == "loop" && self.loops > 0 => Type::object(vec![
-                ("index", Type::Int),
-                ("index0", Type::Int),
-                ("first", Type::Bool),
-                ("last", Type::Bool),
-            ]),
-            None => {
-                match self.globals.get(&root).cloned() {
-                    Some(Global::Tools) => self.tools.clone(),
-                    Some(Global::Plain(t)) => {
-                        if root == "input"
-                            && let Some((Seg::Field(name), from, to)) = segs.first()
-                            && t.field(name).is_none()
-                        {
-                            let names = t.field_names();
-                            let at_ = self.report(
-                                Code::TemplateUnknownInput,
-                                format!(
-                                    "{} reads `input.{name}`, which is not an input",
-                                    self.what()
-                                ),
-                                at(*from, *to),
-                                "not declared".into(),
-                            );
-                            let help = did_you_mean(name, names.iter().map(String::as_str))
-                                .unwrap_or_else(|| "declare it: `input NAME: type`".into());
-                            self.help(at_, Some(help));
-                            return Type::Any;
-                        }
-                        t
-                    }
-                    Some(Global::Memory) => {
-                        let Some((Seg::Field(name), from, to)) = segs.first() else {
-                            return Type::Any;
-                        };
-                        rest = &segs[1..];
-                        match self.memory.get(name).cloned() {
-                            None => {
-                                let names: Vec<String> = self.memory.keys().cloned().collect();
-                                let declared = self.workflow.memory.iter().any(|m| &m.name == name);
-                                let why = if declared {
-                                    "is not a value slot (only those are in inline templates)"
-                                } else {
-                                    "is not declared"
-                                };
-                                let at_ = self.report(
-                                    Code::TemplateUnknownMemory,
-                                    format!("{} reads `memory.{name}`, which {why}", self.what()),
-                                    at(*from, *to),
-                                    if declared {
-                                        "not a value slot"
-                                    } else {
-                                        "no such memory"
-                                    }
-                                    .into(),
-                                );
-                                let help = if declared {
-                                    "copy what it needs into a value slot with an update (`set x = ...`), or render it in a prompt".to_string()
-                                } else {
-                                    did_you_mean(name, names.iter().map(String::as_str))
-                                        .unwrap_or_else(|| "declare it in `memory { ... }`".into())
-                                };
-                                self.help(at_, Some(help));
-                                return Type::Any;
-                            }
-                            Some((id, _)) if self.inline.is_none() && !self.reads.contains(&id) => {
-                                let at_ = self.report(
-                                Code::TemplateMemoryNotRead,
-                                format!(
-                                    "template `{}` reads `memory.{name}`, but role `{}` does not declare it",
-                                    self.file_name(),
-                                    self.role_name
-                                ),
-                                at(*from, *to),
-                                "missing from the role's `reads`".into(),
-                            );
-                                self.help(at_, Some(format!("add it: `reads = [{name}]`")));
-                                return Type::Any;
-                            }
-                            Some((_, t)) => t,
-                        }
-                    }
-                    Some(Global::Role(node, t)) => {
-                        let t = (*t).clone();
-                        let pseudo = matches!(segs.first(), Some((Seg::Field(f), _, _)) if f == "invalid" || f == "invalid_reply");
-                        if pseudo {
-                            return Type::Any;
-                        }
-                        let surely = self.surely_ran(node);
-                        if mode == Mode::Render && !surely && !self.guarded(&root) {
-                            let at_ = self.report(
-                                Code::TemplateMayNotHaveRun,
-                                format!(
-                                    "{} reads `{root}`, which may have no valid output {}",
-                                    self.what(),
-                                    self.when()
-                                ),
-                                root_span,
-                                format!("null until `{root}` runs with a valid reply"),
-                            );
-                            self.help(
-                            at_,
-                            Some(format!(
-                                "guard it: `{{% if {root} %}}...{{% endif %}}`, give a default (`{} | default(value=\"\")`), or route so that `{root}` surely runs before `{}`",
-                                normalize(&root, &segs),
-                                self.role_name
-                            )),
-                        );
-                            // One report per read: the fields below are still typed.
-                        }
-                        t
-                    }
-                    None => {
-                        let mut candidates: Vec<String> = self
-                            .locals
-                            .iter()
-                            .chain(&self.set_globals)
-                            .map(|(n, _, _)| n.clone())
-                            .collect();
-                        candidates.extend(
-                            self.globals
-                                .keys()
-                                .filter(|k| !k.starts_with("__") && *k != "role")
-                                .cloned(),
-                        );
-                        let message = match &self.inline {
-                            Some(i) => {
-                                format!("{} uses `{root}`, which is not defined there", i.what)
-                            }
-                            None => format!(
-                                "template `{}` uses `{root}`, which role `{}` will not have",
-                                self.file_name(),
-                                self.role_name
-                            ),
-                        };
-                        let at_ = self.report(
-                            Code::TemplateUnknownVariable,
-                            message,
-                            root_span,
-                            "not defined here".into(),
-                        );
-                        let roots = if self.inline.is_some() {
-                            INLINE_ROOTS
-                        } else {
-                            PROMPT_ROOTS
-                        };
-                        let by_name = (self.inline.is_some() && root == "output").then(|| {
-                            format!(
-                                "read the role's output by its name: `{}`",
-                                normalize(self.role_name, &segs)
-                            )
-                        });
-                        let help = by_name
-                            .or_else(|| did_you_mean(&root, candidates.iter().map(String::as_str)))
-                            .unwrap_or_else(|| {
-                                format!(
-                                    "templates see: {}, and each role's latest output by role name",
-                                    roots.join(", ")
-                                )
-                            });
-                        self.help(at_, Some(help));
-                        return Type::Any;
-                    }
-                }
-            }
+        let from_output = self.local(&id.root).is_none()
+            && matches!(self.globals.get(&id.root), Some(Global::Role(..)));
+        let Some((mut ty, skipped)) = self.root_type(&id, mode) else {
+            return Type::Any;
         };
-        let skipped = segs.len() - rest.len();
-        for (i, (seg, from, to)) in rest.iter().enumerate() {
-            let prefix = normalize(&root, &segs[..skipped + i]);
-            let done = skipped + i + 1;
-            // Tera fails on a key a value does not have: a value typed `any` (a tool's
-            // `data`) may lack any, and so may every map: a reply's (`action_params`), a
-            // memory map the workflow fills itself, an input map.
-            let open_map = matches!(ty, Type::Map { .. });
-            if (matches!(ty, Type::Any) || open_map) && mode == Mode::Render {
-                let whole = normalize(&root, &segs[..done]);
-                if !self.guarded(&whole) {
-                    let kind = match (open_map, from_output) {
-                        (true, true) => "a map in a role's output",
-                        (true, false) => "a map, whose keys are known only at run time",
-                        (false, _) => "typed `any`",
-                    };
-                    let at_ = self.report(
-                        Code::TemplateMaybeNull,
-                        format!(
-                            "`{prefix}` is {kind}, so reading `{whole}` fails when it has no such key"
-                        ),
-                        at(0, *to),
-                        format!("`{prefix}` may not have it"),
-                    );
-                    self.help(
-                        at_,
-                        Some(format!(
-                            "guard it: `{{% if {whole} %}}...{{% endif %}}`, or read it with a default: `{} | default(value=...)`",
-                            normalize(&root, &segs)
-                        )),
-                    );
-                    return Type::Any;
-                }
+        for i in skipped..id.segs.len() {
+            match self.step(&id, ty, i, mode, from_output) {
+                Some(next) => ty = next,
+                None => return Type::Any,
             }
-            if matches!(ty, Type::Any) {
-                return Type::Any;
-            }
-            if matches!(ty, Type::Optional { .. } | Type::Null)
-                && mode == Mode::Render
-                && !self.guarded(&prefix)
-            {
+        }
+        ty
+    }
+
+    /// The type of the identifier's root (with the segments it takes: `memory.NAME`
+    /// takes one); `None` once a fault is reported (or nothing can be known).
+    fn root_type(&mut self, id: &Ident, mode: Mode) -> Option<(Type, usize)> {
+        let root = id.root.as_str();
+        let defined = self.guarded(root) || self.guarded(&defined_guard(root));
+        match self.local(root) {
+            Some((_, false)) if mode == Mode::Render && !defined => {
                 let at_ = self.report(
-                    Code::TemplateMaybeNull,
+                    Code::TemplateUnknownVariable,
                     format!(
-                        "`{prefix}` may be null here, so reading `{}` fails",
-                        normalize(&root, &segs[..done])
+                        "{} uses `{root}`, which is set only on some paths before this point",
+                        self.what()
                     ),
-                    at(0, *to),
-                    format!("`{prefix}` is {}", short(&ty)),
+                    id.at(0, root.len()),
+                    "may not be set here".into(),
                 );
                 self.help(
                     at_,
                     Some(format!(
-                        "guard it: `{{% if {prefix} %}}...{{% endif %}}`, or read it with a default: `{} | default(value=...)`",
-                        normalize(&root, &segs)
+                        "set it before the `{{% if %}}` or loop (or in every branch, `{{% else %}}` included), or guard the read: `{{% if {root} is defined %}}...{{% endif %}}`"
                     )),
                 );
-                return Type::Any;
+                None
             }
-            let inner = match ty.strip_optional() {
-                Type::Null => return Type::Any,
-                t => t.clone(),
-            };
-            ty = match (seg, &inner) {
-                (Seg::Dynamic(_), Type::List { item }) => {
-                    // A computed index may be past the end (or not a number at all).
-                    let whole = normalize(&root, &segs[..done]);
-                    if mode == Mode::Render && !self.guarded(&whole) {
-                        let at_ = self.report(
-                            Code::TemplateMaybeNull,
-                            format!("`{whole}` may be past the end of `{prefix}`"),
-                            at(0, *to),
-                            format!("`{prefix}` may have no item at this index"),
-                        );
-                        self.help(
-                            at_,
-                            Some(format!(
-                                "loop over it (`{{% for x in {prefix} %}}`), or guard the read: `{{% if {whole} %}}...{{% endif %}}`"
-                            )),
-                        );
-                        return Type::Any;
-                    }
-                    (**item).clone()
+            Some((t, _)) => Some((t, 0)),
+            // `item` exists only in a map branch: elsewhere it is not defined at all.
+            None if root == "item" && !self.workflow.is_map_worker(self.role) => {
+                if mode == Mode::Render && !defined {
+                    self.item_outside_map_worker(id);
                 }
-                (Seg::Dynamic(_), Type::Map { value }) => (**value).clone(),
-                (Seg::Dynamic(_), _) => Type::Any,
-                (Seg::Index(n), Type::List { item }) => {
-                    let whole = normalize(&root, &segs[..done]);
-                    let safe = (n == &0 && self.guarded(&prefix)) || self.guarded(&whole);
-                    if mode == Mode::Render && !safe {
-                        let at_ = self.report(
-                            Code::TemplateMaybeNull,
-                            format!("`{whole}` may be past the end of `{prefix}`"),
-                            at(0, *to),
-                            format!("`{prefix}` may have fewer than {} items", n + 1),
-                        );
-                        self.help(
-                            at_,
-                            Some(format!(
-                                "loop over it (`{{% for x in {prefix} %}}`), or guard the read: `{{% if {whole} %}}...{{% endif %}}`"
-                            )),
-                        );
-                        return Type::Any;
-                    }
-                    (**item).clone()
-                }
-                (Seg::Index(_), Type::String | Type::Literal { .. }) => Type::String,
-                (Seg::Index(n), _) => {
-                    self.field(&inner, &n.to_string(), &root, &segs[..done], at(*from, *to))
-                }
-                (Seg::Field(name), _) => {
-                    self.field(&inner, name.as_str(), &root, &segs[..done], at(*from, *to))
-                }
-            };
+                None
+            }
+            None if root == "item" => Some((self.item_type(), 0)),
+            None if root == "loop" && self.loops > 0 => Some((
+                Type::object(vec![
+                    ("index", Type::Int),
+                    ("index0", Type::Int),
+                    ("first", Type::Bool),
+                    ("last", Type::Bool),
+                ]),
+                0,
+            )),
+            None => self.global_type(id, mode),
         }
-        ty
+    }
+
+    fn item_outside_map_worker(&mut self, id: &Ident) {
+        let whose = match &self.inline {
+            Some(i) => i.what.clone(),
+            None => format!(
+                "template `{}` of role `{}`",
+                self.file_name(),
+                self.role_name
+            ),
+        };
+        let at_ = self.report(
+            Code::TemplateUnknownVariable,
+            format!("{whose} uses `item`, which exists only in the templates of a map worker"),
+            id.at(0, id.root.len()),
+            "not defined here".into(),
+        );
+        self.help(
+            at_,
+            Some(format!(
+                "`item` is the item of `map ROLE over LIST`, seen by ROLE only; `{}` is not a map worker. In a partial shared with one, guard it: `{{% if item is defined %}}...{{% endif %}}`",
+                self.role_name
+            )),
+        );
+    }
+
+    /// The type of a root that is no local: a global, `memory.NAME`, a role's output.
+    fn global_type(&mut self, id: &Ident, mode: Mode) -> Option<(Type, usize)> {
+        let root = id.root.as_str();
+        match self.globals.get(root).cloned() {
+            Some(Global::Tools) => Some((self.tools.clone(), 0)),
+            Some(Global::Plain(t)) => {
+                if root == "input"
+                    && let Some((Seg::Field(name), from, to)) = id.segs.first()
+                    && t.field(name).is_none()
+                {
+                    let names = t.field_names();
+                    let at_ = self.report(
+                        Code::TemplateUnknownInput,
+                        format!(
+                            "{} reads `input.{name}`, which is not an input",
+                            self.what()
+                        ),
+                        id.at(*from, *to),
+                        "not declared".into(),
+                    );
+                    let help = did_you_mean(name, names.iter().map(String::as_str))
+                        .unwrap_or_else(|| "declare it: `input NAME: type`".into());
+                    self.help(at_, Some(help));
+                    return None;
+                }
+                Some((t, 0))
+            }
+            Some(Global::Memory) => self.memory_type(id).map(|t| (t, 1)),
+            Some(Global::Role(node, t)) => {
+                let pseudo = matches!(id.segs.first(), Some((Seg::Field(f), _, _)) if f == "invalid" || f == "invalid_reply");
+                if pseudo {
+                    return None;
+                }
+                if mode == Mode::Render && !self.surely_ran(node) && !self.guarded(root) {
+                    // One report per read: the fields below are still typed.
+                    self.may_not_have_run(id);
+                }
+                Some(((*t).clone(), 0))
+            }
+            None => {
+                self.unknown_root(id);
+                None
+            }
+        }
+    }
+
+    /// The type of `memory.NAME`, when the template may read it.
+    fn memory_type(&mut self, id: &Ident) -> Option<Type> {
+        let Some((Seg::Field(name), from, to)) = id.segs.first() else {
+            return None;
+        };
+        match self.memory.get(name).cloned() {
+            None => {
+                let names: Vec<String> = self.memory.keys().cloned().collect();
+                let declared = self.workflow.memory.iter().any(|m| &m.name == name);
+                let why = if declared {
+                    "is not a value slot (only those are in inline templates)"
+                } else {
+                    "is not declared"
+                };
+                let at_ = self.report(
+                    Code::TemplateUnknownMemory,
+                    format!("{} reads `memory.{name}`, which {why}", self.what()),
+                    id.at(*from, *to),
+                    if declared {
+                        "not a value slot"
+                    } else {
+                        "no such memory"
+                    }
+                    .into(),
+                );
+                let help = if declared {
+                    "copy what it needs into a value slot with an update (`set x = ...`), or render it in a prompt".to_string()
+                } else {
+                    did_you_mean(name, names.iter().map(String::as_str))
+                        .unwrap_or_else(|| "declare it in `memory { ... }`".into())
+                };
+                self.help(at_, Some(help));
+                None
+            }
+            Some((slot, _)) if self.inline.is_none() && !self.reads.contains(&slot) => {
+                let at_ = self.report(
+                    Code::TemplateMemoryNotRead,
+                    format!(
+                        "template `{}` reads `memory.{name}`, but role `{}` does not declare it",
+                        self.file_name(),
+                        self.role_name
+                    ),
+                    id.at(*from, *to),
+                    "missing from the role's `reads`".into(),
+                );
+                self.help(at_, Some(format!("add it: `reads = [{name}]`")));
+                None
+            }
+            Some((_, t)) => Some(t),
+        }
+    }
+
+    fn may_not_have_run(&mut self, id: &Ident) {
+        let root = id.root.as_str();
+        let at_ = self.report(
+            Code::TemplateMayNotHaveRun,
+            format!(
+                "{} reads `{root}`, which may have no valid output {}",
+                self.what(),
+                self.when()
+            ),
+            id.at(0, root.len()),
+            format!("null until `{root}` runs with a valid reply"),
+        );
+        self.help(
+            at_,
+            Some(format!(
+                "guard it: `{{% if {root} %}}...{{% endif %}}`, give a default (`{} | default(value=\"\")`), or route so that `{root}` surely runs before `{}`",
+                normalize(root, &id.segs),
+                self.role_name
+            )),
+        );
+    }
+
+    fn unknown_root(&mut self, id: &Ident) {
+        let root = id.root.as_str();
+        let mut candidates: Vec<String> = self
+            .locals
+            .iter()
+            .chain(&self.set_globals)
+            .map(|(n, _, _)| n.clone())
+            .collect();
+        candidates.extend(
+            self.globals
+                .keys()
+                .filter(|k| !k.starts_with("__") && *k != "role")
+                .cloned(),
+        );
+        let message = match &self.inline {
+            Some(i) => {
+                format!("{} uses `{root}`, which is not defined there", i.what)
+            }
+            None => format!(
+                "template `{}` uses `{root}`, which role `{}` will not have",
+                self.file_name(),
+                self.role_name
+            ),
+        };
+        let at_ = self.report(
+            Code::TemplateUnknownVariable,
+            message,
+            id.at(0, root.len()),
+            "not defined here".into(),
+        );
+        let roots = if self.inline.is_some() {
+            INLINE_ROOTS
+        } else {
+            PROMPT_ROOTS
+        };
+        let by_name = (self.inline.is_some() && root == "output").then(|| {
+            format!(
+                "read the role's output by its name: `{}`",
+                normalize(self.role_name, &id.segs)
+            )
+        });
+        let help = by_name
+            .or_else(|| did_you_mean(root, candidates.iter().map(String::as_str)))
+            .unwrap_or_else(|| {
+                format!(
+                    "templates see: {}, and each role's latest output by role name",
+                    roots.join(", ")
+                )
+            });
+        self.help(at_, Some(help));
+    }
+
+    /// The type after segment `i` of a value of type `ty`; `None` once a fault is reported
+    /// (or nothing more can be known).
+    fn step(
+        &mut self,
+        id: &Ident,
+        ty: Type,
+        i: usize,
+        mode: Mode,
+        from_output: bool,
+    ) -> Option<Type> {
+        let (root, segs) = (id.root.as_str(), id.segs.as_slice());
+        let (seg, from, to) = &segs[i];
+        let prefix = normalize(root, &segs[..i]);
+        let whole = normalize(root, &segs[..i + 1]);
+        // Tera fails on a key a value does not have: a value typed `any` (a tool's
+        // `data`) may lack any, and so may every map: a reply's (`action_params`), a
+        // memory map the workflow fills itself, an input map.
+        let open_map = matches!(ty, Type::Map { .. });
+        if (matches!(ty, Type::Any) || open_map) && mode == Mode::Render && !self.guarded(&whole) {
+            let kind = match (open_map, from_output) {
+                (true, true) => "a map in a role's output",
+                (true, false) => "a map, whose keys are known only at run time",
+                (false, _) => "typed `any`",
+            };
+            let message =
+                format!("`{prefix}` is {kind}, so reading `{whole}` fails when it has no such key");
+            self.unsafe_step(
+                id,
+                message,
+                *to,
+                format!("`{prefix}` may not have it"),
+                &whole,
+            );
+            return None;
+        }
+        if matches!(ty, Type::Any) {
+            return None;
+        }
+        if matches!(ty, Type::Optional { .. } | Type::Null)
+            && mode == Mode::Render
+            && !self.guarded(&prefix)
+        {
+            let message = format!("`{prefix}` may be null here, so reading `{whole}` fails");
+            let label = format!("`{prefix}` is {}", short(&ty));
+            self.unsafe_step(id, message, *to, label, &prefix);
+            return None;
+        }
+        let inner = match ty.strip_optional() {
+            Type::Null => return None,
+            t => t.clone(),
+        };
+        let past_end = |this: &mut Self, label: String| {
+            let at_ = this.report(
+                Code::TemplateMaybeNull,
+                format!("`{whole}` may be past the end of `{prefix}`"),
+                id.at(0, *to),
+                label,
+            );
+            this.help(
+                at_,
+                Some(format!(
+                    "loop over it (`{{% for x in {prefix} %}}`), or guard the read: `{{% if {whole} %}}...{{% endif %}}`"
+                )),
+            );
+        };
+        Some(match (seg, &inner) {
+            (Seg::Dynamic(_), Type::List { item }) => {
+                // A computed index may be past the end (or not a number at all).
+                if mode == Mode::Render && !self.guarded(&whole) {
+                    past_end(self, format!("`{prefix}` may have no item at this index"));
+                    return None;
+                }
+                (**item).clone()
+            }
+            (Seg::Dynamic(_), Type::Map { value }) => (**value).clone(),
+            (Seg::Dynamic(_), _) => Type::Any,
+            (Seg::Index(n), Type::List { item }) => {
+                let safe = (n == &0 && self.guarded(&prefix)) || self.guarded(&whole);
+                if mode == Mode::Render && !safe {
+                    past_end(
+                        self,
+                        format!("`{prefix}` may have fewer than {} items", n + 1),
+                    );
+                    return None;
+                }
+                (**item).clone()
+            }
+            (Seg::Index(_), Type::String | Type::Literal { .. }) => Type::String,
+            (Seg::Index(n), _) => self.field(
+                &inner,
+                &n.to_string(),
+                root,
+                &segs[..i + 1],
+                id.at(*from, *to),
+            ),
+            (Seg::Field(name), _) => self.field(
+                &inner,
+                name.as_str(),
+                root,
+                &segs[..i + 1],
+                id.at(*from, *to),
+            ),
+        })
+    }
+
+    /// Reports a step that fails unless `guard` is checked first.
+    fn unsafe_step(&mut self, id: &Ident, message: String, to: usize, label: String, guard: &str) {
+        let at_ = self.report(Code::TemplateMaybeNull, message, id.at(0, to), label);
+        self.help(
+            at_,
+            Some(format!(
+                "guard it: `{{% if {guard} %}}...{{% endif %}}`, or read it with a default: `{} | default(value=...)`",
+                normalize(&id.root, &id.segs)
+            )),
+        );
     }
 
     fn field(

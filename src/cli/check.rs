@@ -78,66 +78,17 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         if failed {
             code = code.max(1);
         }
+        let report = FileReport {
+            path,
+            file: &file,
+            diags: &diags,
+            summary: &summary,
+            sorted: &sorted,
+            cost: cost.as_ref(),
+        };
         match args.format {
-            OutputFormat::Human => {
-                // A key that is not set is said once for every file, at the end.
-                let shown: Vec<Diagnostic> = sorted
-                    .iter()
-                    .filter(|d| d.code != DiagCode::EnvMissingKey)
-                    .cloned()
-                    .collect();
-                if !shown.is_empty() {
-                    err!("{}", diagnostics::render_human(&file, &shown, color, 100));
-                }
-                if diags.has_errors() {
-                    errln!(
-                        "x {}: {} error(s), {} warning(s)",
-                        path.display(),
-                        diags.error_count(),
-                        diags.warning_count()
-                    );
-                } else {
-                    let mark = if diags.warning_count() > 0 {
-                        "~"
-                    } else {
-                        "√"
-                    };
-                    outln!("{mark} {}: {}", path.display(), summary.line());
-                }
-                if let Some(cost) = &cost {
-                    if !cost.unbounded.is_empty() {
-                        err!(
-                            "{}",
-                            diagnostics::render_human(&file, &cost.unbounded, color, 100)
-                        );
-                    }
-                    outln!("{}", cost.table().trim_end());
-                } else if args.cost && !diags.has_errors() {
-                    outln!("(no worst case: the workflow has errors)");
-                }
-            }
-            OutputFormat::Json => {
-                let mut entry = serde_json::json!({
-                    "file": path.display().to_string(),
-                    "ok": !failed,
-                    "errors": diags.error_count(),
-                    "warnings": diags.warning_count(),
-                    "diagnostics": diagnostics::to_json(&file, &sorted),
-                    "summary": summary,
-                });
-                // Only asked for: the shape without `--cost` stays as it was.
-                if let Some(c) = &cost {
-                    entry["cost"] = serde_json::json!({
-                        "roles": c.roles,
-                        "input_tokens": c.input_tokens,
-                        "output_tokens": c.output_tokens,
-                        "max_cost": c.max_cost,
-                        "visits_by_inputs": c.visits_by_inputs,
-                        "unbounded": diagnostics::to_json(&file, &c.unbounded),
-                    });
-                }
-                json_out.push(entry);
-            }
+            OutputFormat::Human => report.human(args.cost, color),
+            OutputFormat::Json => json_out.push(report.json(failed)),
         }
     }
     if args.format == OutputFormat::Json {
@@ -148,6 +99,87 @@ pub fn run(args: Args) -> Result<Code, CliError> {
     }
     keys.report(color);
     Ok(code)
+}
+
+/// What `check` found in one file.
+struct FileReport<'a> {
+    path: &'a std::path::Path,
+    file: &'a SourceFile,
+    diags: &'a diagnostics::Diagnostics,
+    summary: &'a crate::check::Summary,
+    /// The diagnostics in the order shown.
+    sorted: &'a [Diagnostic],
+    cost: Option<&'a crate::check::cost::CostReport>,
+}
+
+impl FileReport<'_> {
+    /// For a reader: the diagnostics, a line for the file, and the worst case when
+    /// `cost_asked`.
+    fn human(&self, cost_asked: bool, color: bool) {
+        // A key that is not set is said once for every file, at the end.
+        let shown: Vec<Diagnostic> = self
+            .sorted
+            .iter()
+            .filter(|d| d.code != DiagCode::EnvMissingKey)
+            .cloned()
+            .collect();
+        if !shown.is_empty() {
+            err!(
+                "{}",
+                diagnostics::render_human(self.file, &shown, color, 100)
+            );
+        }
+        if self.diags.has_errors() {
+            errln!(
+                "x {}: {} error(s), {} warning(s)",
+                self.path.display(),
+                self.diags.error_count(),
+                self.diags.warning_count()
+            );
+        } else {
+            let mark = if self.diags.warning_count() > 0 {
+                "~"
+            } else {
+                "√"
+            };
+            outln!("{mark} {}: {}", self.path.display(), self.summary.line());
+        }
+        if let Some(cost) = self.cost {
+            if !cost.unbounded.is_empty() {
+                err!(
+                    "{}",
+                    diagnostics::render_human(self.file, &cost.unbounded, color, 100)
+                );
+            }
+            outln!("{}", cost.table().trim_end());
+        } else if cost_asked && !self.diags.has_errors() {
+            outln!("(no worst case: the workflow has errors)");
+        }
+    }
+
+    /// For a program: an entry of the JSON list.
+    fn json(&self, failed: bool) -> serde_json::Value {
+        let mut entry = serde_json::json!({
+            "file": self.path.display().to_string(),
+            "ok": !failed,
+            "errors": self.diags.error_count(),
+            "warnings": self.diags.warning_count(),
+            "diagnostics": diagnostics::to_json(self.file, self.sorted),
+            "summary": self.summary,
+        });
+        // Only asked for: the shape without `--cost` stays as it was.
+        if let Some(c) = self.cost {
+            entry["cost"] = serde_json::json!({
+                "roles": c.roles,
+                "input_tokens": c.input_tokens,
+                "output_tokens": c.output_tokens,
+                "max_cost": c.max_cost,
+                "visits_by_inputs": c.visits_by_inputs,
+                "unbounded": diagnostics::to_json(self.file, &c.unbounded),
+            });
+        }
+        entry
+    }
 }
 
 /// The worst case of a run, with every llm role calling `provider` when one is given.

@@ -2,6 +2,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{CliError, Code, input_problems, load_workflow, progress_mode, runtime_error};
+use crate::check::Checked;
 use crate::eval::{batch, swebench};
 use crate::run;
 
@@ -79,7 +80,58 @@ const DEFAULT_AGENT: &str = "workflows/llm_ide.rondo";
 
 pub fn run(args: Args) -> Result<Code, CliError> {
     let progress = progress_mode(args.quiet);
-    let (setup, out) = match (args.resume, args.dataset) {
+    let (setup, out) = setup_of(args)?;
+    if setup.concurrency == 0 {
+        return Err(CliError::new("--concurrency must be at least 1"));
+    }
+    let workflow = load_workflow(&setup.workflow).map_err(|e| e.with_code(2))?;
+    let workflow = match &setup.model {
+        Some(model) => workflow.with_model(model),
+        None => workflow,
+    };
+    let instances = swebench::read_instances(
+        &setup.dataset,
+        &workflow,
+        setup.image.as_deref(),
+        setup.predictions.is_none(),
+    )
+    .map_err(|p| input_problems(&p))?;
+    let instances = swebench::select(instances, &setup)?;
+    let workflow = agent_workflow(workflow, &instances, &setup)?;
+    let single = setup.instances.len() == 1;
+    let rt = run::runtime_for_runs(setup.concurrency).map_err(runtime_error)?;
+    let job = swebench::Swebench {
+        workflow: Arc::new(workflow),
+        instances,
+        setup,
+        out: out.clone(),
+        progress,
+    };
+    let report = rt.block_on(job.run())?;
+    if single && let Some(r) = report.results.first() {
+        out!("{}", r.patch);
+    }
+    out!("{}", swebench::render_table(&report));
+    out!("{}", why(&report.results));
+    errln!("results: {}", out.display());
+    if report.interrupted {
+        errln!(
+            "interrupted: continue with `rondo swebench --resume {}`",
+            out.display()
+        );
+    }
+    let all = report.unfinished == 0
+        && report
+            .results
+            .iter()
+            .all(|r| r.exit_code == 0 && r.resolved == Some(true));
+    Ok(Code::from(!all))
+}
+
+/// The batch's setup and results folder: a new run's from the arguments, or the saved
+/// one of the run `--resume` continues (its concurrency and timeout may change).
+fn setup_of(args: Args) -> Result<(swebench::Setup, PathBuf), CliError> {
+    Ok(match (args.resume, args.dataset) {
         (Some(dir), _) => {
             let mut setup: swebench::Setup =
                 batch::saved_setup(&dir, swebench::SETUP_FILE, "a swebench results folder")?;
@@ -122,26 +174,18 @@ pub fn run(args: Args) -> Result<Code, CliError> {
             (setup, out)
         }
         (None, None) => return Err(CliError::new("give a dataset, or --resume DIR")),
-    };
-    if setup.concurrency == 0 {
-        return Err(CliError::new("--concurrency must be at least 1"));
-    }
-    let workflow = load_workflow(&setup.workflow).map_err(|e| e.with_code(2))?;
-    let workflow = match &setup.model {
-        Some(model) => workflow.with_model(model),
-        None => workflow,
-    };
-    let instances = swebench::read_instances(
-        &setup.dataset,
-        &workflow,
-        setup.image.as_deref(),
-        setup.predictions.is_none(),
-    )
-    .map_err(|p| input_problems(&p))?;
-    let instances = swebench::select(instances, &setup)?;
-    // The agent works where the repository is: SWE-bench's /testbed when it is the image's.
+    })
+}
+
+/// The workflow the agent runs: where the repository is, SWE-bench's /testbed when it is
+/// the image's.
+fn agent_workflow(
+    workflow: Checked,
+    instances: &[swebench::Instance],
+    setup: &swebench::Setup,
+) -> Result<Checked, CliError> {
     let in_images = instances.iter().filter(|i| i.repo.is_none()).count();
-    let workflow = if setup.predictions.is_none() && in_images > 0 {
+    Ok(if setup.predictions.is_none() && in_images > 0 {
         if in_images < instances.len() {
             return Err(CliError::new(
                 "some instances' repositories are folders and others are their images': run them as two batches (--filter)",
@@ -157,35 +201,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
             })?
     } else {
         workflow
-    };
-    let single = setup.instances.len() == 1;
-    let rt = run::runtime_for_runs(setup.concurrency).map_err(runtime_error)?;
-    let job = swebench::Swebench {
-        workflow: Arc::new(workflow),
-        instances,
-        setup,
-        out: out.clone(),
-        progress,
-    };
-    let report = rt.block_on(job.run())?;
-    if single && let Some(r) = report.results.first() {
-        out!("{}", r.patch);
-    }
-    out!("{}", swebench::render_table(&report));
-    out!("{}", why(&report.results));
-    errln!("results: {}", out.display());
-    if report.interrupted {
-        errln!(
-            "interrupted: continue with `rondo swebench --resume {}`",
-            out.display()
-        );
-    }
-    let all = report.unfinished == 0
-        && report
-            .results
-            .iter()
-            .all(|r| r.exit_code == 0 && r.resolved == Some(true));
-    Ok(Code::from(!all))
+    })
 }
 
 /// Why each instance that did not end well did not, as `results.jsonl` says it: the run's

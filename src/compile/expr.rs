@@ -1,6 +1,7 @@
 //! Expressions: resolve roots to indices and infer types, reporting what cannot work.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 use petgraph::graph::NodeIndex;
 use serde_json::Value;
@@ -8,7 +9,7 @@ use serde_json::Value;
 use super::types::Type;
 use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root, Unchecked};
 use super::{Compiler, number_value};
-use crate::diagnostics::{Code, Diagnostic, did_you_mean};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
 use crate::syntax::{self, BinOp, UnOp};
 
 /// Where an expression is evaluated: which role (for `output` and `visit`).
@@ -109,97 +110,109 @@ impl Compiler<'_> {
                     Type::list(item_ty),
                 )
             }
-            K::Map(entries) => {
-                let mut fields = Vec::new();
-                let mut out = Vec::new();
-                for (k, v) in entries {
-                    let (expr, ty) = self.expr(v, scope);
-                    fields.push((k.name.clone(), widen(ty)));
-                    out.push((k.name.clone(), expr));
-                }
-                let ty = Type::Object {
-                    fields: fields
-                        .into_iter()
-                        .map(|(name, ty)| super::types::Field { name, ty })
-                        .collect(),
-                };
-                (ExprKind::Map { entries: out }, ty)
-            }
+            K::Map(entries) => self.map(entries, scope),
             K::Path(parts) => self.path(parts, scope),
             K::Call(name, args) => self.call(name, args, scope, e),
-            K::Get(base, fields) => {
-                let (base_expr, mut ty) = self.expr(base, scope);
-                for field in fields {
-                    match ty.field(&field.name) {
-                        Some(t) => ty = t,
-                        None => {
-                            let names = ty.field_names();
-                            self.diags.push(
-                                Diagnostic::error(
-                                    Code::ExprUnknownField,
-                                    format!("{} has no field `{}`", ty.display(), field.name),
-                                )
-                                .label(field.span, "unknown field")
-                                .help(
-                                    did_you_mean(&field.name, names.iter().map(String::as_str))
-                                        .unwrap_or_else(|| {
-                                            format!("its fields are: {}", names.join(", "))
-                                        }),
-                                ),
-                            );
-                            ty = Type::Any;
-                        }
-                    }
+            K::Get(base, fields) => self.get(base, fields, scope),
+            K::Unary(op, operand) => self.unary(*op, operand, scope),
+            K::Binary(op, lhs, rhs) => self.binary(*op, lhs, rhs, scope),
+        }
+    }
+
+    /// `{ key: value, ... }`: an object of the values' types.
+    fn map(
+        &mut self,
+        entries: &[(syntax::Ident, syntax::Expr)],
+        scope: &Scope,
+    ) -> (ExprKind, Type) {
+        let mut fields = Vec::new();
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let (expr, ty) = self.expr(v, scope);
+            fields.push((k.name.clone(), widen(ty)));
+            out.push((k.name.clone(), expr));
+        }
+        let ty = Type::Object {
+            fields: fields
+                .into_iter()
+                .map(|(name, ty)| super::types::Field { name, ty })
+                .collect(),
+        };
+        (ExprKind::Map { entries: out }, ty)
+    }
+
+    /// `(expr).field.field`.
+    fn get(
+        &mut self,
+        base: &syntax::Expr,
+        fields: &[syntax::Ident],
+        scope: &Scope,
+    ) -> (ExprKind, Type) {
+        let (base_expr, mut ty) = self.expr(base, scope);
+        for field in fields {
+            match ty.field(&field.name) {
+                Some(t) => ty = t,
+                None => {
+                    let names = ty.field_names();
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::ExprUnknownField,
+                            format!("{} has no field `{}`", ty.display(), field.name),
+                        )
+                        .label(field.span, "unknown field")
+                        .help(
+                            did_you_mean(&field.name, names.iter().map(String::as_str))
+                                .unwrap_or_else(|| format!("its fields are: {}", names.join(", "))),
+                        ),
+                    );
+                    ty = Type::Any;
+                }
+            }
+        }
+        (
+            ExprKind::Get {
+                base: Box::new(base_expr),
+                fields: fields.iter().map(|f| f.name.clone()).collect(),
+            },
+            ty,
+        )
+    }
+
+    fn unary(&mut self, op: UnOp, operand: &syntax::Expr, scope: &Scope) -> (ExprKind, Type) {
+        let (inner, ty) = self.expr(operand, scope);
+        match op {
+            UnOp::Not => {
+                if !ty.is_bool() {
+                    self.diags.push(
+                        Diagnostic::error(Code::ExprTypeMismatch, "`not` needs true or false")
+                            .label(operand.span, format!("this is {}", ty.display()))
+                            .help("compare first, e.g. `not (x == \"done\")`"),
+                    );
                 }
                 (
-                    ExprKind::Get {
-                        base: Box::new(base_expr),
-                        fields: fields.iter().map(|f| f.name.clone()).collect(),
+                    ExprKind::Not {
+                        operand: Box::new(inner),
+                    },
+                    Type::Bool,
+                )
+            }
+            UnOp::Neg => {
+                if !ty.is_numeric() {
+                    self.diags.push(
+                        Diagnostic::error(Code::ExprTypeMismatch, "`-` needs a number")
+                            .label(operand.span, format!("this is {}", ty.display()))
+                            .help("negate a number"),
+                    );
+                }
+                let unchecked = Unchecked::from(is_unchecked(&ty));
+                (
+                    ExprKind::Neg {
+                        operand: Box::new(inner),
+                        unchecked,
                     },
                     ty,
                 )
             }
-            K::Unary(op, operand) => {
-                let (inner, ty) = self.expr(operand, scope);
-                match op {
-                    UnOp::Not => {
-                        if !ty.is_bool() {
-                            self.diags.push(
-                                Diagnostic::error(
-                                    Code::ExprTypeMismatch,
-                                    "`not` needs true or false",
-                                )
-                                .label(operand.span, format!("this is {}", ty.display()))
-                                .help("compare first, e.g. `not (x == \"done\")`"),
-                            );
-                        }
-                        (
-                            ExprKind::Not {
-                                operand: Box::new(inner),
-                            },
-                            Type::Bool,
-                        )
-                    }
-                    UnOp::Neg => {
-                        if !ty.is_numeric() {
-                            self.diags.push(
-                                Diagnostic::error(Code::ExprTypeMismatch, "`-` needs a number")
-                                    .label(operand.span, format!("this is {}", ty.display()))
-                                    .help("negate a number"),
-                            );
-                        }
-                        let unchecked = Unchecked::from(is_unchecked(&ty));
-                        (
-                            ExprKind::Neg {
-                                operand: Box::new(inner),
-                                unchecked,
-                            },
-                            ty,
-                        )
-                    }
-                }
-            }
-            K::Binary(op, lhs, rhs) => self.binary(*op, lhs, rhs, scope),
         }
     }
 
@@ -266,69 +279,7 @@ impl Compiler<'_> {
                 Type::Bool
             }
             BinOp::Coalesce => self.coalesce_type(lhs, &lt, rhs, &rt),
-            BinOp::Add | BinOp::Sub if Self::nullable_number(&lt) || Self::nullable_number(&rt) => {
-                let (side, t) = if Self::nullable_number(&lt) {
-                    (lhs, &lt)
-                } else {
-                    (rhs, &rt)
-                };
-                self.diags.push(
-                    Diagnostic::error(
-                        Code::ExprOptionalOperand,
-                        format!("`{}` needs a number, but this may be null", op.symbol()),
-                    )
-                    .label(side.span, format!("this is {}", t.display()))
-                    .help(format!(
-                        "give it a fallback: `({} ?? 0)`",
-                        self.file
-                            .text
-                            .get(side.span.start..side.span.end)
-                            .unwrap_or("x")
-                    )),
-                );
-                Type::Any
-            }
-            BinOp::Add | BinOp::Sub => {
-                if lt.is_numeric() && rt.is_numeric() {
-                    if matches!(lt.strip_optional(), Type::Any)
-                        || matches!(rt.strip_optional(), Type::Any)
-                    {
-                        // Unchecked: an int or a float, as the value turns out.
-                        Type::Any
-                    } else if matches!(lt.strip_optional(), Type::Int)
-                        && matches!(rt.strip_optional(), Type::Int)
-                    {
-                        Type::Int
-                    } else {
-                        Type::Float
-                    }
-                } else if op == BinOp::Add && lt.is_stringy() && rt.is_stringy() {
-                    Type::String
-                } else if op == BinOp::Add
-                    && matches!(lt.strip_optional(), Type::List { .. } | Type::Any)
-                    && matches!(rt.strip_optional(), Type::List { .. } | Type::Any)
-                    && !(matches!(lt.strip_optional(), Type::Any)
-                        && matches!(rt.strip_optional(), Type::Any))
-                {
-                    list_join(&lt, &rt)
-                } else {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::ExprTypeMismatch,
-                            format!(
-                                "`{}` does not apply to {} and {}",
-                                op.symbol(),
-                                lt.display(),
-                                rt.display()
-                            ),
-                        )
-                        .label(lhs.span, lt.display())
-                        .label(rhs.span, rt.display())
-                        .help("`+` adds numbers, joins strings or lists; `-` subtracts numbers"),
-                    );
-                    Type::Any
-                }
-            }
+            BinOp::Add | BinOp::Sub => self.add_sub_type(op, lhs, &lt, rhs, &rt),
         };
         let unchecked = Unchecked::from(
             matches!(op, BinOp::Add | BinOp::Sub) && (is_unchecked(&lt) || is_unchecked(&rt)),
@@ -342,6 +293,78 @@ impl Compiler<'_> {
             },
             ty,
         )
+    }
+
+    /// The type of `a + b` or `a - b`: numbers, strings or lists; a number that may be null
+    /// needs a fallback first.
+    fn add_sub_type(
+        &mut self,
+        op: BinOp,
+        lhs: &syntax::Expr,
+        lt: &Type,
+        rhs: &syntax::Expr,
+        rt: &Type,
+    ) -> Type {
+        if Self::nullable_number(lt) || Self::nullable_number(rt) {
+            let (side, t) = if Self::nullable_number(lt) {
+                (lhs, lt)
+            } else {
+                (rhs, rt)
+            };
+            self.diags.push(
+                Diagnostic::error(
+                    Code::ExprOptionalOperand,
+                    format!("`{}` needs a number, but this may be null", op.symbol()),
+                )
+                .label(side.span, format!("this is {}", t.display()))
+                .help(format!(
+                    "give it a fallback: `({} ?? 0)`",
+                    self.file
+                        .text
+                        .get(side.span.start..side.span.end)
+                        .unwrap_or("x")
+                )),
+            );
+            return Type::Any;
+        }
+        if lt.is_numeric() && rt.is_numeric() {
+            if matches!(lt.strip_optional(), Type::Any) || matches!(rt.strip_optional(), Type::Any)
+            {
+                // Unchecked: an int or a float, as the value turns out.
+                Type::Any
+            } else if matches!(lt.strip_optional(), Type::Int)
+                && matches!(rt.strip_optional(), Type::Int)
+            {
+                Type::Int
+            } else {
+                Type::Float
+            }
+        } else if op == BinOp::Add && lt.is_stringy() && rt.is_stringy() {
+            Type::String
+        } else if op == BinOp::Add
+            && matches!(lt.strip_optional(), Type::List { .. } | Type::Any)
+            && matches!(rt.strip_optional(), Type::List { .. } | Type::Any)
+            && !(matches!(lt.strip_optional(), Type::Any)
+                && matches!(rt.strip_optional(), Type::Any))
+        {
+            list_join(lt, rt)
+        } else {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::ExprTypeMismatch,
+                    format!(
+                        "`{}` does not apply to {} and {}",
+                        op.symbol(),
+                        lt.display(),
+                        rt.display()
+                    ),
+                )
+                .label(lhs.span, lt.display())
+                .label(rhs.span, rt.display())
+                .help("`+` adds numbers, joins strings or lists; `-` subtracts numbers"),
+            );
+            Type::Any
+        }
     }
 
     /// A number that may be null (`int?`, `float?`): arithmetic on it could fail at run time.
@@ -439,12 +462,14 @@ impl Compiler<'_> {
 
     fn path(&mut self, parts: &[syntax::Ident], scope: &Scope) -> (ExprKind, Type) {
         let Some(root) = parts.first() else {
-            return (ExprKind::Literal { value: Value::Null }, Type::Any);
+            return null_any();
         };
         let mut rest = &parts[1..];
         let mut pseudo: Option<String> = None;
-        let (root_kind, mut ty, mut described) = match root.name.as_str() {
-            "input" => {
+        let builtin = self.builtin_root(&root.name, scope);
+        let (root_kind, ty, described) = match (root.name.as_str(), builtin) {
+            (_, Some((root_kind, ty, what))) => (root_kind, Cow::Owned(ty), Described::Text(what)),
+            ("input", _) => {
                 let Some(name) = rest.first() else {
                     return self.bare_namespace(root, "input", "input.question");
                 };
@@ -455,31 +480,16 @@ impl Compiler<'_> {
                         Cow::Borrowed(&self.workflow.inputs[id].ty),
                         Described::Input(&name.name),
                     ),
-                    None => {
-                        let candidates: Vec<&str> =
-                            self.input_names.keys().map(String::as_str).collect();
-                        let help = did_you_mean(&name.name, candidates).unwrap_or_else(|| {
-                            "declare it in the header: `input NAME: type`".into()
-                        });
-                        self.diags.push(
-                            Diagnostic::error(
-                                Code::ExprUnknownInput,
-                                format!("unknown input `{}`", name.name),
-                            )
-                            .label(name.span, "not an input")
-                            .help(help),
-                        );
-                        return (ExprKind::Literal { value: Value::Null }, Type::Any);
-                    }
+                    None => return self.unknown_input(name),
                 }
             }
-            "memory" => {
+            ("memory", _) => {
                 let Some(name) = rest.first() else {
                     return self.bare_namespace(root, "memory", "memory.plan");
                 };
                 rest = &rest[1..];
                 let Some(id) = self.lookup_memory(name) else {
-                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
+                    return null_any();
                 };
                 let ty = match &self.workflow.memory[id].kind {
                     MemoryKind::Value { ty, .. } => Cow::Borrowed(ty),
@@ -488,7 +498,7 @@ impl Compiler<'_> {
                 };
                 (Root::Memory { id }, ty, Described::Memory(&name.name))
             }
-            "output" => match scope.role {
+            ("output", _) => match scope.role {
                 Some(node) => (
                     Root::Output,
                     self.workflow
@@ -496,47 +506,12 @@ impl Compiler<'_> {
                         .map_or(Cow::Owned(Type::Any), |r| Cow::Borrowed(&*r.output_type)),
                     Described::Text("the output"),
                 ),
-                None => {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::ExprOutputOutsideRole,
-                            "`output` exists only inside a role",
-                        )
-                        .label(root.span, "no current role here")
-                        .help("name the role instead: `planner.field`"),
-                    );
-                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
-                }
+                None => return self.output_outside_role(root),
             },
-            "prompt" if scope.role.is_some() => (
-                Root::Prompt,
-                Cow::Owned(Type::String),
-                Described::Text("the prompt"),
-            ),
-            "item" => {
+            ("item", _) => {
                 let role = scope.role.map(|n| self.workflow.graph[n].name.clone());
                 if !role.as_ref().is_some_and(|r| self.map_workers.contains(r)) {
-                    let (label, help) = match &role {
-                        Some(r) => (
-                            format!("`{r}` is not a map worker"),
-                            format!(
-                                "`item` is the item of `map ROLE over LIST`, seen by ROLE alone; read what `{r}` needs from memory or a role's output"
-                            ),
-                        ),
-                        None => (
-                            "no map item here".to_string(),
-                            "`item` is the item of `map ROLE over LIST`, seen by ROLE alone (its prompt, updates, artifacts, tool arguments)".to_string(),
-                        ),
-                    };
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::ExprItemOutsideMap,
-                            "`item` exists only in a map worker",
-                        )
-                        .label(root.span, label)
-                        .help(help),
-                    );
-                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
+                    return self.item_outside_map(root, role.as_deref());
                 }
                 let item = self.item_type(role.as_deref().unwrap_or(""));
                 (
@@ -545,28 +520,13 @@ impl Compiler<'_> {
                     Described::Text("the map item"),
                 )
             }
-            "round" => (Root::Round, Cow::Owned(Type::Int), Described::Text("round")),
-            "step" => (Root::Step, Cow::Owned(Type::Int), Described::Text("step")),
-            "visit" => (Root::Visit, Cow::Owned(Type::Int), Described::Text("visit")),
-            "run_id" => (
-                Root::RunId,
-                Cow::Owned(Type::String),
-                Described::Text("run_id"),
-            ),
-            // The `finally` role runs once the run has ended: `ended` is never null there.
-            "ended" => {
-                let ty = ended_type();
-                let ty = match (scope.role, self.workflow.finally) {
-                    (Some(role), Some(finally)) if role == finally => ty.strip_optional().clone(),
-                    _ => ty,
-                };
-                (Root::Ended, Cow::Owned(ty), Described::Text("ended"))
-            }
             // A role whose declaration did not parse is reported there.
-            name if self.broken_nodes.contains(name) && !self.node_names.contains_key(name) => {
-                return (ExprKind::Literal { value: Value::Null }, Type::Any);
+            (name, _)
+                if self.broken_nodes.contains(name) && !self.node_names.contains_key(name) =>
+            {
+                return null_any();
             }
-            name => match self.node_names.get(name).copied() {
+            (name, _) => match self.node_names.get(name).copied() {
                 Some(node) if self.workflow.role(node).is_some() => {
                     if let Some(ty) = rest
                         .first()
@@ -589,90 +549,18 @@ impl Compiler<'_> {
                         (Root::Role { node }, ty, Described::Role(name))
                     }
                 }
-                _ => {
-                    let mut candidates: Vec<&str> = vec![
-                        "input", "memory", "output", "item", "round", "step", "visit", "run_id",
-                        "ended",
-                    ];
-                    let roles: Vec<String> = self
-                        .node_names
-                        .iter()
-                        .filter(|(_, n)| self.workflow.role(**n).is_some())
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    candidates.extend(roles.iter().map(String::as_str));
-                    let mut help = did_you_mean(name, candidates.iter().copied());
-                    if help.is_none() && self.memory_names.contains_key(name) {
-                        help = Some(format!("memory is read as `memory.{name}`"));
-                    }
-                    if help.is_none() && self.input_names.contains_key(name) {
-                        help = Some(format!("inputs are read as `input.{name}`"));
-                    }
-                    self.diags.push(
-                        Diagnostic::error(Code::ExprUnknownName, format!("unknown name `{name}`"))
-                            .label(root.span, "not a role, input, memory or built-in value")
-                            .help(help.unwrap_or_else(|| "expressions start with a role name, `input.`, `memory.`, `output`, `item`, `round`, `step`, `visit`, `run_id` or `ended`".into())),
-                    );
-                    return (ExprKind::Literal { value: Value::Null }, Type::Any);
-                }
+                _ => return self.unknown_name(root, name),
             },
         };
         let mut fields: Vec<String> = pseudo.into_iter().collect();
-        for field in rest {
-            let next = match &ty {
-                Cow::Borrowed(t) => t.field_ref(&field.name),
-                Cow::Owned(t) => t.field(&field.name).map(Cow::Owned),
-            };
-            match next {
-                Some(t) => {
-                    ty = t;
-                    described = Described::Field(&field.name);
-                }
-                None => {
-                    let names = ty.field_names();
-                    // A value with no fields at all: every field read of it is the one
-                    // fault (one diagnostic, each read labelled).
-                    let worker = match described {
-                        Described::Role(role) if self.map_workers.contains(role) => Some(role),
-                        _ => None,
-                    };
-                    let (message, help) = if let Some(role) = worker {
-                        (
-                            format!(
-                                "`{role}` is a map worker: read by its name it is the list of its branch outputs, which has no field `{}`",
-                                field.name
-                            ),
-                            format!(
-                                "read one item (`first({role}).{0}`, `at({role}, 0).{0}`), or keep them all (`LIST.extend({role})`)",
-                                field.name
-                            ),
-                        )
-                    } else if names.is_empty() {
-                        let help = match (&described, &*ty) {
-                            (Described::Role(role), Type::String) => format!(
-                                "a reply has fields when its shape is declared: `output json TYPE` in role `{role}`"
-                            ),
-                            _ => format!("use {described} whole, without `.{}`", field.name),
-                        };
-                        (
-                            format!("{described} is {}, which has no fields", ty.display()),
-                            help,
-                        )
-                    } else {
-                        let help = did_you_mean(&field.name, names.iter().map(String::as_str))
-                            .unwrap_or_else(|| format!("its fields are: {}", names.join(", ")));
-                        (format!("{described} has no field `{}`", field.name), help)
-                    };
-                    self.diags.push(
-                        Diagnostic::error(Code::ExprUnknownField, message)
-                            .label(field.span, format!("no field `{}`", field.name))
-                            .help(help),
-                    );
-                    ty = Cow::Owned(Type::Any);
-                }
-            }
-            fields.push(field.name.clone());
-        }
+        let ty = walk_fields(
+            &mut self.diags,
+            &self.map_workers,
+            ty,
+            described,
+            rest,
+            &mut fields,
+        );
         (
             ExprKind::Path {
                 root: root_kind,
@@ -680,6 +568,106 @@ impl Compiler<'_> {
             },
             ty.into_owned(),
         )
+    }
+
+    /// A value read by its name alone: `prompt` (in a role), `round`, `step`, `visit`,
+    /// `run_id`, `ended`; its type, and how a diagnostic names it.
+    fn builtin_root(&self, name: &str, scope: &Scope) -> Option<(Root, Type, &'static str)> {
+        Some(match name {
+            "prompt" if scope.role.is_some() => (Root::Prompt, Type::String, "the prompt"),
+            "round" => (Root::Round, Type::Int, "round"),
+            "step" => (Root::Step, Type::Int, "step"),
+            "visit" => (Root::Visit, Type::Int, "visit"),
+            "run_id" => (Root::RunId, Type::String, "run_id"),
+            // The `finally` role runs once the run has ended: `ended` is never null there.
+            "ended" => {
+                let ty = ended_type();
+                let ty = match (scope.role, self.workflow.finally) {
+                    (Some(role), Some(finally)) if role == finally => ty.strip_optional().clone(),
+                    _ => ty,
+                };
+                (Root::Ended, ty, "ended")
+            }
+            _ => return None,
+        })
+    }
+
+    fn unknown_input(&mut self, name: &syntax::Ident) -> (ExprKind, Type) {
+        let candidates: Vec<&str> = self.input_names.keys().map(String::as_str).collect();
+        let help = did_you_mean(&name.name, candidates)
+            .unwrap_or_else(|| "declare it in the header: `input NAME: type`".into());
+        self.diags.push(
+            Diagnostic::error(
+                Code::ExprUnknownInput,
+                format!("unknown input `{}`", name.name),
+            )
+            .label(name.span, "not an input")
+            .help(help),
+        );
+        null_any()
+    }
+
+    fn output_outside_role(&mut self, root: &syntax::Ident) -> (ExprKind, Type) {
+        self.diags.push(
+            Diagnostic::error(
+                Code::ExprOutputOutsideRole,
+                "`output` exists only inside a role",
+            )
+            .label(root.span, "no current role here")
+            .help("name the role instead: `planner.field`"),
+        );
+        null_any()
+    }
+
+    /// `item` read outside a map worker (in role `role`, if any).
+    fn item_outside_map(&mut self, root: &syntax::Ident, role: Option<&str>) -> (ExprKind, Type) {
+        let (label, help) = match role {
+            Some(r) => (
+                format!("`{r}` is not a map worker"),
+                format!(
+                    "`item` is the item of `map ROLE over LIST`, seen by ROLE alone; read what `{r}` needs from memory or a role's output"
+                ),
+            ),
+            None => (
+                "no map item here".to_string(),
+                "`item` is the item of `map ROLE over LIST`, seen by ROLE alone (its prompt, updates, artifacts, tool arguments)".to_string(),
+            ),
+        };
+        self.diags.push(
+            Diagnostic::error(
+                Code::ExprItemOutsideMap,
+                "`item` exists only in a map worker",
+            )
+            .label(root.span, label)
+            .help(help),
+        );
+        null_any()
+    }
+
+    fn unknown_name(&mut self, root: &syntax::Ident, name: &str) -> (ExprKind, Type) {
+        let mut candidates: Vec<&str> = vec![
+            "input", "memory", "output", "item", "round", "step", "visit", "run_id", "ended",
+        ];
+        let roles: Vec<String> = self
+            .node_names
+            .iter()
+            .filter(|(_, n)| self.workflow.role(**n).is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        candidates.extend(roles.iter().map(String::as_str));
+        let mut help = did_you_mean(name, candidates.iter().copied());
+        if help.is_none() && self.memory_names.contains_key(name) {
+            help = Some(format!("memory is read as `memory.{name}`"));
+        }
+        if help.is_none() && self.input_names.contains_key(name) {
+            help = Some(format!("inputs are read as `input.{name}`"));
+        }
+        self.diags.push(
+            Diagnostic::error(Code::ExprUnknownName, format!("unknown name `{name}`"))
+                .label(root.span, "not a role, input, memory or built-in value")
+                .help(help.unwrap_or_else(|| "expressions start with a role name, `input.`, `memory.`, `output`, `item`, `round`, `step`, `visit`, `run_id` or `ended`".into())),
+        );
+        null_any()
     }
 
     /// The type of `item` in a map worker: the items of the list its map routes go over
@@ -753,7 +741,7 @@ impl Compiler<'_> {
                 .label(name.span, "not a function")
                 .help(help),
             );
-            return (ExprKind::Literal { value: Value::Null }, Type::Any);
+            return null_any();
         };
         if args.len() != arity {
             self.diags.push(
@@ -768,65 +756,96 @@ impl Compiler<'_> {
                 .label(whole.span, format!("{} given", args.len()))
                 .help(format!("e.g. {}", example_call(func))),
             );
-            return (ExprKind::Literal { value: Value::Null }, Type::Any);
+            return null_any();
         }
         // visits(role) and used(tool) take a name, not a value.
         if matches!(func, Func::Visits | Func::Used) {
-            let arg = &args[0];
-            let syntax::ExprKind::Path(parts) = &arg.kind else {
-                self.diags.push(
-                    Diagnostic::error(
-                        Code::ExprBadArgument,
-                        format!("`{}` takes a name", name.name),
-                    )
-                    .label(arg.span, "not a name")
-                    .help(example_call(func)),
-                );
-                return (ExprKind::Literal { value: Value::Null }, Type::Int);
-            };
-            let id = &parts[0];
-            let value = if func == Func::Visits {
-                match self.node_names.get(&id.name).copied() {
-                    Some(n) if self.workflow.role(n).is_some() => Value::from(n.index()),
-                    _ => {
-                        let help = self.suggest_role(&id.name);
-                        self.diags.push(
-                            Diagnostic::error(
-                                Code::ExprUnknownRole,
-                                format!("`visits` names `{}`, which is not a role", id.name),
-                            )
-                            .label(id.span, "not a role")
-                            .help(help),
-                        );
-                        Value::Null
-                    }
-                }
-            } else {
-                match self.lookup_tool(id) {
-                    Some(t) => Value::from(t),
-                    None => Value::Null,
-                }
-            };
-            let lit = Expr {
-                kind: ExprKind::Literal { value },
-                span: arg.span,
-                text: id.name.clone(),
-            };
-            let ty = if func == Func::Visits {
-                Type::Int
-            } else {
-                Type::Bool
-            };
-            return (
-                ExprKind::Call {
-                    func,
-                    args: vec![lit],
-                    unchecked: Unchecked::No,
-                },
-                ty,
-            );
+            return self.name_argument(name, func, &args[0]);
         }
         let typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
+        let ty = self.call_type(name, func, args, &typed);
+        let unchecked = Unchecked::from(func == Func::Len && is_unchecked(&typed[0].1));
+        (
+            ExprKind::Call {
+                func,
+                args: typed.into_iter().map(|t| t.0).collect(),
+                unchecked,
+            },
+            ty,
+        )
+    }
+
+    /// `visits(role)` or `used(tool)`: the argument is a name, compiled to its index.
+    fn name_argument(
+        &mut self,
+        name: &syntax::Ident,
+        func: Func,
+        arg: &syntax::Expr,
+    ) -> (ExprKind, Type) {
+        let syntax::ExprKind::Path(parts) = &arg.kind else {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::ExprBadArgument,
+                    format!("`{}` takes a name", name.name),
+                )
+                .label(arg.span, "not a name")
+                .help(example_call(func)),
+            );
+            return (ExprKind::Literal { value: Value::Null }, Type::Int);
+        };
+        let id = &parts[0];
+        let value = if func == Func::Visits {
+            match self.node_names.get(&id.name).copied() {
+                Some(n) if self.workflow.role(n).is_some() => Value::from(n.index()),
+                _ => {
+                    let help = self.suggest_role(&id.name);
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::ExprUnknownRole,
+                            format!("`visits` names `{}`, which is not a role", id.name),
+                        )
+                        .label(id.span, "not a role")
+                        .help(help),
+                    );
+                    Value::Null
+                }
+            }
+        } else {
+            match self.lookup_tool(id) {
+                Some(t) => Value::from(t),
+                None => Value::Null,
+            }
+        };
+        let lit = Expr {
+            kind: ExprKind::Literal { value },
+            span: arg.span,
+            text: id.name.clone(),
+        };
+        let ty = if func == Func::Visits {
+            Type::Int
+        } else {
+            Type::Bool
+        };
+        (
+            ExprKind::Call {
+                func,
+                args: vec![lit],
+                unchecked: Unchecked::No,
+            },
+            ty,
+        )
+    }
+
+    /// The type of a call of `func` on `typed` (the arguments as written in `args`),
+    /// reporting an argument it cannot take.
+    /// Long but one piece: one short arm per built-in function, the table of their types.
+    fn call_type(
+        &mut self,
+        name: &syntax::Ident,
+        func: Func,
+        args: &[syntax::Expr],
+        typed: &[(Expr, Type)],
+    ) -> Type {
         let bad = |this: &mut Self, i: usize, want: &str| {
             this.diags.push(
                 Diagnostic::error(
@@ -837,7 +856,7 @@ impl Compiler<'_> {
                 .help(example_call(func)),
             );
         };
-        let ty = match func {
+        match func {
             Func::Len => {
                 if !matches!(
                     typed[0].1.strip_optional(),
@@ -863,15 +882,7 @@ impl Compiler<'_> {
                     bad(self, 0, "a string");
                 }
                 match &args[1].kind {
-                    syntax::ExprKind::String(re) => {
-                        if let Err(e) = regex::Regex::new(re) {
-                            self.diags.push(
-                                Diagnostic::error(Code::ExprBadRegex, "this regular expression does not compile")
-                                    .label(args[1].span, first_line(&e.to_string()))
-                                    .help("the syntax is Rust's `regex` crate (no look-around or back-references)"),
-                            );
-                        }
-                    }
+                    syntax::ExprKind::String(re) => self.check_regex(re, args[1].span),
                     _ => bad(self, 1, "a regular expression written as a string literal"),
                 }
                 Type::Bool
@@ -880,21 +891,8 @@ impl Compiler<'_> {
                 if !typed[0].1.is_stringy() {
                     bad(self, 0, "a string");
                 }
-                if func == Func::Exists
-                    && let syntax::ExprKind::String(path) = &args[0].kind
-                    && let Err(why) = rondo_workspace::relative_name(path)
-                {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::ExprPathOutsideWorkspace,
-                            "`exists` only looks inside the run's workspace",
-                        )
-                        .label(args[0].span, why.to_string())
-                        .help("give a path relative to the workspace, e.g. `exists(\"reports/summary.md\")`"),
-                    );
-                }
                 if func == Func::Exists {
-                    self.string_inputs_name_files(&typed[0].0, "a file `exists` looks for");
+                    self.check_exists(&args[0], &typed[0].0);
                     Type::Bool
                 } else {
                     Type::String
@@ -960,17 +958,113 @@ impl Compiler<'_> {
                 }
                 either(&typed[1].1, &typed[2].1)
             }
-        };
-        let unchecked = Unchecked::from(func == Func::Len && is_unchecked(&typed[0].1));
-        (
-            ExprKind::Call {
-                func,
-                args: typed.into_iter().map(|t| t.0).collect(),
-                unchecked,
-            },
-            ty,
-        )
+        }
     }
+
+    fn check_regex(&mut self, re: &str, span: crate::source::Span) {
+        if let Err(e) = regex::Regex::new(re) {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::ExprBadRegex,
+                    "this regular expression does not compile",
+                )
+                .label(span, first_line(&e.to_string()))
+                .help("the syntax is Rust's `regex` crate (no look-around or back-references)"),
+            );
+        }
+    }
+
+    /// `exists(path)`: a literal path must stay inside the workspace.
+    fn check_exists(&mut self, arg: &syntax::Expr, compiled: &Expr) {
+        if let syntax::ExprKind::String(path) = &arg.kind
+            && let Err(why) = rondo_workspace::relative_name(path)
+        {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::ExprPathOutsideWorkspace,
+                    "`exists` only looks inside the run's workspace",
+                )
+                .label(arg.span, why.to_string())
+                .help(
+                    "give a path relative to the workspace, e.g. `exists(\"reports/summary.md\")`",
+                ),
+            );
+        }
+        self.string_inputs_name_files(compiled, "a file `exists` looks for");
+    }
+}
+
+/// The type of `fields` read one after the other from a value of type `ty` (described as
+/// `described` in a diagnostic); each field's name is pushed onto `read`.
+fn walk_fields<'t, 'p>(
+    diags: &mut Diagnostics,
+    map_workers: &HashSet<String>,
+    mut ty: Cow<'t, Type>,
+    mut described: Described<'p>,
+    fields: &'p [syntax::Ident],
+    read: &mut Vec<String>,
+) -> Cow<'t, Type> {
+    for field in fields {
+        let next = match &ty {
+            Cow::Borrowed(t) => t.field_ref(&field.name),
+            Cow::Owned(t) => t.field(&field.name).map(Cow::Owned),
+        };
+        match next {
+            Some(t) => {
+                ty = t;
+                described = Described::Field(&field.name);
+            }
+            None => {
+                let names = ty.field_names();
+                // A value with no fields at all: every field read of it is the one
+                // fault (one diagnostic, each read labelled).
+                let worker = match described {
+                    Described::Role(role) if map_workers.contains(role) => Some(role),
+                    _ => None,
+                };
+                let (message, help) = if let Some(role) = worker {
+                    (
+                        format!(
+                            "`{role}` is a map worker: read by its name it is the list of its branch outputs, which has no field `{}`",
+                            field.name
+                        ),
+                        format!(
+                            "read one item (`first({role}).{0}`, `at({role}, 0).{0}`), or keep them all (`LIST.extend({role})`)",
+                            field.name
+                        ),
+                    )
+                } else if names.is_empty() {
+                    let help = match (&described, &*ty) {
+                        (Described::Role(role), Type::String) => format!(
+                            "a reply has fields when its shape is declared: `output json TYPE` in role `{role}`"
+                        ),
+                        _ => format!("use {described} whole, without `.{}`", field.name),
+                    };
+                    (
+                        format!("{described} is {}, which has no fields", ty.display()),
+                        help,
+                    )
+                } else {
+                    let help = did_you_mean(&field.name, names.iter().map(String::as_str))
+                        .unwrap_or_else(|| format!("its fields are: {}", names.join(", ")));
+                    (format!("{described} has no field `{}`", field.name), help)
+                };
+                diags.push(
+                    Diagnostic::error(Code::ExprUnknownField, message)
+                        .label(field.span, format!("no field `{}`", field.name))
+                        .help(help),
+                );
+                ty = Cow::Owned(Type::Any);
+            }
+        }
+        read.push(field.name.clone());
+    }
+    ty
+}
+
+/// What a read that cannot work compiles to.
+fn null_any() -> (ExprKind, Type) {
+    (ExprKind::Literal { value: Value::Null }, Type::Any)
 }
 
 /// A value whose kind `check` does not know (`any`, or a union of kinds): an operation

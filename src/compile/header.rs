@@ -7,8 +7,9 @@ use super::Compiler;
 use super::attrs::Attrs;
 use super::types::Type;
 use super::workflow::{Input, Limits};
-use crate::diagnostics::{Code, Diagnostic};
-use crate::syntax::{Ast, Expr, ExprKind, TypeExpr, TypeKind};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics};
+use crate::source::Span;
+use crate::syntax::{Ast, Attr, Expr, ExprKind, Ident, TypeExpr, TypeKind};
 
 impl Compiler<'_> {
     pub(super) fn header_inputs(&mut self, ast: &Ast) {
@@ -141,42 +142,10 @@ impl Compiler<'_> {
         let finally = attrs.ident("finally", diags);
         let durable = attrs.ident_list("durable", diags);
         if let Some(limits) = attrs.block("limits", diags) {
-            let mut l = Attrs::new(
-                limits,
-                &[
-                    "max_steps",
-                    "max_wall_time",
-                    "max_tokens",
-                    "max_cost",
-                    "max_input_bytes",
-                    "max_memory_bytes",
-                ],
-                "`limits`",
-            );
-            self.workflow.limits = Limits {
-                max_steps: l.count("max_steps", diags).map(|x| x.0),
-                max_wall_time_ms: l.duration_ms("max_wall_time", diags).map(|x| x.0),
-                budget: Budget {
-                    max_tokens: l.count("max_tokens", diags).map(|x| x.0),
-                    max_cost: l.number("max_cost", diags).map(|x| x.0),
-                },
-                max_input_bytes: l.bytes("max_input_bytes", diags),
-                max_memory_bytes: l.bytes("max_memory_bytes", diags),
-            };
-            l.finish(diags);
+            self.workflow.limits = read_limits(limits, diags);
         }
         if let Some((text, span)) = attrs.string("budget", diags) {
-            match parse_budget(&text) {
-                Some(dollars) => self.workflow.budget = Some((dollars, span)),
-                None => diags.push(
-                    Diagnostic::error(
-                        Code::WorkflowBadBudget,
-                        format!("{text:?} is not an amount of money"),
-                    )
-                    .label(span, "not dollars")
-                    .help("write the most a run may cost in the profiles' currency, e.g. `budget = \"$2.00\"` or `budget = \"0.50\"`"),
-                ),
-            }
+            self.workflow.budget = read_budget(&text, span, diags);
         }
         attrs.finish(diags);
         if let Some(p) = provider
@@ -189,19 +158,24 @@ impl Compiler<'_> {
         }
         self.durable_memory(durable);
         if let Some(r) = round {
-            match self.node_names.get(&r.name) {
-                Some(&n) if self.workflow.role(n).is_some() => self.workflow.round_role = Some(n),
-                _ => {
-                    let help = self.suggest_role(&r.name);
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::WorkflowUnknownRoundRole,
-                            format!("`round` names `{}`, which is not a role", r.name),
-                        )
-                        .label(r.span, "not a role")
-                        .help(help),
-                    );
-                }
+            self.round_role(&r);
+        }
+    }
+
+    /// `round = ROLE`: the role whose visits count the rounds.
+    fn round_role(&mut self, r: &Ident) {
+        match self.node_names.get(&r.name) {
+            Some(&n) if self.workflow.role(n).is_some() => self.workflow.round_role = Some(n),
+            _ => {
+                let help = self.suggest_role(&r.name);
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::WorkflowUnknownRoundRole,
+                        format!("`round` names `{}`, which is not a role", r.name),
+                    )
+                    .label(r.span, "not a role")
+                    .help(help),
+                );
             }
         }
     }
@@ -289,6 +263,52 @@ fn script_replies(
                 .label(span, "this reply set")
                 .help(hint),
             );
+        }
+    }
+}
+
+/// The workflow's `limits { ... }`.
+fn read_limits(limits: &[Attr], diags: &mut Diagnostics) -> Limits {
+    let mut l = Attrs::new(
+        limits,
+        &[
+            "max_steps",
+            "max_wall_time",
+            "max_tokens",
+            "max_cost",
+            "max_input_bytes",
+            "max_memory_bytes",
+        ],
+        "`limits`",
+    );
+    let read = Limits {
+        max_steps: l.count("max_steps", diags).map(|x| x.0),
+        max_wall_time_ms: l.duration_ms("max_wall_time", diags).map(|x| x.0),
+        budget: Budget {
+            max_tokens: l.count("max_tokens", diags).map(|x| x.0),
+            max_cost: l.number("max_cost", diags).map(|x| x.0),
+        },
+        max_input_bytes: l.bytes("max_input_bytes", diags),
+        max_memory_bytes: l.bytes("max_memory_bytes", diags),
+    };
+    l.finish(diags);
+    read
+}
+
+/// `budget = "$2.00"`: the most a run may cost, and where it is written.
+fn read_budget(text: &str, span: Span, diags: &mut Diagnostics) -> Option<(f64, Span)> {
+    match parse_budget(text) {
+        Some(dollars) => Some((dollars, span)),
+        None => {
+            diags.push(
+            Diagnostic::error(
+                Code::WorkflowBadBudget,
+                format!("{text:?} is not an amount of money"),
+            )
+            .label(span, "not dollars")
+            .help("write the most a run may cost in the profiles' currency, e.g. `budget = \"$2.00\"` or `budget = \"0.50\"`"),
+            );
+            None
         }
     }
 }

@@ -402,37 +402,7 @@ impl Compiler<'_> {
         );
         let misspelled_kind = attrs.misspells(&["kind"]);
         let diags = &mut self.diags;
-        let kind = match attrs.string("kind", diags) {
-            None if misspelled_kind => None,
-            None => {
-                diags.push(
-                    Diagnostic::error(
-                        Code::ProviderNoKind,
-                        format!("provider `{}` has no `kind`", decl.name.name),
-                    )
-                    .label(decl.name.span, "which API?")
-                    .help(format!("kinds: {}", kind_names().join(", "))),
-                );
-                None
-            }
-            Some((k, span)) => {
-                let kind = ProviderKind::parse(&k);
-                if kind.is_none() {
-                    diags.push(
-                        Diagnostic::error(
-                            Code::ProviderUnknownKind,
-                            format!("unknown provider kind `{k}`"),
-                        )
-                        .label(span, "not a provider kind")
-                        .help(
-                            did_you_mean(&k, kind_names())
-                                .unwrap_or_else(|| format!("kinds: {}", kind_names().join(", "))),
-                        ),
-                    );
-                }
-                kind
-            }
-        };
+        let kind = provider_kind(&mut attrs, misspelled_kind, &decl.name, diags);
         // A provider whose kind is wrong still exists, so its users are not reported too;
         // the error above keeps the workflow from running.
         let mut p = ProviderProfile::new(
@@ -455,39 +425,7 @@ impl Compiler<'_> {
         if let Some((d, _)) = attrs.duration("timeout", diags) {
             p.timeout = d;
         }
-        if let Some(block) = attrs.block("retry", diags) {
-            let mut r = Attrs::new(block, struct_fields::<RetryPolicy>(), "`retry`");
-            if let Some((n, _)) = r.count_max("max_attempts", u32_max, diags) {
-                p.retry.max_attempts = n as u32;
-            }
-            let durations = [
-                ("initial_backoff", &mut p.retry.initial_backoff),
-                ("max_backoff", &mut p.retry.max_backoff),
-                ("total_budget", &mut p.retry.total_budget),
-            ];
-            for (key, slot) in durations {
-                if let Some((d, _)) = r.duration(key, diags) {
-                    *slot = d;
-                }
-            }
-            r.finish(diags);
-        }
-        if let Some(block) = attrs.block("price", diags) {
-            let mut r = Attrs::new(block, struct_fields::<Price>(), "`price`");
-            p.price = Some(Price {
-                input_per_1k: r.number("input_per_1k", diags).map_or(0.0, |x| x.0),
-                output_per_1k: r.number("output_per_1k", diags).map_or(0.0, |x| x.0),
-            });
-            r.finish(diags);
-        }
-        if let Some(block) = attrs.block("price_env", diags) {
-            let mut r = Attrs::new(block, struct_fields::<PriceEnv>(), "`price_env`");
-            p.price_env = Some(PriceEnv {
-                input_per_1k: r.string("input_per_1k", diags).map(|x| x.0),
-                output_per_1k: r.string("output_per_1k", diags).map(|x| x.0),
-            });
-            r.finish(diags);
-        }
+        provider_blocks(&mut attrs, &mut p, diags);
         p.fallback = attrs
             .ident_list("fallback", diags)
             .into_iter()
@@ -663,24 +601,7 @@ impl Compiler<'_> {
             .string("source", diags)
             .map(|x| relative_to(&self.workflow.dir, &x.0));
         spec.py_standalone = attrs.string("py_standalone", diags).map(|x| x.0);
-        let mut installation_ok = true;
-        if let Some((method, span)) = attrs.string("installation", diags) {
-            spec.installation = Installation::parse(&method);
-            if spec.installation.is_none() {
-                installation_ok = false;
-                diags.push(
-                    Diagnostic::error(
-                        Code::ToolBadInstallation,
-                        format!(
-                            "tool `{}`: field `installation` is `{method}`; only `pip` is supported",
-                            decl.name.name
-                        ),
-                    )
-                    .label(span, "not an installation method")
-                    .help("write `installation = \"pip\"`, or leave it out for a tool that needs no install"),
-                );
-            }
-        }
+        let installation_ok = tool_installation(&mut attrs, &mut spec, &decl.name.name, diags);
         spec.setup_script = attrs.string("setup_script", diags).map(|x| x.0);
         spec.installation_script = attrs.string("installation_script", diags).map(|x| x.0);
         spec.target = attrs.string("target", diags).map(|x| x.0);
@@ -690,45 +611,7 @@ impl Compiler<'_> {
             .unwrap_or_default();
         spec.timeout = attrs.duration("timeout", diags).map(|x| x.0);
         spec.max_output = attrs.bytes("max_output", diags).map(|x| x.0);
-        if let Some(value) = attrs.value("keep_processes") {
-            match &value.kind {
-                crate::syntax::ValueKind::Bool(b) => spec.keep_processes = *b,
-                _ => diags.push(
-                    Diagnostic::error(Code::AttrWrongKind, "`keep_processes` is true or false")
-                        .label(value.span, "not a boolean")
-                        .help(
-                            "true keeps what a call leaves running (in Docker) until the run ends",
-                        ),
-                ),
-            }
-        }
-        if let Some((n, span)) = attrs.count_max("max_processes", u64::from(u32::MAX), diags) {
-            spec.max_processes = std::num::NonZeroU32::new(n as u32);
-            if spec.max_processes.is_none() {
-                diags.push(
-                    Diagnostic::error(Code::AttrWrongKind, "`max_processes` is at least 1")
-                        .label(span, "no process could start")
-                        .help("the tool itself is one process; the default is 512"),
-                );
-            }
-        }
-        if let Some(names) = attrs.string_list("capabilities", diags) {
-            let mut kept = Vec::new();
-            for (name, span) in names {
-                match rondo_env::Capability::parse(&name) {
-                    Some(c) => kept.push(c),
-                    None => diags.push(
-                        Diagnostic::error(
-                            Code::ToolBadCapability,
-                            format!("`{name}` is not a Linux capability"),
-                        )
-                        .label(span, "unknown capability")
-                        .help("a name from capabilities(7), such as \"net_raw\" or \"CAP_CHOWN\"; tools run with none unless listed here"),
-                    ),
-                }
-            }
-            spec.capabilities = Some(kept);
-        }
+        tool_processes(&mut attrs, &mut spec, diags);
         let allow_extra_fields = extra_fields(&mut attrs, diags);
         if attrs.get("input_schema").is_some() {
             diags.push(
@@ -769,183 +652,356 @@ impl Compiler<'_> {
 
     pub(super) fn environments(&mut self, ast: &Ast) {
         for decl in &ast.environments {
-            let mut attrs = Attrs::new(
-                &decl.attrs,
-                &[
-                    "kind",
-                    "image",
-                    "workdir",
-                    "env",
-                    "network",
-                    "memory",
-                    "cpus",
-                    "pids",
-                    "tools",
-                    "mounts",
-                    "per_branch",
-                    "user",
-                    "read_only_root",
-                ],
-                format!("environment `{}`", decl.name.name),
+            self.environment(decl);
+        }
+    }
+
+    fn environment(&mut self, decl: &BlockDecl) {
+        let mut attrs = Attrs::new(
+            &decl.attrs,
+            &[
+                "kind",
+                "image",
+                "workdir",
+                "env",
+                "network",
+                "memory",
+                "cpus",
+                "pids",
+                "tools",
+                "mounts",
+                "per_branch",
+                "user",
+                "read_only_root",
+            ],
+            format!("environment `{}`", decl.name.name),
+        );
+        let diags = &mut self.diags;
+        let kind = env_kind(&mut attrs, diags);
+        let env = env_vars(&mut attrs, diags);
+        let image = attrs.string("image", diags).map(|x| x.0);
+        let workdir = attrs.string("workdir", diags).map(|x| x.0);
+        let network = attrs.string("network", diags).map(|x| x.0);
+        let memory = attrs.bytes("memory", diags).map(|x| x.0);
+        let cpus = attrs.number("cpus", diags).map(|x| x.0);
+        let pids = attrs.count("pids", diags).map(|x| x.0);
+        let (tools, inline) = env_tools(&mut attrs, diags);
+        let per_branch = matches!(
+            attrs.value("per_branch").map(|v| &v.kind),
+            Some(ValueKind::Bool(true))
+        );
+        let user = attrs.string("user", diags).map(|x| x.0);
+        let read_only_root = matches!(
+            attrs.value("read_only_root").map(|v| &v.kind),
+            Some(ValueKind::Bool(true))
+        );
+        if kind == EnvKind::Local {
+            docker_only_keys(&mut attrs, diags);
+        }
+        let mounts: Vec<(String, Span)> = attrs.string_list("mounts", diags).unwrap_or_default();
+        for (text, span) in &mounts {
+            check_mount(text, *span, diags);
+        }
+        let mounts = mounts.into_iter().map(|m| m.0).collect();
+        let misspelled_image = attrs.misspells(&["image"]);
+        attrs.finish(&mut self.diags);
+        if kind == EnvKind::Docker && image.is_none() && !misspelled_image {
+            self.diags.push(
+                Diagnostic::error(Code::EnvironmentNoImage, format!("docker environment `{}` has no image", decl.name.name))
+                    .label(decl.name.span, "which image?")
+                    .help("write `image = \"rondo-test-base:latest\"` (built by scripts/build-test-image.sh)"),
             );
-            let diags = &mut self.diags;
-            let kind = match attrs.string("kind", diags) {
-                Some((k, _)) if k == "docker" => EnvKind::Docker,
-                Some((k, _)) if k == "local" => EnvKind::Local,
-                Some((k, span)) => {
-                    diags.push(
-                        Diagnostic::error(
-                            Code::EnvironmentUnknownKind,
-                            format!("unknown environment kind `{k}`"),
-                        )
-                        .label(span, "not an environment kind")
-                        .help(
-                            did_you_mean(&k, ["docker", "local"])
-                                .unwrap_or_else(|| "kinds: docker, local".into()),
+        }
+        if !inline.is_empty() {
+            let lines = Lines::new(&self.file.text);
+            for tool in &inline {
+                let tool = self.dsl_tool(tool, &lines);
+                self.add_tool(tool);
+            }
+        }
+        let tools = tools.iter().filter_map(|t| self.lookup_tool(t)).collect();
+        if let Some(&id) = self.env_names.get(&decl.name.name) {
+            let first = self.workflow.environments[id].span;
+            self.duplicate("environment", &decl.name, Some(first));
+            return;
+        }
+        self.env_names
+            .insert(decl.name.name.clone(), self.workflow.environments.len());
+        self.workflow.environments.push(EnvSpec {
+            name: decl.name.name.clone(),
+            kind,
+            image,
+            workdir,
+            env,
+            network,
+            memory,
+            cpus,
+            pids,
+            tools,
+            mounts,
+            per_branch,
+            user,
+            read_only_root,
+            span: decl.name.span,
+        });
+    }
+}
+
+/// An environment's `kind`: local unless it says `docker`.
+fn env_kind(attrs: &mut Attrs, diags: &mut Diagnostics) -> EnvKind {
+    match attrs.string("kind", diags) {
+        Some((k, _)) if k == "docker" => EnvKind::Docker,
+        Some((k, _)) if k == "local" => EnvKind::Local,
+        Some((k, span)) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::EnvironmentUnknownKind,
+                    format!("unknown environment kind `{k}`"),
+                )
+                .label(span, "not an environment kind")
+                .help(
+                    did_you_mean(&k, ["docker", "local"])
+                        .unwrap_or_else(|| "kinds: docker, local".into()),
+                ),
+            );
+            EnvKind::Local
+        }
+        None => EnvKind::Local,
+    }
+}
+
+/// An environment's `env = { NAME = "value" }`.
+fn env_vars(attrs: &mut Attrs, diags: &mut Diagnostics) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    if let Some(v) = attrs.value("env") {
+        match &v.kind {
+            ValueKind::Map(entries) => {
+                for (k, v) in entries {
+                    match &v.kind {
+                        ValueKind::String(s) => {
+                            env.insert(k.name.clone(), s.clone());
+                        }
+                        ValueKind::Number(n) => {
+                            env.insert(k.name.clone(), n.to_string());
+                        }
+                        _ => diags.push(
+                            Diagnostic::error(
+                                Code::AttrWrongKind,
+                                "environment variables are strings",
+                            )
+                            .label(v.span, "not a string")
+                            .help("quote the value"),
                         ),
-                    );
-                    EnvKind::Local
+                    }
                 }
-                None => EnvKind::Local,
-            };
-            let mut env = BTreeMap::new();
-            if let Some(v) = attrs.value("env") {
-                match &v.kind {
+            }
+            _ => diags.push(
+                Diagnostic::error(Code::AttrWrongKind, "`env` is a map")
+                    .label(v.span, "not a map")
+                    .help("write `env = { NAME = \"value\" }`"),
+            ),
+        }
+    }
+    env
+}
+
+/// `tools = [pyfind, { name = "rdb", source = "...", command = "...", ... }]`: a name, or
+/// an entry in the reference's fields, read like a `tool` block; the names, and the
+/// entries as `tool` blocks.
+fn env_tools(attrs: &mut Attrs, diags: &mut Diagnostics) -> (Vec<syntax::Ident>, Vec<ToolDecl>) {
+    let mut inline: Vec<ToolDecl> = Vec::new();
+    let tools: Vec<syntax::Ident> = match attrs.value("tools").map(|v| &v.kind) {
+        Some(ValueKind::List(items))
+            if items.iter().any(|i| matches!(i.kind, ValueKind::Map(_))) =>
+        {
+            let mut names = Vec::new();
+            for item in items {
+                match &item.kind {
+                    ValueKind::Ident(s) | ValueKind::String(s) => names.push(syntax::Ident {
+                        name: s.clone(),
+                        span: item.span,
+                    }),
                     ValueKind::Map(entries) => {
-                        for (k, v) in entries {
-                            match &v.kind {
-                                ValueKind::String(s) => {
-                                    env.insert(k.name.clone(), s.clone());
-                                }
-                                ValueKind::Number(n) => {
-                                    env.insert(k.name.clone(), n.to_string());
-                                }
-                                _ => diags.push(
-                                    Diagnostic::error(
-                                        Code::AttrWrongKind,
-                                        "environment variables are strings",
-                                    )
-                                    .label(v.span, "not a string")
-                                    .help("quote the value"),
-                                ),
-                            }
+                        if let Some(decl) = inline_tool(entries, item.span, diags) {
+                            names.push(decl.name.clone());
+                            inline.push(decl);
                         }
                     }
                     _ => diags.push(
-                        Diagnostic::error(Code::AttrWrongKind, "`env` is a map")
-                            .label(v.span, "not a map")
-                            .help("write `env = { NAME = \"value\" }`"),
+                        Diagnostic::error(Code::AttrWrongKind, "`tools` lists tool names or tool entries")
+                            .label(item.span, "neither a name nor `{ name = ..., command = ... }`")
+                            .help("write `tools = [pyfind, { name = \"rdb\", command = \"rdb\", usage = \"...\" }]`"),
                     ),
                 }
             }
-            let image = attrs.string("image", diags).map(|x| x.0);
-            let workdir = attrs.string("workdir", diags).map(|x| x.0);
-            let network = attrs.string("network", diags).map(|x| x.0);
-            let memory = attrs.bytes("memory", diags).map(|x| x.0);
-            let cpus = attrs.number("cpus", diags).map(|x| x.0);
-            let pids = attrs.count("pids", diags).map(|x| x.0);
-            // `tools = [pyfind, { name = "rdb", source = "...", command = "...", ... }]`: a
-            // name, or an entry in the reference's fields, read like a `tool` block.
-            let mut inline: Vec<ToolDecl> = Vec::new();
-            let tools: Vec<syntax::Ident> = match attrs.value("tools").map(|v| &v.kind) {
-                Some(ValueKind::List(items))
-                    if items.iter().any(|i| matches!(i.kind, ValueKind::Map(_))) =>
-                {
-                    let mut names = Vec::new();
-                    for item in items {
-                        match &item.kind {
-                            ValueKind::Ident(s) | ValueKind::String(s) => names.push(syntax::Ident {
-                                name: s.clone(),
-                                span: item.span,
-                            }),
-                            ValueKind::Map(entries) => {
-                                if let Some(decl) = inline_tool(entries, item.span, diags) {
-                                    names.push(decl.name.clone());
-                                    inline.push(decl);
-                                }
-                            }
-                            _ => diags.push(
-                                Diagnostic::error(Code::AttrWrongKind, "`tools` lists tool names or tool entries")
-                                    .label(item.span, "neither a name nor `{ name = ..., command = ... }`")
-                                    .help("write `tools = [pyfind, { name = \"rdb\", command = \"rdb\", usage = \"...\" }]`"),
-                            ),
-                        }
-                    }
-                    names
-                }
-                _ => attrs.ident_list("tools", diags),
-            };
-            let per_branch = matches!(
-                attrs.value("per_branch").map(|v| &v.kind),
-                Some(ValueKind::Bool(true))
+            names
+        }
+        _ => attrs.ident_list("tools", diags),
+    };
+    (tools, inline)
+}
+
+/// Keys a local environment cannot take.
+fn docker_only_keys(attrs: &mut Attrs, diags: &mut Diagnostics) {
+    for key in ["user", "read_only_root"] {
+        if let Some(v) = attrs.value(key) {
+            diags.push(
+                Diagnostic::error(
+                    Code::EnvironmentDockerOnly,
+                    format!("`{key}` applies to Docker environments only"),
+                )
+                .label(v.span, "a local environment runs as the user running rondo")
+                .help("write `kind = \"docker\"` and an `image`, or remove it"),
             );
-            let user = attrs.string("user", diags).map(|x| x.0);
-            let read_only_root = matches!(
-                attrs.value("read_only_root").map(|v| &v.kind),
-                Some(ValueKind::Bool(true))
+        }
+    }
+}
+
+/// A tool's `installation` into `spec`; false when it names no method there is.
+fn tool_installation(
+    attrs: &mut Attrs,
+    spec: &mut ToolSpec,
+    tool: &str,
+    diags: &mut Diagnostics,
+) -> bool {
+    let mut installation_ok = true;
+    if let Some((method, span)) = attrs.string("installation", diags) {
+        spec.installation = Installation::parse(&method);
+        if spec.installation.is_none() {
+            installation_ok = false;
+            diags.push(
+                Diagnostic::error(
+                    Code::ToolBadInstallation,
+                    format!(
+                        "tool `{}`: field `installation` is `{method}`; only `pip` is supported",
+                        tool
+                    ),
+                )
+                .label(span, "not an installation method")
+                .help("write `installation = \"pip\"`, or leave it out for a tool that needs no install"),
             );
-            if kind == EnvKind::Local {
-                for key in ["user", "read_only_root"] {
-                    if let Some(v) = attrs.value(key) {
-                        diags.push(
-                            Diagnostic::error(
-                                Code::EnvironmentDockerOnly,
-                                format!("`{key}` applies to Docker environments only"),
-                            )
-                            .label(v.span, "a local environment runs as the user running rondo")
-                            .help("write `kind = \"docker\"` and an `image`, or remove it"),
-                        );
-                    }
-                }
+        }
+    }
+    installation_ok
+}
+
+/// A tool's `keep_processes`, `max_processes` and `capabilities` into `spec`.
+fn tool_processes(attrs: &mut Attrs, spec: &mut ToolSpec, diags: &mut Diagnostics) {
+    if let Some(value) = attrs.value("keep_processes") {
+        match &value.kind {
+            crate::syntax::ValueKind::Bool(b) => spec.keep_processes = *b,
+            _ => diags.push(
+                Diagnostic::error(Code::AttrWrongKind, "`keep_processes` is true or false")
+                    .label(value.span, "not a boolean")
+                    .help("true keeps what a call leaves running (in Docker) until the run ends"),
+            ),
+        }
+    }
+    if let Some((n, span)) = attrs.count_max("max_processes", u64::from(u32::MAX), diags) {
+        spec.max_processes = std::num::NonZeroU32::new(n as u32);
+        if spec.max_processes.is_none() {
+            diags.push(
+                Diagnostic::error(Code::AttrWrongKind, "`max_processes` is at least 1")
+                    .label(span, "no process could start")
+                    .help("the tool itself is one process; the default is 512"),
+            );
+        }
+    }
+    if let Some(names) = attrs.string_list("capabilities", diags) {
+        let mut kept = Vec::new();
+        for (name, span) in names {
+            match rondo_env::Capability::parse(&name) {
+                Some(c) => kept.push(c),
+                None => diags.push(
+                    Diagnostic::error(
+                        Code::ToolBadCapability,
+                        format!("`{name}` is not a Linux capability"),
+                    )
+                    .label(span, "unknown capability")
+                    .help("a name from capabilities(7), such as \"net_raw\" or \"CAP_CHOWN\"; tools run with none unless listed here"),
+                ),
             }
-            let mounts: Vec<(String, Span)> =
-                attrs.string_list("mounts", diags).unwrap_or_default();
-            for (text, span) in &mounts {
-                check_mount(text, *span, diags);
-            }
-            let mounts = mounts.into_iter().map(|m| m.0).collect();
-            let misspelled_image = attrs.misspells(&["image"]);
-            attrs.finish(&mut self.diags);
-            if kind == EnvKind::Docker && image.is_none() && !misspelled_image {
-                self.diags.push(
-                    Diagnostic::error(Code::EnvironmentNoImage, format!("docker environment `{}` has no image", decl.name.name))
-                        .label(decl.name.span, "which image?")
-                        .help("write `image = \"rondo-test-base:latest\"` (built by scripts/build-test-image.sh)"),
+        }
+        spec.capabilities = Some(kept);
+    }
+}
+
+/// A provider's `kind` (none when it is missing or unknown, reported unless `misspelled`,
+/// where the misspelling is).
+fn provider_kind(
+    attrs: &mut Attrs,
+    misspelled: bool,
+    name: &syntax::Ident,
+    diags: &mut Diagnostics,
+) -> Option<ProviderKind> {
+    match attrs.string("kind", diags) {
+        None if misspelled => None,
+        None => {
+            diags.push(
+                Diagnostic::error(
+                    Code::ProviderNoKind,
+                    format!("provider `{}` has no `kind`", name.name),
+                )
+                .label(name.span, "which API?")
+                .help(format!("kinds: {}", kind_names().join(", "))),
+            );
+            None
+        }
+        Some((k, span)) => {
+            let kind = ProviderKind::parse(&k);
+            if kind.is_none() {
+                diags.push(
+                    Diagnostic::error(
+                        Code::ProviderUnknownKind,
+                        format!("unknown provider kind `{k}`"),
+                    )
+                    .label(span, "not a provider kind")
+                    .help(
+                        did_you_mean(&k, kind_names())
+                            .unwrap_or_else(|| format!("kinds: {}", kind_names().join(", "))),
+                    ),
                 );
             }
-            if !inline.is_empty() {
-                let lines = Lines::new(&self.file.text);
-                for tool in &inline {
-                    let tool = self.dsl_tool(tool, &lines);
-                    self.add_tool(tool);
-                }
-            }
-            let tools = tools.iter().filter_map(|t| self.lookup_tool(t)).collect();
-            if let Some(&id) = self.env_names.get(&decl.name.name) {
-                let first = self.workflow.environments[id].span;
-                self.duplicate("environment", &decl.name, Some(first));
-                continue;
-            }
-            self.env_names
-                .insert(decl.name.name.clone(), self.workflow.environments.len());
-            self.workflow.environments.push(EnvSpec {
-                name: decl.name.name.clone(),
-                kind,
-                image,
-                workdir,
-                env,
-                network,
-                memory,
-                cpus,
-                pids,
-                tools,
-                mounts,
-                per_branch,
-                user,
-                read_only_root,
-                span: decl.name.span,
-            });
+            kind
         }
+    }
+}
+
+/// A provider's `retry`, `price` and `price_env` blocks.
+fn provider_blocks(attrs: &mut Attrs, p: &mut ProviderProfile, diags: &mut Diagnostics) {
+    let u32_max = u64::from(u32::MAX);
+    if let Some(block) = attrs.block("retry", diags) {
+        let mut r = Attrs::new(block, struct_fields::<RetryPolicy>(), "`retry`");
+        if let Some((n, _)) = r.count_max("max_attempts", u32_max, diags) {
+            p.retry.max_attempts = n as u32;
+        }
+        let durations = [
+            ("initial_backoff", &mut p.retry.initial_backoff),
+            ("max_backoff", &mut p.retry.max_backoff),
+            ("total_budget", &mut p.retry.total_budget),
+        ];
+        for (key, slot) in durations {
+            if let Some((d, _)) = r.duration(key, diags) {
+                *slot = d;
+            }
+        }
+        r.finish(diags);
+    }
+    if let Some(block) = attrs.block("price", diags) {
+        let mut r = Attrs::new(block, struct_fields::<Price>(), "`price`");
+        p.price = Some(Price {
+            input_per_1k: r.number("input_per_1k", diags).map_or(0.0, |x| x.0),
+            output_per_1k: r.number("output_per_1k", diags).map_or(0.0, |x| x.0),
+        });
+        r.finish(diags);
+    }
+    if let Some(block) = attrs.block("price_env", diags) {
+        let mut r = Attrs::new(block, struct_fields::<PriceEnv>(), "`price_env`");
+        p.price_env = Some(PriceEnv {
+            input_per_1k: r.string("input_per_1k", diags).map(|x| x.0),
+            output_per_1k: r.string("output_per_1k", diags).map(|x| x.0),
+        });
+        r.finish(diags);
     }
 }
 

@@ -528,15 +528,43 @@ impl Compiler<'_> {
                 None
             }
         };
+        let mode = self.llm_mode(decl, mode_attr, &tools, names_conversation);
+        let output = self.llm_output(decl);
+        let coerce = self.coerce_attr(attrs);
+        LlmRole {
+            provider,
+            default_provider,
+            system: system.map(|s| s.0.into()),
+            prompt,
+            output,
+            retries,
+            tools: self.tool_list(&tools),
+            coerce,
+            max_reply,
+            demos,
+            conversation,
+            mode,
+        }
+    }
+
+    /// How an llm role offers its tools (`mode = ...`, or a declared `output` of native
+    /// calls); native calling needs tools, a conversation and no declared output.
+    fn llm_mode(
+        &mut self,
+        decl: &syntax::RoleDecl,
+        mode_attr: Option<(Span, Span)>,
+        tools: &[Ident],
+        names_conversation: bool,
+    ) -> ToolMode {
         let mode = match (declared_mode(decl), mode_attr) {
             (Some(mode), _) => mode,
             (None, None) => ToolMode::Json,
             (None, Some((span, _))) => {
                 self.diags.push(
-                    Diagnostic::error(Code::RoleBadMode, "`mode` is `json`, `native` or `auto`")
-                        .label(span, "not a mode")
-                        .help("`native` sends the tools' schemas in the provider's own form and the reply's calls become `{text, calls}`; `json` (the default) shows their usage in the prompt; `auto` is native where the provider supports it"),
-                );
+                Diagnostic::error(Code::RoleBadMode, "`mode` is `json`, `native` or `auto`")
+                    .label(span, "not a mode")
+                    .help("`native` sends the tools' schemas in the provider's own form and the reply's calls become `{text, calls}`; `json` (the default) shows their usage in the prompt; `auto` is native where the provider supports it"),
+            );
                 ToolMode::Json
             }
         };
@@ -552,20 +580,25 @@ impl Compiler<'_> {
             .collect();
             if !lacking.is_empty() {
                 self.diags.push(
-                    Diagnostic::error(
-                        Code::RoleNativeNeeds,
-                        format!(
-                            "native tool calling in `{}` needs {}",
-                            decl.name.name,
-                            lacking.join(" and ")
-                        ),
-                    )
-                    .label(span, "native tool calls")
-                    .help("a native role offers `tools = [..]`, sends and extends `conversation = NAME`, and outputs `{text, calls}` (no `output` line): route `calls` to a tool role with `calls = ROLE.calls`"),
-                );
+                Diagnostic::error(
+                    Code::RoleNativeNeeds,
+                    format!(
+                        "native tool calling in `{}` needs {}",
+                        decl.name.name,
+                        lacking.join(" and ")
+                    ),
+                )
+                .label(span, "native tool calls")
+                .help("a native role offers `tools = [..]`, sends and extends `conversation = NAME`, and outputs `{text, calls}` (no `output` line): route `calls` to a tool role with `calls = ROLE.calls`"),
+            );
             }
         }
-        let output = match &decl.output {
+        mode
+    }
+
+    /// The form of an llm role's reply, by its `output` line.
+    fn llm_output(&self, decl: &syntax::RoleDecl) -> OutputFormat {
+        match &decl.output {
             Some((syntax::OutputDecl::Json(_), _)) => OutputFormat::Json {
                 ty: self
                     .workflow
@@ -582,21 +615,6 @@ impl Compiler<'_> {
                 language: lang.clone(),
             },
             _ => OutputFormat::Text,
-        };
-        let coerce = self.coerce_attr(attrs);
-        LlmRole {
-            provider,
-            default_provider,
-            system: system.map(|s| s.0.into()),
-            prompt,
-            output,
-            retries,
-            tools: self.tool_list(&tools),
-            coerce,
-            max_reply,
-            demos,
-            conversation,
-            mode,
         }
     }
 
@@ -722,33 +740,7 @@ impl Compiler<'_> {
         let conversation = conversation.and_then(|c| self.conversation_memory(&c));
         let action = match (command, run, call, calls) {
             (None, None, None, Some(calls)) => {
-                if choices.is_empty() {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::RoleNoChoices,
-                            "`calls` runs tools among `tools`, which is missing",
-                        )
-                        .label(calls.span, "runs the model's calls")
-                        .help("list the tools the calls may name: `tools = [calculator, now]`"),
-                    );
-                }
-                let (calls_expr, calls_ty) = self.expr(&value_to_expr(calls), scope);
-                let wanted = Type::list(call_type());
-                if let Some(why) = calls_ty.strip_optional().assign_mismatch(&wanted) {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::RoleBadCalls,
-                            "`calls` must give a native llm role's tool calls",
-                        )
-                        .label(calls.span, format!("this is {}: {why}", calls_ty.display()))
-                        .help("e.g. `calls = agent.calls`, where `agent` is an llm role with `mode = native`"),
-                    );
-                }
-                ToolAction::Calls {
-                    choices: self.tool_list(&choices),
-                    calls: Box::new(calls_expr),
-                    conversation,
-                }
+                self.calls_action(calls, &choices, conversation, scope)
             }
             (Some(argv), None, None, None) => {
                 if argv.is_empty() {
@@ -762,63 +754,8 @@ impl Compiler<'_> {
                 argv_spans = spans;
                 ToolAction::Command { argv }
             }
-            (None, Some(tool), None, None) => {
-                let tool = self.lookup_tool(&tool);
-                let args = match args {
-                    None => Vec::new(),
-                    Some(v) => match &v.kind {
-                        ValueKind::List(items) => items
-                            .iter()
-                            .map(|i| self.expr(&value_to_expr(i), scope).0)
-                            .collect(),
-                        _ => vec![self.expr(&value_to_expr(v), scope).0],
-                    },
-                };
-                match tool {
-                    Some(tool) => {
-                        if let [object] = args.as_slice() {
-                            self.folder_args_from_inputs(&[tool], object);
-                        }
-                        ToolAction::Tool { tool, args }
-                    }
-                    // The unknown name is reported; the role has nothing to run.
-                    None => ToolAction::Command { argv: Vec::new() },
-                }
-            }
-            (None, None, Some(call), None) => {
-                if choices.is_empty() {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::RoleNoChoices,
-                            "`call` chooses among `tools`, which is missing",
-                        )
-                        .label(call.span, "chooses a tool")
-                        .help("list the tools the call may name: `tools = [calculator, now]`"),
-                    );
-                }
-                let (call_expr, call_ty) = self.expr(&value_to_expr(call), scope);
-                if !call_ty.is_stringy() {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::RoleBadCall,
-                            "`call` must give a tool name (a string)",
-                        )
-                        .label(call.span, format!("this is {}", call_ty.display()))
-                        .help("e.g. `call = planner.tool`"),
-                    );
-                }
-                let choices = self.tool_list(&choices);
-                let args = args.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0));
-                if let Some(object) = &args {
-                    self.folder_args_from_inputs(&choices, object);
-                }
-                ToolAction::Choose {
-                    choices,
-                    call: Box::new(call_expr),
-                    args,
-                    argv: argv.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
-                }
-            }
+            (None, Some(tool), None, None) => self.run_action(&tool, args, scope),
+            (None, None, Some(call), None) => self.choose_action(call, args, argv, &choices, scope),
             _ if attrs.misspells(&["command", "run", "call", "calls"]) => {
                 ToolAction::Command { argv: Vec::new() }
             }
@@ -843,6 +780,115 @@ impl Compiler<'_> {
             log_span: log_span.unwrap_or_default(),
             argv_spans,
             max_output,
+        }
+    }
+
+    /// `calls = agent.calls` among `tools`: a native reply's calls.
+    fn calls_action(
+        &mut self,
+        calls: &syntax::Value,
+        choices: &[Ident],
+        conversation: Option<MemoryId>,
+        scope: &Scope,
+    ) -> ToolAction {
+        if choices.is_empty() {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::RoleNoChoices,
+                    "`calls` runs tools among `tools`, which is missing",
+                )
+                .label(calls.span, "runs the model's calls")
+                .help("list the tools the calls may name: `tools = [calculator, now]`"),
+            );
+        }
+        let (calls_expr, calls_ty) = self.expr(&value_to_expr(calls), scope);
+        let wanted = Type::list(call_type());
+        if let Some(why) = calls_ty.strip_optional().assign_mismatch(&wanted) {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::RoleBadCalls,
+                    "`calls` must give a native llm role's tool calls",
+                )
+                .label(calls.span, format!("this is {}: {why}", calls_ty.display()))
+                .help(
+                    "e.g. `calls = agent.calls`, where `agent` is an llm role with `mode = native`",
+                ),
+            );
+        }
+        ToolAction::Calls {
+            choices: self.tool_list(choices),
+            calls: Box::new(calls_expr),
+            conversation,
+        }
+    }
+
+    /// `run = tool` with `args`: a declared tool.
+    fn run_action(
+        &mut self,
+        tool: &Ident,
+        args: Option<&syntax::Value>,
+        scope: &Scope,
+    ) -> ToolAction {
+        let tool = self.lookup_tool(tool);
+        let args = match args {
+            None => Vec::new(),
+            Some(v) => match &v.kind {
+                ValueKind::List(items) => items
+                    .iter()
+                    .map(|i| self.expr(&value_to_expr(i), scope).0)
+                    .collect(),
+                _ => vec![self.expr(&value_to_expr(v), scope).0],
+            },
+        };
+        match tool {
+            Some(tool) => {
+                if let [object] = args.as_slice() {
+                    self.folder_args_from_inputs(&[tool], object);
+                }
+                ToolAction::Tool { tool, args }
+            }
+            // The unknown name is reported; the role has nothing to run.
+            None => ToolAction::Command { argv: Vec::new() },
+        }
+    }
+
+    /// `call = expr` among `tools`, with `args` and `argv`: the tool a value names.
+    fn choose_action(
+        &mut self,
+        call: &syntax::Value,
+        args: Option<&syntax::Value>,
+        argv: Option<&syntax::Value>,
+        choices: &[Ident],
+        scope: &Scope,
+    ) -> ToolAction {
+        if choices.is_empty() {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::RoleNoChoices,
+                    "`call` chooses among `tools`, which is missing",
+                )
+                .label(call.span, "chooses a tool")
+                .help("list the tools the call may name: `tools = [calculator, now]`"),
+            );
+        }
+        let (call_expr, call_ty) = self.expr(&value_to_expr(call), scope);
+        if !call_ty.is_stringy() {
+            self.diags.push(
+                Diagnostic::error(Code::RoleBadCall, "`call` must give a tool name (a string)")
+                    .label(call.span, format!("this is {}", call_ty.display()))
+                    .help("e.g. `call = planner.tool`"),
+            );
+        }
+        let choices = self.tool_list(choices);
+        let args = args.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0));
+        if let Some(object) = &args {
+            self.folder_args_from_inputs(&choices, object);
+        }
+        ToolAction::Choose {
+            choices,
+            call: Box::new(call_expr),
+            args,
+            argv: argv.map(|a| Box::new(self.expr(&value_to_expr(a), scope).0)),
         }
     }
 }

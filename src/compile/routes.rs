@@ -168,48 +168,7 @@ impl Compiler<'_> {
                 None => Some(self.workflow.start),
                 Some(name) => self.route_source(name),
             };
-            let target = match &decl.target {
-                syntax::RouteTarget::Role(name) if name.name == "start" => {
-                    Some(RouteTarget::Node {
-                        node: self.workflow.start,
-                    })
-                }
-                syntax::RouteTarget::Role(name) => {
-                    self.node_ref(name).map(|node| RouteTarget::Node { node })
-                }
-                syntax::RouteTarget::Parallel { branches, join } => {
-                    let b: Vec<Option<NodeIndex>> =
-                        branches.iter().map(|b| self.node_ref(b)).collect();
-                    let j = self.node_ref(join);
-                    match (b.into_iter().collect::<Option<Vec<_>>>(), j) {
-                        (Some(branches), Some(join)) => {
-                            Some(RouteTarget::Parallel { branches, join })
-                        }
-                        _ => None,
-                    }
-                }
-                syntax::RouteTarget::Map { worker, over, join } => {
-                    let w = self.node_ref(worker);
-                    let j = self.node_ref(join);
-                    let scope = Scope::global();
-                    let (over_expr, ty) = self.expr(over, &scope);
-                    if !matches!(ty.strip_optional(), Type::List { .. } | Type::Any) {
-                        self.diags.push(
-                            Diagnostic::error(Code::RouteMapNotList, "`map ... over` needs a list")
-                                .label(over.span, format!("this is {}", ty.display()))
-                                .help("map over a list in memory or in a role output, e.g. `memory.items`"),
-                        );
-                    }
-                    match (w, j) {
-                        (Some(worker), Some(join)) => Some(RouteTarget::Map {
-                            worker,
-                            over: over_expr,
-                            join,
-                        }),
-                        _ => None,
-                    }
-                }
-            };
+            let target = self.route_target(&decl.target);
             let (Some(from), Some(target)) = (from, target) else {
                 continue;
             };
@@ -255,33 +214,7 @@ impl Compiler<'_> {
             } else {
                 EdgeKind::Normal
             };
-            match &target {
-                RouteTarget::Node { node } => {
-                    self.workflow.graph.add_edge(
-                        from,
-                        *node,
-                        Edge {
-                            route: route_id,
-                            kind: edge_kind,
-                        },
-                    );
-                }
-                RouteTarget::Parallel { join, .. } | RouteTarget::Map { join, .. } => {
-                    // Each branch: a fork edge from the source and a join edge to the join role.
-                    for b in target.first_nodes() {
-                        let fork = Edge {
-                            route: route_id,
-                            kind: EdgeKind::Fork,
-                        };
-                        let joined = Edge {
-                            route: route_id,
-                            kind: EdgeKind::Join,
-                        };
-                        self.workflow.graph.add_edge(from, b, fork);
-                        self.workflow.graph.add_edge(b, *join, joined);
-                    }
-                }
-            }
+            self.route_edges(from, &target, route_id, edge_kind);
             let on_invalid = self.json_llm.contains(&from)
                 && matches!(&condition, Condition::When { expr: Expr { kind: ExprKind::Path { root: Root::Role { node }, fields }, .. } }
                     if *node == from && fields.len() == 1 && fields[0] == "invalid");
@@ -300,6 +233,74 @@ impl Compiler<'_> {
             outgoing[route.from.index()].push(id);
         }
         self.workflow.outgoing = outgoing;
+    }
+
+    /// Where a route goes, when every role it names exists.
+    fn route_target(&mut self, target: &syntax::RouteTarget) -> Option<RouteTarget> {
+        match target {
+            syntax::RouteTarget::Role(name) if name.name == "start" => Some(RouteTarget::Node {
+                node: self.workflow.start,
+            }),
+            syntax::RouteTarget::Role(name) => {
+                self.node_ref(name).map(|node| RouteTarget::Node { node })
+            }
+            syntax::RouteTarget::Parallel { branches, join } => {
+                let b: Vec<Option<NodeIndex>> = branches.iter().map(|b| self.node_ref(b)).collect();
+                let j = self.node_ref(join);
+                match (b.into_iter().collect::<Option<Vec<_>>>(), j) {
+                    (Some(branches), Some(join)) => Some(RouteTarget::Parallel { branches, join }),
+                    _ => None,
+                }
+            }
+            syntax::RouteTarget::Map { worker, over, join } => {
+                let w = self.node_ref(worker);
+                let j = self.node_ref(join);
+                let scope = Scope::global();
+                let (over_expr, ty) = self.expr(over, &scope);
+                if !matches!(ty.strip_optional(), Type::List { .. } | Type::Any) {
+                    self.diags.push(
+                    Diagnostic::error(Code::RouteMapNotList, "`map ... over` needs a list")
+                        .label(over.span, format!("this is {}", ty.display()))
+                        .help("map over a list in memory or in a role output, e.g. `memory.items`"),
+                );
+                }
+                match (w, j) {
+                    (Some(worker), Some(join)) => Some(RouteTarget::Map {
+                        worker,
+                        over: over_expr,
+                        join,
+                    }),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// The graph's edges of route `route` from `from`: one to its target, or a fork edge
+    /// to each branch and a join edge from it to the join role.
+    fn route_edges(&mut self, from: NodeIndex, target: &RouteTarget, route: usize, kind: EdgeKind) {
+        match target {
+            RouteTarget::Node { node } => {
+                self.workflow
+                    .graph
+                    .add_edge(from, *node, Edge { route, kind });
+            }
+            RouteTarget::Parallel { join, .. } | RouteTarget::Map { join, .. } => {
+                // Each branch: a fork edge from the source and a join edge to the join role.
+                for b in target.first_nodes() {
+                    let fork = Edge {
+                        route,
+                        kind: EdgeKind::Fork,
+                    };
+                    let joined = Edge {
+                        route,
+                        kind: EdgeKind::Join,
+                    };
+                    self.workflow.graph.add_edge(from, b, fork);
+                    self.workflow.graph.add_edge(b, *join, joined);
+                }
+            }
+        }
     }
 
     pub(super) fn expect_bool(&mut self, expr: &Expr, ty: &Type, what: &str) {

@@ -35,113 +35,128 @@ impl Compiler<'_> {
                 expectations: Vec::new(),
                 span: test.span,
             };
-            for (name, value) in &test.inputs {
-                let Some(&id) = self.input_names.get(&name.name) else {
-                    let candidates: Vec<&str> =
-                        self.input_names.keys().map(String::as_str).collect();
-                    let help = did_you_mean(&name.name, candidates).unwrap_or_else(|| {
-                        "declare it in the workflow header: `input NAME: type`".into()
-                    });
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::TestUnknownInput,
-                            format!("unknown input `{}`", name.name),
-                        )
-                        .label(name.span, "not an input of the workflow")
-                        .help(help),
-                    );
-                    continue;
-                };
-                if let Some(v) = self.const_value(value) {
-                    let input = &self.workflow.inputs[id];
-                    if let Err(e) = input.ty.validate(&v) {
-                        self.diags.push(
-                            Diagnostic::error(
-                                Code::TestBadInput,
-                                format!("the value of input `{}` does not fit its type", name.name),
-                            )
-                            .label(value.span, e)
-                            .help(format!("the input is declared as `{}`", input.ty.display())),
-                        );
-                        continue;
-                    }
-                    case.inputs.push((id, v));
-                }
-            }
-            for reply in &test.replies {
-                let Some(node) = self.test_name(&reply.role, Named::Reply) else {
-                    continue;
-                };
-                if !matches!(
-                    self.workflow.role(node).map(|r| &r.kind),
-                    Some(RoleKind::Llm(_))
-                ) && !self.twice_declared.contains(&reply.role.name)
-                {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::TestReplyNotLlm,
-                            format!(
-                                "`{}` is not an llm role; only llm roles get scripted replies",
-                                reply.role.name
-                            ),
-                        )
-                        .label(reply.role.span, "not an llm role")
-                        .help("tool roles run for real in tests; builtin roles need no reply"),
-                    );
-                    continue;
-                }
-                case.replies.push((node, reply.visit, reply.text.clone()));
-            }
+            self.test_inputs(test, &mut case);
+            self.test_replies(test, &mut case);
             for expectation in &test.expectations {
-                let e = match expectation {
-                    syntax::Expectation::Exit(name) => match self.test_name(name, Named::Exit) {
-                        Some(node) if self.workflow.is_exit(node) => TestExpectation::Exit {
-                            node,
-                            span: name.span,
-                        },
-                        Some(_) => {
-                            self.diags.push(
-                                Diagnostic::error(
-                                    Code::TestNotAnExit,
-                                    format!("`{}` is a role, not an exit", name.name),
-                                )
-                                .label(name.span, "not an exit")
-                                .help("`expect exit NAME` names an exit such as `success`"),
-                            );
-                            continue;
-                        }
-                        None => continue,
-                    },
-                    syntax::Expectation::Path(names, span) => {
-                        let nodes: Option<Vec<NodeIndex>> = names
-                            .iter()
-                            .map(|n| self.test_name(n, Named::Path))
-                            .collect();
-                        match nodes {
-                            Some(nodes) => TestExpectation::Path { nodes, span: *span },
-                            None => continue,
-                        }
-                    }
-                    syntax::Expectation::Artifact {
-                        name,
-                        contains,
-                        span,
-                    } => TestExpectation::Artifact {
-                        name: name.clone(),
-                        contains: contains.clone(),
-                        span: *span,
-                    },
-                    syntax::Expectation::Holds(expr) => {
-                        let scope = Scope::global();
-                        let (expr, ty) = self.expr(expr, &scope);
-                        self.expect_bool(&expr, &ty, "an expectation");
-                        TestExpectation::Holds { expr }
-                    }
-                };
-                case.expectations.push(e);
+                if let Some(e) = self.test_expectation(expectation) {
+                    case.expectations.push(e);
+                }
             }
             self.workflow.tests.push(case);
         }
+    }
+
+    /// A test's inputs, each a constant of its input's type.
+    fn test_inputs(&mut self, test: &syntax::TestDecl, case: &mut TestCase) {
+        for (name, value) in &test.inputs {
+            let Some(&id) = self.input_names.get(&name.name) else {
+                let candidates: Vec<&str> = self.input_names.keys().map(String::as_str).collect();
+                let help = did_you_mean(&name.name, candidates).unwrap_or_else(|| {
+                    "declare it in the workflow header: `input NAME: type`".into()
+                });
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::TestUnknownInput,
+                        format!("unknown input `{}`", name.name),
+                    )
+                    .label(name.span, "not an input of the workflow")
+                    .help(help),
+                );
+                continue;
+            };
+            if let Some(v) = self.const_value(value) {
+                let input = &self.workflow.inputs[id];
+                if let Err(e) = input.ty.validate(&v) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::TestBadInput,
+                            format!("the value of input `{}` does not fit its type", name.name),
+                        )
+                        .label(value.span, e)
+                        .help(format!("the input is declared as `{}`", input.ty.display())),
+                    );
+                    continue;
+                }
+                case.inputs.push((id, v));
+            }
+        }
+    }
+
+    /// A test's scripted replies, each to an llm role.
+    fn test_replies(&mut self, test: &syntax::TestDecl, case: &mut TestCase) {
+        for reply in &test.replies {
+            let Some(node) = self.test_name(&reply.role, Named::Reply) else {
+                continue;
+            };
+            if !matches!(
+                self.workflow.role(node).map(|r| &r.kind),
+                Some(RoleKind::Llm(_))
+            ) && !self.twice_declared.contains(&reply.role.name)
+            {
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::TestReplyNotLlm,
+                        format!(
+                            "`{}` is not an llm role; only llm roles get scripted replies",
+                            reply.role.name
+                        ),
+                    )
+                    .label(reply.role.span, "not an llm role")
+                    .help("tool roles run for real in tests; builtin roles need no reply"),
+                );
+                continue;
+            }
+            case.replies.push((node, reply.visit, reply.text.clone()));
+        }
+    }
+
+    /// One `expect ...` of a test; none when what it names is not there.
+    fn test_expectation(&mut self, expectation: &syntax::Expectation) -> Option<TestExpectation> {
+        Some(match expectation {
+            syntax::Expectation::Exit(name) => match self.test_name(name, Named::Exit) {
+                Some(node) if self.workflow.is_exit(node) => TestExpectation::Exit {
+                    node,
+                    span: name.span,
+                },
+                Some(_) => {
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::TestNotAnExit,
+                            format!("`{}` is a role, not an exit", name.name),
+                        )
+                        .label(name.span, "not an exit")
+                        .help("`expect exit NAME` names an exit such as `success`"),
+                    );
+                    return None;
+                }
+                None => return None,
+            },
+            syntax::Expectation::Path(names, span) => {
+                let nodes: Option<Vec<NodeIndex>> = names
+                    .iter()
+                    .map(|n| self.test_name(n, Named::Path))
+                    .collect();
+                match nodes {
+                    Some(nodes) => TestExpectation::Path { nodes, span: *span },
+                    None => return None,
+                }
+            }
+            syntax::Expectation::Artifact {
+                name,
+                contains,
+                span,
+            } => TestExpectation::Artifact {
+                name: name.clone(),
+                contains: contains.clone(),
+                span: *span,
+            },
+            syntax::Expectation::Holds(expr) => {
+                let scope = Scope::global();
+                let (expr, ty) = self.expr(expr, &scope);
+                self.expect_bool(&expr, &ty, "an expectation");
+                TestExpectation::Holds { expr }
+            }
+        })
     }
 
     /// The role or exit a test names. An undeclared one is the test's mistake

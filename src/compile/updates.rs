@@ -6,8 +6,9 @@ use serde_json::Value;
 use super::Compiler;
 use super::expr::Scope;
 use super::types::{self, Type};
-use super::workflow::{Expr, ExprKind, MemoryKind, MemoryOp, Unchecked, Update};
+use super::workflow::{Expr, ExprKind, MemoryId, MemoryKind, MemoryOp, Unchecked, Update};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
+use crate::source::Span;
 use crate::syntax::{self, Ident};
 
 impl Compiler<'_> {
@@ -17,157 +18,185 @@ impl Compiler<'_> {
                 target,
                 value,
                 span,
-            } => {
-                let memory = self.lookup_memory(target)?;
-                let (value, ty) = self.expr(value, scope);
-                match &self.workflow.memory[memory].kind {
-                    MemoryKind::Value { ty: slot_ty, .. } => {
-                        if maybe_null_into_required(slot_ty, &ty) {
-                            let slot_ty = slot_ty.clone();
-                            let what = format!("`{}` holds", target.name);
-                            self.optional_value(target, &what, &slot_ty, &value, &ty);
-                        } else {
-                            let ty = stored_type(&value, &ty);
-                            if let Some(why) = ty.assign_mismatch(slot_ty) {
-                                let message = format!(
-                                    "`{}` holds {}, not {}",
-                                    target.name,
-                                    slot_ty.display(),
-                                    ty.display()
-                                );
-                                let help = if matches!(
-                                    (slot_ty.strip_optional(), ty.strip_optional()),
-                                    (Type::Int, Type::Float)
-                                ) {
-                                    format!(
-                                        "a float may have a fraction: declare `{}: float`, or store an int",
-                                        target.name
-                                    )
-                                } else {
-                                    format!(
-                                        "give `{}` a value of type `{}`",
-                                        target.name,
-                                        slot_ty.display()
-                                    )
-                                };
-                                self.not_assignable(message, &value, &ty, &why, help);
-                            }
-                        }
-                    }
-                    other => {
-                        let kind = other.kind_name();
-                        self.diags.push(
-                            Diagnostic::error(
-                                Code::UpdateSetStructured,
-                                format!(
-                                    "`{}` is a {kind}; it changes only through its operations",
-                                    target.name
-                                ),
-                            )
-                            .label(target.span, format!("a {kind}"))
-                            .help(format!(
-                                "use {}",
-                                ops_for(other)
-                                    .iter()
-                                    .map(|o| format!("`{}.{}(..)`", target.name, o.name()))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            )),
-                        );
-                    }
-                }
-                let unchecked = match &self.workflow.memory[memory].kind {
-                    MemoryKind::Value { ty: slot_ty, .. } => {
-                        stored_type(&value, &ty).fits_through_any(slot_ty)
-                    }
-                    _ => false,
-                };
-                Some(Update::Set {
-                    memory,
-                    value,
-                    span: *span,
-                    unchecked: Unchecked::from(unchecked),
-                })
-            }
+            } => self.set_update(target, value, *span, scope),
             syntax::UpdateStmt::Call {
                 target,
                 op,
                 args,
                 span,
-            } => {
-                let memory = self.lookup_memory(target)?;
-                let kind = self.workflow.memory[memory].kind.clone();
-                let allowed = ops_for(&kind);
-                let Some(memory_op) = allowed.iter().copied().find(|o| o.name() == op.name) else {
-                    let conversation_op = [MemoryOp::System, MemoryOp::User, MemoryOp::Assistant]
-                        .iter()
-                        .any(|o| o.name() == op.name);
-                    if conversation_op {
-                        self.not_a_conversation(memory, target.span);
-                        return None;
-                    }
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::UpdateUnknownOp,
-                            format!("a {} has no operation `{}`", kind.kind_name(), op.name),
-                        )
-                        .label(op.span, "unknown operation")
-                        .help(
-                            did_you_mean(&op.name, allowed.iter().map(|o| o.name()))
-                                .unwrap_or_else(|| {
-                                    format!(
-                                        "operations: {}",
-                                        allowed
-                                            .iter()
-                                            .map(|o| o.name())
-                                            .collect::<Vec<_>>()
-                                            .join(", ")
-                                    )
-                                }),
-                        ),
-                    );
-                    return None;
-                };
-                let typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
-                let arity = match memory_op {
-                    MemoryOp::Clear => 0,
-                    MemoryOp::Put | MemoryOp::Patch => 2,
-                    _ => 1,
-                };
-                if typed.len() != arity {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::UpdateArity,
-                            format!(
-                                "`{}` takes {arity} argument{}",
-                                op.name,
-                                if arity == 1 { "" } else { "s" }
-                            ),
-                        )
-                        .label(*span, format!("{} given", typed.len()))
-                        .help(format!(
-                            "e.g. `{}.{}({})`",
+            } => self.op_update(target, op, args, *span, scope),
+        }
+    }
+
+    /// `set NAME = value`: a value slot only, of a value of its type.
+    fn set_update(
+        &mut self,
+        target: &Ident,
+        value: &syntax::Expr,
+        span: Span,
+        scope: &Scope,
+    ) -> Option<Update> {
+        let memory = self.lookup_memory(target)?;
+        let (value, ty) = self.expr(value, scope);
+        self.check_set(target, memory, &value, &ty);
+        let unchecked = match &self.workflow.memory[memory].kind {
+            MemoryKind::Value { ty: slot_ty, .. } => {
+                stored_type(&value, &ty).fits_through_any(slot_ty)
+            }
+            _ => false,
+        };
+        Some(Update::Set {
+            memory,
+            value,
+            span,
+            unchecked: Unchecked::from(unchecked),
+        })
+    }
+
+    fn check_set(&mut self, target: &Ident, memory: MemoryId, value: &Expr, ty: &Type) {
+        match &self.workflow.memory[memory].kind {
+            MemoryKind::Value { ty: slot_ty, .. } => {
+                if maybe_null_into_required(slot_ty, ty) {
+                    let slot_ty = slot_ty.clone();
+                    let what = format!("`{}` holds", target.name);
+                    self.optional_value(target, &what, &slot_ty, value, ty);
+                } else {
+                    let ty = stored_type(value, ty);
+                    if let Some(why) = ty.assign_mismatch(slot_ty) {
+                        let message = format!(
+                            "`{}` holds {}, not {}",
                             target.name,
-                            op.name,
-                            ["", "value", "key, value"][arity]
-                        )),
-                    );
-                } else if let MemoryKind::Value { ty, .. } = &kind {
-                    self.check_value_op(target, memory_op, ty, &typed);
+                            slot_ty.display(),
+                            ty.display()
+                        );
+                        let help = if matches!(
+                            (slot_ty.strip_optional(), ty.strip_optional()),
+                            (Type::Int, Type::Float)
+                        ) {
+                            format!(
+                                "a float may have a fraction: declare `{}: float`, or store an int",
+                                target.name
+                            )
+                        } else {
+                            format!(
+                                "give `{}` a value of type `{}`",
+                                target.name,
+                                slot_ty.display()
+                            )
+                        };
+                        self.not_assignable(message, value, &ty, &why, help);
+                    }
                 }
-                let unchecked = match &kind {
-                    MemoryKind::Value { ty, .. } => op_through_any(memory_op, ty, &typed),
-                    _ => false,
-                };
-                Some(Update::Op {
-                    memory,
-                    op: memory_op,
-                    args: typed.into_iter().map(|t| t.0).collect(),
-                    span: *span,
-                    unchecked: Unchecked::from(unchecked),
-                })
+            }
+            other => {
+                let kind = other.kind_name();
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::UpdateSetStructured,
+                        format!(
+                            "`{}` is a {kind}; it changes only through its operations",
+                            target.name
+                        ),
+                    )
+                    .label(target.span, format!("a {kind}"))
+                    .help(format!(
+                        "use {}",
+                        ops_for(other)
+                            .iter()
+                            .map(|o| format!("`{}.{}(..)`", target.name, o.name()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
+                );
             }
         }
+    }
+
+    /// `NAME.op(args)`: an operation of the slot's kind, with its arguments.
+    fn op_update(
+        &mut self,
+        target: &Ident,
+        op: &Ident,
+        args: &[syntax::Expr],
+        span: Span,
+        scope: &Scope,
+    ) -> Option<Update> {
+        let memory = self.lookup_memory(target)?;
+        let kind = self.workflow.memory[memory].kind.clone();
+        let allowed = ops_for(&kind);
+        let Some(memory_op) = allowed.iter().copied().find(|o| o.name() == op.name) else {
+            self.unknown_op(target, memory, op, &kind);
+            return None;
+        };
+        let typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
+        let arity = match memory_op {
+            MemoryOp::Clear => 0,
+            MemoryOp::Put | MemoryOp::Patch => 2,
+            _ => 1,
+        };
+        if typed.len() != arity {
+            self.diags.push(
+                Diagnostic::error(
+                    Code::UpdateArity,
+                    format!(
+                        "`{}` takes {arity} argument{}",
+                        op.name,
+                        if arity == 1 { "" } else { "s" }
+                    ),
+                )
+                .label(span, format!("{} given", typed.len()))
+                .help(format!(
+                    "e.g. `{}.{}({})`",
+                    target.name,
+                    op.name,
+                    ["", "value", "key, value"][arity]
+                )),
+            );
+        } else if let MemoryKind::Value { ty, .. } = &kind {
+            self.check_value_op(target, memory_op, ty, &typed);
+        }
+        let unchecked = match &kind {
+            MemoryKind::Value { ty, .. } => op_through_any(memory_op, ty, &typed),
+            _ => false,
+        };
+        Some(Update::Op {
+            memory,
+            op: memory_op,
+            args: typed.into_iter().map(|t| t.0).collect(),
+            span,
+            unchecked: Unchecked::from(unchecked),
+        })
+    }
+
+    /// An operation the slot's kind does not have.
+    fn unknown_op(&mut self, target: &Ident, memory: MemoryId, op: &Ident, kind: &MemoryKind) {
+        let allowed = ops_for(kind);
+        let conversation_op = [MemoryOp::System, MemoryOp::User, MemoryOp::Assistant]
+            .iter()
+            .any(|o| o.name() == op.name);
+        if conversation_op {
+            self.not_a_conversation(memory, target.span);
+            return;
+        }
+        self.diags.push(
+            Diagnostic::error(
+                Code::UpdateUnknownOp,
+                format!("a {} has no operation `{}`", kind.kind_name(), op.name),
+            )
+            .label(op.span, "unknown operation")
+            .help(
+                did_you_mean(&op.name, allowed.iter().map(|o| o.name())).unwrap_or_else(|| {
+                    format!(
+                        "operations: {}",
+                        allowed
+                            .iter()
+                            .map(|o| o.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }),
+            ),
+        );
     }
 
     fn check_value_op(&mut self, target: &Ident, op: MemoryOp, ty: &Type, args: &[(Expr, Type)]) {
@@ -195,71 +224,7 @@ impl Compiler<'_> {
                     }
                     return;
                 };
-                let (e, t) = &args[0];
-                if op == MemoryOp::Append && maybe_null_into_required(item, t) {
-                    let what = format!("`{}.append` takes", target.name);
-                    self.optional_value(target, &what, item, e, t);
-                    return;
-                }
-                let stored = stored_type(e, t);
-                // `extend(null)` adds nothing, so an optional list is fine there.
-                let fits = match op {
-                    MemoryOp::Append => Some(stored.assign_mismatch(item)),
-                    MemoryOp::Extend
-                        if matches!(stored.strip_optional(), Type::List { .. } | Type::Any) =>
-                    {
-                        Some(stored.strip_optional().assign_mismatch(base))
-                    }
-                    MemoryOp::Truncate if t.is_numeric() => Some(None),
-                    _ => None,
-                };
-                match fits {
-                    Some(None) => {}
-                    Some(Some(why)) => {
-                        let expected = if op == MemoryOp::Append { item } else { base };
-                        let message = format!(
-                            "`{}.{}` takes {}, not {}",
-                            target.name,
-                            op.name(),
-                            expected.display(),
-                            stored.display()
-                        );
-                        let declared =
-                            format!("`{}` is declared as `{}`", target.name, ty.display());
-                        // A list of fitting items (a map worker's outputs) is added by `extend`.
-                        let help = match stored.strip_optional() {
-                            Type::List { item: given }
-                                if op == MemoryOp::Append
-                                    && given.assign_mismatch(item).is_none() =>
-                            {
-                                format!(
-                                    "this is a list of such items: `{}.extend(..)` adds each of them; {declared}",
-                                    target.name
-                                )
-                            }
-                            _ => declared,
-                        };
-                        self.not_assignable(message, e, &stored, &why, help);
-                    }
-                    None => {
-                        let expected = match op {
-                            MemoryOp::Extend => base.display(),
-                            _ => "a step id (a number)".into(),
-                        };
-                        self.diags.push(
-                            Diagnostic::error(
-                                Code::UpdateTypeMismatch,
-                                format!("`{}.{}` expects {expected}", target.name, op.name()),
-                            )
-                            .label(e.span, format!("this is {}", t.display()))
-                            .help(format!(
-                                "`{}` is declared as `{}`",
-                                target.name,
-                                ty.display()
-                            )),
-                        );
-                    }
-                }
+                self.check_list_op(target, op, ty, item, &args[0]);
             }
             MemoryOp::Put => match base {
                 Type::Map { value } => {
@@ -313,6 +278,81 @@ impl Compiler<'_> {
                 mismatch(self, "lists and maps")
             }
             _ => {}
+        }
+    }
+
+    /// `append`, `extend` or `truncate` of a list slot of type `ty` (items `item`), with
+    /// `arg`.
+    fn check_list_op(
+        &mut self,
+        target: &Ident,
+        op: MemoryOp,
+        ty: &Type,
+        item: &Type,
+        (e, t): &(Expr, Type),
+    ) {
+        let base = ty.strip_optional();
+        if op == MemoryOp::Append && maybe_null_into_required(item, t) {
+            let what = format!("`{}.append` takes", target.name);
+            self.optional_value(target, &what, item, e, t);
+            return;
+        }
+        let stored = stored_type(e, t);
+        // `extend(null)` adds nothing, so an optional list is fine there.
+        let fits = match op {
+            MemoryOp::Append => Some(stored.assign_mismatch(item)),
+            MemoryOp::Extend
+                if matches!(stored.strip_optional(), Type::List { .. } | Type::Any) =>
+            {
+                Some(stored.strip_optional().assign_mismatch(base))
+            }
+            MemoryOp::Truncate if t.is_numeric() => Some(None),
+            _ => None,
+        };
+        match fits {
+            Some(None) => {}
+            Some(Some(why)) => {
+                let expected = if op == MemoryOp::Append { item } else { base };
+                let message = format!(
+                    "`{}.{}` takes {}, not {}",
+                    target.name,
+                    op.name(),
+                    expected.display(),
+                    stored.display()
+                );
+                let declared = format!("`{}` is declared as `{}`", target.name, ty.display());
+                // A list of fitting items (a map worker's outputs) is added by `extend`.
+                let help = match stored.strip_optional() {
+                    Type::List { item: given }
+                        if op == MemoryOp::Append && given.assign_mismatch(item).is_none() =>
+                    {
+                        format!(
+                            "this is a list of such items: `{}.extend(..)` adds each of them; {declared}",
+                            target.name
+                        )
+                    }
+                    _ => declared,
+                };
+                self.not_assignable(message, e, &stored, &why, help);
+            }
+            None => {
+                let expected = match op {
+                    MemoryOp::Extend => base.display(),
+                    _ => "a step id (a number)".into(),
+                };
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::UpdateTypeMismatch,
+                        format!("`{}.{}` expects {expected}", target.name, op.name()),
+                    )
+                    .label(e.span, format!("this is {}", t.display()))
+                    .help(format!(
+                        "`{}` is declared as `{}`",
+                        target.name,
+                        ty.display()
+                    )),
+                );
+            }
         }
     }
 

@@ -268,6 +268,46 @@ struct Shown {
     parts: Vec<(usize, usize, usize)>,
 }
 
+/// The labels drawn (indexes into `placed`, the first being the primary), the runs of
+/// lines shown, and the 1-based lines of the labels left out: the primary label first,
+/// then the others in file order, while the drawing stays within MAX_LINES lines and
+/// MAX_LABELS labels.
+fn choose_labels(
+    file: &SourceFile,
+    placed: &[Placed],
+) -> (Vec<usize>, Vec<(usize, usize)>, Vec<usize>) {
+    let mut order: Vec<usize> = (1..placed.len()).collect();
+    order.sort_by_key(|&i| (placed[i].start, i));
+    if !placed.is_empty() {
+        order.insert(0, 0);
+    }
+    let last_line = file.line_count() - 1;
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    let mut hidden: Vec<usize> = Vec::new();
+    for i in order {
+        let p = &placed[i];
+        let range = (
+            p.first.saturating_sub(CONTEXT),
+            (p.last + CONTEXT).min(last_line),
+        );
+        let mut with = ranges.clone();
+        with.push(range);
+        let with = merge(with);
+        let lines: usize = with.iter().map(|(a, b)| b - a + 1).sum();
+        if !chosen.is_empty() && (lines > MAX_LINES || chosen.len() >= MAX_LABELS) {
+            hidden.push(p.first + 1);
+            continue;
+        }
+        chosen.push(i);
+        ranges = with;
+    }
+    hidden.sort_unstable();
+    hidden.dedup();
+    chosen.sort_unstable();
+    (chosen, ranges, hidden)
+}
+
 /// A label with its span clamped to the file, and its first and last lines.
 struct Placed {
     start: usize,
@@ -280,40 +320,8 @@ impl Excerpt {
     /// The excerpt for `labels` (the first is the primary), the labels moved into it, and
     /// the 1-based lines of the labels left out to keep the drawing short.
     fn new(file: &SourceFile, labels: &[Label]) -> (Excerpt, Vec<Label>, Vec<usize>) {
-        let text = &*file.text;
         let placed: Vec<Placed> = labels.iter().map(|l| place(file, l.span)).collect();
-        // The primary label first, then the others in file order, while the drawing stays
-        // within MAX_LINES lines and MAX_LABELS labels.
-        let mut order: Vec<usize> = (1..labels.len()).collect();
-        order.sort_by_key(|&i| (placed[i].start, i));
-        if !labels.is_empty() {
-            order.insert(0, 0);
-        }
-        let last_line = file.line_count() - 1;
-        let mut chosen: Vec<usize> = Vec::new();
-        let mut ranges: Vec<(usize, usize)> = Vec::new();
-        let mut hidden: Vec<usize> = Vec::new();
-        for i in order {
-            let p = &placed[i];
-            let range = (
-                p.first.saturating_sub(CONTEXT),
-                (p.last + CONTEXT).min(last_line),
-            );
-            let mut with = ranges.clone();
-            with.push(range);
-            let with = merge(with);
-            let lines: usize = with.iter().map(|(a, b)| b - a + 1).sum();
-            if !chosen.is_empty() && (lines > MAX_LINES || chosen.len() >= MAX_LABELS) {
-                hidden.push(p.first + 1);
-                continue;
-            }
-            chosen.push(i);
-            ranges = with;
-        }
-        hidden.sort_unstable();
-        hidden.dedup();
-        chosen.sort_unstable();
-
+        let (chosen, ranges, hidden) = choose_labels(file, &placed);
         let mut excerpt = Excerpt {
             name: file.path.display().to_string(),
             text: String::new(),
@@ -321,45 +329,11 @@ impl Excerpt {
         };
         for (run, &(from, to)) in ranges.iter().enumerate() {
             for line in from..=to {
-                let (file_start, file_end, next) = file.line_bounds(line);
-                let windows = windows(
-                    text,
-                    file_start,
-                    file_end,
-                    chosen
-                        .iter()
-                        .map(|&i| &placed[i])
-                        .filter(|p| p.first <= line && line <= p.last),
-                );
-                let start = excerpt.text.len();
-                let mut parts = Vec::new();
-                let mut at = file_start;
-                for (a, b) in windows {
-                    if a > at {
-                        excerpt
-                            .text
-                            .push_str(if at == file_start { CUT } else { " … " });
-                    }
-                    parts.push((a, excerpt.text.len(), b - a));
-                    excerpt.text.push_str(&text[a..b]);
-                    at = b;
-                }
-                if at < file_end {
-                    excerpt.text.push_str(CUT);
-                }
-                let end = excerpt.text.len();
-                if next > file_end {
-                    excerpt.text.push('\n');
-                }
-                excerpt.lines.push(Shown {
-                    line,
-                    run,
-                    file_start,
-                    start,
-                    file_end,
-                    end,
-                    parts,
-                });
+                let on_line = chosen
+                    .iter()
+                    .map(|&i| &placed[i])
+                    .filter(|p| p.first <= line && line <= p.last);
+                excerpt.push_line(file, line, run, on_line);
             }
         }
         let moved = chosen
@@ -379,6 +353,48 @@ impl Excerpt {
             })
             .collect();
         (excerpt, moved, hidden)
+    }
+
+    /// Adds file line `line` (of run `run` of consecutive lines) to the excerpt: the
+    /// windows of it around the labels `on_line`, cut marks where it is cut.
+    fn push_line<'p>(
+        &mut self,
+        file: &SourceFile,
+        line: usize,
+        run: usize,
+        on_line: impl Iterator<Item = &'p Placed>,
+    ) {
+        let text = &*file.text;
+        let (file_start, file_end, next) = file.line_bounds(line);
+        let windows = windows(text, file_start, file_end, on_line);
+        let start = self.text.len();
+        let mut parts = Vec::new();
+        let mut at = file_start;
+        for (a, b) in windows {
+            if a > at {
+                self.text
+                    .push_str(if at == file_start { CUT } else { " … " });
+            }
+            parts.push((a, self.text.len(), b - a));
+            self.text.push_str(&text[a..b]);
+            at = b;
+        }
+        if at < file_end {
+            self.text.push_str(CUT);
+        }
+        let end = self.text.len();
+        if next > file_end {
+            self.text.push('\n');
+        }
+        self.lines.push(Shown {
+            line,
+            run,
+            file_start,
+            start,
+            file_end,
+            end,
+            parts,
+        });
     }
 
     fn shown(&self, line: usize) -> Option<&Shown> {

@@ -260,48 +260,8 @@ impl LineCtx<'_> {
             );
             return None;
         };
-        let mut ok = true;
-        for key in obj.keys() {
-            if !["id", "inputs", "expect"].contains(&key.as_str()) {
-                let hint = did_you_mean(key, ["id", "inputs", "expect"]);
-                let span = self.at(&format!("\"{key}\""));
-                self.diags.push(
-                    Diagnostic::error(
-                        Code::EvalBadCase,
-                        format!("`{key}` is not a field of a case"),
-                    )
-                    .label(span, "unknown field")
-                    .help(hint.unwrap_or_else(|| CASE_HELP.into())),
-                );
-                ok = false;
-            }
-        }
-        let id = match obj.get("id") {
-            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            Some(_) => {
-                let span = self.at("\"id\"");
-                self.bad(
-                    "a case's `id` is a non-empty string".into(),
-                    span,
-                    "not a string",
-                );
-                return None;
-            }
-            None => {
-                self.bad("this case has no `id`".into(), self.whole(), "needs \"id\"");
-                return None;
-            }
-        };
-        if !ids.insert(id.clone()) {
-            let span = self.at("\"id\"");
-            self.diags.push(
-                Diagnostic::error(Code::EvalBadCase, format!("two cases have the id {id:?}"))
-                    .label(span, "id used before")
-                    .help("give every case its own id: results and `--resume` go by it"),
-            );
-            return None;
-        }
+        let mut ok = self.known_fields(&obj);
+        let id = self.case_id(&obj, ids)?;
         let inputs = self.inputs(&obj, workflow, &id);
         let own: ExpectSpec = match obj.get("expect") {
             None | Some(Value::Null) => ExpectSpec::default(),
@@ -333,45 +293,15 @@ impl LineCtx<'_> {
             .or_else(|| rubrics.default.contains.clone());
         let keys = pick(|s| s.keys.as_ref());
         let tools = pick(|s| s.tools.as_ref());
-        for tool in &tools {
-            if !workflow.tools.iter().any(|t| t.name() == tool) {
-                let names: Vec<&str> = workflow.tools.iter().map(|t| t.name()).collect();
-                let span = self.at(&format!("\"{tool}\""));
-                self.diags.push(
-                    Diagnostic::error(
-                        Code::EvalBadCase,
-                        format!("`{tool}` is not a tool of {}", workflow.name),
-                    )
-                    .label(span, "unknown tool")
-                    .help(
-                        did_you_mean(tool, names.iter().copied())
-                            .unwrap_or_else(|| format!("its tools: {}", names.join(", "))),
-                    ),
-                );
-                ok = false;
-            }
-        }
+        ok &= self.known_tools(workflow, &tools);
         // Checks add up: the rubrics' default ones, the case's in the rubrics, its own.
-        let texts: Vec<String> = [
+        let texts = [
             rubrics.default.checks.as_ref(),
             from_rubric.and_then(|r| r.checks.as_ref()),
             own.checks.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        .flatten()
-        .cloned()
-        .collect();
-        let mut checks = Vec::new();
-        for text in texts {
-            match crate::compile::condition_over(workflow, &text) {
-                Ok(expr) => checks.push(Check { text, expr }),
-                Err(problems) => {
-                    ok = false;
-                    self.check_problems(&text, problems, rubrics_file);
-                }
-            }
-        }
+        ];
+        let (checks, checks_ok) = self.checks(workflow, texts, rubrics_file);
+        ok &= checks_ok;
         if !ok || inputs.is_none() {
             return None;
         }
@@ -389,6 +319,108 @@ impl LineCtx<'_> {
             workspace: None,
             image: None,
         })
+    }
+
+    /// Whether every field of a case is one a case has; reports each other one.
+    fn known_fields(&mut self, obj: &serde_json::Map<String, Value>) -> bool {
+        let mut ok = true;
+        for key in obj.keys() {
+            if !["id", "inputs", "expect"].contains(&key.as_str()) {
+                let hint = did_you_mean(key, ["id", "inputs", "expect"]);
+                let span = self.at(&format!("\"{key}\""));
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::EvalBadCase,
+                        format!("`{key}` is not a field of a case"),
+                    )
+                    .label(span, "unknown field")
+                    .help(hint.unwrap_or_else(|| CASE_HELP.into())),
+                );
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// The case's `id`, a string (or a number) no case before it has.
+    fn case_id(
+        &mut self,
+        obj: &serde_json::Map<String, Value>,
+        ids: &mut HashSet<String>,
+    ) -> Option<String> {
+        let id = match obj.get("id") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            Some(_) => {
+                let span = self.at("\"id\"");
+                self.bad(
+                    "a case's `id` is a non-empty string".into(),
+                    span,
+                    "not a string",
+                );
+                return None;
+            }
+            None => {
+                self.bad("this case has no `id`".into(), self.whole(), "needs \"id\"");
+                return None;
+            }
+        };
+        if !ids.insert(id.clone()) {
+            let span = self.at("\"id\"");
+            self.diags.push(
+                Diagnostic::error(Code::EvalBadCase, format!("two cases have the id {id:?}"))
+                    .label(span, "id used before")
+                    .help("give every case its own id: results and `--resume` go by it"),
+            );
+            return None;
+        }
+        Some(id)
+    }
+
+    /// Whether every tool a case expects is a tool of the workflow; reports each other one.
+    fn known_tools(&mut self, workflow: &Workflow, tools: &[String]) -> bool {
+        let mut ok = true;
+        for tool in tools {
+            if !workflow.tools.iter().any(|t| t.name() == tool) {
+                let names: Vec<&str> = workflow.tools.iter().map(|t| t.name()).collect();
+                let span = self.at(&format!("\"{tool}\""));
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::EvalBadCase,
+                        format!("`{tool}` is not a tool of {}", workflow.name),
+                    )
+                    .label(span, "unknown tool")
+                    .help(
+                        did_you_mean(tool, names.iter().copied())
+                            .unwrap_or_else(|| format!("its tools: {}", names.join(", "))),
+                    ),
+                );
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// The checks of a case, compiled, from its lists of `texts`; and whether every one
+    /// compiled.
+    fn checks(
+        &mut self,
+        workflow: &Workflow,
+        texts: [Option<&Vec<String>>; 3],
+        rubrics_file: Option<&Path>,
+    ) -> (Vec<Check>, bool) {
+        let mut ok = true;
+        let mut checks = Vec::new();
+        for text in texts.into_iter().flatten().flatten().cloned() {
+            match crate::compile::condition_over(workflow, &text) {
+                Ok(expr) => checks.push(Check { text, expr }),
+                Err(problems) => {
+                    ok = false;
+                    self.check_problems(&text, problems, rubrics_file);
+                }
+            }
+        }
+        (checks, ok)
     }
 
     /// A check that does not compile: its diagnostics, moved onto the check's text in

@@ -437,6 +437,7 @@ impl<'a> Printer<'a> {
         self.leave();
     }
 
+    /// Long but one piece: one short arm per kind of node, the printer's table of contents.
     fn node_inner(&mut self, node: &Node<'a>, indent: usize) {
         let (start, end) = node.range();
         match *node {

@@ -405,37 +405,7 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
     }
     // The first word of a statement (also right after a block's `{` on its line).
     if trimmed.is_empty() || trimmed.ends_with('{') {
-        let Some(header) = header else {
-            let mut out = words(DECLARATIONS, CompletionItemKind::KEYWORD);
-            out.push(item(
-                "start",
-                CompletionItemKind::KEYWORD,
-                Some("the start node".into()),
-            ));
-            out.extend(names.roles());
-            return out;
-        };
-        let first = header.split_whitespace().next().unwrap_or("");
-        let mut out: Vec<CompletionItem> = match block_of(header, parent) {
-            Some(block) => probe::attributes(block)
-                .iter()
-                .map(|k| item(k, CompletionItemKind::PROPERTY, Some("attribute".into())))
-                .collect(),
-            None => Vec::new(),
-        };
-        let extra: &[&str] = match first {
-            "workflow" => &["input", "answer"],
-            "role" => &["output", "update", "artifact"],
-            "tool" => &["input"],
-            "test" => &["input", "reply", "expect"],
-            _ => &[],
-        };
-        out.extend(words(extra, CompletionItemKind::KEYWORD));
-        if first == "update" {
-            out.push(item("set", CompletionItemKind::KEYWORD, None));
-            out.extend(names.of_kind(Kind::Memory));
-        }
-        return out;
+        return first_word(header, parent, names);
     }
     let last = trimmed.split_whitespace().last().unwrap_or("");
     // `role NAME:`
@@ -464,18 +434,7 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
         || trimmed.ends_with("->")
         || trimmed.contains("parallel [") && !trimmed.contains(']')
     {
-        let mut out = names.nodes();
-        for (name, code) in compile::BUILTIN_EXITS {
-            if !out.iter().any(|i| i.label == *name) {
-                out.push(item(
-                    name,
-                    CompletionItemKind::ENUM_MEMBER,
-                    Some(format!("built-in exit, code {code}")),
-                ));
-            }
-        }
-        out.extend(words(&["parallel", "map"], CompletionItemKind::KEYWORD));
-        return out;
+        return route_targets(names);
     }
     if header.is_some_and(|h| h.starts_with("test")) {
         match trimmed {
@@ -493,6 +452,80 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
     if trimmed == "set" {
         return names.of_kind(Kind::Memory);
     }
+    if let Some(out) = attribute_value(trimmed, names) {
+        return out;
+    }
+    // After a route's target: its modifiers.
+    let route = header.is_none()
+        && trimmed.contains("->")
+        && !trimmed
+            .split_whitespace()
+            .any(|w| w == "when" || w == "over");
+    if route {
+        return words(ROUTE_WORDS, CompletionItemKind::KEYWORD);
+    }
+    names.expression()
+}
+
+/// The first word of a statement in the block `header` (inside `parent`), or of a
+/// declaration outside any block.
+fn first_word(
+    header: Option<&str>,
+    parent: Option<&str>,
+    names: &Names<'_>,
+) -> Vec<CompletionItem> {
+    let Some(header) = header else {
+        let mut out = words(DECLARATIONS, CompletionItemKind::KEYWORD);
+        out.push(item(
+            "start",
+            CompletionItemKind::KEYWORD,
+            Some("the start node".into()),
+        ));
+        out.extend(names.roles());
+        return out;
+    };
+    let first = header.split_whitespace().next().unwrap_or("");
+    let mut out: Vec<CompletionItem> = match block_of(header, parent) {
+        Some(block) => probe::attributes(block)
+            .iter()
+            .map(|k| item(k, CompletionItemKind::PROPERTY, Some("attribute".into())))
+            .collect(),
+        None => Vec::new(),
+    };
+    let extra: &[&str] = match first {
+        "workflow" => &["input", "answer"],
+        "role" => &["output", "update", "artifact"],
+        "tool" => &["input"],
+        "test" => &["input", "reply", "expect"],
+        _ => &[],
+    };
+    out.extend(words(extra, CompletionItemKind::KEYWORD));
+    if first == "update" {
+        out.push(item("set", CompletionItemKind::KEYWORD, None));
+        out.extend(names.of_kind(Kind::Memory));
+    }
+    out
+}
+
+/// After `->`: the nodes, the built-in exits, `parallel` and `map`.
+fn route_targets(names: &Names<'_>) -> Vec<CompletionItem> {
+    let mut out = names.nodes();
+    for (name, code) in compile::BUILTIN_EXITS {
+        if !out.iter().any(|i| i.label == *name) {
+            out.push(item(
+                name,
+                CompletionItemKind::ENUM_MEMBER,
+                Some(format!("built-in exit, code {code}")),
+            ));
+        }
+    }
+    out.extend(words(&["parallel", "map"], CompletionItemKind::KEYWORD));
+    out
+}
+
+/// After `key = ` (or `key = [a, `) of an attribute naming things of the workflow or
+/// taking one of a few words.
+fn attribute_value(trimmed: &str, names: &Names<'_>) -> Option<Vec<CompletionItem>> {
     // `key = ` and `key = [a, ` of an attribute naming things of the workflow.
     let key = trimmed.split(['=', ':']).next().unwrap_or("").trim();
     if trimmed.contains('=') || trimmed.ends_with(':') {
@@ -505,30 +538,26 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
             _ => None,
         };
         if let Some(kind) = kind {
-            return names.of_kind(kind);
+            return Some(names.of_kind(kind));
         }
         match key {
-            "mode" => return words(&["json", "native", "auto"], CompletionItemKind::ENUM_MEMBER),
+            "mode" => {
+                return Some(words(
+                    &["json", "native", "auto"],
+                    CompletionItemKind::ENUM_MEMBER,
+                ));
+            }
             "show" => {
-                return words(
+                return Some(words(
                     &["all", "status", "tail", "head_tail"],
                     CompletionItemKind::ENUM_MEMBER,
-                );
+                ));
             }
-            "coerce" => return words(&["safe", "strict"], CompletionItemKind::ENUM_MEMBER),
+            "coerce" => return Some(words(&["safe", "strict"], CompletionItemKind::ENUM_MEMBER)),
             _ => {}
         }
     }
-    // After a route's target: its modifiers.
-    let route = header.is_none()
-        && trimmed.contains("->")
-        && !trimmed
-            .split_whitespace()
-            .any(|w| w == "when" || w == "over");
-    if route {
-        return words(ROUTE_WORDS, CompletionItemKind::KEYWORD);
-    }
-    names.expression()
+    None
 }
 
 /// Completion in a template: the variables of a prompt and their fields.

@@ -279,61 +279,8 @@ fn symbol_hover(a: &Analysis, kind: Kind, name: &str) -> Option<String> {
                 span_text(a.text(), decl.span).trim()
             ))
         }
-        Kind::Memory => {
-            let slot = w.memory.iter().find(|m| m.name == name)?;
-            let what = match &slot.kind {
-                MemoryKind::Value { ty, default } => {
-                    format!("{}: {} = {}", slot.name, ty.display(), compact(default))
-                }
-                MemoryKind::Conversation {
-                    max_messages,
-                    max_bytes,
-                } => format!(
-                    "{}: conversation {{ max_messages = {max_messages}, max_bytes = {max_bytes} }}",
-                    slot.name
-                ),
-                other => format!("{}: {}", slot.name, other.kind_name()),
-            };
-            let readers: Vec<&str> = w
-                .roles()
-                .filter(|(_, r)| r.reads.iter().any(|&m| w.memory[m].name == name))
-                .map(|(i, _)| w.node(i).name.as_str())
-                .collect();
-            let writers: Vec<&str> = w
-                .roles()
-                .filter(|(_, r)| r.writes.iter().any(|&m| w.memory[m].name == name))
-                .map(|(i, _)| w.node(i).name.as_str())
-                .collect();
-            let mut out = format!("```rondo\nmemory {{ {what} }}\n```");
-            if !writers.is_empty() {
-                out.push_str(&format!("\nwritten by {}", list(&writers)));
-            }
-            if !readers.is_empty() {
-                out.push_str(&format!("\nread by the prompts of {}", list(&readers)));
-            }
-            Some(out)
-        }
-        Kind::Input => {
-            let input = w.inputs.iter().find(|i| i.name == name)?;
-            let default = input
-                .default
-                .as_ref()
-                .map(|d| format!(" = {}", compact(d)))
-                .unwrap_or_default();
-            let ty = if input.path {
-                "path".to_string()
-            } else {
-                input.ty.display()
-            };
-            Some(format!(
-                "```rondo\ninput {name}: {ty}{default}\n```\n{}",
-                if input.default.is_some() {
-                    "an input of the run, with a default"
-                } else {
-                    "an input of the run: every run must give it (`--input`)"
-                }
-            ))
-        }
+        Kind::Memory => memory_hover(w, name),
+        Kind::Input => input_hover(w, name),
         Kind::Tool => {
             let tool = w.tools.iter().find(|t| t.name() == name)?;
             let mut out = format!("```rondo\ntool {name}\n```");
@@ -372,27 +319,7 @@ fn symbol_hover(a: &Analysis, kind: Kind, name: &str) -> Option<String> {
                 }
             ))
         }
-        Kind::Template => {
-            let path = a.prompts_dir().join(name);
-            let renders: Vec<&str> = w
-                .roles()
-                .filter(|(_, r)| match &r.kind {
-                    RoleKind::Llm(l) => l
-                        .prompt
-                        .iter()
-                        .chain(l.system.iter())
-                        .any(|p| p.to_string_lossy() == name),
-                    _ => false,
-                })
-                .map(|(i, _)| w.node(i).name.as_str())
-                .collect();
-            let exists = if path.is_file() { "" } else { " (missing)" };
-            let mut out = format!("prompt template `{}`{exists}", path.display());
-            if !renders.is_empty() {
-                out.push_str(&format!("\n\nrendered by {}", list(&renders)));
-            }
-            Some(out)
-        }
+        Kind::Template => Some(template_hover(a, name)),
         Kind::Function => {
             let (params, returns, doc) = super::signature(name)?;
             Some(format!(
@@ -400,6 +327,89 @@ fn symbol_hover(a: &Analysis, kind: Kind, name: &str) -> Option<String> {
             ))
         }
     }
+}
+
+/// A memory slot: its declaration, and the roles that write and read it.
+fn memory_hover(w: &compile::Workflow, name: &str) -> Option<String> {
+    let slot = w.memory.iter().find(|m| m.name == name)?;
+    let what = match &slot.kind {
+        MemoryKind::Value { ty, default } => {
+            format!("{}: {} = {}", slot.name, ty.display(), compact(default))
+        }
+        MemoryKind::Conversation {
+            max_messages,
+            max_bytes,
+        } => format!(
+            "{}: conversation {{ max_messages = {max_messages}, max_bytes = {max_bytes} }}",
+            slot.name
+        ),
+        other => format!("{}: {}", slot.name, other.kind_name()),
+    };
+    let readers: Vec<&str> = w
+        .roles()
+        .filter(|(_, r)| r.reads.iter().any(|&m| w.memory[m].name == name))
+        .map(|(i, _)| w.node(i).name.as_str())
+        .collect();
+    let writers: Vec<&str> = w
+        .roles()
+        .filter(|(_, r)| r.writes.iter().any(|&m| w.memory[m].name == name))
+        .map(|(i, _)| w.node(i).name.as_str())
+        .collect();
+    let mut out = format!("```rondo\nmemory {{ {what} }}\n```");
+    if !writers.is_empty() {
+        out.push_str(&format!("\nwritten by {}", list(&writers)));
+    }
+    if !readers.is_empty() {
+        out.push_str(&format!("\nread by the prompts of {}", list(&readers)));
+    }
+    Some(out)
+}
+
+/// An input: its declaration, and whether a run must give it.
+fn input_hover(w: &compile::Workflow, name: &str) -> Option<String> {
+    let input = w.inputs.iter().find(|i| i.name == name)?;
+    let default = input
+        .default
+        .as_ref()
+        .map(|d| format!(" = {}", compact(d)))
+        .unwrap_or_default();
+    let ty = if input.path {
+        "path".to_string()
+    } else {
+        input.ty.display()
+    };
+    Some(format!(
+        "```rondo\ninput {name}: {ty}{default}\n```\n{}",
+        if input.default.is_some() {
+            "an input of the run, with a default"
+        } else {
+            "an input of the run: every run must give it (`--input`)"
+        }
+    ))
+}
+
+/// A prompt template: its file, and the roles that render it.
+fn template_hover(a: &Analysis, name: &str) -> String {
+    let w = &a.workflow;
+    let path = a.prompts_dir().join(name);
+    let renders: Vec<&str> = w
+        .roles()
+        .filter(|(_, r)| match &r.kind {
+            RoleKind::Llm(l) => l
+                .prompt
+                .iter()
+                .chain(l.system.iter())
+                .any(|p| p.to_string_lossy() == name),
+            _ => false,
+        })
+        .map(|(i, _)| w.node(i).name.as_str())
+        .collect();
+    let exists = if path.is_file() { "" } else { " (missing)" };
+    let mut out = format!("prompt template `{}`{exists}", path.display());
+    if !renders.is_empty() {
+        out.push_str(&format!("\n\nrendered by {}", list(&renders)));
+    }
+    out
 }
 
 fn role_hover(a: &Analysis, name: &str, role: &compile::Role) -> String {

@@ -4,8 +4,8 @@
 
 use crate::source::Span;
 use crate::syntax::{
-    Ast, Attr, Condition, Expectation, Expr, ExprKind, MemoryShape, OutputDecl, RouteTarget,
-    TypeExpr, TypeKind, UpdateStmt, Value, ValueKind,
+    Ast, Attr, Condition, Expectation, Expr, ExprKind, MemoryShape, OutputDecl, RoleDecl,
+    RouteDecl, RouteTarget, TestDecl, TypeExpr, TypeKind, UpdateStmt, Value, ValueKind,
 };
 
 /// What a name names. Roles and exits share one namespace (`Node`), as in the compiler.
@@ -223,32 +223,7 @@ impl Builder<'_> {
             self.attrs(&e.attrs, None);
         }
         for role in &ast.roles {
-            self.add(Kind::Node, &role.name.name, role.name.span, true);
-            let scope = Some(role.name.name.as_str());
-            self.attrs(&role.attrs, scope);
-            if let Some((output, _)) = &role.output
-                && let OutputDecl::Json(ty) | OutputDecl::Tagged(ty) = output
-            {
-                self.type_expr(ty);
-            }
-            for u in &role.updates {
-                match u {
-                    UpdateStmt::Set { target, value, .. } => {
-                        self.add(Kind::Memory, &target.name, target.span, false);
-                        self.expr(value, scope);
-                    }
-                    UpdateStmt::Call { target, args, .. } => {
-                        self.add(Kind::Memory, &target.name, target.span, false);
-                        for a in args {
-                            self.expr(a, scope);
-                        }
-                    }
-                }
-            }
-            for a in &role.artifacts {
-                self.inline(a.name_span);
-                self.expr(&a.value, scope);
-            }
+            self.role(role);
         }
         for exit in &ast.exits {
             self.add(Kind::Node, &exit.name.name, exit.name.span, true);
@@ -257,51 +232,88 @@ impl Builder<'_> {
             }
         }
         for route in &ast.routes {
-            let from = route.from.as_ref().map(|f| f.name.as_str());
-            if let Some(f) = &route.from {
-                self.add(Kind::Node, &f.name, f.span, false);
-            }
-            match &route.target {
-                RouteTarget::Role(t) => self.add(Kind::Node, &t.name, t.span, false),
-                RouteTarget::Parallel { branches, join } => {
-                    for b in branches {
-                        self.add(Kind::Node, &b.name, b.span, false);
-                    }
-                    self.add(Kind::Node, &join.name, join.span, false);
-                }
-                RouteTarget::Map { worker, over, join } => {
-                    self.add(Kind::Node, &worker.name, worker.span, false);
-                    self.add(Kind::Node, &join.name, join.span, false);
-                    self.expr(over, from);
-                }
-            }
-            if let Condition::When(e) = &route.condition {
-                self.expr(e, from);
-            }
+            self.route(route);
         }
         for a in &ast.artifacts {
             self.inline(a.name_span);
             self.expr(&a.value, None);
         }
         for test in &ast.tests {
-            for (name, value) in &test.inputs {
-                self.add(Kind::Input, &name.name, name.span, false);
-                self.expr(value, None);
-            }
-            for reply in &test.replies {
-                self.add(Kind::Node, &reply.role.name, reply.role.span, false);
-            }
-            for e in &test.expectations {
-                match e {
-                    Expectation::Exit(id) => self.add(Kind::Node, &id.name, id.span, false),
-                    Expectation::Path(ids, _) => {
-                        for id in ids {
-                            self.add(Kind::Node, &id.name, id.span, false);
-                        }
-                    }
-                    Expectation::Holds(expr) => self.expr(expr, None),
-                    Expectation::Artifact { .. } => {}
+            self.test(test);
+        }
+    }
+
+    fn role(&mut self, role: &RoleDecl) {
+        self.add(Kind::Node, &role.name.name, role.name.span, true);
+        let scope = Some(role.name.name.as_str());
+        self.attrs(&role.attrs, scope);
+        if let Some((output, _)) = &role.output
+            && let OutputDecl::Json(ty) | OutputDecl::Tagged(ty) = output
+        {
+            self.type_expr(ty);
+        }
+        for u in &role.updates {
+            match u {
+                UpdateStmt::Set { target, value, .. } => {
+                    self.add(Kind::Memory, &target.name, target.span, false);
+                    self.expr(value, scope);
                 }
+                UpdateStmt::Call { target, args, .. } => {
+                    self.add(Kind::Memory, &target.name, target.span, false);
+                    for a in args {
+                        self.expr(a, scope);
+                    }
+                }
+            }
+        }
+        for a in &role.artifacts {
+            self.inline(a.name_span);
+            self.expr(&a.value, scope);
+        }
+    }
+
+    fn route(&mut self, route: &RouteDecl) {
+        let from = route.from.as_ref().map(|f| f.name.as_str());
+        if let Some(f) = &route.from {
+            self.add(Kind::Node, &f.name, f.span, false);
+        }
+        match &route.target {
+            RouteTarget::Role(t) => self.add(Kind::Node, &t.name, t.span, false),
+            RouteTarget::Parallel { branches, join } => {
+                for b in branches {
+                    self.add(Kind::Node, &b.name, b.span, false);
+                }
+                self.add(Kind::Node, &join.name, join.span, false);
+            }
+            RouteTarget::Map { worker, over, join } => {
+                self.add(Kind::Node, &worker.name, worker.span, false);
+                self.add(Kind::Node, &join.name, join.span, false);
+                self.expr(over, from);
+            }
+        }
+        if let Condition::When(e) = &route.condition {
+            self.expr(e, from);
+        }
+    }
+
+    fn test(&mut self, test: &TestDecl) {
+        for (name, value) in &test.inputs {
+            self.add(Kind::Input, &name.name, name.span, false);
+            self.expr(value, None);
+        }
+        for reply in &test.replies {
+            self.add(Kind::Node, &reply.role.name, reply.role.span, false);
+        }
+        for e in &test.expectations {
+            match e {
+                Expectation::Exit(id) => self.add(Kind::Node, &id.name, id.span, false),
+                Expectation::Path(ids, _) => {
+                    for id in ids {
+                        self.add(Kind::Node, &id.name, id.span, false);
+                    }
+                }
+                Expectation::Holds(expr) => self.expr(expr, None),
+                Expectation::Artifact { .. } => {}
             }
         }
     }

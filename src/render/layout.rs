@@ -84,28 +84,52 @@ fn port_of(w: f64, shape: Shape) -> f64 {
 
 pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
     let n = nodes.len();
-    // ---- cycles: a depth-first search in input order; an edge to a node on the stack is
+    // Cycles: a depth-first search in input order; an edge to a node on the stack is
     // turned round for the layout (drawn back the right way).
     let ends: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
     let reversed = back_edges(n, &ends);
-    let oriented = |i: usize| {
-        let e = &edges[i];
-        if reversed[i] {
-            (e.to, e.from)
-        } else {
-            (e.from, e.to)
-        }
-    };
+    let oriented: Vec<(usize, usize)> = ends
+        .iter()
+        .zip(&reversed)
+        .map(|(&(a, b), &back)| if back { (b, a) } else { (a, b) })
+        .collect();
     let laid: Vec<usize> = (0..edges.len())
         .filter(|&i| edges[i].from != edges[i].to && edges[i].from < n && edges[i].to < n)
         .collect();
+    let rank = ranks(n, &laid, &oriented);
+    let g = Layered::new(nodes, edges, &laid, &oriented, rank);
+    let best = order(&g);
+    let x = x_coordinates(&g, &best.layers);
+    let (layer_y, bottom) = layer_centres(&g, &best.layers);
+    let at = Coords {
+        nodes,
+        g: &g,
+        x: &x,
+        layer_y: &layer_y,
+    };
+    let paths: Vec<EdgePath> = edges
+        .iter()
+        .enumerate()
+        .map(|(i, e)| at.edge_path(i, e, reversed[i]))
+        .collect();
+    let width = at.width(edges, &paths);
+    Placed {
+        nodes: (0..n).map(|v| at.centre(v)).collect(),
+        edges: paths,
+        width,
+        height: (bottom - LAYER_GAP + MARGIN).max(2.0 * MARGIN),
+        crossings: best.count,
+    }
+}
 
-    // ---- ranks: longest path from the sources, two ranks an edge; a source other than the
-    // first node then sits just above its nearest successor.
+/// Ranks by longest path from the sources, two ranks an edge; a source other than the
+/// first node then sits just above its nearest successor, and a node on no edge (a
+/// `finally` role) goes to the bottom, beside the exits.
+fn ranks(n: usize, laid: &[usize], oriented: &[(usize, usize)]) -> Vec<usize> {
     let mut indegree = vec![0usize; n];
     let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for &i in &laid {
-        let (a, b) = oriented(i);
+    for &i in laid {
+        let (a, b) = oriented[i];
         indegree[b] += 1;
         succ[a].push(b);
     }
@@ -130,98 +154,231 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
             rank[v] = nearest.saturating_sub(2);
         }
     }
-
-    // A node on no edge (a `finally` role) goes to the bottom, beside the exits.
     let bottom = rank.iter().copied().max().unwrap_or(0);
     for v in 1..n {
         if indegree[v] == 0 && succ[v].is_empty() {
             rank[v] = bottom;
         }
     }
+    rank
+}
 
-    // ---- bend points: a vertex on every rank an edge crosses; its label on the middle one.
-    let mut verts: Vec<Vertex> = nodes
-        .iter()
-        .map(|s| Vertex {
-            w: s.w,
-            h: s.h,
-            port: port_of(s.w, s.shape),
-            real: true,
-        })
-        .collect();
-    let mut vrank: Vec<usize> = rank.clone();
-    let mut chains: Vec<Vec<usize>> = vec![Vec::new(); edges.len()];
-    let mut label_vertex: Vec<Option<usize>> = vec![None; edges.len()];
-    let mut bends = 0usize;
-    for &i in &laid {
-        let (a, b) = oriented(i);
-        let (ra, rb) = (rank[a], rank[b]);
-        if bends + (rb - ra) > BEND_BUDGET {
-            // Past the budget an edge is drawn straight, over whatever lies between.
-            chains[i] = vec![a, b];
-            continue;
+/// The graph laid out: the nodes, then a bend point on every rank an edge crosses (its
+/// label on the middle one), with weighted links between consecutive ranks.
+struct Layered {
+    verts: Vec<Vertex>,
+    vrank: Vec<usize>,
+    /// Each laid edge's vertices, from its upper end to its lower end.
+    chains: Vec<Vec<usize>>,
+    /// The bend point that carries each edge's label.
+    label_vertex: Vec<Option<usize>>,
+    up: Vec<Vec<(usize, f64)>>,
+    down: Vec<Vec<(usize, f64)>>,
+    layers_n: usize,
+}
+
+impl Layered {
+    fn new(
+        nodes: &[NodeSpec],
+        edges: &[EdgeSpec],
+        laid: &[usize],
+        oriented: &[(usize, usize)],
+        rank: Vec<usize>,
+    ) -> Layered {
+        let mut g = Layered {
+            verts: nodes
+                .iter()
+                .map(|s| Vertex {
+                    w: s.w,
+                    h: s.h,
+                    port: port_of(s.w, s.shape),
+                    real: true,
+                })
+                .collect(),
+            vrank: rank,
+            chains: vec![Vec::new(); edges.len()],
+            label_vertex: vec![None; edges.len()],
+            up: Vec::new(),
+            down: Vec::new(),
+            layers_n: 0,
+        };
+        let mut bends = 0usize;
+        for &i in laid {
+            let (a, b) = oriented[i];
+            let (ra, rb) = (g.vrank[a], g.vrank[b]);
+            if bends + (rb - ra) > BEND_BUDGET {
+                // Past the budget an edge is drawn straight, over whatever lies between.
+                g.chains[i] = vec![a, b];
+                continue;
+            }
+            bends += rb - ra - 1;
+            g.chains[i] = g.bend_points(i, a, b, edges[i].label);
         }
-        bends += rb - ra - 1;
+        g.link(laid);
+        g.layers_n = g.vrank.iter().max().map_or(0, |m| m + 1);
+        g
+    }
+
+    /// The chain of edge `i` from `a` down to `b`, a new vertex on every rank between.
+    fn bend_points(
+        &mut self,
+        i: usize,
+        a: usize,
+        b: usize,
+        label: Option<(f64, f64)>,
+    ) -> Vec<usize> {
+        let (ra, rb) = (self.vrank[a], self.vrank[b]);
         let mut mid = ra + (rb - ra) / 2;
         if (mid - ra) % 2 == 0 && mid > ra + 1 {
             mid -= 1;
         }
         let mut chain = vec![a];
         for r in ra + 1..rb {
-            let v = verts.len();
-            let (w, h, port) = match edges[i].label {
+            let v = self.verts.len();
+            let (w, h, port) = match label {
                 Some((lw, lh)) if r == mid => {
-                    label_vertex[i] = Some(v);
+                    self.label_vertex[i] = Some(v);
                     let w = lw + 2.0 * LABEL_PAD;
                     (w, lh, -w / 2.0)
                 }
                 _ => (0.0, 0.0, 0.0),
             };
-            verts.push(Vertex {
+            self.verts.push(Vertex {
                 w,
                 h,
                 port,
                 real: false,
             });
-            vrank.push(r);
+            self.vrank.push(r);
             chain.push(v);
         }
         chain.push(b);
-        chains[i] = chain;
+        chain
     }
-    let nv = verts.len();
-    let mut up: Vec<Vec<(usize, f64)>> = vec![Vec::new(); nv];
-    let mut down: Vec<Vec<(usize, f64)>> = vec![Vec::new(); nv];
-    for &i in &laid {
-        if chains[i].len() == 2 && vrank[chains[i][1]] > vrank[chains[i][0]] + 1 {
-            continue;
-        }
-        for pair in chains[i].windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            let weight = match (verts[a].real, verts[b].real) {
-                (false, false) => 8.0,
-                (true, true) => 1.0,
-                _ => 2.0,
-            };
-            down[a].push((b, weight));
-            up[b].push((a, weight));
-        }
-    }
-    let layers_n = vrank.iter().max().map_or(0, |m| m + 1);
 
-    // ---- order: a depth-first walk down from the top layers (children in their order, then
-    // in reverse: two starts), each improved by sweeps; the order with fewest crossings kept.
-    let mut pos = vec![0usize; nv];
-    let index = |layers: &[Vec<usize>], pos: &mut [usize]| {
-        for layer in layers {
-            for (i, &v) in layer.iter().enumerate() {
-                pos[v] = i;
+    /// Links along every chain cut into bend points (an edge drawn straight past the
+    /// budget has none), heavier between bend points so that long edges run straight.
+    fn link(&mut self, laid: &[usize]) {
+        let nv = self.verts.len();
+        self.up = vec![Vec::new(); nv];
+        self.down = vec![Vec::new(); nv];
+        for &i in laid {
+            let chain = &self.chains[i];
+            if chain.len() == 2 && self.vrank[chain[1]] > self.vrank[chain[0]] + 1 {
+                continue;
+            }
+            for pair in chain.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                let weight = match (self.verts[a].real, self.verts[b].real) {
+                    (false, false) => 8.0,
+                    (true, true) => 1.0,
+                    _ => 2.0,
+                };
+                self.down[a].push((b, weight));
+                self.up[b].push((a, weight));
             }
         }
+    }
+
+    /// Each vertex's x in `layer` packed from 0 at the order's gaps.
+    fn offsets(&self, layer: &[usize]) -> Vec<f64> {
+        let mut offsets = Vec::with_capacity(layer.len());
+        let mut at = 0.0;
+        for (i, &v) in layer.iter().enumerate() {
+            if i > 0 {
+                let p = layer[i - 1];
+                at +=
+                    (self.verts[p].w + self.verts[v].w) / 2.0 + gap(&self.verts[p], &self.verts[v]);
+            }
+            offsets.push(at);
+        }
+        offsets
+    }
+
+    /// Where each vertex of `layer` wants to be, and how strongly: at the weighted mean of
+    /// its neighbours' ports above (`which` 0), below (1) or both (2); a vertex nothing
+    /// pulls keeps close to its left neighbour, weakly.
+    fn wanted(&self, layer: &[usize], which: usize, x: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let verts = &self.verts;
+        let mut want = Vec::with_capacity(layer.len());
+        let mut weight = Vec::with_capacity(layer.len());
+        for &v in layer {
+            let mut sum = 0.0;
+            let mut total = 0.0;
+            let mut add = |list: &[(usize, f64)]| {
+                for &(u, w) in list {
+                    sum += w * (x[u] + verts[u].port);
+                    total += w;
+                }
+            };
+            match which {
+                0 => add(&self.up[v]),
+                1 => add(&self.down[v]),
+                _ => {
+                    add(&self.up[v]);
+                    add(&self.down[v]);
+                }
+            }
+            if total > 0.0 {
+                want.push(sum / total - verts[v].port);
+                weight.push(total);
+            } else {
+                let i = want.len();
+                let close = match i.checked_sub(1).map(|p| layer[p]) {
+                    Some(p) => x[p] + (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v]),
+                    None => x[v],
+                };
+                want.push(close);
+                weight.push(0.05);
+            }
+        }
+        (want, weight)
+    }
+}
+
+/// The least gap between neighbours in a layer: narrower between bend points.
+fn gap(a: &Vertex, b: &Vertex) -> f64 {
+    match (a.real, b.real) {
+        (true, true) => NODE_GAP,
+        (false, false) => DUMMY_GAP,
+        _ => (NODE_GAP + DUMMY_GAP) / 2.0,
+    }
+}
+
+/// The order with the fewest crossings found so far.
+struct Best {
+    layers: Vec<Vec<usize>>,
+    count: usize,
+}
+
+impl Best {
+    fn offer(&mut self, layers: &[Vec<usize>], count: usize) {
+        if count < self.count {
+            self.count = count;
+            self.layers = layers.to_vec();
+        }
+    }
+}
+
+fn index(layers: &[Vec<usize>], pos: &mut [usize]) {
+    for layer in layers {
+        for (i, &v) in layer.iter().enumerate() {
+            pos[v] = i;
+        }
+    }
+}
+
+/// The order of every layer: a depth-first walk down from the top layers (children in
+/// their order, then in reverse: two starts; small graphs also try starts shuffled by a
+/// fixed seed, the same every time), each improved by sweeps; the order with fewest
+/// crossings kept.
+fn order(g: &Layered) -> Best {
+    let nv = g.verts.len();
+    let mut pos = vec![0usize; nv];
+    let mut best = Best {
+        layers: Vec::new(),
+        count: usize::MAX,
     };
-    let mut best: Vec<Vec<usize>> = Vec::new();
-    let mut best_count = usize::MAX;
-    // Small graphs also try starts shuffled by a fixed seed (the same every time).
     let tries = match nv {
         0..=300 => 32,
         301..=600 => 8,
@@ -229,9 +386,6 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
     };
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for start in 0..tries {
-        let mut layers: Vec<Vec<usize>> = vec![Vec::new(); layers_n];
-        let mut seen = vec![false; nv];
-        let mut starts: Vec<usize> = (0..nv).collect();
         let mut shuffle: Vec<u64> = (0..nv)
             .map(|_| {
                 seed ^= seed << 13;
@@ -243,113 +397,127 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
         if start < 2 {
             shuffle = (0..nv as u64).collect();
         }
-        starts.sort_by_key(|&v| {
-            (
-                vrank[v],
-                if start == 1 {
-                    (nv - v) as u64
-                } else {
-                    shuffle[v]
-                },
-            )
-        });
-        for s in starts {
-            if seen[s] {
-                continue;
-            }
-            let mut stack = vec![s];
-            while let Some(v) = stack.pop() {
-                if seen[v] {
-                    continue;
-                }
-                seen[v] = true;
-                layers[vrank[v]].push(v);
-                let mut children: Vec<usize> = down[v].iter().rev().map(|&(w, _)| w).collect();
-                if start == 1 {
-                    children.reverse();
-                } else if start > 1 {
-                    children.sort_by_key(|&w| shuffle[w]);
-                }
-                stack.extend(children.into_iter().filter(|&w| !seen[w]));
-            }
-        }
+        let mut layers = depth_first_order(g, start, &shuffle);
         index(&layers, &mut pos);
-        let count = crossings(&layers, &down, &pos);
-        if count < best_count {
-            best_count = count;
-            best = layers.clone();
-        }
-        let (sweeps, patience) = if nv > LARGE { (4, 2) } else { (24, 6) };
-        let mut last_better = 0;
-        let mut run_best = count;
-        for round in 0..sweeps {
-            if best_count == 0 {
-                break;
-            }
-            let downward = round % 2 == 0;
-            let order: Vec<usize> = if downward {
-                (1..layers_n).collect()
-            } else {
-                (0..layers_n.saturating_sub(1)).rev().collect()
-            };
-            for l in order {
-                let nbrs = if downward { &up } else { &down };
-                let mut keyed: Vec<(f64, usize, usize)> = layers[l]
-                    .iter()
-                    .map(|&v| {
-                        let (sum, total) = nbrs[v]
-                            .iter()
-                            .fold((0.0, 0.0), |(s, t), &(u, w)| (s + w * pos[u] as f64, t + w));
-                        let key = if total > 0.0 {
-                            sum / total
-                        } else {
-                            pos[v] as f64
-                        };
-                        (key, pos[v], v)
-                    })
-                    .collect();
-                keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                layers[l] = keyed.into_iter().map(|k| k.2).collect();
-                for (i, &v) in layers[l].iter().enumerate() {
-                    pos[v] = i;
-                }
-            }
-            if nv <= LARGE {
-                transpose(&mut layers, &mut pos, &up, &down);
-            }
-            let count = crossings(&layers, &down, &pos);
-            if count < best_count {
-                best_count = count;
-                best = layers.clone();
-            }
-            if count < run_best {
-                run_best = count;
-                last_better = round;
-            } else if round - last_better >= patience {
-                break;
-            }
-        }
+        let count = crossings(&layers, &g.down, &pos);
+        best.offer(&layers, count);
+        sweep(g, &mut layers, &mut pos, count, &mut best);
         if nv > LARGE {
             break;
         }
     }
-    let layers = best;
-    index(&layers, &mut pos);
+    best
+}
 
-    // ---- x: each vertex pulled to its neighbours' ports, the order's gaps kept.
-    let gap = |a: &Vertex, b: &Vertex| match (a.real, b.real) {
-        (true, true) => NODE_GAP,
-        (false, false) => DUMMY_GAP,
-        _ => (NODE_GAP + DUMMY_GAP) / 2.0,
-    };
-    let mut x = vec![0.0f64; nv];
-    for layer in &layers {
-        let mut at = 0.0;
-        for (i, &v) in layer.iter().enumerate() {
-            if i > 0 {
-                let p = layer[i - 1];
-                at += (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v]);
+/// The layers as a depth-first walk down from each vertex in rank order meets them: start
+/// 0 takes vertices and children in their order, start 1 in reverse, later starts by
+/// `shuffle`.
+fn depth_first_order(g: &Layered, start: usize, shuffle: &[u64]) -> Vec<Vec<usize>> {
+    let nv = g.verts.len();
+    let mut layers: Vec<Vec<usize>> = vec![Vec::new(); g.layers_n];
+    let mut seen = vec![false; nv];
+    let mut starts: Vec<usize> = (0..nv).collect();
+    starts.sort_by_key(|&v| {
+        (
+            g.vrank[v],
+            if start == 1 {
+                (nv - v) as u64
+            } else {
+                shuffle[v]
+            },
+        )
+    });
+    for s in starts {
+        if seen[s] {
+            continue;
+        }
+        let mut stack = vec![s];
+        while let Some(v) = stack.pop() {
+            if seen[v] {
+                continue;
             }
+            seen[v] = true;
+            layers[g.vrank[v]].push(v);
+            let mut children: Vec<usize> = g.down[v].iter().rev().map(|&(w, _)| w).collect();
+            if start == 1 {
+                children.reverse();
+            } else if start > 1 {
+                children.sort_by_key(|&w| shuffle[w]);
+            }
+            stack.extend(children.into_iter().filter(|&w| !seen[w]));
+        }
+    }
+    layers
+}
+
+/// Barycenter sweeps, down and up in turn, each followed by adjacent swaps (on graphs up
+/// to [`LARGE`]), until `patience` sweeps bring no improvement on `count`; every order
+/// better than `best` replaces it.
+fn sweep(g: &Layered, layers: &mut [Vec<usize>], pos: &mut [usize], count: usize, best: &mut Best) {
+    let nv = g.verts.len();
+    let (sweeps, patience) = if nv > LARGE { (4, 2) } else { (24, 6) };
+    let mut last_better = 0;
+    let mut run_best = count;
+    for round in 0..sweeps {
+        if best.count == 0 {
+            break;
+        }
+        let downward = round % 2 == 0;
+        let order: Vec<usize> = if downward {
+            (1..g.layers_n).collect()
+        } else {
+            (0..g.layers_n.saturating_sub(1)).rev().collect()
+        };
+        let nbrs = if downward { &g.up } else { &g.down };
+        for l in order {
+            barycenter(&mut layers[l], nbrs, pos);
+        }
+        if nv <= LARGE {
+            transpose(layers, pos, &g.up, &g.down);
+        }
+        let count = crossings(layers, &g.down, pos);
+        best.offer(layers, count);
+        if count < run_best {
+            run_best = count;
+            last_better = round;
+        } else if round - last_better >= patience {
+            break;
+        }
+    }
+}
+
+/// Sorts `layer` by the weighted mean position of each vertex's neighbours in `nbrs` (a
+/// vertex without any keeps its own), ties in the current order.
+fn barycenter(layer: &mut Vec<usize>, nbrs: &[Vec<(usize, f64)>], pos: &mut [usize]) {
+    let mut keyed: Vec<(f64, usize, usize)> = layer
+        .iter()
+        .map(|&v| {
+            let (sum, total) = nbrs[v]
+                .iter()
+                .fold((0.0, 0.0), |(s, t), &(u, w)| (s + w * pos[u] as f64, t + w));
+            let key = if total > 0.0 {
+                sum / total
+            } else {
+                pos[v] as f64
+            };
+            (key, pos[v], v)
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    *layer = keyed.into_iter().map(|k| k.2).collect();
+    for (i, &v) in layer.iter().enumerate() {
+        pos[v] = i;
+    }
+}
+
+/// X coordinates: each vertex pulled to its neighbours' ports (above, below, both, in
+/// turn), the order's gaps kept; then all shifted so that the leftmost edge is at the
+/// margin.
+fn x_coordinates(g: &Layered, layers: &[Vec<usize>]) -> Vec<f64> {
+    let nv = g.verts.len();
+    let mut x = vec![0.0f64; nv];
+    for layer in layers {
+        for (&v, at) in layer.iter().zip(g.offsets(layer)) {
             x[v] = at;
         }
     }
@@ -357,150 +525,83 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
     for pass in 0..passes {
         let which = pass % 3;
         let order: Vec<usize> = if which == 1 {
-            (0..layers_n).rev().collect()
+            (0..g.layers_n).rev().collect()
         } else {
-            (0..layers_n).collect()
+            (0..g.layers_n).collect()
         };
         for l in order {
             let layer = &layers[l];
-            let mut want = Vec::with_capacity(layer.len());
-            let mut weight = Vec::with_capacity(layer.len());
-            for &v in layer {
-                let mut sum = 0.0;
-                let mut total = 0.0;
-                let mut add = |list: &[(usize, f64)]| {
-                    for &(u, w) in list {
-                        sum += w * (x[u] + verts[u].port);
-                        total += w;
-                    }
-                };
-                match which {
-                    0 => add(&up[v]),
-                    1 => add(&down[v]),
-                    _ => {
-                        add(&up[v]);
-                        add(&down[v]);
-                    }
-                }
-                if total > 0.0 {
-                    want.push(sum / total - verts[v].port);
-                    weight.push(total);
-                } else {
-                    // Nothing pulls it: it keeps close to its left neighbour.
-                    let i = want.len();
-                    let close = match i.checked_sub(1).map(|p| layer[p]) {
-                        Some(p) => {
-                            x[p] + (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v])
-                        }
-                        None => x[v],
-                    };
-                    want.push(close);
-                    weight.push(0.05);
-                }
-            }
-            let mut offsets = Vec::with_capacity(layer.len());
-            let mut at = 0.0;
-            for (i, &v) in layer.iter().enumerate() {
-                if i > 0 {
-                    let p = layer[i - 1];
-                    at += (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v]);
-                }
-                offsets.push(at);
-            }
-            let placed = isotonic(&want, &weight, &offsets);
+            let (want, weight) = g.wanted(layer, which, &x);
+            let placed = isotonic(&want, &weight, &g.offsets(layer));
             for (i, &v) in layer.iter().enumerate() {
                 x[v] = placed[i];
             }
         }
     }
     let left = (0..nv)
-        .map(|v| x[v] - verts[v].w / 2.0)
+        .map(|v| x[v] - g.verts[v].w / 2.0)
         .fold(f64::INFINITY, f64::min);
     let shift = if left.is_finite() { MARGIN - left } else { 0.0 };
     for xv in &mut x {
         *xv += shift;
     }
+    x
+}
 
-    // ---- y: layer by layer, each as tall as its tallest vertex.
-    let mut layer_y = vec![0.0f64; layers_n];
+/// Each layer's centre line, each layer as tall as its tallest vertex; and the y past the
+/// last layer and its gap.
+fn layer_centres(g: &Layered, layers: &[Vec<usize>]) -> (Vec<f64>, f64) {
+    let mut layer_y = vec![0.0f64; g.layers_n];
     let mut top = MARGIN;
     for (l, layer) in layers.iter().enumerate() {
-        let h = layer.iter().map(|&v| verts[v].h).fold(0.0, f64::max);
+        let h = layer.iter().map(|&v| g.verts[v].h).fold(0.0, f64::max);
         layer_y[l] = top + h / 2.0;
         top += h + LAYER_GAP;
     }
-    let y = |v: usize| layer_y[vrank[v]];
+    (layer_y, top)
+}
 
-    // ---- edges: through their bend points, clipped to the shapes at both ends.
-    let centre = |v: usize| (x[v], y(v));
-    let port = |v: usize| (x[v] + verts[v].port, y(v));
-    let clip = |v: usize, toward: (f64, f64)| -> (f64, f64) {
-        let (cx, cy) = centre(v);
-        if v >= n {
-            return port(v);
+/// The vertices placed, to draw the edges through.
+struct Coords<'a> {
+    nodes: &'a [NodeSpec],
+    g: &'a Layered,
+    x: &'a [f64],
+    layer_y: &'a [f64],
+}
+
+impl Coords<'_> {
+    fn centre(&self, v: usize) -> (f64, f64) {
+        (self.x[v], self.layer_y[self.g.vrank[v]])
+    }
+
+    fn port(&self, v: usize) -> (f64, f64) {
+        let (x, y) = self.centre(v);
+        (x + self.g.verts[v].port, y)
+    }
+
+    /// Where a line from vertex `v` towards `toward` leaves it: a node's boundary, a
+    /// bend point's or an anchor's port.
+    fn clip(&self, v: usize, toward: (f64, f64)) -> (f64, f64) {
+        match self.nodes.get(v) {
+            Some(&s) if s.shape != Shape::Anchor => clip_to_shape(s, self.centre(v), toward),
+            _ => self.port(v),
         }
-        let s = nodes[v];
-        match s.shape {
-            Shape::Anchor => port(v),
-            Shape::Circle => {
-                let (dx, dy) = (toward.0 - cx, toward.1 - cy);
-                let len = (dx * dx + dy * dy).sqrt();
-                if len < 1e-9 {
-                    return (cx, cy + s.h / 2.0);
-                }
-                let r = s.w.min(s.h) / 2.0;
-                (cx + dx / len * r, cy + dy / len * r)
-            }
-            Shape::Pill => {
-                let (hw, hh) = (s.w / 2.0, s.h / 2.0);
-                let side = hw - hh;
-                let (dx, dy) = (toward.0 - cx, toward.1 - cy);
-                // Through the flat top or bottom when that is where the ray leaves.
-                if dy.abs() > 1e-9 {
-                    let k = hh / dy.abs();
-                    if (dx * k).abs() <= side {
-                        return (cx + dx * k, cy + dy.signum() * hh);
-                    }
-                }
-                // Otherwise through an end's half circle: from its centre towards `toward`.
-                let ex = cx + dx.signum() * side;
-                let (fx, fy) = (toward.0 - ex, toward.1 - cy);
-                let len = (fx * fx + fy * fy).sqrt();
-                if len < 1e-9 {
-                    return (ex + dx.signum() * hh, cy);
-                }
-                (ex + fx / len * hh, cy + fy / len * hh)
-            }
-            Shape::Rect => {
-                let (dx, dy) = (toward.0 - cx, toward.1 - cy);
-                let (hw, hh) = (s.w / 2.0, s.h / 2.0);
-                if dx.abs() < 1e-9 && dy.abs() < 1e-9 {
-                    return (cx, cy + hh);
-                }
-                if dy.abs() * hw > dx.abs() * hh {
-                    let k = hh / dy.abs();
-                    (cx + dx * k, cy + dy.signum() * hh)
-                } else {
-                    let k = hw / dx.abs();
-                    (cx + dx.signum() * hw, cy + dy * k)
-                }
-            }
-        }
-    };
-    let mut paths: Vec<EdgePath> = Vec::with_capacity(edges.len());
-    for (i, e) in edges.iter().enumerate() {
+    }
+
+    /// Edge `i` through its bend points, clipped to the shapes at both ends (drawn the
+    /// right way when the layout turned it round); a loop goes round its node's right side.
+    fn edge_path(&self, i: usize, e: &EdgeSpec, reversed: bool) -> EdgePath {
+        let n = self.nodes.len();
         if e.from >= n || e.to >= n {
-            paths.push(EdgePath {
+            return EdgePath {
                 points: Vec::new(),
                 label: None,
-            });
-            continue;
+            };
         }
         if e.from == e.to {
             // A loop on the node's right side, its label beyond it.
-            let (cx, cy) = centre(e.from);
-            let s = nodes[e.from];
-            let right = cx + s.w / 2.0;
+            let (cx, cy) = self.centre(e.from);
+            let right = cx + self.nodes[e.from].w / 2.0;
             let points = vec![
                 (right, cy - 6.0),
                 (right + 22.0, cy - 6.0),
@@ -508,45 +609,98 @@ pub fn layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
                 (right, cy + 6.0),
             ];
             let label = e.label.map(|(_, lh)| (right + 26.0, cy - lh / 2.0));
-            paths.push(EdgePath { points, label });
-            continue;
+            return EdgePath { points, label };
         }
-        let chain = &chains[i];
-        let mut points: Vec<(f64, f64)> =
-            chain[1..chain.len() - 1].iter().map(|&v| port(v)).collect();
-        let first_toward = points
-            .first()
-            .copied()
-            .unwrap_or(centre(chain[chain.len() - 1]));
-        let last_toward = points.last().copied().unwrap_or(centre(chain[0]));
-        points.insert(0, clip(chain[0], first_toward));
-        points.push(clip(chain[chain.len() - 1], last_toward));
-        if reversed[i] {
+        let chain = &self.g.chains[i];
+        let (first, last) = (chain[0], chain[chain.len() - 1]);
+        let mut points: Vec<(f64, f64)> = chain[1..chain.len() - 1]
+            .iter()
+            .map(|&v| self.port(v))
+            .collect();
+        let first_toward = points.first().copied().unwrap_or(self.centre(last));
+        let last_toward = points.last().copied().unwrap_or(self.centre(first));
+        points.insert(0, self.clip(first, first_toward));
+        points.push(self.clip(last, last_toward));
+        if reversed {
             points.reverse();
         }
-        let label =
-            label_vertex[i].map(|v| (x[v] - verts[v].w / 2.0 + LABEL_PAD, y(v) - verts[v].h / 2.0));
-        paths.push(EdgePath { points, label });
+        let label = self.g.label_vertex[i].map(|v| {
+            let vert = &self.g.verts[v];
+            (
+                self.x[v] - vert.w / 2.0 + LABEL_PAD,
+                self.centre(v).1 - vert.h / 2.0,
+            )
+        });
+        EdgePath { points, label }
     }
 
-    let mut width = (0..nv).map(|v| x[v] + verts[v].w / 2.0).fold(0.0, f64::max) + MARGIN;
-    for p in &paths {
-        for &(px, _) in &p.points {
-            width = width.max(px + MARGIN);
+    /// The drawing's width: past every vertex, edge point and label, and the margin.
+    fn width(&self, edges: &[EdgeSpec], paths: &[EdgePath]) -> f64 {
+        let verts = &self.g.verts;
+        let mut width = (0..verts.len())
+            .map(|v| self.x[v] + verts[v].w / 2.0)
+            .fold(0.0, f64::max)
+            + MARGIN;
+        for p in paths {
+            for &(px, _) in &p.points {
+                width = width.max(px + MARGIN);
+            }
         }
-    }
-    for (i, e) in edges.iter().enumerate() {
-        if let (Some((lw, _)), Some((lx, _))) = (e.label, paths[i].label) {
-            width = width.max(lx + lw + MARGIN);
+        for (e, p) in edges.iter().zip(paths) {
+            if let (Some((lw, _)), Some((lx, _))) = (e.label, p.label) {
+                width = width.max(lx + lw + MARGIN);
+            }
         }
+        width
     }
-    let height = (top - LAYER_GAP + MARGIN).max(2.0 * MARGIN);
-    Placed {
-        nodes: (0..n).map(centre).collect(),
-        edges: paths,
-        width,
-        height,
-        crossings: best_count,
+}
+
+/// Where a ray from the centre `c` of a node shaped `s` towards `toward` leaves its
+/// boundary (a rectangle, a pill or a circle).
+fn clip_to_shape(s: NodeSpec, (cx, cy): (f64, f64), toward: (f64, f64)) -> (f64, f64) {
+    let (dx, dy) = (toward.0 - cx, toward.1 - cy);
+    match s.shape {
+        Shape::Anchor => (cx + port_of(s.w, s.shape), cy),
+        Shape::Circle => {
+            let len = (dx * dx + dy * dy).sqrt();
+            if len < 1e-9 {
+                return (cx, cy + s.h / 2.0);
+            }
+            let r = s.w.min(s.h) / 2.0;
+            (cx + dx / len * r, cy + dy / len * r)
+        }
+        Shape::Pill => {
+            let (hw, hh) = (s.w / 2.0, s.h / 2.0);
+            let side = hw - hh;
+            // Through the flat top or bottom when that is where the ray leaves.
+            if dy.abs() > 1e-9 {
+                let k = hh / dy.abs();
+                if (dx * k).abs() <= side {
+                    return (cx + dx * k, cy + dy.signum() * hh);
+                }
+            }
+            // Otherwise through an end's half circle: from its centre towards `toward`.
+            let ex = cx + dx.signum() * side;
+            let (fx, fy) = (toward.0 - ex, toward.1 - cy);
+            let len = (fx * fx + fy * fy).sqrt();
+            if len < 1e-9 {
+                return (ex + dx.signum() * hh, cy);
+            }
+            (ex + fx / len * hh, cy + fy / len * hh)
+        }
+        Shape::Rect => {
+            let (hw, hh) = (s.w / 2.0, s.h / 2.0);
+            if dx.abs() < 1e-9 && dy.abs() < 1e-9 {
+                return (cx, cy + hh);
+            }
+            if dy.abs() * hw > dx.abs() * hh {
+                let k = hh / dy.abs();
+                (cx + dx * k, cy + dy.signum() * hh)
+            } else {
+                let k = hw / dx.abs();
+                (cx + dx.signum() * hw, cy + dy * k)
+            }
+        }
     }
 }
 
@@ -768,5 +922,519 @@ mod tests {
         };
         assert!(on_boundary(back[0], (x2, y2)), "{back:?}");
         assert!(on_boundary(*back.last().unwrap(), (x1, y1)), "{back:?}");
+    }
+}
+
+#[cfg(test)]
+mod equivalence {
+    #![allow(clippy::all)]
+    use super::*;
+    pub fn old_layout(nodes: &[NodeSpec], edges: &[EdgeSpec]) -> Placed {
+        let n = nodes.len();
+        // ---- cycles: a depth-first search in input order; an edge to a node on the stack is
+        // turned round for the layout (drawn back the right way).
+        let ends: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
+        let reversed = back_edges(n, &ends);
+        let oriented = |i: usize| {
+            let e = &edges[i];
+            if reversed[i] {
+                (e.to, e.from)
+            } else {
+                (e.from, e.to)
+            }
+        };
+        let laid: Vec<usize> = (0..edges.len())
+            .filter(|&i| edges[i].from != edges[i].to && edges[i].from < n && edges[i].to < n)
+            .collect();
+
+        // ---- ranks: longest path from the sources, two ranks an edge; a source other than the
+        // first node then sits just above its nearest successor.
+        let mut indegree = vec![0usize; n];
+        let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for &i in &laid {
+            let (a, b) = oriented(i);
+            indegree[b] += 1;
+            succ[a].push(b);
+        }
+        let mut rank = vec![0usize; n];
+        let mut queue: std::collections::VecDeque<usize> =
+            (0..n).filter(|&v| indegree[v] == 0).collect();
+        let mut topo = Vec::with_capacity(n);
+        let mut left = indegree.clone();
+        while let Some(v) = queue.pop_front() {
+            topo.push(v);
+            for &w in &succ[v] {
+                rank[w] = rank[w].max(rank[v] + 2);
+                left[w] -= 1;
+                if left[w] == 0 {
+                    queue.push_back(w);
+                }
+            }
+        }
+        for &v in topo.iter().rev() {
+            if v != 0 && indegree[v] == 0 && !succ[v].is_empty() {
+                let nearest = succ[v].iter().map(|&w| rank[w]).min().unwrap_or(2);
+                rank[v] = nearest.saturating_sub(2);
+            }
+        }
+
+        // A node on no edge (a `finally` role) goes to the bottom, beside the exits.
+        let bottom = rank.iter().copied().max().unwrap_or(0);
+        for v in 1..n {
+            if indegree[v] == 0 && succ[v].is_empty() {
+                rank[v] = bottom;
+            }
+        }
+
+        // ---- bend points: a vertex on every rank an edge crosses; its label on the middle one.
+        let mut verts: Vec<Vertex> = nodes
+            .iter()
+            .map(|s| Vertex {
+                w: s.w,
+                h: s.h,
+                port: port_of(s.w, s.shape),
+                real: true,
+            })
+            .collect();
+        let mut vrank: Vec<usize> = rank.clone();
+        let mut chains: Vec<Vec<usize>> = vec![Vec::new(); edges.len()];
+        let mut label_vertex: Vec<Option<usize>> = vec![None; edges.len()];
+        let mut bends = 0usize;
+        for &i in &laid {
+            let (a, b) = oriented(i);
+            let (ra, rb) = (rank[a], rank[b]);
+            if bends + (rb - ra) > BEND_BUDGET {
+                // Past the budget an edge is drawn straight, over whatever lies between.
+                chains[i] = vec![a, b];
+                continue;
+            }
+            bends += rb - ra - 1;
+            let mut mid = ra + (rb - ra) / 2;
+            if (mid - ra) % 2 == 0 && mid > ra + 1 {
+                mid -= 1;
+            }
+            let mut chain = vec![a];
+            for r in ra + 1..rb {
+                let v = verts.len();
+                let (w, h, port) = match edges[i].label {
+                    Some((lw, lh)) if r == mid => {
+                        label_vertex[i] = Some(v);
+                        let w = lw + 2.0 * LABEL_PAD;
+                        (w, lh, -w / 2.0)
+                    }
+                    _ => (0.0, 0.0, 0.0),
+                };
+                verts.push(Vertex {
+                    w,
+                    h,
+                    port,
+                    real: false,
+                });
+                vrank.push(r);
+                chain.push(v);
+            }
+            chain.push(b);
+            chains[i] = chain;
+        }
+        let nv = verts.len();
+        let mut up: Vec<Vec<(usize, f64)>> = vec![Vec::new(); nv];
+        let mut down: Vec<Vec<(usize, f64)>> = vec![Vec::new(); nv];
+        for &i in &laid {
+            if chains[i].len() == 2 && vrank[chains[i][1]] > vrank[chains[i][0]] + 1 {
+                continue;
+            }
+            for pair in chains[i].windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                let weight = match (verts[a].real, verts[b].real) {
+                    (false, false) => 8.0,
+                    (true, true) => 1.0,
+                    _ => 2.0,
+                };
+                down[a].push((b, weight));
+                up[b].push((a, weight));
+            }
+        }
+        let layers_n = vrank.iter().max().map_or(0, |m| m + 1);
+
+        // ---- order: a depth-first walk down from the top layers (children in their order, then
+        // in reverse: two starts), each improved by sweeps; the order with fewest crossings kept.
+        let mut pos = vec![0usize; nv];
+        let index = |layers: &[Vec<usize>], pos: &mut [usize]| {
+            for layer in layers {
+                for (i, &v) in layer.iter().enumerate() {
+                    pos[v] = i;
+                }
+            }
+        };
+        let mut best: Vec<Vec<usize>> = Vec::new();
+        let mut best_count = usize::MAX;
+        // Small graphs also try starts shuffled by a fixed seed (the same every time).
+        let tries = match nv {
+            0..=300 => 32,
+            301..=600 => 8,
+            _ => 2,
+        };
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for start in 0..tries {
+            let mut layers: Vec<Vec<usize>> = vec![Vec::new(); layers_n];
+            let mut seen = vec![false; nv];
+            let mut starts: Vec<usize> = (0..nv).collect();
+            let mut shuffle: Vec<u64> = (0..nv)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                })
+                .collect();
+            if start < 2 {
+                shuffle = (0..nv as u64).collect();
+            }
+            starts.sort_by_key(|&v| {
+                (
+                    vrank[v],
+                    if start == 1 {
+                        (nv - v) as u64
+                    } else {
+                        shuffle[v]
+                    },
+                )
+            });
+            for s in starts {
+                if seen[s] {
+                    continue;
+                }
+                let mut stack = vec![s];
+                while let Some(v) = stack.pop() {
+                    if seen[v] {
+                        continue;
+                    }
+                    seen[v] = true;
+                    layers[vrank[v]].push(v);
+                    let mut children: Vec<usize> = down[v].iter().rev().map(|&(w, _)| w).collect();
+                    if start == 1 {
+                        children.reverse();
+                    } else if start > 1 {
+                        children.sort_by_key(|&w| shuffle[w]);
+                    }
+                    stack.extend(children.into_iter().filter(|&w| !seen[w]));
+                }
+            }
+            index(&layers, &mut pos);
+            let count = crossings(&layers, &down, &pos);
+            if count < best_count {
+                best_count = count;
+                best = layers.clone();
+            }
+            let (sweeps, patience) = if nv > LARGE { (4, 2) } else { (24, 6) };
+            let mut last_better = 0;
+            let mut run_best = count;
+            for round in 0..sweeps {
+                if best_count == 0 {
+                    break;
+                }
+                let downward = round % 2 == 0;
+                let order: Vec<usize> = if downward {
+                    (1..layers_n).collect()
+                } else {
+                    (0..layers_n.saturating_sub(1)).rev().collect()
+                };
+                for l in order {
+                    let nbrs = if downward { &up } else { &down };
+                    let mut keyed: Vec<(f64, usize, usize)> = layers[l]
+                        .iter()
+                        .map(|&v| {
+                            let (sum, total) = nbrs[v]
+                                .iter()
+                                .fold((0.0, 0.0), |(s, t), &(u, w)| (s + w * pos[u] as f64, t + w));
+                            let key = if total > 0.0 {
+                                sum / total
+                            } else {
+                                pos[v] as f64
+                            };
+                            (key, pos[v], v)
+                        })
+                        .collect();
+                    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                    layers[l] = keyed.into_iter().map(|k| k.2).collect();
+                    for (i, &v) in layers[l].iter().enumerate() {
+                        pos[v] = i;
+                    }
+                }
+                if nv <= LARGE {
+                    transpose(&mut layers, &mut pos, &up, &down);
+                }
+                let count = crossings(&layers, &down, &pos);
+                if count < best_count {
+                    best_count = count;
+                    best = layers.clone();
+                }
+                if count < run_best {
+                    run_best = count;
+                    last_better = round;
+                } else if round - last_better >= patience {
+                    break;
+                }
+            }
+            if nv > LARGE {
+                break;
+            }
+        }
+        let layers = best;
+        index(&layers, &mut pos);
+
+        // ---- x: each vertex pulled to its neighbours' ports, the order's gaps kept.
+        let gap = |a: &Vertex, b: &Vertex| match (a.real, b.real) {
+            (true, true) => NODE_GAP,
+            (false, false) => DUMMY_GAP,
+            _ => (NODE_GAP + DUMMY_GAP) / 2.0,
+        };
+        let mut x = vec![0.0f64; nv];
+        for layer in &layers {
+            let mut at = 0.0;
+            for (i, &v) in layer.iter().enumerate() {
+                if i > 0 {
+                    let p = layer[i - 1];
+                    at += (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v]);
+                }
+                x[v] = at;
+            }
+        }
+        let passes = if nv > LARGE { 8 } else { 60 };
+        for pass in 0..passes {
+            let which = pass % 3;
+            let order: Vec<usize> = if which == 1 {
+                (0..layers_n).rev().collect()
+            } else {
+                (0..layers_n).collect()
+            };
+            for l in order {
+                let layer = &layers[l];
+                let mut want = Vec::with_capacity(layer.len());
+                let mut weight = Vec::with_capacity(layer.len());
+                for &v in layer {
+                    let mut sum = 0.0;
+                    let mut total = 0.0;
+                    let mut add = |list: &[(usize, f64)]| {
+                        for &(u, w) in list {
+                            sum += w * (x[u] + verts[u].port);
+                            total += w;
+                        }
+                    };
+                    match which {
+                        0 => add(&up[v]),
+                        1 => add(&down[v]),
+                        _ => {
+                            add(&up[v]);
+                            add(&down[v]);
+                        }
+                    }
+                    if total > 0.0 {
+                        want.push(sum / total - verts[v].port);
+                        weight.push(total);
+                    } else {
+                        // Nothing pulls it: it keeps close to its left neighbour.
+                        let i = want.len();
+                        let close = match i.checked_sub(1).map(|p| layer[p]) {
+                            Some(p) => {
+                                x[p] + (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v])
+                            }
+                            None => x[v],
+                        };
+                        want.push(close);
+                        weight.push(0.05);
+                    }
+                }
+                let mut offsets = Vec::with_capacity(layer.len());
+                let mut at = 0.0;
+                for (i, &v) in layer.iter().enumerate() {
+                    if i > 0 {
+                        let p = layer[i - 1];
+                        at += (verts[p].w + verts[v].w) / 2.0 + gap(&verts[p], &verts[v]);
+                    }
+                    offsets.push(at);
+                }
+                let placed = isotonic(&want, &weight, &offsets);
+                for (i, &v) in layer.iter().enumerate() {
+                    x[v] = placed[i];
+                }
+            }
+        }
+        let left = (0..nv)
+            .map(|v| x[v] - verts[v].w / 2.0)
+            .fold(f64::INFINITY, f64::min);
+        let shift = if left.is_finite() { MARGIN - left } else { 0.0 };
+        for xv in &mut x {
+            *xv += shift;
+        }
+
+        // ---- y: layer by layer, each as tall as its tallest vertex.
+        let mut layer_y = vec![0.0f64; layers_n];
+        let mut top = MARGIN;
+        for (l, layer) in layers.iter().enumerate() {
+            let h = layer.iter().map(|&v| verts[v].h).fold(0.0, f64::max);
+            layer_y[l] = top + h / 2.0;
+            top += h + LAYER_GAP;
+        }
+        let y = |v: usize| layer_y[vrank[v]];
+
+        // ---- edges: through their bend points, clipped to the shapes at both ends.
+        let centre = |v: usize| (x[v], y(v));
+        let port = |v: usize| (x[v] + verts[v].port, y(v));
+        let clip = |v: usize, toward: (f64, f64)| -> (f64, f64) {
+            let (cx, cy) = centre(v);
+            if v >= n {
+                return port(v);
+            }
+            let s = nodes[v];
+            match s.shape {
+                Shape::Anchor => port(v),
+                Shape::Circle => {
+                    let (dx, dy) = (toward.0 - cx, toward.1 - cy);
+                    let len = (dx * dx + dy * dy).sqrt();
+                    if len < 1e-9 {
+                        return (cx, cy + s.h / 2.0);
+                    }
+                    let r = s.w.min(s.h) / 2.0;
+                    (cx + dx / len * r, cy + dy / len * r)
+                }
+                Shape::Pill => {
+                    let (hw, hh) = (s.w / 2.0, s.h / 2.0);
+                    let side = hw - hh;
+                    let (dx, dy) = (toward.0 - cx, toward.1 - cy);
+                    // Through the flat top or bottom when that is where the ray leaves.
+                    if dy.abs() > 1e-9 {
+                        let k = hh / dy.abs();
+                        if (dx * k).abs() <= side {
+                            return (cx + dx * k, cy + dy.signum() * hh);
+                        }
+                    }
+                    // Otherwise through an end's half circle: from its centre towards `toward`.
+                    let ex = cx + dx.signum() * side;
+                    let (fx, fy) = (toward.0 - ex, toward.1 - cy);
+                    let len = (fx * fx + fy * fy).sqrt();
+                    if len < 1e-9 {
+                        return (ex + dx.signum() * hh, cy);
+                    }
+                    (ex + fx / len * hh, cy + fy / len * hh)
+                }
+                Shape::Rect => {
+                    let (dx, dy) = (toward.0 - cx, toward.1 - cy);
+                    let (hw, hh) = (s.w / 2.0, s.h / 2.0);
+                    if dx.abs() < 1e-9 && dy.abs() < 1e-9 {
+                        return (cx, cy + hh);
+                    }
+                    if dy.abs() * hw > dx.abs() * hh {
+                        let k = hh / dy.abs();
+                        (cx + dx * k, cy + dy.signum() * hh)
+                    } else {
+                        let k = hw / dx.abs();
+                        (cx + dx.signum() * hw, cy + dy * k)
+                    }
+                }
+            }
+        };
+        let mut paths: Vec<EdgePath> = Vec::with_capacity(edges.len());
+        for (i, e) in edges.iter().enumerate() {
+            if e.from >= n || e.to >= n {
+                paths.push(EdgePath {
+                    points: Vec::new(),
+                    label: None,
+                });
+                continue;
+            }
+            if e.from == e.to {
+                // A loop on the node's right side, its label beyond it.
+                let (cx, cy) = centre(e.from);
+                let s = nodes[e.from];
+                let right = cx + s.w / 2.0;
+                let points = vec![
+                    (right, cy - 6.0),
+                    (right + 22.0, cy - 6.0),
+                    (right + 22.0, cy + 6.0),
+                    (right, cy + 6.0),
+                ];
+                let label = e.label.map(|(_, lh)| (right + 26.0, cy - lh / 2.0));
+                paths.push(EdgePath { points, label });
+                continue;
+            }
+            let chain = &chains[i];
+            let mut points: Vec<(f64, f64)> =
+                chain[1..chain.len() - 1].iter().map(|&v| port(v)).collect();
+            let first_toward = points
+                .first()
+                .copied()
+                .unwrap_or(centre(chain[chain.len() - 1]));
+            let last_toward = points.last().copied().unwrap_or(centre(chain[0]));
+            points.insert(0, clip(chain[0], first_toward));
+            points.push(clip(chain[chain.len() - 1], last_toward));
+            if reversed[i] {
+                points.reverse();
+            }
+            let label = label_vertex[i]
+                .map(|v| (x[v] - verts[v].w / 2.0 + LABEL_PAD, y(v) - verts[v].h / 2.0));
+            paths.push(EdgePath { points, label });
+        }
+
+        let mut width = (0..nv).map(|v| x[v] + verts[v].w / 2.0).fold(0.0, f64::max) + MARGIN;
+        for p in &paths {
+            for &(px, _) in &p.points {
+                width = width.max(px + MARGIN);
+            }
+        }
+        for (i, e) in edges.iter().enumerate() {
+            if let (Some((lw, _)), Some((lx, _))) = (e.label, paths[i].label) {
+                width = width.max(lx + lw + MARGIN);
+            }
+        }
+        let height = (top - LAYER_GAP + MARGIN).max(2.0 * MARGIN);
+        Placed {
+            nodes: (0..n).map(centre).collect(),
+            edges: paths,
+            width,
+            height,
+            crossings: best_count,
+        }
+    }
+
+    #[test]
+    fn split_layout_matches_the_old_one() {
+        let mut seed: u64 = 12345;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for case in 0..400 {
+            let n = 1 + rnd(if case % 10 == 0 { 700 } else { 40 }) as usize;
+            let nodes: Vec<NodeSpec> = (0..n)
+                .map(|_| NodeSpec {
+                    w: 10.0 + rnd(80) as f64,
+                    h: 10.0 + rnd(40) as f64,
+                    shape: match rnd(4) {
+                        0 => Shape::Rect,
+                        1 => Shape::Pill,
+                        2 => Shape::Circle,
+                        _ => Shape::Anchor,
+                    },
+                })
+                .collect();
+            let m = rnd(2 * n as u64 + 3) as usize;
+            let edges: Vec<EdgeSpec> = (0..m)
+                .map(|_| EdgeSpec {
+                    from: rnd(n as u64 + 1) as usize,
+                    to: rnd(n as u64 + 1) as usize,
+                    label: if rnd(3) == 0 {
+                        Some((5.0 + rnd(50) as f64, 12.0))
+                    } else {
+                        None
+                    },
+                })
+                .collect();
+            let a = layout(&nodes, &edges);
+            let b = old_layout(&nodes, &edges);
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "case {case}");
+        }
     }
 }

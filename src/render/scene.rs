@@ -8,7 +8,7 @@ use std::fmt::Write;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::layout::{self, EdgeSpec, NodeSpec, Shape};
+use super::layout::{self, EdgePath, EdgeSpec, NodeSpec, Shape};
 
 /// Font sizes (px) of a node's name, its second line, and edge labels.
 pub const NAME_PX: f64 = 11.0;
@@ -375,6 +375,57 @@ fn path_of(points: &[(f64, f64)], looped: bool) -> String {
 /// Lays the nodes and edges out. Edges into one node that carry one condition are
 /// merged: they meet at one label (a vertex of the layout) and go on as one edge.
 pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
+    let (mut specs, mut drawn) = sized_nodes(nodes);
+    let sharing = Sharing::new(&edges, &mut specs);
+    let (specs_edges, cut_any) = sharing.layout_edges(&edges);
+    let placed = layout::layout(&specs, &specs_edges);
+    for (i, n) in drawn.iter_mut().enumerate() {
+        n.x = r1(placed.nodes[i].0);
+        n.y = r1(placed.nodes[i].1);
+    }
+    let labels = sharing
+        .anchors
+        .iter()
+        .map(|anchor| {
+            let (x, y) = placed.nodes[anchor.vertex];
+            let (w, h) = (specs[anchor.vertex].w, specs[anchor.vertex].h);
+            SharedLabel {
+                lines: anchor.lines.clone(),
+                title: anchor.label.clone(),
+                x: r1(x - w / 2.0 + 6.0),
+                y: r1(y - h / 2.0 + 10.0),
+                w: r1(w - 12.0),
+                h: r1(h),
+                edges: anchor.edges,
+            }
+        })
+        .collect();
+    let graph_edges = edges
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            // Edge i is laid out as edge i, and, when it shares a label, the edge out of
+            // its anchor.
+            let out = sharing.shared[i].map(|k| &placed.edges[edges.len() + k]);
+            graph_edge(e, &drawn, &placed.edges[i], out)
+        })
+        .collect();
+    let samples = samples(&drawn, &edges, !sharing.anchors.is_empty(), cut_any);
+    let (legend, right, bottom) = legend(samples, placed.width, placed.height);
+    Graph {
+        name: name.to_string(),
+        width: r1(right).ceil(),
+        height: r1(bottom + 14.0 + layout::MARGIN).ceil(),
+        nodes: drawn,
+        edges: graph_edges,
+        labels,
+        legend,
+        crossings: placed.crossings,
+    }
+}
+
+/// Each node's size for the layout, and the node as drawn (placed later).
+fn sized_nodes(nodes: Vec<NodeIn>) -> (Vec<NodeSpec>, Vec<GraphNode>) {
     let mut specs: Vec<NodeSpec> = Vec::new();
     let mut drawn: Vec<GraphNode> = Vec::new();
     for n in nodes {
@@ -402,148 +453,168 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
             h,
         });
     }
-    // (target, condition, going back up) -> the edges that share it. Routes back up a loop
-    // merge apart from those coming down, so that one edge, not several, climbs back.
-    let ends: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
-    let back = layout::back_edges(specs.len(), &ends);
-    let mut groups: BTreeMap<(usize, &str, bool), Vec<usize>> = BTreeMap::new();
-    for (i, e) in edges.iter().enumerate() {
-        if !e.label.is_empty() && e.kind != EdgeKind::Join && e.from != e.to {
-            groups
-                .entry((e.to, e.label.as_str(), back[i]))
-                .or_default()
-                .push(i);
-        }
-    }
-    // Edge i is laid out as pieces: one edge, or into its shared label then out of it.
-    let mut shared: Vec<Option<usize>> = vec![None; edges.len()];
-    let mut anchors: Vec<(usize, Vec<String>, String, usize)> = Vec::new();
-    let mut specs_edges: Vec<EdgeSpec> = Vec::new();
-    let mut first_group_edge: Vec<(usize, Vec<usize>)> = groups
-        .into_iter()
-        .filter(|(_, members)| members.len() > 1)
-        .map(|((to, _, _), members)| (to, members))
-        .collect();
-    first_group_edge.sort_by_key(|(_, m)| m[0]);
-    let mut anchor_out: Vec<usize> = Vec::new();
-    for (to, members) in first_group_edge {
-        let label = edges[members[0]].label.clone();
-        let text = label_lines(&label);
-        let (w, h) = lines_size(&text);
-        let a = specs.len();
-        specs.push(NodeSpec {
-            w: w + 12.0,
-            h,
-            shape: Shape::Anchor,
-        });
-        for &m in &members {
-            shared[m] = Some(anchors.len());
-        }
-        anchors.push((a, text, label, members.len()));
-        anchor_out.push(to);
-    }
-    // Layout edges: first each edge (or its piece into its anchor), then one edge out of
-    // each anchor, in the order the anchors were made.
-    let mut piece: Vec<usize> = Vec::with_capacity(edges.len());
-    let mut cut_any = false;
-    for (i, e) in edges.iter().enumerate() {
-        piece.push(specs_edges.len());
-        match shared[i] {
-            Some(k) => specs_edges.push(EdgeSpec {
-                from: e.from,
-                to: anchors[k].0,
-                label: None,
-            }),
-            None => {
-                let label = (!e.label.is_empty() && e.kind != EdgeKind::Join).then(|| {
-                    let t = label_lines(&e.label);
-                    cut_any |= t.last().is_some_and(|l| l.ends_with('…'));
-                    lines_size(&t)
-                });
-                specs_edges.push(EdgeSpec {
-                    from: e.from,
-                    to: e.to,
-                    label,
-                });
+    (specs, drawn)
+}
+
+/// A label that several edges share: a vertex of the layout they pass through.
+struct Anchor {
+    vertex: usize,
+    lines: Vec<String>,
+    /// The whole condition.
+    label: String,
+    /// The node the one edge out of it goes to.
+    to: usize,
+    /// How many edges go into it.
+    edges: usize,
+}
+
+/// Which edges share a label.
+struct Sharing {
+    /// The anchor of each edge, if it shares one.
+    shared: Vec<Option<usize>>,
+    anchors: Vec<Anchor>,
+}
+
+impl Sharing {
+    /// Groups the edges by (target, condition, going back up), and gives each group of
+    /// two or more an anchor (a layout vertex added to `specs`). Routes back up a loop
+    /// merge apart from those coming down, so that one edge, not several, climbs back.
+    fn new(edges: &[EdgeIn], specs: &mut Vec<NodeSpec>) -> Sharing {
+        let ends: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
+        let back = layout::back_edges(specs.len(), &ends);
+        let mut groups: BTreeMap<(usize, &str, bool), Vec<usize>> = BTreeMap::new();
+        for (i, e) in edges.iter().enumerate() {
+            if !e.label.is_empty() && e.kind != EdgeKind::Join && e.from != e.to {
+                groups
+                    .entry((e.to, e.label.as_str(), back[i]))
+                    .or_default()
+                    .push(i);
             }
         }
-    }
-    let out_first = specs_edges.len();
-    for (k, &(a, ref text, ref whole, _)) in anchors.iter().enumerate() {
-        cut_any |= text.last().is_some_and(|l| l.ends_with('…')) && !whole.ends_with('…');
-        specs_edges.push(EdgeSpec {
-            from: a,
-            to: anchor_out[k],
-            label: None,
-        });
-    }
-    let placed = layout::layout(&specs, &specs_edges);
-    for (i, n) in drawn.iter_mut().enumerate() {
-        n.x = r1(placed.nodes[i].0);
-        n.y = r1(placed.nodes[i].1);
-    }
-    let mut labels = Vec::new();
-    for &(a, ref text, ref whole, count) in &anchors {
-        let (x, y) = placed.nodes[a];
-        let (w, h) = (specs[a].w, specs[a].h);
-        labels.push(SharedLabel {
-            lines: text.clone(),
-            title: whole.clone(),
-            x: r1(x - w / 2.0 + 6.0),
-            y: r1(y - h / 2.0 + 10.0),
-            w: r1(w - 12.0),
-            h: r1(h),
-            edges: count,
-        });
-    }
-    let mut graph_edges = Vec::with_capacity(edges.len());
-    for (i, e) in edges.iter().enumerate() {
-        let p = &placed.edges[piece[i]];
-        let looped = e.from == e.to;
-        // Paths are written from the rounded points, which the page data also holds.
-        let round = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
-            pts.iter().map(|&(x, y)| (r1(x), r1(y))).collect()
+        let mut first_group_edge: Vec<(usize, Vec<usize>)> = groups
+            .into_iter()
+            .filter(|(_, members)| members.len() > 1)
+            .map(|((to, _, _), members)| (to, members))
+            .collect();
+        first_group_edge.sort_by_key(|(_, m)| m[0]);
+        let mut sharing = Sharing {
+            shared: vec![None; edges.len()],
+            anchors: Vec::new(),
         };
-        let head = round(&p.points);
-        let (points, d) = match shared[i] {
-            Some(k) => {
-                let tail = round(&placed.edges[out_first + k].points);
-                let mut points = head.clone();
-                points.extend(tail.iter().skip(1));
-                let d = format!("{} {}", path_of(&head, false), path_of(&tail, false));
-                (points, d)
+        for (to, members) in first_group_edge {
+            let label = edges[members[0]].label.clone();
+            let lines = label_lines(&label);
+            let (w, h) = lines_size(&lines);
+            let vertex = specs.len();
+            specs.push(NodeSpec {
+                w: w + 12.0,
+                h,
+                shape: Shape::Anchor,
+            });
+            for &m in &members {
+                sharing.shared[m] = Some(sharing.anchors.len());
             }
-            None => (head.clone(), path_of(&head, looped)),
-        };
-        let text = match (shared[i], p.label) {
-            (None, Some((lx, ly))) => {
-                let lines = label_lines(&e.label);
-                let (w, h) = lines_size(&lines);
-                Some(EdgeText {
-                    lines,
-                    x: r1(lx),
-                    y: r1(ly + 10.0),
-                    w: r1(w),
-                    h: r1(h),
-                })
-            }
-            _ => None,
-        };
-        graph_edges.push(GraphEdge {
-            from: drawn[e.from].name.clone(),
-            to: drawn[e.to].name.clone(),
-            route: e.route,
-            label: e.label.clone(),
-            kind: e.kind,
-            path: d,
-            points: points.iter().map(|&(x, y)| [r1(x), r1(y)]).collect(),
-            text,
-        });
+            sharing.anchors.push(Anchor {
+                vertex,
+                lines,
+                label,
+                to,
+                edges: members.len(),
+            });
+        }
+        sharing
     }
 
-    // The legend: what is in this graph, under it.
+    /// The layout's edges: first each edge (or its piece into its anchor), then one edge
+    /// out of each anchor, in the order the anchors were made; and whether any label was
+    /// cut.
+    fn layout_edges(&self, edges: &[EdgeIn]) -> (Vec<EdgeSpec>, bool) {
+        let mut specs_edges: Vec<EdgeSpec> = Vec::with_capacity(edges.len() + self.anchors.len());
+        let mut cut_any = false;
+        for (i, e) in edges.iter().enumerate() {
+            match self.shared[i] {
+                Some(k) => specs_edges.push(EdgeSpec {
+                    from: e.from,
+                    to: self.anchors[k].vertex,
+                    label: None,
+                }),
+                None => {
+                    let label = (!e.label.is_empty() && e.kind != EdgeKind::Join).then(|| {
+                        let t = label_lines(&e.label);
+                        cut_any |= t.last().is_some_and(|l| l.ends_with('…'));
+                        lines_size(&t)
+                    });
+                    specs_edges.push(EdgeSpec {
+                        from: e.from,
+                        to: e.to,
+                        label,
+                    });
+                }
+            }
+        }
+        for anchor in &self.anchors {
+            cut_any |= anchor.lines.last().is_some_and(|l| l.ends_with('…'))
+                && !anchor.label.ends_with('…');
+            specs_edges.push(EdgeSpec {
+                from: anchor.vertex,
+                to: anchor.to,
+                label: None,
+            });
+        }
+        (specs_edges, cut_any)
+    }
+}
+
+/// Edge `e` as drawn: its first piece `p`, then, when it shares a label, the piece `out`
+/// of the label.
+fn graph_edge(e: &EdgeIn, drawn: &[GraphNode], p: &EdgePath, out: Option<&EdgePath>) -> GraphEdge {
+    let looped = e.from == e.to;
+    // Paths are written from the rounded points, which the page data also holds.
+    let round = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        pts.iter().map(|&(x, y)| (r1(x), r1(y))).collect()
+    };
+    let head = round(&p.points);
+    let (points, d) = match out {
+        Some(out) => {
+            let tail = round(&out.points);
+            let mut points = head.clone();
+            points.extend(tail.iter().skip(1));
+            let d = format!("{} {}", path_of(&head, false), path_of(&tail, false));
+            (points, d)
+        }
+        None => (head.clone(), path_of(&head, looped)),
+    };
+    let text = match (out, p.label) {
+        (None, Some((lx, ly))) => {
+            let lines = label_lines(&e.label);
+            let (w, h) = lines_size(&lines);
+            Some(EdgeText {
+                lines,
+                x: r1(lx),
+                y: r1(ly + 10.0),
+                w: r1(w),
+                h: r1(h),
+            })
+        }
+        _ => None,
+    };
+    GraphEdge {
+        from: drawn[e.from].name.clone(),
+        to: drawn[e.to].name.clone(),
+        route: e.route,
+        label: e.label.clone(),
+        kind: e.kind,
+        path: d,
+        points: points.iter().map(|&(x, y)| [r1(x), r1(y)]).collect(),
+        text,
+    }
+}
+
+/// What the legend shows: the kinds of node and edge in this graph, a shared label, a
+/// cut one; in the legend's order.
+fn samples(drawn: &[GraphNode], edges: &[EdgeIn], shared: bool, cut: bool) -> Vec<Sample> {
     let mut samples: Vec<Sample> = Vec::new();
-    for n in &drawn {
+    for n in drawn {
         samples.push(match n.kind {
             NodeKind::Start => Sample::Start,
             NodeKind::Llm => Sample::Llm,
@@ -553,7 +624,7 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
             NodeKind::Guard => Sample::Guard,
         });
     }
-    for e in &edges {
+    for e in edges {
         samples.push(match e.kind {
             EdgeKind::Route => Sample::Route,
             EdgeKind::Backtrack => Sample::Backtrack,
@@ -562,18 +633,24 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
             EdgeKind::Guard => Sample::GuardEdge,
         });
     }
-    if !anchors.is_empty() {
+    if shared {
         samples.push(Sample::Shared);
     }
-    if cut_any {
+    if cut {
         samples.push(Sample::Cut);
     }
     samples.sort();
     samples.dedup();
-    let limit = placed.width.max(420.0);
-    let (mut x, mut y) = (layout::MARGIN, placed.height + 4.0);
+    samples
+}
+
+/// The legend under a drawing `width` by `height`, in rows as wide as the drawing (at
+/// least 420); the right edge it reaches, and the top of its last row.
+fn legend(samples: Vec<Sample>, width: f64, height: f64) -> (Vec<LegendItem>, f64, f64) {
+    let limit = width.max(420.0);
+    let (mut x, mut y) = (layout::MARGIN, height + 4.0);
     let mut legend = Vec::new();
-    let mut right = placed.width;
+    let mut right = width;
     for s in samples {
         let text = match s {
             Sample::Start => "start",
@@ -604,16 +681,7 @@ pub fn lay_out(name: &str, nodes: Vec<NodeIn>, edges: Vec<EdgeIn>) -> Graph {
         x += w;
         right = right.max(x - 18.0 + layout::MARGIN);
     }
-    Graph {
-        name: name.to_string(),
-        width: r1(right).ceil(),
-        height: r1(y + 14.0 + layout::MARGIN).ceil(),
-        nodes: drawn,
-        edges: graph_edges,
-        labels,
-        legend,
-        crossings: placed.crossings,
-    }
+    (legend, right, y)
 }
 
 fn esc(s: &str) -> String {
@@ -715,32 +783,7 @@ pub fn svg(g: &Graph) -> String {
     out.push_str(r##"<rect width="100%" height="100%" fill="#fff"/>"##);
     out.push('\n');
     for e in &g.edges {
-        let (color, width, dash) = edge_style(e.kind);
-        let _ = write!(
-            out,
-            r#"<g class="edge {}" data-from="{}" data-to="{}">"#,
-            kind_name(e.kind),
-            esc(&e.from),
-            esc(&e.to)
-        );
-        if !e.label.is_empty() {
-            let _ = write!(out, "<title>{}</title>", esc(&e.label));
-        }
-        let _ = write!(
-            out,
-            r#"<path d="{}" fill="none" stroke="{color}" stroke-width="{width}"{} marker-end="url(#arrow-{})"/>"#,
-            e.path,
-            if dash.is_empty() {
-                String::new()
-            } else {
-                format!(r#" stroke-dasharray="{dash}""#)
-            },
-            kind_name(e.kind)
-        );
-        if let Some(t) = &e.text {
-            lines_svg(&mut out, &t.lines, t.x, t.y);
-        }
-        out.push_str("</g>\n");
+        edge_svg(&mut out, e);
     }
     for l in &g.labels {
         let _ = write!(
@@ -753,51 +796,7 @@ pub fn svg(g: &Graph) -> String {
         out.push_str("</g>\n");
     }
     for n in &g.nodes {
-        let _ = write!(
-            out,
-            r#"<g class="node {}" data-name="{}">"#,
-            kind_name_node(n.kind),
-            esc(&n.name)
-        );
-        let mut tip = n.name.clone();
-        for line in &n.detail {
-            tip.push('\n');
-            tip.push_str(line);
-        }
-        let _ = write!(out, "<title>{}</title>", esc(&tip));
-        node_shape(&mut out, n.kind, n.x, n.y, n.w, n.h);
-        match n.kind {
-            NodeKind::Start => {
-                let _ = write!(
-                    out,
-                    r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">start</text>"#,
-                    n.x,
-                    n.y + 4.0
-                );
-            }
-            NodeKind::Guard => {
-                let _ = write!(
-                    out,
-                    r##"<text x="{:.1}" y="{:.1}" font-size="{SUB_PX}" text-anchor="middle" fill="#55616d">{}</text>"##,
-                    n.x,
-                    n.y + 3.5,
-                    esc(&n.title)
-                );
-            }
-            _ => {
-                let _ = write!(
-                    out,
-                    r##"<text x="{:.1}" y="{:.1}" font-size="{NAME_PX}" text-anchor="middle">{}</text><text x="{:.1}" y="{:.1}" font-size="{SUB_PX}" text-anchor="middle" fill="#55616d">{}</text>"##,
-                    n.x,
-                    n.y - 2.0,
-                    esc(&n.title),
-                    n.x,
-                    n.y + 12.0,
-                    esc(&n.sub)
-                );
-            }
-        }
-        out.push_str("</g>\n");
+        node_svg(&mut out, n);
     }
     out.push_str(r#"<g class="legend">"#);
     for item in &g.legend {
@@ -812,6 +811,86 @@ pub fn svg(g: &Graph) -> String {
     }
     out.push_str("</g>\n</svg>\n");
     out
+}
+
+/// An edge as an SVG group: its path, its arrow and its own label.
+fn edge_svg(out: &mut String, e: &GraphEdge) {
+    let (color, width, dash) = edge_style(e.kind);
+    let _ = write!(
+        out,
+        r#"<g class="edge {}" data-from="{}" data-to="{}">"#,
+        kind_name(e.kind),
+        esc(&e.from),
+        esc(&e.to)
+    );
+    if !e.label.is_empty() {
+        let _ = write!(out, "<title>{}</title>", esc(&e.label));
+    }
+    let _ = write!(
+        out,
+        r#"<path d="{}" fill="none" stroke="{color}" stroke-width="{width}"{} marker-end="url(#arrow-{})"/>"#,
+        e.path,
+        if dash.is_empty() {
+            String::new()
+        } else {
+            format!(r#" stroke-dasharray="{dash}""#)
+        },
+        kind_name(e.kind)
+    );
+    if let Some(t) = &e.text {
+        lines_svg(out, &t.lines, t.x, t.y);
+    }
+    out.push_str("</g>\n");
+}
+
+/// A node as an SVG group: its shape, its name and its kind (or role), its details as the
+/// tooltip.
+fn node_svg(out: &mut String, n: &GraphNode) {
+    let _ = write!(
+        out,
+        r#"<g class="node {}" data-name="{}">"#,
+        kind_name_node(n.kind),
+        esc(&n.name)
+    );
+    let mut tip = n.name.clone();
+    for line in &n.detail {
+        tip.push('\n');
+        tip.push_str(line);
+    }
+    let _ = write!(out, "<title>{}</title>", esc(&tip));
+    node_shape(out, n.kind, n.x, n.y, n.w, n.h);
+    match n.kind {
+        NodeKind::Start => {
+            let _ = write!(
+                out,
+                r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">start</text>"#,
+                n.x,
+                n.y + 4.0
+            );
+        }
+        NodeKind::Guard => {
+            let _ = write!(
+                out,
+                r##"<text x="{:.1}" y="{:.1}" font-size="{SUB_PX}" text-anchor="middle" fill="#55616d">{}</text>"##,
+                n.x,
+                n.y + 3.5,
+                esc(&n.title)
+            );
+        }
+        _ => {
+            let _ = write!(
+                out,
+                r##"<text x="{:.1}" y="{:.1}" font-size="{NAME_PX}" text-anchor="middle">{}</text><text x="{:.1}" y="{:.1}" font-size="{SUB_PX}" text-anchor="middle" fill="#55616d">{}</text>"##,
+                n.x,
+                n.y - 2.0,
+                esc(&n.title),
+                n.x,
+                n.y + 12.0,
+                esc(&n.sub)
+            );
+        }
+    }
+    out.push_str("</g>\n");
 }
 
 fn lines_svg(out: &mut String, lines: &[String], x: f64, y: f64) {

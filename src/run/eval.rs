@@ -112,65 +112,7 @@ impl Env<'_> {
                     .map(|(k, v)| Ok((k.clone(), self.value(v)?)))
                     .collect::<Result<_, EvalError>>()?,
             ),
-            ExprKind::Path {
-                root: Root::Memory { id },
-                fields,
-            } if self
-                .state
-                .memory
-                .get(*id)
-                .is_some_and(|m| m.plain().is_none()) =>
-            {
-                let view =
-                    self.state.memory[*id].view(&self.workflow.memory[*id].kind, self.workspace);
-                let mut v = &view;
-                for f in fields {
-                    v = v.get(f).unwrap_or(&NULL);
-                }
-                v.clone()
-            }
-            ExprKind::Path {
-                root: Root::Role { node },
-                fields,
-            } if fields
-                .first()
-                .is_some_and(|f| f == "invalid" || f == "invalid_reply")
-                && self.workflow.is_json_llm(*node) =>
-            {
-                let output = self.state.outputs.get(&node.index()).unwrap_or(&NULL);
-                let invalid = is_invalid_record(output);
-                let mut v = if fields[0] == "invalid" {
-                    Value::Bool(invalid)
-                } else if invalid {
-                    invalid_reply(output)
-                } else {
-                    Value::Null
-                };
-                for f in &fields[1..] {
-                    v = v.get(f).cloned().unwrap_or(Value::Null);
-                }
-                v
-            }
-            ExprKind::Path {
-                root: Root::Ended,
-                fields,
-            } => {
-                let mut v = serde_json::to_value(&self.state.ended).unwrap_or(Value::Null);
-                for f in fields {
-                    v = v.get(f).cloned().unwrap_or(Value::Null);
-                }
-                v
-            }
-            ExprKind::Path { root, fields } => {
-                let mut v = self.root(*root)?;
-                for f in fields {
-                    v = v.get(f).unwrap_or(&NULL);
-                }
-                return Ok(match *root {
-                    Root::Round | Root::Step | Root::Visit | Root::RunId => self.builtin(*root),
-                    _ => v.clone(),
-                });
-            }
+            ExprKind::Path { root, fields } => self.path(*root, fields)?,
             ExprKind::Get { base, fields } => {
                 let mut v = self.value(base)?;
                 for f in fields {
@@ -199,6 +141,62 @@ impl Env<'_> {
                 args,
                 unchecked,
             } => self.call(*func, args, unchecked)?,
+        })
+    }
+
+    /// A path from `root` through `fields`.
+    fn path(&self, root: Root, fields: &[String]) -> Result<Value, String> {
+        Ok(match root {
+            Root::Memory { id }
+                if self
+                    .state
+                    .memory
+                    .get(id)
+                    .is_some_and(|m| m.plain().is_none()) =>
+            {
+                let view =
+                    self.state.memory[id].view(&self.workflow.memory[id].kind, self.workspace);
+                let mut v = &view;
+                for f in fields {
+                    v = v.get(f).unwrap_or(&NULL);
+                }
+                v.clone()
+            }
+            Root::Role { node }
+                if fields
+                    .first()
+                    .is_some_and(|f| f == "invalid" || f == "invalid_reply")
+                    && self.workflow.is_json_llm(node) =>
+            {
+                let output = self.state.outputs.get(&node.index()).unwrap_or(&NULL);
+                let invalid = is_invalid_record(output);
+                let mut v = if fields[0] == "invalid" {
+                    Value::Bool(invalid)
+                } else if invalid {
+                    invalid_reply(output)
+                } else {
+                    Value::Null
+                };
+                for f in &fields[1..] {
+                    v = v.get(f).cloned().unwrap_or(Value::Null);
+                }
+                v
+            }
+            Root::Ended => {
+                let mut v = serde_json::to_value(&self.state.ended).unwrap_or(Value::Null);
+                for f in fields {
+                    v = v.get(f).cloned().unwrap_or(Value::Null);
+                }
+                v
+            }
+            Root::Round | Root::Step | Root::Visit | Root::RunId => self.builtin(root),
+            _ => {
+                let mut v = self.root(root)?;
+                for f in fields {
+                    v = v.get(f).unwrap_or(&NULL);
+                }
+                v.clone()
+            }
         })
     }
 
@@ -294,6 +292,7 @@ impl Env<'_> {
         })
     }
 
+    /// Long but one piece: one short arm per built-in function, the table of what they do.
     fn call(&self, func: Func, args: &[Expr], unchecked: &Unchecked) -> Result<Value, EvalError> {
         let arg = |i: usize| {
             args.get(i)

@@ -234,80 +234,88 @@ pub fn render(run_dir: &Path, full: bool) -> Result<String, String> {
                 continue;
             }
         };
-        match event {
-            Event::RoleStart {
-                role,
-                kind,
-                visit,
-                step,
-            } => {
-                step_started = last_boundary;
-                let _ = writeln!(out, "\nstep {step} · {role} ({kind}) visit {visit}");
-            }
-            Event::LlmResponse(LlmResponse { call, .. }) => llm_call(&mut out, &call, full),
-            Event::InvalidOutput { call, error } => {
-                let _ = writeln!(out, "  invalid reply (attempt {}): {error}", call.attempt);
-            }
-            Event::InvalidOutcome {
-                attempts, error, ..
-            } => {
-                let _ = writeln!(
-                    out,
-                    "  no valid reply after {attempts} attempt(s): routed as invalid ({error})"
-                );
-            }
-            Event::ToolCall { result, .. } => {
-                let took = step_started
-                    .zip(at)
-                    .map(|(from, to)| to.saturating_sub(from));
-                tool_step(&mut out, &result, took, full);
-            }
-            Event::Memory {
-                memory, op, note, ..
-            } => {
-                let _ = writeln!(
-                    out,
-                    "  memory {memory}.{op}{}",
-                    if note.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", clip(&note, full, 120))
-                    }
-                );
-            }
-            Event::Artifact { file, .. } => {
-                let _ = writeln!(out, "  wrote {file}");
-            }
-            Event::Route {
-                to,
-                condition,
-                backtrack,
-                ..
-            } => {
-                let _ = writeln!(
-                    out,
-                    "  → {}{}{}",
-                    to.join(", "),
-                    if condition.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" when {condition}")
-                    },
-                    if backtrack { " (backtrack)" } else { "" }
-                );
-            }
-            Event::RunResumed { step } => {
-                let _ = writeln!(out, "\n— resumed at step {step} —");
-            }
-            Event::Exit {
-                exit, code, reason, ..
-            } => {
-                let _ = writeln!(out, "\nexit `{exit}` (code {code}): {reason}");
-            }
-            _ => {}
+        if matches!(event, Event::RoleStart { .. }) {
+            step_started = last_boundary;
         }
+        let took = step_started
+            .zip(at)
+            .map(|(from, to)| to.saturating_sub(from));
+        event_lines(&mut out, event, took, full);
     }
     Ok(out)
+}
+
+/// What one journaled event shows; `took` is how long its step has run when it was
+/// written, if known.
+fn event_lines(out: &mut String, event: Event, took: Option<u64>, full: bool) {
+    match event {
+        Event::RoleStart {
+            role,
+            kind,
+            visit,
+            step,
+        } => {
+            let _ = writeln!(out, "\nstep {step} · {role} ({kind}) visit {visit}");
+        }
+        Event::LlmResponse(LlmResponse { call, .. }) => llm_call(out, &call, full),
+        Event::InvalidOutput { call, error } => {
+            let _ = writeln!(out, "  invalid reply (attempt {}): {error}", call.attempt);
+        }
+        Event::InvalidOutcome {
+            attempts, error, ..
+        } => {
+            let _ = writeln!(
+                out,
+                "  no valid reply after {attempts} attempt(s): routed as invalid ({error})"
+            );
+        }
+        Event::ToolCall { result, .. } => {
+            tool_step(out, &result, took, full);
+        }
+        Event::Memory {
+            memory, op, note, ..
+        } => {
+            let _ = writeln!(
+                out,
+                "  memory {memory}.{op}{}",
+                if note.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", clip(&note, full, 120))
+                }
+            );
+        }
+        Event::Artifact { file, .. } => {
+            let _ = writeln!(out, "  wrote {file}");
+        }
+        Event::Route {
+            to,
+            condition,
+            backtrack,
+            ..
+        } => {
+            let _ = writeln!(
+                out,
+                "  → {}{}{}",
+                to.join(", "),
+                if condition.is_empty() {
+                    String::new()
+                } else {
+                    format!(" when {condition}")
+                },
+                if backtrack { " (backtrack)" } else { "" }
+            );
+        }
+        Event::RunResumed { step } => {
+            let _ = writeln!(out, "\n— resumed at step {step} —");
+        }
+        Event::Exit {
+            exit, code, reason, ..
+        } => {
+            let _ = writeln!(out, "\nexit `{exit}` (code {code}): {reason}");
+        }
+        _ => {}
+    }
 }
 
 /// A model call: the prompt sent (or that the conversation was), the reply and its tool

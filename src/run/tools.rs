@@ -441,6 +441,20 @@ fn failed(tool_name: &str, kind: &str, error: String, args: Value) -> Value {
     })
 }
 
+/// What a tool role's call needs to be made: the run, the role, its environment.
+struct ToolCall<'a, 'w> {
+    interp: &'a Interpreter<'w>,
+    state: &'a RunState,
+    node: NodeIndex,
+    item: Option<&'a Value>,
+    name: &'a str,
+    environment: &'a dyn Environment,
+}
+
+/// A call ready to run: the request, the tool (none for a bare command), the name the
+/// result records, and the arguments as given.
+type Prepared = (ExecRequest, Option<usize>, String, Value);
+
 pub(super) async fn run_tool_role(
     interp: &Interpreter<'_>,
     state: &RunState,
@@ -476,101 +490,30 @@ pub(super) async fn run_tool_role(
         return Ok(RoleRun::plain(output));
     }
     let names = interp.name_context(state, node, visit, item);
-    let ctx = &names;
-    let (request, tool_id, tool_name, args) = match &role.action {
-        ToolAction::Command { argv } => {
-            let argv = argv
-                .iter()
-                .map(|a| render_str(a, ctx))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.step(format_args!("role `{name}`: command")))?;
-            let program = argv.first().cloned().unwrap_or_default();
-            (
-                ExecRequest::new(Command::Argv(argv)),
-                None,
-                program,
-                Value::Null,
-            )
-        }
-        ToolAction::Tool { tool, args } => {
-            let env = interp.env(state, Some(node), None, item);
-            let values = args
-                .iter()
-                .map(|a| env.value(a))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.step(format_args!("role `{name}`: tool arguments")))?;
-            let spec = &workflow.tools[*tool];
-            let texts: Vec<String> = values.iter().map(arg_text).collect();
-            let request = tool_command(environment.as_ref(), spec, &texts)?;
-            (
-                request,
-                Some(*tool),
-                spec.name().to_string(),
-                Value::Array(values),
-            )
-        }
+    let cx = ToolCall {
+        interp,
+        state,
+        node,
+        item,
+        name,
+        environment: environment.as_ref(),
+    };
+    let (mut request, tool_id, tool_name, args) = match &role.action {
+        ToolAction::Command { argv } => cx.command(argv, &names)?,
+        ToolAction::Tool { tool, args } => cx.tool(*tool, args)?,
         ToolAction::Choose {
             choices,
             call,
             args,
             argv,
-        } => {
-            let env = interp.env(state, Some(node), None, item);
-            let chosen = env
-                .value(call)
-                .map_err(|e| e.step(format_args!("role `{name}`: `call`")))?;
-            let arguments = match args {
-                Some(a) => env
-                    .value(a)
-                    .map_err(|e| e.step(format_args!("role `{name}`: `args`")))?,
-                None => Value::Object(Default::default()),
-            };
-            let chosen_name = chosen.as_str().unwrap_or("").to_string();
-            let Some(&tool) = choices
-                .iter()
-                .find(|&&t| workflow.tools[t].name() == chosen_name)
-            else {
-                let known: Vec<&str> = choices.iter().map(|&t| workflow.tools[t].name()).collect();
-                let output = failed(
-                    &chosen_name,
-                    "unknown_tool",
-                    format!(
-                        "`{chosen_name}` is not one of the available tools ({})",
-                        known.join(", ")
-                    ),
-                    arguments,
-                );
-                return Ok(RoleRun::plain(output));
-            };
-            let spec = &workflow.tools[tool];
-            if let Err(e) = spec.check_args(&arguments) {
-                let output = failed(
-                    spec.name(),
-                    "validation",
-                    format!("invalid arguments for `{}`: {e}", spec.name()),
-                    arguments,
-                );
-                return Ok(RoleRun::plain(output));
-            }
-            // A list is spread over the command line; an object is one JSON argument.
-            let passed = match argv {
-                Some(a) => env
-                    .value(a)
-                    .map_err(|e| e.step(format_args!("role `{name}`: `argv`")))?,
-                None => arguments.clone(),
-            };
-            let argv: Vec<String> = match &passed {
-                Value::Array(items) => items.iter().map(arg_text).collect(),
-                other => vec![arg_text(other)],
-            };
-            let request = tool_command(environment.as_ref(), spec, &argv)?;
-            (request, Some(tool), spec.name().to_string(), arguments)
-        }
+        } => match cx.chosen(choices, call, args.as_deref(), argv.as_deref())? {
+            Ok(prepared) => prepared,
+            Err(failed) => return Ok(RoleRun::plain(failed)),
+        },
         ToolAction::Calls { .. } => {
             return Err(StepError::Failed(format!("role `{name}`: calls run apart")));
         }
     };
-    let mut request = request;
     let timeout = role
         .timeout_ms
         .map(Duration::from_millis)
@@ -585,29 +528,7 @@ pub(super) async fn run_tool_role(
         .or_else(|| tool_id.and_then(|t| workflow.tools[t].spec.max_output))
         .map(|b| usize::try_from(b).unwrap_or(usize::MAX));
     let log = match &role.log {
-        Some(template) => {
-            let file = render_str(template, &names)
-                .map_err(|e| e.step(format_args!("role `{name}`: log name")))?;
-            match interp.workspace.create_file(&file) {
-                Ok(log_file) => {
-                    request.log_file = Some(std::sync::Arc::new(log_file));
-                    request.log_path = Some(interp.workspace.root().join(&file));
-                    Some(file)
-                }
-                // A name out of the workspace, or a link a tool planted: the tool runs
-                // without its log, and the refusal is recorded.
-                Err(e) => {
-                    if let Ok(mut events) = interp.envs.pending_events.lock() {
-                        events.push(Event::LogRejected {
-                            role: name.clone(),
-                            file,
-                            reason: e.to_string(),
-                        });
-                    }
-                    None
-                }
-            }
-        }
+        Some(template) => cx.open_log(template, &names, &mut request)?,
         None => None,
     };
     if let Some(show) = interp.reporter.line_printer(name) {
@@ -629,6 +550,145 @@ pub(super) async fn run_tool_role(
         prompt: None,
         record: None,
     })
+}
+
+impl ToolCall<'_, '_> {
+    /// `run = [...]`: a command line, each argument a template.
+    fn command(&self, argv: &[String], names: &tera::Context) -> Result<Prepared, StepError> {
+        let name = self.name;
+        let argv = argv
+            .iter()
+            .map(|a| render_str(a, names))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.step(format_args!("role `{name}`: command")))?;
+        let program = argv.first().cloned().unwrap_or_default();
+        Ok((
+            ExecRequest::new(Command::Argv(argv)),
+            None,
+            program,
+            Value::Null,
+        ))
+    }
+
+    /// `tool = NAME(args)`: a declared tool, its arguments evaluated.
+    fn tool(&self, tool: usize, args: &[crate::compile::Expr]) -> Result<Prepared, StepError> {
+        let name = self.name;
+        let env = self
+            .interp
+            .env(self.state, Some(self.node), None, self.item);
+        let values = args
+            .iter()
+            .map(|a| env.value(a))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.step(format_args!("role `{name}`: tool arguments")))?;
+        let spec = &self.interp.workflow.tools[tool];
+        let texts: Vec<String> = values.iter().map(arg_text).collect();
+        let request = tool_command(self.environment, spec, &texts)?;
+        Ok((
+            request,
+            Some(tool),
+            spec.name().to_string(),
+            Value::Array(values),
+        ))
+    }
+
+    /// `call = EXPR` among `choices`: the tool a value names, with `args`; the failed
+    /// result instead when it names none of them or the arguments do not fit.
+    fn chosen(
+        &self,
+        choices: &[usize],
+        call: &crate::compile::Expr,
+        args: Option<&crate::compile::Expr>,
+        argv: Option<&crate::compile::Expr>,
+    ) -> Result<Result<Prepared, Value>, StepError> {
+        let (name, workflow) = (self.name, self.interp.workflow);
+        let env = self
+            .interp
+            .env(self.state, Some(self.node), None, self.item);
+        let chosen = env
+            .value(call)
+            .map_err(|e| e.step(format_args!("role `{name}`: `call`")))?;
+        let arguments = match args {
+            Some(a) => env
+                .value(a)
+                .map_err(|e| e.step(format_args!("role `{name}`: `args`")))?,
+            None => Value::Object(Default::default()),
+        };
+        let chosen_name = chosen.as_str().unwrap_or("").to_string();
+        let Some(&tool) = choices
+            .iter()
+            .find(|&&t| workflow.tools[t].name() == chosen_name)
+        else {
+            let known: Vec<&str> = choices.iter().map(|&t| workflow.tools[t].name()).collect();
+            return Ok(Err(failed(
+                &chosen_name,
+                "unknown_tool",
+                format!(
+                    "`{chosen_name}` is not one of the available tools ({})",
+                    known.join(", ")
+                ),
+                arguments,
+            )));
+        };
+        let spec = &workflow.tools[tool];
+        if let Err(e) = spec.check_args(&arguments) {
+            return Ok(Err(failed(
+                spec.name(),
+                "validation",
+                format!("invalid arguments for `{}`: {e}", spec.name()),
+                arguments,
+            )));
+        }
+        // A list is spread over the command line; an object is one JSON argument.
+        let passed = match argv {
+            Some(a) => env
+                .value(a)
+                .map_err(|e| e.step(format_args!("role `{name}`: `argv`")))?,
+            None => arguments.clone(),
+        };
+        let argv: Vec<String> = match &passed {
+            Value::Array(items) => items.iter().map(arg_text).collect(),
+            other => vec![arg_text(other)],
+        };
+        let request = tool_command(self.environment, spec, &argv)?;
+        Ok(Ok((
+            request,
+            Some(tool),
+            spec.name().to_string(),
+            arguments,
+        )))
+    }
+
+    /// Opens the log file `template` names in the workspace for `request`; its name. A
+    /// name out of the workspace, or a link a tool planted: the tool runs without its
+    /// log, and the refusal is recorded.
+    fn open_log(
+        &self,
+        template: &str,
+        names: &tera::Context,
+        request: &mut ExecRequest,
+    ) -> Result<Option<String>, StepError> {
+        let (name, interp) = (self.name, self.interp);
+        let file = render_str(template, names)
+            .map_err(|e| e.step(format_args!("role `{name}`: log name")))?;
+        match interp.workspace.create_file(&file) {
+            Ok(log_file) => {
+                request.log_file = Some(std::sync::Arc::new(log_file));
+                request.log_path = Some(interp.workspace.root().join(&file));
+                Ok(Some(file))
+            }
+            Err(e) => {
+                if let Ok(mut events) = interp.envs.pending_events.lock() {
+                    events.push(Event::LogRejected {
+                        role: name.to_string(),
+                        file,
+                        reason: e.to_string(),
+                    });
+                }
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// `RONDO_STEP_ID`: the same for a step run again after a crash, so a tool can make itself

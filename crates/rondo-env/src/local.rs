@@ -348,6 +348,89 @@ impl Drop for KeepRootUsable {
     }
 }
 
+impl LocalEnv {
+    /// The process of a call, not started yet: its program (for messages) and the
+    /// command, in `workdir`, with a clean environment and piped output.
+    fn command(&self, req: &ExecRequest, workdir: &Path) -> (String, tokio::process::Command) {
+        let (program, mut cmd) = match &req.command {
+            Command::Argv(argv) => {
+                let mut c = tokio::process::Command::new(&argv[0]);
+                c.args(&argv[1..]);
+                (argv[0].clone(), c)
+            }
+            Command::Shell(line) => {
+                let mut c = tokio::process::Command::new("/bin/sh");
+                c.arg("-c").arg(line);
+                ("/bin/sh".to_string(), c)
+            }
+        };
+        cmd.current_dir(workdir)
+            .env_clear()
+            .envs(clean_env(&self.config.run_dir, self.tmp.path()))
+            .envs(&self.config.env)
+            .envs(&req.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        (program, cmd)
+    }
+
+    /// Reads the child's output into `collector` until it has exited and both pipes are
+    /// closed (children that keep the pipes open keep the command running, as with
+    /// `docker exec`); past `deadline` its group gets SIGTERM, then SIGKILL after the
+    /// grace, and the wait ends 2 s later. Its exit status, and whether it timed out.
+    async fn collect(
+        &self,
+        child: &mut tokio::process::Child,
+        collector: &mut Collector,
+        program: &str,
+        pgid: i32,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Option<std::process::ExitStatus>, bool), EnvError> {
+        let mut stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        let mut out_buf = vec![0u8; 16 * 1024];
+        let mut err_buf = vec![0u8; 16 * 1024];
+        let far = deadline + Duration::from_secs(86_400 * 365);
+        let mut kill_at = far;
+        let mut give_up_at = far;
+        let mut timed_out = false;
+        let mut status = None;
+        while status.is_none() || stdout.is_some() || stderr.is_some() {
+            tokio::select! {
+                r = read_some(stdout.as_mut(), &mut out_buf), if stdout.is_some() => {
+                    match r {
+                        Ok(n) if n > 0 => collector.push(StreamKind::Stdout, &out_buf[..n]),
+                        _ => stdout = None,
+                    }
+                }
+                r = read_some(stderr.as_mut(), &mut err_buf), if stderr.is_some() => {
+                    match r {
+                        Ok(n) if n > 0 => collector.push(StreamKind::Stderr, &err_buf[..n]),
+                        _ => stderr = None,
+                    }
+                }
+                s = child.wait(), if status.is_none() => {
+                    status = Some(s.map_err(|e| EnvError::Spawn { program: program.to_string(), source: e })?);
+                }
+                _ = sleep_until(deadline), if !timed_out => {
+                    timed_out = true;
+                    kill_group(pgid, libc::SIGTERM);
+                    kill_at = tokio::time::Instant::now() + self.config.kill_grace;
+                }
+                _ = sleep_until(kill_at), if kill_at != far => {
+                    kill_group(pgid, libc::SIGKILL);
+                    kill_at = far;
+                    give_up_at = tokio::time::Instant::now() + Duration::from_secs(2);
+                }
+                _ = sleep_until(give_up_at), if give_up_at != far => break,
+            }
+        }
+        Ok((status, timed_out))
+    }
+}
+
 #[async_trait::async_trait]
 impl Environment for LocalEnv {
     fn kind(&self) -> &'static str {
@@ -365,27 +448,7 @@ impl Environment for LocalEnv {
         };
         // Dropped last, once the call's processes are gone (however the call ends).
         let _root = KeepRootUsable(vec![self.config.run_dir.clone()]);
-        let (program, mut cmd) = match &req.command {
-            Command::Argv(argv) => {
-                let mut c = tokio::process::Command::new(&argv[0]);
-                c.args(&argv[1..]);
-                (argv[0].clone(), c)
-            }
-            Command::Shell(line) => {
-                let mut c = tokio::process::Command::new("/bin/sh");
-                c.arg("-c").arg(line);
-                ("/bin/sh".to_string(), c)
-            }
-        };
-        cmd.current_dir(&workdir)
-            .env_clear()
-            .envs(clean_env(&self.config.run_dir, self.tmp.path()))
-            .envs(&self.config.env)
-            .envs(&req.env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        let (program, mut cmd) = self.command(&req, &workdir);
         // The call's cgroup (if any) goes when the last of these is dropped, after the
         // command has been reaped.
         let launch = self.launch(&workdir, &req)?;
@@ -425,48 +488,10 @@ impl Environment for LocalEnv {
             running: true,
         };
 
-        let mut stdout = child.stdout.take();
-        let mut stderr = child.stderr.take();
-        let mut out_buf = vec![0u8; 16 * 1024];
-        let mut err_buf = vec![0u8; 16 * 1024];
         let deadline = tokio::time::Instant::from_std(start + timeout);
-        let far = deadline + Duration::from_secs(86_400 * 365);
-        let mut kill_at = far;
-        let mut give_up_at = far;
-        let mut timed_out = false;
-        let mut status = None;
-        // Done when the process has exited and both pipes are closed (children that keep
-        // the pipes open keep the command running, as with `docker exec`).
-        while status.is_none() || stdout.is_some() || stderr.is_some() {
-            tokio::select! {
-                r = read_some(stdout.as_mut(), &mut out_buf), if stdout.is_some() => {
-                    match r {
-                        Ok(n) if n > 0 => collector.push(StreamKind::Stdout, &out_buf[..n]),
-                        _ => stdout = None,
-                    }
-                }
-                r = read_some(stderr.as_mut(), &mut err_buf), if stderr.is_some() => {
-                    match r {
-                        Ok(n) if n > 0 => collector.push(StreamKind::Stderr, &err_buf[..n]),
-                        _ => stderr = None,
-                    }
-                }
-                s = child.wait(), if status.is_none() => {
-                    status = Some(s.map_err(|e| EnvError::Spawn { program: program.clone(), source: e })?);
-                }
-                _ = sleep_until(deadline), if !timed_out => {
-                    timed_out = true;
-                    kill_group(pgid, libc::SIGTERM);
-                    kill_at = tokio::time::Instant::now() + self.config.kill_grace;
-                }
-                _ = sleep_until(kill_at), if kill_at != far => {
-                    kill_group(pgid, libc::SIGKILL);
-                    kill_at = far;
-                    give_up_at = tokio::time::Instant::now() + Duration::from_secs(2);
-                }
-                _ = sleep_until(give_up_at), if give_up_at != far => break,
-            }
-        }
+        let (status, timed_out) = self
+            .collect(&mut child, &mut collector, &program, pgid, deadline)
+            .await?;
         if timed_out {
             kill_group(pgid, libc::SIGKILL);
         }

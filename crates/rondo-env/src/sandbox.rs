@@ -31,34 +31,22 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use landlock::{
+    ABI, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
+};
 use libc::{c_int, c_long, c_uint};
 use serde::{Deserialize, Serialize};
 
 use crate::EnvError;
 
+/// `LANDLOCK_CREATE_RULESET_VERSION`: the flag that asks the kernel for its ABI version.
 const CREATE_RULESET_VERSION: u32 = 1;
-const RULE_PATH_BENEATH: u32 = 1;
 
-const FS_WRITE_FILE: u64 = 1 << 1;
-const FS_REMOVE_DIR: u64 = 1 << 4;
-const FS_REMOVE_FILE: u64 = 1 << 5;
-const FS_MAKE_CHAR: u64 = 1 << 6;
-const FS_MAKE_DIR: u64 = 1 << 7;
-const FS_MAKE_REG: u64 = 1 << 8;
-const FS_MAKE_SOCK: u64 = 1 << 9;
-const FS_MAKE_FIFO: u64 = 1 << 10;
-const FS_MAKE_BLOCK: u64 = 1 << 11;
-const FS_MAKE_SYM: u64 = 1 << 12;
-/// ABI 2: link or rename into another folder.
-const FS_REFER: u64 = 1 << 13;
-/// ABI 3: truncate, `O_TRUNC`.
-const FS_TRUNCATE: u64 = 1 << 14;
-/// ABI 5: `ioctl` on a device opened after the ruleset is entered.
-const FS_IOCTL_DEV: u64 = 1 << 15;
-/// ABI 6: no connecting to an abstract Unix socket made outside the ruleset.
-const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
-/// ABI 6: no signal to a process outside the ruleset.
-const SCOPE_SIGNAL: u64 = 1 << 1;
+/// The newest Landlock ABI whose rights a sandbox uses (ABI 5: `ioctl` on devices; ABI 6:
+/// no signal to, and no abstract Unix socket of, a process outside the ruleset). On an
+/// older kernel the crate leaves out what the kernel does not know (best effort).
+const NEWEST_ABI: ABI = ABI::V6;
 
 const OPEN_TREE_CLONE: c_uint = 1;
 const AT_RECURSIVE: c_uint = 0x8000;
@@ -101,19 +89,6 @@ pub const DEFAULT_MAX_PROCESSES: u32 = 512;
 
 /// The kernel's `RESERVED_PIDS`: a namespace's PIDs start over from here once they wrap.
 const RESERVED_PIDS: u64 = 300;
-
-#[repr(C)]
-struct RulesetAttr {
-    handled_access_fs: u64,
-    handled_access_net: u64,
-    scoped: u64,
-}
-
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
 
 #[repr(C)]
 struct MountAttr {
@@ -352,7 +327,7 @@ fn landlock_abi() -> u32 {
     let v = unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<RulesetAttr>(),
+            std::ptr::null::<u8>(),
             0usize,
             CREATE_RULESET_VERSION,
         )
@@ -376,28 +351,13 @@ fn kernel_version() -> (u32, u32) {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
-/// The rights that write the file system, as far as the kernel's ABI knows them. Every
-/// right not listed (read, execute, list) stays allowed everywhere.
-fn write_rights(abi: u32) -> (u64, u64) {
-    let mut file = FS_WRITE_FILE;
-    let mut dir = FS_WRITE_FILE
-        | FS_REMOVE_DIR
-        | FS_REMOVE_FILE
-        | FS_MAKE_CHAR
-        | FS_MAKE_DIR
-        | FS_MAKE_REG
-        | FS_MAKE_SOCK
-        | FS_MAKE_FIFO
-        | FS_MAKE_BLOCK
-        | FS_MAKE_SYM;
-    if abi >= 2 {
-        dir |= FS_REFER;
-    }
-    if abi >= 3 {
-        file |= FS_TRUNCATE;
-        dir |= FS_TRUNCATE;
-    }
-    (file, dir)
+/// The rights that write the file system, `(file, folder)`. Every right not listed (read,
+/// execute, list) stays allowed everywhere; `ioctl` on a device is handled and granted
+/// nowhere.
+fn write_rights() -> (BitFlags<AccessFs>, BitFlags<AccessFs>) {
+    let mut dir = AccessFs::from_write(NEWEST_ABI);
+    dir.remove(AccessFs::IoctlDev);
+    (dir & AccessFs::from_file(NEWEST_ABI), dir)
 }
 
 /// Identity maps written when an unprivileged user needs a user namespace.
@@ -450,6 +410,78 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
         .map(OwnedFd::from)
 }
 
+fn no_landlock() -> EnvError {
+    EnvError::Confinement(
+        "this kernel has no Landlock (Linux 5.13 or later, with `landlock` among the \
+         boot-time LSMs)"
+            .into(),
+    )
+}
+
+/// The Landlock ruleset a tool enters: it may write beneath `writable` and to the
+/// [`DEVICES`] that exist (returned too), and nothing else.
+fn write_ruleset(writable: &[&Path]) -> Result<(OwnedFd, Vec<&'static CStr>), EnvError> {
+    let landlock_err =
+        |what: &str, e: landlock::RulesetError| EnvError::Confinement(format!("{what}: {e}"));
+    let (file_rights, dir_rights) = write_rights();
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_write(NEWEST_ABI))
+        .and_then(|r| r.scope(Scope::Signal | Scope::AbstractUnixSocket))
+        .and_then(|r| r.create())
+        .map_err(|e| landlock_err("creating a Landlock ruleset", e))?;
+    for path in writable {
+        if path.starts_with("/dev") || path.starts_with("/proc") {
+            return Err(EnvError::Confinement(format!(
+                "a tool's writable folder cannot be under /dev or /proc: {}",
+                path.display()
+            )));
+        }
+        let handle =
+            open_path(path).map_err(|e| os_err(&format!("opening {}", path.display()), e))?;
+        let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
+        let rights = if is_dir { dir_rights } else { file_rights };
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(handle, rights))
+            .map_err(|e| landlock_err(&format!("a Landlock rule for {}", path.display()), e))?;
+    }
+    let mut devices = Vec::new();
+    for &dev in DEVICES {
+        let path = Path::new(std::ffi::OsStr::from_bytes(dev.to_bytes()));
+        if let Ok(handle) = open_path(path) {
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(handle, file_rights))
+                .map_err(|e| landlock_err(&format!("a Landlock rule for {}", path.display()), e))?;
+            devices.push(dev);
+        }
+    }
+    let fd: Option<OwnedFd> = ruleset.into();
+    Ok((fd.ok_or_else(no_landlock)?, devices))
+}
+
+/// How the number of a tool's processes is bounded, if it can be: `root` tells whether
+/// `rondo` is root, `cgroup` whether it found a `pids` cgroup it may write.
+fn process_limit(root: bool, cgroup: bool) -> Option<ProcessLimit> {
+    match (root, cgroup, kernel_version()) {
+        (false, _, v) if v >= (5, 14) => Some(ProcessLimit::Rlimit),
+        (true, true, _) => Some(ProcessLimit::Cgroup),
+        (true, false, v) if v >= (6, 14) => Some(ProcessLimit::PidMax),
+        _ => None,
+    }
+}
+
+impl UserMaps {
+    /// Maps of the current user and group onto themselves.
+    fn identity() -> UserMaps {
+        // SAFETY: geteuid and getegid cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        UserMaps {
+            uid: format!("{uid} {uid} 1").into_bytes(),
+            gid: format!("{gid} {gid} 1").into_bytes(),
+        }
+    }
+}
+
 impl Sandbox {
     /// A sandbox whose tools write beneath `writable` (folders that exist) and to the
     /// harmless devices; `read_only` folders (beneath a writable one) stay read-only;
@@ -464,105 +496,16 @@ impl Sandbox {
         let writable = writable.as_slice();
         let abi = landlock_abi();
         if abi == 0 {
-            return Err(EnvError::Confinement(
-                "this kernel has no Landlock (Linux 5.13 or later, with `landlock` among the \
-                 boot-time LSMs)"
-                    .into(),
-            ));
+            return Err(no_landlock());
         }
         if writable.len() > MAX_FOLDERS || read_only.len() > MAX_FOLDERS {
             return Err(EnvError::Confinement(format!(
                 "at most {MAX_FOLDERS} writable and {MAX_FOLDERS} read-only folders"
             )));
         }
-        let (file_rights, dir_rights) = write_rights(abi);
-        let attr = RulesetAttr {
-            handled_access_fs: dir_rights | if abi >= 5 { FS_IOCTL_DEV } else { 0 },
-            handled_access_net: 0,
-            scoped: if abi >= 6 {
-                SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET
-            } else {
-                0
-            },
-        };
-        // Kernels before ABI 6 read a shorter attribute; they accept the longer one as
-        // long as the fields they do not know are zero.
-        // SAFETY: `attr` is a valid ruleset attribute of the size passed.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                &attr as *const RulesetAttr,
-                std::mem::size_of::<RulesetAttr>(),
-                0u32,
-            )
-        };
-        if fd < 0 {
-            return Err(os_err(
-                "creating a Landlock ruleset",
-                io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: the kernel just returned this descriptor (close-on-exec) to us alone.
-        let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let add_rule = |handle: &OwnedFd, allowed_access: u64, path: &Path| {
-            let rule = PathBeneathAttr {
-                allowed_access,
-                parent_fd: handle.as_raw_fd(),
-            };
-            // SAFETY: `rule` is a valid path-beneath attribute and both fds are open.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_add_rule,
-                    ruleset.as_raw_fd(),
-                    RULE_PATH_BENEATH,
-                    &rule as *const PathBeneathAttr,
-                    0u32,
-                )
-            };
-            if rc != 0 {
-                return Err(os_err(
-                    &format!("a Landlock rule for {}", path.display()),
-                    io::Error::last_os_error(),
-                ));
-            }
-            Ok(())
-        };
-        for path in writable {
-            if path.starts_with("/dev") || path.starts_with("/proc") {
-                return Err(EnvError::Confinement(format!(
-                    "a tool's writable folder cannot be under /dev or /proc: {}",
-                    path.display()
-                )));
-            }
-            let handle =
-                open_path(path).map_err(|e| os_err(&format!("opening {}", path.display()), e))?;
-            let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
-            add_rule(&handle, if is_dir { dir_rights } else { file_rights }, path)?;
-        }
-        let mut devices = Vec::new();
-        for &dev in DEVICES {
-            let path = Path::new(std::ffi::OsStr::from_bytes(dev.to_bytes()));
-            if let Ok(handle) = open_path(path) {
-                add_rule(&handle, file_rights, path)?;
-                devices.push(dev);
-            }
-        }
+        let (ruleset, devices) = write_ruleset(writable)?;
         let root = is_root();
-        let user_maps = (!root).then(|| {
-            // SAFETY: geteuid and getegid cannot fail.
-            let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-            UserMaps {
-                uid: format!("{uid} {uid} 1").into_bytes(),
-                gid: format!("{gid} {gid} 1").into_bytes(),
-            }
-        });
         let cgroup = if root { PidsCgroup::find() } else { None };
-        let process_limit = match (root, &cgroup, kernel_version()) {
-            (false, _, v) if v >= (5, 14) => Some(ProcessLimit::Rlimit),
-            (true, Some(_), _) => Some(ProcessLimit::Cgroup),
-            (true, None, v) if v >= (6, 14) => Some(ProcessLimit::PidMax),
-            _ => None,
-        };
         let protections = Protections {
             landlock_abi: abi,
             write_rules: true,
@@ -573,7 +516,7 @@ impl Sandbox {
             read_only_mounts: true,
             user_namespace: !root,
             no_capabilities: root,
-            process_limit,
+            process_limit: process_limit(root, cgroup.is_some()),
             rondo_not_dumpable: not_dumpable(),
         };
         Ok(Sandbox {
@@ -587,7 +530,7 @@ impl Sandbox {
                 .map(|p| c_path(p))
                 .collect::<Result<_, _>>()?,
             devices,
-            user_maps,
+            user_maps: (!root).then(UserMaps::identity),
             root,
             cgroup,
             protections,

@@ -57,6 +57,37 @@ pub struct AttemptRecord {
 }
 
 impl AttemptRecord {
+    /// The record of attempt `attempt` on profile `profile` of a call of `req`, without
+    /// usage, cost or retry.
+    fn new(
+        profile: &str,
+        req: &ChatRequest,
+        attempt: u32,
+        outcome: AttemptOutcome,
+        model: &str,
+        err: Option<&ProviderError>,
+        latency: Duration,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            profile: profile.to_string(),
+            model: model.to_string(),
+            role: req.context.role.clone(),
+            visit: req.context.visit,
+            attempt,
+            outcome,
+            error_kind: err.map(|e| e.kind()),
+            error: err.map(|e| e.to_string()),
+            status: err.and_then(|e| e.status()),
+            latency_ms: latency.as_secs_f64() * 1000.0,
+            usage: None,
+            cost: None,
+            usage_estimated: false,
+            retry_delay_ms: None,
+        }
+    }
+}
+
+impl AttemptRecord {
     /// What a failed attempt probably cost though it gave no answer (`None` when it was
     /// not billed, and for a success, whose spending comes with its [`Completion`]).
     pub fn failed_spend(&self) -> Option<Spend> {
@@ -320,57 +351,24 @@ impl ProviderPool {
                       outcome: AttemptOutcome,
                       model: &str,
                       err: Option<&ProviderError>,
-                      latency: Duration| AttemptRecord {
-            profile: name.to_string(),
-            model: model.to_string(),
-            role: req.context.role.clone(),
-            visit: req.context.visit,
-            attempt,
-            outcome,
-            error_kind: err.map(|e| e.kind()),
-            error: err.map(|e| e.to_string()),
-            status: err.and_then(|e| e.status()),
-            latency_ms: latency.as_secs_f64() * 1000.0,
-            usage: None,
-            cost: None,
-            usage_estimated: false,
-            retry_delay_ms: None,
+                      latency: Duration| {
+            AttemptRecord::new(name, req, attempt, outcome, model, err, latency)
         };
-        let Some(entry) = self.entries.get(name) else {
-            let e = ProviderError::Config(format!("unknown provider profile `{name}`"));
-            *attempts += 1;
-            on_attempt(record(
-                1,
-                AttemptOutcome::Error,
-                "",
-                Some(&e),
-                Duration::ZERO,
-            ));
-            return Err(e);
-        };
-        let profile = &entry.profile;
-        let model = match (&entry.model, &entry.missing_key) {
-            (Some(m), None) => m,
-            (model, missing) => {
-                let e = match missing {
-                    Some(env) => ProviderError::MissingApiKey { env: env.clone() },
-                    None if model.is_none() => ProviderError::Config(format!(
-                        "profile `{name}` (kind {}) has no model registered",
-                        profile.kind.as_str()
-                    )),
-                    None => ProviderError::Config("no model".into()),
-                };
+        let (entry, model) = match self.usable(name) {
+            Ok(usable) => usable,
+            Err((e, model)) => {
                 *attempts += 1;
                 on_attempt(record(
                     1,
                     AttemptOutcome::Error,
-                    &profile.model,
+                    model,
                     Some(&e),
                     Duration::ZERO,
                 ));
                 return Err(e);
             }
         };
+        let profile = &entry.profile;
 
         let stream = profile_stream(profile.stream, stream);
         let policy = &profile.retry;
@@ -445,6 +443,31 @@ impl ProviderPool {
                         None => return Err(e),
                     }
                 }
+            }
+        }
+    }
+
+    /// The entry of profile `name` and its model, when it can be called; else why not, and
+    /// the model to record.
+    #[allow(clippy::type_complexity)]
+    fn usable(&self, name: &str) -> Result<(&Entry, &Arc<dyn ChatModel>), (ProviderError, &str)> {
+        let Some(entry) = self.entries.get(name) else {
+            let e = ProviderError::Config(format!("unknown provider profile `{name}`"));
+            return Err((e, ""));
+        };
+        let profile = &entry.profile;
+        match (&entry.model, &entry.missing_key) {
+            (Some(m), None) => Ok((entry, m)),
+            (model, missing) => {
+                let e = match missing {
+                    Some(env) => ProviderError::MissingApiKey { env: env.clone() },
+                    None if model.is_none() => ProviderError::Config(format!(
+                        "profile `{name}` (kind {}) has no model registered",
+                        profile.kind.as_str()
+                    )),
+                    None => ProviderError::Config("no model".into()),
+                };
+                Err((e, &profile.model))
             }
         }
     }

@@ -212,40 +212,85 @@ struct Step {
     request: ExecRequest,
 }
 
-fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, EnvError> {
-    let spec = &tool.spec;
-    let q = |s: &str| shell_quote(s);
-    // Inside a conda environment every step runs through `conda run -n <env>`.
-    let conda = tool.conda_env.is_some();
-    let py = if conda {
-        "python".to_string()
-    } else {
-        q(&tool.env_python)
-    };
-    let in_env = |line: String| if conda { tool.in_env(&line) } else { line };
-    let wheels = q(&layout.wheelhouse);
-    let mut steps = Vec::new();
-    let mut push = |name, field, line: String, workdir: Option<&str>| {
-        let mut req = ExecRequest::shell(line).timeout(layout.install_timeout);
+/// The steps of a tool's install, in order.
+struct Steps {
+    timeout: Duration,
+    list: Vec<Step>,
+}
+
+impl Steps {
+    /// A step running shell `line` (in `workdir`, else the default folder), with pip's
+    /// offline settings; `field` is the spec's field it serves.
+    fn push(
+        &mut self,
+        name: &'static str,
+        field: &'static str,
+        line: String,
+        workdir: Option<&str>,
+    ) {
+        let mut req = ExecRequest::shell(line).timeout(self.timeout);
         for (k, v) in PIP_ENV {
             req = req.env(*k, *v);
         }
         req.workdir = workdir.map(str::to_string);
-        steps.push(Step {
+        self.list.push(Step {
             name,
             field,
             request: req,
         });
+    }
+}
+
+fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, EnvError> {
+    let spec = &tool.spec;
+    let mut steps = Steps {
+        timeout: layout.install_timeout,
+        list: Vec::new(),
     };
-    let version_check = |want: &str| {
-        format!(
-            "{py} -c 'import sys; w = sys.argv[1]; v = \".\".join(map(str, sys.version_info[:len(w.split(\".\"))])); print(sys.executable, sys.version.split()[0]); sys.exit(0 if not w or v == w else \"python \" + v + \" != \" + w)' {w}",
-            w = q(want)
-        )
-    };
+    env_steps(tool, layout, &mut steps);
+    pip_steps(tool, layout, &mut steps);
+    script_steps(tool, &mut steps)?;
+    let program = spec
+        .executable
+        .split_whitespace()
+        .next()
+        .unwrap_or_default();
+    steps.push(
+        "check-executable",
+        "executable",
+        tool.in_env(&format!("command -v {}", shell_quote(program))),
+        spec.source.is_some().then_some(tool.tool_dir.as_str()),
+    );
+    Ok(steps.list)
+}
+
+/// The tool's Python: inside a conda environment every step runs through
+/// `conda run -n <env>`, where it is `python`.
+fn tool_python(tool: &InstalledTool) -> String {
+    if tool.conda_env.is_some() {
+        "python".to_string()
+    } else {
+        shell_quote(&tool.env_python)
+    }
+}
+
+/// A command that fails unless `py` is Python `want` (its first parts; any when empty).
+fn version_check(py: &str, want: &str) -> String {
+    format!(
+        "{py} -c 'import sys; w = sys.argv[1]; v = \".\".join(map(str, sys.version_info[:len(w.split(\".\"))])); print(sys.executable, sys.version.split()[0]); sys.exit(0 if not w or v == w else \"python \" + v + \" != \" + w)' {w}",
+        w = shell_quote(want)
+    )
+}
+
+/// The steps that make the tool's own environment, a conda one or a venv, and check its
+/// Python's version.
+fn env_steps(tool: &InstalledTool, layout: &ToolLayout, steps: &mut Steps) {
+    let spec = &tool.spec;
+    let q = |s: &str| shell_quote(s);
+    let py = tool_python(tool);
     if let Some(env) = &tool.conda_env {
         let want = spec.py_standalone.clone().unwrap_or_default();
-        push(
+        steps.push(
             "create-env",
             "py_standalone",
             format!(
@@ -255,10 +300,10 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
             ),
             None,
         );
-        push(
+        steps.push(
             "verify-env",
             "py_standalone",
-            tool.in_env(&version_check(&want)),
+            tool.in_env(&version_check(&py, &want)),
             None,
         );
     } else if let Some(dir) = &tool.env_dir {
@@ -272,7 +317,7 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
         } else {
             "installation"
         };
-        push(
+        steps.push(
             "create-env",
             field,
             format!(
@@ -284,15 +329,30 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
             None,
         );
         let want = spec.py_standalone.clone().unwrap_or_default();
-        push("verify-env", field, version_check(&want), None);
+        steps.push("verify-env", field, version_check(&py, &want), None);
     }
+}
+
+/// The steps of `installation = "pip"`, offline from the wheelhouse: the tool's source
+/// in place, or its released version. Without `installation` only the installation
+/// script installs.
+fn pip_steps(tool: &InstalledTool, layout: &ToolLayout, steps: &mut Steps) {
+    let spec = &tool.spec;
+    let py = tool_python(tool);
+    let in_env = |line: String| {
+        if tool.conda_env.is_some() {
+            tool.in_env(&line)
+        } else {
+            line
+        }
+    };
+    let wheels = shell_quote(&layout.wheelhouse);
     let pip = format!("{py} -m pip install --no-index --find-links {wheels}");
-    // Without `installation` only the installation script installs.
     let pip_install = spec.installation.is_some();
     if pip_install && spec.source.is_some() {
         // setuptools < 70 needs `wheel` to build; with --no-build-isolation it must be in
         // the target environment already.
-        push(
+        steps.push(
             "build-backend",
             "installation",
             in_env(format!(
@@ -300,7 +360,7 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
             )),
             None,
         );
-        push(
+        steps.push(
             "pip-install",
             "installation",
             in_env(format!("{pip} --no-build-isolation -e .")),
@@ -308,52 +368,38 @@ fn steps_for(tool: &InstalledTool, layout: &ToolLayout) -> Result<Vec<Step>, Env
         );
     } else if pip_install {
         let version = spec.version.as_deref().unwrap_or_default();
-        push(
+        steps.push(
             "pip-install",
             "installation",
             in_env(format!(
                 "{pip} {}",
-                q(&format!("{}=={version}", spec.tool_name))
+                shell_quote(&format!("{}=={version}", spec.tool_name))
             )),
             None,
         );
     }
-    if let Some(script) = &spec.installation_script {
-        let rendered = render_template(script, &|n| tool.var(n)).map_err(|m| {
-            EnvError::InvalidRequest(format!("{}: {m}", spec.locate("installation_script")))
-        })?;
-        let workdir = spec.source.is_some().then_some(tool.tool_dir.as_str());
-        push(
+}
+
+/// The steps of the spec's `installation_script` and `setup_script`, rendered.
+fn script_steps(tool: &InstalledTool, steps: &mut Steps) -> Result<(), EnvError> {
+    let spec = &tool.spec;
+    let workdir = spec.source.is_some().then_some(tool.tool_dir.as_str());
+    let scripts = [
+        (
             "installation-script",
             "installation_script",
-            tool.in_env(&rendered),
-            workdir,
-        );
+            &spec.installation_script,
+        ),
+        ("setup-script", "setup_script", &spec.setup_script),
+    ];
+    for (name, field, script) in scripts {
+        if let Some(script) = script {
+            let rendered = render_template(script, &|n| tool.var(n))
+                .map_err(|m| EnvError::InvalidRequest(format!("{}: {m}", spec.locate(field))))?;
+            steps.push(name, field, tool.in_env(&rendered), workdir);
+        }
     }
-    if let Some(script) = &spec.setup_script {
-        let rendered = render_template(script, &|n| tool.var(n)).map_err(|m| {
-            EnvError::InvalidRequest(format!("{}: {m}", spec.locate("setup_script")))
-        })?;
-        let workdir = spec.source.is_some().then_some(tool.tool_dir.as_str());
-        push(
-            "setup-script",
-            "setup_script",
-            tool.in_env(&rendered),
-            workdir,
-        );
-    }
-    let program = spec
-        .executable
-        .split_whitespace()
-        .next()
-        .unwrap_or_default();
-    push(
-        "check-executable",
-        "executable",
-        tool.in_env(&format!("command -v {}", q(program))),
-        spec.source.is_some().then_some(tool.tool_dir.as_str()),
-    );
-    Ok(steps)
+    Ok(())
 }
 
 /// Install `specs` into `env`, one log file per step in `log_dir`. Stops at the first

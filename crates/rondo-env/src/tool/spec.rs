@@ -307,40 +307,60 @@ impl ToolSpec {
 
     /// Check the fields (and that `source` exists); every problem is reported at once.
     pub fn validate(&self) -> Result<(), SpecError> {
-        let mut issues = Vec::new();
-        let mut issue = |kind, field: &str, message: String| {
-            let pos = self.origin.as_ref().and_then(|o| o.position(field));
-            issues.push(SpecIssue {
+        let mut found = Vec::new();
+        self.name_problems(&mut found);
+        self.install_problems(&mut found);
+        self.field_problems(&mut found);
+        if found.is_empty() {
+            return Ok(());
+        }
+        let mut issues: Vec<SpecIssue> = found
+            .into_iter()
+            .map(|(kind, field, message)| SpecIssue {
                 kind,
                 field: field.to_string(),
-                pos,
+                pos: self.origin.as_ref().and_then(|o| o.position(field)),
                 message,
-            });
-        };
+            })
+            .collect();
+        issues.sort_by_key(|i| i.pos.map_or(u64::MAX, |p| p.line));
+        Err(SpecError::Invalid {
+            file: self.origin.as_ref().map(|o| o.file.clone()),
+            tool: self.tool_name.clone(),
+            issues,
+        })
+    }
+
+    /// `tool_name` and `executable`.
+    fn name_problems(&self, found: &mut Problems) {
         if self.tool_name.is_empty() {
-            issue(
+            found.push((
                 IssueKind::NoName,
                 "tool_name",
                 "is missing (every spec names its tool)".into(),
-            );
+            ));
         } else if self.tool_name.starts_with('.')
             || !self
                 .tool_name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
-            issue(
+            found.push((
                 IssueKind::BadName,
                 "tool_name",
                 format!(
                     "is `{}`, not a tool name (letters, digits, `-`, `_`, `.`)",
                     self.tool_name
                 ),
-            );
+            ));
         }
         if self.executable.trim().is_empty() {
-            issue(IssueKind::NoExecutable, "executable", "is empty".into());
+            found.push((IssueKind::NoExecutable, "executable", "is empty".into()));
         }
+    }
+
+    /// What installs the tool: `installation`, and the fields it needs or that need it.
+    fn install_problems(&self, found: &mut Problems) {
         let to_install = [
             ("source", self.source.is_some()),
             ("version", self.version.is_some()),
@@ -352,58 +372,62 @@ impl ToolSpec {
             None if self.installation_script.is_some() => {}
             None => {
                 if let Some((field, _)) = to_install.iter().find(|(_, set)| *set) {
-                    issue(
+                    found.push((
                         IssueKind::NoInstallation,
                         "installation",
                         format!("is missing though the tool has a `{field}` to install"),
-                    );
+                    ));
                 }
             }
             Some(Installation::Pip) => {
                 if self.source.is_none()
                     && self.version.as_deref().is_none_or(|v| v.trim().is_empty())
                 {
-                    issue(
+                    found.push((
                         IssueKind::NothingToInstall,
                         "installation",
                         "is `pip` but neither `source` nor `version` says what to install".into(),
-                    );
+                    ));
                 }
             }
         }
+    }
+
+    /// The other fields, each on its own.
+    fn field_problems(&self, found: &mut Problems) {
         if let Some(src) = &self.source
             && !src.is_dir()
         {
-            issue(
+            found.push((
                 IssueKind::SourceMissing,
                 "source",
                 format!("names `{}`, which is not a folder", src.display()),
-            );
+            ));
         }
         if let Some(v) = &self.py_standalone
             && !is_python_version(v)
         {
-            issue(
+            found.push((
                 IssueKind::BadPython,
                 "py_standalone",
                 format!("is `{v}`, not a Python version (`3` or `3.N`, such as \"3.11\")"),
-            );
+            ));
         }
         if self.timeout == Some(Duration::ZERO) {
-            issue(
+            found.push((
                 IssueKind::ZeroTimeout,
                 "timeout",
                 "must be more than 0".into(),
-            );
+            ));
         }
         if let Some(schema) = &self.input_schema
             && !schema.is_object()
         {
-            issue(
+            found.push((
                 IssueKind::BadSchema,
                 "input_schema",
                 "must be a mapping (a JSON-Schema-like object)".into(),
-            );
+            ));
         }
         for (field, script) in [
             ("setup_script", &self.setup_script),
@@ -412,31 +436,21 @@ impl ToolSpec {
             if let Some(script) = script
                 && let Err(msg) = render_template(script, &|_| Some(String::new()))
             {
-                issue(
+                found.push((
                     IssueKind::BadSetupScript,
                     field,
                     format!("is not a script the installer can render: {msg}"),
-                );
+                ));
             }
         }
         if let Some(target) = &self.target
             && (!target.starts_with('/') || target.split('/').any(|p| p == ".."))
         {
-            issue(
+            found.push((
                 IssueKind::BadTarget,
                 "target",
                 format!("is `{target}`, not an absolute path in the container"),
-            );
-        }
-        if issues.is_empty() {
-            Ok(())
-        } else {
-            issues.sort_by_key(|i| i.pos.map_or(u64::MAX, |p| p.line));
-            Err(SpecError::Invalid {
-                file: self.origin.as_ref().map(|o| o.file.clone()),
-                tool: self.tool_name.clone(),
-                issues,
-            })
+            ));
         }
     }
 
@@ -458,6 +472,9 @@ impl fmt::Display for Installation {
         f.write_str("pip")
     }
 }
+
+/// Problems of a spec: what, in which field, and the message.
+type Problems = Vec<(IssueKind, &'static str, String)>;
 
 fn is_python_version(v: &str) -> bool {
     let parts: Vec<&str> = v.split('.').collect();

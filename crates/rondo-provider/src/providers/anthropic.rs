@@ -330,62 +330,7 @@ impl AnthropicModel {
         req: &ChatRequest,
         stream: bool,
     ) -> Result<(Request<'a>, Option<String>), ProviderError> {
-        let mut system: Vec<&str> = Vec::new();
-        let mut messages: Vec<WireMessage> = Vec::new();
-        for m in &req.messages {
-            let (role, blocks) = match m.role {
-                Role::System => {
-                    system.push(&m.content);
-                    continue;
-                }
-                Role::User => (
-                    "user",
-                    vec![Block::Text {
-                        text: m.content.clone(),
-                    }],
-                ),
-                Role::Assistant => {
-                    let mut b = Vec::new();
-                    if !m.content.is_empty() {
-                        b.push(Block::Text {
-                            text: m.content.clone(),
-                        });
-                    }
-                    for c in m.tool_calls.iter().flatten() {
-                        b.push(Block::ToolUse {
-                            id: c.id.clone(),
-                            name: c.name.clone(),
-                            input: object_arguments(&c.arguments),
-                        });
-                    }
-                    ("assistant", b)
-                }
-                Role::Tool => {
-                    let id = m.tool_call_id.clone().ok_or_else(|| {
-                        ProviderError::Config("a tool message needs tool_call_id".into())
-                    })?;
-                    (
-                        "user",
-                        vec![Block::ToolResult {
-                            tool_use_id: id,
-                            content: m.content.clone(),
-                            is_error: m.is_error,
-                        }],
-                    )
-                }
-            };
-            if blocks.is_empty() {
-                continue;
-            }
-            // Tool results must sit together in the user turn after the tool calls.
-            match messages.last_mut() {
-                Some(last) if last.role == role => last.content.extend(blocks),
-                _ => messages.push(WireMessage {
-                    role,
-                    content: blocks,
-                }),
-            }
-        }
+        let (system, messages) = wire_messages(req)?;
         let mut tools: Vec<Tool> = req
             .tools
             .iter()
@@ -472,109 +417,16 @@ impl AnthropicModel {
             }
             return Ok(out);
         }
-        let mut message: Option<Response> = None;
-        let mut partial_json: Vec<String> = Vec::new();
-        let mut done = false;
+        let mut streamed = Streamed::default();
         let budget = ReplyBudget::new(req.max_reply);
         let truncated = http::for_each_event(resp, &budget, |ev| {
-            if done {
+            if streamed.done {
                 return Ok(());
             }
-            let event: Event = http::decode_frame(&ev.data)?;
-            if let Event::MessageStart { message: m } = event {
-                note_usage(&m.usage);
-                message = Some(m);
-                return Ok(());
-            }
-            if let Event::Error { error } = event {
-                return Err(error.into());
-            }
-            let msg = message.as_mut().ok_or_else(|| {
-                ProviderError::MalformedResponse("stream event before message_start".into())
-            })?;
-            match event {
-                Event::ContentBlockStart {
-                    index,
-                    content_block,
-                } => {
-                    if index != msg.content.len() {
-                        return Err(ProviderError::MalformedResponse(
-                            "content blocks out of order".into(),
-                        ));
-                    }
-                    if let Block::Text { text } = &content_block {
-                        http::emit(Some(cb), text);
-                        budget.add(text.len());
-                    }
-                    msg.content.push(content_block);
-                    partial_json.push(String::new());
-                }
-                Event::ContentBlockDelta { index, delta } => {
-                    let block = msg.content.get_mut(index).ok_or_else(|| {
-                        ProviderError::MalformedResponse("delta for unknown block".into())
-                    })?;
-                    match (block, delta) {
-                        (Block::Text { text }, BlockDelta::TextDelta { text: d }) => {
-                            http::emit(Some(cb), &d);
-                            budget.add(d.len());
-                            text.push_str(&d);
-                        }
-                        (Block::ToolUse { .. }, BlockDelta::InputJsonDelta { partial_json: d }) => {
-                            budget.add(d.len());
-                            if let Some(p) = partial_json.get_mut(index) {
-                                p.push_str(&d);
-                            }
-                        }
-                        (
-                            Block::Thinking { thinking, .. },
-                            BlockDelta::ThinkingDelta { thinking: d },
-                        ) => {
-                            budget.add(d.len());
-                            thinking.push_str(&d)
-                        }
-                        (
-                            Block::Thinking { signature, .. },
-                            BlockDelta::SignatureDelta { signature: d },
-                        ) => {
-                            budget.add(d.len());
-                            signature.push_str(&d)
-                        }
-                        _ => {}
-                    }
-                }
-                Event::ContentBlockStop { index } => {
-                    if let (Some(Block::ToolUse { input, .. }), Some(p)) =
-                        (msg.content.get_mut(index), partial_json.get(index))
-                        && !p.trim().is_empty()
-                    {
-                        *input = serde_json::from_str(p).map_err(|e| {
-                            if http::nests_deeper_than(p.as_bytes(), http::MAX_JSON_DEPTH) {
-                                return http::too_deep();
-                            }
-                            ProviderError::MalformedResponse(format!("tool input is not JSON: {e}"))
-                        })?;
-                    }
-                }
-                Event::MessageDelta { delta, usage } => {
-                    msg.stop_reason = delta.stop_reason.or(msg.stop_reason.take());
-                    msg.stop_sequence = delta.stop_sequence.or(msg.stop_sequence.take());
-                    if let Some(u) = usage {
-                        if let Some(o) = u.output_tokens {
-                            msg.usage.output_tokens = o;
-                        }
-                        if let Some(i) = u.input_tokens {
-                            msg.usage.input_tokens = i;
-                        }
-                        note_usage(&msg.usage);
-                    }
-                }
-                Event::MessageStop => done = true,
-                _ => {}
-            }
-            Ok(())
+            streamed.event(http::decode_frame(&ev.data)?, cb, &budget)
         })
         .await?;
-        match (done || truncated, message) {
+        match (streamed.done || truncated, streamed.message) {
             (true, Some(m)) => {
                 let mut out = ChatResponse::try_from(Converted(m, schema_tool.as_deref()))?;
                 out.truncated = truncated;
@@ -586,6 +438,188 @@ impl AnthropicModel {
             )),
         }
     }
+}
+
+/// The system prompts, and the conversation as Anthropic's turns: tool calls as
+/// `tool_use` blocks, their results as `tool_result` blocks in the user turn after them.
+fn wire_messages(req: &ChatRequest) -> Result<(Vec<&str>, Vec<WireMessage>), ProviderError> {
+    let mut system: Vec<&str> = Vec::new();
+    let mut messages: Vec<WireMessage> = Vec::new();
+    for m in &req.messages {
+        let (role, blocks) = match m.role {
+            Role::System => {
+                system.push(&m.content);
+                continue;
+            }
+            Role::User => (
+                "user",
+                vec![Block::Text {
+                    text: m.content.clone(),
+                }],
+            ),
+            Role::Assistant => {
+                let mut b = Vec::new();
+                if !m.content.is_empty() {
+                    b.push(Block::Text {
+                        text: m.content.clone(),
+                    });
+                }
+                for c in m.tool_calls.iter().flatten() {
+                    b.push(Block::ToolUse {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        input: object_arguments(&c.arguments),
+                    });
+                }
+                ("assistant", b)
+            }
+            Role::Tool => {
+                let id = m.tool_call_id.clone().ok_or_else(|| {
+                    ProviderError::Config("a tool message needs tool_call_id".into())
+                })?;
+                (
+                    "user",
+                    vec![Block::ToolResult {
+                        tool_use_id: id,
+                        content: m.content.clone(),
+                        is_error: m.is_error,
+                    }],
+                )
+            }
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        // Tool results must sit together in the user turn after the tool calls.
+        match messages.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => messages.push(WireMessage {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    Ok((system, messages))
+}
+
+/// A streamed message as its events build it.
+#[derive(Default)]
+struct Streamed {
+    message: Option<Response>,
+    /// The input of each tool-use block as its JSON arrives, by block.
+    partial_json: Vec<String>,
+    /// `message_stop` came.
+    done: bool,
+}
+
+impl Streamed {
+    /// Applies one event of the stream, showing text to `cb` and counting it in `budget`.
+    fn event(
+        &mut self,
+        event: Event,
+        cb: StreamCallback<'_>,
+        budget: &ReplyBudget,
+    ) -> Result<(), ProviderError> {
+        if let Event::MessageStart { message: m } = event {
+            note_usage(&m.usage);
+            self.message = Some(m);
+            return Ok(());
+        }
+        if let Event::Error { error } = event {
+            return Err(error.into());
+        }
+        let msg = self.message.as_mut().ok_or_else(|| {
+            ProviderError::MalformedResponse("stream event before message_start".into())
+        })?;
+        match event {
+            Event::ContentBlockStart {
+                index,
+                content_block,
+            } => {
+                if index != msg.content.len() {
+                    return Err(ProviderError::MalformedResponse(
+                        "content blocks out of order".into(),
+                    ));
+                }
+                if let Block::Text { text } = &content_block {
+                    http::emit(Some(cb), text);
+                    budget.add(text.len());
+                }
+                msg.content.push(content_block);
+                self.partial_json.push(String::new());
+            }
+            Event::ContentBlockDelta { index, delta } => {
+                add_delta(msg, &mut self.partial_json, index, delta, cb, budget)?
+            }
+            Event::ContentBlockStop { index } => {
+                if let (Some(Block::ToolUse { input, .. }), Some(p)) =
+                    (msg.content.get_mut(index), self.partial_json.get(index))
+                    && !p.trim().is_empty()
+                {
+                    *input = serde_json::from_str(p).map_err(|e| {
+                        if http::nests_deeper_than(p.as_bytes(), http::MAX_JSON_DEPTH) {
+                            return http::too_deep();
+                        }
+                        ProviderError::MalformedResponse(format!("tool input is not JSON: {e}"))
+                    })?;
+                }
+            }
+            Event::MessageDelta { delta, usage } => {
+                msg.stop_reason = delta.stop_reason.or(msg.stop_reason.take());
+                msg.stop_sequence = delta.stop_sequence.or(msg.stop_sequence.take());
+                if let Some(u) = usage {
+                    if let Some(o) = u.output_tokens {
+                        msg.usage.output_tokens = o;
+                    }
+                    if let Some(i) = u.input_tokens {
+                        msg.usage.input_tokens = i;
+                    }
+                    note_usage(&msg.usage);
+                }
+            }
+            Event::MessageStop => self.done = true,
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Adds a content block's delta to block `index` of `msg`.
+fn add_delta(
+    msg: &mut Response,
+    partial_json: &mut [String],
+    index: usize,
+    delta: BlockDelta,
+    cb: StreamCallback<'_>,
+    budget: &ReplyBudget,
+) -> Result<(), ProviderError> {
+    let block = msg
+        .content
+        .get_mut(index)
+        .ok_or_else(|| ProviderError::MalformedResponse("delta for unknown block".into()))?;
+    match (block, delta) {
+        (Block::Text { text }, BlockDelta::TextDelta { text: d }) => {
+            http::emit(Some(cb), &d);
+            budget.add(d.len());
+            text.push_str(&d);
+        }
+        (Block::ToolUse { .. }, BlockDelta::InputJsonDelta { partial_json: d }) => {
+            budget.add(d.len());
+            if let Some(p) = partial_json.get_mut(index) {
+                p.push_str(&d);
+            }
+        }
+        (Block::Thinking { thinking, .. }, BlockDelta::ThinkingDelta { thinking: d }) => {
+            budget.add(d.len());
+            thinking.push_str(&d)
+        }
+        (Block::Thinking { signature, .. }, BlockDelta::SignatureDelta { signature: d }) => {
+            budget.add(d.len());
+            signature.push_str(&d)
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Anthropic wants `input` as an object; arguments kept as text are parsed when possible.

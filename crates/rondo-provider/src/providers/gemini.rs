@@ -330,82 +330,7 @@ impl GeminiModel {
     }
 
     pub fn wire_request(&self, req: &ChatRequest) -> Result<Request, ProviderError> {
-        let mut system = Vec::new();
-        let mut contents: Vec<Content> = Vec::new();
-        let mut call_names: HashMap<&str, &str> = HashMap::new();
-        for m in &req.messages {
-            let (role, parts) = match m.role {
-                Role::System => {
-                    system.push(Part {
-                        text: Some(m.content.clone()),
-                        ..Part::default()
-                    });
-                    continue;
-                }
-                Role::User => (
-                    "user",
-                    vec![Part {
-                        text: Some(m.content.clone()),
-                        ..Part::default()
-                    }],
-                ),
-                Role::Assistant => {
-                    let mut parts = Vec::new();
-                    if !m.content.is_empty() {
-                        parts.push(Part {
-                            text: Some(m.content.clone()),
-                            ..Part::default()
-                        });
-                    }
-                    for c in m.tool_calls.iter().flatten() {
-                        call_names.insert(&c.id, &c.name);
-                        parts.push(Part {
-                            function_call: Some(FunctionCall {
-                                id: None,
-                                name: c.name.clone(),
-                                args: c.arguments.clone(),
-                            }),
-                            ..Part::default()
-                        });
-                    }
-                    ("model", parts)
-                }
-                Role::Tool => {
-                    let id = m.tool_call_id.as_deref().unwrap_or_default();
-                    let name = call_names.get(id).copied().ok_or_else(|| {
-                        ProviderError::Config(format!(
-                            "tool result `{id}` does not answer a tool call of an earlier message"
-                        ))
-                    })?;
-                    let result = serde_json::from_str::<Value>(&m.content)
-                        .unwrap_or_else(|_| Value::String(m.content.clone()));
-                    // The keys the API documents for `response`: `output`, or `error` for
-                    // a call that failed.
-                    let key = if m.is_error { "error" } else { "output" };
-                    (
-                        "user",
-                        vec![Part {
-                            function_response: Some(FunctionResponse {
-                                id: None,
-                                name: name.to_string(),
-                                response: serde_json::json!({ key: result }),
-                            }),
-                            ..Part::default()
-                        }],
-                    )
-                }
-            };
-            if parts.is_empty() {
-                continue;
-            }
-            match contents.last_mut() {
-                Some(last) if last.role.as_deref() == Some(role) => last.parts.extend(parts),
-                _ => contents.push(Content {
-                    role: Some(role.to_string()),
-                    parts,
-                }),
-            }
-        }
+        let (system, contents) = wire_contents(req)?;
         let tools = if req.tools.is_empty() {
             Vec::new()
         } else {
@@ -624,4 +549,86 @@ impl ChatModel for GeminiModel {
             }
         })
     }
+}
+
+/// The system instruction's parts, and the conversation as Gemini's contents: tool calls
+/// as `functionCall` parts, each result as a `functionResponse` named after its call.
+fn wire_contents(req: &ChatRequest) -> Result<(Vec<Part>, Vec<Content>), ProviderError> {
+    let mut system = Vec::new();
+    let mut contents: Vec<Content> = Vec::new();
+    let mut call_names: HashMap<&str, &str> = HashMap::new();
+    for m in &req.messages {
+        let (role, parts) = match m.role {
+            Role::System => {
+                system.push(Part {
+                    text: Some(m.content.clone()),
+                    ..Part::default()
+                });
+                continue;
+            }
+            Role::User => (
+                "user",
+                vec![Part {
+                    text: Some(m.content.clone()),
+                    ..Part::default()
+                }],
+            ),
+            Role::Assistant => {
+                let mut parts = Vec::new();
+                if !m.content.is_empty() {
+                    parts.push(Part {
+                        text: Some(m.content.clone()),
+                        ..Part::default()
+                    });
+                }
+                for c in m.tool_calls.iter().flatten() {
+                    call_names.insert(&c.id, &c.name);
+                    parts.push(Part {
+                        function_call: Some(FunctionCall {
+                            id: None,
+                            name: c.name.clone(),
+                            args: c.arguments.clone(),
+                        }),
+                        ..Part::default()
+                    });
+                }
+                ("model", parts)
+            }
+            Role::Tool => {
+                let id = m.tool_call_id.as_deref().unwrap_or_default();
+                let name = call_names.get(id).copied().ok_or_else(|| {
+                    ProviderError::Config(format!(
+                        "tool result `{id}` does not answer a tool call of an earlier message"
+                    ))
+                })?;
+                let result = serde_json::from_str::<Value>(&m.content)
+                    .unwrap_or_else(|_| Value::String(m.content.clone()));
+                // The keys the API documents for `response`: `output`, or `error` for
+                // a call that failed.
+                let key = if m.is_error { "error" } else { "output" };
+                (
+                    "user",
+                    vec![Part {
+                        function_response: Some(FunctionResponse {
+                            id: None,
+                            name: name.to_string(),
+                            response: serde_json::json!({ key: result }),
+                        }),
+                        ..Part::default()
+                    }],
+                )
+            }
+        };
+        if parts.is_empty() {
+            continue;
+        }
+        match contents.last_mut() {
+            Some(last) if last.role.as_deref() == Some(role) => last.parts.extend(parts),
+            _ => contents.push(Content {
+                role: Some(role.to_string()),
+                parts,
+            }),
+        }
+    }
+    Ok((system, contents))
 }

@@ -284,11 +284,7 @@ impl<'w> Interpreter<'w> {
     /// [`checkpoint`](Self::checkpoint); without `wait`, a journal record is written but
     /// its sync is left to the next checkpoint (a snapshot is still waited for): for a
     /// step that ends the run, whose end's checkpoint follows at once and syncs both.
-    async fn checkpoint_then(
-        &mut self,
-        state: &mut RunState,
-        wait: bool,
-    ) -> Result<(), StepError> {
+    async fn checkpoint_then(&mut self, state: &mut RunState, wait: bool) -> Result<(), StepError> {
         let elapsed = self.elapsed_ms(state);
         let started = match self.start_pending.take() {
             Some(pending) => pending

@@ -1108,22 +1108,27 @@ pub fn read_state(dir: &Path, workflow: &Workflow) -> Result<RunState, String> {
 /// A run that has taken no snapshot yet has no `state.json`: its journal is replayed from
 /// the start, where its first checkpoint record holds the whole state.
 pub fn read_checkpoint(dir: &Path) -> Result<Value, String> {
-    let no_checkpoint = |e: &dyn std::fmt::Display| format!("{}: no checkpoint ({e})", dir.display());
-    let (mut state, start) = match read_record(dir, STATE, MAX_STATE_BYTES) {
+    let no_checkpoint =
+        |e: &dyn std::fmt::Display| format!("{}: no checkpoint ({e})", dir.display());
+    let (mut state, start, snapshot) = match read_record(dir, STATE, MAX_STATE_BYTES) {
         Ok(text) => {
             let damaged =
                 |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
             let state: Value = serde_json::from_str(&text).map_err(damaged)?;
             let start = state["file_lengths"][JOURNAL].as_u64();
-            (state, start)
+            (state, start, true)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Value::Object(Default::default()), Some(0)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            (Value::Object(Default::default()), Some(0), false)
+        }
         Err(e) => return Err(no_checkpoint(&e)),
     };
     if let Some(start) = start {
         let end = replay_checkpoints(dir, start, &mut state)?;
-        if state.get("run_id").is_none() {
-            return Err(no_checkpoint(&"neither state.json nor a whole checkpoint in the journal"));
+        if !snapshot && state.get("run_id").is_none() {
+            return Err(no_checkpoint(
+                &"no state.json, and no whole checkpoint in the journal",
+            ));
         }
         state["file_lengths"][JOURNAL] = Value::from(end);
     }
@@ -1319,6 +1324,35 @@ mod journal_tests {
         format!(
             r#"{{"seq":{seq},"ts":"2026-01-01T00:00:00.000Z","event":"checkpoint","delta":{{"step":{step}}}}}"#
         )
+    }
+
+    /// Without `state.json` the journal is read from its start: its whole-state record
+    /// (the run's first checkpoint) is the base, the deltas after it apply, and a
+    /// journal that has deltas only holds no checkpoint.
+    #[test]
+    fn without_a_snapshot_the_journal_from_its_first_whole_record_is_the_checkpoint() {
+        let whole = r#"{"seq":2,"ts":"2026-01-01T00:00:00.000Z","event":"checkpoint","delta":{"run_id":"r","step":0,"path":[],"file_lengths":{}}}"#;
+        let text = format!("{LINE}\n{whole}\n{}\n", checkpoint_line(3, 1));
+        let dir = journal(text.as_bytes());
+        let state = read_checkpoint(dir.path()).unwrap();
+        assert_eq!(state["run_id"], "r");
+        assert_eq!(state["step"], 1);
+        assert_eq!(state["file_lengths"][JOURNAL], text.len() as u64);
+
+        // A whole record after deltas (a resumed run's first checkpoint) replaces the state.
+        let again = whole.replace("\"step\":0", "\"step\":7");
+        let text = format!("{}\n{again}\n", checkpoint_line(1, 5));
+        let dir = journal(text.as_bytes());
+        std::fs::write(
+            dir.path().join(STATE),
+            r#"{"run_id": "r", "step": 0, "file_lengths": {"events.jsonl": 0}}"#,
+        )
+        .unwrap();
+        assert_eq!(read_checkpoint(dir.path()).unwrap()["step"], 7);
+
+        let dir = journal(format!("{}\n", checkpoint_line(1, 1)).as_bytes());
+        let e = read_checkpoint(dir.path()).unwrap_err();
+        assert!(e.contains("no checkpoint"), "{e}");
     }
 
     /// A record that does not read with complete records after it is damage: the run is

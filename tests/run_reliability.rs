@@ -209,8 +209,9 @@ fn sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run() {
             if finished {
                 break;
             }
-            if !run_dir.join("state.json").exists() {
-                // Killed before the first checkpoint: nothing to resume; start again.
+            if !run_dir.join("run.json").exists() {
+                // Killed before the run existed (its first checkpoint is in the journal,
+                // `run.json` follows it): nothing to resume; start again.
                 std::fs::remove_dir_all(&run_dir).ok();
                 child = start_run(&workflow, &runs, &id);
                 continue;

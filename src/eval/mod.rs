@@ -620,7 +620,7 @@ impl Shared {
         } else {
             // A run killed before its `run.json` left nothing to continue.
             let _ = std::fs::remove_dir_all(&run_dir);
-            Interpreter::start_committed(workflow, &options).await
+            Interpreter::start_overlapped(workflow, &options).await
         };
         let (mut interp, state) = match begun {
             Ok(x) => x,

@@ -41,6 +41,14 @@ impl Job {
         }
     }
 
+    /// This job, then `next` if it succeeded: one hand-over to the committer for both.
+    pub fn then(self, next: Job) -> Job {
+        Job::Ordered(Box::new(move || {
+            self.run()?;
+            next.run()
+        }))
+    }
+
     /// Hands the job to the committer and waits, without holding a thread, until it is
     /// done. A process with one run does it on its own thread: there is nothing to group
     /// and no other run to hold up, and the hand-over would only add its latency.

@@ -162,6 +162,10 @@ pub struct Interpreter<'w> {
     info: Option<RunInfo>,
     /// The start's writes (first checkpoint, then `run.json`) not yet durable.
     start_jobs: Vec<commit::Job>,
+    /// The start's jobs, when they run beside the first step
+    /// ([`start_overlapped`](Interpreter::start_overlapped)): awaited by the first
+    /// checkpoint.
+    start_pending: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     /// Counted among the process's runs while it exists (see [`commit::InFlight`]).
     _in_flight: commit::InFlight,
     pool: Arc<ProviderPool>,
@@ -278,21 +282,38 @@ impl<'w> Interpreter<'w> {
     /// Makes the step durable. A record that cannot be written ends the run at `error`
     /// at once: going on would run steps no resume knows about.
     async fn checkpoint(&mut self, state: &mut RunState) -> Result<(), StepError> {
+        self.checkpoint_then(state, true).await
+    }
+
+    /// [`checkpoint`](Self::checkpoint); without `wait`, a journal record is written but
+    /// its sync is left to the next checkpoint (a snapshot is still waited for): for a
+    /// step that ends the run, whose end's checkpoint follows at once and syncs both.
+    async fn checkpoint_then(&mut self, state: &mut RunState, wait: bool) -> Result<(), StepError> {
         let elapsed = self.elapsed_ms(state);
+        let started = match self.start_pending.take() {
+            Some(pending) => pending
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+                .map_err(|e| format!("the run's start: {e}")),
+            None => Ok(()),
+        };
         if let Some(dir) = &mut self.dir {
             let saved = state.elapsed_ms;
             state.elapsed_ms = elapsed;
-            let recorded = match self.unrecorded.take() {
-                Some(e) => Err(e),
-                None => dir.checkpoint(state).map_err(|e| e.to_string()),
+            let recorded = match (started, self.unrecorded.take()) {
+                (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+                (Ok(()), None) => dir.checkpoint(state).map_err(|e| e.to_string()),
             };
             state.elapsed_ms = saved;
-            let result = match recorded {
-                Ok(job) => job.commit().await.map_err(|e| e.to_string()),
-                Err(e) => Err(e),
+            let (result, synced) = match recorded {
+                Ok(commit::Job::SyncData(_)) if !wait => (Ok(()), false),
+                Ok(job) => (job.commit().await.map_err(|e| e.to_string()), true),
+                Err(e) => (Err(e), false),
             };
+            // Subscribers hear of records once they are durable.
             if let Some(dir) = &mut self.dir
                 && result.is_ok()
+                && synced
             {
                 self.bus.written(dir);
             }

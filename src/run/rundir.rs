@@ -594,6 +594,9 @@ impl RunDir {
             lengths.remove(JOURNAL);
         }
         let snapshot = state.status != Status::Running || self.since_snapshot >= SNAPSHOT_EVERY;
+        if !snapshot && self.last.is_none() {
+            return self.full_record(state, small);
+        }
         let delta = match self.last.as_ref() {
             Some(last) if !snapshot && state.path.len() >= last.path_len => {
                 let mut delta = match diff(&last.small, &small) {
@@ -659,11 +662,16 @@ impl RunDir {
         let snapshot = serde_json::to_vec_pretty(state)?;
         let journal = self.journal.clone();
         let records = self.records.clone();
+        // A run that stops writes `run.json` next, whose folder sync covers this rename.
+        let stopping = state.status != Status::Running;
         let job = Job::Ordered(Box::new(move || {
             journal.sync_data().map_err(|e| naming(JOURNAL, e))?;
-            records
-                .write_atomic(STATE, &snapshot)
-                .map_err(|e| naming(STATE, e))
+            let written = if stopping {
+                records.write_atomic_folder_later(STATE, &snapshot)
+            } else {
+                records.write_atomic(STATE, &snapshot)
+            };
+            written.map_err(|e| naming(STATE, e))
         }));
         self.since_snapshot = 0;
         self.last = Some(Last {
@@ -674,6 +682,32 @@ impl RunDir {
             inputs: state.inputs.clone(),
         });
         Ok(job)
+    }
+
+    /// The first checkpoint of a running run (started or resumed): the whole state as a
+    /// journal record (it holds `run_id`, which no delta does). A run's start then costs
+    /// one journal sync instead of a snapshot's three (its temporary file, the folder).
+    fn full_record(&mut self, state: &RunState, small: Value) -> std::io::Result<Job> {
+        let mut delta = match small.clone() {
+            Value::Object(fields) => fields,
+            _ => serde_json::Map::new(),
+        };
+        delta.insert("path".into(), serde_json::to_value(&state.path)?);
+        delta.insert("memory".into(), serde_json::to_value(&state.memory)?);
+        delta.insert("outputs".into(), serde_json::to_value(&state.outputs)?);
+        delta.insert("inputs".into(), serde_json::to_value(&state.inputs)?);
+        self.event(&Event::Checkpoint { delta })
+            .and_then(|()| self.events.flush())
+            .map_err(|e| naming(JOURNAL, e))?;
+        self.since_snapshot += 1;
+        self.last = Some(Last {
+            small,
+            path_len: state.path.len(),
+            memory: state.memory.clone(),
+            outputs: state.outputs.clone(),
+            inputs: state.inputs.clone(),
+        });
+        Ok(Job::SyncData(self.journal.clone()))
     }
 
     /// Cuts `events.jsonl` and append-mode artifacts back to their checkpointed length.
@@ -734,7 +768,8 @@ impl RunDir {
         self.info_job(info)?.run()
     }
 
-    /// [`write_info`](Self::write_info) as a job for the committer.
+    /// [`write_info`](Self::write_info) as a job for the committer. Its folder sync also
+    /// makes the last snapshot's rename durable (see [`checkpoint`](Self::checkpoint)).
     pub fn info_job(&self, info: &RunInfo) -> std::io::Result<Job> {
         let bytes = serde_json::to_vec_pretty(info)?;
         let records = self.records.clone();
@@ -744,7 +779,9 @@ impl RunDir {
                 return Ok(());
             };
             let in_place = records.rewrite(RUN_INFO, &bytes);
-            in_place.map_err(|_| e)
+            in_place.map_err(|_| e)?;
+            let _ = records.sync_folder();
+            Ok(())
         })))
     }
 }
@@ -1067,13 +1104,32 @@ pub fn read_state(dir: &Path, workflow: &Workflow) -> Result<RunState, String> {
 /// journal's checkpoint records after it applied. Its `events.jsonl` length is the end
 /// of the last complete checkpoint record; anything after it belongs to an unfinished
 /// step.
+///
+/// A run that has taken no snapshot yet has no `state.json`: its journal is replayed from
+/// the start, where its first checkpoint record holds the whole state.
 pub fn read_checkpoint(dir: &Path) -> Result<Value, String> {
-    let text = read_record(dir, STATE, MAX_STATE_BYTES)
-        .map_err(|e| format!("{}: no checkpoint ({e})", dir.display()))?;
-    let damaged = |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
-    let mut state: Value = serde_json::from_str(&text).map_err(damaged)?;
-    if let Some(start) = state["file_lengths"][JOURNAL].as_u64() {
+    let no_checkpoint =
+        |e: &dyn std::fmt::Display| format!("{}: no checkpoint ({e})", dir.display());
+    let (mut state, start, snapshot) = match read_record(dir, STATE, MAX_STATE_BYTES) {
+        Ok(text) => {
+            let damaged =
+                |e: serde_json::Error| format!("{}: damaged state.json: {e}", dir.display());
+            let state: Value = serde_json::from_str(&text).map_err(damaged)?;
+            let start = state["file_lengths"][JOURNAL].as_u64();
+            (state, start, true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            (Value::Object(Default::default()), Some(0), false)
+        }
+        Err(e) => return Err(no_checkpoint(&e)),
+    };
+    if let Some(start) = start {
         let end = replay_checkpoints(dir, start, &mut state)?;
+        if !snapshot && state.get("run_id").is_none() {
+            return Err(no_checkpoint(
+                &"no state.json, and no whole checkpoint in the journal",
+            ));
+        }
         state["file_lengths"][JOURNAL] = Value::from(end);
     }
     Ok(state)
@@ -1131,7 +1187,11 @@ fn replay_checkpoints(dir: &Path, start: u64, state: &mut Value) -> Result<u64, 
             return Err(damaged_journal(dir, offset, &why));
         }
         if let Some(Event::Checkpoint { delta }) = Event::from_line(&record) {
-            apply_delta(state, &delta);
+            if delta.contains_key("run_id") {
+                *state = Value::Object(delta);
+            } else {
+                apply_delta(state, &delta);
+            }
             end = at;
         }
     }
@@ -1264,6 +1324,35 @@ mod journal_tests {
         format!(
             r#"{{"seq":{seq},"ts":"2026-01-01T00:00:00.000Z","event":"checkpoint","delta":{{"step":{step}}}}}"#
         )
+    }
+
+    /// Without `state.json` the journal is read from its start: its whole-state record
+    /// (the run's first checkpoint) is the base, the deltas after it apply, and a
+    /// journal that has deltas only holds no checkpoint.
+    #[test]
+    fn without_a_snapshot_the_journal_from_its_first_whole_record_is_the_checkpoint() {
+        let whole = r#"{"seq":2,"ts":"2026-01-01T00:00:00.000Z","event":"checkpoint","delta":{"run_id":"r","step":0,"path":[],"file_lengths":{}}}"#;
+        let text = format!("{LINE}\n{whole}\n{}\n", checkpoint_line(3, 1));
+        let dir = journal(text.as_bytes());
+        let state = read_checkpoint(dir.path()).unwrap();
+        assert_eq!(state["run_id"], "r");
+        assert_eq!(state["step"], 1);
+        assert_eq!(state["file_lengths"][JOURNAL], text.len() as u64);
+
+        // A whole record after deltas (a resumed run's first checkpoint) replaces the state.
+        let again = whole.replace("\"step\":0", "\"step\":7");
+        let text = format!("{}\n{again}\n", checkpoint_line(1, 5));
+        let dir = journal(text.as_bytes());
+        std::fs::write(
+            dir.path().join(STATE),
+            r#"{"run_id": "r", "step": 0, "file_lengths": {"events.jsonl": 0}}"#,
+        )
+        .unwrap();
+        assert_eq!(read_checkpoint(dir.path()).unwrap()["step"], 7);
+
+        let dir = journal(format!("{}\n", checkpoint_line(1, 1)).as_bytes());
+        let e = read_checkpoint(dir.path()).unwrap_err();
+        assert!(e.contains("no checkpoint"), "{e}");
     }
 
     /// A record that does not read with complete records after it is damage: the run is

@@ -48,6 +48,29 @@ impl<'w> Interpreter<'w> {
         Ok((interp, state))
     }
 
+    /// [`start_committed`](Self::start_committed) whose start is made durable while the
+    /// run goes on: its first step, typically a model call, overlaps the start's syncs,
+    /// and its checkpoint waits for them before the step is acknowledged. For callers
+    /// that acknowledge nothing before the run's first step (an eval's case, a
+    /// synchronous ask): a process killed before the start was durable leaves a folder
+    /// without `run.json`, which holds no acknowledged step.
+    pub async fn start_overlapped(
+        workflow: &'w Checked,
+        options: &RunOptions,
+    ) -> Result<(Self, RunState), StartError> {
+        let (mut interp, state) = Self::prepare(workflow, options)?;
+        let jobs = std::mem::take(&mut interp.start_jobs);
+        if !jobs.is_empty() {
+            interp.start_pending = Some(tokio::spawn(async move {
+                for job in jobs {
+                    job.commit().await?;
+                }
+                Ok(())
+            }));
+        }
+        Ok((interp, state))
+    }
+
     fn prepare(
         workflow: &'w Checked,
         options: &RunOptions,
@@ -246,7 +269,7 @@ impl<'w> Interpreter<'w> {
                 let run_json = dir
                     .info_job(&info)
                     .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
-                interp.start_jobs = vec![checkpoint, run_json];
+                interp.start_jobs = vec![checkpoint.then(run_json)];
             }
             interp.info = Some(info);
             return Ok((interp, state));
@@ -433,6 +456,7 @@ impl<'w> Interpreter<'w> {
             info: None,
             start_jobs: Vec::new(),
             _in_flight: super::commit::InFlight::new(),
+            start_pending: None,
             pool,
             prompts: Prompts::load_named(&workflow.prompts_dir, &template_names(workflow)),
             profile_of,

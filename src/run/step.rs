@@ -284,14 +284,18 @@ impl<'w> Interpreter<'w> {
         let visit = state.visits[node.index()] + 1;
         let run = self.execute(state, node, visit, None, None).await?;
         self.apply(state, node, run, None)?;
+        // A step that ends the run is synced with the end's checkpoint, which follows at
+        // once (nothing between them acts outside the run's files).
         if let Some(flow) = self.exit_guards(state)? {
             mark_exit(state, &flow);
-            self.checkpoint(state).await?;
+            self.checkpoint_then(state, !matches!(flow, Flow::Exit { .. }))
+                .await?;
             return Ok(flow);
         }
         let flow = self.route(state, node)?;
         mark_exit(state, &flow);
-        self.checkpoint(state).await?;
+        self.checkpoint_then(state, !matches!(flow, Flow::Exit { .. }))
+            .await?;
         Ok(flow)
     }
 

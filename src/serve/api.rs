@@ -285,7 +285,13 @@ async fn run_live(
     started: tokio::sync::oneshot::Sender<Result<String, StartError>>,
     done: Option<tokio::sync::oneshot::Sender<crate::run::Outcome>>,
 ) {
-    let (mut interp, state) = match Interpreter::start_committed(&workflow, &options).await {
+    // An ask acknowledges nothing before its run's end: its start overlaps the first step.
+    let begun = if done.is_some() {
+        Interpreter::start_overlapped(&workflow, &options).await
+    } else {
+        Interpreter::start_committed(&workflow, &options).await
+    };
+    let (mut interp, state) = match begun {
         Ok(x) => x,
         Err(e) => {
             let _ = started.send(Err(e));

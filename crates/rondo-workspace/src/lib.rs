@@ -247,7 +247,30 @@ impl Workspace {
         self.replace(name, bytes, false)
     }
 
+    /// [`write_atomic`](Self::write_atomic) whose rename is made durable by a later
+    /// [`sync_folder`](Self::sync_folder) (one folder sync for several files replaced
+    /// together). The new content is synced before the rename: a power failure leaves
+    /// the old file or the whole new one, never an empty one.
+    pub fn write_atomic_folder_later(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.replace_with(name, bytes, true, false)
+    }
+
+    /// Syncs the workspace's own folder (renames and new names in it).
+    pub fn sync_folder(&self) -> io::Result<()> {
+        self.dir.open(".")?.into_std().sync_all()
+    }
+
     fn replace(&self, name: &str, bytes: &[u8], sync: bool) -> io::Result<()> {
+        self.replace_with(name, bytes, sync, sync)
+    }
+
+    fn replace_with(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        sync: bool,
+        sync_folder: bool,
+    ) -> io::Result<()> {
         let (parent, file_name) = self.parent_of(name)?;
         self.sweep(name, &parent, &file_name);
         let tmp = temp_name(&file_name);
@@ -265,7 +288,7 @@ impl Workspace {
             let _ = parent.remove_file(&tmp);
         }
         written?;
-        if sync && let Ok(d) = parent.open(".") {
+        if sync_folder && let Ok(d) = parent.open(".") {
             let _ = d.into_std().sync_all();
         }
         Ok(())

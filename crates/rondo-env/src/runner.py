@@ -29,9 +29,12 @@ shepherds_lock = threading.Lock()
 
 
 def send(obj):
-    data = (json.dumps(obj) + "\n").encode()
+    data = memoryview((json.dumps(obj) + "\n").encode())
     with lock:
-        out.write(data)
+        # Unbuffered (-u), a write to the pipe may be cut short by a signal (SIGCHLD):
+        # what it did not take is written again, or the line would be lost.
+        while data:
+            data = data[out.write(data) or 0:]
         out.flush()
 
 

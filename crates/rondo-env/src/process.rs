@@ -45,7 +45,8 @@ pub struct ProcessEnv {
     runner: tokio::sync::Mutex<Option<Arc<Runner>>>,
     /// Every runner started (one more each time a command killed the last): each leads a
     /// process group of its own with its shepherds. Reaped only at the end, so that no
-    /// runner's pid, nor its group's, is ever someone else's when it is killed.
+    /// runner's pid, nor its group's, is ever someone else's when it is killed. Dropped,
+    /// they are killed (`kill_on_drop`), and their shepherds kill the commands' trees.
     children: Mutex<Vec<tokio::process::Child>>,
     closed: AtomicBool,
     exec_seq: AtomicU64,
@@ -460,14 +461,21 @@ impl Environment for ProcessEnv {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        *self.runner.lock().await = None;
-        let env = ProcessEnvEnd {
-            children: std::mem::take(&mut *self.children.lock().unwrap_or_else(|e| e.into_inner())),
-            dir: (!self.config.keep).then(|| self.dir.clone()),
-        };
-        tokio::task::spawn_blocking(move || env.end())
-            .await
-            .map_err(|e| EnvError::InvalidRequest(format!("shutdown task failed: {e}")))?
+        if let Some(runner) = self.runner.lock().await.take() {
+            runner.close().await;
+        }
+        let children =
+            std::mem::take(&mut *self.children.lock().unwrap_or_else(|e| e.into_inner()));
+        for child in children {
+            end_runner(child).await;
+        }
+        // What a command left unremovable (a folder it made unreadable) stays: the sandbox
+        // is over either way.
+        if !self.config.keep {
+            let dir = self.dir.clone();
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+        }
+        Ok(())
     }
 
     fn tools(&self) -> &InstalledTools {
@@ -475,51 +483,25 @@ impl Environment for ProcessEnv {
     }
 }
 
-/// What shutting down leaves to a blocking thread: the waits for the shepherds.
-struct ProcessEnvEnd {
-    children: Vec<tokio::process::Child>,
-    dir: Option<PathBuf>,
-}
-
-impl ProcessEnvEnd {
-    fn end(self) -> Result<(), EnvError> {
-        kill_runners(self.children);
-        // What a command left unremovable (a folder it made unreadable) stays: the
-        // sandbox is over either way.
-        if let Some(dir) = self.dir {
-            let _ = std::fs::remove_dir_all(&dir);
+/// Waits for a runner whose input closed to end (it ends once its commands' trees are
+/// gone). One that does not within 5 s has its group killed while it is still alive (so
+/// the group's id is still its own), then is reaped.
+async fn end_runner(mut child: tokio::process::Child) {
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match child.try_wait() {
+            Ok(None) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Ok(None) => break,
+            _ => return,
         }
-        Ok(())
     }
-}
-
-/// Kills each runner and, once its shepherds killed their commands' trees (they do when
-/// their runner dies), what is left of its group.
-fn kill_runners(mut children: Vec<tokio::process::Child>) {
-    let pids: Vec<i32> = children
-        .iter_mut()
-        .filter_map(|c| {
-            let _ = c.start_kill();
-            c.id().and_then(|p| i32::try_from(p).ok())
-        })
-        .collect();
-    let until = Instant::now() + Duration::from_secs(5);
-    for pid in pids {
-        // SAFETY: signal 0 only checks that the process group exists.
-        while unsafe { libc::kill(-pid, 0) } == 0 && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // SAFETY: the group is the runner's own (`process_group(0)`).
+    if let Some(pid) = pid {
+        // SAFETY: kill only sends a signal; the group is the runner's own
+        // (`process_group(0)`), and the runner is not reaped yet.
         unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
-}
-
-impl Drop for ProcessEnv {
-    fn drop(&mut self) {
-        if !self.closed.swap(true, Ordering::SeqCst) {
-            kill_runners(std::mem::take(
-                &mut *self.children.lock().unwrap_or_else(|e| e.into_inner()),
-            ));
-        }
-    }
+    let _ = child.wait().await;
 }

@@ -29,9 +29,12 @@ shepherds_lock = threading.Lock()
 
 
 def send(obj):
-    data = (json.dumps(obj) + "\n").encode()
+    data = memoryview((json.dumps(obj) + "\n").encode())
     with lock:
-        out.write(data)
+        # Unbuffered (-u), a write to the pipe may be cut short by a signal (SIGCHLD):
+        # what it did not take is written again, or the line would be lost.
+        while data:
+            data = data[out.write(data) or 0:]
         out.flush()
 
 
@@ -353,3 +356,19 @@ for line in sys.stdin.buffer:
         # The container's process limit bounds threads too.
         send({"id": request.get("id"), "e": f"cannot start the command: {e}\n"})
         send({"id": request.get("id"), "exit": 126, "timed_out": False})
+
+# The input closed: the environment ends. Every command's tree is killed, kept ones too,
+# and this process ends once its shepherds are gone: when it has, nothing of the
+# environment's commands is left.
+with controls_lock:
+    for fd in list(controls.values()) + kept:
+        try:
+            os.write(fd, b"K")
+        except OSError:
+            pass
+while True:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+os._exit(0)

@@ -196,6 +196,14 @@ impl Runner {
         }
     }
 
+    /// Closes the runner's input: it kills every command's tree (kept ones too) and ends
+    /// once they are gone.
+    pub(crate) async fn close(&self) {
+        let mut input = self.input.lock().await;
+        let _ = input.shutdown().await;
+        *input = Box::pin(tokio::io::sink());
+    }
+
     pub(crate) fn alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
     }

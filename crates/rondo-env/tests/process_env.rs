@@ -187,7 +187,7 @@ async fn a_runner_killed_mid_command_is_an_error_and_the_next_command_gets_anoth
 async fn shutdown_ends_what_commands_keep_running() {
     let s = sandbox().await;
     let marker = format!("process-env-kept-{}", std::process::id());
-    let mut req = ExecRequest::shell(format!("sh -c 'sleep 30; echo {marker}' >/dev/null &"));
+    let mut req = ExecRequest::shell(format!("sh -c 'sleep 30; echo {marker}' >/dev/null 2>&1 &"));
     req.keep_processes = true;
     let out = s.env.exec(req).await.unwrap();
     assert_eq!(out.exit_code, Some(0), "{out:?}");

@@ -67,6 +67,9 @@ pub struct RoleCost {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub max_cost: Option<f64>,
+    /// `max_cost` at the prices the file declares, for profiles that read theirs from the
+    /// environment (`price_env`) when a run starts: proven only at those prices.
+    pub max_cost_declared: Option<f64>,
 }
 
 /// The worst case of a run, role by role.
@@ -76,6 +79,8 @@ pub struct CostReport {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub max_cost: Option<f64>,
+    /// See [`RoleCost::max_cost_declared`].
+    pub max_cost_declared: Option<f64>,
     /// Inputs whose default the visit bounds use (`max_visits = input.N`).
     pub visits_by_inputs: Vec<String>,
     /// Why a figure is missing or capped: each value without a bound, where it is.
@@ -149,6 +154,14 @@ impl CostReport {
             out.push_str(line.trim_end());
             out.push('\n');
         }
+        if self.max_cost.is_none()
+            && let Some(declared) = self.max_cost_declared
+        {
+            out.push_str(&format!(
+                "at the prices the file declares (`price_env` may set others when a run starts): at most {}\n",
+                Self::money(Some(declared))
+            ));
+        }
         if !self.visits_by_inputs.is_empty() {
             out.push_str(&format!(
                 "visits use the default of input {}: a run given more visits more\n",
@@ -171,6 +184,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
         input_tokens: Some(0),
         output_tokens: Some(0),
         max_cost: Some(0.0),
+        max_cost_declared: Some(0.0),
         ..CostReport::default()
     };
     let mut seen: Vec<(Code, String)> = Vec::new();
@@ -266,6 +280,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
         let mut per_attempt_in: u64 = 0;
         let mut per_attempt_out: Option<u64> = Some(0);
         let mut per_attempt_cost: Option<f64> = Some(0.0);
+        let mut per_attempt_declared: Option<f64> = Some(0.0);
         let mut out_per_try: Option<u64> = Some(0);
         let mut names: Vec<String> = Vec::new();
         for first in firsts {
@@ -273,6 +288,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
             let mut tin: u64 = 0;
             let mut tout: Option<u64> = Some(0);
             let mut money: Option<f64> = Some(0.0);
+            let mut at_declared: Option<f64> = Some(0.0);
             for &id in &chain {
                 let p = &workflow.providers[id];
                 let profile = &p.profile;
@@ -302,9 +318,8 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                             ),
                         )
                         .label(p.span, "`price_env` sets them")
-                        .help("a price known only at run time proves nothing: write `price { ... }` without `price_env` to have the cost bounded"),
+                        .help("a price known only at run time proves nothing: write `price { ... }` without `price_env` to have the cost bounded (the table gives the bound at the prices the file declares)"),
                     );
-                    continue;
                 }
                 let input_cost = tin_cost(tries, input_per_try, price.input_per_1k);
                 let output_cost = match out {
@@ -329,9 +344,15 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                         )),
                     );
                 }
-                money = match (money, output_cost) {
+                let both = |acc: Option<f64>| match (acc, output_cost) {
                     (Some(m), Some(o)) => Some(m + input_cost + o),
                     _ => None,
+                };
+                at_declared = both(at_declared);
+                money = if profile.price_env.is_some() {
+                    None
+                } else {
+                    both(money)
                 };
             }
             per_attempt_in = per_attempt_in.max(tin);
@@ -340,13 +361,23 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 _ => None,
             };
+            per_attempt_declared = match (per_attempt_declared, at_declared) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
         }
         let calls = visits.map(|v| v.saturating_mul(attempts));
         let input_tokens = calls.map(|c| c.saturating_mul(per_attempt_in));
         let output_tokens = mul_opt(calls, per_attempt_out);
-        let max_cost = match (calls, per_attempt_cost) {
+        let priced = |per: Option<f64>| match (calls, per) {
             (_, Some(c)) if c <= 0.0 => Some(0.0),
             (Some(n), Some(c)) => Some(n as f64 * c),
+            _ => None,
+        };
+        let max_cost = priced(per_attempt_cost);
+        let max_cost_declared = priced(per_attempt_declared);
+        report.max_cost_declared = match (report.max_cost_declared, max_cost_declared) {
+            (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
         report.input_tokens = add_opt(report.input_tokens, input_tokens);
@@ -367,6 +398,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
             input_tokens,
             output_tokens,
             max_cost,
+            max_cost_declared,
         });
     }
     report
@@ -486,13 +518,20 @@ struct Val {
     ty: Type,
     json: Option<u64>,
     text: Option<u64>,
+    /// A list's declared `max_len`.
+    len: Option<u64>,
 }
 
 impl Val {
     fn of(ty: Type, json: Option<u64>) -> Val {
         let json = min_opt(json, json_bound(&ty));
         let text = render_bound(&ty, json);
-        Val { ty, json, text }
+        Val {
+            ty,
+            json,
+            text,
+            len: None,
+        }
     }
 
     fn text(len: Option<u64>) -> Val {
@@ -500,6 +539,7 @@ impl Val {
             ty: Type::String,
             json: len.map(|l| l.saturating_mul(6).saturating_add(2)),
             text: len,
+            len: None,
         }
     }
 
@@ -508,6 +548,7 @@ impl Val {
             json: json_bound(&ty).or(Some(text.saturating_mul(6).saturating_add(2))),
             ty,
             text: Some(text),
+            len: None,
         }
     }
 
@@ -516,6 +557,7 @@ impl Val {
             ty: if a.ty == b.ty { a.ty } else { Type::Any },
             json: max_opt(a.json, b.json),
             text: max_opt(a.text, b.text),
+            len: max_opt(a.len, b.len),
         }
     }
 
@@ -526,7 +568,7 @@ impl Val {
 
     /// How many items a loop over it makes.
     fn items(&self) -> Option<u64> {
-        self.json.map(|j| j / 2 + 1)
+        min_opt(self.json.map(|j| j / 2 + 1), self.len)
     }
 }
 
@@ -1079,7 +1121,20 @@ impl<'a> Walker<'a> {
                 .find_node(name)
                 .and_then(|n| Some((n, workflow.role(n)?)))
             {
-                Some((n, role)) => self.output(n, role),
+                Some((n, role)) => match (&role.kind, parts.clone().next()) {
+                    (RoleKind::Tool(t), Some(Some(field)))
+                        if !workflow.map_workers().contains(&n) =>
+                    {
+                        match tool_field(workflow, t, role, &field) {
+                            Some(v) => {
+                                parts.next();
+                                v
+                            }
+                            None => self.output(n, role),
+                        }
+                    }
+                    _ => self.output(n, role),
+                },
                 None => Val::of(Type::Any, None),
             },
         }
@@ -1090,15 +1145,19 @@ impl<'a> Walker<'a> {
         let Some(input) = workflow.inputs.iter().find(|i| i.name == name) else {
             return Val::of(Type::Any, None);
         };
-        let limit = workflow.limits.max_input_bytes.map(|(n, _)| n);
-        let v = Val::of(input.ty.clone(), limit);
+        let limit = min_opt(
+            input.bound.max_bytes,
+            workflow.limits.max_input_bytes.map(|(n, _)| n),
+        );
+        let mut v = Val::of(input.ty.clone(), limit);
+        v.len = input.bound.max_len;
         if v.text.is_none() {
             self.unbounded_at(
                 input.span,
                 format!("input `{name}`"),
                 format!("input `{name}` has no size bound"),
                 "any length a run is given".into(),
-                "bound every input: `limits { max_input_bytes = \"16KB\" }` in the workflow header (a run given more does not start)".into(),
+                format!("bound it: `limits {{ max_bytes = {{ {name} = \"16KB\" }} }}` in the workflow header, or every input with `max_input_bytes = \"16KB\"` (a run given more does not start)"),
             );
         }
         v
@@ -1111,17 +1170,19 @@ impl<'a> Walker<'a> {
         };
         match &slot.kind {
             MemoryKind::Value { ty, default } => {
-                let limit = workflow.limits.max_memory_bytes.map(|(n, _)| n);
-                // An initial value past the limit stays until an update replaces it.
+                // An initial value past `max_memory_bytes` stays until an update replaces
+                // it; the slot's own bound holds its initial value (`check` says so).
                 let start = default.to_string().len() as u64;
-                let v = Val::of(ty.clone(), limit.map(|l| l.max(start)));
+                let global = workflow.limits.max_memory_bytes.map(|(n, _)| n.max(start));
+                let mut v = Val::of(ty.clone(), min_opt(slot.bound.max_bytes, global));
+                v.len = slot.bound.max_len;
                 if v.text.is_none() {
                     self.unbounded_at(
                         slot.span,
                         format!("memory `{name}`"),
                         format!("memory `{name}` has no size bound"),
                         "grows with every update".into(),
-                        "bound value memory: `limits { max_memory_bytes = \"64KB\" }` in the workflow header (a step that would store more ends the run at `limit`)".into(),
+                        format!("bound it: `limits {{ max_bytes = {{ {name} = \"64KB\" }} }}` in the workflow header (a list may also take `max_len = {{ {name} = 20 }}`), or every value memory with `max_memory_bytes = \"64KB\"`; a step that would store more ends the run at `limit`"),
                     );
                 }
                 v
@@ -1137,16 +1198,21 @@ impl<'a> Walker<'a> {
                     )),
                 )
             }
-            other => {
-                self.unbounded_at(
-                    slot.span,
-                    format!("memory `{name}`"),
-                    format!("memory `{name}` ({}) has no size bound", other.kind_name()),
-                    "a whiteboard, code context or history grows without a bound".into(),
-                    "render what the prompt needs through a value memory bounded by `limits { max_memory_bytes = ... }`, or cut it with `truncate(length=N)`".into(),
-                );
-                Val::of(Type::Any, None)
-            }
+            other => match slot.bound.max_bytes {
+                // What a template sees is cut to it (`rondo_memory::fit_json`).
+                Some(max) => Val::of(other.view_type(), Some(max)),
+                None => {
+                    let kind = other.kind_name();
+                    self.unbounded_at(
+                        slot.span,
+                        format!("memory `{name}`"),
+                        format!("memory `{name}` ({kind}) has no size bound"),
+                        format!("a {kind} grows with the run"),
+                        format!("add `max_bytes = \"32KB\"` to its declaration: `{name}: {kind} {{ ...  max_bytes = \"32KB\" }}` (what a template sees of it is cut to that, oldest items first)"),
+                    );
+                    Val::of(other.view_type(), None)
+                }
+            },
         }
     }
 
@@ -1173,7 +1239,7 @@ impl<'a> Walker<'a> {
                     "item".into(),
                     "the items of this map have no size bound".into(),
                     "what `item` is".into(),
-                    "map over a memory bounded by `limits { max_memory_bytes = ... }`".into(),
+                    "map over a memory bounded by `limits { max_bytes = { NAME = \"64KB\" } }`".into(),
                 );
                 return Val::of(Type::Any, None);
             }
@@ -1190,7 +1256,7 @@ impl<'a> Walker<'a> {
                 format!("`{}`", workflow.node(n).name),
                 format!("the outputs of map worker `{}` have no count bound", workflow.node(n).name),
                 "read by name: the list of its branch outputs".into(),
-                "store what the prompt needs in a memory bounded by `limits { max_memory_bytes = ... }`".into(),
+                "store what the prompt needs in a memory bounded by `limits { max_bytes = { NAME = \"64KB\" } }`".into(),
             );
             return Val::of(Type::Any, None);
         }
@@ -1292,13 +1358,68 @@ impl Val {
             w.unbounded_at(
                 span,
                 format!("`{role}`"),
-                format!("the output of tool role `{role}` has no size bound"),
+                format!("the whole result of tool role `{role}` has no size bound"),
                 "what the tool prints".into(),
-                "store what the prompt needs in a memory bounded by `limits { max_memory_bytes = ... }`, or render only its bounded fields (`ok`, `exit_code`)".into(),
+                "render its fields, which its `max_output` bounds (`stdout`, `stderr`, `shown`, `data`, `ok`, `exit_code`), not the whole result (its `args` have no bound)".into(),
             );
         }
         self
     }
+}
+
+/// Bytes a tool's captured stream holds besides its kept head and tail: the cut's marker
+/// line, a timeout's note, the verdict line of `show`.
+const TOOL_STREAM_EXTRA: u64 = 512;
+
+/// The most bytes a tool role keeps of each stream: its `max_output`, else its tool's (the
+/// largest of the tools it may choose), else the engine's default. The run enforces it.
+pub fn tool_max_output(workflow: &Workflow, role: &crate::compile::ToolRole) -> u64 {
+    use crate::compile::ToolAction;
+    let default = rondo_env::DEFAULT_MAX_OUTPUT as u64;
+    if let Some(m) = role.max_output {
+        return m;
+    }
+    let spec = |t: usize| workflow.tools[t].spec.max_output.unwrap_or(default);
+    match &role.action {
+        ToolAction::Command { .. } => default,
+        ToolAction::Tool { tool, .. } => spec(*tool),
+        ToolAction::Choose { choices, .. } | ToolAction::Calls { choices, .. } => {
+            choices.iter().map(|&t| spec(t)).max().unwrap_or(default)
+        }
+    }
+}
+
+/// A field of a tool role's result that its `max_output` bounds: the streams as text (an
+/// invalid byte may read as a 3-byte `�`), and what was parsed from stdout (its JSON at
+/// most 6 times that text: numbers written short, escapes). `None`: a field it does not
+/// bound (`args`: what the role was given).
+fn tool_field(
+    workflow: &Workflow,
+    tool: &crate::compile::ToolRole,
+    role: &crate::compile::Role,
+    field: &str,
+) -> Option<Val> {
+    if matches!(tool.action, crate::compile::ToolAction::Calls { .. }) {
+        return None;
+    }
+    let kept = tool_max_output(workflow, tool).saturating_add(TOOL_STREAM_EXTRA);
+    let text = kept.saturating_mul(3);
+    let ty = role.output_type.field(field).unwrap_or(Type::Any);
+    Some(match field {
+        "stdout" | "stderr" | "shown" => Val {
+            ty: Type::String,
+            json: Some(kept.saturating_mul(6).saturating_add(2)),
+            text: Some(text),
+            len: None,
+        },
+        "data" | "warnings" | "error" | "status" => Val::of(ty, Some(text.saturating_mul(6))),
+        "tool_name" => Val::fixed(Type::String, 256),
+        "log" => Val::fixed(Type::optional(Type::String), 4096),
+        "ok" | "timed_out" => Val::fixed(Type::Bool, 5),
+        "exit_code" | "execution_time" => Val::fixed(ty, FLOAT_TEXT),
+        "error_kind" => Val::fixed(ty, 16),
+        _ => return None,
+    })
 }
 
 /// `a.b[0]["c"]` as `a`, then `Some("b")`, `None` (an index), `Some("c")`.

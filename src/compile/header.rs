@@ -71,6 +71,7 @@ impl Compiler<'_> {
                 path,
                 artifact_root: false,
                 span: input.span,
+                bound: Default::default(),
             });
         }
     }
@@ -150,9 +151,12 @@ impl Compiler<'_> {
                     "max_cost",
                     "max_input_bytes",
                     "max_memory_bytes",
+                    "max_bytes",
+                    "max_len",
                 ],
                 "`limits`",
             );
+            super::memory::named_bounds(&mut self.workflow, &mut l, diags);
             self.workflow.limits = Limits {
                 max_steps: l.count("max_steps", diags).map(|x| x.0),
                 max_wall_time_ms: l.duration_ms("max_wall_time", diags).map(|x| x.0),

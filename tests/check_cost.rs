@@ -451,7 +451,11 @@ fn a_history_past_its_max_bytes_is_cut_and_the_run_ends_where_it_declares() {
         assert!(p.len() <= 2048, "{} bytes", p.len());
     }
     // The 4 KiB kept of each output did not fit: it was cut, with the mark.
-    assert!(prompts[0].contains(rondo_memory::CUT_MARK), "{}", prompts[0]);
+    assert!(
+        prompts[0].contains(rondo_memory::CUT_MARK),
+        "{}",
+        prompts[0]
+    );
     // `max_len = 3`: the fourth prompt shows the last three operations only.
     let last = &prompts[3];
     assert!(!last.contains("[0]") && last.contains("[3]"), "{last}");
@@ -460,7 +464,10 @@ fn a_history_past_its_max_bytes_is_cut_and_the_run_ends_where_it_declares() {
 #[test]
 fn a_history_without_max_bytes_is_named_with_the_bound_to_add() {
     let tmp = tempfile::tempdir().unwrap();
-    let source = HISTORY.replace(r#"ops: history { max_bytes = "2KB"  max_len = 3 }"#, "ops: history");
+    let source = HISTORY.replace(
+        r#"ops: history { max_bytes = "2KB"  max_len = 3 }"#,
+        "ops: history",
+    );
     let path = write(tmp.path(), &source, &[CHAIN]);
     std::fs::write(tmp.path().join("script.yaml"), "replies:\n  a: ok\n").unwrap();
     let loaded = load(&path);
@@ -469,7 +476,10 @@ fn a_history_without_max_bytes_is_named_with_the_bound_to_add() {
     let d = report
         .unbounded
         .iter()
-        .find(|d| d.message.contains("memory `ops` (history) has no size bound"))
+        .find(|d| {
+            d.message
+                .contains("memory `ops` (history) has no size bound")
+        })
         .unwrap_or_else(|| panic!("{:?}", report.unbounded));
     let file = SourceFile::read(&path).unwrap();
     let (line, _) = file.line_col(d.primary_span().start);
@@ -478,7 +488,10 @@ fn a_history_without_max_bytes_is_named_with_the_bound_to_add() {
     assert!(ext.path.ends_with("prompts/a.tera"));
     assert_eq!(&ext.text[ext.span.start..ext.span.end], "ops");
     let help = d.help.as_deref().unwrap();
-    assert!(help.contains("ops: history { ...  max_bytes = \"32KB\" }"), "{help}");
+    assert!(
+        help.contains("ops: history { ...  max_bytes = \"32KB\" }"),
+        "{help}"
+    );
 }
 
 #[test]
@@ -568,7 +581,10 @@ fn named_bounds_of_inputs_and_value_memory_are_proven_and_held() {
     let info = json(dir.join("run.json"));
     assert_eq!(info["exit"], "limit");
     assert!(
-        info["reason"].as_str().unwrap().contains("past max_len = 5"),
+        info["reason"]
+            .as_str()
+            .unwrap()
+            .contains("past max_len = 5"),
         "{info}"
     );
     let state = json(dir.join("state.json"));
@@ -591,13 +607,41 @@ fn named_bounds_of_inputs_and_value_memory_are_proven_and_held() {
 fn named_bounds_that_cannot_hold_are_reported() {
     let tmp = tempfile::tempdir().unwrap();
     let cases = [
-        ("max_bytes = { nope = 10 }", "rondo::memory::unknown", "neither an input nor a memory"),
-        ("max_len = { q = 3 }", "rondo::memory::bad_bound", "`max_len` bounds a list"),
-        ("max_bytes = { ys = 4 }", "rondo::memory::bad_bound", "initial value of memory `ys`"),
-        ("max_bytes = { q = 1 }", "rondo::memory::bad_bound", "default of input `q`"),
-        ("max_bytes = { ops = 1000 }", "rondo::memory::bad_bound", "its bounds go in its own block"),
-        ("max_bytes = 100", "rondo::attr::wrong_kind", "bounds inputs and memories by name"),
-        ("max_len = { xs = 0 }", "rondo::memory::bad_bound", "no room"),
+        (
+            "max_bytes = { nope = 10 }",
+            "rondo::memory::unknown",
+            "neither an input nor a memory",
+        ),
+        (
+            "max_len = { q = 3 }",
+            "rondo::memory::bad_bound",
+            "`max_len` bounds a list",
+        ),
+        (
+            "max_bytes = { ys = 4 }",
+            "rondo::memory::bad_bound",
+            "initial value of memory `ys`",
+        ),
+        (
+            "max_bytes = { q = 1 }",
+            "rondo::memory::bad_bound",
+            "default of input `q`",
+        ),
+        (
+            "max_bytes = { ops = 1000 }",
+            "rondo::memory::bad_bound",
+            "its bounds go in its own block",
+        ),
+        (
+            "max_bytes = 100",
+            "rondo::attr::wrong_kind",
+            "bounds inputs and memories by name",
+        ),
+        (
+            "max_len = { xs = 0 }",
+            "rondo::memory::bad_bound",
+            "no room",
+        ),
     ];
     for (limits, code, message) in cases {
         let source = format!(
@@ -610,7 +654,11 @@ fn named_bounds_that_cannot_hold_are_reported() {
             .iter()
             .find(|d| d.code.as_str() == code)
             .unwrap_or_else(|| panic!("{limits}: {:?}", codes(&loaded.diagnostics)));
-        assert!(found.message.contains(message), "{limits}: {}", found.message);
+        assert!(
+            found.message.contains(message),
+            "{limits}: {}",
+            found.message
+        );
     }
     let source = "workflow w {}\nmemory { ops: history { max_bytes = 100 } }\nrole b: builtin {}\nstart -> b\nb -> done\nexit done\n";
     let loaded = load(&write(tmp.path(), source, &[]));
@@ -654,7 +702,10 @@ exit done
     let path = project(
         tmp.path(),
         source,
-        &[("a.tera", "Facts?\n"), ("b.tera", "{{ memory.board.markdown }}")],
+        &[
+            ("a.tera", "Facts?\n"),
+            ("b.tera", "{{ memory.board.markdown }}"),
+        ],
         &script,
     );
     let report = cost::analyse(load(&path).workflow());
@@ -669,5 +720,8 @@ exit done
     assert!(prompts[0].contains("short fact") && !prompts[0].contains("zzz"));
     assert!(prompts[0].len() <= 600);
     let all = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
-    assert!(all.contains("past its max_bytes = 600"), "no refusal recorded");
+    assert!(
+        all.contains("past its max_bytes = 600"),
+        "no refusal recorded"
+    );
 }

@@ -153,6 +153,7 @@ impl Compiler<'_> {
                     "max_memory_bytes",
                     "max_bytes",
                     "max_len",
+                    "max_depth",
                 ],
                 "`limits`",
             );

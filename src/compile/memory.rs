@@ -213,7 +213,7 @@ fn no_room(key: &str, span: Span, what: &str) -> Diagnostic {
 /// inputs and value memories by name (`"input.NAME"`/`"memory.NAME"` when both have it).
 /// Read after the inputs and memory are declared.
 pub(super) fn named_bounds(workflow: &mut Workflow, l: &mut Attrs<'_>, diags: &mut Diagnostics) {
-    for key in ["max_bytes", "max_len"] {
+    for key in ["max_bytes", "max_len", "max_depth"] {
         let Some(value) = l.value(key) else { continue };
         let ValueKind::Map(entries) = &value.kind else {
             diags.push(
@@ -233,7 +233,7 @@ pub(super) fn named_bounds(workflow: &mut Workflow, l: &mut Attrs<'_>, diags: &m
             let Some(n) = bound_number(key, v, diags) else {
                 continue;
             };
-            if n == 0 {
+            if n == 0 && key != "max_depth" {
                 diags.push(no_room(key, v.span, &format!("`{}`", name.name)));
                 continue;
             }
@@ -372,7 +372,7 @@ fn bound_number(key: &str, v: &syntax::Value, diags: &mut Diagnostics) -> Option
         let expected = if key == "max_bytes" {
             "a size such as `\"16KB\"` or a number of bytes"
         } else {
-            "a number of items"
+            "a number"
         };
         diags.push(
             Diagnostic::error(Code::AttrWrongKind, format!("`{key}` takes {expected}"))
@@ -387,11 +387,26 @@ fn bound_number(key: &str, v: &syntax::Value, diags: &mut Diagnostics) -> Option
 }
 
 fn set(bound: &mut SizeBound, key: &str, n: u64) {
-    if key == "max_bytes" {
-        bound.max_bytes = Some(n);
-    } else {
-        bound.max_len = Some(n);
+    match key {
+        "max_bytes" => bound.max_bytes = Some(n),
+        "max_len" => bound.max_len = Some(n),
+        _ => bound.max_depth = Some(n),
     }
+}
+
+/// How deep `value` nests (a scalar 0, `[1]` 1), walked without recursion.
+pub fn depth_of(value: &Value) -> u64 {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0u64)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 fn is_list(ty: &Type) -> bool {
@@ -401,10 +416,15 @@ fn is_list(ty: &Type) -> bool {
 fn not_a_list(name: &str, ty: &Type, span: Span) -> Diagnostic {
     Diagnostic::error(
         Code::MemoryBadBound,
-        format!("`max_len` bounds a list, and `{name}` is a `{}`", ty.display()),
+        format!(
+            "`max_len` bounds a list, and `{name}` is a `{}`",
+            ty.display()
+        ),
     )
     .label(span, "not a list")
-    .help(format!("bound its size instead: `max_bytes = {{ {name} = \"16KB\" }}`"))
+    .help(format!(
+        "bound its size instead: `max_bytes = {{ {name} = \"16KB\" }}`"
+    ))
 }
 
 /// Why `value` is past `bound`, if it is.
@@ -419,6 +439,12 @@ pub fn over(value: &Value, bound: SizeBound) -> Option<String> {
         let bytes = serde_json::to_string(value).map_or(0, |s| s.len()) as u64;
         if bytes > max {
             return Some(format!("{bytes} bytes of JSON, past max_bytes = {max}"));
+        }
+    }
+    if let Some(max) = bound.max_depth {
+        let depth = depth_of(value);
+        if depth > max {
+            return Some(format!("nested {depth} levels, past max_depth = {max}"));
         }
     }
     None
@@ -454,7 +480,8 @@ impl MemoryKind {
                     ("reason", opt(s())),
                     ("superseded_by", opt(s())),
                 ]);
-                let spec = Type::object(vec![("name", s()), ("prefix", s()), ("paths", Type::Bool)]);
+                let spec =
+                    Type::object(vec![("name", s()), ("prefix", s()), ("paths", Type::Bool)]);
                 let section = Type::object(vec![
                     ("spec", spec),
                     ("entries", Type::list(entry)),

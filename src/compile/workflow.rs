@@ -106,11 +106,14 @@ pub struct SizeBound {
     pub max_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_len: Option<u64>,
+    /// How deep it nests (a scalar 0, `[1]` 1): what bounds a pretty `json_encode` of `any`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<u64>,
 }
 
 impl SizeBound {
     pub fn is_none(&self) -> bool {
-        self.max_bytes.is_none() && self.max_len.is_none()
+        self.max_bytes.is_none() && self.max_len.is_none() && self.max_depth.is_none()
     }
 }
 

@@ -107,7 +107,8 @@ pub fn json_len(value: &Value, cap: usize) -> usize {
             }
             Value::Object(map) => {
                 stack.extend(map.values());
-                2 + map.len().saturating_sub(1) + map.keys().map(|k| escaped_len(k) + 1).sum::<usize>()
+                2 + map.len().saturating_sub(1)
+                    + map.keys().map(|k| escaped_len(k) + 1).sum::<usize>()
             }
         });
     }

@@ -22,11 +22,11 @@ mod syntax;
 mod whiteboard;
 
 pub use citation::{Citation, parse_citations};
-pub use fit::{CUT_MARK, fit_json, json_len};
 pub use code_context::{
     AccessReport, Activity, Chunk, CitationReport, CodeContext, CodeContextError, CodeContextView,
     FileView, ScoreParams, Skipped, ViewItem, referral_score,
 };
+pub use fit::{CUT_MARK, fit_json, json_len};
 pub use history::{
     HistoryError, HistoryView, LessonView, OperationHistory, OperationNode, Reflection,
 };

@@ -380,9 +380,17 @@ impl<'w> Interpreter<'w> {
             let evaluated = self.update_values(state, node, update, output, item)?;
             let op = evaluated.op;
             let memory = evaluated.memory;
-            let note = self.store_update(state, evaluated)?;
             let slot = &self.workflow.memory[memory];
+            // A value memory with a bound keeps what it held when an update would pass it:
+            // the records show the bound respected.
+            let bounded = matches!(slot.kind, crate::compile::MemoryKind::Value { .. })
+                && (!slot.bound.is_none() || self.workflow.limits.max_memory_bytes.is_some());
+            let before = bounded.then(|| state.memory[memory].clone());
+            let note = self.store_update(state, evaluated)?;
             if let Some(why) = memory_over_limit(self.workflow, slot, &state.memory[memory]) {
+                if let Some(before) = before {
+                    state.memory[memory] = before;
+                }
                 return Err(UpdateError::Limit(format!(
                     "memory `{}` would hold more than its bound: {why}",
                     slot.name

@@ -132,6 +132,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                         "input_tokens": c.input_tokens,
                         "output_tokens": c.output_tokens,
                         "max_cost": c.max_cost,
+                        "max_cost_declared": c.max_cost_declared,
                         "visits_by_inputs": c.visits_by_inputs,
                         "unbounded": diagnostics::to_json(&file, &c.unbounded),
                     });

@@ -248,8 +248,9 @@ fn a_loop_over_bounded_memory_is_bounded_and_the_run_stays_within_it() {
     );
     let loaded = load(&path);
     let a = cost::analyse(loaded.workflow()).roles[0].clone();
-    // 51 items at most (`"",` per item in 100 bytes) × "- " and "\n", plus 100 bytes of text.
-    assert_eq!(a.max_prompt_bytes, 51 * 3 + 100);
+    // 33 items at most (`[`, `""` and `,` per item, `]`: 3n + 1 ≤ 100) × "- " and "\n",
+    // plus 100 bytes of text.
+    assert_eq!(a.max_prompt_bytes, 33 * 3 + 100);
     // Each reply adds 13 bytes of JSON: the 8th would pass 100, so the run ends at `limit`.
     let (out, dir) = run_with(&path, "r", &["--provider", "scripted"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
@@ -392,5 +393,345 @@ fn a_durable_value_past_max_memory_bytes_is_not_carried_over() {
             .to_string()
             .contains("max_memory_bytes = 40"),
         "{carried}"
+    );
+}
+
+// ---- per-declaration bounds (`max_bytes`, `max_len`) ---------------------------------------
+
+/// A tool prints 20,000 bytes each time and keeps 4 KiB of it (`max_output`); its output
+/// goes into a history bounded to 2 KiB of view, which the llm role renders whole.
+const HISTORY: &str = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory {
+  ops: history { max_bytes = "2KB"  max_len = 3 }
+}
+role big: tool {
+  command = ["sh", "-c", "head -c 20000 /dev/zero | tr '\\0' 'x'"]
+  max_output = "4KB"
+  update {
+    ops.push({ thought: "look", action_type: "run", action_params: "" })
+    ops.observe(output.stdout)
+  }
+}
+role a: llm {
+  prompt = "a.tera"
+  reads = [ops]
+  output text
+  max_visits = 5
+}
+start -> big
+big -> a
+a -> big when visits(a) < 4
+a -> done
+exit done
+"#;
+
+const CHAIN: (&str, &str) = (
+    "a.tera",
+    "{% for n in memory.ops.chain %}[{{ n.id }}] {{ n.observation }}\n{% endfor %}",
+);
+
+#[test]
+fn a_history_past_its_max_bytes_is_cut_and_the_run_ends_where_it_declares() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = project(tmp.path(), HISTORY, &[CHAIN], "replies:\n  a: ok\n");
+    let loaded = load(&path);
+    let report = cost::analyse(loaded.workflow());
+    assert!(report.unbounded.is_empty(), "{:?}", report.unbounded);
+    let a = report.role("a").unwrap().clone();
+    assert!(!a.prompt_capped);
+    let (out, dir) = run(&path, "r");
+    assert_success(&out);
+    assert_eq!(json(dir.join("run.json"))["exit"], "done");
+    let prompts = prompts_to(&events(&dir), "a");
+    assert_eq!(prompts.len(), 4);
+    for p in &prompts {
+        assert!(p.len() as u64 <= a.max_prompt_bytes, "{} bytes", p.len());
+        // What the template sees is at most 2 KiB of JSON; its text is no longer.
+        assert!(p.len() <= 2048, "{} bytes", p.len());
+    }
+    // The 4 KiB kept of each output did not fit: it was cut, with the mark.
+    assert!(
+        prompts[0].contains(rondo_memory::CUT_MARK),
+        "{}",
+        prompts[0]
+    );
+    // `max_len = 3`: the fourth prompt shows the last three operations only.
+    let last = &prompts[3];
+    assert!(!last.contains("[0]") && last.contains("[3]"), "{last}");
+}
+
+#[test]
+fn a_history_without_max_bytes_is_named_with_the_bound_to_add() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = HISTORY.replace(
+        r#"ops: history { max_bytes = "2KB"  max_len = 3 }"#,
+        "ops: history",
+    );
+    let path = write(tmp.path(), &source, &[CHAIN]);
+    std::fs::write(tmp.path().join("script.yaml"), "replies:\n  a: ok\n").unwrap();
+    let loaded = load(&path);
+    let report = cost::analyse(loaded.workflow());
+    assert!(report.role("a").unwrap().prompt_capped);
+    let d = report
+        .unbounded
+        .iter()
+        .find(|d| {
+            d.message
+                .contains("memory `ops` (history) has no size bound")
+        })
+        .unwrap_or_else(|| panic!("{:?}", report.unbounded));
+    let file = SourceFile::read(&path).unwrap();
+    let (line, _) = file.line_col(d.primary_span().start);
+    assert_eq!(line, 6, "{d:?}");
+    let ext = d.external.as_ref().unwrap();
+    assert!(ext.path.ends_with("prompts/a.tera"));
+    assert_eq!(&ext.text[ext.span.start..ext.span.end], "ops");
+    let help = d.help.as_deref().unwrap();
+    assert!(
+        help.contains("ops: history { ...  max_bytes = \"32KB\" }"),
+        "{help}"
+    );
+}
+
+#[test]
+fn a_tool_output_is_bounded_by_its_max_output_and_the_run_holds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+role t: tool {
+  command = ["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' 'y'; printf '\\377\\376'"]
+  max_output = "1KB"
+}
+role a: llm {
+  prompt = "a.tera"
+  output text
+}
+start -> t
+t -> a
+a -> done
+exit done
+"#;
+    let path = project(
+        tmp.path(),
+        source,
+        &[("a.tera", "out: {{ t.stdout }}\nerr: {{ t.stderr }}\n")],
+        "replies:\n  a: ok\n",
+    );
+    let report = cost::analyse(load(&path).workflow());
+    assert!(report.unbounded.is_empty(), "{:?}", report.unbounded);
+    let a = report.role("a").unwrap().clone();
+    // Two streams of at most 3 × (1,024 + 512) bytes of text, and 12 of static text.
+    assert_eq!(a.max_prompt_bytes, 12 + 2 * 3 * (1024 + 512));
+    let (out, dir) = run(&path, "r");
+    assert_success(&out);
+    assert_eq!(json(dir.join("run.json"))["exit"], "done");
+    let prompts = prompts_to(&events(&dir), "a");
+    assert_eq!(prompts.len(), 1);
+    assert!(prompts[0].len() as u64 <= a.max_prompt_bytes);
+    assert!(prompts[0].len() < 2000, "{} bytes", prompts[0].len());
+    assert!(prompts[0].contains("bytes cut"), "{}", prompts[0]);
+}
+
+const LIST: &str = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+  input q: string = ""
+  limits {
+    max_bytes = { xs = "1KB", q = 12 }
+    max_len = { xs = 5 }
+  }
+}
+memory { xs: list[string] = [] }
+role a: llm {
+  prompt = "a.tera"
+  reads = [xs]
+  max_visits = 30
+  output text
+  update { xs.append(output) }
+}
+start -> a
+a -> a when len(memory.xs) < 20
+a -> done
+exit done
+"#;
+
+#[test]
+fn named_bounds_of_inputs_and_value_memory_are_proven_and_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = project(
+        tmp.path(),
+        LIST,
+        &[(
+            "a.tera",
+            "{{ input.q }}\n{% for x in memory.xs %}- {{ x }}\n{% endfor %}",
+        )],
+        "replies:\n  a: \"abcdefghij\"\n",
+    );
+    let loaded = load(&path);
+    let report = cost::analyse(loaded.workflow());
+    assert!(report.unbounded.is_empty(), "{:?}", report.unbounded);
+    let a = report.role("a").unwrap().clone();
+    // `q`: 12 bytes of JSON and "\n"; `xs`: 5 items of "- " and "\n", 1,024 bytes of text.
+    assert_eq!(a.max_prompt_bytes, 12 + 1 + 5 * 3 + 1024);
+    // The sixth append passes `max_len = 5`: the run ends at `limit`, the list kept at 5.
+    let (out, dir) = run_with(&path, "r", &["-i", "q=0123456789"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let info = json(dir.join("run.json"));
+    assert_eq!(info["exit"], "limit");
+    assert!(
+        info["reason"]
+            .as_str()
+            .unwrap()
+            .contains("past max_len = 5"),
+        "{info}"
+    );
+    let state = json(dir.join("state.json"));
+    assert_eq!(state["memory"][0].as_array().unwrap().len(), 5);
+    for p in prompts_to(&events(&dir), "a") {
+        assert!(p.len() as u64 <= a.max_prompt_bytes, "{} bytes", p.len());
+    }
+    // An input past its own bound does not start a run.
+    let (out, dir) = run_with(&path, "past", &["-i", "q=0123456789a"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("input `q` holds 13 bytes of JSON, past max_bytes = 12"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.join("events.jsonl").exists());
+}
+
+#[test]
+fn named_bounds_that_cannot_hold_are_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "max_bytes = { nope = 10 }",
+            "rondo::memory::unknown",
+            "neither an input nor a memory",
+        ),
+        (
+            "max_len = { q = 3 }",
+            "rondo::memory::bad_bound",
+            "`max_len` bounds a list",
+        ),
+        (
+            "max_bytes = { ys = 4 }",
+            "rondo::memory::bad_bound",
+            "initial value of memory `ys`",
+        ),
+        (
+            "max_bytes = { q = 1 }",
+            "rondo::memory::bad_bound",
+            "default of input `q`",
+        ),
+        (
+            "max_bytes = { ops = 1000 }",
+            "rondo::memory::bad_bound",
+            "its bounds go in its own block",
+        ),
+        (
+            "max_bytes = 100",
+            "rondo::attr::wrong_kind",
+            "bounds inputs and memories by name",
+        ),
+        (
+            "max_len = { xs = 0 }",
+            "rondo::memory::bad_bound",
+            "no room",
+        ),
+    ];
+    for (limits, code, message) in cases {
+        let source = format!(
+            "workflow w {{\n  input q: string = \"abc\"\n  limits {{ {limits} }}\n}}\nmemory {{\n  xs: list[string] = []\n  ys: list[string] = [\"long enough\"]\n  ops: history\n}}\nrole b: builtin {{}}\nstart -> b\nb -> done\nexit done\n"
+        );
+        let path = write(tmp.path(), &source, &[]);
+        let loaded = load(&path);
+        let found = loaded
+            .diagnostics
+            .iter()
+            .find(|d| d.code.as_str() == code)
+            .unwrap_or_else(|| panic!("{limits}: {:?}", codes(&loaded.diagnostics)));
+        assert!(
+            found.message.contains(message),
+            "{limits}: {}",
+            found.message
+        );
+    }
+    let source = "workflow w {}\nmemory { ops: history { max_bytes = 100 } }\nrole b: builtin {}\nstart -> b\nb -> done\nexit done\n";
+    let loaded = load(&write(tmp.path(), source, &[]));
+    assert!(
+        codes(&loaded.diagnostics).contains(&"rondo::memory::bad_bound"),
+        "{:?}",
+        codes(&loaded.diagnostics)
+    );
+}
+
+#[test]
+fn a_whiteboard_batch_past_max_bytes_is_refused_and_the_model_asked_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+type Op {
+  op: "UPSERT" | "DEPRECATE"
+  section: "Facts"
+  id: string?
+  text: string?
+}
+type Reply { ops: list[Op] }
+memory { board: whiteboard { sections = ["Facts"]  max_bytes = 600 } }
+role a: llm {
+  prompt = "a.tera"
+  output json Reply
+  retries = 1
+  update { board.apply(output.ops) }
+}
+role b: llm {
+  prompt = "b.tera"
+  reads = [board]
+  output text
+}
+start -> a
+a -> failed when a.invalid
+a -> b
+b -> done
+exit done
+exit failed { code = 1 }
+"#;
+    let long = "z".repeat(2000);
+    let script = format!(
+        "replies:\n  a:\n    \"1\":\n      - '{{\"ops\": [{{\"op\": \"UPSERT\", \"section\": \"Facts\", \"text\": \"{long}\"}}]}}'\n      - '{{\"ops\": [{{\"op\": \"UPSERT\", \"section\": \"Facts\", \"text\": \"short fact\"}}]}}'\n  b: ok\n"
+    );
+    let path = project(
+        tmp.path(),
+        source,
+        &[
+            ("a.tera", "Facts?\n"),
+            ("b.tera", "{{ memory.board.markdown }}"),
+        ],
+        &script,
+    );
+    let report = cost::analyse(load(&path).workflow());
+    assert!(report.unbounded.is_empty(), "{:?}", report.unbounded);
+    let b = report.role("b").unwrap().clone();
+    assert_eq!(b.max_prompt_bytes, 600);
+    let (out, dir) = run(&path, "r");
+    assert_success(&out);
+    assert_eq!(json(dir.join("run.json"))["exit"], "done");
+    let prompts = prompts_to(&events(&dir), "b");
+    assert_eq!(prompts.len(), 1);
+    assert!(prompts[0].contains("short fact") && !prompts[0].contains("zzz"));
+    assert!(prompts[0].len() <= 600);
+    let all = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    assert!(
+        all.contains("past its max_bytes = 600"),
+        "no refusal recorded"
     );
 }

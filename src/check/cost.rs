@@ -44,6 +44,8 @@ pub const MAX_LAST_ERROR: u64 = 4096;
 /// The longest a float renders in a template (Rust prints every digit: `5e-324` is 326).
 const FLOAT_TEXT: u64 = 350;
 const INT_TEXT: u64 = 21;
+/// The most a number's printed text weighs per byte of its JSON (see [`render_factor`]).
+const NUMBER_TEXT_FACTOR: u64 = 62;
 /// A run id is a folder name.
 const RUN_ID_TEXT: u64 = 255;
 const MAX_DEPTH: usize = 32;
@@ -67,6 +69,9 @@ pub struct RoleCost {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub max_cost: Option<f64>,
+    /// `max_cost` at the prices the file declares, for profiles that read theirs from the
+    /// environment (`price_env`) when a run starts: proven only at those prices.
+    pub max_cost_declared: Option<f64>,
 }
 
 /// The worst case of a run, role by role.
@@ -76,6 +81,8 @@ pub struct CostReport {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub max_cost: Option<f64>,
+    /// See [`RoleCost::max_cost_declared`].
+    pub max_cost_declared: Option<f64>,
     /// Inputs whose default the visit bounds use (`max_visits = input.N`).
     pub visits_by_inputs: Vec<String>,
     /// Why a figure is missing or capped: each value without a bound, where it is.
@@ -149,6 +156,14 @@ impl CostReport {
             out.push_str(line.trim_end());
             out.push('\n');
         }
+        if self.max_cost.is_none()
+            && let Some(declared) = self.max_cost_declared
+        {
+            out.push_str(&format!(
+                "at the prices the file declares (`price_env` may set others when a run starts): at most {}\n",
+                Self::money(Some(declared))
+            ));
+        }
         if !self.visits_by_inputs.is_empty() {
             out.push_str(&format!(
                 "visits use the default of input {}: a run given more visits more\n",
@@ -171,6 +186,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
         input_tokens: Some(0),
         output_tokens: Some(0),
         max_cost: Some(0.0),
+        max_cost_declared: Some(0.0),
         ..CostReport::default()
     };
     let mut seen: Vec<(Code, String)> = Vec::new();
@@ -266,6 +282,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
         let mut per_attempt_in: u64 = 0;
         let mut per_attempt_out: Option<u64> = Some(0);
         let mut per_attempt_cost: Option<f64> = Some(0.0);
+        let mut per_attempt_declared: Option<f64> = Some(0.0);
         let mut out_per_try: Option<u64> = Some(0);
         let mut names: Vec<String> = Vec::new();
         for first in firsts {
@@ -273,6 +290,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
             let mut tin: u64 = 0;
             let mut tout: Option<u64> = Some(0);
             let mut money: Option<f64> = Some(0.0);
+            let mut at_declared: Option<f64> = Some(0.0);
             for &id in &chain {
                 let p = &workflow.providers[id];
                 let profile = &p.profile;
@@ -302,9 +320,8 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                             ),
                         )
                         .label(p.span, "`price_env` sets them")
-                        .help("a price known only at run time proves nothing: write `price { ... }` without `price_env` to have the cost bounded"),
+                        .help("a price known only at run time proves nothing: write `price { ... }` without `price_env` to have the cost bounded (the table gives the bound at the prices the file declares)"),
                     );
-                    continue;
                 }
                 let input_cost = tin_cost(tries, input_per_try, price.input_per_1k);
                 let output_cost = match out {
@@ -329,9 +346,15 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                         )),
                     );
                 }
-                money = match (money, output_cost) {
+                let both = |acc: Option<f64>| match (acc, output_cost) {
                     (Some(m), Some(o)) => Some(m + input_cost + o),
                     _ => None,
+                };
+                at_declared = both(at_declared);
+                money = if profile.price_env.is_some() {
+                    None
+                } else {
+                    both(money)
                 };
             }
             per_attempt_in = per_attempt_in.max(tin);
@@ -340,13 +363,23 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 _ => None,
             };
+            per_attempt_declared = match (per_attempt_declared, at_declared) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
         }
         let calls = visits.map(|v| v.saturating_mul(attempts));
         let input_tokens = calls.map(|c| c.saturating_mul(per_attempt_in));
         let output_tokens = mul_opt(calls, per_attempt_out);
-        let max_cost = match (calls, per_attempt_cost) {
+        let priced = |per: Option<f64>| match (calls, per) {
             (_, Some(c)) if c <= 0.0 => Some(0.0),
             (Some(n), Some(c)) => Some(n as f64 * c),
+            _ => None,
+        };
+        let max_cost = priced(per_attempt_cost);
+        let max_cost_declared = priced(per_attempt_declared);
+        report.max_cost_declared = match (report.max_cost_declared, max_cost_declared) {
+            (Some(a), Some(b)) => Some(a + b),
             _ => None,
         };
         report.input_tokens = add_opt(report.input_tokens, input_tokens);
@@ -367,6 +400,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
             input_tokens,
             output_tokens,
             max_cost,
+            max_cost_declared,
         });
     }
     report
@@ -486,13 +520,27 @@ struct Val {
     ty: Type,
     json: Option<u64>,
     text: Option<u64>,
+    /// A list's declared `max_len`.
+    len: Option<u64>,
+    /// A declared `max_depth` of what it is part of: no part nests deeper.
+    depth: Option<u64>,
+    /// Part of a whiteboard, code context or history view, whose integers are counts and
+    /// line numbers (at most 20 digits), not any whole number.
+    counts: bool,
 }
 
 impl Val {
     fn of(ty: Type, json: Option<u64>) -> Val {
         let json = min_opt(json, json_bound(&ty));
         let text = render_bound(&ty, json);
-        Val { ty, json, text }
+        Val {
+            ty,
+            json,
+            text,
+            len: None,
+            depth: None,
+            counts: false,
+        }
     }
 
     fn text(len: Option<u64>) -> Val {
@@ -500,6 +548,9 @@ impl Val {
             ty: Type::String,
             json: len.map(|l| l.saturating_mul(6).saturating_add(2)),
             text: len,
+            len: None,
+            depth: None,
+            counts: false,
         }
     }
 
@@ -508,6 +559,9 @@ impl Val {
             json: json_bound(&ty).or(Some(text.saturating_mul(6).saturating_add(2))),
             ty,
             text: Some(text),
+            len: None,
+            depth: None,
+            counts: false,
         }
     }
 
@@ -516,18 +570,46 @@ impl Val {
             ty: if a.ty == b.ty { a.ty } else { Type::Any },
             json: max_opt(a.json, b.json),
             text: max_opt(a.text, b.text),
+            len: max_opt(a.len, b.len),
+            depth: max_opt(a.depth, b.depth),
+            counts: a.counts && b.counts,
         }
     }
 
     /// An element or field of this value.
     fn part(&self, ty: Type) -> Val {
-        Val::of(ty, self.json)
+        let mut v = Val::of(ty, self.json);
+        v.depth = self.depth;
+        v.counts = self.counts;
+        if self.counts && matches!(v.ty.strip_optional(), Type::Int) {
+            v.text = Some(INT_TEXT);
+        }
+        v
     }
 
     /// How many items a loop over it makes.
     fn items(&self) -> Option<u64> {
-        self.json.map(|j| j / 2 + 1)
+        // Each item takes at least the least JSON of its type and a separator (a map's
+        // entry its key, `""`, and `:` too).
+        let per = match self.ty.strip_optional() {
+            Type::Map { value } => min_json(value) + 4,
+            other => min_json(&element(other)) + 1,
+        };
+        min_opt(
+            self.json.map(|j| j.saturating_sub(2) / per.max(1) + 1),
+            self.len,
+        )
     }
+}
+
+thread_local! {
+    /// How many times a `min` bound took the smaller side: a body that took one may be
+    /// concave in its item's size, and the convex rule of a loop does not hold for it.
+    static CAPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn capped_once() {
+    CAPS.with(|c| c.set(c.get() + 1));
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -580,14 +662,40 @@ fn render_bound(ty: &Type, json: Option<u64>) -> Option<u64> {
 
 /// Rendered text per JSON byte: a string's text is no longer than its JSON; a list adds a
 /// space per separator and an object inside one is `[object]` (2 bytes of JSON at least);
-/// a float (3 bytes of JSON at least) may print [`FLOAT_TEXT`] digits.
+/// a number prints every digit, 62 times its JSON at most (`1e308`, 5 bytes, prints 309;
+/// `5e-324`, 6 bytes, 326).
 fn render_factor(ty: &Type) -> u64 {
     if has_float(ty) {
-        FLOAT_TEXT / 3 + 1
-    } else if matches!(ty, Type::String | Type::WorkspacePath) {
+        NUMBER_TEXT_FACTOR
+    } else if matches!(ty.strip_optional(), Type::String | Type::WorkspacePath) {
         1
     } else {
         4
+    }
+}
+
+/// The fewest bytes of JSON a value of `ty` takes (an optional field may be absent).
+fn min_json(ty: &Type) -> u64 {
+    match ty {
+        Type::Int | Type::Float | Type::Any => 1,
+        Type::Bool | Type::Null => 4,
+        Type::Literal { value } => serde_json::to_string(value).map_or(2, |s| s.len()) as u64,
+        Type::Optional { inner } => min_json(inner).min(4),
+        Type::Union { members } => members.iter().map(min_json).min().unwrap_or(1),
+        Type::Object { fields } => {
+            let required: Vec<_> = fields.iter().filter(|f| !f.ty.is_optional()).collect();
+            let each: u64 = required
+                .iter()
+                .map(|f| {
+                    serde_json::to_string(&f.name).map_or(2, |s| s.len()) as u64
+                        + 1
+                        + min_json(&f.ty)
+                })
+                .sum();
+            2 + required.len().saturating_sub(1) as u64 + each
+        }
+        // A string, a list, a map: `""`, `[]`, `{}`.
+        _ => 2,
     }
 }
 
@@ -684,7 +792,23 @@ impl<'a> Walker<'a> {
             | Node::Continue(_)
             | Node::MacroDefinition(..)
             | Node::ImportMacro(..) => Some(0),
-            Node::VariableBlock(_, e) => self.expr(e).text,
+            Node::VariableBlock(_, e) => {
+                let before = self.found.len();
+                let text = self.expr(e).text;
+                // Whatever has no bound says so: here, if nothing it reads did.
+                if text.is_none() && self.found.len() == before {
+                    let what = match &e.val {
+                        ExprVal::Ident(id) => id.clone(),
+                        _ => "this value".to_string(),
+                    };
+                    self.unbounded(
+                        &what,
+                        format!("what `{what}` renders has no bound"),
+                        "render a bounded value, or cut it with `truncate(length=N)`".into(),
+                    );
+                }
+                text
+            }
             Node::Set(_, set) => {
                 let mut v = self.expr(&set.value);
                 // A global set inside a loop may grow with each pass.
@@ -746,7 +870,16 @@ impl<'a> Walker<'a> {
                 let item_ty = element(&over.ty);
                 let body_at = |w: &mut Self, json: Option<u64>| {
                     let mut frame = HashMap::new();
-                    frame.insert(l.value.clone(), Val::of(item_ty.clone(), json));
+                    let mut item = over.part(item_ty.clone());
+                    item = Val {
+                        json: min_opt(json, Val::of(item_ty.clone(), json).json),
+                        text: Val::of(item_ty.clone(), json).text,
+                        ..item
+                    };
+                    if item.counts && matches!(item.ty.strip_optional(), Type::Int) {
+                        item.text = Some(INT_TEXT);
+                    }
+                    frame.insert(l.value.clone(), item);
                     if let Some(k) = &l.key {
                         frame.insert(k.clone(), Val::of(Type::String, json));
                     }
@@ -774,14 +907,24 @@ impl<'a> Walker<'a> {
                         // rate times the list's size.
                         let s2 = s.max(1).saturating_mul(2);
                         let s = s2 / 2;
+                        let caps = CAPS.with(std::cell::Cell::get);
                         let b0 = body_at(self, Some(0));
                         let b1 = body_at(self, Some(s));
                         let b2 = body_at(self, Some(s2));
+                        // No `min` bound in the body: it is convex in its item's size (sums,
+                        // products and maxima of non-decreasing affine parts, a nested loop's
+                        // count), so items of sizes x₁..xₙ (Σ ≤ s) cost at most
+                        // f(s) + (n − 1)·f(0); an affine body is the case the three points show.
+                        let convex = CAPS.with(std::cell::Cell::get) == caps;
                         match (b0, b1, b2) {
                             (Some(b0), Some(b1), Some(b2))
                                 if b1 >= b0
-                                    && b2.checked_sub(b1) == Some(b1 - b0)
-                                    && b2 < u64::MAX =>
+                                    && b2 < u64::MAX
+                                    && (b2.checked_sub(b1) == Some(b1 - b0)
+                                        || (convex
+                                            && b2
+                                                .checked_sub(b1)
+                                                .is_some_and(|d| d >= b1 - b0))) =>
                             {
                                 Some(n.saturating_mul(b0).saturating_add(b1 - b0))
                             }
@@ -813,10 +956,54 @@ impl<'a> Walker<'a> {
         } else {
             self.expr_val(&e.val)
         };
-        for f in &e.filters {
+        let mut filters = e.filters.iter().peekable();
+        // `default` applies only to what is undefined: a field a declaration always has is not.
+        if let (ExprVal::Ident(id), Some(f)) = (&e.val, filters.peek())
+            && f.name == "default"
+            && !e.negated
+            && self.always_defined(id)
+        {
+            filters.next();
+        }
+        for f in filters {
             v = self.filter(v, f);
         }
         v
+    }
+
+    /// `memory.NAME.field...` or `input.NAME.field...` through required fields of the
+    /// declared type (or of a structured memory's view): defined in every run.
+    fn always_defined(&self, ident: &str) -> bool {
+        let parts = split_ident(ident);
+        if self.lookup(parts[0].as_deref().unwrap_or("")).is_some() {
+            return false;
+        }
+        let mut ty = match (parts[0].as_deref(), parts.get(1).and_then(|p| p.as_deref())) {
+            (Some("memory"), Some(name)) => {
+                match self.workflow.memory.iter().find(|m| m.name == name) {
+                    Some(slot) => slot.kind.view_type(),
+                    None => return false,
+                }
+            }
+            (Some("input"), Some(name)) => {
+                match self.workflow.inputs.iter().find(|i| i.name == name) {
+                    Some(i) if i.default.is_some() => i.ty.clone(),
+                    _ => return false,
+                }
+            }
+            _ => return false,
+        };
+        for p in &parts[2..] {
+            let Some(field) = p else { return false };
+            let Type::Object { fields } = &ty else {
+                return false;
+            };
+            match fields.iter().find(|f| &f.name == field) {
+                Some(f) if !f.ty.is_optional() => ty = f.ty.clone(),
+                _ => return false,
+            }
+        }
+        !ty.is_optional()
     }
 
     fn expr_val(&mut self, v: &ExprVal) -> Val {
@@ -876,6 +1063,11 @@ impl<'a> Walker<'a> {
     }
 
     fn filter(&mut self, v: Val, f: &FunctionCall) -> Val {
+        // A type with a fixed bound caps its JSON (a `min`): what a filter makes of that JSON
+        // may not grow with the item the way a loop's convex rule needs.
+        if json_bound(&v.ty).is_some() {
+            capped_once();
+        }
         let lit_u64 = |name: &str| match f.args.get(name).map(|e| &e.val) {
             Some(ExprVal::Int(n)) => u64::try_from(*n).ok(),
             _ => None,
@@ -898,7 +1090,12 @@ impl<'a> Walker<'a> {
             "float" | "abs" | "round" => Val::fixed(Type::Float, FLOAT_TEXT),
             "pluralize" => Val::text(Some(lit_str("plural").unwrap_or(1).max(8))),
             "truncate" => match lit_u64("length") {
-                Some(n) => Val::text(min_opt(t.map(|t| t + 3), Some(n * 4 + 3))),
+                Some(n) => {
+                    if t.is_none_or(|t| t > n * 4) {
+                        capped_once();
+                    }
+                    Val::text(min_opt(t.map(|t| t + 3), Some(n * 4 + 3)))
+                }
                 None => Val::text(t.map(|t| t + 3)),
             },
             "pad" => Val::text(add_opt(
@@ -932,7 +1129,7 @@ impl<'a> Walker<'a> {
                 // at most one level per two bytes of its JSON.
                 let json = if pretty {
                     v.json.map(|j| {
-                        let d = depth(&v.ty).unwrap_or(j / 2 + 1);
+                        let d = min_opt(depth(&v.ty), v.depth).unwrap_or(j / 2 + 1);
                         j.saturating_mul(d.saturating_mul(2).saturating_add(3))
                     })
                 } else {
@@ -960,12 +1157,21 @@ impl<'a> Walker<'a> {
                     (Some(s), Some(n)) => {
                         let per_byte = render_factor(&element(&v.ty))
                             .max(render_bound(&element(&v.ty), Some(1)).unwrap_or(1));
-                        Some(
-                            s.saturating_mul(per_byte)
-                                .saturating_add(n.saturating_mul(sep + FLOAT_TEXT)),
-                        )
+                        Some(s.saturating_mul(per_byte).saturating_add(n.saturating_mul(
+                            sep + if has_float(&element(&v.ty)) {
+                                FLOAT_TEXT
+                            } else {
+                                0
+                            },
+                        )))
                         .map(|x| match each {
-                            Some(e) => x.min(n.saturating_mul(e + sep)),
+                            Some(e) => {
+                                let y = n.saturating_mul(e + sep);
+                                if y < x {
+                                    capped_once();
+                                }
+                                x.min(y)
+                            }
                             None => x,
                         })
                     }
@@ -999,11 +1205,17 @@ impl<'a> Walker<'a> {
     fn ident(&mut self, ident: &str) -> Val {
         let mut parts = split_ident(ident).into_iter();
         let root = parts.next().flatten().unwrap_or_default();
+        let in_loop = root == "loop" && self.lookup(&root).is_some();
         let mut v = match self.lookup(&root) {
             Some(v) => v,
             None => self.root(&root, &mut parts),
         };
-        for p in parts {
+        for (i, p) in parts.enumerate() {
+            // A loop's counter is below the items' count: a whole number of 20 digits.
+            if in_loop && i == 0 && matches!(p.as_deref(), Some("index" | "index0")) {
+                v = Val::fixed(Type::Int, INT_TEXT);
+                continue;
+            }
             let ty = match &p {
                 Some(field) => match v.ty.strip_optional() {
                     Type::Map { value } => (**value).clone(),
@@ -1079,7 +1291,20 @@ impl<'a> Walker<'a> {
                 .find_node(name)
                 .and_then(|n| Some((n, workflow.role(n)?)))
             {
-                Some((n, role)) => self.output(n, role),
+                Some((n, role)) => match (&role.kind, parts.clone().next()) {
+                    (RoleKind::Tool(t), Some(Some(field)))
+                        if !workflow.map_workers().contains(&n) =>
+                    {
+                        match tool_field(workflow, t, role, &field) {
+                            Some(v) => {
+                                parts.next();
+                                v
+                            }
+                            None => self.output(n, role),
+                        }
+                    }
+                    _ => self.output(n, role),
+                },
                 None => Val::of(Type::Any, None),
             },
         }
@@ -1090,15 +1315,20 @@ impl<'a> Walker<'a> {
         let Some(input) = workflow.inputs.iter().find(|i| i.name == name) else {
             return Val::of(Type::Any, None);
         };
-        let limit = workflow.limits.max_input_bytes.map(|(n, _)| n);
-        let v = Val::of(input.ty.clone(), limit);
-        if v.text.is_none() {
+        let limit = min_opt(
+            input.bound.max_bytes,
+            workflow.limits.max_input_bytes.map(|(n, _)| n),
+        );
+        let mut v = Val::of(input.ty.clone(), limit);
+        v.len = input.bound.max_len;
+        v.depth = input.bound.max_depth;
+        if v.json.is_none() {
             self.unbounded_at(
                 input.span,
                 format!("input `{name}`"),
                 format!("input `{name}` has no size bound"),
                 "any length a run is given".into(),
-                "bound every input: `limits { max_input_bytes = \"16KB\" }` in the workflow header (a run given more does not start)".into(),
+                format!("bound it: `limits {{ max_bytes = {{ {name} = \"16KB\" }} }}` in the workflow header, or every input with `max_input_bytes = \"16KB\"` (a run given more does not start)"),
             );
         }
         v
@@ -1111,17 +1341,20 @@ impl<'a> Walker<'a> {
         };
         match &slot.kind {
             MemoryKind::Value { ty, default } => {
-                let limit = workflow.limits.max_memory_bytes.map(|(n, _)| n);
-                // An initial value past the limit stays until an update replaces it.
+                // An initial value past `max_memory_bytes` stays until an update replaces
+                // it; the slot's own bound holds its initial value (`check` says so).
                 let start = default.to_string().len() as u64;
-                let v = Val::of(ty.clone(), limit.map(|l| l.max(start)));
-                if v.text.is_none() {
+                let global = workflow.limits.max_memory_bytes.map(|(n, _)| n.max(start));
+                let mut v = Val::of(ty.clone(), min_opt(slot.bound.max_bytes, global));
+                v.len = slot.bound.max_len;
+                v.depth = slot.bound.max_depth;
+                if v.json.is_none() {
                     self.unbounded_at(
                         slot.span,
                         format!("memory `{name}`"),
                         format!("memory `{name}` has no size bound"),
                         "grows with every update".into(),
-                        "bound value memory: `limits { max_memory_bytes = \"64KB\" }` in the workflow header (a step that would store more ends the run at `limit`)".into(),
+                        format!("bound it: `limits {{ max_bytes = {{ {name} = \"64KB\" }} }}` in the workflow header (a list may also take `max_len = {{ {name} = 20 }}`), or every value memory with `max_memory_bytes = \"64KB\"`; a step that would store more ends the run at `limit`"),
                     );
                 }
                 v
@@ -1137,16 +1370,25 @@ impl<'a> Walker<'a> {
                     )),
                 )
             }
-            other => {
-                self.unbounded_at(
-                    slot.span,
-                    format!("memory `{name}`"),
-                    format!("memory `{name}` ({}) has no size bound", other.kind_name()),
-                    "a whiteboard, code context or history grows without a bound".into(),
-                    "render what the prompt needs through a value memory bounded by `limits { max_memory_bytes = ... }`, or cut it with `truncate(length=N)`".into(),
-                );
-                Val::of(Type::Any, None)
-            }
+            other => match slot.bound.max_bytes {
+                // What a template sees is cut to it (`rondo_memory::fit_json`).
+                Some(max) => {
+                    let mut v = Val::of(other.view_type(), Some(max));
+                    v.counts = true;
+                    v
+                }
+                None => {
+                    let kind = other.kind_name();
+                    self.unbounded_at(
+                        slot.span,
+                        format!("memory `{name}`"),
+                        format!("memory `{name}` ({kind}) has no size bound"),
+                        format!("a {kind} grows with the run"),
+                        format!("add `max_bytes = \"32KB\"` to its declaration: `{name}: {kind} {{ ...  max_bytes = \"32KB\" }}` (what a template sees of it is cut to that, oldest items first)"),
+                    );
+                    Val::of(other.view_type(), None)
+                }
+            },
         }
     }
 
@@ -1173,7 +1415,8 @@ impl<'a> Walker<'a> {
                     "item".into(),
                     "the items of this map have no size bound".into(),
                     "what `item` is".into(),
-                    "map over a memory bounded by `limits { max_memory_bytes = ... }`".into(),
+                    "map over a memory bounded by `limits { max_bytes = { NAME = \"64KB\" } }`"
+                        .into(),
                 );
                 return Val::of(Type::Any, None);
             }
@@ -1190,7 +1433,7 @@ impl<'a> Walker<'a> {
                 format!("`{}`", workflow.node(n).name),
                 format!("the outputs of map worker `{}` have no count bound", workflow.node(n).name),
                 "read by name: the list of its branch outputs".into(),
-                "store what the prompt needs in a memory bounded by `limits { max_memory_bytes = ... }`".into(),
+                "store what the prompt needs in a memory bounded by `limits { max_bytes = { NAME = \"64KB\" } }`".into(),
             );
             return Val::of(Type::Any, None);
         }
@@ -1288,17 +1531,77 @@ impl Val {
 
     /// A tool output: only what its type bounds (an exit code, a flag) has a bound.
     fn with_missing(self, w: &mut Walker, span: Span, role: &str) -> Val {
-        if self.text.is_none() {
+        if self.json.is_none() {
             w.unbounded_at(
                 span,
                 format!("`{role}`"),
-                format!("the output of tool role `{role}` has no size bound"),
+                format!("the whole result of tool role `{role}` has no size bound"),
                 "what the tool prints".into(),
-                "store what the prompt needs in a memory bounded by `limits { max_memory_bytes = ... }`, or render only its bounded fields (`ok`, `exit_code`)".into(),
+                "render its fields, which its `max_output` bounds (`stdout`, `stderr`, `shown`, `data`, `ok`, `exit_code`), not the whole result (its `args` have no bound)".into(),
             );
         }
         self
     }
+}
+
+/// Bytes a tool's captured stream holds besides its kept head and tail: the cut's marker
+/// line, a timeout's note, the verdict line of `show`.
+const TOOL_STREAM_EXTRA: u64 = 512;
+
+/// The most bytes a tool role keeps of each stream: its `max_output`, else its tool's (the
+/// largest of the tools it may choose), else the engine's default. The run enforces it.
+pub fn tool_max_output(workflow: &Workflow, role: &crate::compile::ToolRole) -> u64 {
+    use crate::compile::ToolAction;
+    let default = rondo_env::DEFAULT_MAX_OUTPUT as u64;
+    if let Some(m) = role.max_output {
+        return m;
+    }
+    let spec = |t: usize| workflow.tools[t].spec.max_output.unwrap_or(default);
+    match &role.action {
+        ToolAction::Command { .. } => default,
+        ToolAction::Tool { tool, .. } => spec(*tool),
+        ToolAction::Choose { choices, .. } | ToolAction::Calls { choices, .. } => {
+            choices.iter().map(|&t| spec(t)).max().unwrap_or(default)
+        }
+    }
+}
+
+/// A field of a tool role's result that its `max_output` bounds: the streams as text (an
+/// invalid byte may read as a 3-byte `�`), and what was parsed from stdout. `None`: a field
+/// it does not bound (`args`: what the role was given).
+fn tool_field(
+    workflow: &Workflow,
+    tool: &crate::compile::ToolRole,
+    role: &crate::compile::Role,
+    field: &str,
+) -> Option<Val> {
+    if matches!(tool.action, crate::compile::ToolAction::Calls { .. }) {
+        return None;
+    }
+    let kept = tool_max_output(workflow, tool).saturating_add(TOOL_STREAM_EXTRA);
+    let text = kept.saturating_mul(3);
+    let ty = role.output_type.field(field).unwrap_or(Type::Any);
+    Some(match field {
+        "stdout" | "stderr" | "shown" => Val {
+            ty: Type::String,
+            json: Some(kept.saturating_mul(6).saturating_add(2)),
+            text: Some(text),
+            len: None,
+            depth: None,
+            counts: false,
+        },
+        // Parsed from the kept bytes: a number written short may take 4.5 times its text
+        // (`1e15`), a `�` stays 3 bytes.
+        "data" | "warnings" | "error" | "status" => {
+            Val::of(ty, Some(kept.saturating_mul(5).saturating_add(text)))
+        }
+        "tool_name" => Val::fixed(Type::String, 256),
+        "log" => Val::fixed(Type::optional(Type::String), 4096),
+        "ok" | "timed_out" => Val::fixed(Type::Bool, 5),
+        "exit_code" | "execution_time" => Val::fixed(ty, FLOAT_TEXT),
+        "error_kind" => Val::fixed(ty, 16),
+        _ => return None,
+    })
 }
 
 /// `a.b[0]["c"]` as `a`, then `Some("b")`, `None` (an index), `Some("c")`.

@@ -174,6 +174,7 @@ impl FileReport<'_> {
                 "input_tokens": c.input_tokens,
                 "output_tokens": c.output_tokens,
                 "max_cost": c.max_cost,
+                "max_cost_declared": c.max_cost_declared,
                 "visits_by_inputs": c.visits_by_inputs,
                 "unbounded": diagnostics::to_json(self.file, &c.unbounded),
             });

@@ -6,7 +6,7 @@ use rondo_provider::Budget;
 use super::Compiler;
 use super::attrs::Attrs;
 use super::types::Type;
-use super::workflow::{Input, Limits};
+use super::workflow::{Input, Limits, Workflow};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 use crate::source::Span;
 use crate::syntax::{Ast, Attr, Expr, ExprKind, Ident, TypeExpr, TypeKind};
@@ -72,6 +72,7 @@ impl Compiler<'_> {
                 path,
                 artifact_root: false,
                 span: input.span,
+                bound: Default::default(),
             });
         }
     }
@@ -142,7 +143,7 @@ impl Compiler<'_> {
         let finally = attrs.ident("finally", diags);
         let durable = attrs.ident_list("durable", diags);
         if let Some(limits) = attrs.block("limits", diags) {
-            self.workflow.limits = read_limits(limits, diags);
+            self.workflow.limits = read_limits(limits, &mut self.workflow, diags);
         }
         if let Some((text, span)) = attrs.string("budget", diags) {
             self.workflow.budget = read_budget(&text, span, diags);
@@ -268,7 +269,7 @@ fn script_replies(
 }
 
 /// The workflow's `limits { ... }`.
-fn read_limits(limits: &[Attr], diags: &mut Diagnostics) -> Limits {
+fn read_limits(limits: &[Attr], workflow: &mut Workflow, diags: &mut Diagnostics) -> Limits {
     let mut l = Attrs::new(
         limits,
         &[
@@ -278,9 +279,13 @@ fn read_limits(limits: &[Attr], diags: &mut Diagnostics) -> Limits {
             "max_cost",
             "max_input_bytes",
             "max_memory_bytes",
+            "max_bytes",
+            "max_len",
+            "max_depth",
         ],
         "`limits`",
     );
+    super::memory::named_bounds(workflow, &mut l, diags);
     let read = Limits {
         max_steps: l.count("max_steps", diags).map(|x| x.0),
         max_wall_time_ms: l.duration_ms("max_wall_time", diags).map(|x| x.0),

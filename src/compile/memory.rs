@@ -7,10 +7,12 @@ use super::Compiler;
 use super::attrs::Attrs;
 use super::types::Type;
 use super::workflow::{
-    DEFAULT_CONVERSATION_BYTES, DEFAULT_CONVERSATION_MESSAGES, MemoryKind, MemorySlot,
+    DEFAULT_CONVERSATION_BYTES, DEFAULT_CONVERSATION_MESSAGES, MemoryKind, MemorySlot, SizeBound,
+    Workflow,
 };
-use crate::diagnostics::{Code, Diagnostic};
-use crate::syntax::{self, Ast, Ident};
+use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
+use crate::source::Span;
+use crate::syntax::{self, Ast, Ident, ValueKind};
 
 impl Compiler<'_> {
     pub(super) fn memory(&mut self, ast: &Ast) {
@@ -20,6 +22,7 @@ impl Compiler<'_> {
                 self.duplicate("memory", &entry.name, Some(first));
                 continue;
             }
+            let mut bound = SizeBound::default();
             let kind = match &entry.shape {
                 syntax::MemoryShape::Plain { ty, default } => {
                     let ty = self.resolve_type(ty);
@@ -46,7 +49,11 @@ impl Compiler<'_> {
                     }
                     MemoryKind::Value { ty, default }
                 }
-                syntax::MemoryShape::Kind { kind, attrs } => self.memory_kind(kind, attrs),
+                syntax::MemoryShape::Kind { kind, attrs } => {
+                    let (kind, b) = self.memory_kind(kind, attrs);
+                    bound = b;
+                    kind
+                }
             };
             self.memory_names
                 .insert(entry.name.name.clone(), self.workflow.memory.len());
@@ -54,17 +61,26 @@ impl Compiler<'_> {
                 name: entry.name.name.clone(),
                 kind,
                 span: entry.name.span,
+                bound,
             });
         }
     }
 
-    pub(super) fn memory_kind(&mut self, kind: &Ident, attrs: &[syntax::Attr]) -> MemoryKind {
+    /// A structured kind and its own `max_bytes`/`max_len` (a conversation keeps its
+    /// bounds in the kind).
+    pub(super) fn memory_kind(
+        &mut self,
+        kind: &Ident,
+        attrs: &[syntax::Attr],
+    ) -> (MemoryKind, SizeBound) {
         let diags = &mut self.diags;
-        match kind.name.as_str() {
+        let mut bound = SizeBound::default();
+        let kind = match kind.name.as_str() {
             "whiteboard" => {
-                let mut a = Attrs::new(attrs, &["sections"], "a whiteboard");
+                let mut a = Attrs::new(attrs, &["sections", "max_bytes"], "a whiteboard");
                 let sections = a.string_list("sections", diags).unwrap_or_default();
                 let misspelled = a.misspells(&["sections"]);
+                bound.max_bytes = view_bytes(&mut a, diags);
                 a.finish(diags);
                 if sections.is_empty() && !misspelled {
                     diags.push(
@@ -80,9 +96,10 @@ impl Compiler<'_> {
             "code_context" => {
                 let mut a = Attrs::new(
                     attrs,
-                    &["alpha", "beta", "gamma", "threshold", "root"],
+                    &["alpha", "beta", "gamma", "threshold", "root", "max_bytes"],
                     "a code context",
                 );
+                bound.max_bytes = view_bytes(&mut a, diags);
                 let mut param = |name: &str, default: f64, a: &mut Attrs<'_>| {
                     a.number(name, diags).map_or(default, |x| x.0)
                 };
@@ -145,11 +162,292 @@ impl Compiler<'_> {
                 }
             }
             _ => {
-                Attrs::new(attrs, &[], "a history").finish(diags);
+                let mut a = Attrs::new(attrs, &["max_bytes", "max_len"], "a history");
+                bound.max_bytes = view_bytes(&mut a, diags);
+                bound.max_len = a.count("max_len", diags).and_then(|(n, span)| {
+                    if n == 0 {
+                        diags.push(no_room("max_len", span, "a history"));
+                        return None;
+                    }
+                    Some(n)
+                });
+                a.finish(diags);
                 MemoryKind::History
+            }
+        };
+        (kind, bound)
+    }
+}
+
+/// The least a structured memory's `max_bytes` may be: its view's fixed fields fit.
+pub const MIN_VIEW_BYTES: u64 = 256;
+
+fn view_bytes(a: &mut Attrs<'_>, diags: &mut Diagnostics) -> Option<u64> {
+    let (n, span) = a.bytes("max_bytes", diags)?;
+    if n < MIN_VIEW_BYTES {
+        diags.push(
+            Diagnostic::error(
+                Code::MemoryBadBound,
+                format!("`max_bytes = {n}` leaves no room for what a template sees of it"),
+            )
+            .label(span, "too small")
+            .help(format!(
+                "give at least {MIN_VIEW_BYTES} bytes; e.g. `max_bytes = \"32KB\"`"
+            )),
+        );
+        return None;
+    }
+    Some(n)
+}
+
+fn no_room(key: &str, span: Span, what: &str) -> Diagnostic {
+    Diagnostic::error(
+        Code::MemoryBadBound,
+        format!("`{key} = 0` leaves {what} no room"),
+    )
+    .label(span, "nothing fits")
+    .help(format!("give `{key}` at least 1, or leave it out"))
+}
+
+/// `limits { max_bytes = { NAME = SIZE, ... }  max_len = { NAME = N, ... } }`: the bounds of
+/// inputs and value memories by name (`"input.NAME"`/`"memory.NAME"` when both have it).
+/// Read after the inputs and memory are declared.
+pub(super) fn named_bounds(workflow: &mut Workflow, l: &mut Attrs<'_>, diags: &mut Diagnostics) {
+    for key in ["max_bytes", "max_len", "max_depth"] {
+        let Some(value) = l.value(key) else { continue };
+        let ValueKind::Map(entries) = &value.kind else {
+            diags.push(
+                Diagnostic::error(
+                    Code::AttrWrongKind,
+                    format!("`{key}` in `limits` bounds inputs and memories by name"),
+                )
+                .label(value.span, "expected a map")
+                .help(format!(
+                    "write e.g. `{key} = {{ question = {} }}`; `max_input_bytes`/`max_memory_bytes` bound every input or value memory",
+                    if key == "max_bytes" { "\"16KB\"" } else { "20" }
+                )),
+            );
+            continue;
+        };
+        for (name, v) in entries {
+            let Some(n) = bound_number(key, v, diags) else {
+                continue;
+            };
+            if n == 0 && key != "max_depth" {
+                diags.push(no_room(key, v.span, &format!("`{}`", name.name)));
+                continue;
+            }
+            match target(workflow, name, diags) {
+                Some(Target::Input(id)) => {
+                    let input = &mut workflow.inputs[id];
+                    if key == "max_len" && !is_list(&input.ty) {
+                        diags.push(not_a_list(&name.name, &input.ty, v.span));
+                        continue;
+                    }
+                    set(&mut input.bound, key, n);
+                    if let Some(d) = &input.default
+                        && let Some(why) = over(d, input.bound)
+                    {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::MemoryBadBound,
+                                format!("the default of input `{}` is past its bound", name.name),
+                            )
+                            .label(v.span, why)
+                            .help("raise the bound or shorten the default"),
+                        );
+                    }
+                }
+                Some(Target::Memory(id)) => {
+                    let slot = &mut workflow.memory[id];
+                    let MemoryKind::Value { ty, default } = &slot.kind else {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::MemoryBadBound,
+                                format!(
+                                    "`{}` is a {}: its bounds go in its own block",
+                                    name.name,
+                                    slot.kind.kind_name()
+                                ),
+                            )
+                            .label(name.span, "not a value memory")
+                            .help(match slot.kind {
+                                MemoryKind::Conversation { .. } => format!(
+                                    "write `{}: conversation {{ max_messages = 100  max_bytes = \"256KB\" }}`",
+                                    name.name
+                                ),
+                                _ => format!(
+                                    "write `{}: {} {{ ... max_bytes = \"32KB\" }}` in the memory block",
+                                    name.name,
+                                    slot.kind.kind_name()
+                                ),
+                            }),
+                        );
+                        continue;
+                    };
+                    if key == "max_len" && !is_list(ty) {
+                        diags.push(not_a_list(&name.name, ty, v.span));
+                        continue;
+                    }
+                    set(&mut slot.bound, key, n);
+                    if let Some(why) = over(default, slot.bound) {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::MemoryBadBound,
+                                format!(
+                                    "the initial value of memory `{}` is past its bound",
+                                    name.name
+                                ),
+                            )
+                            .label(v.span, why)
+                            .help("raise the bound or shorten the initial value"),
+                        );
+                    }
+                }
+                None => {}
             }
         }
     }
+}
+
+enum Target {
+    Input(usize),
+    Memory(usize),
+}
+
+/// The input or memory a `limits` entry names; a name both have must say which.
+fn target(workflow: &Workflow, name: &Ident, diags: &mut Diagnostics) -> Option<Target> {
+    let (only, bare) = match name.name.split_once('.') {
+        Some(("input", rest)) => (Some(true), rest),
+        Some(("memory", rest)) => (Some(false), rest),
+        _ => (None, name.name.as_str()),
+    };
+    let input = workflow.inputs.iter().position(|i| i.name == bare);
+    let memory = workflow.memory.iter().position(|m| m.name == bare);
+    match (only, input, memory) {
+        (Some(true), Some(i), _) | (None, Some(i), None) => Some(Target::Input(i)),
+        (Some(false), _, Some(m)) | (None, None, Some(m)) => Some(Target::Memory(m)),
+        (None, Some(_), Some(_)) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::MemoryBadBound,
+                    format!("`{bare}` is both an input and a memory"),
+                )
+                .label(name.span, "which one?")
+                .help(format!(
+                    "write `\"input.{bare}\" = ...` or `\"memory.{bare}\" = ...`"
+                )),
+            );
+            None
+        }
+        _ => {
+            let names = workflow
+                .inputs
+                .iter()
+                .map(|i| i.name.as_str())
+                .chain(workflow.memory.iter().map(|m| m.name.as_str()));
+            let help = did_you_mean(bare, names).unwrap_or_else(|| {
+                "`limits { max_bytes = { ... } }` names inputs and memories".to_string()
+            });
+            diags.push(
+                Diagnostic::error(
+                    Code::MemoryUnknown,
+                    format!("`{bare}` is neither an input nor a memory"),
+                )
+                .label(name.span, "not declared")
+                .help(help),
+            );
+            None
+        }
+    }
+}
+
+fn bound_number(key: &str, v: &syntax::Value, diags: &mut Diagnostics) -> Option<u64> {
+    let parsed = match (&v.kind, key) {
+        (ValueKind::Number(n), _) if *n >= 0.0 && n.fract() == 0.0 => Some(*n as u64),
+        (ValueKind::String(s), "max_bytes") => rondo_config::parse_size(s),
+        _ => None,
+    };
+    if parsed.is_none() {
+        let expected = if key == "max_bytes" {
+            "a size such as `\"16KB\"` or a number of bytes"
+        } else {
+            "a number"
+        };
+        diags.push(
+            Diagnostic::error(Code::AttrWrongKind, format!("`{key}` takes {expected}"))
+                .label(v.span, format!("expected {expected}"))
+                .help(format!(
+                    "write e.g. `{key} = {{ plan = {} }}`",
+                    if key == "max_bytes" { "\"16KB\"" } else { "20" }
+                )),
+        );
+    }
+    parsed
+}
+
+fn set(bound: &mut SizeBound, key: &str, n: u64) {
+    match key {
+        "max_bytes" => bound.max_bytes = Some(n),
+        "max_len" => bound.max_len = Some(n),
+        _ => bound.max_depth = Some(n),
+    }
+}
+
+/// How deep `value` nests (a scalar 0, `[1]` 1), walked without recursion.
+pub fn depth_of(value: &Value) -> u64 {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0u64)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+fn is_list(ty: &Type) -> bool {
+    matches!(ty.strip_optional(), Type::List { .. })
+}
+
+fn not_a_list(name: &str, ty: &Type, span: Span) -> Diagnostic {
+    Diagnostic::error(
+        Code::MemoryBadBound,
+        format!(
+            "`max_len` bounds a list, and `{name}` is a `{}`",
+            ty.display()
+        ),
+    )
+    .label(span, "not a list")
+    .help(format!(
+        "bound its size instead: `max_bytes = {{ {name} = \"16KB\" }}`"
+    ))
+}
+
+/// Why `value` is past `bound`, if it is.
+pub fn over(value: &Value, bound: SizeBound) -> Option<String> {
+    if let Some(max) = bound.max_len
+        && let Value::Array(items) = value
+        && items.len() as u64 > max
+    {
+        return Some(format!("{} items, past max_len = {max}", items.len()));
+    }
+    if let Some(max) = bound.max_bytes {
+        let bytes = serde_json::to_string(value).map_or(0, |s| s.len()) as u64;
+        if bytes > max {
+            return Some(format!("{bytes} bytes of JSON, past max_bytes = {max}"));
+        }
+    }
+    if let Some(max) = bound.max_depth {
+        let depth = depth_of(value);
+        if depth > max {
+            return Some(format!("nested {depth} levels, past max_depth = {max}"));
+        }
+    }
+    None
 }
 
 fn default_for(ty: &Type) -> Value {
@@ -164,6 +462,88 @@ fn default_for(ty: &Type) -> Value {
 }
 
 impl MemoryKind {
+    /// What a template sees of a slot of this kind: a value's declared type, a
+    /// conversation's messages, or the view of a whiteboard, code context or history (see
+    /// docs/memory.md). `max_bytes` of a structured kind bounds this value's JSON.
+    pub fn view_type(&self) -> Type {
+        let s = || Type::String;
+        let opt = Type::optional;
+        match self {
+            MemoryKind::Value { ty, .. } => ty.clone(),
+            MemoryKind::Conversation { .. } => super::conversation_type(),
+            MemoryKind::Whiteboard { .. } => {
+                let entry = Type::object(vec![
+                    ("id", s()),
+                    ("text", s()),
+                    ("path", opt(s())),
+                    ("status", s()),
+                    ("reason", opt(s())),
+                    ("superseded_by", opt(s())),
+                ]);
+                let spec =
+                    Type::object(vec![("name", s()), ("prefix", s()), ("paths", Type::Bool)]);
+                let section = Type::object(vec![
+                    ("spec", spec),
+                    ("entries", Type::list(entry)),
+                    ("next_number", Type::Int),
+                ]);
+                Type::object(vec![("sections", Type::list(section)), ("markdown", s())])
+            }
+            MemoryKind::CodeContext { .. } => {
+                let item = Type::object(vec![
+                    ("kind", s()),
+                    ("number", opt(Type::Int)),
+                    ("text", opt(s())),
+                ]);
+                let file = Type::object(vec![("path", s()), ("items", Type::list(item))]);
+                let skipped = Type::object(vec![
+                    ("path", s()),
+                    ("line", opt(Type::Int)),
+                    ("reason", s()),
+                ]);
+                let activity = Type::object(vec![
+                    ("accessed", Type::list(Type::Int)),
+                    ("referred", Type::list(Type::Int)),
+                    ("score", Type::Float),
+                ]);
+                let chunk = Type::object(vec![
+                    ("file_path", s()),
+                    ("class", opt(s())),
+                    ("function", opt(s())),
+                    ("whole_function", Type::Bool),
+                    ("lines", Type::list(Type::Int)),
+                    ("activity", activity),
+                ]);
+                Type::object(vec![
+                    ("files", Type::list(file)),
+                    ("skipped", Type::list(skipped)),
+                    ("chunks", Type::list(chunk)),
+                ])
+            }
+            MemoryKind::History => {
+                let node = Type::object(vec![
+                    ("id", Type::Int),
+                    ("parent", opt(Type::Int)),
+                    ("children", Type::list(Type::Int)),
+                    ("thought", s()),
+                    ("action_type", s()),
+                    ("action_params", s()),
+                    ("observation", opt(s())),
+                    ("bad_action", opt(Type::Bool)),
+                    ("summary", s()),
+                    ("lessons", s()),
+                ]);
+                let lesson = Type::object(vec![("node", Type::Int), ("text", s())]);
+                Type::object(vec![
+                    ("chain", Type::list(node)),
+                    ("lessons", Type::list(lesson)),
+                    ("last_bad_action", opt(Type::Bool)),
+                    ("n_nodes", Type::Int),
+                ])
+            }
+        }
+    }
+
     /// Whether a slot of this kind can be made as the run makes it: `check` reports one
     /// that cannot before any run starts.
     pub fn can_be_made(&self) -> Result<(), String> {

@@ -30,7 +30,7 @@ use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
 use crate::source::{SourceFile, Span};
 use crate::syntax::{self, Ast, Ident};
 pub use expr::{Scope, invalid_field_type};
-pub use memory::{new_code_context, new_whiteboard};
+pub use memory::{MIN_VIEW_BYTES, new_code_context, new_whiteboard, over as memory_over};
 pub use roles::{call_type, calls_result_type, conversation_type, native_output_type};
 use types::Type;
 pub use workflow::*;

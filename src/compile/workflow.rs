@@ -91,6 +91,30 @@ pub struct Input {
     /// The declaration, for what `check` says about the input.
     #[serde(default)]
     pub span: Span,
+    /// `limits { max_bytes = { NAME = ... }, max_len = { NAME = ... } }`: a run given more
+    /// does not start.
+    #[serde(default, skip_serializing_if = "SizeBound::is_none")]
+    pub bound: SizeBound,
+}
+
+/// A declared size bound (issue 27): the most bytes of JSON a value holds (for a
+/// whiteboard, code context or history: what a template sees of it), and for a list the
+/// most items. The run holds it (see `docs/memory.md`), so `check --cost` can count on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeBound {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_len: Option<u64>,
+    /// How deep it nests (a scalar 0, `[1]` 1): what bounds a pretty `json_encode` of `any`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<u64>,
+}
+
+impl SizeBound {
+    pub fn is_none(&self) -> bool {
+        self.max_bytes.is_none() && self.max_len.is_none() && self.max_depth.is_none()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -98,6 +122,9 @@ pub struct MemorySlot {
     pub name: String,
     pub kind: MemoryKind,
     pub span: Span,
+    /// Its own `max_bytes`/`max_len` (in its block, or in `limits` for a value memory).
+    #[serde(default, skip_serializing_if = "SizeBound::is_none")]
+    pub bound: SizeBound,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

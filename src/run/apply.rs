@@ -317,15 +317,20 @@ pub(super) struct UpdateNote {
     pub note: String,
 }
 
-/// `limits.max_memory_bytes` when a value memory's JSON passes it.
+/// Which bound a value memory's JSON passes, if any: `limits.max_memory_bytes`, or the
+/// slot's own `max_bytes`/`max_len`.
 pub(super) fn memory_over_limit(
     workflow: &crate::compile::Workflow,
+    slot: &crate::compile::MemorySlot,
     value: &super::memory::MemoryValue,
-) -> Option<u64> {
-    let (limit, _) = workflow.limits.max_memory_bytes?;
+) -> Option<String> {
     let plain = value.plain()?;
+    if let Some(why) = crate::compile::memory_over(plain, slot.bound) {
+        return Some(why);
+    }
+    let (limit, _) = workflow.limits.max_memory_bytes?;
     let bytes = serde_json::to_string(plain).map_or(0, |s| s.len()) as u64;
-    (bytes > limit).then_some(limit)
+    (bytes > limit).then(|| format!("{bytes} bytes of JSON, past max_memory_bytes = {limit}"))
 }
 
 /// Why a role's updates could not be applied.
@@ -375,11 +380,20 @@ impl<'w> Interpreter<'w> {
             let evaluated = self.update_values(state, node, update, output, item)?;
             let op = evaluated.op;
             let memory = evaluated.memory;
+            let slot = &self.workflow.memory[memory];
+            // A value memory with a bound keeps what it held when an update would pass it:
+            // the records show the bound respected.
+            let bounded = matches!(slot.kind, crate::compile::MemoryKind::Value { .. })
+                && (!slot.bound.is_none() || self.workflow.limits.max_memory_bytes.is_some());
+            let before = bounded.then(|| state.memory[memory].clone());
             let note = self.store_update(state, evaluated)?;
-            if let Some(limit) = memory_over_limit(self.workflow, &state.memory[memory]) {
+            if let Some(why) = memory_over_limit(self.workflow, slot, &state.memory[memory]) {
+                if let Some(before) = before {
+                    state.memory[memory] = before;
+                }
                 return Err(UpdateError::Limit(format!(
-                    "memory `{}` would hold more than its bound, max_memory_bytes = {limit}",
-                    self.workflow.memory[memory].name
+                    "memory `{}` would hold more than its bound: {why}",
+                    slot.name
                 )));
             }
             notes.push(UpdateNote { memory, op, note });
@@ -475,7 +489,7 @@ impl<'w> Interpreter<'w> {
                 .map_err(|e| refused(format!("`{}.{}`: {e}", slot.name, op.name())))?;
         }
         let note = memory::apply(
-            &slot.kind,
+            slot,
             &mut state.memory[memory_id],
             op,
             args,

@@ -25,7 +25,7 @@ impl<'w> Interpreter<'w> {
             let slot = &self.workflow.memory[id];
             memory.insert(
                 slot.name.clone(),
-                state.memory[id].view(&slot.kind, self.workspace.root()),
+                state.memory[id].view(slot, self.workspace.root()),
             );
         }
         ctx.insert("memory", &memory);

@@ -77,10 +77,8 @@ impl Durable {
                         continue;
                     };
                     let carried = carry_over(&slot.kind, &state.memory[id], value).and_then(|v| {
-                        match super::apply::memory_over_limit(workflow, &v) {
-                            Some(limit) => {
-                                Err(format!("holds more than max_memory_bytes = {limit}"))
-                            }
+                        match super::apply::memory_over_limit(workflow, slot, &v) {
+                            Some(why) => Err(format!("holds more than its bound: {why}")),
                             None => Ok(v),
                         }
                     });

@@ -10,7 +10,7 @@ use serde_json::Value;
 use rondo_provider::Message;
 
 use super::value::equal;
-use crate::compile::{self, MemoryKind, MemoryOp};
+use crate::compile::{self, MemoryKind, MemoryOp, MemorySlot, SizeBound};
 
 /// The value of one memory slot, of the kind its declaration names. The checkpoint
 /// holds each as its own JSON (a plain value as it is, a structured kind as its store);
@@ -88,8 +88,21 @@ impl MemoryValue {
 
     /// What `memory.NAME` is in a template or an expression: a plain value as it is;
     /// a structured kind as its view (`code.files`, `ops.chain`, `ops.lessons`,
-    /// `board.sections`). A code context reads its files in the `workspace`.
-    pub fn view(&self, kind: &MemoryKind, workspace: &Path) -> Value {
+    /// `board.sections`), within the slot's `max_len` and `max_bytes` (see
+    /// [`rondo_memory::fit_json`]). A code context reads its files in the `workspace`.
+    pub fn view(&self, slot: &MemorySlot, workspace: &Path) -> Value {
+        let mut view = self.whole_view(&slot.kind, workspace, slot.bound);
+        if !matches!(self, MemoryValue::Plain(_))
+            && let Some(max) = slot.bound.max_bytes
+        {
+            rondo_memory::fit_json(&mut view, usize::try_from(max).unwrap_or(usize::MAX));
+        }
+        view
+    }
+
+    /// The view before `max_bytes`: a history keeps its latest `max_len` operations of the
+    /// chain and its latest `max_len` lessons.
+    fn whole_view(&self, kind: &MemoryKind, workspace: &Path, bound: SizeBound) -> Value {
         match self {
             MemoryValue::Plain(v) => v.clone(),
             // Rendering fills the parse cache; the run's value keeps the one it has.
@@ -104,17 +117,29 @@ impl MemoryValue {
                 Err(_) => Value::Null,
             },
             MemoryValue::History(history) => {
-                serde_json::to_value(history.view()).unwrap_or(Value::Null)
+                let mut view = history.view();
+                if let Some(max) = bound.max_len.and_then(|m| usize::try_from(m).ok()) {
+                    let from = view.chain.len().saturating_sub(max);
+                    view.chain.drain(..from);
+                    let from = view.lessons.len().saturating_sub(max);
+                    view.lessons.drain(..from);
+                }
+                serde_json::to_value(view).unwrap_or(Value::Null)
             }
             MemoryValue::Conversation(messages) => {
                 serde_json::to_value(messages).unwrap_or(Value::Null)
             }
-            MemoryValue::Whiteboard(board) => serde_json::json!({
-                "sections": board.sections(),
-                "markdown": board.render_markdown(),
-            }),
+            MemoryValue::Whiteboard(board) => whiteboard_view(board),
         }
     }
+}
+
+/// What a template sees of a whiteboard; its `max_bytes` bounds this value's JSON.
+fn whiteboard_view(board: &Whiteboard) -> Value {
+    serde_json::json!({
+        "sections": board.sections(),
+        "markdown": board.render_markdown(),
+    })
 }
 
 /// Where the files of a code context are read from: the workspace, or a folder of it
@@ -177,15 +202,16 @@ impl From<String> for MemoryError {
 /// Applies one operation; code is read from the `workspace`. Nothing is written: the
 /// caller renders a whiteboard ([`write_whiteboard`]) once the whole update is applied.
 pub fn apply(
-    kind: &MemoryKind,
+    decl: &MemorySlot,
     slot: &mut MemoryValue,
     op: MemoryOp,
     args: Vec<Value>,
     workspace: &Path,
 ) -> Result<String, MemoryError> {
+    let kind = &decl.kind;
     match slot {
         MemoryValue::Plain(slot) => apply_plain(kind, slot, op, args),
-        MemoryValue::Whiteboard(board) => apply_whiteboard(kind, board, op, args),
+        MemoryValue::Whiteboard(board) => apply_whiteboard(decl, board, op, args),
         MemoryValue::History(history) => apply_history(kind, history, op, args),
         MemoryValue::CodeContext(code) => apply_code_context(kind, code, op, args, workspace),
         MemoryValue::Conversation(messages) => apply_conversation(kind, messages, op, args),
@@ -287,9 +313,10 @@ fn apply_plain(
     }
 }
 
-/// A whiteboard's one operation: a batch of edits, applied all or nothing.
+/// A whiteboard's one operation: a batch of edits, applied all or nothing; a batch that
+/// would take the whiteboard past its `max_bytes` is refused whole (the model is told).
 fn apply_whiteboard(
-    kind: &MemoryKind,
+    decl: &MemorySlot,
     board: &mut Whiteboard,
     op: MemoryOp,
     args: Vec<Value>,
@@ -315,10 +342,18 @@ fn apply_whiteboard(
             let report = draft
                 .apply_json(&json)
                 .map_err(|e| MemoryError::Refused(e.to_string()))?;
+            if let Some(max) = decl.bound.max_bytes {
+                let bytes = serde_json::to_string(&whiteboard_view(&draft)).map_or(0, |s| s.len());
+                if bytes as u64 > max {
+                    return Err(MemoryError::Refused(format!(
+                        "the whiteboard would hold {bytes} bytes, past its max_bytes = {max}: deprecate entries that no longer hold, or write shorter ones"
+                    )));
+                }
+            }
             *board = draft;
             Ok(serde_json::to_string(&report).unwrap_or_default())
         }
-        op => Err(no_operation(kind, op)),
+        op => Err(no_operation(&decl.kind, op)),
     }
 }
 

@@ -764,12 +764,20 @@ fn resolve_inputs(
         .and_then(|values| visit_bounds_given(workflow, values))
 }
 
-/// Each input's JSON within `limits.max_input_bytes` (a path as resolved): the bound the
-/// proven worst-case cost counts on.
+/// Each input's JSON within `limits.max_input_bytes` and its own `max_bytes`/`max_len`
+/// (a path as resolved): the bounds the proven worst-case cost counts on.
 pub(crate) fn inputs_within_limit(
     workflow: &Workflow,
     values: Vec<Value>,
 ) -> Result<Vec<Value>, StartError> {
+    for (input, v) in workflow.inputs.iter().zip(&values) {
+        if let Some(why) = crate::compile::memory_over(v, input.bound) {
+            return Err(StartError::Input(format!(
+                "input `{}` holds {why}",
+                input.name
+            )));
+        }
+    }
     if let Some((limit, _)) = workflow.limits.max_input_bytes {
         for (input, v) in workflow.inputs.iter().zip(&values) {
             let bytes = serde_json::to_string(v).map_or(0, |s| s.len()) as u64;

@@ -401,6 +401,7 @@ pub struct Gen<'r> {
     /// worst case of its prompts needs no cap (drawn from the seed, not the generator's
     /// stream, so every case is otherwise the same).
     size_limits: bool,
+    seed: u64,
 }
 
 pub fn generate(seed: u64, features: Features) -> Case {
@@ -420,6 +421,7 @@ pub fn generate(seed: u64, features: Features) -> Case {
         has_invalid_exit: false,
         max_steps: 60,
         size_limits: seed.is_multiple_of(2),
+        seed,
     };
     g.build();
     let (replies, omitted) = g.replies();
@@ -2020,10 +2022,26 @@ impl Gen<'_> {
         s.push_str(
             "workflow generated {\n  prompts = \"prompts\"\n  input q: string = \"hello\"\n  input n: int = 2\n",
         );
-        let sizes = if self.size_limits {
-            "\n    max_input_bytes = 256\n    max_memory_bytes = \"2KB\""
+        // Half the bounded cases bound every input and value memory at once, half name
+        // each one (`max_bytes = { NAME = ... }`, a list's `max_len` too).
+        let sizes = if !self.size_limits {
+            String::new()
+        } else if self.seed.is_multiple_of(4) {
+            "\n    max_input_bytes = 256\n    max_memory_bytes = \"2KB\"".to_string()
         } else {
-            ""
+            let mut bytes = vec!["q = 256".to_string(), "n = 64".to_string()];
+            let mut lens = Vec::new();
+            for (n, t, _) in &self.memory.items {
+                bytes.push(format!("{n} = \"2KB\""));
+                if t.starts_with("list[") {
+                    lens.push(format!("{n} = 12"));
+                }
+            }
+            let mut s = format!("\n    max_bytes = {{ {} }}", bytes.join(", "));
+            if !lens.is_empty() {
+                s.push_str(&format!("\n    max_len = {{ {} }}", lens.join(", ")));
+            }
+            s
         };
         let _ = write!(
             s,

@@ -7,11 +7,14 @@
 //! - [`Whiteboard`]: CatMaster's whiteboard, changed by [`WhiteboardOp`]s applied
 //!   atomically and rendered to `whiteboard.md`.
 //!
+//! A view past its declared `max_bytes` is cut to it by [`fit_json`].
+//!
 //! Every kind is serde-serializable for the run checkpoint; views are data for
 //! templates, no prompt text is produced here.
 
 mod citation;
 mod code_context;
+mod fit;
 mod history;
 mod paths;
 mod reads;
@@ -23,6 +26,7 @@ pub use code_context::{
     AccessReport, Activity, Chunk, CitationReport, CodeContext, CodeContextError, CodeContextView,
     FileView, ScoreParams, Skipped, ViewItem, referral_score,
 };
+pub use fit::{CUT_MARK, fit_json, json_len};
 pub use history::{
     HistoryError, HistoryView, LessonView, OperationHistory, OperationNode, Reflection,
 };

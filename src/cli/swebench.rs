@@ -56,6 +56,10 @@ pub struct Args {
     /// Build a missing image from DIR/<instance id>/Dockerfile.
     #[arg(long, value_name = "DIR")]
     build: Option<PathBuf>,
+    /// DIR/<instance id>.py is the instance's reproduction script: written in the repository
+    /// and run before the agent's first operation (LLM-IDE's setup_reproduction_script).
+    #[arg(long, value_name = "DIR")]
+    reproductions: Option<PathBuf>,
     /// Seconds the tests of one evaluation may take; longer, they are killed.
     #[arg(long, value_name = "SECS")]
     eval_timeout: Option<u64>,
@@ -63,7 +67,7 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Continue the runs of this results folder: only the instances without a result.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out", "predictions", "image", "build"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out", "predictions", "image", "build", "reproductions"])]
     resume: Option<PathBuf>,
     /// No progress output.
     #[arg(long, short)]
@@ -109,6 +113,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 eval_timeout_sec: args
                     .eval_timeout
                     .unwrap_or(swebench::DEFAULT_EVAL_TIMEOUT_SEC),
+                reproductions: args.reproductions.as_deref().map(batch::absolute),
             };
             let out = args.out.unwrap_or_else(|| batch::default_dir("swebench"));
             batch::refuse_existing(&out, swebench::SETUP_FILE, "a swebench run", "swebench")?;
@@ -116,6 +121,14 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         }
         (None, None) => return Err(CliError::new("give a dataset, or --resume DIR")),
     };
+    if let Some(dir) = &setup.reproductions
+        && !dir.is_dir()
+    {
+        return Err(CliError::new(format!(
+            "--reproductions {}: not a folder",
+            dir.display()
+        )));
+    }
     if setup.concurrency == 0 {
         return Err(CliError::new("--concurrency must be at least 1"));
     }

@@ -112,7 +112,13 @@ fn describe(k: &Kind) -> &str {
 pub fn rows_as_jsonl(path: &Path) -> Result<SourceFile, Box<Problems>> {
     // The record reader trusts the file's metadata in places (an `expect` on a row group):
     // a corrupt file must be a diagnostic, never a crash.
-    match std::panic::catch_unwind(|| read(path)) {
+    // The default hook would print the reader's panic as if rondo had crashed; the dataset
+    // is read before any other thread of the batch starts.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(|| read(path));
+    std::panic::set_hook(hook);
+    match result {
         Ok(r) => r,
         Err(_) => Err(unreadable(
             path,

@@ -185,7 +185,8 @@ pub fn image_of(inst_image: Option<&str>, template: Option<&str>, id: &str) -> O
     })
 }
 
-/// Reads the dataset; every problem is located in the file and nothing runs. `image` is
+/// Reads the dataset, JSON Lines or Parquet ([`parquet_rows`]); every problem is located in
+/// the file and nothing runs. `image` is
 /// `--image`'s template, which lets an instance's repository be the image's own.
 pub fn read_instances(
     path: &Path,

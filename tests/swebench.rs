@@ -1312,3 +1312,402 @@ fn a_test_file_the_test_patch_creates_is_the_test_patchs() {
         serde_json::json!(["test_new (test_new.NewTest.test_new)"])
     );
 }
+
+const PARQUET: &str = "tests/fixtures/swebench/parquet";
+
+/// The instances of a dataset file, read as `rondo swebench` reads them (with `--image`'s
+/// template, so a repository `owner/name` is the image's).
+fn read_dataset(path: &Path) -> Vec<rondo::eval::swebench::Instance> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (_, workflow, _, _) = common::check_path(&root.join("workflows/llm_ide.rondo"), true);
+    rondo::eval::swebench::read_instances(path, &workflow, Some("sweb.eval.{hub_id}:latest"), true)
+        .unwrap_or_else(|p| panic!("{:#?}", p.diagnostics))
+}
+
+fn setup_for(split: Option<&str>, filter: Option<&str>) -> rondo::eval::swebench::Setup {
+    serde_json::from_value(serde_json::json!({
+        "workflow": "w.rondo", "dataset": "d", "concurrency": 1,
+        "split": split, "filter": filter,
+    }))
+    .unwrap()
+}
+
+/// SWE-bench's split as Hugging Face publishes it (tests/fixtures/swebench/parquet/make.py
+/// writes it with pyarrow: the published columns, snappy) reads as the same instances as
+/// its JSON Lines rows; the split is the file's (`test-00000-of-00001.parquet`), and
+/// `--split` and `--filter` select on Parquet rows as on JSON Lines.
+#[test]
+fn a_parquet_dataset_as_published_reads_as_its_json_lines_rows() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let jsonl = read_dataset(&root.join(DATASET));
+    let mut parquet = read_dataset(&root.join(PARQUET).join("test-00000-of-00001.parquet"));
+    parquet.extend(read_dataset(
+        &root.join(PARQUET).join("dev-00000-of-00001.parquet"),
+    ));
+    let ids: Vec<&str> = parquet.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, ["calc-add", "textutil-slug", "stats-mean"]);
+    for p in &parquet {
+        let j = jsonl.iter().find(|j| j.id == p.id).unwrap();
+        assert_eq!(p.problem_statement, j.problem_statement);
+        assert_eq!(p.test_patch, j.test_patch);
+        assert_eq!(p.fail_to_pass, j.fail_to_pass);
+        assert_eq!(p.pass_to_pass, j.pass_to_pass);
+        assert!(!p.fail_to_pass.is_empty());
+        assert_eq!(p.split, j.split, "{}", p.id);
+        assert_eq!(p.base_commit.as_deref(), Some("0".repeat(40).as_str()));
+        // `acme/calc` is SWE-bench's owner/name: the repository is the image's /testbed.
+        assert!(p.repo.is_none());
+        assert_eq!(
+            p.image.as_deref(),
+            Some(format!("sweb.eval.{}:latest", p.id).as_str())
+        );
+    }
+    let test = read_dataset(&root.join(PARQUET).join("test-00000-of-00001.parquet"));
+    let chosen = |instances: Vec<_>, split, filter| -> Vec<String> {
+        rondo::eval::swebench::select(instances, &setup_for(split, filter))
+            .unwrap()
+            .into_iter()
+            .map(|i| i.id)
+            .collect()
+    };
+    assert_eq!(
+        chosen(test.clone(), Some("test"), None),
+        ["calc-add", "textutil-slug"]
+    );
+    assert!(chosen(test.clone(), Some("dev"), None).is_empty());
+    assert_eq!(chosen(test, Some("test"), Some("^text")), ["textutil-slug"]);
+    let dev = read_dataset(&root.join(PARQUET).join("dev-00000-of-00001.parquet"));
+    assert_eq!(chosen(dev, Some("dev"), Some("mean$")), ["stats-mean"]);
+}
+
+/// A Parquet file with a missing column, with columns of the wrong type, or cut short is
+/// a located diagnostic with help, never a panic; nothing runs.
+#[test]
+fn a_bad_parquet_file_is_a_diagnostic_not_a_panic() {
+    let dir = project();
+    let bad = |file: &str| {
+        let out = swebench(
+            dir.path(),
+            &[file, "--provider", "scripted", "--out", "bad"],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+        assert!(!err.contains("panicked"), "{file}: {err}");
+        assert!(
+            err.contains("rondo::swebench::bad_instance"),
+            "{file}: {err}"
+        );
+        assert!(!dir.path().join("bad").exists());
+        err
+    };
+    let err = bad("tests/fixtures/swebench/parquet/bad/no_repo.parquet");
+    assert!(
+        err.contains("the Parquet file has no column `repo`"),
+        "{err}"
+    );
+    assert!(err.contains("no_repo.parquet:1:"), "{err}");
+    assert!(err.contains("SWE-bench's columns"), "{err}");
+
+    let err = bad("tests/fixtures/swebench/parquet/bad/wrong_type.parquet");
+    assert!(
+        err.contains("the column `instance_id` holds int64; it must hold a string"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the column `FAIL_TO_PASS` holds list<int64>; it must hold a string"),
+        "{err}"
+    );
+    // Located on its line of the columns' listing: instance_id is the first column.
+    assert!(err.contains("wrong_type.parquet:2:"), "{err}");
+
+    let whole = std::fs::read(
+        dir.path()
+            .join("tests/fixtures/swebench/parquet/test-00000-of-00001.parquet"),
+    )
+    .unwrap();
+    for (name, bytes) in [
+        ("half.parquet", &whole[..whole.len() / 2]),
+        ("last_byte.parquet", &whole[..whole.len() - 1]),
+        ("magic.parquet", &whole[..4]),
+    ] {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+        let err = bad(name);
+        assert!(err.contains(&format!("{name} as Parquet")), "{err}");
+    }
+    // The data pages damaged, the footer whole: the rows cannot be decoded.
+    let mut damaged = whole.clone();
+    for b in &mut damaged[8..whole.len() / 3] {
+        *b = 0xff;
+    }
+    std::fs::write(dir.path().join("damaged.parquet"), &damaged).unwrap();
+    let err = bad("damaged.parquet");
+    assert!(err.contains("damaged.parquet as Parquet"), "{err}");
+}
+
+/// Scripted replies for the LLM-IDE workflow: each act reply a bash command (the last one
+/// submits), each reflection sound.
+fn llm_ide_script(commands: &[&str]) -> String {
+    let mut acts: Vec<String> = commands
+        .iter()
+        .map(|c| {
+            let params = serde_json::json!({ "command": c });
+            format!("<thought>Next step.</thought> <action_type>bash</action_type> <action-params>{params}</action-params>")
+        })
+        .collect();
+    acts.push("<thought>Submit.</thought> <action_type>submit</action_type> <action-params>{}</action-params>".into());
+    let list = |items: &[String]| -> String {
+        items
+            .iter()
+            .map(|i| format!("    - {}\n", serde_json::to_string(i).unwrap()))
+            .collect()
+    };
+    let reflect = vec![
+        "<bad_action>false</bad_action> <lessons></lessons> <summary>ok</summary>"
+            .to_string();
+        commands.len()
+    ];
+    format!(
+        "replies:\n  act_next:\n{}  reflect:\n{}",
+        list(&acts),
+        list(&reflect)
+    )
+}
+
+/// The events of an instance's run, from its workspace.
+fn run_events(res: &Value) -> Vec<Value> {
+    let ws = PathBuf::from(res["workspace"].as_str().unwrap());
+    let run_id = res["run_id"].as_str().unwrap();
+    common::events(&ws.join(".rondo/runs").join(run_id))
+}
+
+/// With no reproduction script given, the LLM-IDE agent is told to write one first, at
+/// `issue_reproduction.py` of the repository, and to run it (mini-swe-agent's swebench
+/// workflow); here, on a SWE-bench-style image (the repository at /testbed), the agent
+/// writes it, runs it and sees the failure, fixes the code, runs it again and sees it
+/// pass, and submits. The patch resolves the instance and leaves the reproduction out.
+#[test]
+fn the_agent_writes_and_runs_a_reproduction_first_and_its_patch_resolves() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let id = "acme__calc-2";
+    let image = "rondo-test-sweb.acme_1776_calc-2:latest";
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", image])
+        .output();
+    let base = testbed_build(dir.path(), id);
+    testbed_dataset(dir.path(), id, &base);
+    let script = llm_ide_script(&[
+        "cd /testbed && printf 'from calc import add\\nassert add(2, 3) == 5, add(2, 3)\\nprint(\"reproduction passed\")\\n' > issue_reproduction.py && python3 issue_reproduction.py",
+        "cd /testbed && sed -i 's/return a - b/return a + b/' calc.py && python3 issue_reproduction.py",
+    ]);
+    std::fs::write(dir.path().join("repro.yaml"), script).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[
+            "testbed.jsonl",
+            "--provider",
+            "scripted",
+            "--script",
+            "repro.yaml",
+            "--image",
+            "rondo-test-sweb.{hub_id}:latest",
+            "--build",
+            "builds",
+            "--out",
+            "t",
+            "-q",
+        ],
+    );
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", image])
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = results(&dir.path().join("t"));
+    let r = by_id(&res, id);
+    assert_eq!(r["resolved"], true, "{r:#}");
+    let events = run_events(r);
+    let acts = common::prompts_to(&events, "act_next");
+    assert!(
+        acts[0].contains("Reproduce the issue first: write a script that demonstrates it at `/testbed/issue_reproduction.py`"),
+        "{}",
+        acts[0]
+    );
+    assert!(!acts[0].contains("<failing_program>"), "{}", acts[0]);
+    let reflections = common::prompts_to(&events, "reflect");
+    assert!(
+        reflections[0].contains("AssertionError: -1"),
+        "{}",
+        reflections[0]
+    );
+    assert!(
+        reflections[1].contains("reproduction passed"),
+        "{}",
+        reflections[1]
+    );
+    let patch = r["patch"].as_str().unwrap();
+    assert!(patch.contains("+    return a + b\n"), "{patch}");
+    assert!(!patch.contains("issue_reproduction"), "{patch}");
+    let ws = PathBuf::from(r["workspace"].as_str().unwrap());
+    assert!(ws.join("issue_reproduction.py").is_file());
+    // The submit step's own patch leaves it out too.
+    let artifact = std::fs::read_to_string(ws.join("patch.diff")).unwrap();
+    assert!(artifact.contains("calc.py"), "{artifact}");
+    assert!(!artifact.contains("issue_reproduction"), "{artifact}");
+    assert!(batch_containers(&dir.path().join("t")).is_empty());
+}
+
+/// `--reproductions DIR`: the instance's script `DIR/<id>.py` is written at
+/// `issue_reproduction.py` of its repository and run before the first operation
+/// (setup_reproduction_script); the prompts show where it is, its code, how to run it and
+/// what it printed, and say not to change it. The agent fixes the code and reruns it; the
+/// script is not part of the patch, which resolves the instance.
+#[test]
+fn a_given_reproduction_script_is_written_run_and_shown_before_the_first_operation() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let repro = "from calc import add\nassert add(2, 3) == 5, f\"add(2, 3) = {add(2, 3)}\"\nprint(\"reproduction passed: {{ not a template }}\")\n";
+    std::fs::create_dir_all(dir.path().join("repros")).unwrap();
+    std::fs::write(dir.path().join("repros/calc-add.py"), repro).unwrap();
+    let script = llm_ide_script(&[
+        "cd /work && sed -i 's/return a - b/return a + b/' calc.py && python3 issue_reproduction.py",
+    ]);
+    std::fs::write(dir.path().join("repro.yaml"), script).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[
+            DATASET,
+            "--provider",
+            "scripted",
+            "--script",
+            "repro.yaml",
+            "-i",
+            "calc-add",
+            "--reproductions",
+            "repros",
+            "--out",
+            "r",
+            "-q",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = results(&dir.path().join("r"));
+    let r = by_id(&res, "calc-add");
+    assert_eq!(r["resolved"], true, "{r:#}");
+    let ws = PathBuf::from(r["workspace"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("issue_reproduction.py")).unwrap(),
+        repro
+    );
+    let events = run_events(r);
+    let calls: Vec<String> = common::of_kind(&events, "tool_call")
+        .iter()
+        .map(|e| e["role"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        calls.first().map(String::as_str),
+        Some("setup_reproduction_script"),
+        "{calls:?}"
+    );
+    let acts = common::prompts_to(&events, "act_next");
+    let first = &acts[0];
+    for part in [
+        "<failing_program>",
+        "A script demonstrating the issue is available at `/work/issue_reproduction.py`",
+        "assert add(2, 3) == 5, f\"add(2, 3) = {add(2, 3)}\"",
+        "cd /work && python issue_reproduction.py",
+        "$ python3 issue_reproduction.py",
+        "AssertionError: add(2, 3) = -1",
+        "Modify the reproduction script to make it pass",
+    ] {
+        assert!(first.contains(part), "{part:?} not in\n{first}");
+    }
+    assert!(!first.contains("Reproduce the issue first"), "{first}");
+    let reflections = common::prompts_to(&events, "reflect");
+    assert!(
+        reflections[0].contains("reproduction passed: {{ not a template }}"),
+        "{}",
+        reflections[0]
+    );
+    let patch = r["patch"].as_str().unwrap();
+    assert!(patch.contains("+    return a + b\n"), "{patch}");
+    assert!(!patch.contains("issue_reproduction"), "{patch}");
+}
+
+/// The LLM-IDE workflow with its command timeouts cut to 2 seconds (the rest as shipped):
+/// a reproduction script that hangs and a bash command that hangs each reach the agent as
+/// "timed out after 2 seconds", not as an empty observation.
+#[test]
+fn the_llm_ide_agents_commands_and_its_reproduction_say_they_timed_out() {
+    if !docker_ready() {
+        eprintln!("skipped locally: no Docker engine or test image");
+        return;
+    }
+    let dir = project();
+    let text = std::fs::read_to_string(dir.path().join("workflows/llm_ide.rondo")).unwrap();
+    let fast = text
+        .replace("  timeout = 120s\n", "  timeout = 2s\n")
+        .replace(
+            "  timeout = 60s\n  log = \"logs/op_0_reproduction.log\"",
+            "  timeout = 2s\n  log = \"logs/op_0_reproduction.log\"",
+        );
+    assert_eq!(fast.matches("timeout = 2s").count(), 3, "{fast}");
+    std::fs::write(dir.path().join("workflows/llm_ide_fast.rondo"), fast).unwrap();
+    std::fs::create_dir_all(dir.path().join("repros")).unwrap();
+    std::fs::write(
+        dir.path().join("repros/calc-add.py"),
+        "import time\nprint('started', flush=True)\ntime.sleep(60)\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("hang.yaml"), llm_ide_script(&["sleep 60"])).unwrap();
+    let out = swebench(
+        dir.path(),
+        &[
+            DATASET,
+            "--workflow",
+            "workflows/llm_ide_fast.rondo",
+            "--provider",
+            "scripted",
+            "--script",
+            "hang.yaml",
+            "-i",
+            "calc-add",
+            "--reproductions",
+            "repros",
+            "--out",
+            "h",
+            "-q",
+        ],
+    );
+    let res = results(&dir.path().join("h"));
+    let r = by_id(&res, "calc-add");
+    assert_eq!(r["exit"], "submitted", "{}", stderr(&out));
+    let events = run_events(r);
+    let acts = common::prompts_to(&events, "act_next");
+    let failing = acts[0]
+        .split("<failing_program>")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        failing.contains("started\ntimed out after 2 seconds"),
+        "{}",
+        acts[0]
+    );
+    let reflections = common::prompts_to(&events, "reflect");
+    let observation = reflections[0]
+        .split("<observation>")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        observation
+            .trim_start()
+            .starts_with("timed out after 2 seconds"),
+        "{}",
+        reflections[0]
+    );
+}

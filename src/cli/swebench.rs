@@ -10,10 +10,10 @@ use crate::run;
 /// copy of the repository and its own container; patches, test results and costs.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "A dataset is JSON Lines, SWE-bench's rows as published: {\"instance_id\", \"repo\": \"owner/name (the image's /testbed) or a folder relative to the dataset\", \"base_commit\", \"problem_statement\", \"test_patch\", \"FAIL_TO_PASS\", \"PASS_TO_PASS\" (JSON strings or lists), and Rondo's optional \"image\", \"test_commands\", \"log_parser\", \"split\", \"subset\"}. Each instance's repository is copied to OUT/workspaces/<id> (a git repository) and the workflow runs with it as its --workspace; the patch is its git diff, evaluated as SWE-bench's harness does: in a fresh container of the instance's image, with test_patch, each test's status read from the log; resolved = every FAIL_TO_PASS and PASS_TO_PASS test passes. OUT holds results.jsonl, eval/<id>/ (the harness's report.json and test log), preds.json and report.json (the harness's counts). docs/swebench.md has the details.\n\nExamples:\n  rondo swebench tests/fixtures/swebench/instances.jsonl --provider scripted \\\n    --script tests/fixtures/swebench/fix.yaml --subset lite --out evals/swe\n  rondo swebench --resume evals/swe\n  rondo swebench tests/fixtures/swebench/instances.jsonl --provider scripted \\\n    --script tests/fixtures/swebench/fix.yaml -i calc-add --out evals/one\n  rondo swebench tests/fixtures/swebench/instances.jsonl --subset lite \\\n    --predictions evals/swe/preds.json --out evals/check\n\nExit code: 0 every selected instance finished and was resolved, 1 otherwise (or some did not finish, or an interrupt), 2 a bad dataset or workflow."
+    after_help = "A dataset is JSON Lines or Parquet (Hugging Face's data/<split>-00000-of-00001.parquet: its split is the file's), SWE-bench's rows as published: {\"instance_id\", \"repo\": \"owner/name (the image's /testbed) or a folder relative to the dataset\", \"base_commit\", \"problem_statement\", \"test_patch\", \"FAIL_TO_PASS\", \"PASS_TO_PASS\" (JSON strings or lists), and Rondo's optional \"image\", \"test_commands\", \"log_parser\", \"split\", \"subset\"}. Each instance's repository is copied to OUT/workspaces/<id> (a git repository) and the workflow runs with it as its --workspace; the agent first writes and runs a script that reproduces the issue (or --reproductions DIR gives DIR/<id>.py), left out of the patch; the patch is its git diff, evaluated as SWE-bench's harness does: in a fresh container of the instance's image, with test_patch, each test's status read from the log; resolved = every FAIL_TO_PASS and PASS_TO_PASS test passes. OUT holds results.jsonl, eval/<id>/ (the harness's report.json and test log), preds.json and report.json (the harness's counts). docs/swebench.md has the details.\n\nExamples:\n  rondo swebench tests/fixtures/swebench/instances.jsonl --provider scripted \\\n    --script tests/fixtures/swebench/fix.yaml --subset lite --out evals/swe\n  rondo swebench --resume evals/swe\n  rondo swebench tests/fixtures/swebench/instances.jsonl --provider scripted \\\n    --script tests/fixtures/swebench/fix.yaml -i calc-add --out evals/one\n  rondo swebench tests/fixtures/swebench/instances.jsonl --subset lite \\\n    --predictions evals/swe/preds.json --out evals/check\n\nExit code: 0 every selected instance finished and was resolved, 1 otherwise (or some did not finish, or an interrupt), 2 a bad dataset or workflow."
 )]
 pub struct Args {
-    /// The instances: JSON Lines.
+    /// The instances: JSON Lines, or Parquet as Hugging Face publishes SWE-bench.
     #[arg(required_unless_present = "resume")]
     dataset: Option<PathBuf>,
     /// The agent (default: workflows/llm_ide.rondo).
@@ -57,6 +57,10 @@ pub struct Args {
     /// Build a missing image from DIR/<instance id>/Dockerfile.
     #[arg(long, value_name = "DIR")]
     build: Option<PathBuf>,
+    /// DIR/<instance id>.py is the instance's reproduction script: written in the repository
+    /// and run before the agent's first operation (LLM-IDE's setup_reproduction_script).
+    #[arg(long, value_name = "DIR")]
+    reproductions: Option<PathBuf>,
     /// Seconds the tests of one evaluation may take; longer, they are killed.
     #[arg(long, value_name = "SECS")]
     eval_timeout: Option<u64>,
@@ -64,7 +68,7 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Continue the runs of this results folder: only the instances without a result.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out", "predictions", "image", "build"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["dataset", "workflow", "subset", "split", "filter", "slice", "instances", "provider", "model", "script", "out", "predictions", "image", "build", "reproductions"])]
     resume: Option<PathBuf>,
     /// No progress output.
     #[arg(long, short)]
@@ -81,6 +85,14 @@ const DEFAULT_AGENT: &str = "workflows/llm_ide.rondo";
 pub fn run(args: Args) -> Result<Code, CliError> {
     let progress = progress_mode(args.quiet);
     let (setup, out) = setup_of(args)?;
+    if let Some(dir) = &setup.reproductions
+        && !dir.is_dir()
+    {
+        return Err(CliError::new(format!(
+            "--reproductions {}: not a folder",
+            dir.display()
+        )));
+    }
     if setup.concurrency == 0 {
         return Err(CliError::new("--concurrency must be at least 1"));
     }
@@ -168,6 +180,7 @@ fn setup_of(args: Args) -> Result<(swebench::Setup, PathBuf), CliError> {
                     .eval_timeout
                     .unwrap_or(swebench::DEFAULT_EVAL_TIMEOUT_SEC),
                 engine: args.engine.unwrap_or_default(),
+                reproductions: args.reproductions.as_deref().map(batch::absolute),
             };
             let out = args.out.unwrap_or_else(|| batch::default_dir("swebench"));
             batch::refuse_existing(&out, swebench::SETUP_FILE, "a swebench run", "swebench")?;

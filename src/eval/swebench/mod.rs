@@ -8,6 +8,7 @@
 
 pub mod harness;
 pub mod log_parsers;
+pub mod parquet_rows;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
@@ -44,9 +45,17 @@ pub const TASK_INPUT: &str = "task";
 /// The workflow input that, when the workflow has it, receives where the repository is in
 /// the container (`/testbed` for an instance whose repository is its image's).
 pub const REPO_INPUT: &str = "repo_dir";
+/// The workflow input that receives the instance's reproduction script (`--reproductions`).
+pub const REPRODUCTION_INPUT: &str = "reproduction_script";
+/// The workflow input that says where the reproduction script is, relative to the
+/// repository: that file is left out of the patch.
+pub const REPRODUCTION_FILE_INPUT: &str = "reproduction_file";
 /// Where SWE-bench's images keep the repository.
 pub const TESTBED: &str = "/testbed";
 
+/// A reproduction script longer than this is refused: it reaches the container as one
+/// command-line argument, which Linux limits to 128 KiB.
+const MAX_REPRODUCTION: u64 = 120 << 10;
 /// A patch longer than this is cut (and the result says so).
 const MAX_PATCH: usize = 4 << 20;
 /// The tests of one evaluation get this long unless `--eval-timeout` says otherwise (the
@@ -120,6 +129,10 @@ pub struct Setup {
     /// `--engine`: where the agents' environments and the evaluations run.
     #[serde(default)]
     pub engine: rondo_env::SandboxEngine,
+    /// `--reproductions DIR`: `DIR/<instance id>.py` is the instance's reproduction script,
+    /// given to the workflow's `reproduction_script` input.
+    #[serde(default)]
+    pub reproductions: Option<PathBuf>,
 }
 
 fn default_eval_timeout() -> u64 {
@@ -175,7 +188,8 @@ pub fn image_of(inst_image: Option<&str>, template: Option<&str>, id: &str) -> O
     })
 }
 
-/// Reads the dataset; every problem is located in the file and nothing runs. `image` is
+/// Reads the dataset, JSON Lines or Parquet ([`parquet_rows`]); every problem is located in
+/// the file and nothing runs. `image` is
 /// `--image`'s template, which lets an instance's repository be the image's own.
 pub fn read_instances(
     path: &Path,
@@ -183,7 +197,11 @@ pub fn read_instances(
     image: Option<&str>,
     needs_task: bool,
 ) -> Result<Vec<Instance>, Box<Problems>> {
-    let file = read_file(path, Code::SwebenchBadInstance)?;
+    let file = if parquet_rows::is_parquet(path) {
+        parquet_rows::rows_as_jsonl(path)?
+    } else {
+        read_file(path, Code::SwebenchBadInstance)?
+    };
     let base = path.parent().unwrap_or(Path::new("."));
     let mut diags = Diagnostics::default();
     if needs_task && !workflow.inputs.iter().any(|i| i.name == TASK_INPUT) {
@@ -1130,6 +1148,60 @@ impl StopFlag {
 }
 
 impl Swebench {
+    /// The instance's reproduction script, `--reproductions DIR/<id>.py`, when the workflow
+    /// takes one; `None` when there is none (the agent writes its own).
+    fn reproduction_of(&self, inst: &Instance) -> Result<Option<String>, String> {
+        let Some(dir) = &self.setup.reproductions else {
+            return Ok(None);
+        };
+        if !self
+            .workflow
+            .inputs
+            .iter()
+            .any(|i| i.name == REPRODUCTION_INPUT)
+        {
+            return Ok(None);
+        }
+        let path = dir.join(format!("{}.py", inst.id));
+        match std::fs::metadata(&path) {
+            Err(_) => Ok(None),
+            Ok(m) if m.len() > MAX_REPRODUCTION => Err(format!(
+                "{}: a reproduction script is at most {} KiB (it is passed as one argument)",
+                path.display(),
+                MAX_REPRODUCTION >> 10
+            )),
+            Ok(_) => std::fs::read_to_string(&path)
+                .map(Some)
+                .map_err(|e| format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    /// The reproduction script of the workspace (the one written for the agent, or the one it
+    /// wrote), to leave out of the patch: the workflow's `reproduction_file`, when the base
+    /// commit has no file of that name.
+    fn reproduction_file(&self, workspace: &Path, git_dir: &Path) -> Option<String> {
+        let input = self
+            .workflow
+            .inputs
+            .iter()
+            .find(|i| i.name == REPRODUCTION_FILE_INPUT)?;
+        let name = input.default.as_ref()?.as_str()?.trim_start_matches("./");
+        if name.is_empty() || Path::new(name).is_absolute() || name.split('/').any(|c| c == "..") {
+            return None;
+        }
+        let in_base = git(
+            workspace,
+            &[
+                &format!("--git-dir={}", git_dir.display()),
+                "cat-file",
+                "-e",
+                &format!("HEAD:{name}"),
+            ],
+        )
+        .is_ok();
+        (!in_base).then(|| name.to_string())
+    }
+
     fn target(&self, inst: &Instance, site: &TestSite, git_dir: &Path) -> Result<Target, String> {
         let image = inst.image.clone().or_else(|| site.image.clone()).ok_or(
             "no image to evaluate in: give the instance an `image`, the batch `--image`, or the workflow a Docker environment",
@@ -1379,6 +1451,9 @@ impl Swebench {
             if inst.repo.is_none() && self.workflow.inputs.iter().any(|i| i.name == REPO_INPUT) {
                 inputs.push((REPO_INPUT.to_string(), TESTBED.to_string()));
             }
+            if let Some(script) = self.reproduction_of(inst)? {
+                inputs.push((REPRODUCTION_INPUT.to_string(), script));
+            }
             cases.push(Case {
                 id: inst.id.clone(),
                 run_id: inst.run_id.clone(),
@@ -1418,7 +1493,10 @@ impl Swebench {
             };
             let ws = case.workspace.clone().unwrap_or_default();
             let run_dir = rundir::runs_in_workspace(&ws).join(&inst.run_id);
-            let skip = run_files(&run_dir, &ws);
+            let mut skip = run_files(&run_dir, &ws);
+            skip.extend(
+                self.reproduction_file(&ws, &git_dirs.join(format!("{}.git", inst.run_id))),
+            );
             let git_dir = git_dirs.join(format!("{}.git", inst.run_id));
             let (patch, patch_cut, patch_error) = match patch(&ws, &git_dir, &skip) {
                 Ok((p, cut)) => (p, cut, None),

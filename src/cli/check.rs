@@ -133,6 +133,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                         "output_tokens": c.output_tokens,
                         "max_cost": c.max_cost,
                         "visits_by_inputs": c.visits_by_inputs,
+                        "estimated_prices": c.estimated_prices,
                         "unbounded": diagnostics::to_json(&file, &c.unbounded),
                     });
                 }

@@ -122,6 +122,7 @@ impl Compiler<'_> {
                         .into_iter()
                         .map(|(name, ty)| super::types::Field { name, ty })
                         .collect(),
+                    extra: Default::default(),
                 };
                 (ExprKind::Map { entries: out }, ty)
             }
@@ -1094,5 +1095,6 @@ pub fn ended_type() -> Type {
             field("code", Type::Int),
             field("reason", Type::String),
         ],
+        extra: Default::default(),
     })
 }

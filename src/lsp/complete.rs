@@ -431,6 +431,13 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
             _ => &[],
         };
         out.extend(words(extra, CompletionItemKind::KEYWORD));
+        if first == "type" {
+            out.push(item(
+                "extra",
+                CompletionItemKind::PROPERTY,
+                Some("attribute: ignore | forbid (a field the type does not declare)".into()),
+            ));
+        }
         if first == "update" {
             out.push(item("set", CompletionItemKind::KEYWORD, None));
             out.extend(names.of_kind(Kind::Memory));
@@ -516,6 +523,7 @@ pub fn workflow(text: &str, offset: usize, names: &Names<'_>) -> Vec<CompletionI
                 );
             }
             "coerce" => return words(&["safe", "strict"], CompletionItemKind::ENUM_MEMBER),
+            "extra" => return words(&["ignore", "forbid"], CompletionItemKind::ENUM_MEMBER),
             _ => {}
         }
     }

@@ -74,7 +74,7 @@ pub fn outline(ast: &Ast, text: &str, lines: &LineIndex) -> Vec<DocumentSymbol> 
     }
     for t in &ast.types {
         let fields = match &t.ty.kind {
-            TypeKind::Object(fields) => fields
+            TypeKind::Object(fields, _) => fields
                 .iter()
                 .map(|f| {
                     o.symbol(

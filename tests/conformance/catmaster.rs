@@ -1050,13 +1050,14 @@ keep -> done
     assert!(report.contains("`ignore` drops it, `forbid` refuses"), "{report}");
 
     // fmt: a messy layout comes out canonical with the attribute where it was, twice alike.
-    let messy = "workflow w { }\ntype Entry {\n      id: string\n  extra   =   ignore\n}\ntype Pair = {extra=forbid,a:int}\nexit done\nstart -> done\n";
+    let messy = "workflow w { }\ntype Entry {\n      id: string\n  extra   =   ignore\n}\ntype Pair = {extra=forbid,a:int}\nmemory {\n  xs: list[{extra=ignore,a:int}] = []\n}\nexit done\nstart -> done\n";
     std::fs::write(&path, messy).unwrap();
     let out = common::rondo(&["fmt", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let formatted = std::fs::read_to_string(&path).unwrap();
     assert!(formatted.contains("type Entry {\n  id: string\n  extra = ignore\n}"), "{formatted}");
-    assert!(formatted.contains("type Pair = { a: int, extra = forbid }"), "{formatted}");
+    assert!(formatted.contains("type Pair {\n  extra = forbid\n  a: int\n}"), "{formatted}");
+    assert!(formatted.contains("xs: list[{ a: int, extra = ignore }] = []"), "{formatted}");
     let out = common::rondo(&["fmt", "--check", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let out = common::rondo(&["check", "--offline", path.to_str().unwrap()]);

@@ -944,10 +944,8 @@ type Reply {
     let (out, dir) = common::run(&wf, "ignore");
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     let state = common::json(dir.join("state.json"));
-    assert_eq!(
-        state["outputs"]["ask"],
-        json!({"summary": "s", "tasks": [{"id": "T1"}]})
-    );
+    let outputs: Vec<&Value> = state["outputs"].as_object().unwrap().values().collect();
+    assert_eq!(outputs, [&json!({"summary": "s", "tasks": [{"id": "T1"}]})]);
     assert_eq!(
         coercions(&dir),
         [
@@ -1100,4 +1098,46 @@ fn the_reply_models_say_extra_ignore_in_the_workflow() {
     seen.sort();
     // Plan, its tasks and its ops; StepDecision and its ops.
     assert_eq!(seen, [("planner".to_string(), 3), ("task_runner".to_string(), 2)]);
+}
+
+/// §1 "Artifacts/toolcalls are persisted under `.catmaster/runs/<run_id>/...`": one line per
+/// tool call (its task, tool, params and standard output) in
+/// `.catmaster/runs/<run_id>/toolcalls.jsonl`, a refused payload included; and the system view
+/// stays out of the tools' reach (`list_files` of `.` does not show it).
+#[test]
+fn toolcalls_are_persisted_under_the_runs_system_view() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("calls");
+    let run = catmaster(
+        &ws,
+        "calls",
+        "build CO",
+        json!({
+            "planner": plan(&[("T1", "build CO")], json!([])),
+            "task_runner": visits(&[
+                call("build_molecule", json!({"molecule": "CO", "color": "red"})),
+                call("build_molecule", json!({"molecule": "CO"})),
+                call("list_files", json!({"path": "."})),
+                finish(json!([])),
+            ]),
+            "summarizer": "ok",
+        }),
+        &[],
+    );
+    assert_exit(&run, "completed", 0);
+    let text = std::fs::read_to_string(ws.join(".catmaster/runs/calls/toolcalls.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["tool_name"].as_str().unwrap(), l["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        summary,
+        [("build_molecule", "failed"), ("build_molecule", "success"), ("list_files", "success")]
+    );
+    assert_eq!(lines[0]["params"], json!({"molecule": "CO", "color": "red"}));
+    assert_eq!(lines[1]["task"]["id"], "T1");
+    assert!(lines[1]["data"]["xyz_rel"].as_str().unwrap().ends_with("CO.xyz"), "{}", lines[1]);
+    let listed = lines[2]["data"].to_string();
+    assert!(!listed.contains(".catmaster"), "{listed}");
 }

@@ -1126,7 +1126,7 @@ fn check_cost_prices_a_known_model_from_the_table_and_says_so() {
     std::fs::write(tmp.path().join("prompts/ask.tera"), "Answer {{ input.q }}.\n").unwrap();
     let cost_of = |model: &str, price: &str| {
         let source = format!(
-            "workflow w {{\n  prompts = \"prompts\"\n  input q: string\n  limits {{ max_input_bytes = \"1KB\" }}\n}}\n\
+            "workflow w {{\n  prompts = \"prompts\"\n  provider = p\n  input q: string\n  limits {{ max_input_bytes = \"1KB\" }}\n}}\n\
              provider p {{\n  kind = \"openai\"\n  model = \"{model}\"\n  max_tokens = 1000\n  {price}\n}}\n\
              role ask: llm {{\n  prompt = \"ask.tera\"\n  max_visits = 1\n  output text\n}}\n\
              exit done\nstart -> ask\nask -> done\n"

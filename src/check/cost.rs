@@ -164,7 +164,7 @@ impl CostReport {
         }
         if !self.estimated_prices.is_empty() {
             out.push_str(&format!(
-                "estimated: {} write no price and are priced from the table of default prices ({})\n",
+                "estimated: {}: no price written, priced from the table of default prices ({})\n",
                 self.estimated_prices.join(", "),
                 rondo_provider::prices::TABLE_PATH
             ));

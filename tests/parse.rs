@@ -141,7 +141,7 @@ fn literals(t: &TypeExpr) -> Vec<&str> {
 
 fn fields(t: &TypeExpr) -> Vec<(&str, &TypeExpr)> {
     match &t.kind {
-        TypeKind::Object(fields) => fields
+        TypeKind::Object(fields, _) => fields
             .iter()
             .map(|f| (f.name.name.as_str(), &f.ty))
             .collect(),

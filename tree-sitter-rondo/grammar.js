@@ -270,7 +270,11 @@ module.exports = grammar({
 
     map_type: ($) => seq('map', '[', $._type, ']'),
 
-    object_type: ($) => seq('{', repeat(seq($.field_declaration, optional(','))), '}'),
+    object_type: ($) =>
+      seq('{', repeat(seq(choice($.field_declaration, $.type_attribute), optional(','))), '}'),
+
+    // `extra = ignore`: an attribute of the object type itself (a field takes `:`).
+    type_attribute: ($) => seq(field('key', $.identifier), '=', field('value', $._value)),
 
     field_declaration: ($) =>
       seq(field('name', $.identifier), ':', field('type', $._type)),

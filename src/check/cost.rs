@@ -85,6 +85,9 @@ pub struct CostReport {
     pub max_cost_declared: Option<f64>,
     /// Inputs whose default the visit bounds use (`max_visits = input.N`).
     pub visits_by_inputs: Vec<String>,
+    /// Profiles that write no price and are priced from the table of default prices
+    /// (`config/model_prices.yaml`): their figures are estimates.
+    pub estimated_prices: Vec<String>,
     /// Why a figure is missing or capped: each value without a bound, where it is.
     #[serde(skip)]
     pub unbounded: Vec<Diagnostic>,
@@ -172,6 +175,13 @@ impl CostReport {
                     .map(|n| format!("`{n}`"))
                     .collect::<Vec<_>>()
                     .join(", ")
+            ));
+        }
+        if !self.estimated_prices.is_empty() {
+            out.push_str(&format!(
+                "estimated: {}: no price written, priced from the table of default prices ({})\n",
+                self.estimated_prices.join(", "),
+                rondo_provider::prices::TABLE_PATH
             ));
         }
         out
@@ -307,7 +317,29 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                 out_per_try = max_opt(out_per_try, out);
                 tin = tin.saturating_add(tries.saturating_mul(input_per_try));
                 tout = mul_opt(add_opt(tout, out.map(|o| o.saturating_mul(tries))), Some(1));
-                let price = profile.price.unwrap_or_default();
+                let price = profile.price().unwrap_or_default();
+                if profile.priced_by_table() {
+                    let shown = format!("`{}` ({})", profile.name, profile.model);
+                    if !report.estimated_prices.contains(&shown) {
+                        report.estimated_prices.push(shown);
+                    }
+                }
+                if profile.priced_by_table() && profile.model_env.is_some() {
+                    money = None;
+                    push(
+                        &mut report,
+                        Diagnostic::warning(
+                            Code::CostUnbounded,
+                            format!(
+                                "the model of provider `{}`, and so its default price, is read from the environment when a run starts",
+                                profile.name
+                            ),
+                        )
+                        .label(p.span, "`model_env` may name another model")
+                        .help("write `price { ... }` to have the cost bounded whatever the model"),
+                    );
+                    continue;
+                }
                 if profile.price_env.is_some() {
                     money = None;
                     push(
@@ -632,7 +664,7 @@ fn json_bound(ty: &Type) -> Option<u64> {
             .map(json_bound)
             .try_fold(0u64, |m, b| Some(m.max(b?))),
         Type::Optional { inner } => json_bound(inner).map(|b| b.max(4)),
-        Type::Object { fields } => fields.iter().try_fold(2u64, |sum, f| {
+        Type::Object { fields, .. } => fields.iter().try_fold(2u64, |sum, f| {
             let key = serde_json::to_string(&f.name).map_or(0, |s| s.len()) as u64;
             Some(sum + key + 2 + json_bound(&f.ty)?)
         }),
@@ -704,7 +736,7 @@ fn has_float(ty: &Type) -> bool {
         Type::Int | Type::Float | Type::Any => true,
         Type::List { item } => has_float(item),
         Type::Map { value } => has_float(value),
-        Type::Object { fields } => fields.iter().any(|f| has_float(&f.ty)),
+        Type::Object { fields, .. } => fields.iter().any(|f| has_float(&f.ty)),
         Type::Union { members } => members.iter().any(has_float),
         Type::Optional { inner } => has_float(inner),
         _ => false,
@@ -717,7 +749,7 @@ fn depth(ty: &Type) -> Option<u64> {
         Type::Any => return None,
         Type::List { item } => 1 + depth(item)?,
         Type::Map { value } => 1 + depth(value)?,
-        Type::Object { fields } => {
+        Type::Object { fields, .. } => {
             1 + fields
                 .iter()
                 .map(|f| depth(&f.ty))

@@ -1279,7 +1279,7 @@ impl<'a> Walker<'a> {
             (None, Type::List { item }) => (Type::Any, (**item).clone()),
             (None, Type::String | Type::Literal { .. }) => (Type::Any, Type::String),
             (Some(_), Type::Map { value }) => (Type::String, (**value).clone()),
-            (Some(_), Type::Object { fields }) => {
+            (Some(_), Type::Object { fields, .. }) => {
                 let first = fields.first().map(|f| f.ty.clone());
                 let same = fields.iter().all(|f| Some(&f.ty) == first.as_ref());
                 (

@@ -176,6 +176,7 @@ impl FileReport<'_> {
                 "max_cost": c.max_cost,
                 "max_cost_declared": c.max_cost_declared,
                 "visits_by_inputs": c.visits_by_inputs,
+                "estimated_prices": c.estimated_prices,
                 "unbounded": diagnostics::to_json(self.file, &c.unbounded),
             });
         }

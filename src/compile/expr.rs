@@ -1188,5 +1188,6 @@ pub fn ended_type() -> Type {
             field("code", Type::Int),
             field("reason", Type::String),
         ],
+        extra: Default::default(),
     })
 }

@@ -87,6 +87,7 @@ impl Compiler<'_> {
                 "provider",
                 "provider_env",
                 "plugins_env",
+                "plugins_modules",
                 "round",
                 "limits",
                 "script",
@@ -139,6 +140,8 @@ impl Compiler<'_> {
         {
             diags.push(diag);
         }
+        // Read by `plugin_tools` too: the command listing the tools of a module entry.
+        let _ = attrs.string("plugins_modules", diags);
         let round = attrs.ident("round", diags);
         let finally = attrs.ident("finally", diags);
         let durable = attrs.ident_list("durable", diags);

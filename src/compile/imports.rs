@@ -22,6 +22,8 @@ use crate::diagnostics::{Code, Diagnostic, Diagnostics, ExternalLabel, did_you_m
 use crate::source::{SourceFile, Span};
 use crate::syntax::{self, Ast, Attr, BlockDecl, ImportKind, ToolDecl, ValueKind};
 
+mod plugin_modules;
+
 /// The settings of a `provider` block: the profile's fields but its name.
 static PROVIDER_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     struct_fields::<ProviderProfile>()
@@ -248,10 +250,17 @@ impl Compiler<'_> {
         };
         let at = attr.value.span;
         let listed = std::env::var(var).unwrap_or_default();
+        let modules_command = self.modules_command(ast);
         let mut files = Vec::new();
+        let mut modules = Vec::new();
         for entry in listed.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let path = PathBuf::from(entry);
-            if path.is_dir() {
+            if modules_command.is_some()
+                && !path.exists()
+                && plugin_modules::is_module_name(entry)
+            {
+                modules.push(entry.to_string());
+            } else if path.is_dir() {
                 let mut specs: Vec<_> = std::fs::read_dir(&path)
                     .into_iter()
                     .flatten()
@@ -266,7 +275,7 @@ impl Compiler<'_> {
                 files.push(path);
             }
         }
-        if files.len() > MAX_FILES {
+        if files.len() + modules.len() > MAX_FILES {
             self.diags.push(
                 Diagnostic::error(
                     Code::ToolTooManyPlugins,
@@ -276,6 +285,7 @@ impl Compiler<'_> {
                 .help("name fewer files or folders"),
             );
             files.truncate(MAX_FILES);
+            modules.truncate(MAX_FILES.saturating_sub(files.len()));
         }
         let mut ids = Vec::new();
         for path in files {
@@ -292,6 +302,11 @@ impl Compiler<'_> {
                 if self.workflow.tools.len() > before {
                     ids.push(before);
                 }
+            }
+        }
+        if let Some(command) = &modules_command {
+            for module in &modules {
+                ids.extend(self.module_tools(command, module, var, at));
             }
         }
         self.plugin_tools = Some(ids);
@@ -1343,6 +1358,7 @@ pub fn schema_to_type(schema: &Value) -> Result<Type, String> {
                             })
                         })
                         .collect::<Result<_, String>>()?,
+                    extra: Default::default(),
                 },
                 None => Type::Map {
                     value: Box::new(Type::Any),

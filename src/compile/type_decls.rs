@@ -2,9 +2,9 @@
 //! depth and size.
 
 use super::Compiler;
-use super::types::{Field, Type};
+use super::types::{Extra, Field, Type};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
-use crate::syntax::{Ast, TypeExpr, TypeKind};
+use crate::syntax::{Ast, Attr, TypeExpr, TypeKind, ValueKind};
 
 /// Deeper types (named types within named types, lists of lists ...) are refused.
 const MAX_TYPE_DEPTH: usize = 64;
@@ -151,7 +151,8 @@ impl Compiler<'_> {
                     .map(|m| self.resolve_type_inner(m, ast, visiting))
                     .collect(),
             },
-            TypeKind::Object(fields) => {
+            TypeKind::Object(fields, attrs) => {
+                let extra = self.object_extra(attrs);
                 let mut out: Vec<Field> = Vec::new();
                 for f in fields {
                     if let Some(prev) = fields
@@ -175,9 +176,71 @@ impl Compiler<'_> {
                         ty: self.resolve_type_inner(&f.ty, ast, visiting),
                     });
                 }
-                Type::Object { fields: out }
+                Type::Object { fields: out, extra }
             }
         }
+    }
+
+    /// The attributes of an object type: `extra = ignore | forbid`, nothing else.
+    fn object_extra(&mut self, attrs: &[Attr]) -> Extra {
+        let mut extra = Extra::Unsaid;
+        for (i, attr) in attrs.iter().enumerate() {
+            if attr.key.name != "extra" {
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::AttrUnknown,
+                        format!("`{}` is not an attribute of a type", attr.key.name),
+                    )
+                    .label(attr.key.span, "unknown attribute")
+                    .help(
+                        "a type has one attribute, `extra = ignore | forbid`; a field takes `:` (`name: string`)",
+                    ),
+                );
+                continue;
+            }
+            if let Some(first) = attrs[..i].iter().find(|a| a.key.name == "extra") {
+                self.diags.push(
+                    Diagnostic::error(Code::AttrDuplicate, "`extra` is given twice")
+                        .label(attr.key.span, "given again")
+                        .label(first.key.span, "first given here")
+                        .help("keep one `extra = ...` line"),
+                );
+                continue;
+            }
+            let written = match &attr.value.kind {
+                ValueKind::Ident(s) | ValueKind::String(s) => Some(s.as_str()),
+                _ => None,
+            };
+            extra = match written {
+                Some("ignore") => Extra::Ignore,
+                Some("forbid") => Extra::Forbid,
+                _ => {
+                    let shown = written.map_or_else(
+                        || "this value".to_string(),
+                        |w| format!("`{w}`"),
+                    );
+                    let mut help = "`ignore` drops a field the type does not declare (Pydantic's default), `forbid` refuses the value; without `extra` the role's `coerce` decides".to_string();
+                    if let Some(w) = written
+                        && let Some(hint) = did_you_mean(w, ["ignore", "forbid"])
+                    {
+                        help = format!("{hint} {help}");
+                    }
+                    if written == Some("allow") {
+                        help = "Rondo keeps no field a type does not declare: `ignore` drops it, `forbid` refuses the value".into();
+                    }
+                    self.diags.push(
+                        Diagnostic::error(
+                            Code::TypeBadExtra,
+                            format!("{shown} is not a policy for extra fields"),
+                        )
+                        .label(attr.value.span, "expected `ignore` or `forbid`")
+                        .help(help),
+                    );
+                    Extra::Unsaid
+                }
+            };
+        }
+        extra
     }
 }
 

@@ -32,6 +32,9 @@ pub enum Type {
     },
     Object {
         fields: Vec<Field>,
+        /// What a value does with a field the type does not declare.
+        #[serde(default, skip_serializing_if = "Extra::is_unsaid")]
+        extra: Extra,
     },
     Union {
         members: Vec<Type>,
@@ -39,6 +42,36 @@ pub enum Type {
     Optional {
         inner: Box<Type>,
     },
+}
+
+/// What an object does with a field its type does not declare: `extra = ignore | forbid`
+/// in the type, as a Pydantic model's `extra` setting says it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Extra {
+    /// The type does not say: a reply's role decides by its `coerce` (`safe` drops the
+    /// field as `extra_field_dropped`; `strict` refuses it), and other values keep it.
+    #[default]
+    Unsaid,
+    /// The field is dropped from a reply, whatever the role's `coerce`, and accepted in
+    /// other values.
+    Ignore,
+    /// The field makes the value invalid: a reply is asked again, a memory write refused.
+    Forbid,
+}
+
+impl Extra {
+    pub fn is_unsaid(&self) -> bool {
+        *self == Extra::Unsaid
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Extra::Unsaid => "unsaid",
+            Extra::Ignore => "ignore",
+            Extra::Forbid => "forbid",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,6 +105,7 @@ impl Type {
                     ty,
                 })
                 .collect(),
+            extra: Extra::Unsaid,
         }
     }
 
@@ -95,7 +129,7 @@ impl Type {
     /// [`Self::field`], borrowing the field's declared type where it exists as such.
     pub fn field_ref(&self, name: &str) -> Option<Cow<'_, Type>> {
         match self {
-            Type::Object { fields } => fields
+            Type::Object { fields, .. } => fields
                 .iter()
                 .find(|f| f.name == name)
                 .map(|f| Cow::Borrowed(&f.ty)),
@@ -134,7 +168,7 @@ impl Type {
 
     pub fn field_names(&self) -> Vec<String> {
         match self.strip_optional() {
-            Type::Object { fields } => fields.iter().map(|f| f.name.clone()).collect(),
+            Type::Object { fields, .. } => fields.iter().map(|f| f.name.clone()).collect(),
             _ => Vec::new(),
         }
     }
@@ -296,10 +330,10 @@ impl Type {
             (Type::Literal { value: a }, Type::Literal { value: b }) if a == b => None,
             (Type::List { item: a }, Type::List { item: b }) => nested(a, b, path, "[]"),
             (Type::Map { value: a }, Type::Map { value: b }) => nested(a, b, path, "[]"),
-            (Type::Object { fields }, Type::Map { value }) => fields
+            (Type::Object { fields, .. }, Type::Map { value }) => fields
                 .iter()
                 .find_map(|f| nested(&f.ty, value, path, &format!(".{}", f.name))),
-            (Type::Map { value }, Type::Object { fields }) => {
+            (Type::Map { value }, Type::Object { fields, .. }) => {
                 // A map may lack any key: only all-optional objects take one.
                 match fields.iter().find(|f| !f.ty.is_optional()) {
                     Some(f) => Some(format!("{}a map may lack the field `{}`", at(path), f.name)),
@@ -313,15 +347,25 @@ impl Type {
                     }),
                 }
             }
-            (Type::Object { fields: given }, Type::Object { fields }) => {
-                fields
-                    .iter()
-                    .find_map(|f| match given.iter().find(|g| g.name == f.name) {
-                        Some(g) => nested(&g.ty, &f.ty, path, &format!(".{}", f.name)),
-                        None if f.ty.is_optional() => None,
-                        None => Some(format!("{}the field `{}` is missing", at(path), f.name)),
-                    })
-            }
+            (Type::Object { fields: given, .. }, Type::Object { fields, extra }) => fields
+                .iter()
+                .find_map(|f| match given.iter().find(|g| g.name == f.name) {
+                    Some(g) => nested(&g.ty, &f.ty, path, &format!(".{}", f.name)),
+                    None if f.ty.is_optional() => None,
+                    None => Some(format!("{}the field `{}` is missing", at(path), f.name)),
+                })
+                .or_else(|| {
+                    let undeclared = given.iter().find(|g| !fields.iter().any(|f| f.name == g.name));
+                    match undeclared {
+                        Some(g) if *extra == Extra::Forbid => Some(format!(
+                            "{}the field `{}` is not in {} (`extra = forbid`)",
+                            at(path),
+                            g.name,
+                            to.display()
+                        )),
+                        _ => None,
+                    }
+                }),
             _ => misfit(path),
         }
     }
@@ -339,7 +383,7 @@ impl Type {
             Type::Literal { value } => format!("{value:?}"),
             Type::List { item } => format!("list[{}]", item.display()),
             Type::Map { value } => format!("map[{}]", value.display()),
-            Type::Object { fields } => {
+            Type::Object { fields, .. } => {
                 let inner: Vec<String> = fields
                     .iter()
                     .map(|f| format!("{}: {}", f.name, f.ty.display()))
@@ -356,13 +400,14 @@ impl Type {
     }
 
     /// Checks a JSON value against the type; the error names the path of the bad part.
-    /// Fields an object type does not declare are allowed (and ignored).
+    /// Fields an object type does not declare are allowed (and ignored), unless the type
+    /// says `extra = forbid`.
     pub fn validate(&self, value: &Value) -> Result<(), String> {
         self.validate_at(value, "$", false)
     }
 
     /// [`validate`](Self::validate), and every object holds only the fields its type
-    /// declares (a strict tool's arguments).
+    /// declares (a strict tool's arguments), whatever its type's `extra` says.
     pub fn validate_closed(&self, value: &Value) -> Result<(), String> {
         self.validate_at(value, "$", true)
     }
@@ -456,7 +501,7 @@ impl Type {
                     .try_for_each(|(k, v)| inner.validate_at(v, &format!("{path}.{k}"), closed)),
                 None => fail("an object"),
             },
-            Type::Object { fields } => match value.as_object() {
+            Type::Object { fields, extra } => match value.as_object() {
                 Some(map) => {
                     for field in fields {
                         match map.get(&field.name) {
@@ -469,7 +514,7 @@ impl Type {
                             None => return Err(format!("{path}: missing field `{}`", field.name)),
                         }
                     }
-                    if closed
+                    if (closed || *extra == Extra::Forbid)
                         && let Some(extra) =
                             map.keys().find(|k| !fields.iter().any(|f| &f.name == *k))
                     {
@@ -512,7 +557,7 @@ impl Type {
             Type::Map { value } => {
                 json!({"type": "object", "additionalProperties": value.schema(closed)})
             }
-            Type::Object { fields } => {
+            Type::Object { fields, .. } => {
                 let mut props = serde_json::Map::new();
                 let mut required = Vec::new();
                 for f in fields {
@@ -776,7 +821,7 @@ impl Aligner<'_> {
                     .map(Value::Object),
                 other => fail("an object", &other),
             },
-            Type::Object { fields } => match value {
+            Type::Object { fields, extra } => match value {
                 Value::Object(mut map) => {
                     let mut out = serde_json::Map::new();
                     for field in fields {
@@ -801,8 +846,20 @@ impl Aligner<'_> {
                     }
                     for (key, v) in map {
                         let at = format!("{path}.{key}");
-                        if !self.may(Coercion::ExtraFieldDropped, &at) {
-                            // Strict: the reply must be exactly the type.
+                        let dropped = match extra {
+                            Extra::Forbid => false,
+                            // The type's own word: dropped whatever the role's `coerce`.
+                            Extra::Ignore => {
+                                self.flags.push(Coerced {
+                                    flag: Coercion::ExtraFieldDropped,
+                                    path: at,
+                                });
+                                true
+                            }
+                            Extra::Unsaid => self.may(Coercion::ExtraFieldDropped, &at),
+                        };
+                        if !dropped {
+                            // Strict or `extra = forbid`: the reply must be exactly the type.
                             return Err(format!(
                                 "{path}: unexpected field `{key}` (the type declares {})",
                                 fields
@@ -901,7 +958,7 @@ impl Type {
                 (Type::Map { value: inner }, Value::Object(map)) => {
                     stack.extend(map.values_mut().map(|i| (&**inner, i)));
                 }
-                (Type::Object { fields }, Value::Object(map)) => {
+                (Type::Object { fields, .. }, Value::Object(map)) => {
                     for f in fields {
                         if !map.contains_key(&f.name) && f.ty.is_optional() {
                             map.insert(f.name.clone(), Value::Null);

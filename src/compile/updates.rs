@@ -363,7 +363,7 @@ impl Compiler<'_> {
         let declared = format!("`{}` is declared as `{}`", target.name, ty.display());
         let (fields, given) = match (item.strip_optional(), changes.strip_optional()) {
             (Type::Any, _) | (_, Type::Any) => return,
-            (Type::Object { fields }, Type::Object { fields: given }) => (fields, given),
+            (Type::Object { fields, .. }, Type::Object { fields: given, .. }) => (fields, given),
             (Type::Map { value }, _) => {
                 let to = Type::Map {
                     value: value.clone(),
@@ -442,7 +442,10 @@ impl Compiler<'_> {
             }
         }
         // Only the patched fields are required: the others keep their values.
-        let to = Type::Object { fields: written };
+        let to = Type::Object {
+            fields: written,
+            extra: Default::default(),
+        };
         if maybe_null_into_required(&to, t) {
             let what = format!("`{}.patch` writes", target.name);
             self.optional_value(target, &what, &to, e, t);
@@ -497,8 +500,8 @@ impl Compiler<'_> {
             let (r, g) = match (step, required, given) {
                 (
                     NullStep::Field(name),
-                    Type::Object { fields },
-                    Type::Object { fields: given },
+                    Type::Object { fields, .. },
+                    Type::Object { fields: given, .. },
                 ) => (
                     fields.iter().find(|f| &f.name == name).map(|f| &f.ty),
                     given.iter().find(|f| &f.name == name).map(|f| &f.ty),
@@ -590,7 +593,7 @@ fn null_into_required(required: &Type, value: &Type) -> Option<Vec<NullStep>> {
         return Some(Vec::new());
     }
     let (step, mut rest) = match (required, value) {
-        (Type::Object { fields }, Type::Object { fields: given }) => {
+        (Type::Object { fields, .. }, Type::Object { fields: given, .. }) => {
             fields.iter().find_map(|f| {
                 let g = given.iter().find(|g| g.name == f.name)?;
                 let rest = null_into_required(&f.ty, &g.ty)?;
@@ -626,7 +629,7 @@ fn op_through_any(op: MemoryOp, slot: &Type, args: &[(Expr, Type)]) -> bool {
         }
         (MemoryOp::Patch, Type::List { item }) => stored(1).is_some_and(|changes| {
             match (item.strip_optional(), changes.strip_optional()) {
-                (Type::Object { fields }, Type::Object { fields: given }) => {
+                (Type::Object { fields, .. }, Type::Object { fields: given, .. }) => {
                     given.iter().any(|g| {
                         fields
                             .iter()
@@ -655,8 +658,9 @@ fn stored_type(expr: &Expr, ty: &Type) -> Type {
             Value::Null => Type::Null,
             _ => ty.clone(),
         },
-        (ExprKind::Map { entries }, Type::Object { fields }) if entries.len() == fields.len() => {
+        (ExprKind::Map { entries }, Type::Object { fields, extra }) if entries.len() == fields.len() => {
             Type::Object {
+                extra: *extra,
                 fields: entries
                     .iter()
                     .zip(fields)

@@ -182,6 +182,7 @@ codes! {
     ToolUnknown = "rondo::tool::unknown",
     ToolUnknownField = "rondo::tool::unknown_field",
     ToolZeroTimeout = "rondo::tool::zero_timeout",
+    TypeBadExtra = "rondo::type::bad_extra",
     TypeDuplicateField = "rondo::type::duplicate_field",
     TypeRecursive = "rondo::type::recursive",
     TypeTooDeep = "rondo::type::too_deep",

@@ -105,7 +105,7 @@ impl Node<'_> {
     fn group(&self) -> Group {
         match self {
             Node::Import(_) => Group::Import,
-            Node::Type(t) if !matches!(t.ty.kind, TypeKind::Object(_)) => Group::TypeAlias,
+            Node::Type(t) if !matches!(t.ty.kind, TypeKind::Object(..)) => Group::TypeAlias,
             Node::Exit(_) => Group::Exit,
             Node::Route(_) => Group::Route,
             Node::Artifact(_) => Group::Artifact,
@@ -139,11 +139,11 @@ impl Node<'_> {
 }
 
 /// The fields of an object type (or of an optional one), printed as a block.
-fn object_of(ty: &TypeExpr) -> Option<(&[FieldDecl], Span, bool)> {
+fn object_of(ty: &TypeExpr) -> Option<(&[FieldDecl], &[Attr], Span, bool)> {
     match &ty.kind {
-        TypeKind::Object(fields) => Some((fields, ty.span, false)),
+        TypeKind::Object(fields, attrs) => Some((fields, attrs, ty.span, false)),
         TypeKind::Optional(inner) => match &inner.kind {
-            TypeKind::Object(fields) => Some((fields, inner.span, true)),
+            TypeKind::Object(fields, attrs) => Some((fields, attrs, inner.span, true)),
             _ => None,
         },
         _ => None,
@@ -397,11 +397,12 @@ impl<'a> Printer<'a> {
         indent: usize,
         head: String,
         start: usize,
-        fields: &'a [FieldDecl],
+        (fields, attrs): (&'a [FieldDecl], &'a [Attr]),
         object: Span,
         footer: Doc,
     ) {
         if let [only] = fields
+            && attrs.is_empty()
             && object_of(&only.ty).is_none()
             && !self.has_comment(object)
         {
@@ -415,7 +416,8 @@ impl<'a> Printer<'a> {
                 return self.leaf(indent, doc);
             }
         }
-        let nodes = fields.iter().map(Node::Field).collect();
+        let mut nodes: Vec<Node<'a>> = fields.iter().map(Node::Field).collect();
+        nodes.extend(attrs.iter().map(Node::Attr));
         self.block(indent, head, start, nodes, object.end - 1, footer);
     }
 
@@ -460,9 +462,9 @@ impl<'a> Printer<'a> {
                 self.leaf(indent, doc);
             }
             Node::Type(t) => match object_of(&t.ty) {
-                Some((fields, object, optional)) if !optional => {
+                Some((fields, attrs, object, optional)) if !optional => {
                     let header = format!("type {}", t.name.name);
-                    self.fields_block(indent, header, start, fields, object, nil());
+                    self.fields_block(indent, header, start, (fields, attrs), object, nil());
                 }
                 _ => {
                     let doc = concat(vec![
@@ -499,11 +501,11 @@ impl<'a> Printer<'a> {
                 self.block(indent, header, start, nodes, end - 1, nil());
             }
             Node::ToolInput(ty) => {
-                let fields = match &ty.kind {
-                    TypeKind::Object(fields) => fields.as_slice(),
-                    _ => &[],
+                let object = match &ty.kind {
+                    TypeKind::Object(fields, attrs) => (fields.as_slice(), attrs.as_slice()),
+                    _ => (&[][..], &[][..]),
                 };
-                self.fields_block(indent, "input".into(), start, fields, ty.span, nil());
+                self.fields_block(indent, "input".into(), start, object, ty.span, nil());
             }
             Node::Role(r) => {
                 let mut nodes: Vec<Node<'a>> = r.attrs.iter().map(Node::Attr).collect();
@@ -628,10 +630,10 @@ impl<'a> Printer<'a> {
                 }
             },
             Node::Field(f) => match object_of(&f.ty) {
-                Some((fields, object, optional)) => {
+                Some((fields, attrs, object, optional)) => {
                     let footer = text(if optional { "?" } else { "" });
                     let header = format!("{}:", f.name.name);
-                    self.fields_block(indent, header, start, fields, object, footer);
+                    self.fields_block(indent, header, start, (fields, attrs), object, footer);
                 }
                 None => {
                     let doc = concat(vec![text(format!("{}: ", f.name.name)), self.ty(&f.ty)]);
@@ -708,10 +710,10 @@ impl<'a> Printer<'a> {
             }
         };
         match object_of(ty) {
-            Some((fields, object, optional)) => {
+            Some((fields, attrs, object, optional)) => {
                 let footer = text(if optional { "?" } else { "" });
                 let header = format!("output {word}");
-                self.fields_block(indent, header, start, fields, object, footer);
+                self.fields_block(indent, header, start, (fields, attrs), object, footer);
             }
             None => {
                 let doc = concat(vec![text(format!("output {word} ")), self.ty(ty)]);
@@ -909,12 +911,17 @@ impl<'a> Printer<'a> {
             TypeKind::Literal(_) => self.literal(t.span),
             TypeKind::List(inner) => concat(vec![text("list["), self.ty(inner), text("]")]),
             TypeKind::Map(inner) => concat(vec![text("map["), self.ty(inner), text("]")]),
-            TypeKind::Object(fields) => {
-                let fields = fields
+            TypeKind::Object(fields, attrs) => {
+                let mut items: Vec<Doc> = fields
                     .iter()
                     .map(|f| concat(vec![text(format!("{}: ", f.name.name)), self.ty(&f.ty)]))
                     .collect();
-                bracketed("{", fields, "}", true)
+                items.extend(
+                    attrs
+                        .iter()
+                        .map(|a| concat(vec![text(format!("{} = ", a.key.name)), self.value(&a.value)])),
+                );
+                bracketed("{", items, "}", true)
             }
             TypeKind::Union(members) => {
                 let count = members.len();

@@ -500,6 +500,13 @@ fn first_word(
         _ => &[],
     };
     out.extend(words(extra, CompletionItemKind::KEYWORD));
+    if first == "type" {
+        out.push(item(
+            "extra",
+            CompletionItemKind::PROPERTY,
+            Some("attribute: ignore | forbid (a field the type does not declare)".into()),
+        ));
+    }
     if first == "update" {
         out.push(item("set", CompletionItemKind::KEYWORD, None));
         out.extend(names.of_kind(Kind::Memory));
@@ -554,6 +561,7 @@ fn attribute_value(trimmed: &str, names: &Names<'_>) -> Option<Vec<CompletionIte
                 ));
             }
             "coerce" => return Some(words(&["safe", "strict"], CompletionItemKind::ENUM_MEMBER)),
+            "extra" => return Some(words(&["ignore", "forbid"], CompletionItemKind::ENUM_MEMBER)),
             _ => {}
         }
     }

@@ -207,7 +207,7 @@ pub fn field_declaration(a: &Analysis, read: &PathRead, upto: usize) -> Option<S
                     ty = &ast.types.iter().find(|t| &t.name.name == name)?.ty;
                 }
                 TypeKind::Optional(inner) => ty = inner,
-                TypeKind::Object(fields) => break fields,
+                TypeKind::Object(fields, _) => break fields,
                 _ => return None,
             }
         };

@@ -485,7 +485,7 @@ impl Builder<'_> {
                 TypeKind::List(inner) | TypeKind::Map(inner) | TypeKind::Optional(inner) => {
                     stack.push(inner)
                 }
-                TypeKind::Object(fields) => stack.extend(fields.iter().map(|f| &f.ty)),
+                TypeKind::Object(fields, _) => stack.extend(fields.iter().map(|f| &f.ty)),
                 TypeKind::Union(members) => stack.extend(members),
             }
         }

@@ -60,7 +60,7 @@ pub fn parse(
 /// it is JSON, else as the text, and then coerced like a JSON field (`True` → `true`).
 /// Text outside the tags is ignored. One pass over the reply per field, no recursion.
 pub fn parse_tagged(raw: &str, ty: &Type) -> Result<Value, String> {
-    let Type::Object { fields } = ty else {
+    let Type::Object { fields, .. } = ty else {
         return Err("`output tagged` needs an object type".into());
     };
     let mut object = serde_json::Map::new();

@@ -122,7 +122,8 @@ pub enum TypeKind {
     Literal(String),
     List(Box<TypeExpr>),
     Map(Box<TypeExpr>),
-    Object(Vec<FieldDecl>),
+    /// The fields, and the attributes of the object itself (`extra = ignore`).
+    Object(Vec<FieldDecl>, Vec<Attr>),
     Union(Vec<TypeExpr>),
     Optional(Box<TypeExpr>),
 }

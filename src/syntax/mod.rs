@@ -746,8 +746,10 @@ impl<'t> Builder<'t> {
     fn object_type(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
         let s = span(&pair);
         let mut fields = Vec::new();
+        let mut attrs = Vec::new();
         for field in pair.into_inner() {
             match field.as_rule() {
+                Rule::type_attr => attrs.push(self.attr(field)),
                 Rule::field_decl => {
                     let fs = span(&field);
                     let mut parts = field.into_inner();
@@ -765,7 +767,7 @@ impl<'t> Builder<'t> {
             }
         }
         TypeExpr {
-            kind: TypeKind::Object(fields),
+            kind: TypeKind::Object(fields, attrs),
             span: s,
         }
     }

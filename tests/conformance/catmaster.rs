@@ -879,3 +879,265 @@ fn the_system_view_is_refused_to_tools_whatever_its_case() {
     }
     assert!(!ws.join(".CatMaster/new.txt").exists());
 }
+
+/// A reply workflow of one llm role whose reply type is `Reply`; `types` declares it.
+fn extra_project(dir: &Path, types: &str, role_attr: &str, reply: &Value) -> PathBuf {
+    let workflow = format!(
+        r#"
+workflow extra {{
+  prompts = "prompts"
+  script = "script.yaml"
+}}
+{types}
+role ask: llm {{
+  prompt = "ask.tera"
+  retries = 0
+  {role_attr}
+  output json Reply
+}}
+exit done
+start -> ask
+ask -> done
+ask -> invalid_output when ask.invalid
+"#
+    );
+    // JSON is YAML: the reply is one JSON string.
+    let script = json!({"replies": {"ask": reply.to_string()}}).to_string();
+    common::project(dir, &workflow, &[("ask.tera", "Plan.\n")], &script)
+}
+
+/// The flags of the run's one `llm_response`, as `(flag, path)`, sorted.
+fn coercions(dir: &Path) -> Vec<(String, String)> {
+    let events = common::events(dir);
+    let response = common::of_kind(&events, "llm_response");
+    let mut flags: Vec<(String, String)> = response[0]["coercions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["flag"].as_str().unwrap().into(), c["path"].as_str().unwrap().into()))
+        .collect();
+    flags.sort();
+    flags
+}
+
+/// §6 "Use Pydantic models ... for any LLM response": whether a field the model does not
+/// declare is dropped or refused is the model's own setting (Pydantic's `extra`), not the
+/// caller's. In Rondo it is the type's `extra = ignore | forbid`, and it holds whatever the
+/// role's `coerce` says, object by object (a nested type decides for itself).
+#[test]
+fn a_types_extra_policy_decides_over_the_roles_coerce() {
+    let reply = json!({"summary": "s", "tasks": [{"id": "T1", "why": "aside"}], "notes": "aside"});
+
+    // `ignore` under `coerce = strict`: taken on the first attempt, the fields dropped.
+    let tmp = tempfile::tempdir().unwrap();
+    let types = r#"
+type Task {
+  extra = ignore
+  id: string
+}
+type Reply {
+  extra = ignore
+  summary: string
+  tasks: list[Task]
+}"#;
+    let wf = extra_project(tmp.path(), types, "coerce = strict", &reply);
+    let (out, dir) = common::run(&wf, "ignore");
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let state = common::json(dir.join("state.json"));
+    let outputs: Vec<&Value> = state["outputs"].as_object().unwrap().values().collect();
+    assert_eq!(outputs, [&json!({"summary": "s", "tasks": [{"id": "T1"}]})]);
+    assert_eq!(
+        coercions(&dir),
+        [
+            ("extra_field_dropped".to_string(), "$.notes".to_string()),
+            ("extra_field_dropped".to_string(), "$.tasks[0].why".to_string()),
+        ]
+    );
+
+    // The policy is per object: `Task` says nothing, so under `strict` its extra field is
+    // refused though `Reply` ignores its own.
+    let tmp = tempfile::tempdir().unwrap();
+    let types = r#"
+type Task { id: string }
+type Reply {
+  extra = ignore
+  summary: string
+  tasks: list[Task]
+}"#;
+    let wf = extra_project(tmp.path(), types, "coerce = strict", &reply);
+    let (out, dir) = common::run(&wf, "nested");
+    assert_eq!(out.status.code(), Some(4), "{}", common::stderr(&out));
+    let events = common::events(&dir);
+    let refused = &common::of_kind(&events, "invalid_output")[0];
+    assert!(
+        refused["error"].as_str().unwrap().contains("$.tasks[0]: unexpected field `why`"),
+        "{refused}"
+    );
+
+    // `forbid` under the default `coerce = safe` (which drops extra fields): refused.
+    let tmp = tempfile::tempdir().unwrap();
+    let types = r#"
+type Reply = { extra = forbid, summary: string, tasks: list[any] }"#;
+    let wf = extra_project(tmp.path(), types, "", &reply);
+    let (out, dir) = common::run(&wf, "forbid");
+    assert_eq!(out.status.code(), Some(4), "{}", common::stderr(&out));
+    let events = common::events(&dir);
+    let refused = &common::of_kind(&events, "invalid_output")[0];
+    assert!(
+        refused["error"].as_str().unwrap().contains("$: unexpected field `notes`"),
+        "{refused}"
+    );
+
+    // A type that says nothing keeps today's rule: `safe` drops, recorded as a coercion.
+    let tmp = tempfile::tempdir().unwrap();
+    let types = "type Reply { summary: string\n tasks: list[any] }";
+    let wf = extra_project(tmp.path(), types, "", &reply);
+    let (out, dir) = common::run(&wf, "unsaid");
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert_eq!(
+        coercions(&dir),
+        [("extra_field_dropped".to_string(), "$.notes".to_string())]
+    );
+}
+
+/// `forbid` holds in memory too: `check` refuses an object literal with a field the type
+/// forbids, at its line, and `ignore` accepts it. A policy that is neither is reported with
+/// the two choices; `rondo fmt` keeps the attribute and is stable on it.
+#[test]
+fn extra_is_checked_and_kept_by_fmt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = |policy: &str| {
+        format!(
+            r#"workflow w {{ }}
+type Entry {{
+  extra = {policy}
+  id: string
+}}
+memory {{
+  last: Entry? = null
+}}
+role keep: builtin {{
+  update {{
+    set last = {{ id: "a", note: "b" }}
+  }}
+}}
+exit done
+start -> keep
+keep -> done
+"#
+        )
+    };
+    let path = tmp.path().join("w.rondo");
+    let check = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        common::rondo(&["check", "--offline", "--format", "json", path.to_str().unwrap()])
+    };
+    let out = check(&source("ignore"));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+
+    let out = check(&source("forbid"));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(report.contains("the field `note` is not in"), "{report}");
+    assert!(report.contains("\"line\": 11") || report.contains("\"line\":11"), "{report}");
+
+    let out = check(&source("allow"));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(report.contains("rondo::type::bad_extra"), "{report}");
+    assert!(report.contains("`ignore` drops it, `forbid` refuses"), "{report}");
+
+    // fmt: a messy layout comes out canonical with the attribute where it was, twice alike.
+    let messy = "workflow w { }\ntype Entry {\n      id: string\n  extra   =   ignore\n}\ntype Pair = {extra=forbid,a:int}\nmemory {\n  xs: list[{extra=ignore,a:int}] = []\n}\nexit done\nstart -> done\n";
+    std::fs::write(&path, messy).unwrap();
+    let out = common::rondo(&["fmt", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let formatted = std::fs::read_to_string(&path).unwrap();
+    assert!(formatted.contains("type Entry {\n  id: string\n  extra = ignore\n}"), "{formatted}");
+    assert!(formatted.contains("type Pair {\n  extra = forbid\n  a: int\n}"), "{formatted}");
+    assert!(formatted.contains("xs: list[{ a: int, extra = ignore }] = []"), "{formatted}");
+    let out = common::rondo(&["fmt", "--check", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let out = common::rondo(&["check", "--offline", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+}
+
+/// §6 in the workflow itself: the planner's and the task runner's reply types, and every
+/// object type inside them, are the guide's Pydantic models and say Pydantic's default,
+/// `extra = ignore`; the roles' `coerce` lists no longer carry the choice.
+#[test]
+fn the_reply_models_say_extra_ignore_in_the_workflow() {
+    use rondo::compile::types::{Coercion, Extra, Type};
+    use rondo::compile::{OutputFormat, RoleKind};
+    let path = common::root().join("workflows/catmaster.rondo");
+    let (_, workflow, diags, _) = common::check_path(&path, true);
+    assert!(!diags.has_errors());
+    let mut seen = Vec::new();
+    for (index, role) in workflow.roles() {
+        let name = &workflow.node(index).name;
+        let RoleKind::Llm(llm) = &role.kind else { continue };
+        let OutputFormat::Json { ty, .. } = &llm.output else { continue };
+        assert!(!llm.coerce.contains(&Coercion::ExtraFieldDropped), "{name}");
+        // Every object of the type, without recursion.
+        let mut stack = vec![ty];
+        let mut objects = 0;
+        while let Some(t) = stack.pop() {
+            match t {
+                Type::Object { fields, extra } => {
+                    assert_eq!(*extra, Extra::Ignore, "{name}: {}", t.display());
+                    objects += 1;
+                    stack.extend(fields.iter().map(|f| &f.ty));
+                }
+                Type::List { item } | Type::Optional { inner: item } => stack.push(item),
+                Type::Union { members } => stack.extend(members),
+                _ => {}
+            }
+        }
+        seen.push((name.clone(), objects));
+    }
+    seen.sort();
+    // Plan, its tasks and its ops; StepDecision and its ops.
+    assert_eq!(seen, [("planner".to_string(), 3), ("task_runner".to_string(), 2)]);
+}
+
+/// §1 "Artifacts/toolcalls are persisted under `.catmaster/runs/<run_id>/...`": one line per
+/// tool call (its task, tool, params and standard output) in
+/// `.catmaster/runs/<run_id>/toolcalls.jsonl`, a refused payload included; and the system view
+/// stays out of the tools' reach (`list_files` of `.` does not show it).
+#[test]
+fn toolcalls_are_persisted_under_the_runs_system_view() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("calls");
+    let run = catmaster(
+        &ws,
+        "calls",
+        "build CO",
+        json!({
+            "planner": plan(&[("T1", "build CO")], json!([])),
+            "task_runner": visits(&[
+                call("build_molecule", json!({"molecule": "CO", "color": "red"})),
+                call("build_molecule", json!({"molecule": "CO"})),
+                call("list_files", json!({"path": "."})),
+                finish(json!([])),
+            ]),
+            "summarizer": "ok",
+        }),
+        &[],
+    );
+    assert_exit(&run, "completed", 0);
+    let text = std::fs::read_to_string(ws.join(".catmaster/runs/calls/toolcalls.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let summary: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["tool_name"].as_str().unwrap(), l["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        summary,
+        [("build_molecule", "failed"), ("build_molecule", "success"), ("list_files", "success")]
+    );
+    assert_eq!(lines[0]["params"], json!({"molecule": "CO", "color": "red"}));
+    assert_eq!(lines[1]["task"]["id"], "T1");
+    assert!(lines[1]["data"]["xyz_rel"].as_str().unwrap().ends_with("CO.xyz"), "{}", lines[1]);
+    let listed = lines[2]["data"].to_string();
+    assert!(!listed.contains(".catmaster"), "{listed}");
+}

@@ -1072,6 +1072,86 @@ fn openai_model_and_the_price_variables_reach_the_call_and_the_cost() {
     }
 }
 
+/// "Costs (OpenAI): `OPENAI_INPUT_PRICE_PER_1K`, `OPENAI_OUTPUT_PRICE_PER_1K` (defaults
+/// provided for 4o/4o-mini/4.1)": without the variables, the model `OPENAI_MODEL` names is
+/// priced at its own default (the table of default prices), not at gpt-4o-mini's.
+#[test]
+fn without_the_price_variables_each_model_has_its_default_price() {
+    let reply = || {
+        vec![
+            tool_calls(&[("call_1", "calculator", serde_json::json!({"expression": "6*7"}))]),
+            "42".into(),
+        ]
+    };
+    let per_model = [("gpt-4o", 0.0025, 0.01), ("gpt-4.1", 0.002, 0.008), ("gpt-4o-mini", 0.00015, 0.0006)];
+    for (model, input, output) in per_model {
+        let server = Server::start(Wire::OpenAi, reply(), (1000, 500));
+        let (_tmp, asked) = Ask::new("What is 6*7?")
+            .own_provider()
+            .env("LLM_PROVIDER", "openai")
+            .env("OPENAI_API_KEY", "sk-test-micro-agent-0123456789")
+            .env("OPENAI_BASE_URL", format!("http://{}/v1", server.addr))
+            .env("OPENAI_MODEL", model)
+            .run();
+        let asked = asked.ok();
+        assert_eq!(server.requests().len(), 2, "{model}");
+        let info: Value = super::common::json(asked.run_dir.join("run.json"));
+        let cost = info["totals"]["cost"].as_f64().unwrap();
+        let expected = 2.0 * (1.0 * input + 0.5 * output);
+        assert!((cost - expected).abs() < 1e-12, "{model}: {cost} != {expected}");
+    }
+
+    // One variable set: its half wins, the other half stays the model's default.
+    let server = Server::start(Wire::OpenAi, reply(), (1000, 500));
+    let (_tmp, asked) = Ask::new("What is 6*7?")
+        .own_provider()
+        .env("LLM_PROVIDER", "openai")
+        .env("OPENAI_API_KEY", "sk-test-micro-agent-0123456789")
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", server.addr))
+        .env("OPENAI_MODEL", "gpt-4o")
+        .env("OPENAI_INPUT_PRICE_PER_1K", "0.001")
+        .run();
+    let info: Value = super::common::json(asked.ok().run_dir.join("run.json"));
+    let cost = info["totals"]["cost"].as_f64().unwrap();
+    assert!((cost - 2.0 * (0.001 + 0.5 * 0.01)).abs() < 1e-12, "{cost}");
+}
+
+/// The default prices are what `rondo check --cost` proves a budget with: a profile that
+/// writes no price and names gpt-4o has the worst case of one that writes gpt-4o's prices,
+/// marked as estimated from the table; an unknown model is free, as before.
+#[test]
+fn check_cost_prices_a_known_model_from_the_table_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("prompts")).unwrap();
+    std::fs::write(tmp.path().join("prompts/ask.tera"), "Answer {{ input.q }}.\n").unwrap();
+    let cost_of = |model: &str, price: &str| {
+        let source = format!(
+            "workflow w {{\n  prompts = \"prompts\"\n  provider = p\n  input q: string\n  limits {{ max_input_bytes = \"1KB\" }}\n}}\n\
+             provider p {{\n  kind = \"openai\"\n  model = \"{model}\"\n  max_tokens = 1000\n  {price}\n}}\n\
+             role ask: llm {{\n  prompt = \"ask.tera\"\n  max_visits = 1\n  output text\n}}\n\
+             exit done\nstart -> ask\nask -> done\n"
+        );
+        let path = tmp.path().join("w.rondo");
+        std::fs::write(&path, source).unwrap();
+        let out = super::common::rondo(&[
+            "check", "--offline", "--cost", "--format", "json", path.to_str().unwrap(),
+        ]);
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        report[0]["cost"].clone()
+    };
+    let table = cost_of("gpt-4o-2024-08-06", "");
+    let written = cost_of("gpt-4o-2024-08-06", "price { input_per_1k = 0.0025  output_per_1k = 0.01 }");
+    let unknown = cost_of("my-model", "");
+    let max = |c: &Value| c["max_cost"].as_f64().unwrap();
+    assert!(max(&table) > 0.01, "{table}");
+    assert_eq!(max(&table), max(&written));
+    assert_eq!(max(&unknown), 0.0);
+    assert_eq!(table["estimated_prices"], serde_json::json!(["`p` (gpt-4o-2024-08-06)"]));
+    assert_eq!(written["estimated_prices"], serde_json::json!([]));
+    assert_eq!(unknown["estimated_prices"], serde_json::json!([]));
+}
+
 // ---- "OpenAI → native tool-calls ...; Others (e.g., Ollama) → robust JSON decision loop" ------
 
 /// One ask on OpenAI: the tools' schemas in the request, a refused call and a good one made
@@ -1328,6 +1408,95 @@ fn plugin_tools_are_offered_called_and_checked_like_the_workflows_own() {
             .unwrap()
             .contains("not one of the available tools")
     );
+}
+
+/// A Python package `pkg` with a tools module in the guide's form: a `TOOLS` dict of the
+/// reference's `Tool(name, description, schema, func)`, imported from `micro_agent.tools`;
+/// `other.tools` gives its tools with `get_tools()` and plain dicts.
+fn plugin_package(dir: &Path) {
+    std::fs::create_dir_all(dir.join("pkg")).unwrap();
+    std::fs::create_dir_all(dir.join("other")).unwrap();
+    std::fs::write(dir.join("pkg/__init__.py"), "").unwrap();
+    std::fs::write(
+        dir.join("pkg/tools.py"),
+        r#"from micro_agent.tools import Tool
+
+def _reverse(args):
+    return {"text": args["text"][::-1]}
+
+def _boom(args):
+    raise RuntimeError("the tool broke")
+
+TOOLS = {
+    "reverse": Tool("reverse", "Reverse a text. Schema: {text: string}.",
+                    {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+                    _reverse),
+    "boom": Tool("boom", "Always fails.", {"type": "object", "properties": {}}, _boom),
+}
+"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("other/__init__.py"), "").unwrap();
+    std::fs::write(
+        dir.join("other/tools.py"),
+        r#"def get_tools():
+    return {"count": {"name": "count", "description": "Count the words of a text.",
+                      "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+                      "func": lambda args: {"words": len(args["text"].split())}}}
+"#,
+    )
+    .unwrap();
+}
+
+/// "Plugin loader: set `TOOLS_MODULES="pkg1.tools,pkg2.tools"` to merge additional tool
+/// dicts": the guide's Python modules, importable from the folder the agent starts in, join
+/// the registry beside a YAML spec of ours; their tools are offered, their arguments checked
+/// against their JSON Schema before they run ("invalid inputs add a ⛔️validation_error
+/// step"), and a tool that raises is a failed call the loop goes on after.
+#[test]
+fn tools_modules_in_the_guides_python_form_work_beside_yaml_specs() {
+    let tmp = tempfile::tempdir().unwrap();
+    plugin_package(tmp.path());
+    plugin_folder(&tmp.path().join("plugins"));
+    let asked = Ask::new("Reverse and count hello world")
+        .reply(r#"{"tool": {"name": "reverse", "args": {"text": 5}}}"#)
+        .reply(r#"{"tool": {"name": "reverse", "args": {"text": "hello world"}}}"#)
+        .reply(r#"{"tool": {"name": "count", "args": {"text": "hello world"}}}"#)
+        .reply(r#"{"tool": {"name": "upper", "args": {"text": "hi"}}}"#)
+        .reply(r#"{"tool": {"name": "boom", "args": {}}}"#)
+        .reply(&final_answer("dlrow olleh, 2 words"))
+        .env("TOOLS_MODULES", "pkg.tools, other.tools,plugins/upper.yaml")
+        .run_in(tmp.path())
+        .ok();
+    assert_eq!(
+        asked.tools(),
+        ["⛔️validation_error", "reverse", "count", "upper", "boom"]
+    );
+    let steps = asked.steps();
+    assert_eq!(steps[1]["observation"], serde_json::json!({"text": "dlrow olleh"}));
+    assert_eq!(steps[2]["observation"], serde_json::json!({"words": 2}));
+    assert_eq!(steps[3]["observation"]["text"], "HI");
+    let calls = asked.calls();
+    let boom = calls.last().unwrap();
+    assert_eq!(boom["result"]["status"], "failed", "{boom}");
+    assert!(boom["result"]["error"].as_str().unwrap().contains("RuntimeError: the tool broke"), "{boom}");
+    let prompt = &asked.prompts()[0];
+    assert!(prompt.contains("reverse: Reverse a text."), "{prompt}");
+    assert!(prompt.contains("count: Count the words of a text."), "{prompt}");
+    assert!(prompt.contains("upper: upper-cases a text"), "{prompt}");
+    assert_eq!(asked.record()["answer"], "dlrow olleh, 2 words");
+
+    // A module that cannot be imported is a diagnostic naming it, and nothing runs.
+    let asked = Ask::new("hi")
+        .reply(&final_answer("hi"))
+        .env("TOOLS_MODULES", "pkg.tools,nosuch.tools")
+        .run_in(tmp.path());
+    assert_eq!(asked.out.status.code(), Some(1), "{}", stderr(&asked.out));
+    let err = stderr(&asked.out);
+    assert!(err.contains("rondo::import::missing"), "{err}");
+    assert!(err.contains("nosuch.tools"), "{err}");
+    assert!(err.contains("ModuleNotFoundError"), "{err}");
+    assert!(!asked.run_dir.exists());
 }
 
 #[test]

@@ -116,6 +116,7 @@
 
 ; Attributes and memory
 (attribute key: (identifier) @property)
+(type_attribute key: (identifier) @property)
 (map_value_entry key: (identifier) @property)
 (map_entry key: (identifier) @property)
 (memory_entry name: (identifier) @variable.member)

@@ -25,6 +25,7 @@ pub mod cost;
 pub mod error;
 pub mod http;
 pub mod pool;
+pub mod prices;
 pub mod profile;
 pub mod providers;
 pub mod types;

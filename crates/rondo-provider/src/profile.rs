@@ -402,7 +402,11 @@ impl ProviderProfile {
                         self.name
                     ))
                 })?;
-            let price = self.price.get_or_insert_with(Price::default);
+            // The half a variable does not set keeps the written price, else the table's.
+            let table = crate::prices::default_price(self.kind, &self.model);
+            let price = self
+                .price
+                .get_or_insert_with(|| table.unwrap_or_default());
             if input {
                 price.input_per_1k = value;
             } else {
@@ -484,7 +488,19 @@ impl ProviderProfile {
     }
 
     pub fn cost(&self, usage: &crate::Usage) -> f64 {
-        self.price.map(|p| p.cost(usage)).unwrap_or(0.0)
+        self.price().map(|p| p.cost(usage)).unwrap_or(0.0)
+    }
+
+    /// The profile's prices: its own `price`, else the default of its model in the table
+    /// of default prices ([`crate::prices`]), else none (the calls cost nothing).
+    pub fn price(&self) -> Option<Price> {
+        self.price
+            .or_else(|| crate::prices::default_price(self.kind, &self.model))
+    }
+
+    /// Whether [`Self::price`] comes from the table of default prices (an estimate).
+    pub fn priced_by_table(&self) -> bool {
+        self.price.is_none() && crate::prices::default_price(self.kind, &self.model).is_some()
     }
 
     /// Problems a checker should report: no model, zero limits, unknown fallbacks.

@@ -203,3 +203,39 @@ swarm_down() {
   for i in 1 2 3 4 5 6 7 8 9; do ip link delete "rsw${i}h" 2>/dev/null || true; done
   rm -rf "$SWARM_DIR"
 }
+
+# Stops the node whose address is $1 (as the nodes' engines listen on it).
+swarm_node_stop_addr() {
+  local addr=${1#tcp://} i
+  addr=${addr%%:*}
+  for ((i = 1; i <= $(cat "$SWARM_DIR/nodes"); i++)); do
+    if [ "$(swarm_node_ip "$i")" = "$addr" ]; then
+      swarm_log "stopping node $i ($addr)"
+      swarm_node_stop "$i"
+      return 0
+    fi
+  done
+  swarm_log "no node at $addr"
+  return 1
+}
+
+# Starts again every node whose daemon is stopped, and waits for the swarm to see each
+# one ready.
+swarm_nodes_restart() {
+  local n i deadline
+  n=$(cat "$SWARM_DIR/nodes")
+  for ((i = 1; i <= n; i++)); do
+    swarm_docker "$i" info >/dev/null 2>&1 && continue
+    swarm_log "restarting node $i"
+    swarm_dockerd_up "$i"
+  done
+  deadline=$((SECONDS + 90))
+  while (($(swarm_docker 1 node ls --format '{{.Status}}' | grep -c '^Ready$') < n)); do
+    if ((SECONDS > deadline)); then
+      swarm_log "not every node is ready after 90 s"
+      swarm_docker 1 node ls >&2
+      return 1
+    fi
+    sleep 1
+  done
+}

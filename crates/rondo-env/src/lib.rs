@@ -4,7 +4,8 @@
 //! merged, optionally logged and streamed line by line) and copies files in and out.
 //! [`LocalEnv`] runs processes in a run directory; [`DockerEnv`] runs them in one
 //! long-lived, hardened container per run, talking to the engine through its API.
-//! Both can install [`ToolSpec`]s (see `docs/tools.md`).
+//! [`SwarmEnv`] runs the same container as a one-replica Swarm service on the node
+//! Swarm chooses. All can install [`ToolSpec`]s (see `docs/tools.md`).
 
 mod archive;
 mod docker;
@@ -14,6 +15,7 @@ mod local;
 mod redact;
 mod runner;
 mod sandbox;
+mod swarm;
 pub mod tool;
 mod transport;
 
@@ -30,6 +32,7 @@ pub use exec::{
 pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};
 pub use sandbox::{Capability, DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
+pub use swarm::{DEFAULT_ENGINE_PORT, SwarmConfig, SwarmEnv, connect_engine, reap_batch};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};
 
@@ -37,7 +40,7 @@ pub use transport::{Mount, Transport, refused_mount};
 /// concurrent roles (`Arc<dyn Environment>`), hence `&self` everywhere.
 #[async_trait::async_trait]
 pub trait Environment: Send + Sync {
-    /// `"local"` or `"docker"`.
+    /// `"local"`, `"docker"` or `"swarm"`.
     fn kind(&self) -> &'static str;
 
     /// Run a command. A non-zero exit or a timeout is reported in the output, not as an error.

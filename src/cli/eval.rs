@@ -37,6 +37,10 @@ pub struct Args {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
+    /// Where Docker environments run: docker (default), process (runner processes on this
+    /// machine, no isolation: benchmarks, tests), swarm, kubernetes.
+    #[arg(long, value_name = "ENGINE")]
+    engine: Option<rondo_env::SandboxEngine>,
 }
 
 pub fn run(args: Args) -> Result<Code, CliError> {
@@ -48,6 +52,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
             if let Some(n) = args.concurrency {
                 setup.concurrency = n;
             }
+            setup.engine = args.engine.unwrap_or(setup.engine);
             (setup, dir)
         }
         None => {
@@ -71,6 +76,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 provider: args.provider,
                 script: args.script.as_deref().map(batch::absolute),
                 concurrency: args.concurrency.unwrap_or(batch::DEFAULT_CONCURRENCY),
+                engine: args.engine.unwrap_or_default(),
             };
             (setup, out)
         }

@@ -78,6 +78,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
             provider: args.provider,
             script: args.script.as_deref().map(batch::absolute),
             concurrency,
+            engine: rondo_env::SandboxEngine::default(),
         },
         out: out.clone(),
         progress: progress_mode(args.quiet),

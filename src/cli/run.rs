@@ -50,6 +50,10 @@ pub struct Args {
     /// No progress output: a run that succeeds prints only its answer.
     #[arg(long, short)]
     quiet: bool,
+    /// Where Docker environments run: docker (this machine's engine), process (runner
+    /// processes on this machine, no isolation: benchmarks, tests), swarm, kubernetes.
+    #[arg(long, default_value = "docker", value_name = "ENGINE")]
+    engine: rondo_env::SandboxEngine,
 }
 
 pub fn run(args: Args) -> Result<Code, CliError> {
@@ -69,6 +73,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
         pool: None,
         no_demos: false,
         image: None,
+        engine: args.engine,
     };
     let workflow = load_workflow(&args.file)?;
     runtime()?.block_on(async {

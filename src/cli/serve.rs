@@ -36,6 +36,10 @@ pub struct Args {
     /// Run local tools unconfined when the kernel has no Landlock.
     #[arg(long)]
     unconfined_tools: bool,
+    /// Where Docker environments run: docker (this machine's engine), process (runner
+    /// processes on this machine, no isolation: benchmarks, tests), swarm, kubernetes.
+    #[arg(long, default_value = "docker", value_name = "ENGINE")]
+    engine: rondo_env::SandboxEngine,
 }
 
 pub fn run(args: Args) -> Result<Code, CliError> {
@@ -68,6 +72,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
             ask: args.ask,
             provider: args.provider,
             unconfined_tools: args.unconfined_tools,
+            engine: args.engine,
         },
     ))
 }

@@ -68,6 +68,11 @@ pub struct Args {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
+    /// Where the agents' Docker environments and the evaluations run: docker (default),
+    /// process (runner processes on this machine, no isolation: benchmarks, tests),
+    /// swarm, kubernetes.
+    #[arg(long, value_name = "ENGINE")]
+    engine: Option<rondo_env::SandboxEngine>,
 }
 
 const DEFAULT_AGENT: &str = "workflows/llm_ide.rondo";
@@ -84,6 +89,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
             if let Some(n) = args.eval_timeout {
                 setup.eval_timeout_sec = n;
             }
+            setup.engine = args.engine.unwrap_or(setup.engine);
             (setup, dir)
         }
         (None, Some(dataset)) => {
@@ -109,6 +115,7 @@ pub fn run(args: Args) -> Result<Code, CliError> {
                 eval_timeout_sec: args
                     .eval_timeout
                     .unwrap_or(swebench::DEFAULT_EVAL_TIMEOUT_SEC),
+                engine: args.engine.unwrap_or_default(),
             };
             let out = args.out.unwrap_or_else(|| batch::default_dir("swebench"));
             batch::refuse_existing(&out, swebench::SETUP_FILE, "a swebench run", "swebench")?;

@@ -42,6 +42,9 @@ pub struct Setup {
     #[serde(default)]
     pub script: Option<PathBuf>,
     pub concurrency: usize,
+    /// `--engine`: where the runs' Docker environments run.
+    #[serde(default)]
+    pub engine: rondo_env::SandboxEngine,
 }
 
 pub const SETUP_FILE: &str = "eval.json";
@@ -515,6 +518,7 @@ impl Eval {
             script: self.setup.script.clone(),
             progress: progress::Mode::Quiet,
             no_demos: self.no_demos,
+            engine: self.setup.engine,
             ..RunOptions::default()
         };
         // One pool for every run: rate limits, concurrency bounds and circuit breakers

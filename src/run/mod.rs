@@ -81,6 +81,9 @@ pub struct RunOptions {
     /// Every Docker environment runs this image instead of its declared one (a SWE-bench
     /// instance's image). Not recorded: a resume must give it again.
     pub image: Option<String>,
+    /// Where the run's Docker environments' sandboxes come from (`--engine`). Not
+    /// recorded: a resume must give it again.
+    pub engine: rondo_env::SandboxEngine,
 }
 
 /// An input value as `--input` (and [`RunOptions::inputs`]) takes it: a string as written,
@@ -122,6 +125,7 @@ impl Default for RunOptions {
             pool: None,
             no_demos: false,
             image: None,
+            engine: rondo_env::SandboxEngine::Docker,
         }
     }
 }

@@ -194,6 +194,7 @@ impl<'w> Interpreter<'w> {
             .map(|d| d.load(workflow, &mut state));
         interp.envs.input_paths = input_paths(workflow, &state);
         interp.envs.image = options.image.clone();
+        interp.envs.engine = options.engine;
         if options.checkpoints {
             let dir = RunDir::create(&interp.run_dir, interp.workspace.root()).map_err(|e| {
                 StartError::Setup(format!("cannot create {}: {e}", interp.run_dir.display()))
@@ -340,6 +341,7 @@ impl<'w> Interpreter<'w> {
         interp.check_keys()?;
         interp.envs.input_paths = input_paths(workflow, &state);
         interp.envs.image = options.image.clone();
+        interp.envs.engine = options.engine;
         RunDir::rewind(&layout, &state)
             .map_err(|e| StartError::Setup(format!("cannot rewind {}: {e}", run_dir.display())))?;
         let dir = RunDir::open(run_dir, &layout.workspace)

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use petgraph::graph::NodeIndex;
 use rondo_env::{
-    Command, DockerConfig, DockerEnv, Environment, ExecOutput, ExecRequest, LocalConfig, LocalEnv,
-    StreamKind,
+    Command, DockerConfig, Environment, ExecOutput, ExecRequest, LocalConfig, LocalEnv, StreamKind,
 };
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -37,6 +36,8 @@ pub struct Envs {
     /// The image every Docker environment runs instead of its declared one
     /// ([`super::RunOptions::image`]).
     pub image: Option<String>,
+    /// Where Docker environments' sandboxes come from ([`super::RunOptions::engine`]).
+    pub engine: rondo_env::SandboxEngine,
     /// Events produced while roles run concurrently, written when their result is applied.
     pub pending_events: Mutex<Vec<Event>>,
 }
@@ -142,6 +143,7 @@ impl Envs {
             redactor,
             input_paths: Vec::new(),
             image: None,
+            engine: rondo_env::SandboxEngine::Docker,
             pending_events: Mutex::new(Vec::new()),
         }
     }
@@ -149,7 +151,9 @@ impl Envs {
     /// Containers of crashed runs (their owner process is gone), this run's after a
     /// SIGKILL among them: removed before a resumed run does anything else.
     pub(super) async fn remove_orphans(&self) -> Vec<String> {
-        if !self.specs.iter().any(|(s, _)| s.kind == EnvKind::Docker) {
+        if !self.specs.iter().any(|(s, _)| s.kind == EnvKind::Docker)
+            || self.engine != rondo_env::SandboxEngine::Docker
+        {
             return Vec::new();
         }
         match rondo_env::connect().await {
@@ -228,7 +232,8 @@ impl Envs {
                 }
                 EnvKind::Docker => {
                     // Containers left by a crashed run (their owner process is gone) go first.
-                    if let Ok(docker) = rondo_env::connect().await
+                    if self.engine == rondo_env::SandboxEngine::Docker
+                        && let Ok(docker) = rondo_env::connect().await
                         && let Ok(removed) = rondo_env::cleanup_stale(&docker).await
                         && !removed.is_empty()
                         && let Ok(mut events) = self.pending_events.lock()
@@ -268,9 +273,9 @@ impl Envs {
                             replace: false,
                         }));
                     config.install_log_dir = Some(run_dir.join("install_logs"));
-                    DockerEnv::start(config)
+                    self.engine
+                        .start(config, &run_dir)
                         .await
-                        .map(|e| Arc::new(e) as Arc<dyn Environment>)
                         .map_err(|e| format!("environment `{}`: {e}", spec.name))
                 }
             }

@@ -211,6 +211,7 @@ async fn launch(
         progress: progress::Mode::Quiet,
         unconfined_tools: server.unconfined_tools,
         pool: server.pools.get(&workflow.name).cloned(),
+        engine: server.engine,
         ..RunOptions::default()
     };
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();

@@ -44,6 +44,8 @@ pub struct ServeOptions {
     /// The profile runs use unless a request names one.
     pub provider: Option<String>,
     pub unconfined_tools: bool,
+    /// Where the runs' Docker environments run.
+    pub engine: rondo_env::SandboxEngine,
 }
 
 /// A run this server process started: what cancelling it needs, whether it still goes,
@@ -70,6 +72,7 @@ pub(crate) struct Server {
     stop: Notify,
     provider: Option<String>,
     unconfined_tools: bool,
+    engine: rondo_env::SandboxEngine,
     /// Tasks that drive runs, awaited before the process exits.
     tasks: Mutex<tokio::task::JoinSet<()>>,
 }
@@ -167,6 +170,7 @@ fn prepare(
         stop: Notify::new(),
         provider: options.provider.clone(),
         unconfined_tools: options.unconfined_tools,
+        engine: options.engine,
         tasks: Mutex::new(tokio::task::JoinSet::new()),
     });
     Ok((runtime, server))

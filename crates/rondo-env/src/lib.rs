@@ -4,14 +4,18 @@
 //! merged, optionally logged and streamed line by line) and copies files in and out.
 //! [`LocalEnv`] runs processes in a run directory; [`DockerEnv`] runs them in one
 //! long-lived, hardened container per run, talking to the engine through its API.
-//! [`SwarmEnv`] runs the same container as a one-replica Swarm service on the node
-//! Swarm chooses. All can install [`ToolSpec`]s (see `docs/tools.md`).
+//! Both can install [`ToolSpec`]s (see `docs/tools.md`). Where a run's sandboxes come
+//! from is its [`SandboxEngine`]: the local Docker engine, [`ProcessEnv`]'s runner
+//! processes on this machine, or [`SwarmEnv`]'s one-replica services on the node Docker
+//! Swarm chooses.
 
 mod archive;
 mod docker;
+mod engine;
 mod error;
 mod exec;
 mod local;
+mod process;
 mod redact;
 mod runner;
 mod sandbox;
@@ -24,12 +28,14 @@ use std::path::Path;
 pub use docker::{
     DockerConfig, DockerEnv, cleanup_stale, connect, remove_batch, remove_run, set_batch_label,
 };
+pub use engine::{ENGINE_NAMES, SandboxEngine};
 pub use error::{EnvError, InstallFailure};
 pub use exec::{
     Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, MAX_SHOWN_LINE, StreamKind,
     head_tail_lines, shell_quote, truncate_for_prompt,
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
+pub use process::ProcessEnv;
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};
 pub use sandbox::{Capability, DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
 pub use swarm::{DEFAULT_ENGINE_PORT, SwarmConfig, SwarmEnv, connect_engine, reap_batch};
@@ -40,7 +46,7 @@ pub use transport::{Mount, Transport, refused_mount};
 /// concurrent roles (`Arc<dyn Environment>`), hence `&self` everywhere.
 #[async_trait::async_trait]
 pub trait Environment: Send + Sync {
-    /// `"local"`, `"docker"` or `"swarm"`.
+    /// `"local"`, `"docker"`, `"process"` or `"swarm"`.
     fn kind(&self) -> &'static str;
 
     /// Run a command. A non-zero exit or a timeout is reported in the output, not as an error.

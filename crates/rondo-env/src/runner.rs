@@ -13,7 +13,7 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::{EnvError, StreamKind};
@@ -29,6 +29,23 @@ type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>>;
 
 type Input = Arc<tokio::sync::Mutex<Pin<Box<dyn AsyncWrite + Send>>>>;
 
+/// The runner's standard output, as it arrives.
+type Chunks = Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>, ()>> + Send>>;
+
+/// Longer than any line a runner writes (a 64 KiB chunk, JSON-escaped).
+const MAX_LINE: usize = 1 << 20;
+
+/// The command line that starts a runner, for a backend that starts it itself. Isolated
+/// (`-I`): no module is looked up in the working folder, where commands write, nor through
+/// `PYTHON*` variables; no `site` (`-S`): the runner needs the standard library alone, and
+/// starts faster without.
+pub(crate) fn command() -> Vec<String> {
+    ["python3", "-I", "-S", "-u", "-c", SCRIPT]
+        .map(String::from)
+        .to_vec()
+}
+
+/// A runner at the other end of a byte stream; see `runner.py` for the protocol.
 pub(crate) struct Runner {
     input: Input,
     pending: Pending,
@@ -49,8 +66,9 @@ pub(crate) struct Request {
 }
 
 impl Runner {
-    /// Starts the runner as `user` and checks it answers; `None` when the image cannot
-    /// run it (no python3), in which case commands go through plain execs.
+    /// Starts the runner as `user` in a container of the local engine and checks it
+    /// answers; `None` when the image cannot run it (no python3), in which case commands
+    /// go through plain execs.
     pub(crate) async fn start(
         docker: &Docker,
         container: &str,
@@ -61,20 +79,50 @@ impl Runner {
             attach_stdin: Some(true),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            cmd: Some(vec![
-                "python3".to_string(),
-                "-u".into(),
-                "-c".into(),
-                SCRIPT.into(),
-            ]),
+            cmd: Some(command()),
             ..Default::default()
         };
         let exec = docker.create_exec(container, opts).await.ok()?;
-        let StartExecResults::Attached { mut output, input } =
+        let StartExecResults::Attached { output, input } =
             docker.start_exec(&exec.id, None).await.ok()?
         else {
             return None;
         };
+        let stdout = output.filter_map(|item| async move {
+            match item {
+                Ok(LogOutput::StdOut { message }) => Some(Ok(message.to_vec())),
+                Ok(_) => None,
+                Err(_) => Some(Err(())),
+            }
+        });
+        Runner::from_stream(Box::pin(stdout), input).await.ok()
+    }
+
+    /// Talks to a runner already started at the other end of `reader` (its standard
+    /// output) and `writer` (its standard input), wherever it runs: a local child
+    /// process, an exec through a remote engine or the Kubernetes API. Checks it answers.
+    pub(crate) async fn over(
+        reader: impl AsyncRead + Send + 'static,
+        writer: impl AsyncWrite + Send + 'static,
+    ) -> Result<Runner, EnvError> {
+        let reader = Box::pin(reader);
+        let chunks = futures_util::stream::unfold(reader, |mut reader| async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(buf), reader))
+                }
+            }
+        });
+        Runner::from_stream(Box::pin(chunks), Box::pin(writer)).await
+    }
+
+    async fn from_stream(
+        mut output: Chunks,
+        input: Pin<Box<dyn AsyncWrite + Send>>,
+    ) -> Result<Runner, EnvError> {
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let alive = Arc::new(AtomicBool::new(true));
         let reader = {
@@ -82,16 +130,21 @@ impl Runner {
             let alive = alive.clone();
             tokio::spawn(async move {
                 let mut buffer: Vec<u8> = Vec::new();
-                while let Some(Ok(item)) = output.next().await {
-                    let LogOutput::StdOut { message } = item else {
-                        continue;
-                    };
+                while let Some(Ok(message)) = output.next().await {
                     buffer.extend_from_slice(&message);
-                    while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
-                        let line: Vec<u8> = buffer.drain(..=end).collect();
-                        if let Ok(event) = serde_json::from_slice::<Value>(&line) {
+                    let mut start = 0;
+                    while let Some(end) = buffer[start..].iter().position(|&b| b == b'\n') {
+                        let line = &buffer[start..start + end + 1];
+                        if let Ok(event) = serde_json::from_slice::<Value>(line) {
                             dispatch(&pending, &event);
                         }
+                        start += end + 1;
+                    }
+                    buffer.drain(..start);
+                    // A runner sends lines of a few hundred KiB at most: anything longer
+                    // is not one, and must not grow without bound.
+                    if buffer.len() > MAX_LINE {
+                        break;
                     }
                 }
                 alive.store(false, Ordering::SeqCst);
@@ -108,6 +161,12 @@ impl Runner {
             next: AtomicU64::new(1),
             reader,
         };
+        runner.probe().await?;
+        Ok(runner)
+    }
+
+    /// Runs `true` and waits for its exit.
+    async fn probe(&self) -> Result<(), EnvError> {
         let probe = Request {
             argv: vec!["true".into()],
             cwd: "/".into(),
@@ -116,7 +175,7 @@ impl Runner {
             grace: Duration::from_secs(1),
             keep: false,
         };
-        let (mut rx, _) = runner.send(probe).await.ok()?;
+        let (mut rx, _) = self.send(probe).await?;
         let answered = tokio::time::timeout(Duration::from_secs(15), async {
             while let Some(m) = rx.recv().await {
                 if let Message::Exit { code: 0, .. } = m {
@@ -126,7 +185,15 @@ impl Runner {
             false
         })
         .await;
-        matches!(answered, Ok(true)).then_some(runner)
+        match answered {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(EnvError::InvalidRequest(
+                "the command runner did not start (is python3 there?)".into(),
+            )),
+            Err(_) => Err(EnvError::InvalidRequest(
+                "the command runner did not answer within 15 s".into(),
+            )),
+        }
     }
 
     pub(crate) fn alive(&self) -> bool {

@@ -77,6 +77,8 @@ pub struct InstanceReport {
 /// Where and how one instance is evaluated.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// Where the evaluation's sandbox runs.
+    pub engine: rondo_env::SandboxEngine,
     pub instance_id: String,
     /// Names the container (`<run-id>-eval`).
     pub run_id: String,
@@ -363,7 +365,7 @@ async fn run(
     outcome: &mut Outcome,
     log: &mut String,
 ) -> Result<(), String> {
-    use rondo_env::{DockerConfig, DockerEnv, Environment, Mount};
+    use rondo_env::{DockerConfig, Mount};
     let inputs = dir.join("inputs");
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(&inputs)
@@ -422,18 +424,22 @@ async fn run(
             replace: target.replace,
         });
     }
-    let env = DockerEnv::start(config).await.map_err(|e| e.to_string())?;
-    let result = steps(&env, target, limit, outcome, log).await;
+    let env = target
+        .engine
+        .start(config, dir)
+        .await
+        .map_err(|e| e.to_string())?;
+    let result = steps(env.as_ref(), target, limit, outcome, log).await;
     let _ = env.shutdown().await;
     result
 }
 
 async fn exec(
-    env: &rondo_env::DockerEnv,
+    env: &dyn rondo_env::Environment,
     command: String,
     timeout: Duration,
 ) -> Result<rondo_env::ExecOutput, String> {
-    use rondo_env::{Environment, ExecRequest};
+    use rondo_env::ExecRequest;
     let mut req = ExecRequest::shell(command);
     req.timeout = Some(timeout);
     req.max_output = Some(MAX_LOG);
@@ -441,7 +447,7 @@ async fn exec(
 }
 
 async fn steps(
-    env: &rondo_env::DockerEnv,
+    env: &dyn rondo_env::Environment,
     target: &Target,
     limit: Duration,
     outcome: &mut Outcome,

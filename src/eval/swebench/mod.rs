@@ -117,6 +117,9 @@ pub struct Setup {
     /// Seconds the tests of one evaluation may take.
     #[serde(default = "default_eval_timeout")]
     pub eval_timeout_sec: u64,
+    /// `--engine`: where the agents' environments and the evaluations run.
+    #[serde(default)]
+    pub engine: rondo_env::SandboxEngine,
 }
 
 fn default_eval_timeout() -> u64 {
@@ -1133,6 +1136,7 @@ impl Swebench {
         )?;
         let host = inst.repo.is_some();
         Ok(Target {
+            engine: self.setup.engine,
             instance_id: inst.id.clone(),
             run_id: inst.run_id.clone(),
             image,
@@ -1395,6 +1399,7 @@ impl Swebench {
                 provider: self.setup.provider.clone(),
                 script: self.setup.script.clone(),
                 concurrency: self.setup.concurrency,
+                engine: self.setup.engine,
             },
             out: out.to_path_buf(),
             progress: self.progress,

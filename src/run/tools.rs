@@ -622,13 +622,22 @@ pub(super) async fn run_tool_role(
     let out = environment
         .exec(request)
         .await
-        .map_err(|e| StepError::Failed(format!("role `{name}`: {e}")))?;
+        .map_err(|e| exec_failed(format_args!("role `{name}`"), e))?;
     Ok(RoleRun {
         output: tool_result(&tool_name, &out, role.show, log, args, timeout),
         tool: tool_id,
         prompt: None,
         record: None,
     })
+}
+
+/// A lost sandbox (its node gone) stops the run at its last checkpoint, as an interruption:
+/// resumed, the step runs again in a new sandbox (`rondo eval` does so at once).
+fn exec_failed(what: std::fmt::Arguments<'_>, e: rondo_env::EnvError) -> StepError {
+    match e {
+        rondo_env::EnvError::SandboxLost { .. } => StepError::Interrupted,
+        e => StepError::Failed(format!("{what}: {e}")),
+    }
 }
 
 /// `RONDO_STEP_ID`: the same for a step run again after a crash, so a tool can make itself
@@ -707,7 +716,7 @@ async fn run_calls(
         let out = environment
             .exec(request)
             .await
-            .map_err(|e| StepError::Failed(format!("tool `{chosen}`: {e}")))?;
+            .map_err(|e| exec_failed(format_args!("tool `{chosen}`"), e))?;
         let result = tool_result(chosen, &out, role.show, None, args.clone(), timeout);
         let ok = result["ok"].as_bool().unwrap_or(false);
         let observation = match (&result["data"], &result["error"]) {

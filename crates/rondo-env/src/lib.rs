@@ -38,7 +38,10 @@ pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use process::ProcessEnv;
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};
 pub use sandbox::{Capability, DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
-pub use swarm::{DEFAULT_ENGINE_PORT, SwarmConfig, SwarmEnv, connect_engine, reap_batch};
+pub use swarm::{
+    DEFAULT_ENGINE_PORT, SWARM_VARIABLES, SwarmConfig, SwarmEnv, connect_engine, reap_batch,
+    reap_swarm_batch,
+};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};
 

@@ -77,6 +77,82 @@ impl SwarmConfig {
     }
 }
 
+/// The settings `--engine swarm` reads, with what each means.
+pub const SWARM_VARIABLES: [(&str, &str); 6] = [
+    (
+        "RONDO_SWARM_MANAGER",
+        "a manager's engine API, tcp://host:port (required)",
+    ),
+    (
+        "RONDO_SWARM_ENGINE_PORT",
+        "the port of every node's engine API (2375)",
+    ),
+    (
+        "RONDO_SWARM_REGISTRY",
+        "the registry the nodes pull from, host:port",
+    ),
+    (
+        "RONDO_SWARM_PUSH_REGISTRY",
+        "the same registry as this machine pushes to",
+    ),
+    (
+        "RONDO_SWARM_START_TIMEOUT",
+        "seconds a sandbox may take to run on a node (90)",
+    ),
+    (
+        "RONDO_SWARM_ATTEMPTS",
+        "nodes tried before a sandbox is reported (3)",
+    ),
+];
+
+impl SwarmConfig {
+    /// The settings of `--engine swarm`, from [`SWARM_VARIABLES`].
+    pub fn from_env(sandbox: DockerConfig) -> Result<Self, EnvError> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let manager = var("RONDO_SWARM_MANAGER").ok_or_else(|| {
+            EnvError::InvalidRequest(format!(
+                "--engine swarm needs RONDO_SWARM_MANAGER (a manager's engine API, \
+                 tcp://host:port); the settings it reads: {}",
+                SWARM_VARIABLES
+                    .iter()
+                    .map(|(n, what)| format!("{n}: {what}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))
+        })?;
+        let number = |name: &str| -> Result<Option<u64>, EnvError> {
+            var(name)
+                .map(|v| {
+                    v.trim().parse::<u64>().map_err(|_| {
+                        EnvError::InvalidRequest(format!("{name}={v} is not a whole number"))
+                    })
+                })
+                .transpose()
+        };
+        if let Some(network) = &sandbox.network {
+            return Err(EnvError::InvalidRequest(format!(
+                "a Swarm sandbox has no network (each gets an internal network of its own); \
+                 `network: {network}` is only for --engine docker"
+            )));
+        }
+        let mut c = SwarmConfig::new(manager, sandbox);
+        c.registry = var("RONDO_SWARM_REGISTRY");
+        c.push_registry = var("RONDO_SWARM_PUSH_REGISTRY");
+        if let Some(port) = number("RONDO_SWARM_ENGINE_PORT")? {
+            c.engine_port = u16::try_from(port).map_err(|_| {
+                EnvError::InvalidRequest(format!("RONDO_SWARM_ENGINE_PORT={port} is no port"))
+            })?;
+        }
+        if let Some(s) = number("RONDO_SWARM_START_TIMEOUT")? {
+            c.start_timeout = Duration::from_secs(s.clamp(1, 3600));
+        }
+        if let Some(n) = number("RONDO_SWARM_ATTEMPTS")? {
+            c.attempts = n.clamp(1, 20) as usize;
+        }
+        Ok(c)
+    }
+}
+
 /// Connects to one engine over TCP and checks it answers within `deadline`.
 pub async fn connect_engine(address: &str, deadline: Duration) -> Result<Docker, EnvError> {
     let unavailable = |source| EnvError::DockerUnavailable {
@@ -678,6 +754,18 @@ pub async fn reap_batch(manager: &Docker, batch: &str) -> Result<usize, EnvError
         }
     }
     Ok(services.len())
+}
+
+/// [`reap_batch`] on the swarm `--engine swarm` names ([`SWARM_VARIABLES`]).
+pub async fn reap_swarm_batch(batch: &str) -> Result<usize, EnvError> {
+    let config = SwarmConfig::from_env(DockerConfig::new("", ""))?;
+    let manager = connect_engine(&config.manager, config.call_timeout).await?;
+    within(
+        config.call_timeout * 4,
+        &config.manager,
+        reap_batch(&manager, batch),
+    )
+    .await?
 }
 
 #[async_trait::async_trait]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bollard::models::{
-    Limit, NetworkAttachmentConfig, NetworkCreateRequest, ResourceObject, ServiceSpec,
+    Limit, NetworkAttachmentConfig, NetworkCreateRequest, NodeState, ResourceObject, ServiceSpec,
     ServiceSpecMode, ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec, TaskSpecPlacement,
     TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
 };
@@ -185,6 +185,26 @@ async fn within<T>(
         })
 }
 
+/// Nodes whose engine this process found gone, and when: no sandbox is placed there for
+/// a while, though the manager may still call them ready (it sees a node down only after
+/// missed heartbeats).
+static LOST_NODES: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
+const LOST_NODE_AVOIDED: Duration = Duration::from_secs(600);
+
+fn lost_nodes() -> Vec<String> {
+    let mut lost = LOST_NODES.lock().unwrap_or_else(|e| e.into_inner());
+    lost.retain(|(_, at)| at.elapsed() < LOST_NODE_AVOIDED);
+    lost.iter().map(|(n, _)| n.clone()).collect()
+}
+
+fn mark_lost(node: &str) {
+    let mut lost = LOST_NODES.lock().unwrap_or_else(|e| e.into_inner());
+    lost.retain(|(n, _)| n != node);
+    lost.push((node.to_string(), Instant::now()));
+}
+
+static PUSHING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Images pushed by this process: local name -> the name the nodes pull.
 static PUSHED: Mutex<Option<HashMap<String, String>>> = Mutex::new(None);
 
@@ -194,6 +214,8 @@ async fn push_once(local: &Docker, image: &str, config: &SwarmConfig) -> Result<
     let Some(registry) = &config.registry else {
         return Ok(image.to_string());
     };
+    // One push at a time: concurrent pushes of the same layers make a registry fail them.
+    let _pushing = PUSHING.lock().await;
     if let Some(name) = PUSHED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -285,16 +307,47 @@ impl SwarmEnv {
         let prepared = prepare_image(&local, &config.sandbox).await?;
         let image = push_once(&local, &prepared.image, &config).await?;
         let manager = connect_engine(&config.manager, config.call_timeout).await?;
-        let placed = place(&manager, &config, &image).await?;
-        let node = within(
-            config.call_timeout,
-            &config.manager,
-            manager.inspect_node(&placed.node_id),
-        )
-        .await?
-        .map_err(|e| EnvError::docker("inspecting the sandbox's node", e));
+        let user = config
+            .sandbox
+            .user
+            .clone()
+            .or(prepared.user)
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "0:0".to_string());
+        // A node lost between placement and the first command: the sandbox goes elsewhere.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let placed = place(&manager, &config, &image).await?;
+            let node_id = placed.node_id.clone();
+            match Self::attach(&manager, &config, placed, prepared.tools.clone(), &user).await {
+                Ok(env) => return Ok(env),
+                Err(EnvError::SandboxLost { .. } | EnvError::DockerUnavailable { .. })
+                    if tries < config.attempts.max(1) =>
+                {
+                    mark_lost(&node_id)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Connects to the node of a placed task and drives its container.
+    async fn attach(
+        manager: &Docker,
+        config: &SwarmConfig,
+        placed: Placed,
+        tools: InstalledTools,
+        user: &str,
+    ) -> Result<Self, EnvError> {
         let started = async {
-            let node = node?;
+            let node = within(
+                config.call_timeout,
+                &config.manager,
+                manager.inspect_node(&placed.node_id),
+            )
+            .await?
+            .map_err(|e| EnvError::docker("inspecting the sandbox's node", e))?;
             let addr = node_address(&node).ok_or_else(|| {
                 EnvError::InvalidRequest(format!("node {} has no address", placed.node_id))
             })?;
@@ -307,7 +360,7 @@ impl SwarmEnv {
             Ok(v) => v,
             Err(e) => {
                 remove_service(
-                    &manager,
+                    manager,
                     &placed.service,
                     &placed.network,
                     config.call_timeout,
@@ -316,13 +369,6 @@ impl SwarmEnv {
                 return Err(e);
             }
         };
-        let exec_user = config
-            .sandbox
-            .user
-            .clone()
-            .or(prepared.user)
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| "0:0".to_string());
         let env = SwarmEnv {
             default_timeout: config.sandbox.default_timeout,
             kill_grace: config.sandbox.kill_grace,
@@ -330,11 +376,11 @@ impl SwarmEnv {
                 engine.clone(),
                 placed.container,
                 config.sandbox.clone(),
-                prepared.tools,
-                exec_user,
+                tools,
+                user.to_string(),
             )
             .await,
-            manager,
+            manager: manager.clone(),
             node: engine,
             service: placed.service,
             network: placed.network,
@@ -344,7 +390,10 @@ impl SwarmEnv {
             removed: AtomicBool::new(false),
             lost: Arc::default(),
         };
-        env.check_hardening().await?;
+        if let Err(e) = env.check_hardening().await {
+            let _ = env.shutdown().await;
+            return Err(e);
+        }
         Ok(env)
     }
 
@@ -381,7 +430,6 @@ impl SwarmEnv {
         if nnp {
             return Ok(());
         }
-        let _ = self.shutdown().await;
         Err(EnvError::InvalidRequest(format!(
             "the engine of node {} does not set no-new-privileges on its containers; rondo \
              runs no tool there: start its dockerd with --no-new-privileges \
@@ -429,6 +477,9 @@ impl SwarmEnv {
             Ok(Err(_)) => false,
         };
         if suspect && let Some(reason) = self.gone().await {
+            if reason.starts_with("node ") {
+                mark_lost(&self.node_id);
+            }
             *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
             return Err(self.lost_error(reason));
         }
@@ -468,7 +519,7 @@ fn node_address(node: &bollard::models::Node) -> Option<String> {
 
 /// Tries up to `config.attempts` times, each on a node not tried before.
 async fn place(manager: &Docker, config: &SwarmConfig, image: &str) -> Result<Placed, EnvError> {
-    let mut excluded: Vec<String> = Vec::new();
+    let mut excluded: Vec<String> = lost_nodes();
     let mut failures: Vec<String> = Vec::new();
     for attempt in 0..config.attempts.max(1) {
         let name = service_name(&config.sandbox.run_id, attempt);
@@ -651,6 +702,7 @@ async fn wait_running(
     let filters = HashMap::from([("service".to_string(), vec![service.to_string()])]);
     let mut node: Option<String> = None;
     let mut last = String::from("no task yet");
+    let mut last_node_check = Instant::now();
     while Instant::now() < deadline {
         let listed = tokio::time::timeout(
             config.call_timeout,
@@ -690,6 +742,20 @@ async fn wait_running(
                         | TaskState::REMOVE,
                     ) => return Err((node, last)),
                     _ => {}
+                }
+            }
+        }
+        // A task given to a node that went down meanwhile never runs: tried elsewhere.
+        if let Some(n) = &node
+            && last_node_check.elapsed() > Duration::from_secs(2)
+        {
+            last_node_check = Instant::now();
+            if let Ok(Ok(info)) =
+                tokio::time::timeout(config.call_timeout, manager.inspect_node(n)).await
+            {
+                let state = info.status.and_then(|s| s.state);
+                if state.is_some_and(|s| s != NodeState::READY) {
+                    return Err((node, format!("the node is {}", state.unwrap_or_default())));
                 }
             }
         }

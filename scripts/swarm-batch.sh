@@ -6,8 +6,14 @@
 #   - every case completed (a result for each, none left unfinished);
 #   - the sandboxes ran on at least two nodes;
 #   - the results equal the single-machine run's (timing fields aside);
-#   - a case whose sandbox was lost went on from its checkpoint in a new sandbox.
+#   - in the eval, a case whose sandbox was lost went on from its checkpoint in a new one.
 # Figures (wall times, the loss) go to $SWARM_FIGURES when set.
+
+swarm_batch_rondo() {
+  local target=${CARGO_TARGET_DIR:-target}
+  [[ $target == /* ]] || target=$root/$target
+  echo "$target/debug/rondo"
+}
 
 swarm_batch_fail() {
   echo "swarm-batch: FAILED: $*" >&2
@@ -96,32 +102,36 @@ swarm_batch_nodes_used() {
         --filter type=container --filter event=start --filter label=rondo.managed=true \
         --format '{{.ID}}' | wc -l)
     else
-      # A stopped node: its log says whether it started sandboxes before it stopped.
-      n=$(grep -c 'rondo-' "$SWARM_DIR/node$i/started-services" 2>/dev/null || echo 0)
+      # The stopped node: it had sandboxes when it stopped.
+      n=$(cat "$SWARM_DIR/node$i/sandboxes-at-stop" 2>/dev/null || echo 0)
     fi
     if ((n > 0)); then used="$used node$i:$n"; fi
   done
   echo "$used"
 }
 
-# Runs `$@` (a rondo batch on the swarm) while stopping worker node $1 once the batch has
-# sandboxes running there; prints the seconds it took.
+# Runs `$@` (a rondo batch on the swarm) and stops a worker node's daemon as soon as the
+# batch has a sandbox running on one (the worker with the most); prints the seconds the
+# batch took. The stopped node's number goes to $SWARM_DIR/victim.
 swarm_batch_with_node_loss() {
-  local victim=$1
-  shift
-  local t0=$SECONDS
+  local t0=$SECONDS i n best=0 victim=""
   "$@" >"$PWD/multi.out" &
-  local pid=$! deadline=$((SECONDS + 120))
-  # Wait for a sandbox of the batch on the victim, then a moment for it to be mid-step.
-  until (($(swarm_docker "$victim" ps -q --filter label=rondo.managed=true | wc -l) > 0)); do
-    if ((SECONDS > deadline)) || ! kill -0 "$pid" 2>/dev/null; then break; fi
-    sleep 0.5
+  local pid=$! deadline=$((SECONDS + 180))
+  while [ -z "$victim" ] && ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do
+    for ((i = 2; i <= SWARM_NODES; i++)); do
+      n=$(swarm_docker "$i" ps -q --filter label=rondo.managed=true 2>/dev/null | wc -l)
+      if ((n > best)); then best=$n victim=$i; fi
+    done
+    [ -n "$victim" ] || sleep 0.2
   done
-  swarm_docker "$victim" ps -q --filter label=rondo.managed=true >"$SWARM_DIR/node$victim/started-services.ids"
-  sed 's/^/rondo-/' "$SWARM_DIR/node$victim/started-services.ids" >"$SWARM_DIR/node$victim/started-services"
-  sleep 2
-  echo "swarm-batch: stopping node $victim with $(wc -l <"$SWARM_DIR/node$victim/started-services") sandboxes on it" >&2
-  swarm_node_stop "$victim"
+  if [ -n "$victim" ]; then
+    # Past its start (a sandbox lost while starting is placed elsewhere, unseen).
+    sleep 1
+    echo "$victim" >"$SWARM_DIR/victim"
+    echo "$best" >"$SWARM_DIR/node$victim/sandboxes-at-stop"
+    echo "swarm-batch: stopping node $victim with $best sandboxes on it" >&2
+    swarm_node_stop "$victim"
+  fi
   local rc=0
   wait "$pid" || rc=$?
   echo $((SECONDS - t0))
@@ -129,7 +139,8 @@ swarm_batch_with_node_loss() {
 }
 
 swarm_batch_eval() {
-  local dir="$SWARM_DIR/eval" rondo="$root/target/debug/rondo" t single multi since
+  local dir="$SWARM_DIR/eval" rondo t single multi since
+  rondo=$(swarm_batch_rondo)
   swarm_batch_eval_project "$dir"
   cd "$dir"
   t=$SECONDS
@@ -137,13 +148,13 @@ swarm_batch_eval() {
     >single.out 2>single.err || swarm_batch_fail "the single-machine eval: $(tail -5 single.err)"
   single=$((SECONDS - t))
   since=$(date +%s)
-  multi=$(swarm_batch_with_node_loss 3 "$rondo" eval w.rondo --dataset cases.jsonl --out multi \
+  multi=$(swarm_batch_with_node_loss "$rondo" eval w.rondo --dataset cases.jsonl --out multi \
     -c 6 --engine swarm -q 2>multi.err) || { tail -20 multi.err >&2; swarm_batch_fail "the swarm eval"; }
   cd "$root"
+  cp "$dir"/*.err "$SWARM_LOGS/" 2>/dev/null || true
   swarm_batch_check eval "$dir/single/cases.jsonl" "$dir/multi/cases.jsonl" "$since" 12
-  grep -c 'sandbox was lost' "$dir/multi.err" >/dev/null ||
-    swarm_batch_fail "no case of the eval lost its sandbox: the node stopped too late?"
-  echo "FIGURE eval batch, 12 cases, -c 6: single machine ${single} s, 3 swarm nodes with node 3 stopped mid-batch ${multi} s; resumed after a lost sandbox: $(grep -c 'sandbox was lost' "$dir/multi.err") cases" |
+  swarm_batch_losses eval "$dir/multi.err"
+  echo "FIGURE eval batch, 12 cases, -c 6: single machine ${single} s, 3 swarm nodes with node $(cat "$SWARM_DIR/victim") stopped mid-batch ${multi} s; sandboxes lost and resumed: $(grep -c 'sandbox was lost' "$dir/multi.err")" |
     tee -a "${SWARM_FIGURES:-/dev/null}" >&2
 }
 
@@ -165,7 +176,8 @@ EOF
 }
 
 swarm_batch_swebench() {
-  local dir="$SWARM_DIR/swebench" rondo="$root/target/debug/rondo" t single multi since
+  local dir="$SWARM_DIR/swebench" rondo t single multi since
+  rondo=$(swarm_batch_rondo)
   swarm_batch_swebench_project "$dir"
   cd "$dir"
   local args=(instances.jsonl --workflow "$root/workflows/llm_ide.rondo" --provider scripted
@@ -175,12 +187,20 @@ swarm_batch_swebench() {
   single=$((SECONDS - t))
   [ -s single/results.jsonl ] || swarm_batch_fail "the single-machine swebench: $(tail -5 single.err)"
   since=$(date +%s)
-  multi=$(swarm_batch_with_node_loss 2 "$rondo" swebench "${args[@]}" --out multi --engine swarm \
+  multi=$(swarm_batch_with_node_loss "$rondo" swebench "${args[@]}" --out multi --engine swarm \
     2>multi.err) || true
   cd "$root"
+  for f in "$dir"/*.err; do cp "$f" "$SWARM_LOGS/swebench-${f##*/}"; done
   swarm_batch_check swebench "$dir/single/results.jsonl" "$dir/multi/results.jsonl" "$since" 12
-  echo "FIGURE swebench batch, 12 instances, -c 6: single machine ${single} s, 3 swarm nodes with node 2 stopped mid-batch ${multi} s; resumed after a lost sandbox: $(grep -c 'sandbox was lost' "$dir/multi.err") runs" |
+  echo "FIGURE swebench batch, 12 instances, -c 6: single machine ${single} s, 3 swarm nodes with node $(cat "$SWARM_DIR/victim") stopped mid-batch ${multi} s; sandboxes lost and run again: $(grep -c 'sandbox was lost' "$dir/multi.err")" |
     tee -a "${SWARM_FIGURES:-/dev/null}" >&2
+}
+
+# The node stopped with sandboxes on it: at least one was lost and went on elsewhere (the
+# eval's tool steps are long enough for that; a swebench sandbox may end first).
+swarm_batch_losses() {
+  grep -q 'sandbox was lost' "$2" ||
+    swarm_batch_fail "$1: no sandbox was lost (the node stopped with none running?)"
 }
 
 swarm_batch_check() {
@@ -195,6 +215,7 @@ swarm_batch_check() {
 }
 
 swarm_batches() {
+  cargo build -q --bin rondo
   swarm_batch_eval
   swarm_nodes_restart
   swarm_batch_swebench

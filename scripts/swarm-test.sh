@@ -18,7 +18,10 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 docker image inspect rondo-test-base:latest >/dev/null 2>&1 || scripts/build-test-image.sh
 
-trap swarm_down EXIT INT TERM
+# Logs outlive the swarm's folder.
+SWARM_LOGS=${SWARM_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/rondo-swarm-logs.XXXXXX")}
+export SWARM_LOGS
+trap 'swarm_down; echo "swarm-test: logs in $SWARM_LOGS" >&2' EXIT INT TERM
 started=$SECONDS
 swarm_up 3
 echo "swarm-test: swarm up in $((SECONDS - started)) s" >&2
@@ -59,11 +62,11 @@ check_nothing_left() {
 
 if [[ $phase == tests || $phase == all ]]; then
   cargo test -p rondo-env --test swarm -- --include-ignored --skip a_lost_node --nocapture \
-    2>&1 | tee "$SWARM_DIR/tests.log"
+    2>&1 | tee "$SWARM_LOGS/tests.log"
   cargo test -p rondo-env --test swarm -- --include-ignored --exact \
     a_lost_node_ends_its_sandbox_with_sandbox_lost_and_another_node_takes_over --nocapture \
-    2>&1 | tee -a "$SWARM_DIR/tests.log"
-  grep '^FIGURE' "$SWARM_DIR/tests.log" | tee "${SWARM_FIGURES:-/dev/null}" >&2 || true
+    2>&1 | tee -a "$SWARM_LOGS/tests.log"
+  grep '^FIGURE' "$SWARM_LOGS/tests.log" | tee "${SWARM_FIGURES:-/dev/null}" >&2 || true
   check_nothing_left
 fi
 

@@ -94,6 +94,8 @@ command -v go >/dev/null 2>&1 || need+=(golang-go)
 # Local tool installs run pip offline against Debian's wheelhouse; setuptools < 70
 # needs the `wheel` wheel there to build a tool.
 compgen -G "/usr/share/python-wheels/wheel-*.whl" >/dev/null || need+=(python3-wheel-whl)
+# The Swarm phase's nodes pull from a local registry.
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 if ((${#need[@]})); then
   echo "installing ${need[*]}" >&2
   bash scripts/apt-install.sh "${need[@]}"
@@ -144,3 +146,10 @@ fi
 # The `test` blocks inside the five reference workflows.
 phase "workflow tests (rondo test workflows/*.rondo)"
 "${CARGO_TARGET_DIR:-target}/debug/rondo" test workflows/*.rondo
+# Sandboxes placed by Docker Swarm: three throwaway dockerd nodes on this machine, the
+# Swarm tests of rondo-env and 12-case eval and swebench batches with a node stopped
+# mid-batch (docs/scale.md). Starting daemons needs root.
+if ((EUID == 0)); then
+  phase "Docker Swarm (scripts/swarm-test.sh)"
+  bash scripts/swarm-test.sh
+fi

@@ -478,6 +478,21 @@ impl Eval {
         let setup_text = serde_json::to_string_pretty(&self.setup).unwrap_or_default();
         rundir::write_atomic(&out.join(SETUP_FILE), setup_text.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", out.join(SETUP_FILE).display()))?;
+        // The batch's Swarm services carry its folder as their label: what a crashed batch
+        // of this folder left goes first, and what this one leaves goes at its end.
+        let swarm_batch = (self.setup.engine == rondo_env::SandboxEngine::Swarm).then(|| {
+            let batch = std::path::absolute(&out)
+                .unwrap_or(out.clone())
+                .to_string_lossy()
+                .into_owned();
+            rondo_env::set_batch_label(&batch);
+            batch
+        });
+        if let Some(batch) = &swarm_batch {
+            rondo_env::reap_swarm_batch(batch)
+                .await
+                .map_err(|e| format!("--engine swarm: {e}"))?;
+        }
         let mut done = read_results(&out);
         done.retain(|id, r| {
             self.cases
@@ -565,6 +580,11 @@ impl Eval {
         while tasks.join_next().await.is_some() {}
         watcher.abort();
         bar.end();
+        if let Some(batch) = &swarm_batch
+            && let Err(e) = rondo_env::reap_swarm_batch(batch).await
+        {
+            eprintln!("warning: removing the batch's Swarm services: {e}");
+        }
         let results: Vec<CaseResult> = self
             .cases
             .iter()
@@ -584,6 +604,9 @@ impl Eval {
         })
     }
 }
+
+/// Sandboxes a case's run may lose (their node gone) and still go on in a new one.
+const MAX_SANDBOX_LOSSES: usize = 3;
 
 /// What every case's task reads.
 struct Shared {
@@ -615,37 +638,53 @@ impl Shared {
         if exists && let Some(result) = self.finished(case, &run_dir) {
             return Some(result);
         }
-        let begun = if exists {
-            Interpreter::resume(workflow, &run_dir, &options)
-        } else {
-            // A run killed before its `run.json` left nothing to continue.
-            let _ = std::fs::remove_dir_all(&run_dir);
-            Interpreter::start_overlapped(workflow, &options).await
+        let mut resume = exists;
+        let mut lost = 0;
+        let outcome = loop {
+            let begun = if resume {
+                Interpreter::resume(workflow, &run_dir, &options)
+            } else {
+                // A run killed before its `run.json` left nothing to continue.
+                let _ = std::fs::remove_dir_all(&run_dir);
+                Interpreter::start_overlapped(workflow, &options).await
+            };
+            let (mut interp, state) = match begun {
+                Ok(x) => x,
+                Err(e) => return Some(not_started(case, e.to_string())),
+            };
+            if self.bar.bar.is_some() {
+                interp.subscribe(Box::new(CaseProgress {
+                    bar: self.bar.clone(),
+                    case: case.id.clone(),
+                }));
+            }
+            let handle = interp.interrupter();
+            if let Ok(mut running) = stop.running.lock() {
+                running.push(handle.clone());
+            }
+            if stop.stopping.load(Ordering::SeqCst) {
+                handle.0.store(true, Ordering::SeqCst);
+            }
+            let outcome = interp.drive(state).await;
+            if let Ok(mut running) = stop.running.lock() {
+                running.retain(|(flag, _)| !Arc::ptr_eq(flag, &handle.0));
+            }
+            if outcome.exit != "interrupted" {
+                break outcome;
+            }
+            // Not stopped by the batch: its sandbox was lost (a node gone). The run goes on
+            // from its last checkpoint in a new sandbox, its tool step run again.
+            if stop.stopping.load(Ordering::SeqCst) || lost >= MAX_SANDBOX_LOSSES {
+                return None;
+            }
+            lost += 1;
+            resume = true;
+            self.bar.warn(&format!(
+                "case {}: its sandbox was lost; resuming its run from its last checkpoint \
+                 in a new one ({lost} of at most {MAX_SANDBOX_LOSSES})",
+                case.id
+            ));
         };
-        let (mut interp, state) = match begun {
-            Ok(x) => x,
-            Err(e) => return Some(not_started(case, e.to_string())),
-        };
-        if self.bar.bar.is_some() {
-            interp.subscribe(Box::new(CaseProgress {
-                bar: self.bar.clone(),
-                case: case.id.clone(),
-            }));
-        }
-        let handle = interp.interrupter();
-        if let Ok(mut running) = stop.running.lock() {
-            running.push(handle.clone());
-        }
-        if stop.stopping.load(Ordering::SeqCst) {
-            handle.0.store(true, Ordering::SeqCst);
-        }
-        let outcome = interp.drive(state).await;
-        if let Ok(mut running) = stop.running.lock() {
-            running.retain(|(flag, _)| !Arc::ptr_eq(flag, &handle.0));
-        }
-        if outcome.exit == "interrupted" {
-            return None;
-        }
         let previous_ms = outcome.state.elapsed_ms;
         Some(score(
             workflow,

@@ -543,7 +543,7 @@ pub(super) async fn run_tool_role(
     let out = environment
         .exec(request)
         .await
-        .map_err(|e| StepError::Failed(format!("role `{name}`: {e}")))?;
+        .map_err(|e| exec_failed(format_args!("role `{name}`"), e))?;
     Ok(RoleRun {
         output: tool_result(&tool_name, &out, role.show, log, args, timeout),
         tool: tool_id,
@@ -691,6 +691,15 @@ impl ToolCall<'_, '_> {
     }
 }
 
+/// A lost sandbox (its node gone) stops the run at its last checkpoint, as an interruption:
+/// resumed, the step runs again in a new sandbox (`rondo eval` does so at once).
+fn exec_failed(what: std::fmt::Arguments<'_>, e: rondo_env::EnvError) -> StepError {
+    match e {
+        rondo_env::EnvError::SandboxLost { .. } => StepError::Interrupted,
+        e => StepError::Failed(format!("{what}: {e}")),
+    }
+}
+
 /// `RONDO_STEP_ID`: the same for a step run again after a crash, so a tool can make itself
 /// idempotent (a native reply's calls add `.call<n>`).
 fn step_id(state: &RunState, branch: Option<usize>) -> String {
@@ -767,7 +776,7 @@ async fn run_calls(
         let out = environment
             .exec(request)
             .await
-            .map_err(|e| StepError::Failed(format!("tool `{chosen}`: {e}")))?;
+            .map_err(|e| exec_failed(format_args!("tool `{chosen}`"), e))?;
         let result = tool_result(chosen, &out, role.show, None, args.clone(), timeout);
         let ok = result["ok"].as_bool().unwrap_or(false);
         let observation = match (&result["data"], &result["error"]) {

@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::io::Read;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
@@ -36,9 +36,18 @@ fn walk(
 /// container's root has no CAP_DAC_OVERRIDE/CAP_CHOWN, so files owned by the host
 /// user would be read-only to it.
 pub(crate) fn tar_of(src: &Path, name: &str) -> Result<Vec<u8>, EnvError> {
+    tar_skipping(src, name, &[])
+}
+
+/// [`tar_of`] without the paths (relative to `src`) in `skip` and what is under them: a
+/// workspace's system area never reaches a sandbox.
+pub(crate) fn tar_skipping(src: &Path, name: &str, skip: &[PathBuf]) -> Result<Vec<u8>, EnvError> {
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
     walk(src, Path::new(""), &mut |path, rel, meta| {
+        if skipped(rel, skip) {
+            return Ok(());
+        }
         let entry_name = Path::new(name).join(rel);
         let mut header = tar::Header::new_gnu();
         header.set_metadata(meta);
@@ -99,6 +108,16 @@ pub(crate) fn hash_tree(src: &Path, hasher: &mut Sha256) -> Result<(), EnvError>
 /// Unpack a tar whose single top entry is the copied file or directory into `dest`
 /// (the top entry becomes `dest` itself).
 pub(crate) fn unpack_as(data: &[u8], dest: &Path) -> Result<(), EnvError> {
+    unpack_skipping(data, dest, &[])
+}
+
+fn skipped(rel: &Path, skip: &[PathBuf]) -> bool {
+    skip.iter().any(|s| rel.starts_with(s))
+}
+
+/// [`unpack_as`] leaving out the entries at or under `skip` (relative to `dest`): what a
+/// sandbox wrote where the host keeps its records never reaches the host.
+pub(crate) fn unpack_skipping(data: &[u8], dest: &Path, skip: &[PathBuf]) -> Result<(), EnvError> {
     let mut archive = tar::Archive::new(data);
     let entries = archive.entries().map_err(|e| EnvError::io(dest, e))?;
     for entry in entries {
@@ -118,7 +137,11 @@ pub(crate) fn unpack_as(data: &[u8], dest: &Path) -> Result<(), EnvError> {
                 path.display()
             )));
         }
-        let target = rest.iter().fold(dest.to_path_buf(), |p, c| p.join(c));
+        let rel: PathBuf = rest.iter().collect();
+        if skipped(&rel, skip) {
+            continue;
+        }
+        let target = dest.join(&rel);
         // An earlier entry (or the destination) must not turn a folder into a link that
         // leads out of `dest`: copies out of a sandbox are untrusted.
         let mut at = dest.to_path_buf();

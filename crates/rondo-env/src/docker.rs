@@ -24,15 +24,15 @@ use crate::{
     Command, EnvError, Environment, ExecOutput, ExecRequest, Redactor, StreamKind, archive,
 };
 
-const LABEL_MANAGED: &str = "rondo.managed";
-const LABEL_RUN: &str = "rondo.run_id";
-const LABEL_ROLE: &str = "rondo.role";
-const LABEL_PID: &str = "rondo.owner_pid";
-const LABEL_HOST: &str = "rondo.owner_host";
+pub(crate) const LABEL_MANAGED: &str = "rondo.managed";
+pub(crate) const LABEL_RUN: &str = "rondo.run_id";
+pub(crate) const LABEL_ROLE: &str = "rondo.role";
+pub(crate) const LABEL_PID: &str = "rondo.owner_pid";
+pub(crate) const LABEL_HOST: &str = "rondo.owner_host";
 /// On a container kept on purpose (`--keep-env`): not stale once its owner is gone.
 const LABEL_KEEP: &str = "rondo.keep";
-const LABEL_BATCH: &str = "rondo.batch";
-static BATCH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+pub(crate) const LABEL_BATCH: &str = "rondo.batch";
+pub(crate) static BATCH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Labels every container this process creates from now on `rondo.batch=<id>`: a batch
 /// (`rondo swebench`) finds and removes its containers together, and the ones a crashed
@@ -71,11 +71,11 @@ const ENV_MANAGER_LABEL: &str = "rondo.env_manager";
 /// The container's own processes (the engine's init and `sleep infinity`) run as this
 /// user, which no tool runs as: without CAP_KILL a tool, root in the container or not,
 /// cannot signal them and so cannot stop the container under the run.
-const KEEPER_USER: &str = "2147483646:2147483646";
+pub(crate) const KEEPER_USER: &str = "2147483646:2147483646";
 /// The limits of a container whose config leaves them unset: a container is never unbounded.
-const DEFAULT_PIDS_LIMIT: i64 = 512;
-const DEFAULT_MEMORY_BYTES: i64 = 2 << 30;
-const DEFAULT_CPUS: f64 = 2.0;
+pub(crate) const DEFAULT_PIDS_LIMIT: i64 = 512;
+pub(crate) const DEFAULT_MEMORY_BYTES: i64 = 2 << 30;
+pub(crate) const DEFAULT_CPUS: f64 = 2.0;
 
 /// Settings of a [`DockerEnv`]. The defaults are the hardened ones.
 #[derive(Debug, Clone)]
@@ -172,7 +172,7 @@ pub async fn connect() -> Result<Docker, EnvError> {
     Ok(docker)
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
@@ -308,60 +308,14 @@ impl DockerEnv {
             ));
         }
         let docker = connect().await?;
-        let base = docker
-            .inspect_image(&config.image)
-            .await
-            .map_err(|e| match e {
-                bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                } => EnvError::ImageMissing {
-                    image: config.image.clone(),
-                    hint: if config.image.starts_with("rondo-test-base") {
-                        "; build it with scripts/build-test-image.sh".into()
-                    } else {
-                        String::new()
-                    },
-                },
-                e => EnvError::docker(format!("inspecting image {}", config.image), e),
-            })?;
-        let mut tools = InstalledTools::default();
-        let mut image = config.image.clone();
-        if !config.tools.is_empty() {
-            for spec in &config.tools {
-                spec.validate()?;
-            }
-            let mut layout = ToolLayout::container(config.install_timeout);
-            let base_id = base.id.unwrap_or_default();
-            let hash = tool::tools_hash(&config.tools, &format!("docker:{base_id}"))?;
-            let tag = format!("{TOOLS_REPO}:{}", &hash[..16]);
-            tools.hash = Some(hash.clone());
-            match docker.inspect_image(&tag).await {
-                Ok(cached) => {
-                    tools.cached = true;
-                    layout.conda = cached
-                        .config
-                        .and_then(|c| c.labels)
-                        .and_then(|l| l.get(ENV_MANAGER_LABEL).cloned())
-                        .is_some_and(|m| m == "conda");
-                }
-                Err(_) => {
-                    tools.steps = build_tools_image(&docker, &config, &mut layout, &hash).await?;
-                }
-            }
-            tools.tools = config
-                .tools
-                .iter()
-                .map(|s| tool::installed_paths(s, &layout))
-                .collect();
-            tools.image = Some(tag.clone());
-            image = tag;
-        }
+        let prepared = prepare_image(&docker, &config).await?;
+        let (image, tools) = (prepared.image, prepared.tools);
         hidden_by_mounts(&docker, &config, &image).await?;
         // The container runs as the keeper: commands as the configured or image's user.
         let exec_user = config
             .user
             .clone()
-            .or_else(|| base.config.as_ref().and_then(|c| c.user.clone()))
+            .or(prepared.user)
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| "0:0".to_string());
         let id = create_container(&docker, &config, &image, "run").await?;
@@ -391,6 +345,39 @@ impl DockerEnv {
             };
         }
         Ok(env)
+    }
+
+    /// Drives a running container that another component created on `docker` (a Swarm
+    /// task on its node's engine) and removes: shutdown and drop leave it in place.
+    pub(crate) async fn adopt(
+        docker: Docker,
+        id: String,
+        mut config: DockerConfig,
+        tools: InstalledTools,
+        exec_user: String,
+    ) -> Self {
+        config.keep = true;
+        let env = DockerEnv {
+            docker,
+            id,
+            config,
+            removed: AtomicBool::new(false),
+            exec_seq: AtomicU64::new(0),
+            tools,
+            runner: tokio::sync::Mutex::new(RunnerSlot::Unavailable),
+            exec_user: Some(exec_user),
+            abandoned: Arc::default(),
+            gate: tokio::sync::RwLock::new(()),
+        };
+        if env.config.use_runner {
+            let started =
+                crate::runner::Runner::start(&env.docker, &env.id, env.exec_user.clone()).await;
+            *env.runner.lock().await = match started {
+                Some(runner) => RunnerSlot::Live(Arc::new(runner)),
+                None => RunnerSlot::Unavailable,
+            };
+        }
+        env
     }
 
     /// The container id.
@@ -466,6 +453,72 @@ impl DockerEnv {
         });
         let _ = handle.join();
     }
+}
+
+/// The image a sandbox starts from, once its tools are installed, and the user its
+/// commands run as by default.
+pub(crate) struct Prepared {
+    pub image: String,
+    pub tools: InstalledTools,
+    pub user: Option<String>,
+}
+
+/// Checks `config.image` is in `docker`'s engine and installs `config.tools` into an image
+/// `rondo-tools:<hash>` committed from a builder container, unless one is there already.
+pub(crate) async fn prepare_image(
+    docker: &Docker,
+    config: &DockerConfig,
+) -> Result<Prepared, EnvError> {
+    let base = docker
+        .inspect_image(&config.image)
+        .await
+        .map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            } => EnvError::ImageMissing {
+                image: config.image.clone(),
+                hint: if config.image.starts_with("rondo-test-base") {
+                    "; build it with scripts/build-test-image.sh".into()
+                } else {
+                    String::new()
+                },
+            },
+            e => EnvError::docker(format!("inspecting image {}", config.image), e),
+        })?;
+    let mut tools = InstalledTools::default();
+    let mut image = config.image.clone();
+    if !config.tools.is_empty() {
+        for spec in &config.tools {
+            spec.validate()?;
+        }
+        let mut layout = ToolLayout::container(config.install_timeout);
+        let base_id = base.id.unwrap_or_default();
+        let hash = tool::tools_hash(&config.tools, &format!("docker:{base_id}"))?;
+        let tag = format!("{TOOLS_REPO}:{}", &hash[..16]);
+        tools.hash = Some(hash.clone());
+        match docker.inspect_image(&tag).await {
+            Ok(cached) => {
+                tools.cached = true;
+                layout.conda = cached
+                    .config
+                    .and_then(|c| c.labels)
+                    .and_then(|l| l.get(ENV_MANAGER_LABEL).cloned())
+                    .is_some_and(|m| m == "conda");
+            }
+            Err(_) => {
+                tools.steps = build_tools_image(docker, config, &mut layout, &hash).await?;
+            }
+        }
+        tools.tools = config
+            .tools
+            .iter()
+            .map(|s| tool::installed_paths(s, &layout))
+            .collect();
+        tools.image = Some(tag.clone());
+        image = tag;
+    }
+    let user = base.config.and_then(|c| c.user);
+    Ok(Prepared { image, tools, user })
 }
 
 /// Refuses a mount (not marked `replace`) onto a path where `image` has something: a file,
@@ -1072,66 +1125,21 @@ impl Environment for DockerEnv {
         );
         let transport = self.config.transport;
         for m in transport.before_exec(&self.config.mounts) {
-            self.copy_in(&m.host, &m.container).await?;
+            self.upload(&m.host, &m.container, self.masked(m)).await?;
         }
         let out = self.run_command(req, running).await?;
         for m in transport.after_exec(&self.config.mounts) {
-            self.copy_out(&m.container, &m.host).await?;
+            self.download(&m.container, &m.host, self.masked(m)).await?;
         }
         Ok(out)
     }
 
     async fn copy_in(&self, host_path: &Path, target: &str) -> Result<(), EnvError> {
-        let target = self.resolve(target);
-        let trimmed = target.trim_end_matches('/');
-        let (parent, name) = match trimmed.rsplit_once('/') {
-            Some((p, n)) if !n.is_empty() => (if p.is_empty() { "/" } else { p }, n),
-            _ => {
-                return Err(EnvError::InvalidRequest(format!(
-                    "cannot copy onto `{target}`"
-                )));
-            }
-        };
-        let (code, text) = self
-            .run_simple(vec!["mkdir".into(), "-p".into(), parent.into()])
-            .await?;
-        if code != 0 {
-            return Err(EnvError::InvalidRequest(format!(
-                "cannot create {parent} in the container: {text}"
-            )));
-        }
-        let src = host_path.to_path_buf();
-        let name = name.to_string();
-        let data = tokio::task::spawn_blocking(move || archive::tar_of(&src, &name))
-            .await
-            .map_err(|e| EnvError::InvalidRequest(format!("archive task failed: {e}")))??;
-        let opts = UploadToContainerOptions {
-            path: parent.to_string(),
-            ..Default::default()
-        };
-        self.docker
-            .upload_to_container(&self.id, Some(opts), bollard::body_full(data.into()))
-            .await
-            .map_err(|e| {
-                EnvError::docker(format!("copying {} to {target}", host_path.display()), e)
-            })
+        self.upload(host_path, target, Vec::new()).await
     }
 
     async fn copy_out(&self, source: &str, host_path: &Path) -> Result<(), EnvError> {
-        let source = self.resolve(source);
-        let opts = DownloadFromContainerOptions {
-            path: source.clone(),
-        };
-        let mut stream = self.docker.download_from_container(&self.id, Some(opts));
-        let mut data = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| EnvError::docker(format!("copying {source} out"), e))?;
-            data.extend_from_slice(&chunk);
-        }
-        let dest = host_path.to_path_buf();
-        tokio::task::spawn_blocking(move || archive::unpack_as(&data, &dest))
-            .await
-            .map_err(|e| EnvError::InvalidRequest(format!("unpack task failed: {e}")))?
+        self.download(source, host_path, Vec::new()).await
     }
 
     async fn shutdown(&self) -> Result<(), EnvError> {
@@ -1152,6 +1160,84 @@ impl Environment for DockerEnv {
 
     fn tools(&self) -> &InstalledTools {
         &self.tools
+    }
+}
+
+impl DockerEnv {
+    /// The masked paths under a copied mount, relative to it: they are neither copied in
+    /// nor back (the tmpfs that covers them under bind mounts has no copy to cover).
+    fn masked(&self, m: &Mount) -> Vec<PathBuf> {
+        let root = m.container.trim_end_matches('/');
+        self.config
+            .masks
+            .iter()
+            .filter_map(|mask| mask.strip_prefix(root)?.strip_prefix('/'))
+            .filter(|rel| !rel.is_empty())
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    async fn upload(
+        &self,
+        host_path: &Path,
+        target: &str,
+        skip: Vec<PathBuf>,
+    ) -> Result<(), EnvError> {
+        let target = self.resolve(target);
+        let trimmed = target.trim_end_matches('/');
+        let (parent, name) = match trimmed.rsplit_once('/') {
+            Some((p, n)) if !n.is_empty() => (if p.is_empty() { "/" } else { p }, n),
+            _ => {
+                return Err(EnvError::InvalidRequest(format!(
+                    "cannot copy onto `{target}`"
+                )));
+            }
+        };
+        let (code, text) = self
+            .run_simple(vec!["mkdir".into(), "-p".into(), parent.into()])
+            .await?;
+        if code != 0 {
+            return Err(EnvError::InvalidRequest(format!(
+                "cannot create {parent} in the container: {text}"
+            )));
+        }
+        let src = host_path.to_path_buf();
+        let name = name.to_string();
+        let data = tokio::task::spawn_blocking(move || archive::tar_skipping(&src, &name, &skip))
+            .await
+            .map_err(|e| EnvError::InvalidRequest(format!("archive task failed: {e}")))??;
+        let opts = UploadToContainerOptions {
+            path: parent.to_string(),
+            ..Default::default()
+        };
+        self.docker
+            .upload_to_container(&self.id, Some(opts), bollard::body_full(data.into()))
+            .await
+            .map_err(|e| {
+                EnvError::docker(format!("copying {} to {target}", host_path.display()), e)
+            })
+    }
+
+    async fn download(
+        &self,
+        source: &str,
+        host_path: &Path,
+        skip: Vec<PathBuf>,
+    ) -> Result<(), EnvError> {
+        let source = self.resolve(source);
+        let opts = DownloadFromContainerOptions {
+            path: source.clone(),
+        };
+        let mut stream = self.docker.download_from_container(&self.id, Some(opts));
+        let mut data = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| EnvError::docker(format!("copying {source} out"), e))?;
+            data.extend_from_slice(&chunk);
+        }
+        let dest = host_path.to_path_buf();
+        tokio::task::spawn_blocking(move || archive::unpack_skipping(&data, &dest, &skip))
+            .await
+            .map_err(|e| EnvError::InvalidRequest(format!("unpack task failed: {e}")))?
     }
 }
 

@@ -50,12 +50,13 @@ impl SandboxEngine {
         match self {
             SandboxEngine::Docker => Ok(Arc::new(DockerEnv::start(config).await?)),
             SandboxEngine::Process => Ok(Arc::new(ProcessEnv::start(config, scratch).await?)),
-            SandboxEngine::Swarm | SandboxEngine::Kubernetes => {
-                Err(EnvError::InvalidRequest(format!(
-                    "engine `{}` not built yet: use --engine docker or --engine process",
-                    self.name()
-                )))
-            }
+            SandboxEngine::Swarm => Ok(Arc::new(
+                crate::SwarmEnv::start(crate::SwarmConfig::from_env(config)?).await?,
+            )),
+            SandboxEngine::Kubernetes => Err(EnvError::InvalidRequest(format!(
+                "engine `{}` not built yet: use --engine docker or --engine process",
+                self.name()
+            ))),
         }
     }
 }

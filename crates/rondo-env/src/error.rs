@@ -47,6 +47,11 @@ pub enum EnvError {
     #[error("environment already shut down")]
     ShutDown,
 
+    /// The sandbox or the machine it ran on is gone (a Swarm node lost, its engine
+    /// unreachable or past a deadline): the run may go on in a new sandbox.
+    #[error("sandbox {sandbox} lost: {reason}")]
+    SandboxLost { sandbox: String, reason: String },
+
     #[error(transparent)]
     Spec(#[from] crate::tool::SpecError),
 

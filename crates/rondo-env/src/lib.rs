@@ -5,8 +5,9 @@
 //! [`LocalEnv`] runs processes in a run directory; [`DockerEnv`] runs them in one
 //! long-lived, hardened container per run, talking to the engine through its API.
 //! Both can install [`ToolSpec`]s (see `docs/tools.md`). Where a run's sandboxes come
-//! from is its [`SandboxEngine`]: the local Docker engine, or [`ProcessEnv`]'s runner
-//! processes on this machine.
+//! from is its [`SandboxEngine`]: the local Docker engine, [`ProcessEnv`]'s runner
+//! processes on this machine, or [`SwarmEnv`]'s one-replica services on the node Docker
+//! Swarm chooses.
 
 mod archive;
 mod docker;
@@ -18,6 +19,7 @@ mod process;
 mod redact;
 mod runner;
 mod sandbox;
+mod swarm;
 pub mod tool;
 mod transport;
 
@@ -36,6 +38,10 @@ pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use process::ProcessEnv;
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};
 pub use sandbox::{Capability, DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
+pub use swarm::{
+    DEFAULT_ENGINE_PORT, SWARM_VARIABLES, SwarmConfig, SwarmEnv, connect_engine, reap_batch,
+    reap_swarm_batch,
+};
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};
 
@@ -43,7 +49,7 @@ pub use transport::{Mount, Transport, refused_mount};
 /// concurrent roles (`Arc<dyn Environment>`), hence `&self` everywhere.
 #[async_trait::async_trait]
 pub trait Environment: Send + Sync {
-    /// `"local"`, `"docker"` or `"process"`.
+    /// `"local"`, `"docker"`, `"process"` or `"swarm"`.
     fn kind(&self) -> &'static str;
 
     /// Run a command. A non-zero exit or a timeout is reported in the output, not as an error.

@@ -317,7 +317,24 @@ pub async fn evaluate(
     outcome.report.patch_exists = true;
     let patch = patch.unwrap_or_default();
     let mut log = String::new();
-    if let Err(e) = run(target, patch, dir, limit, &mut outcome, &mut log).await {
+    // An evaluation starts from a fresh sandbox: one lost with its node runs again whole.
+    let mut lost = 0;
+    let result = loop {
+        log.clear();
+        outcome.timed_out = false;
+        outcome.test_exit_code = None;
+        match run(target, patch, dir, limit, &mut outcome, &mut log).await {
+            Err(e) if e.starts_with(SANDBOX_LOST) && lost < 2 => {
+                lost += 1;
+                eprintln!(
+                    "warning: {}: {e}; evaluating again in a new sandbox",
+                    target.instance_id
+                );
+            }
+            r => break r,
+        }
+    };
+    if let Err(e) = result {
         outcome.error = Some(e);
     }
     let _ = std::fs::write(dir.join(LOG_FILE), &log);
@@ -424,11 +441,10 @@ async fn run(
             replace: target.replace,
         });
     }
-    let env = target
-        .engine
-        .start(config, dir)
-        .await
-        .map_err(|e| e.to_string())?;
+    let env = target.engine.start(config, dir).await.map_err(|e| match e {
+        rondo_env::EnvError::SandboxLost { .. } => format!("{SANDBOX_LOST}{e}"),
+        e => e.to_string(),
+    })?;
     let result = steps(env.as_ref(), target, limit, outcome, log).await;
     let _ = env.shutdown().await;
     result
@@ -443,8 +459,14 @@ async fn exec(
     let mut req = ExecRequest::shell(command);
     req.timeout = Some(timeout);
     req.max_output = Some(MAX_LOG);
-    env.exec(req).await.map_err(|e| e.to_string())
+    env.exec(req).await.map_err(|e| match e {
+        rondo_env::EnvError::SandboxLost { .. } => format!("{SANDBOX_LOST}{e}"),
+        e => e.to_string(),
+    })
 }
+
+/// How an evaluation's error says its sandbox was lost (a Swarm node gone).
+const SANDBOX_LOST: &str = "the evaluation's sandbox was lost: ";
 
 async fn steps(
     env: &dyn rondo_env::Environment,

@@ -10,6 +10,7 @@ mod archive;
 mod docker;
 mod error;
 mod exec;
+mod kube;
 mod local;
 mod redact;
 mod runner;
@@ -26,6 +27,10 @@ pub use error::{EnvError, InstallFailure};
 pub use exec::{
     Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, MAX_SHOWN_LINE, StreamKind,
     head_tail_lines, shell_quote, truncate_for_prompt,
+};
+pub use self::kube::{
+    CONTAINER as KUBE_CONTAINER, KubeEnv, KubeOptions, LABEL_NETWORK, NO_NETWORK_POLICY, kube_config,
+    remove_kube_batch, remove_pods,
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};

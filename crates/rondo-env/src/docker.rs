@@ -41,6 +41,11 @@ pub fn set_batch_label(id: &str) {
     let _ = BATCH.set(id.to_string());
 }
 
+/// The batch [`set_batch_label`] set, which the other engines label their sandboxes with.
+pub(crate) fn batch_label() -> Option<&'static str> {
+    BATCH.get().map(String::as_str)
+}
+
 /// Remove every container labelled `rondo.batch=<id>`.
 pub async fn remove_batch(docker: &Docker, id: &str) -> Result<Vec<String>, EnvError> {
     let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_BATCH}={id}")])]);

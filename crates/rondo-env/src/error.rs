@@ -23,6 +23,17 @@ pub enum EnvError {
         source: bollard::errors::Error,
     },
 
+    #[error("Kubernetes API error while {action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    /// A pod that will not run, an exec that broke off, an answer that did not come.
+    #[error("Kubernetes: {0}")]
+    Kubernetes(String),
+
     #[error("I/O error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -81,6 +92,13 @@ impl EnvError {
         EnvError::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    pub(crate) fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        EnvError::Kube {
+            action: action.into(),
+            source: Box::new(source),
         }
     }
 

@@ -661,7 +661,12 @@ fn a_scripted_editing_session_on_ds_star() {
     let type_attrs = labels(&complete_at(&mut client, &mut edited, in_type, "  ex"));
     assert!(type_attrs.contains(&"extra".to_string()), "{type_attrs:?}");
     let in_type = edited.find("type Step {\n").unwrap() + "type Step {\n".len();
-    let policies = labels(&complete_at(&mut client, &mut edited, in_type, "  extra = "));
+    let policies = labels(&complete_at(
+        &mut client,
+        &mut edited,
+        in_type,
+        "  extra = ",
+    ));
     assert_eq!(policies, ["ignore", "forbid"]);
     let top = labels(&complete_at(&mut client, &mut edited, 0, "\n"));
     for k in ["role", "exit", "type", "memory", "workflow"] {

@@ -255,9 +255,7 @@ impl Compiler<'_> {
         let mut modules = Vec::new();
         for entry in listed.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let path = PathBuf::from(entry);
-            if modules_command.is_some()
-                && !path.exists()
-                && plugin_modules::is_module_name(entry)
+            if modules_command.is_some() && !path.exists() && plugin_modules::is_module_name(entry)
             {
                 modules.push(entry.to_string());
             } else if path.is_dir() {

@@ -215,10 +215,8 @@ impl Compiler<'_> {
                 Some("ignore") => Extra::Ignore,
                 Some("forbid") => Extra::Forbid,
                 _ => {
-                    let shown = written.map_or_else(
-                        || "this value".to_string(),
-                        |w| format!("`{w}`"),
-                    );
+                    let shown =
+                        written.map_or_else(|| "this value".to_string(), |w| format!("`{w}`"));
                     let mut help = "`ignore` drops a field the type does not declare (Pydantic's default), `forbid` refuses the value; without `extra` the role's `coerce` decides".to_string();
                     if let Some(w) = written
                         && let Some(hint) = did_you_mean(w, ["ignore", "forbid"])

@@ -355,7 +355,9 @@ impl Type {
                     None => Some(format!("{}the field `{}` is missing", at(path), f.name)),
                 })
                 .or_else(|| {
-                    let undeclared = given.iter().find(|g| !fields.iter().any(|f| f.name == g.name));
+                    let undeclared = given
+                        .iter()
+                        .find(|g| !fields.iter().any(|f| f.name == g.name));
                     match undeclared {
                         Some(g) if *extra == Extra::Forbid => Some(format!(
                             "{}the field `{}` is not in {} (`extra = forbid`)",

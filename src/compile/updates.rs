@@ -658,7 +658,9 @@ fn stored_type(expr: &Expr, ty: &Type) -> Type {
             Value::Null => Type::Null,
             _ => ty.clone(),
         },
-        (ExprKind::Map { entries }, Type::Object { fields, extra }) if entries.len() == fields.len() => {
+        (ExprKind::Map { entries }, Type::Object { fields, extra })
+            if entries.len() == fields.len() =>
+        {
             Type::Object {
                 extra: *extra,
                 fields: entries

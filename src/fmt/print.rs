@@ -916,11 +916,12 @@ impl<'a> Printer<'a> {
                     .iter()
                     .map(|f| concat(vec![text(format!("{}: ", f.name.name)), self.ty(&f.ty)]))
                     .collect();
-                items.extend(
-                    attrs
-                        .iter()
-                        .map(|a| concat(vec![text(format!("{} = ", a.key.name)), self.value(&a.value)])),
-                );
+                items.extend(attrs.iter().map(|a| {
+                    concat(vec![
+                        text(format!("{} = ", a.key.name)),
+                        self.value(&a.value),
+                    ])
+                }));
                 bracketed("{", items, "}", true)
             }
             TypeKind::Union(members) => {

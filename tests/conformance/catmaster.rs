@@ -914,7 +914,12 @@ fn coercions(dir: &Path) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["flag"].as_str().unwrap().into(), c["path"].as_str().unwrap().into()))
+        .map(|c| {
+            (
+                c["flag"].as_str().unwrap().into(),
+                c["path"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     flags.sort();
     flags
@@ -950,7 +955,10 @@ type Reply {
         coercions(&dir),
         [
             ("extra_field_dropped".to_string(), "$.notes".to_string()),
-            ("extra_field_dropped".to_string(), "$.tasks[0].why".to_string()),
+            (
+                "extra_field_dropped".to_string(),
+                "$.tasks[0].why".to_string()
+            ),
         ]
     );
 
@@ -970,7 +978,10 @@ type Reply {
     let events = common::events(&dir);
     let refused = &common::of_kind(&events, "invalid_output")[0];
     assert!(
-        refused["error"].as_str().unwrap().contains("$.tasks[0]: unexpected field `why`"),
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("$.tasks[0]: unexpected field `why`"),
         "{refused}"
     );
 
@@ -984,7 +995,10 @@ type Reply = { extra = forbid, summary: string, tasks: list[any] }"#;
     let events = common::events(&dir);
     let refused = &common::of_kind(&events, "invalid_output")[0];
     assert!(
-        refused["error"].as_str().unwrap().contains("$: unexpected field `notes`"),
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("$: unexpected field `notes`"),
         "{refused}"
     );
 
@@ -1030,22 +1044,39 @@ keep -> done
     let path = tmp.path().join("w.rondo");
     let check = |text: &str| {
         std::fs::write(&path, text).unwrap();
-        common::rondo(&["check", "--offline", "--format", "json", path.to_str().unwrap()])
+        common::rondo(&[
+            "check",
+            "--offline",
+            "--format",
+            "json",
+            path.to_str().unwrap(),
+        ])
     };
     let out = check(&source("ignore"));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     let out = check(&source("forbid"));
     let report = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(report.contains("the field `note` is not in"), "{report}");
-    assert!(report.contains("\"line\": 11") || report.contains("\"line\":11"), "{report}");
+    assert!(
+        report.contains("\"line\": 11") || report.contains("\"line\":11"),
+        "{report}"
+    );
 
     let out = check(&source("allow"));
     let report = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(report.contains("rondo::type::bad_extra"), "{report}");
-    assert!(report.contains("`ignore` drops it, `forbid` refuses"), "{report}");
+    assert!(
+        report.contains("`ignore` drops it, `forbid` refuses"),
+        "{report}"
+    );
 
     // fmt: a messy layout comes out canonical with the attribute where it was, twice alike.
     let messy = "workflow w { }\ntype Entry {\n      id: string\n  extra   =   ignore\n}\ntype Pair = {extra=forbid,a:int}\nmemory {\n  xs: list[{extra=ignore,a:int}] = []\n}\nexit done\nstart -> done\n";
@@ -1053,9 +1084,18 @@ keep -> done
     let out = common::rondo(&["fmt", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let formatted = std::fs::read_to_string(&path).unwrap();
-    assert!(formatted.contains("type Entry {\n  id: string\n  extra = ignore\n}"), "{formatted}");
-    assert!(formatted.contains("type Pair {\n  extra = forbid\n  a: int\n}"), "{formatted}");
-    assert!(formatted.contains("xs: list[{ a: int, extra = ignore }] = []"), "{formatted}");
+    assert!(
+        formatted.contains("type Entry {\n  id: string\n  extra = ignore\n}"),
+        "{formatted}"
+    );
+    assert!(
+        formatted.contains("type Pair {\n  extra = forbid\n  a: int\n}"),
+        "{formatted}"
+    );
+    assert!(
+        formatted.contains("xs: list[{ a: int, extra = ignore }] = []"),
+        "{formatted}"
+    );
     let out = common::rondo(&["fmt", "--check", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let out = common::rondo(&["check", "--offline", path.to_str().unwrap()]);
@@ -1075,8 +1115,12 @@ fn the_reply_models_say_extra_ignore_in_the_workflow() {
     let mut seen = Vec::new();
     for (index, role) in workflow.roles() {
         let name = &workflow.node(index).name;
-        let RoleKind::Llm(llm) = &role.kind else { continue };
-        let OutputFormat::Json { ty, .. } = &llm.output else { continue };
+        let RoleKind::Llm(llm) = &role.kind else {
+            continue;
+        };
+        let OutputFormat::Json { ty, .. } = &llm.output else {
+            continue;
+        };
         assert!(!llm.coerce.contains(&Coercion::ExtraFieldDropped), "{name}");
         // Every object of the type, without recursion.
         let mut stack = vec![ty];
@@ -1097,7 +1141,10 @@ fn the_reply_models_say_extra_ignore_in_the_workflow() {
     }
     seen.sort();
     // Plan, its tasks and its ops; StepDecision and its ops.
-    assert_eq!(seen, [("planner".to_string(), 3), ("task_runner".to_string(), 2)]);
+    assert_eq!(
+        seen,
+        [("planner".to_string(), 3), ("task_runner".to_string(), 2)]
+    );
 }
 
 /// §1 "Artifacts/toolcalls are persisted under `.catmaster/runs/<run_id>/...`": one line per
@@ -1126,18 +1173,40 @@ fn toolcalls_are_persisted_under_the_runs_system_view() {
     );
     assert_exit(&run, "completed", 0);
     let text = std::fs::read_to_string(ws.join(".catmaster/runs/calls/toolcalls.jsonl")).unwrap();
-    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let summary: Vec<(&str, &str)> = lines
         .iter()
-        .map(|l| (l["tool_name"].as_str().unwrap(), l["status"].as_str().unwrap()))
+        .map(|l| {
+            (
+                l["tool_name"].as_str().unwrap(),
+                l["status"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         summary,
-        [("build_molecule", "failed"), ("build_molecule", "success"), ("list_files", "success")]
+        [
+            ("build_molecule", "failed"),
+            ("build_molecule", "success"),
+            ("list_files", "success")
+        ]
     );
-    assert_eq!(lines[0]["params"], json!({"molecule": "CO", "color": "red"}));
+    assert_eq!(
+        lines[0]["params"],
+        json!({"molecule": "CO", "color": "red"})
+    );
     assert_eq!(lines[1]["task"]["id"], "T1");
-    assert!(lines[1]["data"]["xyz_rel"].as_str().unwrap().ends_with("CO.xyz"), "{}", lines[1]);
+    assert!(
+        lines[1]["data"]["xyz_rel"]
+            .as_str()
+            .unwrap()
+            .ends_with("CO.xyz"),
+        "{}",
+        lines[1]
+    );
     let listed = lines[2]["data"].to_string();
     assert!(!listed.contains(".catmaster"), "{listed}");
 }

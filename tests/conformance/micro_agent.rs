@@ -1079,11 +1079,19 @@ fn openai_model_and_the_price_variables_reach_the_call_and_the_cost() {
 fn without_the_price_variables_each_model_has_its_default_price() {
     let reply = || {
         vec![
-            tool_calls(&[("call_1", "calculator", serde_json::json!({"expression": "6*7"}))]),
+            tool_calls(&[(
+                "call_1",
+                "calculator",
+                serde_json::json!({"expression": "6*7"}),
+            )]),
             "42".into(),
         ]
     };
-    let per_model = [("gpt-4o", 0.0025, 0.01), ("gpt-4.1", 0.002, 0.008), ("gpt-4o-mini", 0.00015, 0.0006)];
+    let per_model = [
+        ("gpt-4o", 0.0025, 0.01),
+        ("gpt-4.1", 0.002, 0.008),
+        ("gpt-4o-mini", 0.00015, 0.0006),
+    ];
     for (model, input, output) in per_model {
         let server = Server::start(Wire::OpenAi, reply(), (1000, 500));
         let (_tmp, asked) = Ask::new("What is 6*7?")
@@ -1098,7 +1106,10 @@ fn without_the_price_variables_each_model_has_its_default_price() {
         let info: Value = super::common::json(asked.run_dir.join("run.json"));
         let cost = info["totals"]["cost"].as_f64().unwrap();
         let expected = 2.0 * (1.0 * input + 0.5 * output);
-        assert!((cost - expected).abs() < 1e-12, "{model}: {cost} != {expected}");
+        assert!(
+            (cost - expected).abs() < 1e-12,
+            "{model}: {cost} != {expected}"
+        );
     }
 
     // One variable set: its half wins, the other half stays the model's default.
@@ -1123,7 +1134,11 @@ fn without_the_price_variables_each_model_has_its_default_price() {
 fn check_cost_prices_a_known_model_from_the_table_and_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(tmp.path().join("prompts")).unwrap();
-    std::fs::write(tmp.path().join("prompts/ask.tera"), "Answer {{ input.q }}.\n").unwrap();
+    std::fs::write(
+        tmp.path().join("prompts/ask.tera"),
+        "Answer {{ input.q }}.\n",
+    )
+    .unwrap();
     let cost_of = |model: &str, price: &str| {
         let source = format!(
             "workflow w {{\n  prompts = \"prompts\"\n  provider = p\n  input q: string\n  limits {{ max_input_bytes = \"1KB\" }}\n}}\n\
@@ -1134,20 +1149,31 @@ fn check_cost_prices_a_known_model_from_the_table_and_says_so() {
         let path = tmp.path().join("w.rondo");
         std::fs::write(&path, source).unwrap();
         let out = super::common::rondo(&[
-            "check", "--offline", "--cost", "--format", "json", path.to_str().unwrap(),
+            "check",
+            "--offline",
+            "--cost",
+            "--format",
+            "json",
+            path.to_str().unwrap(),
         ]);
         let report: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
         report[0]["cost"].clone()
     };
     let table = cost_of("gpt-4o-2024-08-06", "");
-    let written = cost_of("gpt-4o-2024-08-06", "price { input_per_1k = 0.0025  output_per_1k = 0.01 }");
+    let written = cost_of(
+        "gpt-4o-2024-08-06",
+        "price { input_per_1k = 0.0025  output_per_1k = 0.01 }",
+    );
     let unknown = cost_of("my-model", "");
     let max = |c: &Value| c["max_cost"].as_f64().unwrap();
     assert!(max(&table) > 0.01, "{table}");
     assert_eq!(max(&table), max(&written));
     assert_eq!(max(&unknown), 0.0);
-    assert_eq!(table["estimated_prices"], serde_json::json!(["`p` (gpt-4o-2024-08-06)"]));
+    assert_eq!(
+        table["estimated_prices"],
+        serde_json::json!(["`p` (gpt-4o-2024-08-06)"])
+    );
     assert_eq!(written["estimated_prices"], serde_json::json!([]));
     assert_eq!(unknown["estimated_prices"], serde_json::json!([]));
 }
@@ -1473,16 +1499,28 @@ fn tools_modules_in_the_guides_python_form_work_beside_yaml_specs() {
         ["⛔️validation_error", "reverse", "count", "upper", "boom"]
     );
     let steps = asked.steps();
-    assert_eq!(steps[1]["observation"], serde_json::json!({"text": "dlrow olleh"}));
+    assert_eq!(
+        steps[1]["observation"],
+        serde_json::json!({"text": "dlrow olleh"})
+    );
     assert_eq!(steps[2]["observation"], serde_json::json!({"words": 2}));
     assert_eq!(steps[3]["observation"]["text"], "HI");
     let calls = asked.calls();
     let boom = calls.last().unwrap();
     assert_eq!(boom["result"]["status"], "failed", "{boom}");
-    assert!(boom["result"]["error"].as_str().unwrap().contains("RuntimeError: the tool broke"), "{boom}");
+    assert!(
+        boom["result"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("RuntimeError: the tool broke"),
+        "{boom}"
+    );
     let prompt = &asked.prompts()[0];
     assert!(prompt.contains("reverse: Reverse a text."), "{prompt}");
-    assert!(prompt.contains("count: Count the words of a text."), "{prompt}");
+    assert!(
+        prompt.contains("count: Count the words of a text."),
+        "{prompt}"
+    );
     assert!(prompt.contains("upper: upper-cases a text"), "{prompt}");
     assert_eq!(asked.record()["answer"], "dlrow olleh, 2 words");
 

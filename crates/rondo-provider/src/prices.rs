@@ -82,23 +82,39 @@ mod tests {
         for (kind, models) in &parsed {
             assert!(ProviderKind::parse(kind).is_some(), "{kind}");
             for (model, p) in models {
-                assert!(p.input_per_1k > 0.0 && p.output_per_1k > p.input_per_1k, "{model}");
+                assert!(
+                    p.input_per_1k > 0.0 && p.output_per_1k > p.input_per_1k,
+                    "{model}"
+                );
             }
         }
     }
 
     #[test]
     fn a_snapshot_takes_its_models_price_and_another_model_does_not() {
-        let price = |kind, model| default_price(kind, model).map(|p| (p.input_per_1k, p.output_per_1k));
+        let price =
+            |kind, model| default_price(kind, model).map(|p| (p.input_per_1k, p.output_per_1k));
         assert_eq!(price(ProviderKind::OpenAi, "gpt-4o"), Some((0.0025, 0.01)));
-        assert_eq!(price(ProviderKind::OpenAi, "gpt-4o-2024-08-06"), Some((0.0025, 0.01)));
-        assert_eq!(price(ProviderKind::OpenAi, "gpt-4o-mini"), Some((0.00015, 0.0006)));
+        assert_eq!(
+            price(ProviderKind::OpenAi, "gpt-4o-2024-08-06"),
+            Some((0.0025, 0.01))
+        );
+        assert_eq!(
+            price(ProviderKind::OpenAi, "gpt-4o-mini"),
+            Some((0.00015, 0.0006))
+        );
         assert_eq!(
             price(ProviderKind::Anthropic, "claude-3-5-sonnet-20241022"),
             Some((0.003, 0.015))
         );
-        assert_eq!(price(ProviderKind::Anthropic, "claude-3-5-haiku-latest"), Some((0.0008, 0.004)));
-        assert_eq!(price(ProviderKind::Gemini, "models/gemini-1.5-flash-002"), Some((0.000075, 0.0003)));
+        assert_eq!(
+            price(ProviderKind::Anthropic, "claude-3-5-haiku-latest"),
+            Some((0.0008, 0.004))
+        );
+        assert_eq!(
+            price(ProviderKind::Gemini, "models/gemini-1.5-flash-002"),
+            Some((0.000075, 0.0003))
+        );
         // Another model of the family, a local kind, an unknown name: no price.
         assert_eq!(price(ProviderKind::Anthropic, "claude-opus-4-5"), None);
         assert_eq!(price(ProviderKind::OpenAi, "gpt-4o-mini-tts"), None);

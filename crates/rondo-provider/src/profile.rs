@@ -404,9 +404,7 @@ impl ProviderProfile {
                 })?;
             // The half a variable does not set keeps the written price, else the table's.
             let table = crate::prices::default_price(self.kind, &self.model);
-            let price = self
-                .price
-                .get_or_insert_with(|| table.unwrap_or_default());
+            let price = self.price.get_or_insert_with(|| table.unwrap_or_default());
             if input {
                 price.input_per_1k = value;
             } else {

@@ -163,7 +163,11 @@ fn list(command: &str, cwd: &Path, module: &str) -> Result<String, String> {
     if !status.success() {
         let err = String::from_utf8_lossy(&err);
         let err: String = err.trim().chars().take(MAX_SHOWN_ERROR).collect();
-        return Err(if err.is_empty() { status.to_string() } else { err });
+        return Err(if err.is_empty() {
+            status.to_string()
+        } else {
+            err
+        });
     }
     if out.len() as u64 > MAX_LISTING {
         return Err(format!("it printed more than {MAX_LISTING} bytes"));
@@ -190,7 +194,15 @@ mod tests {
         for ok in ["pkg.tools", "tools", "_p.t2"] {
             assert!(super::is_module_name(ok), "{ok}");
         }
-        for bad in ["", "pkg..tools", "pkg/tools.yaml", "2pkg", "extra.yaml", "a.yml", "a-b"] {
+        for bad in [
+            "",
+            "pkg..tools",
+            "pkg/tools.yaml",
+            "2pkg",
+            "extra.yaml",
+            "a.yml",
+            "a-b",
+        ] {
             assert!(!super::is_module_name(bad), "{bad}");
         }
     }

@@ -1362,6 +1362,15 @@ fn a_parquet_dataset_as_published_reads_as_its_json_lines_rows() {
             Some(format!("sweb.eval.{}:latest", p.id).as_str())
         );
     }
+    // The test lists as Parquet lists of strings read the same.
+    let lists = read_dataset(&root.join(PARQUET).join("lists/test-00000-of-00001.parquet"));
+    assert_eq!(lists.len(), 2);
+    for l in &lists {
+        let j = jsonl.iter().find(|j| j.id == l.id).unwrap();
+        assert_eq!(l.fail_to_pass, j.fail_to_pass);
+        assert_eq!(l.pass_to_pass, j.pass_to_pass);
+        assert_eq!(l.split.as_deref(), Some("test"));
+    }
     let test = read_dataset(&root.join(PARQUET).join("test-00000-of-00001.parquet"));
     let chosen = |instances: Vec<_>, split, filter| -> Vec<String> {
         rondo::eval::swebench::select(instances, &setup_for(split, filter))

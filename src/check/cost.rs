@@ -714,7 +714,7 @@ fn min_json(ty: &Type) -> u64 {
         Type::Literal { value } => serde_json::to_string(value).map_or(2, |s| s.len()) as u64,
         Type::Optional { inner } => min_json(inner).min(4),
         Type::Union { members } => members.iter().map(min_json).min().unwrap_or(1),
-        Type::Object { fields } => {
+        Type::Object { fields, .. } => {
             let required: Vec<_> = fields.iter().filter(|f| !f.ty.is_optional()).collect();
             let each: u64 = required
                 .iter()
@@ -1027,7 +1027,7 @@ impl<'a> Walker<'a> {
         };
         for p in &parts[2..] {
             let Some(field) = p else { return false };
-            let Type::Object { fields } = &ty else {
+            let Type::Object { fields, .. } = &ty else {
                 return false;
             };
             match fields.iter().find(|f| &f.name == field) {

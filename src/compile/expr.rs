@@ -137,6 +137,7 @@ impl Compiler<'_> {
                 .into_iter()
                 .map(|(name, ty)| super::types::Field { name, ty })
                 .collect(),
+            extra: Default::default(),
         };
         (ExprKind::Map { entries: out }, ty)
     }

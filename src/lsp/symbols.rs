@@ -126,7 +126,7 @@ impl Outline<'_> {
     /// A `type`, an object's fields inside.
     fn type_decl(&self, t: &TypeDecl) -> DocumentSymbol {
         let fields = match &t.ty.kind {
-            TypeKind::Object(fields) => fields
+            TypeKind::Object(fields, _) => fields
                 .iter()
                 .map(|f| {
                     let ty = super::analysis::span_text(self.text, f.ty.span);

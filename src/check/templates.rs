@@ -2208,25 +2208,17 @@ impl<'a> Walker<'a> {
             Type::Null => return None,
             t => t.clone(),
         };
-        let past_end = |this: &mut Self, label: String| {
-            let at_ = this.report(
-                Code::TemplateMaybeNull,
-                format!("`{whole}` may be past the end of `{prefix}`"),
-                id.at(0, *to),
-                label,
-            );
-            this.help(
-                at_,
-                Some(format!(
-                    "loop over it (`{{% for x in {prefix} %}}`), or guard the read: `{{% if {whole} %}}...{{% endif %}}`"
-                )),
-            );
-        };
         Some(match (seg, &inner) {
             (Seg::Dynamic(_), Type::List { item }) => {
                 // A computed index may be past the end (or not a number at all).
                 if mode == Mode::Render && !self.guarded(&whole) {
-                    past_end(self, format!("`{prefix}` may have no item at this index"));
+                    self.past_end(
+                        id,
+                        *to,
+                        &prefix,
+                        &whole,
+                        format!("`{prefix}` may have no item at this index"),
+                    );
                     return None;
                 }
                 (**item).clone()
@@ -2236,10 +2228,8 @@ impl<'a> Walker<'a> {
             (Seg::Index(n), Type::List { item }) => {
                 let safe = (n == &0 && self.guarded(&prefix)) || self.guarded(&whole);
                 if mode == Mode::Render && !safe {
-                    past_end(
-                        self,
-                        format!("`{prefix}` may have fewer than {} items", n + 1),
-                    );
+                    let label = format!("`{prefix}` may have fewer than {} items", n + 1);
+                    self.past_end(id, *to, &prefix, &whole, label);
                     return None;
                 }
                 (**item).clone()
@@ -2260,6 +2250,23 @@ impl<'a> Walker<'a> {
                 id.at(*from, *to),
             ),
         })
+    }
+
+    /// Reports an index read `whole` of list `prefix` (ending at byte `to` of the
+    /// identifier) that may be past its end.
+    fn past_end(&mut self, id: &Ident, to: usize, prefix: &str, whole: &str, label: String) {
+        let at_ = self.report(
+            Code::TemplateMaybeNull,
+            format!("`{whole}` may be past the end of `{prefix}`"),
+            id.at(0, to),
+            label,
+        );
+        self.help(
+            at_,
+            Some(format!(
+                "loop over it (`{{% for x in {prefix} %}}`), or guard the read: `{{% if {whole} %}}...{{% endif %}}`"
+            )),
+        );
     }
 
     /// Reports a step that fails unless `guard` is checked first.

@@ -492,11 +492,7 @@ impl Compiler<'_> {
                 let Some(id) = self.lookup_memory(name) else {
                     return null_any();
                 };
-                let ty = match &self.workflow.memory[id].kind {
-                    MemoryKind::Value { ty, .. } => Cow::Borrowed(ty),
-                    MemoryKind::Conversation { .. } => Cow::Owned(super::conversation_type()),
-                    _ => Cow::Owned(Type::Any),
-                };
+                let ty = memory_read(&self.workflow.memory[id].kind);
                 (Root::Memory { id }, ty, Described::Memory(&name.name))
             }
             ("output", _) => match scope.role {
@@ -509,18 +505,14 @@ impl Compiler<'_> {
                 ),
                 None => return self.output_outside_role(root),
             },
-            ("item", _) => {
-                let role = scope.role.map(|n| self.workflow.graph[n].name.clone());
-                if !role.as_ref().is_some_and(|r| self.map_workers.contains(r)) {
-                    return self.item_outside_map(root, role.as_deref());
-                }
-                let item = self.item_type(role.as_deref().unwrap_or(""));
-                (
+            ("item", _) => match self.item_root(root, scope) {
+                Ok(item) => (
                     Root::Item,
                     Cow::Owned(item),
                     Described::Text("the map item"),
-                )
-            }
+                ),
+                Err(fault) => return fault,
+            },
             // A role whose declaration did not parse is reported there.
             (name, _)
                 if self.broken_nodes.contains(name) && !self.node_names.contains_key(name) =>
@@ -538,15 +530,12 @@ impl Compiler<'_> {
                         rest = &rest[1..];
                         (Root::Role { node }, Cow::Owned(ty), Described::Role(name))
                     } else {
-                        let ty = match self.workflow.role(node) {
-                            Some(_) if self.twice_declared.contains(name) => Cow::Owned(Type::Any),
-                            // A map worker read by name is the list of its branch outputs.
-                            Some(r) if self.map_workers.contains(name) => {
-                                Cow::Owned(Type::list((*r.output_type).clone()))
-                            }
-                            Some(r) => Cow::Borrowed(&*r.output_type),
-                            None => Cow::Owned(Type::Any),
-                        };
+                        let ty = role_read(
+                            self.workflow.role(node),
+                            name,
+                            &self.twice_declared,
+                            &self.map_workers,
+                        );
                         (Root::Role { node }, ty, Described::Role(name))
                     }
                 }
@@ -606,6 +595,15 @@ impl Compiler<'_> {
             .help(help),
         );
         null_any()
+    }
+
+    /// The type of `item` in the map worker `scope` is in; a fault elsewhere.
+    fn item_root(&mut self, root: &syntax::Ident, scope: &Scope) -> Result<Type, (ExprKind, Type)> {
+        let role = scope.role.map(|n| self.workflow.graph[n].name.clone());
+        if !role.as_ref().is_some_and(|r| self.map_workers.contains(r)) {
+            return Err(self.item_outside_map(root, role.as_deref()));
+        }
+        Ok(self.item_type(role.as_deref().unwrap_or("")))
     }
 
     fn output_outside_role(&mut self, root: &syntax::Ident) -> (ExprKind, Type) {
@@ -1061,6 +1059,31 @@ fn walk_fields<'t, 'p>(
         read.push(field.name.clone());
     }
     ty
+}
+
+/// The type of role `name` read by its name: its output, the list of its branch outputs
+/// when it is a map worker, or `any` when it is declared twice.
+fn role_read<'w>(
+    role: Option<&'w super::workflow::Role>,
+    name: &str,
+    twice_declared: &HashSet<String>,
+    map_workers: &HashSet<String>,
+) -> Cow<'w, Type> {
+    match role {
+        Some(_) if twice_declared.contains(name) => Cow::Owned(Type::Any),
+        Some(r) if map_workers.contains(name) => Cow::Owned(Type::list((*r.output_type).clone())),
+        Some(r) => Cow::Borrowed(&*r.output_type),
+        None => Cow::Owned(Type::Any),
+    }
+}
+
+/// The type of `memory.NAME` of a slot of this kind (a structured slot reads as `any`).
+fn memory_read(kind: &MemoryKind) -> Cow<'_, Type> {
+    match kind {
+        MemoryKind::Value { ty, .. } => Cow::Borrowed(ty),
+        MemoryKind::Conversation { .. } => Cow::Owned(super::conversation_type()),
+        _ => Cow::Owned(Type::Any),
+    }
 }
 
 /// What a read that cannot work compiles to.

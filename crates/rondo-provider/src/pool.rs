@@ -85,6 +85,16 @@ impl AttemptRecord {
             retry_delay_ms: None,
         }
     }
+
+    /// The record with what the attempt used and cost (`estimated` in part or whole).
+    fn with_usage(self, usage: Usage, cost: f64, estimated: bool) -> AttemptRecord {
+        AttemptRecord {
+            usage: Some(usage),
+            cost: Some(cost),
+            usage_estimated: estimated,
+            ..self
+        }
+    }
 }
 
 impl AttemptRecord {
@@ -358,18 +368,12 @@ impl ProviderPool {
             Ok(usable) => usable,
             Err((e, model)) => {
                 *attempts += 1;
-                on_attempt(record(
-                    1,
-                    AttemptOutcome::Error,
-                    model,
-                    Some(&e),
-                    Duration::ZERO,
-                ));
+                let rec = record(1, AttemptOutcome::Error, model, Some(&e), Duration::ZERO);
+                on_attempt(rec);
                 return Err(e);
             }
         };
         let profile = &entry.profile;
-
         let stream = profile_stream(profile.stream, stream);
         let policy = &profile.retry;
         let max_attempts = policy.max_attempts.max(1);
@@ -405,12 +409,8 @@ impl ProviderPool {
                         (resp.usage, estimated) = partial_usage(&probe, req, profile.max_tokens);
                     }
                     let cost = profile.cost(&resp.usage);
-                    let mut rec =
-                        record(attempt, AttemptOutcome::Success, &resp.model, None, latency);
-                    rec.usage = Some(resp.usage);
-                    rec.cost = Some(cost);
-                    rec.usage_estimated = estimated;
-                    on_attempt(rec);
+                    let rec = record(attempt, AttemptOutcome::Success, &resp.model, None, latency);
+                    on_attempt(rec.with_usage(resp.usage, cost, estimated));
                     return Ok(Completion {
                         response: resp,
                         profile: name.to_string(),
@@ -432,9 +432,7 @@ impl ProviderPool {
                     );
                     if billed(&probe, &e) {
                         let (usage, estimated) = partial_usage(&probe, req, profile.max_tokens);
-                        rec.usage = Some(usage);
-                        rec.cost = Some(profile.cost(&usage));
-                        rec.usage_estimated = estimated;
+                        rec = rec.with_usage(usage, profile.cost(&usage), estimated);
                     }
                     rec.retry_delay_ms = delay.map(|d| d.as_millis() as u64);
                     on_attempt(rec);

@@ -464,7 +464,13 @@ fn a_scripted_editing_session_on_ds_star() {
         .filter_map(|l| l.trim().strip_prefix("reads = ["))
         .filter(|l| l.trim_end_matches(']').split(", ").any(|m| m == "plan"))
         .count();
-    assert_eq!(in_workflow, 1 + uses + listed, "{refs:?}");
+    // `limits { max_bytes = { ..., plan: "16KB" }, max_len = { plan: 32 } }`
+    let bounded: usize = fixed
+        .lines()
+        .filter(|l| l.trim_start().starts_with("max_") && l.contains("= {"))
+        .map(|l| l.matches(" plan:").count())
+        .sum();
+    assert_eq!(in_workflow, 1 + uses + listed + bounded, "{refs:?}");
     assert!(
         refs.iter().any(|r| r["uri"] == url(&planner_tera)),
         "{refs:?}"

@@ -95,8 +95,23 @@ impl Index {
         let mut b = Builder {
             index: Index::default(),
             text,
+            bounded: Vec::new(),
         };
         b.ast(ast);
+        for (kind, name, span) in std::mem::take(&mut b.bounded) {
+            let declared = |k: Kind| {
+                b.index
+                    .occurrences
+                    .iter()
+                    .any(|o| o.def && o.kind == k && o.name == name)
+            };
+            let kind = kind.unwrap_or(if declared(Kind::Memory) {
+                Kind::Memory
+            } else {
+                Kind::Input
+            });
+            b.add(kind, &name, span, false);
+        }
         let mut index = b.index;
         index
             .occurrences
@@ -163,6 +178,9 @@ impl Index {
 struct Builder<'t> {
     index: Index,
     text: &'t str,
+    /// Names `limits { max_bytes = { NAME: ... } }` bounds: an input or a memory, known once
+    /// both are declared (`Some` when written `"input.NAME"` or `"memory.NAME"`).
+    bounded: Vec<(Option<Kind>, String, Span)>,
 }
 
 impl Builder<'_> {
@@ -330,6 +348,24 @@ impl Builder<'_> {
             }
             if matches!(key, "command" | "log") {
                 self.strings(&attr.value);
+            }
+            if matches!(key, "max_bytes" | "max_len" | "max_depth")
+                && let ValueKind::Map(entries) = &attr.value.kind
+            {
+                for (name, _) in entries {
+                    let written = self.text.get(name.span.start..name.span.end).unwrap_or("");
+                    let quoted = written.starts_with('"');
+                    let inner_start = name.span.start + usize::from(quoted);
+                    let (kind, bare, start) = match name.name.split_once('.') {
+                        Some(("input", rest)) => (Some(Kind::Input), rest, inner_start + 6),
+                        Some(("memory", rest)) => (Some(Kind::Memory), rest, inner_start + 7),
+                        _ => (None, name.name.as_str(), inner_start),
+                    };
+                    let span = Span::new(start, start + bare.len());
+                    if self.text.get(span.start..span.end) == Some(bare) {
+                        self.bounded.push((kind, bare.to_string(), span));
+                    }
+                }
             }
         }
     }

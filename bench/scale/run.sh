@@ -50,9 +50,9 @@ for i in $(seq "$REPEATS"); do
   python3 "$HERE/measure.py" "$WORK/m$i.json" -- \
     /usr/bin/time -v -o "$WORK/time$i" "$BIN" eval "$HERE/scale.rondo" --engine "$ENGINE" \
     --dataset "$WORK/cases.jsonl" --out "$WORK/res$i" -c "$CASES" -q >"$WORK/table$i" || {
-    echo "rondo eval failed (run $i):" >&2
-    cat "$WORK/table$i" "$WORK/time$i" >&2 || true
-    exit 1
+    # Some case failed: its line is in the table; the figures below say how many.
+    echo "run $i: rondo eval exited non-zero:" >&2
+    grep -v "^s[0-9]* *done" "$WORK/table$i" | head -20 >&2 || true
   }
 done
 

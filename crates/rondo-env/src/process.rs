@@ -34,6 +34,17 @@ const EXEC_MARKER: &str = "RONDO_EXEC_ID";
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Runners starting at once, in this process. Hundreds of interpreters started together
+/// share the cores so thinly that each misses its 15 s to answer; a few at a time, each
+/// starts in tens of milliseconds, and the others' wait is no longer than it was.
+fn start_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        tokio::sync::Semaphore::new(cores * 2)
+    })
+}
+
 /// See the module documentation.
 pub struct ProcessEnv {
     config: DockerConfig,
@@ -109,6 +120,7 @@ impl ProcessEnv {
         {
             return Ok(runner.clone());
         }
+        let _slot = start_slots().acquire().await;
         let log = self.dir.join("runner.log");
         let stderr = std::fs::OpenOptions::new()
             .create(true)

@@ -503,6 +503,26 @@ fn copy_of(dir: &Path, name: &str) -> PathBuf {
     copy
 }
 
+/// A run's start writes its first checkpoint into the journal, not a snapshot: a run
+/// killed in its first step has `run.json`, `events.jsonl` and its workspace, no
+/// `state.json`, and its checkpoint reads from the journal alone.
+#[test]
+fn a_started_run_keeps_its_first_checkpoint_in_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = crashed_run(tmp.path());
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["events.jsonl", "run.json", "workspace"]);
+    let state = rondo::run::rundir::read_checkpoint(&dir).unwrap();
+    assert_eq!(state["run_id"], "r");
+    assert_eq!(state["status"], "running");
+    let journal = std::fs::metadata(dir.join("events.jsonl")).unwrap().len();
+    assert!(state["file_lengths"]["events.jsonl"].as_u64().unwrap() <= journal);
+}
+
 /// A change to a checkpoint: edits it in place, or gives the whole new text.
 type Edit = Box<dyn Fn(&mut Value) -> Option<String>>;
 
@@ -514,7 +534,9 @@ type Edit = Box<dyn Fn(&mut Value) -> Option<String>>;
 fn a_damaged_checkpoint_is_refused_before_anything_is_written() {
     let tmp = tempfile::tempdir().unwrap();
     let pristine = crashed_run(tmp.path());
-    let state: Value = json(pristine.join("state.json"));
+    // A run killed before its first snapshot has its checkpoint in the journal only; the
+    // edits are made to a `state.json` written from it (what a snapshot would hold).
+    let state: Value = rondo::run::rundir::read_checkpoint(&pristine).unwrap();
     let nodes = state["visits"].as_array().unwrap().len();
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let edits: Vec<(&str, Edit)> = vec![
@@ -614,8 +636,13 @@ fn records_that_are_symbolic_links_are_refused() {
     let pristine = crashed_run(tmp.path());
     let elsewhere = tmp.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
+    let snapshot = rondo::run::rundir::read_checkpoint(&pristine).unwrap();
     for name in ["events.jsonl", "state.json", "run.json"] {
         let dir = copy_of(&pristine, &format!("linked-{name}"));
+        if !dir.join(name).exists() {
+            // No snapshot yet (the checkpoint is in the journal): a linked one is made.
+            std::fs::write(dir.join(name), snapshot.to_string()).unwrap();
+        }
         let target = elsewhere.join(name);
         std::fs::rename(dir.join(name), &target).unwrap();
         std::os::unix::fs::symlink(&target, dir.join(name)).unwrap();

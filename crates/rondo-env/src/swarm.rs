@@ -107,6 +107,10 @@ pub const SWARM_VARIABLES: [(&str, &str); 7] = [
         "RONDO_SWARM_ATTEMPTS",
         "nodes tried before a sandbox is reported (3)",
     ),
+    (
+        "RONDO_SWARM_CONSTRAINTS",
+        "placement constraints, comma-separated (node.role==worker)",
+    ),
 ];
 
 impl SwarmConfig {

@@ -61,7 +61,9 @@ check_nothing_left() {
 }
 
 if [[ $phase == tests || $phase == all ]]; then
+  # One test at a time: the round-trip figures are taken alone.
   cargo test -p rondo-env --test swarm -- --include-ignored --skip a_lost_node --nocapture \
+    --test-threads 1 \
     2>&1 | tee "$SWARM_LOGS/tests.log"
   cargo test -p rondo-env --test swarm -- --include-ignored --exact \
     a_lost_node_ends_its_sandbox_with_sandbox_lost_and_another_node_takes_over --nocapture \

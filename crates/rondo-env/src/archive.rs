@@ -141,7 +141,8 @@ pub(crate) fn unpack_skipping(data: &[u8], dest: &Path, skip: &[PathBuf]) -> Res
         if skipped(&rel, skip) {
             continue;
         }
-        let target = dest.join(&rel);
+        // Joining an empty path would add a trailing slash, which a file cannot have.
+        let target = rest.iter().fold(dest.to_path_buf(), |p, c| p.join(c));
         // An earlier entry (or the destination) must not turn a folder into a link that
         // leads out of `dest`: copies out of a sandbox are untrusted.
         let mut at = dest.to_path_buf();

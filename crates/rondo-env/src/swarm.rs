@@ -53,6 +53,9 @@ pub struct SwarmConfig {
     pub start_timeout: Duration,
     /// Nodes tried before a sandbox that will not start is reported.
     pub attempts: usize,
+    /// Placement constraints of every sandbox (`node.role==worker`,
+    /// `node.labels.rondo==yes`).
+    pub constraints: Vec<String>,
     /// Deadline of every call to the manager or a node's engine that is not a command
     /// (a command's own timeout is added to it).
     pub call_timeout: Duration,
@@ -71,6 +74,7 @@ impl SwarmConfig {
             reserve_memory_bytes: 128 << 20,
             start_timeout: Duration::from_secs(90),
             attempts: 3,
+            constraints: Vec::new(),
             call_timeout: Duration::from_secs(60),
             sandbox,
         }
@@ -78,7 +82,7 @@ impl SwarmConfig {
 }
 
 /// The settings `--engine swarm` reads, with what each means.
-pub const SWARM_VARIABLES: [(&str, &str); 6] = [
+pub const SWARM_VARIABLES: [(&str, &str); 7] = [
     (
         "RONDO_SWARM_MANAGER",
         "a manager's engine API, tcp://host:port (required)",
@@ -102,6 +106,10 @@ pub const SWARM_VARIABLES: [(&str, &str); 6] = [
     (
         "RONDO_SWARM_ATTEMPTS",
         "nodes tried before a sandbox is reported (3)",
+    ),
+    (
+        "RONDO_SWARM_CONSTRAINTS",
+        "placement constraints, comma-separated (node.role==worker)",
     ),
 ];
 
@@ -145,6 +153,13 @@ impl SwarmConfig {
         }
         if let Some(s) = number("RONDO_SWARM_START_TIMEOUT")? {
             c.start_timeout = Duration::from_secs(s.clamp(1, 3600));
+        }
+        if let Some(list) = var("RONDO_SWARM_CONSTRAINTS") {
+            c.constraints = list
+                .split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect();
         }
         if let Some(n) = number("RONDO_SWARM_ATTEMPTS")? {
             c.attempts = n.clamp(1, 20) as usize;
@@ -660,7 +675,14 @@ async fn create_service(
                 ..Default::default()
             }),
             placement: Some(TaskSpecPlacement {
-                constraints: Some(excluded.iter().map(|n| format!("node.id!={n}")).collect()),
+                constraints: Some(
+                    config
+                        .constraints
+                        .iter()
+                        .cloned()
+                        .chain(excluded.iter().map(|n| format!("node.id!={n}")))
+                        .collect(),
+                ),
                 ..Default::default()
             }),
             networks: Some(vec![NetworkAttachmentConfig {

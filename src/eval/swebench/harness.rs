@@ -441,10 +441,14 @@ async fn run(
             replace: target.replace,
         });
     }
-    let env = target.engine.start(config, dir).await.map_err(|e| match e {
-        rondo_env::EnvError::SandboxLost { .. } => format!("{SANDBOX_LOST}{e}"),
-        e => e.to_string(),
-    })?;
+    let env = target
+        .engine
+        .start(config, dir)
+        .await
+        .map_err(|e| match e {
+            rondo_env::EnvError::SandboxLost { .. } => format!("{SANDBOX_LOST}{e}"),
+            e => e.to_string(),
+        })?;
     let result = steps(env.as_ref(), target, limit, outcome, log).await;
     let _ = env.shutdown().await;
     result

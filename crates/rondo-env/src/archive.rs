@@ -141,7 +141,12 @@ pub(crate) fn unpack_skipping(data: &[u8], dest: &Path, skip: &[PathBuf]) -> Res
         if skipped(&rel, skip) {
             continue;
         }
-        let target = dest.join(&rel);
+        // `join` of an empty path would add a `/`, which a file cannot be unpacked as.
+        let target = if rel.as_os_str().is_empty() {
+            dest.to_path_buf()
+        } else {
+            dest.join(&rel)
+        };
         // An earlier entry (or the destination) must not turn a folder into a link that
         // leads out of `dest`: copies out of a sandbox are untrusted.
         let mut at = dest.to_path_buf();

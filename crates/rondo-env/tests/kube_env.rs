@@ -477,3 +477,4 @@ async fn a_batch_is_reaped_by_its_label() {
     assert!(matches!(err, EnvError::Kubernetes(_) | EnvError::Kube { .. }), "{err:?}");
     no_refusals(&fake);
 }
+

@@ -636,7 +636,7 @@ async fn get_policy(
 fn allowed_exec(command: &[String]) -> Option<bool> {
     let words: Vec<&str> = command.iter().map(String::as_str).collect();
     match words.as_slice() {
-        ["python3", "-u", "-c", script] if *script == RUNNER => Some(true),
+        ["python3", "-I", "-S", "-u", "-c", script] if *script == RUNNER => Some(true),
         ["sh", "-c", script, "rondo-copy-in", dir, len]
             if script.contains("head -c \"$2\" | tar -x")
                 && dir.starts_with('/')

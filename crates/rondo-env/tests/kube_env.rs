@@ -515,3 +515,56 @@ async fn a_batch_is_reaped_by_its_label() {
     );
     no_refusals(&fake);
 }
+
+/// The engine arm as `--engine kubernetes` uses it: the cluster from `KUBECONFIG`, the
+/// namespace from its context. Runs in a child test process, which alone gets the
+/// variable (setting it here would race the other tests' threads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_arm_finds_the_cluster_through_kubeconfig() {
+    let fake = FakeKube::start(Behaviour::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: tester\n    namespace: {NAMESPACE}\n\
+             users:\n- name: tester\n  user: {{}}\n",
+            fake.url
+        ),
+    )
+    .unwrap();
+    let status = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "engine_arm_child", "--ignored", "--nocapture"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBE_ENV_CHILD_WORKDIR", dir.path())
+        .env_remove("RONDO_KUBE_NAMESPACE")
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "the child test failed");
+    assert_eq!(fake.recorded(|r| r.created.len()), 1);
+    assert!(fake.pods().is_empty(), "shut down, the pod is deleted");
+    no_refusals(&fake);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the_engine_arm_finds_the_cluster_through_kubeconfig"]
+async fn engine_arm_child() {
+    let workdir = std::env::var("KUBE_ENV_CHILD_WORKDIR").expect("run by its parent test");
+    let env = rondo_env::SandboxEngine::Kubernetes
+        .start(
+            config("engine-arm", Path::new(&workdir)),
+            Path::new(&workdir),
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.kind(), "kubernetes");
+    let out = env
+        .exec(ExecRequest::argv(["echo", "via kubeconfig"]))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "via kubeconfig\n");
+    env.shutdown().await.unwrap();
+}

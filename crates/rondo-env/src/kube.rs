@@ -174,10 +174,36 @@ pub async fn remove_kube_batch(
     .await
 }
 
+/// [`remove_kube_batch`] on the cluster and namespace `--engine kubernetes` uses (the
+/// standard kubeconfig places, `RONDO_KUBE_NAMESPACE`); the number of pods deleted.
+pub async fn reap_kube_batch(batch: &str) -> Result<usize, EnvError> {
+    let config = kube_config().await?;
+    let namespace = KubeOptions::from_env()?
+        .namespace
+        .unwrap_or_else(|| config.default_namespace.clone());
+    Ok(remove_kube_batch(&config, &namespace, batch).await?.len())
+}
+
 /// A label value Kubernetes accepts (at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both
-/// ends) standing for `text`; the exact text goes in an annotation.
+/// ends) standing for `text`; the exact text goes in an annotation. A text that had to
+/// change ends in a hash of it, so two texts cut to the same start (two batch folders
+/// with a long common path) keep distinct labels.
 fn label_value(text: &str) -> String {
-    let mut value: String = text
+    let plain = label_chars(text, 63);
+    if plain == text && !plain.is_empty() {
+        return plain;
+    }
+    let hash = hex::encode(&Sha256::digest(text.as_bytes())[..6]);
+    match label_chars(text, 50).as_str() {
+        "" => format!("h{hash}"),
+        stem => format!("{stem}-{hash}"),
+    }
+}
+
+/// The last `keep` characters of `text` (where they differ: the end of a path), with
+/// what a label value cannot hold replaced and trimmed to alphanumerics at both ends.
+fn label_chars(text: &str, keep: usize) -> String {
+    let chars: Vec<char> = text
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
@@ -186,16 +212,10 @@ fn label_value(text: &str) -> String {
                 '_'
             }
         })
-        .take(63)
         .collect();
-    while value.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
-        value.pop();
-    }
-    let start = value
-        .find(|c: char| c.is_ascii_alphanumeric())
-        .unwrap_or(value.len());
-    value.drain(..start);
-    if value.is_empty() { "x".into() } else { value }
+    let tail: String = chars[chars.len().saturating_sub(keep)..].iter().collect();
+    tail.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
 }
 
 /// A fresh pod name: `rondo-<run id, DNS-safe>-<8 hex>`, at most 63 characters.
@@ -1309,10 +1329,26 @@ mod tests {
         );
         assert_ne!(pod_name("a"), pod_name("a"));
         assert!(pod_name("///").starts_with("rondo-"));
-        assert_eq!(label_value("run/1:x"), "run_1_x");
-        assert_eq!(label_value("--a--"), "a");
-        assert_eq!(label_value("///"), "x");
-        assert_eq!(label_value(&"y".repeat(80)).len(), 63);
+        assert_eq!(label_value("run-1.x"), "run-1.x");
+        assert!(label_value("run/1:x").starts_with("run_1_x-"));
+        assert!(label_value("--a--").starts_with("a-"));
+        assert!(label_value("///").starts_with('h'));
+        assert_eq!(
+            label_value(""),
+            format!("h{}", &hex::encode(Sha256::digest(b""))[..12])
+        );
+        let long = |end: &str| format!("/work/{}/eval-out-{end}", "deep/".repeat(20));
+        let (a, b) = (label_value(&long("1")), label_value(&long("2")));
+        assert_ne!(a, b);
+        for value in [&a, &b, &label_value(&"y".repeat(80))] {
+            assert!(value.len() <= 63, "{value}");
+            assert!(value.ends_with(|c: char| c.is_ascii_alphanumeric()));
+            assert!(
+                value.starts_with(|c: char| c.is_ascii_alphanumeric()),
+                "{value}"
+            );
+        }
+        assert!(a.contains("eval-out-1"), "{a}");
     }
 
     #[test]

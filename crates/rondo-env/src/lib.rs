@@ -28,7 +28,7 @@ use std::path::Path;
 
 pub use self::kube::{
     CONTAINER as KUBE_CONTAINER, KubeEnv, KubeOptions, LABEL_NETWORK, NO_NETWORK_POLICY,
-    kube_config, remove_kube_batch, remove_pods,
+    kube_config, reap_kube_batch, remove_kube_batch, remove_pods,
 };
 pub use docker::{
     DockerConfig, DockerEnv, cleanup_stale, connect, remove_batch, remove_run, set_batch_label,

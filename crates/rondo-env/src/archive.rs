@@ -137,6 +137,14 @@ pub(crate) fn unpack_skipping(data: &[u8], dest: &Path, skip: &[PathBuf]) -> Res
                 path.display()
             )));
         }
+        // `unpack` takes a hard link's target as it is, relative to this process's
+        // folder or absolute: a link to any file this process may open.
+        if entry.header().entry_type().is_hard_link() {
+            return Err(EnvError::InvalidRequest(format!(
+                "refusing archive entry {}: a hard link",
+                path.display()
+            )));
+        }
         let rel: PathBuf = rest.iter().collect();
         if skipped(&rel, skip) {
             continue;
@@ -164,4 +172,32 @@ pub(crate) fn unpack_skipping(data: &[u8], dest: &Path, skip: &[PathBuf]) -> Res
             .map_err(|e| EnvError::io(&target, e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hard_link_out_of_an_archive_is_refused() {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_size(0);
+        header.set_mode(0o755);
+        builder
+            .append_data(&mut header, "top", std::io::empty())
+            .unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Link);
+        header.set_size(0);
+        builder
+            .append_link(&mut header, "top/h", "/etc/hostname")
+            .unwrap();
+        let data = builder.into_inner().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let err = unpack_as(&data, &dir.path().join("out")).unwrap_err();
+        assert!(err.to_string().contains("a hard link"), "{err}");
+        assert!(!dir.path().join("out/h").exists());
+    }
 }

@@ -53,10 +53,15 @@ impl SandboxEngine {
             SandboxEngine::Swarm => Ok(Arc::new(
                 crate::SwarmEnv::start(crate::SwarmConfig::from_env(config)?).await?,
             )),
-            SandboxEngine::Kubernetes => Err(EnvError::InvalidRequest(format!(
-                "engine `{}` not built yet: use --engine docker or --engine process",
-                self.name()
-            ))),
+            // The cluster from KUBECONFIG / ~/.kube/config / in-cluster; RONDO_KUBE_* options.
+            SandboxEngine::Kubernetes => Ok(Arc::new(
+                crate::KubeEnv::start(
+                    crate::kube_config().await?,
+                    config,
+                    crate::KubeOptions::from_env()?,
+                )
+                .await?,
+            )),
         }
     }
 }

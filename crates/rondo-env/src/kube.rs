@@ -166,13 +166,44 @@ pub async fn remove_kube_batch(
     namespace: &str,
     id: &str,
 ) -> Result<Vec<String>, EnvError> {
-    remove_pods(config, namespace, &format!("{LABEL_BATCH}={}", label_value(id))).await
+    remove_pods(
+        config,
+        namespace,
+        &format!("{LABEL_BATCH}={}", label_value(id)),
+    )
+    .await
+}
+
+/// [`remove_kube_batch`] on the cluster and namespace `--engine kubernetes` uses (the
+/// standard kubeconfig places, `RONDO_KUBE_NAMESPACE`); the number of pods deleted.
+pub async fn reap_kube_batch(batch: &str) -> Result<usize, EnvError> {
+    let config = kube_config().await?;
+    let namespace = KubeOptions::from_env()?
+        .namespace
+        .unwrap_or_else(|| config.default_namespace.clone());
+    Ok(remove_kube_batch(&config, &namespace, batch).await?.len())
 }
 
 /// A label value Kubernetes accepts (at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both
-/// ends) standing for `text`; the exact text goes in an annotation.
+/// ends) standing for `text`; the exact text goes in an annotation. A text that had to
+/// change ends in a hash of it, so two texts cut to the same start (two batch folders
+/// with a long common path) keep distinct labels.
 fn label_value(text: &str) -> String {
-    let mut value: String = text
+    let plain = label_chars(text, 63);
+    if plain == text && !plain.is_empty() {
+        return plain;
+    }
+    let hash = hex::encode(&Sha256::digest(text.as_bytes())[..6]);
+    match label_chars(text, 50).as_str() {
+        "" => format!("h{hash}"),
+        stem => format!("{stem}-{hash}"),
+    }
+}
+
+/// The last `keep` characters of `text` (where they differ: the end of a path), with
+/// what a label value cannot hold replaced and trimmed to alphanumerics at both ends.
+fn label_chars(text: &str, keep: usize) -> String {
+    let chars: Vec<char> = text
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
@@ -181,16 +212,10 @@ fn label_value(text: &str) -> String {
                 '_'
             }
         })
-        .take(63)
         .collect();
-    while value.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
-        value.pop();
-    }
-    let start = value
-        .find(|c: char| c.is_ascii_alphanumeric())
-        .unwrap_or(value.len());
-    value.drain(..start);
-    if value.is_empty() { "x".into() } else { value }
+    let tail: String = chars[chars.len().saturating_sub(keep)..].iter().collect();
+    tail.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
 }
 
 /// A fresh pod name: `rondo-<run id, DNS-safe>-<8 hex>`, at most 63 characters.
@@ -254,11 +279,7 @@ fn cpu_quantity(cpus: f64) -> String {
 }
 
 /// The pod of a sandbox; see `docs/scale-kubernetes.md` for what each setting is for.
-fn pod_manifest(
-    name: &str,
-    config: &DockerConfig,
-    options: &KubeOptions,
-) -> Result<Pod, EnvError> {
+fn pod_manifest(name: &str, config: &DockerConfig, options: &KubeOptions) -> Result<Pod, EnvError> {
     let mut labels = BTreeMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_RUN.to_string(), label_value(&config.run_id)),
@@ -292,7 +313,10 @@ fn pod_manifest(
             security["runAsGroup"] = json!(gid);
         }
     }
-    let memory = config.memory_bytes.unwrap_or(DEFAULT_MEMORY_BYTES).to_string();
+    let memory = config
+        .memory_bytes
+        .unwrap_or(DEFAULT_MEMORY_BYTES)
+        .to_string();
     let cpu = cpu_quantity(config.cpus.unwrap_or(DEFAULT_CPUS));
     let resources = json!({ "cpu": cpu, "memory": memory });
     let mut volumes = Vec::new();
@@ -303,7 +327,9 @@ fn pod_manifest(
         mounts.push(json!({ "name": volume, "mountPath": mask, "readOnly": true }));
     }
     if config.read_only_root {
-        volumes.push(json!({ "name": "tmp", "emptyDir": { "medium": "Memory", "sizeLimit": "512Mi" } }));
+        volumes.push(
+            json!({ "name": "tmp", "emptyDir": { "medium": "Memory", "sizeLimit": "512Mi" } }),
+        );
         mounts.push(json!({ "name": "tmp", "mountPath": "/tmp" }));
     }
     let env: Vec<_> = config
@@ -393,8 +419,12 @@ async fn ensure_no_network_policy(
         }
         Ok(Ok(_)) => {}
         Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
-            let found = deadline(limit, "reading the NetworkPolicy", api.get(NO_NETWORK_POLICY))
-                .await?;
+            let found = deadline(
+                limit,
+                "reading the NetworkPolicy",
+                api.get(NO_NETWORK_POLICY),
+            )
+            .await?;
             let spec = serde_json::to_value(found.spec).unwrap_or_default();
             if spec != wanted {
                 return Err(EnvError::Kubernetes(format!(
@@ -488,11 +518,7 @@ fn describe(pod: &Pod) -> String {
 
 /// Waits until the pod runs, through a watch from the version last seen; the error says
 /// what the pod was doing when the time ran out or why it never will run.
-async fn wait_running(
-    pods: &Api<Pod>,
-    name: &str,
-    options: &KubeOptions,
-) -> Result<(), EnvError> {
+async fn wait_running(pods: &Api<Pod>, name: &str, options: &KubeOptions) -> Result<(), EnvError> {
     let end = tokio::time::Instant::now() + options.start_timeout;
     let mut last: Option<Pod> = None;
     let never = |pod: &Option<Pod>, why: String| {
@@ -514,19 +540,17 @@ async fn wait_running(
             let params = WatchParams::default()
                 .fields(&format!("metadata.name={name}"))
                 .timeout(left.as_secs().clamp(1, 290) as u32);
-            let mut events = match tokio::time::timeout(
-                options.call_timeout,
-                pods.watch(&params, &version),
-            )
-            .await
-            {
-                Ok(Ok(events)) => events.boxed(),
-                // A watch refused or unanswered: read the pod again.
-                _ => {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            };
+            let mut events =
+                match tokio::time::timeout(options.call_timeout, pods.watch(&params, &version))
+                    .await
+                {
+                    Ok(Ok(events)) => events.boxed(),
+                    // A watch refused or unanswered: read the pod again.
+                    _ => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                };
             while let Ok(Some(event)) = events.try_next().await {
                 match event {
                     WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
@@ -617,8 +641,9 @@ fn check_untrusted_tar(data: &[u8]) -> Result<(), EnvError> {
         .map_err(|e| EnvError::InvalidRequest(format!("unreadable archive from the pod: {e}")))?;
     let mut top: Option<PathBuf> = None;
     for entry in entries {
-        let entry = entry
-            .map_err(|e| EnvError::InvalidRequest(format!("unreadable archive from the pod: {e}")))?;
+        let entry = entry.map_err(|e| {
+            EnvError::InvalidRequest(format!("unreadable archive from the pod: {e}"))
+        })?;
         let name = entry
             .path()
             .map_err(|e| EnvError::InvalidRequest(format!("unreadable entry name: {e}")))?
@@ -920,7 +945,11 @@ impl KubeEnv {
             Ok(Err(e)) => Err(EnvError::Kubernetes(format!(
                 "the command runner did not start in pod {} ({e}; the image needs python3){}",
                 self.pod,
-                if tail().is_empty() { String::new() } else { format!(": {}", tail()) }
+                if tail().is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", tail())
+                }
             ))),
             Err(_) => Err(EnvError::Kubernetes(format!(
                 "the command runner in pod {} did not answer in time",
@@ -998,8 +1027,8 @@ impl KubeEnv {
             let Some(status) = status else {
                 return Err(lost());
             };
-            let code = exit_code(&status)
-                .map_err(|m| EnvError::Kubernetes(format!("{action}: {m}")))?;
+            let code =
+                exit_code(&status).map_err(|m| EnvError::Kubernetes(format!("{action}: {m}")))?;
             drop(process);
             Ok((code, out, err))
         };
@@ -1201,7 +1230,11 @@ impl Environment for KubeEnv {
             parent.to_string(),
             data.len().to_string(),
         ];
-        let action = format!("copying {} to {target} in pod {}", host_path.display(), self.pod);
+        let action = format!(
+            "copying {} to {target} in pod {}",
+            host_path.display(),
+            self.pod
+        );
         let (code, _, err) = self
             .exec_helper(argv, Some(data), HELPER_STDERR, &action)
             .await?;
@@ -1296,10 +1329,26 @@ mod tests {
         );
         assert_ne!(pod_name("a"), pod_name("a"));
         assert!(pod_name("///").starts_with("rondo-"));
-        assert_eq!(label_value("run/1:x"), "run_1_x");
-        assert_eq!(label_value("--a--"), "a");
-        assert_eq!(label_value("///"), "x");
-        assert_eq!(label_value(&"y".repeat(80)).len(), 63);
+        assert_eq!(label_value("run-1.x"), "run-1.x");
+        assert!(label_value("run/1:x").starts_with("run_1_x-"));
+        assert!(label_value("--a--").starts_with("a-"));
+        assert!(label_value("///").starts_with('h'));
+        assert_eq!(
+            label_value(""),
+            format!("h{}", &hex::encode(Sha256::digest(b""))[..12])
+        );
+        let long = |end: &str| format!("/work/{}/eval-out-{end}", "deep/".repeat(20));
+        let (a, b) = (label_value(&long("1")), label_value(&long("2")));
+        assert_ne!(a, b);
+        for value in [&a, &b, &label_value(&"y".repeat(80))] {
+            assert!(value.len() <= 63, "{value}");
+            assert!(value.ends_with(|c: char| c.is_ascii_alphanumeric()));
+            assert!(
+                value.starts_with(|c: char| c.is_ascii_alphanumeric()),
+                "{value}"
+            );
+        }
+        assert!(a.contains("eval-out-1"), "{a}");
     }
 
     #[test]
@@ -1336,8 +1385,12 @@ mod tests {
     #[test]
     fn archives_from_a_pod_stay_in_their_tree() {
         let good = tar_with(|b| {
-            b.append_data(&mut header(tar::EntryType::Directory), "d", std::io::empty())
-                .unwrap();
+            b.append_data(
+                &mut header(tar::EntryType::Directory),
+                "d",
+                std::io::empty(),
+            )
+            .unwrap();
             b.append_link(&mut header(tar::EntryType::Symlink), "d/l", "x/y")
                 .unwrap();
             b.append_link(&mut header(tar::EntryType::Symlink), "d/e/l", "../x")
@@ -1382,10 +1435,18 @@ mod tests {
             ),
             (
                 tar_with(|b| {
-                    b.append_data(&mut header(tar::EntryType::Regular), "d/a", std::io::empty())
-                        .unwrap();
-                    b.append_data(&mut header(tar::EntryType::Regular), "e/a", std::io::empty())
-                        .unwrap();
+                    b.append_data(
+                        &mut header(tar::EntryType::Regular),
+                        "d/a",
+                        std::io::empty(),
+                    )
+                    .unwrap();
+                    b.append_data(
+                        &mut header(tar::EntryType::Regular),
+                        "e/a",
+                        std::io::empty(),
+                    )
+                    .unwrap();
                 }),
                 "outside the copied path",
             ),

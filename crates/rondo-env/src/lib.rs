@@ -26,6 +26,10 @@ mod transport;
 
 use std::path::Path;
 
+pub use self::kube::{
+    CONTAINER as KUBE_CONTAINER, KubeEnv, KubeOptions, LABEL_NETWORK, NO_NETWORK_POLICY,
+    kube_config, reap_kube_batch, remove_kube_batch, remove_pods,
+};
 pub use docker::{
     DockerConfig, DockerEnv, cleanup_stale, connect, remove_batch, remove_run, set_batch_label,
 };
@@ -34,10 +38,6 @@ pub use error::{EnvError, InstallFailure};
 pub use exec::{
     Command, DEFAULT_MAX_OUTPUT, ExecOutput, ExecRequest, LineCallback, MAX_SHOWN_LINE, StreamKind,
     head_tail_lines, shell_quote, truncate_for_prompt,
-};
-pub use self::kube::{
-    CONTAINER as KUBE_CONTAINER, KubeEnv, KubeOptions, LABEL_NETWORK, NO_NETWORK_POLICY, kube_config,
-    remove_kube_batch, remove_pods,
 };
 pub use local::{LocalConfig, LocalEnv, clean_env};
 pub use process::ProcessEnv;

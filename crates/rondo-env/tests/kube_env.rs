@@ -49,7 +49,12 @@ fn no_refusals(fake: &FakeKube) {
 async fn gone(pid: u32) -> bool {
     for _ in 0..50 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) {
+        if stat.is_empty()
+            || stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -81,8 +86,12 @@ async fn pod_spec_exec_round_trip_and_shutdown() {
     let pod = fake.recorded(|r| r.created[0].clone());
     let c = &pod["spec"]["containers"][0];
     assert_eq!(pod["metadata"]["name"], env.pod_name());
-    assert_eq!(pod["metadata"]["labels"]["rondo.run_id"], "round_trip_1");
-    assert_eq!(pod["metadata"]["annotations"]["rondo.run_id"], "round trip/1");
+    let run_label = pod["metadata"]["labels"]["rondo.run_id"].as_str().unwrap();
+    assert!(run_label.starts_with("round_trip_1-"), "{run_label}");
+    assert_eq!(
+        pod["metadata"]["annotations"]["rondo.run_id"],
+        "round trip/1"
+    );
     assert_eq!(pod["metadata"]["labels"]["rondo.batch"], BATCH);
     assert_eq!(pod["metadata"]["labels"]["rondo.network"], "none");
     assert_eq!(c["image"], "rondo-test-base:latest");
@@ -95,7 +104,10 @@ async fn pod_spec_exec_round_trip_and_shutdown() {
         serde_json::json!(["NET_BIND_SERVICE"])
     );
     assert_eq!(c["resources"]["limits"]["cpu"], "1500m");
-    assert_eq!(c["resources"]["limits"]["memory"], (512u64 << 20).to_string());
+    assert_eq!(
+        c["resources"]["limits"]["memory"],
+        (512u64 << 20).to_string()
+    );
     assert_eq!(c["volumeMounts"][0]["readOnly"], true);
     assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
     let policies = fake.recorded(|r| r.policies.clone());
@@ -126,7 +138,9 @@ async fn pod_spec_exec_round_trip_and_shutdown() {
     assert_eq!(out.exit_code, Some(127), "{out:?}");
     // Bytes that are not UTF-8 and a large output cross the channel protocol intact.
     let out = env
-        .exec(ExecRequest::shell("head -c 300000 /dev/zero | tr '\\0' 'x'"))
+        .exec(ExecRequest::shell(
+            "head -c 300000 /dev/zero | tr '\\0' 'x'",
+        ))
         .await
         .unwrap();
     assert_eq!(out.stdout.len(), 300_000);
@@ -198,7 +212,10 @@ async fn a_timeout_is_observed_and_the_command_killed() {
     let dir = tempfile::tempdir().unwrap();
     let env = start(&fake, config("timeout", dir.path())).await;
     let out = env
-        .exec(ExecRequest::shell("echo $$ > pid; echo started; exec sleep 30").timeout(Duration::from_secs(1)))
+        .exec(
+            ExecRequest::shell("echo $$ > pid; echo started; exec sleep 30")
+                .timeout(Duration::from_secs(1)),
+        )
         .await
         .unwrap();
     assert!(out.timed_out, "{out:?}");
@@ -209,7 +226,10 @@ async fn a_timeout_is_observed_and_the_command_killed() {
         .parse()
         .unwrap();
     assert!(gone(pid).await, "the timed-out command {pid} still runs");
-    let out = env.exec(ExecRequest::argv(["echo", "after"])).await.unwrap();
+    let out = env
+        .exec(ExecRequest::argv(["echo", "after"]))
+        .await
+        .unwrap();
     assert_eq!(out.stdout, "after\n");
     env.shutdown().await.unwrap();
     no_refusals(&fake);
@@ -246,7 +266,9 @@ async fn copies_in_and_out_and_copied_mounts() {
         std::fs::read_to_string(host.path().join("mnt/new.txt")).unwrap(),
         "made\n"
     );
-    env.copy_out("repo", &host.path().join("back")).await.unwrap();
+    env.copy_out("repo", &host.path().join("back"))
+        .await
+        .unwrap();
     assert_eq!(
         std::fs::read_to_string(host.path().join("back/d/g.txt")).unwrap(),
         "more\n"
@@ -271,7 +293,9 @@ async fn copies_in_and_out_and_copied_mounts() {
     // A link inside the tree is fine; one out of it is refused, and nothing is written.
     std::fs::create_dir_all(pod_root.path().join("links")).unwrap();
     std::os::unix::fs::symlink("sub/a", pod_root.path().join("links/inside")).unwrap();
-    env.copy_out("links", &host.path().join("links-ok")).await.unwrap();
+    env.copy_out("links", &host.path().join("links-ok"))
+        .await
+        .unwrap();
     std::os::unix::fs::symlink("/etc/hostname", pod_root.path().join("links/out")).unwrap();
     let err = env
         .copy_out("links", &host.path().join("links-out"))
@@ -357,7 +381,10 @@ async fn a_pod_that_never_runs_is_reported_and_deleted() {
     let fake = FakeKube::start(Behaviour {
         start_delay: Duration::from_millis(100),
         never: [
-            ("registry.invalid/pull:1".to_string(), Some("ImagePullBackOff".to_string())),
+            (
+                "registry.invalid/pull:1".to_string(),
+                Some("ImagePullBackOff".to_string()),
+            ),
             ("too-big:1".to_string(), None),
         ]
         .into(),
@@ -384,7 +411,10 @@ async fn a_pod_that_never_runs_is_reported_and_deleted() {
         ..options()
     };
     let started = Instant::now();
-    let err = KubeEnv::start(fake.config(), cfg, opts).await.err().unwrap();
+    let err = KubeEnv::start(fake.config(), cfg, opts)
+        .await
+        .err()
+        .unwrap();
     let text = err.to_string();
     assert!(text.contains("did not become Running within 2 s"), "{text}");
     assert!(text.contains("Unschedulable"), "{text}");
@@ -422,7 +452,10 @@ async fn a_dropped_exec_connection_is_an_error_not_a_hang() {
     assert!(matches!(err, EnvError::Kubernetes(_)), "{err:?}");
     assert!(err.to_string().contains("lost"), "{err}");
     // The next command gets a new runner.
-    let out = env.exec(ExecRequest::argv(["echo", "again"])).await.unwrap();
+    let out = env
+        .exec(ExecRequest::argv(["echo", "again"]))
+        .await
+        .unwrap();
     assert_eq!(out.stdout, "again\n");
     assert_eq!(
         fake.recorded(|r| r.execs.iter().filter(|e| e[0] == "python3").count()),
@@ -442,7 +475,10 @@ async fn a_batch_is_reaped_by_its_label() {
     let b = std::sync::Arc::new(start(&fake, config("reap-2", dir.path())).await);
     let running = {
         let b = b.clone();
-        tokio::spawn(async move { b.exec(ExecRequest::shell("echo $$ > pid; exec sleep 60")).await })
+        tokio::spawn(async move {
+            b.exec(ExecRequest::shell("echo $$ > pid; exec sleep 60"))
+                .await
+        })
     };
     while !dir.path().join("pid").exists() {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -474,6 +510,62 @@ async fn a_batch_is_reaped_by_its_label() {
     assert!(result.is_err(), "{result:?}");
     // A sandbox whose pod is gone says so.
     let err = b.exec(ExecRequest::argv(["true"])).await.unwrap_err();
-    assert!(matches!(err, EnvError::Kubernetes(_) | EnvError::Kube { .. }), "{err:?}");
+    assert!(
+        matches!(err, EnvError::Kubernetes(_) | EnvError::Kube { .. }),
+        "{err:?}"
+    );
     no_refusals(&fake);
+}
+
+/// The engine arm as `--engine kubernetes` uses it: the cluster from `KUBECONFIG`, the
+/// namespace from its context. Runs in a child test process, which alone gets the
+/// variable (setting it here would race the other tests' threads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_arm_finds_the_cluster_through_kubeconfig() {
+    let fake = FakeKube::start(Behaviour::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: tester\n    namespace: {NAMESPACE}\n\
+             users:\n- name: tester\n  user: {{}}\n",
+            fake.url
+        ),
+    )
+    .unwrap();
+    let status = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "engine_arm_child", "--ignored", "--nocapture"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBE_ENV_CHILD_WORKDIR", dir.path())
+        .env_remove("RONDO_KUBE_NAMESPACE")
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "the child test failed");
+    assert_eq!(fake.recorded(|r| r.created.len()), 1);
+    assert!(fake.pods().is_empty(), "shut down, the pod is deleted");
+    no_refusals(&fake);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the_engine_arm_finds_the_cluster_through_kubeconfig"]
+async fn engine_arm_child() {
+    let workdir = std::env::var("KUBE_ENV_CHILD_WORKDIR").expect("run by its parent test");
+    let env = rondo_env::SandboxEngine::Kubernetes
+        .start(
+            config("engine-arm", Path::new(&workdir)),
+            Path::new(&workdir),
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.kind(), "kubernetes");
+    let out = env
+        .exec(ExecRequest::argv(["echo", "via kubeconfig"]))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "via kubeconfig\n");
+    env.shutdown().await.unwrap();
 }

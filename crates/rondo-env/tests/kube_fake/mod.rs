@@ -252,14 +252,22 @@ fn check_pod(pod: &Value, policy_exists: bool) -> Vec<String> {
             problems.push(what.to_string());
         }
     };
-    want(pod["apiVersion"] == "v1" && pod["kind"] == "Pod", "apiVersion v1, kind Pod");
+    want(
+        pod["apiVersion"] == "v1" && pod["kind"] == "Pod",
+        "apiVersion v1, kind Pod",
+    );
     let name = pod["metadata"]["name"].as_str().unwrap_or("");
     want(dns_label(name), "metadata.name a DNS-1123 label");
     let labels = &pod["metadata"]["labels"];
-    want(labels["rondo.managed"] == "true", "label rondo.managed=true");
+    want(
+        labels["rondo.managed"] == "true",
+        "label rondo.managed=true",
+    );
     want(labels["rondo.role"] == "run", "label rondo.role=run");
     want(
-        labels["rondo.run_id"].as_str().is_some_and(|v| !v.is_empty()),
+        labels["rondo.run_id"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty()),
         "label rondo.run_id",
     );
     for (key, value) in labels.as_object().into_iter().flatten() {
@@ -269,7 +277,10 @@ fn check_pod(pod: &Value, policy_exists: bool) -> Vec<String> {
         );
     }
     if labels["rondo.network"] == "none" {
-        want(policy_exists, "the NetworkPolicy before a pod without network");
+        want(
+            policy_exists,
+            "the NetworkPolicy before a pod without network",
+        );
     }
     let spec = &pod["spec"];
     want(spec["restartPolicy"] == "Never", "spec.restartPolicy Never");
@@ -277,7 +288,10 @@ fn check_pod(pod: &Value, policy_exists: bool) -> Vec<String> {
         spec["automountServiceAccountToken"] == false,
         "spec.automountServiceAccountToken false",
     );
-    want(spec["enableServiceLinks"] == false, "spec.enableServiceLinks false");
+    want(
+        spec["enableServiceLinks"] == false,
+        "spec.enableServiceLinks false",
+    );
     for host in ["hostNetwork", "hostPID", "hostIPC"] {
         want(spec[host] != true, &format!("spec.{host} not true"));
     }
@@ -307,7 +321,10 @@ fn check_pod(pod: &Value, policy_exists: bool) -> Vec<String> {
         c["command"] == json!(["sleep", "infinity"]),
         "container command sleep infinity",
     );
-    want(c["image"].as_str().is_some_and(|i| !i.is_empty()), "an image");
+    want(
+        c["image"].as_str().is_some_and(|i| !i.is_empty()),
+        "an image",
+    );
     let sc = &c["securityContext"];
     want(
         sc["allowPrivilegeEscalation"] == false,
@@ -323,7 +340,10 @@ fn check_pod(pod: &Value, policy_exists: bool) -> Vec<String> {
         "readOnlyRootFilesystem said",
     );
     if sc["runAsUser"].as_i64().is_some_and(|u| u != 0) {
-        want(sc["runAsNonRoot"] == true, "runAsNonRoot with a non-root user");
+        want(
+            sc["runAsNonRoot"] == true,
+            "runAsNonRoot with a non-root user",
+        );
     }
     let res = &c["resources"];
     want(
@@ -357,16 +377,17 @@ fn set_status(inner: &Inner, name: &str, status: Value) {
     let _ = inner.events.send(("MODIFIED".into(), object));
 }
 
-async fn create_pod(
-    State(inner): State<Shared>,
-    Path(ns): Path<String>,
-    body: Bytes,
-) -> Response {
+async fn create_pod(State(inner): State<Shared>, Path(ns): Path<String>, body: Bytes) -> Response {
     if let Some(r) = wrong_namespace(&inner, &ns) {
         return r;
     }
     let Ok(mut pod) = serde_json::from_slice::<Value>(&body) else {
-        return refuse(&inner, 400, "BadRequest", "a pod body that is not JSON".into());
+        return refuse(
+            &inner,
+            400,
+            "BadRequest",
+            "a pod body that is not JSON".into(),
+        );
     };
     inner.recorded.lock().unwrap().created.push(pod.clone());
     let policy_exists = inner
@@ -383,7 +404,11 @@ async fn create_pod(
     }
     let name = pod["metadata"]["name"].as_str().unwrap().to_string();
     if inner.pods.lock().unwrap().contains_key(&name) {
-        return status(409, "AlreadyExists", &format!("pods \"{name}\" already exists"));
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("pods \"{name}\" already exists"),
+        );
     }
     pod["metadata"]["namespace"] = json!(NAMESPACE);
     pod["metadata"]["uid"] = json!(format!("uid-{name}"));
@@ -435,7 +460,10 @@ async fn create_pod(
     ok_json(StatusCode::CREATED, &pod)
 }
 
-async fn get_pod(State(inner): State<Shared>, Path((ns, name)): Path<(String, String)>) -> Response {
+async fn get_pod(
+    State(inner): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
     if let Some(r) = wrong_namespace(&inner, &ns) {
         return r;
     }
@@ -458,7 +486,12 @@ async fn list_or_watch(
     let name = query_get(&pairs, "fieldSelector")
         .and_then(|f| f.strip_prefix("metadata.name=").map(str::to_string));
     let (Some("true"), Some(name)) = (query_get(&pairs, "watch").as_deref(), name) else {
-        return refuse(&inner, 400, "BadRequest", format!("unexpected list {query:?}"));
+        return refuse(
+            &inner,
+            400,
+            "BadRequest",
+            format!("unexpected list {query:?}"),
+        );
     };
     let since: u64 = query_get(&pairs, "resourceVersion")
         .and_then(|v| v.parse().ok())
@@ -520,7 +553,12 @@ fn remove(inner: &Inner, name: &str) -> Option<Value> {
     for task in &pod.tasks {
         task.abort();
     }
-    inner.recorded.lock().unwrap().deleted.push(name.to_string());
+    inner
+        .recorded
+        .lock()
+        .unwrap()
+        .deleted
+        .push(name.to_string());
     let _ = inner.events.send(("DELETED".into(), pod.object.clone()));
     Some(pod.object)
 }
@@ -594,7 +632,12 @@ async fn create_policy(
         return r;
     }
     let Ok(mut policy) = serde_json::from_slice::<Value>(&body) else {
-        return refuse(&inner, 400, "BadRequest", "a policy that is not JSON".into());
+        return refuse(
+            &inner,
+            400,
+            "BadRequest",
+            "a policy that is not JSON".into(),
+        );
     };
     let wanted = json!({
         "podSelector": { "matchLabels": { "rondo.network": "none" } },
@@ -605,7 +648,11 @@ async fn create_policy(
         return refuse(&inner, 422, "Invalid", why);
     }
     let mut recorded = inner.recorded.lock().unwrap();
-    if recorded.policies.iter().any(|p| p["metadata"]["name"] == POLICY) {
+    if recorded
+        .policies
+        .iter()
+        .any(|p| p["metadata"]["name"] == POLICY)
+    {
         return status(
             409,
             "AlreadyExists",
@@ -626,9 +673,17 @@ async fn get_policy(
         return r;
     }
     let recorded = inner.recorded.lock().unwrap();
-    match recorded.policies.iter().find(|p| p["metadata"]["name"] == name.as_str()) {
+    match recorded
+        .policies
+        .iter()
+        .find(|p| p["metadata"]["name"] == name.as_str())
+    {
         Some(p) => ok_json(StatusCode::OK, p),
-        None => status(404, "NotFound", &format!("networkpolicies \"{name}\" not found")),
+        None => status(
+            404,
+            "NotFound",
+            &format!("networkpolicies \"{name}\" not found"),
+        ),
     }
 }
 
@@ -636,7 +691,7 @@ async fn get_policy(
 fn allowed_exec(command: &[String]) -> Option<bool> {
     let words: Vec<&str> = command.iter().map(String::as_str).collect();
     match words.as_slice() {
-        ["python3", "-u", "-c", script] if *script == RUNNER => Some(true),
+        ["python3", "-I", "-S", "-u", "-c", script] if *script == RUNNER => Some(true),
         ["sh", "-c", script, "rondo-copy-in", dir, len]
             if script.contains("head -c \"$2\" | tar -x")
                 && dir.starts_with('/')
@@ -671,7 +726,10 @@ async fn exec(
         .collect();
     let flag = |key: &str| query_get(&pairs, key).as_deref() == Some("true");
     let Some(stdin) = allowed_exec(&command) else {
-        let shown: Vec<String> = command.iter().map(|c| c.chars().take(80).collect()).collect();
+        let shown: Vec<String> = command
+            .iter()
+            .map(|c| c.chars().take(80).collect())
+            .collect();
         return refuse(&inner, 403, "Forbidden", format!("exec of {shown:?}"));
     };
     if query_get(&pairs, "container").as_deref() != Some("sandbox")
@@ -679,7 +737,12 @@ async fn exec(
         || !flag("stdout")
         || flag("stdin") != stdin
     {
-        return refuse(&inner, 400, "BadRequest", format!("exec parameters {pairs:?}"));
+        return refuse(
+            &inner,
+            400,
+            "BadRequest",
+            format!("exec parameters {pairs:?}"),
+        );
     }
     let offered = headers
         .get("sec-websocket-protocol")
@@ -770,7 +833,9 @@ async fn serve_exec(
         for chunk in data.chunks(32 << 10) {
             let _ = tx.send(frame(1, chunk)).await;
         }
-        let _ = tx.send(frame(3, exit_status(0).to_string().as_bytes())).await;
+        let _ = tx
+            .send(frame(3, exit_status(0).to_string().as_bytes()))
+            .await;
         let _ = tx.close().await;
         return;
     }
@@ -795,7 +860,10 @@ async fn serve_exec(
     let mut stdin = child.stdin.take();
     let (out_tx, mut out_rx) = mpsc::channel::<Message>(16);
     for (channel, mut reader) in [
-        (1u8, Box::new(child.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        (
+            1u8,
+            Box::new(child.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+        ),
         (2u8, Box::new(child.stderr.take().unwrap())),
     ] {
         let out_tx = out_tx.clone();
@@ -837,6 +905,8 @@ async fn serve_exec(
             }
         }
     };
-    let _ = tx.send(frame(3, exit_status(code).to_string().as_bytes())).await;
+    let _ = tx
+        .send(frame(3, exit_status(code).to_string().as_bytes()))
+        .await;
     let _ = tx.close().await;
 }

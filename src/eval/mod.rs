@@ -478,9 +478,10 @@ impl Eval {
         let setup_text = serde_json::to_string_pretty(&self.setup).unwrap_or_default();
         rundir::write_atomic(&out.join(SETUP_FILE), setup_text.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", out.join(SETUP_FILE).display()))?;
-        // The batch's Swarm services carry its folder as their label: what a crashed batch
-        // of this folder left goes first, and what this one leaves goes at its end.
-        let swarm_batch = (self.setup.engine == rondo_env::SandboxEngine::Swarm).then(|| {
+        // The batch's sandboxes carry its folder as their label: what a crashed batch of this
+        // folder left goes first, and what this one leaves goes at its end.
+        let engine = self.setup.engine;
+        let reaped_batch = engine.reaps_batches().then(|| {
             let batch = std::path::absolute(&out)
                 .unwrap_or(out.clone())
                 .to_string_lossy()
@@ -488,10 +489,11 @@ impl Eval {
             rondo_env::set_batch_label(&batch);
             batch
         });
-        if let Some(batch) = &swarm_batch {
-            rondo_env::reap_swarm_batch(batch)
+        if let Some(batch) = &reaped_batch {
+            engine
+                .reap_batch(batch)
                 .await
-                .map_err(|e| format!("--engine swarm: {e}"))?;
+                .map_err(|e| format!("--engine {engine}: {e}"))?;
         }
         let mut done = read_results(&out);
         done.retain(|id, r| {
@@ -580,10 +582,10 @@ impl Eval {
         while tasks.join_next().await.is_some() {}
         watcher.abort();
         bar.end();
-        if let Some(batch) = &swarm_batch
-            && let Err(e) = rondo_env::reap_swarm_batch(batch).await
+        if let Some(batch) = &reaped_batch
+            && let Err(e) = engine.reap_batch(batch).await
         {
-            eprintln!("warning: removing the batch's Swarm services: {e}");
+            eprintln!("warning: removing the batch's {engine} sandboxes: {e}");
         }
         let results: Vec<CaseResult> = self
             .cases

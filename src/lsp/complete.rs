@@ -561,7 +561,12 @@ fn attribute_value(trimmed: &str, names: &Names<'_>) -> Option<Vec<CompletionIte
                 ));
             }
             "coerce" => return Some(words(&["safe", "strict"], CompletionItemKind::ENUM_MEMBER)),
-            "extra" => return Some(words(&["ignore", "forbid"], CompletionItemKind::ENUM_MEMBER)),
+            "extra" => {
+                return Some(words(
+                    &["ignore", "forbid"],
+                    CompletionItemKind::ENUM_MEMBER,
+                ));
+            }
             _ => {}
         }
     }

@@ -154,8 +154,7 @@ impl Env<'_> {
                     .get(id)
                     .is_some_and(|m| m.plain().is_none()) =>
             {
-                let view =
-                    self.state.memory[id].view(&self.workflow.memory[id], self.workspace);
+                let view = self.state.memory[id].view(&self.workflow.memory[id], self.workspace);
                 let mut v = &view;
                 for f in fields {
                     v = v.get(f).unwrap_or(&NULL);

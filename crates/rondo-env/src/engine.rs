@@ -66,6 +66,25 @@ impl SandboxEngine {
     }
 }
 
+impl SandboxEngine {
+    /// Whether a batch's sandboxes outlive a crashed driver on this engine, so the batch
+    /// must remove them by its label at its start and end.
+    pub fn reaps_batches(self) -> bool {
+        matches!(self, SandboxEngine::Swarm | SandboxEngine::Kubernetes)
+    }
+
+    /// Removes every sandbox labelled with `batch`; the number removed.
+    pub async fn reap_batch(self, batch: &str) -> Result<usize, EnvError> {
+        match self {
+            SandboxEngine::Swarm => crate::reap_swarm_batch(batch).await,
+            SandboxEngine::Kubernetes => crate::reap_kube_batch(batch).await,
+            // Docker containers are removed by `cleanup_stale` when their owner is gone;
+            // process sandboxes die with their driver.
+            SandboxEngine::Docker | SandboxEngine::Process => Ok(0),
+        }
+    }
+}
+
 impl fmt::Display for SandboxEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -5,12 +5,29 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use crate::profile::{Price, ProviderKind};
+use serde::{Deserialize, Serialize};
 
 /// Where the table comes from, as docs and reports name it.
 pub const TABLE_PATH: &str = "config/model_prices.yaml";
 
 const TABLE: &str = include_str!("../../../config/model_prices.yaml");
+
+/// Prices in the profile's currency (USD by convention) per 1000 tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    #[serde(default)]
+    pub input_per_1k: f64,
+    #[serde(default)]
+    pub output_per_1k: f64,
+}
+
+impl Price {
+    pub fn cost(&self, usage: &crate::Usage) -> f64 {
+        usage.input_tokens as f64 / 1000.0 * self.input_per_1k
+            + usage.output_tokens as f64 / 1000.0 * self.output_per_1k
+    }
+}
 
 type Table = BTreeMap<String, BTreeMap<String, Price>>;
 
@@ -20,16 +37,11 @@ fn table() -> &'static Table {
     PARSED.get_or_init(|| rondo_config::yaml::from_str(TABLE).unwrap_or_default())
 }
 
-/// The default price of `model` on a profile of `kind`: its entry, or the entry of the
+/// The default price of `model` on a profile of kind `kind` (its name): its entry, or the entry of the
 /// model it is a dated snapshot of (`gpt-4o-2024-08-06`, `claude-3-5-sonnet-20241022`,
 /// `claude-3-5-haiku-latest`, `gemini-1.5-flash-002`). Local and other kinds have none.
-pub fn default_price(kind: ProviderKind, model: &str) -> Option<Price> {
-    let block = match kind {
-        ProviderKind::OpenAi | ProviderKind::Anthropic | ProviderKind::Gemini => {
-            table().get(kind.as_str())?
-        }
-        _ => return None,
-    };
+pub fn default_price(kind: &str, model: &str) -> Option<Price> {
+    let block = table().get(kind)?;
     let model = model.trim();
     let model = model.strip_prefix("models/").unwrap_or(model);
     if let Some(p) = block.get(model) {
@@ -71,6 +83,7 @@ pub fn entries() -> impl Iterator<Item = (&'static str, &'static str, Price)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::ProviderKind;
 
     #[test]
     fn the_table_parses_and_every_block_is_a_kind_with_prices() {
@@ -92,8 +105,9 @@ mod tests {
 
     #[test]
     fn a_snapshot_takes_its_models_price_and_another_model_does_not() {
-        let price =
-            |kind, model| default_price(kind, model).map(|p| (p.input_per_1k, p.output_per_1k));
+        let price = |kind: ProviderKind, model| {
+            default_price(kind.as_str(), model).map(|p| (p.input_per_1k, p.output_per_1k))
+        };
         assert_eq!(price(ProviderKind::OpenAi, "gpt-4o"), Some((0.0025, 0.01)));
         assert_eq!(
             price(ProviderKind::OpenAi, "gpt-4o-2024-08-06"),

@@ -166,22 +166,7 @@ impl Default for RetryPolicy {
     }
 }
 
-/// Prices in the profile's currency (USD by convention) per 1000 tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Price {
-    #[serde(default)]
-    pub input_per_1k: f64,
-    #[serde(default)]
-    pub output_per_1k: f64,
-}
-
-impl Price {
-    pub fn cost(&self, usage: &crate::Usage) -> f64 {
-        usage.input_tokens as f64 / 1000.0 * self.input_per_1k
-            + usage.output_tokens as f64 / 1000.0 * self.output_per_1k
-    }
-}
+pub use crate::prices::Price;
 
 /// Environment variables that, when set and not empty, replace a profile's prices (e.g.
 /// `OPENAI_INPUT_PRICE_PER_1K`): each must then hold a number of at least 0.
@@ -403,7 +388,7 @@ impl ProviderProfile {
                     ))
                 })?;
             // The half a variable does not set keeps the written price, else the table's.
-            let table = crate::prices::default_price(self.kind, &self.model);
+            let table = crate::prices::default_price(self.kind.as_str(), &self.model);
             let price = self.price.get_or_insert_with(|| table.unwrap_or_default());
             if input {
                 price.input_per_1k = value;
@@ -493,12 +478,13 @@ impl ProviderProfile {
     /// of default prices ([`crate::prices`]), else none (the calls cost nothing).
     pub fn price(&self) -> Option<Price> {
         self.price
-            .or_else(|| crate::prices::default_price(self.kind, &self.model))
+            .or_else(|| crate::prices::default_price(self.kind.as_str(), &self.model))
     }
 
     /// Whether [`Self::price`] comes from the table of default prices (an estimate).
     pub fn priced_by_table(&self) -> bool {
-        self.price.is_none() && crate::prices::default_price(self.kind, &self.model).is_some()
+        self.price.is_none()
+            && crate::prices::default_price(self.kind.as_str(), &self.model).is_some()
     }
 
     /// Problems a checker should report: no model, zero limits, unknown fallbacks.

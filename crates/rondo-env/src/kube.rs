@@ -2,7 +2,7 @@
 //! crate). The pod runs the tool image with a command that only sleeps; commands reach it
 //! as they reach a Docker container: the runner (`runner.py`) started by one exec, whose
 //! stdin and stdout carry the line-JSON protocol over the exec websocket. Files travel as
-//! tar archives through execs, as `kubectl cp` does them. See `docs/scale-kubernetes.md`.
+//! tar archives through execs, as `kubectl cp` does them. See docs/scale.md (Kubernetes).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};

@@ -15,12 +15,17 @@ pub struct Args {
     /// Run local tools even where the kernel cannot confine them (see `rondo run --help`).
     #[arg(long, env = "RONDO_UNCONFINED_TOOLS", value_parser = clap::builder::FalseyValueParser::new())]
     unconfined_tools: bool,
+    /// Where Docker environments run, as for `rondo run` (a run stopped because its Swarm
+    /// node was lost goes on in a new sandbox on another node).
+    #[arg(long, default_value = "docker", value_name = "ENGINE")]
+    engine: rondo_env::SandboxEngine,
 }
 
 pub fn run(args: Args) -> Result<Code, CliError> {
     let options = RunOptions {
         progress: progress_mode(args.quiet),
         unconfined_tools: args.unconfined_tools,
+        engine: args.engine,
         ..RunOptions::default()
     };
     let info = rundir::read_info(&args.run)?;

@@ -1360,7 +1360,7 @@ impl<'a> Walker<'a> {
                 format!("input `{name}`"),
                 format!("input `{name}` has no size bound"),
                 "any length a run is given".into(),
-                format!("bound it: `limits {{ max_bytes = {{ {name} = \"16KB\" }} }}` in the workflow header, or every input with `max_input_bytes = \"16KB\"` (a run given more does not start)"),
+                format!("bound it: `limits {{ max_bytes = {{ {name}: \"16KB\" }} }}` in the workflow header, or every input with `max_input_bytes = \"16KB\"` (a run given more does not start)"),
             );
         }
         v
@@ -1386,7 +1386,7 @@ impl<'a> Walker<'a> {
                         format!("memory `{name}`"),
                         format!("memory `{name}` has no size bound"),
                         "grows with every update".into(),
-                        format!("bound it: `limits {{ max_bytes = {{ {name} = \"64KB\" }} }}` in the workflow header (a list may also take `max_len = {{ {name} = 20 }}`), or every value memory with `max_memory_bytes = \"64KB\"`; a step that would store more ends the run at `limit`"),
+                        format!("bound it: `limits {{ max_bytes = {{ {name}: \"64KB\" }} }}` in the workflow header (a list may also take `max_len = {{ {name}: 20 }}`), or every value memory with `max_memory_bytes = \"64KB\"`; a step that would store more ends the run at `limit`"),
                     );
                 }
                 v
@@ -1447,7 +1447,7 @@ impl<'a> Walker<'a> {
                     "item".into(),
                     "the items of this map have no size bound".into(),
                     "what `item` is".into(),
-                    "map over a memory bounded by `limits { max_bytes = { NAME = \"64KB\" } }`"
+                    "map over a memory bounded by `limits { max_bytes = { NAME: \"64KB\" } }`"
                         .into(),
                 );
                 return Val::of(Type::Any, None);
@@ -1465,7 +1465,7 @@ impl<'a> Walker<'a> {
                 format!("`{}`", workflow.node(n).name),
                 format!("the outputs of map worker `{}` have no count bound", workflow.node(n).name),
                 "read by name: the list of its branch outputs".into(),
-                "store what the prompt needs in a memory bounded by `limits { max_bytes = { NAME = \"64KB\" } }`".into(),
+                "store what the prompt needs in a memory bounded by `limits { max_bytes = { NAME: \"64KB\" } }`".into(),
             );
             return Val::of(Type::Any, None);
         }

@@ -209,7 +209,7 @@ fn no_room(key: &str, span: Span, what: &str) -> Diagnostic {
     .help(format!("give `{key}` at least 1, or leave it out"))
 }
 
-/// `limits { max_bytes = { NAME = SIZE, ... }  max_len = { NAME = N, ... } }`: the bounds of
+/// `limits { max_bytes = { NAME: SIZE, ... }  max_len = { NAME: N, ... } }`: the bounds of
 /// inputs and value memories by name (`"input.NAME"`/`"memory.NAME"` when both have it).
 /// Read after the inputs and memory are declared.
 pub(super) fn named_bounds(workflow: &mut Workflow, l: &mut Attrs<'_>, diags: &mut Diagnostics) {
@@ -423,7 +423,7 @@ fn not_a_list(name: &str, ty: &Type, span: Span) -> Diagnostic {
     )
     .label(span, "not a list")
     .help(format!(
-        "bound its size instead: `max_bytes = {{ {name} = \"16KB\" }}`"
+        "bound its size instead: `max_bytes = {{ {name}: \"16KB\" }}`"
     ))
 }
 

@@ -91,7 +91,7 @@ pub struct Input {
     /// The declaration, for what `check` says about the input.
     #[serde(default)]
     pub span: Span,
-    /// `limits { max_bytes = { NAME = ... }, max_len = { NAME = ... } }`: a run given more
+    /// `limits { max_bytes = { NAME: ... }, max_len = { NAME: ... } }`: a run given more
     /// does not start.
     #[serde(default, skip_serializing_if = "SizeBound::is_none")]
     pub bound: SizeBound,

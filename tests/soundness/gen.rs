@@ -2023,7 +2023,7 @@ impl Gen<'_> {
             "workflow generated {\n  prompts = \"prompts\"\n  input q: string = \"hello\"\n  input n: int = 2\n",
         );
         // Half the bounded cases bound every input and value memory at once, half name
-        // each one (`max_bytes = { NAME = ... }`, a list's `max_len` too).
+        // each one (`max_bytes = { NAME: ... }`, a list's `max_len` too).
         let sizes = if !self.size_limits {
             String::new()
         } else if self.seed.is_multiple_of(4) {

@@ -545,7 +545,8 @@ try() { ( eval "$2" ) 2>/dev/null && echo "ESCAPED: $1"; }
 try "overwrite the journal" "echo x > $sys/events.jsonl"
 try "append to the journal" "echo x >> $sys/events.jsonl"
 try "empty the journal" ": > $sys/events.jsonl"
-try "remove the checkpoint" "rm -f $sys/state.json; [ ! -e $sys/state.json ]"
+try "remove the checkpoint (the journal holds it until the first snapshot)" "rm -f $sys/events.jsonl; [ ! -e $sys/events.jsonl ]"
+try "remove the run record" "rm -f $sys/run.json; [ ! -e $sys/run.json ]"
 try "rename the run record" "mv $sys/run.json run.json"
 try "write through a link" "ln -sfn $sys/events.jsonl link && echo x > link"
 try "hard-link the journal" "ln $sys/events.jsonl hard && echo x >> hard"
@@ -633,7 +634,7 @@ fn a_local_tool_cannot_write_the_system_area_or_outside_its_workspace() {
     assert_eq!(attack_report(&system), "tmp\n", "every escape is denied");
     let all = events(&system);
     assert_eq!(all[0]["event"], "run_start");
-    assert!(system.join("state.json").is_file() && system.join("run.json").is_file());
+    assert!(system.join("events.jsonl").is_file() && system.join("run.json").is_file());
     assert!(!home.join(".profile").exists());
     assert_eq!(
         std::fs::read_to_string(system.join("workspace/mine.txt")).unwrap(),

@@ -77,6 +77,8 @@ enum Next {
     /// in the journal file (or soon will be).
     ReadFile {
         until: u64,
+        /// The run has ended: what the file does not give now, nothing will.
+        closed: bool,
     },
     Wait,
     End,
@@ -131,8 +133,12 @@ impl Hub {
             ),
             Some(first) => Next::ReadFile {
                 until: first.seq - 1,
+                closed: feed.closed,
             },
-            None => Next::ReadFile { until: feed.last },
+            None => Next::ReadFile {
+                until: feed.last,
+                closed: feed.closed,
+            },
         }
     }
 }
@@ -251,7 +257,16 @@ impl Follow {
                     continue;
                 }
                 Next::Wait => false,
-                Next::ReadFile { until } => self.read_file(until).await,
+                Next::ReadFile { until, closed } => {
+                    let moved = self.read_file(until).await;
+                    // A journal that cannot be read after the run's end (moved, deleted)
+                    // ends the stream: no change of the run will ever come to wait for.
+                    if !moved && closed {
+                        self.end();
+                        continue;
+                    }
+                    moved
+                }
             };
             if !waited
                 && let Some((_, changes)) = &mut self.live
@@ -388,5 +403,41 @@ mod tests {
         assert_eq!(count, 101);
         assert_eq!(follow.after, 100);
         assert!(follow.lines.is_some(), "the journal was read");
+    }
+
+    /// The events before the server joined a run are in its journal only: a stream that
+    /// needs them after the run ended, with the file gone, ends instead of waiting forever.
+    #[tokio::test]
+    async fn a_stream_whose_journal_is_gone_ends_once_the_run_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = Hub::new();
+        let mut feeder = Feeder(hub.clone());
+        feeder.written(2);
+        feeder.event(&Arc::new(entry(3, "after the join")));
+        feeder.written(3);
+        hub.close();
+        let mut follow = Follow {
+            id: "r".into(),
+            dir: dir.path().to_path_buf(),
+            after: 1,
+            live: Some((hub.clone(), hub.changed.subscribe())),
+            lines: None,
+            queue: VecDeque::new(),
+            done: false,
+        };
+        let mut names = Vec::new();
+        while let Some(event) =
+            tokio::time::timeout(std::time::Duration::from_secs(60), follow.next())
+                .await
+                .expect("the stream ends")
+        {
+            names.push(event);
+        }
+        assert_eq!(
+            names.len(),
+            1,
+            "only `end`: event 2 cannot be read and 3 must not jump it"
+        );
+        assert_eq!(follow.after, 1);
     }
 }

@@ -324,31 +324,13 @@ impl DockerEnv {
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| "0:0".to_string());
         let id = create_container(&docker, &config, &image, "run").await?;
-        let env = DockerEnv {
-            docker,
-            id,
-            config,
-            removed: AtomicBool::new(false),
-            exec_seq: AtomicU64::new(0),
-            tools,
-            runner: tokio::sync::Mutex::new(RunnerSlot::Unavailable),
-            exec_user: Some(exec_user),
-            abandoned: Arc::default(),
-            gate: tokio::sync::RwLock::new(()),
-        };
+        let env = DockerEnv::over(docker, id, config, tools, exec_user);
         // From here Drop removes the container if starting fails.
         env.docker
             .start_container(&env.id, None)
             .await
             .map_err(|e| EnvError::docker("starting the run container", e))?;
-        if env.config.use_runner {
-            let started =
-                crate::runner::Runner::start(&env.docker, &env.id, env.exec_user.clone()).await;
-            *env.runner.lock().await = match started {
-                Some(runner) => RunnerSlot::Live(Arc::new(runner)),
-                None => RunnerSlot::Unavailable,
-            };
-        }
+        env.start_runner().await;
         Ok(env)
     }
 
@@ -362,7 +344,20 @@ impl DockerEnv {
         exec_user: String,
     ) -> Self {
         config.keep = true;
-        let env = DockerEnv {
+        let env = DockerEnv::over(docker, id, config, tools, exec_user);
+        env.start_runner().await;
+        env
+    }
+
+    /// The environment of container `id` on `docker`, before its runner starts.
+    fn over(
+        docker: Docker,
+        id: String,
+        config: DockerConfig,
+        tools: InstalledTools,
+        exec_user: String,
+    ) -> Self {
+        DockerEnv {
             docker,
             id,
             config,
@@ -373,16 +368,21 @@ impl DockerEnv {
             exec_user: Some(exec_user),
             abandoned: Arc::default(),
             gate: tokio::sync::RwLock::new(()),
-        };
-        if env.config.use_runner {
-            let started =
-                crate::runner::Runner::start(&env.docker, &env.id, env.exec_user.clone()).await;
-            *env.runner.lock().await = match started {
-                Some(runner) => RunnerSlot::Live(Arc::new(runner)),
-                None => RunnerSlot::Unavailable,
-            };
         }
-        env
+    }
+
+    /// Starts the command runner in the running container, if the config asks for one
+    /// (commands go through plain execs when the image cannot run it).
+    async fn start_runner(&self) {
+        if !self.config.use_runner {
+            return;
+        }
+        let started =
+            crate::runner::Runner::start(&self.docker, &self.id, self.exec_user.clone()).await;
+        *self.runner.lock().await = match started {
+            Some(runner) => RunnerSlot::Live(Arc::new(runner)),
+            None => RunnerSlot::Unavailable,
+        };
     }
 
     /// The container id.

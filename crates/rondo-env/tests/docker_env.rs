@@ -301,8 +301,9 @@ async fn sigint_removes_the_container() {
         .read_line(&mut line)
         .unwrap();
     assert!(line.starts_with("READY "), "{line}");
-    assert_eq!(containers_of(&docker, &run_id).await.len(), 1);
-    tokio::time::sleep(Duration::from_millis(300)).await; // the long command is running
+    let containers = containers_of(&docker, &run_id).await;
+    assert_eq!(containers.len(), 1);
+    wait_for_process(&docker, &containers[0], "sleep 300").await;
     // SAFETY: sending a signal to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = tokio::task::spawn_blocking(move || child.wait())
@@ -311,6 +312,28 @@ async fn sigint_removes_the_container() {
         .unwrap();
     assert_eq!(status.code(), Some(130));
     assert!(containers_of(&docker, &run_id).await.is_empty());
+}
+
+/// Waits until a process whose command line contains `needle` runs in the container
+/// (bounded: 30 s), so a signal is sent while the command is in flight, not before it.
+async fn wait_for_process(docker: &Docker, container: &str, needle: &str) {
+    use bollard::query_parameters::TopOptions;
+    for _ in 0..300 {
+        let top = docker
+            .top_processes(container, Some(TopOptions::default()))
+            .await
+            .unwrap();
+        let running = top
+            .processes
+            .unwrap_or_default()
+            .iter()
+            .any(|row| row.iter().any(|field| field.contains(needle)));
+        if running {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("`{needle}` never ran in {container}");
 }
 
 #[tokio::test]

@@ -774,7 +774,8 @@ impl Compiler<'_> {
         )
     }
 
-    /// `visits(role)` or `used(tool)`: the argument is a name, compiled to its index.
+    /// `visits(role)` or `used(tool)`: the argument is a name, compiled to the role's node
+    /// or the tool's index (`null`, reported, when it names none).
     fn name_argument(
         &mut self,
         name: &syntax::Ident,
@@ -793,9 +794,12 @@ impl Compiler<'_> {
             return (ExprKind::Literal { value: Value::Null }, Type::Int);
         };
         let id = &parts[0];
-        let value = if func == Func::Visits {
-            match self.node_names.get(&id.name).copied() {
-                Some(n) if self.workflow.role(n).is_some() => Value::from(n.index()),
+        let null = (ExprKind::Literal { value: Value::Null }, Type::Int);
+        if func == Func::Visits {
+            return match self.node_names.get(&id.name).copied() {
+                Some(node) if self.workflow.role(node).is_some() => {
+                    (ExprKind::Visits { node }, Type::Int)
+                }
                 _ => {
                     let help = self.suggest_role(&id.name);
                     self.diags.push(
@@ -806,33 +810,14 @@ impl Compiler<'_> {
                         .label(id.span, "not a role")
                         .help(help),
                     );
-                    Value::Null
+                    null
                 }
-            }
-        } else {
-            match self.lookup_tool(id) {
-                Some(t) => Value::from(t),
-                None => Value::Null,
-            }
-        };
-        let lit = Expr {
-            kind: ExprKind::Literal { value },
-            span: arg.span,
-            text: id.name.clone(),
-        };
-        let ty = if func == Func::Visits {
-            Type::Int
-        } else {
-            Type::Bool
-        };
-        (
-            ExprKind::Call {
-                func,
-                args: vec![lit],
-                unchecked: Unchecked::No,
-            },
-            ty,
-        )
+            };
+        }
+        match self.lookup_tool(id) {
+            Some(tool) => (ExprKind::Used { tool }, Type::Bool),
+            None => (ExprKind::Literal { value: Value::Null }, Type::Bool),
+        }
     }
 
     /// The type of a call of `func` on `typed` (the arguments as written in `args`),

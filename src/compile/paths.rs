@@ -88,7 +88,10 @@ fn string_inputs(expr: &Expr, out: &mut Vec<(usize, Span)>) {
             root: Root::Input { id },
             ..
         } => out.push((*id, expr.span)),
-        ExprKind::Literal { .. } | ExprKind::Path { .. } => {}
+        ExprKind::Literal { .. }
+        | ExprKind::Path { .. }
+        | ExprKind::Visits { .. }
+        | ExprKind::Used { .. } => {}
         ExprKind::List { items } => items.iter().for_each(|i| string_inputs(i, out)),
         ExprKind::Map { entries } => entries.iter().for_each(|(_, v)| string_inputs(v, out)),
         ExprKind::Call { args, .. } => args.iter().for_each(|a| string_inputs(a, out)),

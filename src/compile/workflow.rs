@@ -429,16 +429,29 @@ pub const DEFAULT_MAX_REPLY: u64 = 1 << 20;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
 pub enum OutputFormat {
-    /// `output json T`, or `output tagged T` (`tagged`): one `<field>...</field>` per field.
+    /// `output json T`.
     Json {
         ty: Type,
-        #[serde(default)]
-        tagged: bool,
+    },
+    /// `output tagged T`: one `<field>...</field>` per field of the object type `T`.
+    Tagged {
+        ty: Type,
     },
     Text,
     Code {
         language: Option<String>,
     },
+}
+
+impl OutputFormat {
+    /// The declared type of a structured reply (`json` or `tagged`); a text or code
+    /// reply has none.
+    pub fn structured(&self) -> Option<&Type> {
+        match self {
+            OutputFormat::Json { ty } | OutputFormat::Tagged { ty } => Some(ty),
+            OutputFormat::Text | OutputFormat::Code { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -712,6 +725,14 @@ pub enum ExprKind {
         #[serde(default, skip_serializing_if = "Unchecked::is_no")]
         unchecked: Unchecked,
     },
+    /// `visits(role)`: how many times the role at `node` has run.
+    Visits {
+        node: NodeIndex,
+    },
+    /// `used(tool)`: whether the run has called the tool.
+    Used {
+        tool: ToolId,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -807,7 +828,7 @@ impl Workflow {
     pub fn is_json_llm(&self, node: NodeIndex) -> bool {
         matches!(
             self.role(node).map(|r| &r.kind),
-            Some(RoleKind::Llm(l)) if matches!(l.output, OutputFormat::Json { .. })
+            Some(RoleKind::Llm(l)) if l.output.structured().is_some()
         )
     }
 

@@ -100,6 +100,10 @@ impl Env<'_> {
     pub fn value(&self, e: &Expr) -> Result<Value, EvalError> {
         Ok(match &e.kind {
             ExprKind::Literal { value } => value.clone(),
+            ExprKind::Visits { node } => {
+                Value::from(self.state.visits.get(node.index()).copied().unwrap_or(0))
+            }
+            ExprKind::Used { tool } => Value::Bool(self.state.tools_used.contains(tool)),
             ExprKind::List { items } => Value::Array(
                 items
                     .iter()
@@ -330,13 +334,12 @@ impl Env<'_> {
                 let re = regex::Regex::new(pattern.as_str().unwrap_or(""));
                 Value::Bool(re.is_ok_and(|re| text.as_str().is_some_and(|t| re.is_match(t))))
             }
-            Func::Visits => {
-                let node = arg(0)?.as_u64().unwrap_or(u64::MAX) as usize;
-                Value::from(self.state.visits.get(node).copied().unwrap_or(0))
-            }
-            Func::Used => {
-                let tool = arg(0)?.as_u64().unwrap_or(u64::MAX) as usize;
-                Value::Bool(self.state.tools_used.contains(&tool))
+            // Compiled to `ExprKind::Visits` and `ExprKind::Used`, never to a call.
+            Func::Visits | Func::Used => {
+                return Err(EvalError::new(
+                    "`visits` and `used` take a name, not a value".to_string(),
+                    unchecked,
+                ));
             }
             Func::Exists => {
                 let name = arg(0)?;

@@ -510,6 +510,7 @@ fn check_expr(
             | ExprKind::Literal { .. }
             | ExprKind::Visits { .. }
             | ExprKind::Used { .. } => {}
+            ExprKind::Matches { text, .. } => stack.push((text, guards, Use::Value)),
             ExprKind::List { items } => {
                 stack.extend(items.iter().map(|i| (i, guards.clone(), Use::Value)));
             }

@@ -7,7 +7,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
 use super::types::Type;
-use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root, Unchecked};
+use super::workflow::{Expr, ExprKind, Func, MemoryKind, Pattern, Root, Unchecked};
 use super::{Compiler, number_value};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
 use crate::syntax::{self, BinOp, UnOp};
@@ -761,8 +761,15 @@ impl Compiler<'_> {
         if matches!(func, Func::Visits | Func::Used) {
             return self.name_argument(name, func, &args[0]);
         }
-        let typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
+        let mut typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
         let ty = self.call_type(name, func, args, &typed);
+        if func == Func::Matches
+            && let syntax::ExprKind::String(re) = &args[1].kind
+            && let Ok(pattern) = Pattern::new(re)
+        {
+            let text = Box::new(typed.swap_remove(0).0);
+            return (ExprKind::Matches { text, pattern }, ty);
+        }
         let unchecked = Unchecked::from(func == Func::Len && is_unchecked(&typed[0].1));
         (
             ExprKind::Call {

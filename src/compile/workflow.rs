@@ -673,6 +673,37 @@ pub struct Edge {
     pub kind: EdgeKind,
 }
 
+/// A regular expression compiled once, when the workflow is; stored as its text.
+#[derive(Debug, Clone)]
+pub struct Pattern(regex::Regex);
+
+impl Pattern {
+    pub fn new(text: &str) -> Result<Self, regex::Error> {
+        regex::Regex::new(text).map(Pattern)
+    }
+
+    pub fn is_match(&self, text: &str) -> bool {
+        self.0.is_match(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl Serialize for Pattern {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Pattern::new(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A resolved expression.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Expr {
@@ -724,6 +755,11 @@ pub enum ExprKind {
         /// `+` or `-` with an operand typed `any`.
         #[serde(default, skip_serializing_if = "Unchecked::is_no")]
         unchecked: Unchecked,
+    },
+    /// `matches(text, "re")`: the pattern compiled once, with the workflow.
+    Matches {
+        text: Box<Expr>,
+        pattern: Pattern,
     },
     /// `visits(role)`: how many times the role at `node` has run.
     Visits {

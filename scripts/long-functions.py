@@ -2,10 +2,11 @@
 """Functions longer than 100 lines, with no sentence above saying why.
 
 Usage: scripts/long-functions.py [--all] DIR...
-Prints `lines path:line name` for each function over the limit (test code excluded) and
-exits 1 when one has no reason: a line within the five above its `fn` (doc comments and
-attributes included) that says "Long but one piece", "why" or "long because". With
-`--all` it lists the explained ones too.
+Prints `lines path:line name` for each function over the limit (test code excluded: a
+`#[cfg(test)]` or `#[test]` item, a `tests` folder) and exits 1 when one has no reason: a
+sentence in the comments and attributes right above its `fn` that says it is "long but"
+(one piece, ...) or "long because". With `--all` it lists the explained ones too. A folder
+that does not exist, or a file that cannot be read, is an error (exit 2), never a pass.
 
 Strings, raw strings, characters and comments are skipped when braces are counted, so
 a brace inside a format string does not end a function early.
@@ -15,7 +16,8 @@ import re
 import sys
 
 LIMIT = 100
-REASON = re.compile(r"(?i)long but one piece|long because|\bwhy\b")
+REASON = re.compile(r"(?i)\blong (but|because)\b|\bwhy\b.*\blong\b|\blong\b.*\bwhy\b")
+TEST_ATTR = re.compile(r"\s*#\[(cfg\(test\)|test|tokio::test\b[^\]]*)\]")
 FN = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?(extern\s+\"[^\"]*\"\s+)?fn\s+(\w+)")
 
 
@@ -68,6 +70,22 @@ def code_mask(text):
     return "".join(out)
 
 
+def preamble(lines, start):
+    """The doc comments, comments and attributes directly above line `start`."""
+    i = start
+    while i > 0 and re.match(r"\s*(//|#\[|#!\[)", lines[i - 1]):
+        i -= 1
+    return "\n".join(lines[i:start])
+
+
+def opens_block(code, i):
+    """Whether the item after the attribute on line `i` has a body (`mod x {`, `fn f() {`),
+    rather than ending at a `;` (`use x;`): only a body is skipped as test code."""
+    rest = "\n".join(code[i + 1:i + 40])
+    brace, semi = rest.find("{"), rest.find(";")
+    return brace >= 0 and (semi < 0 or brace < semi)
+
+
 def long_functions(path):
     text = open(path, encoding="utf-8").read()
     lines = text.split("\n")
@@ -78,7 +96,7 @@ def long_functions(path):
     i = 0
     while i < len(lines):
         line = code[i]
-        if in_tests is None and re.match(r"\s*#\[cfg\(test\)\]", lines[i]):
+        if in_tests is None and TEST_ATTR.match(lines[i]) and opens_block(code, i):
             in_tests = depth
         m = FN.match(line)
         if m and in_tests is None and not line.rstrip().endswith(";"):
@@ -94,8 +112,7 @@ def long_functions(path):
                 j += 1
             count = j - start + 1
             if count > LIMIT:
-                above = "\n".join(lines[max(0, start - 5):start])
-                found.append((count, path, start + 1, m.group(7), bool(REASON.search(above))))
+                found.append((count, path, start + 1, m.group(7), bool(REASON.search(preamble(lines, start)))))
         for ch in line:
             if ch == "{":
                 depth += 1
@@ -113,12 +130,19 @@ def main():
     dirs = [a for a in args if a != "--all"] or ["src"]
     found = []
     for d in dirs:
+        if not os.path.isdir(d):
+            print(f"long-functions: {d} is not a folder", file=sys.stderr)
+            return 2
         for root, _, files in os.walk(d):
-            if "/tests" in root or root.endswith("tests"):
+            if "tests" in root.split(os.sep):
                 continue
             for f in sorted(files):
                 if f.endswith(".rs"):
-                    found += long_functions(os.path.join(root, f))
+                    try:
+                        found += long_functions(os.path.join(root, f))
+                    except (OSError, UnicodeDecodeError) as e:
+                        print(f"long-functions: {os.path.join(root, f)}: {e}", file=sys.stderr)
+                        return 2
     found.sort(reverse=True)
     bad = [f for f in found if not f[4]]
     for count, path, line, name, why in found:

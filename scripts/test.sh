@@ -91,6 +91,8 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v jq >/dev/null 2>&1 || need+=(jq)
 # Iter's demo runs its default build command, `go build ./... && go test ./...`.
 command -v go >/dev/null 2>&1 || need+=(golang-go)
+# scripts/long-functions.py, the first check below, is Python.
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 # Local tool installs run pip offline against Debian's wheelhouse; setuptools < 70
 # needs the `wheel` wheel there to build a tool.
 compgen -G "/usr/share/python-wheels/wheel-*.whl" >/dev/null || need+=(python3-wheel-whl)
@@ -102,6 +104,11 @@ if ((${#need[@]})); then
 else
   echo "all present" >&2
 fi
+
+# Issue 23: no function in src/ over 100 lines without a sentence saying why. Before any
+# build: it reads the sources only.
+phase "long functions (scripts/long-functions.py src)"
+python3 scripts/long-functions.py src
 
 # The Docker tests need the local base image (no registry is reachable).
 phase "Docker test image"

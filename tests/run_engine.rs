@@ -539,3 +539,41 @@ fn runs_started_together_never_share_a_run_directory() {
     assert_eq!(distinct.len(), ids.len());
     assert_eq!(std::fs::read_dir(&runs).unwrap().count(), ids.len());
 }
+
+const BUILT_INS: &str = r#"
+workflow pick {
+  input question: string
+}
+memory {
+  seen: list[int] = []
+}
+role count: builtin { update { seen.append(visits(count)) } }
+role digits: builtin { update { seen.append(0) } }
+role words: builtin { update { seen.append(-1) } }
+start -> count
+count -> count when visits(count) < 3 max 3
+count -> digits when matches(input.question, "^[0-9]+$")
+count -> words otherwise
+digits -> numeric
+words -> text
+exit numeric
+exit text { code = 1 }
+"#;
+
+#[test]
+fn visits_counts_a_roles_runs_and_matches_tests_its_compiled_pattern() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wf = project(tmp.path(), BUILT_INS, &[], "replies: {}\n");
+    let (out, dir) = run_with(&wf, "number", &["-i", "question=123"]);
+    common::assert_success(&out);
+    let state = json(dir.join("state.json"));
+    assert_eq!(state["memory"][0], serde_json::json!([1, 2, 3, 0]));
+    assert_eq!(json(dir.join("run.json"))["exit"], "numeric");
+    let (out, dir) = run_with(&wf, "word", &["-i", "question=12 apples"]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    assert_eq!(
+        json(dir.join("state.json"))["memory"][0],
+        serde_json::json!([1, 2, 3, -1])
+    );
+    assert_eq!(json(dir.join("run.json"))["exit"], "text");
+}

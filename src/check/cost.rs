@@ -276,7 +276,7 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
                 }
             }
         }
-        if let OutputFormat::Json { ty, tagged: false } = &llm.output {
+        if let OutputFormat::Json { ty } = &llm.output {
             prompt_bytes = prompt_bytes.saturating_add(ty.json_schema().to_string().len() as u64);
         }
         let input_per_try = prompt_bytes

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use petgraph::graph::NodeIndex;
 
 use super::node_name;
-use crate::compile::{OutputFormat, RoleKind, RouteTarget, Workflow};
+use crate::compile::{RoleKind, RouteTarget, Workflow};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics};
 
 /// Reports json llm roles whose invalid outcome no route takes; returns them.
@@ -25,7 +25,7 @@ pub fn check(workflow: &Workflow, diags: &mut Diagnostics) -> Vec<NodeIndex> {
         let RoleKind::Llm(llm) = &role.kind else {
             continue;
         };
-        if !matches!(llm.output, OutputFormat::Json { .. }) || branches.contains(&index) {
+        if llm.output.structured().is_none() || branches.contains(&index) {
             continue;
         }
         let routes = &workflow.outgoing[index.index()];

@@ -506,7 +506,11 @@ fn check_expr(
                 }
                 diags.push(may_not_have_run(workflow, e, *node, site));
             }
-            ExprKind::Path { .. } | ExprKind::Literal { .. } => {}
+            ExprKind::Path { .. }
+            | ExprKind::Literal { .. }
+            | ExprKind::Visits { .. }
+            | ExprKind::Used { .. } => {}
+            ExprKind::Matches { text, .. } => stack.push((text, guards, Use::Value)),
             ExprKind::List { items } => {
                 stack.extend(items.iter().map(|i| (i, guards.clone(), Use::Value)));
             }
@@ -514,9 +518,6 @@ fn check_expr(
                 stack.extend(entries.iter().map(|(_, v)| (v, guards.clone(), Use::Value)));
             }
             ExprKind::Call { func, args, .. } => {
-                if matches!(func, Func::Visits | Func::Used) {
-                    continue;
-                }
                 // `if(c, a, b)`: `a` is read only when `c` holds, so `c` guards it.
                 if let (Func::If, [cond, then, other]) = (func, args.as_slice()) {
                     let mut more = guards.clone();
@@ -609,14 +610,7 @@ fn proven(e: &Expr, out: &mut Vec<NodeIndex>) {
 
 fn visits_of(e: &Expr) -> Option<NodeIndex> {
     match &e.kind {
-        ExprKind::Call {
-            func: Func::Visits,
-            args,
-            ..
-        } => match args.first().map(|a| &a.kind) {
-            Some(ExprKind::Literal { value }) => value.as_u64().map(|n| NodeIndex::new(n as usize)),
-            _ => None,
-        },
+        ExprKind::Visits { node } => Some(*node),
         _ => None,
     }
 }

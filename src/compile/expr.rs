@@ -7,7 +7,7 @@ use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
 use super::types::Type;
-use super::workflow::{Expr, ExprKind, Func, MemoryKind, Root, Unchecked};
+use super::workflow::{Expr, ExprKind, Func, MemoryKind, Pattern, Root, Unchecked};
 use super::{Compiler, number_value};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics, did_you_mean};
 use crate::syntax::{self, BinOp, UnOp};
@@ -761,8 +761,15 @@ impl Compiler<'_> {
         if matches!(func, Func::Visits | Func::Used) {
             return self.name_argument(name, func, &args[0]);
         }
-        let typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
+        let mut typed: Vec<(Expr, Type)> = args.iter().map(|a| self.expr(a, scope)).collect();
         let ty = self.call_type(name, func, args, &typed);
+        if func == Func::Matches
+            && let syntax::ExprKind::String(re) = &args[1].kind
+            && let Ok(pattern) = Pattern::new(re)
+        {
+            let text = Box::new(typed.swap_remove(0).0);
+            return (ExprKind::Matches { text, pattern }, ty);
+        }
         let unchecked = Unchecked::from(func == Func::Len && is_unchecked(&typed[0].1));
         (
             ExprKind::Call {
@@ -774,7 +781,8 @@ impl Compiler<'_> {
         )
     }
 
-    /// `visits(role)` or `used(tool)`: the argument is a name, compiled to its index.
+    /// `visits(role)` or `used(tool)`: the argument is a name, compiled to the role's node
+    /// or the tool's index (`null`, reported, when it names none).
     fn name_argument(
         &mut self,
         name: &syntax::Ident,
@@ -793,9 +801,12 @@ impl Compiler<'_> {
             return (ExprKind::Literal { value: Value::Null }, Type::Int);
         };
         let id = &parts[0];
-        let value = if func == Func::Visits {
-            match self.node_names.get(&id.name).copied() {
-                Some(n) if self.workflow.role(n).is_some() => Value::from(n.index()),
+        let null = (ExprKind::Literal { value: Value::Null }, Type::Int);
+        if func == Func::Visits {
+            return match self.node_names.get(&id.name).copied() {
+                Some(node) if self.workflow.role(node).is_some() => {
+                    (ExprKind::Visits { node }, Type::Int)
+                }
                 _ => {
                     let help = self.suggest_role(&id.name);
                     self.diags.push(
@@ -806,33 +817,14 @@ impl Compiler<'_> {
                         .label(id.span, "not a role")
                         .help(help),
                     );
-                    Value::Null
+                    null
                 }
-            }
-        } else {
-            match self.lookup_tool(id) {
-                Some(t) => Value::from(t),
-                None => Value::Null,
-            }
-        };
-        let lit = Expr {
-            kind: ExprKind::Literal { value },
-            span: arg.span,
-            text: id.name.clone(),
-        };
-        let ty = if func == Func::Visits {
-            Type::Int
-        } else {
-            Type::Bool
-        };
-        (
-            ExprKind::Call {
-                func,
-                args: vec![lit],
-                unchecked: Unchecked::No,
-            },
-            ty,
-        )
+            };
+        }
+        match self.lookup_tool(id) {
+            Some(tool) => (ExprKind::Used { tool }, Type::Bool),
+            None => (ExprKind::Literal { value: Value::Null }, Type::Bool),
+        }
     }
 
     /// The type of a call of `func` on `typed` (the arguments as written in `args`),

@@ -76,107 +76,137 @@ impl Compiler<'_> {
         let diags = &mut self.diags;
         let mut bound = SizeBound::default();
         let kind = match kind.name.as_str() {
-            "whiteboard" => {
-                let mut a = Attrs::new(attrs, &["sections", "max_bytes"], "a whiteboard");
-                let sections = a.string_list("sections", diags).unwrap_or_default();
-                let misspelled = a.misspells(&["sections"]);
-                bound.max_bytes = view_bytes(&mut a, diags);
-                a.finish(diags);
-                if sections.is_empty() && !misspelled {
-                    diags.push(
-                        Diagnostic::error(Code::MemoryNoSections, "a whiteboard needs its allowed sections")
-                            .label(kind.span, "no `sections`")
-                            .help("write `whiteboard { sections = [\"Facts\", \"Key Files\", \"Constraints\"] }`"),
-                    );
-                }
-                MemoryKind::Whiteboard {
-                    sections: sections.into_iter().map(|s| s.0).collect(),
-                }
-            }
-            "code_context" => {
-                let mut a = Attrs::new(
-                    attrs,
-                    &["alpha", "beta", "gamma", "threshold", "root", "max_bytes"],
-                    "a code context",
-                );
-                bound.max_bytes = view_bytes(&mut a, diags);
-                let mut param = |name: &str, default: f64, a: &mut Attrs<'_>| {
-                    a.number(name, diags).map_or(default, |x| x.0)
-                };
-                let alpha = param("alpha", 1.0, &mut a);
-                let beta = param("beta", 1.0, &mut a);
-                let gamma = param("gamma", 0.9, &mut a);
-                let threshold = param("threshold", 0.0, &mut a);
-                let root = a.string("root", diags).map(|x| x.0);
-                a.finish(diags);
-                if let Some(Err(why)) = root.as_deref().map(rondo_workspace::relative_name) {
-                    diags.push(
-                        Diagnostic::error(
-                            Code::MemoryRootOutsideWorkspace,
-                            "a code context reads only inside the run's workspace",
-                        )
-                        .label(kind.span, why.to_string())
-                        .help("name a folder of the workspace, e.g. `root = \"repo\"`"),
-                    );
-                }
-                if !(0.0..=1.0).contains(&gamma) {
-                    diags.push(
-                        Diagnostic::error(
-                            Code::MemoryBadGamma,
-                            "the decay factor `gamma` must lie between 0 and 1",
-                        )
-                        .label(kind.span, format!("gamma = {gamma}"))
-                        .help("older operations weigh γ^(M−i): use e.g. `gamma = 0.9`"),
-                    );
-                }
-                MemoryKind::CodeContext {
-                    alpha,
-                    beta,
-                    gamma,
-                    threshold,
-                    root,
-                }
-            }
-            "conversation" => {
-                let mut a = Attrs::new(attrs, &["max_messages", "max_bytes"], "a conversation");
-                let max_messages = a.count("max_messages", diags);
-                let max_bytes = a.bytes("max_bytes", diags);
-                a.finish(diags);
-                for (key, bound) in [("max_messages", max_messages), ("max_bytes", max_bytes)] {
-                    if let Some((0, span)) = bound {
-                        diags.push(
-                            Diagnostic::error(
-                                Code::MemoryBadBound,
-                                format!("`{key} = 0` leaves the conversation no room"),
-                            )
-                            .label(span, "no message fits")
-                            .help(format!(
-                                "a conversation is bounded by `max_messages` (default {DEFAULT_CONVERSATION_MESSAGES}) and `max_bytes` (default 1MB): give at least 1"
-                            )),
-                        );
-                    }
-                }
-                MemoryKind::Conversation {
-                    max_messages: max_messages.map_or(DEFAULT_CONVERSATION_MESSAGES, |x| x.0),
-                    max_bytes: max_bytes.map_or(DEFAULT_CONVERSATION_BYTES, |x| x.0),
-                }
-            }
-            _ => {
-                let mut a = Attrs::new(attrs, &["max_bytes", "max_len"], "a history");
-                bound.max_bytes = view_bytes(&mut a, diags);
-                bound.max_len = a.count("max_len", diags).and_then(|(n, span)| {
-                    if n == 0 {
-                        diags.push(no_room("max_len", span, "a history"));
-                        return None;
-                    }
-                    Some(n)
-                });
-                a.finish(diags);
-                MemoryKind::History
-            }
+            "whiteboard" => whiteboard_kind(kind, attrs, &mut bound, diags),
+            "code_context" => code_context_kind(kind, attrs, &mut bound, diags),
+            "conversation" => conversation_kind(attrs, diags),
+            _ => history_kind(attrs, &mut bound, diags),
         };
         (kind, bound)
     }
+}
+
+/// `whiteboard { sections = [...] }`: the sections it may hold are required.
+fn whiteboard_kind(
+    kind: &Ident,
+    attrs: &[syntax::Attr],
+    bound: &mut SizeBound,
+    diags: &mut Diagnostics,
+) -> MemoryKind {
+    let mut a = Attrs::new(attrs, &["sections", "max_bytes"], "a whiteboard");
+    let sections = a.string_list("sections", diags).unwrap_or_default();
+    let misspelled = a.misspells(&["sections"]);
+    bound.max_bytes = view_bytes(&mut a, diags);
+    a.finish(diags);
+    if sections.is_empty() && !misspelled {
+        diags.push(
+            Diagnostic::error(
+                Code::MemoryNoSections,
+                "a whiteboard needs its allowed sections",
+            )
+            .label(kind.span, "no `sections`")
+            .help("write `whiteboard { sections = [\"Facts\", \"Key Files\", \"Constraints\"] }`"),
+        );
+    }
+    MemoryKind::Whiteboard {
+        sections: sections.into_iter().map(|s| s.0).collect(),
+    }
+}
+
+/// `code_context { alpha, beta, gamma, threshold, root }`: a root inside the workspace, a
+/// decay factor between 0 and 1.
+fn code_context_kind(
+    kind: &Ident,
+    attrs: &[syntax::Attr],
+    bound: &mut SizeBound,
+    diags: &mut Diagnostics,
+) -> MemoryKind {
+    let mut a = Attrs::new(
+        attrs,
+        &["alpha", "beta", "gamma", "threshold", "root", "max_bytes"],
+        "a code context",
+    );
+    bound.max_bytes = view_bytes(&mut a, diags);
+    let mut param = |name: &str, default: f64, a: &mut Attrs<'_>| {
+        a.number(name, diags).map_or(default, |x| x.0)
+    };
+    let alpha = param("alpha", 1.0, &mut a);
+    let beta = param("beta", 1.0, &mut a);
+    let gamma = param("gamma", 0.9, &mut a);
+    let threshold = param("threshold", 0.0, &mut a);
+    let root = a.string("root", diags).map(|x| x.0);
+    a.finish(diags);
+    if let Some(Err(why)) = root.as_deref().map(rondo_workspace::relative_name) {
+        diags.push(
+            Diagnostic::error(
+                Code::MemoryRootOutsideWorkspace,
+                "a code context reads only inside the run's workspace",
+            )
+            .label(kind.span, why.to_string())
+            .help("name a folder of the workspace, e.g. `root = \"repo\"`"),
+        );
+    }
+    if !(0.0..=1.0).contains(&gamma) {
+        diags.push(
+            Diagnostic::error(
+                Code::MemoryBadGamma,
+                "the decay factor `gamma` must lie between 0 and 1",
+            )
+            .label(kind.span, format!("gamma = {gamma}"))
+            .help("older operations weigh γ^(M−i): use e.g. `gamma = 0.9`"),
+        );
+    }
+    MemoryKind::CodeContext {
+        alpha,
+        beta,
+        gamma,
+        threshold,
+        root,
+    }
+}
+
+/// `conversation { max_messages, max_bytes }`: bounds kept in the kind, neither 0.
+fn conversation_kind(attrs: &[syntax::Attr], diags: &mut Diagnostics) -> MemoryKind {
+    let mut a = Attrs::new(attrs, &["max_messages", "max_bytes"], "a conversation");
+    let max_messages = a.count("max_messages", diags);
+    let max_bytes = a.bytes("max_bytes", diags);
+    a.finish(diags);
+    for (key, bound) in [("max_messages", max_messages), ("max_bytes", max_bytes)] {
+        if let Some((0, span)) = bound {
+            diags.push(
+                Diagnostic::error(
+                    Code::MemoryBadBound,
+                    format!("`{key} = 0` leaves the conversation no room"),
+                )
+                .label(span, "no message fits")
+                .help(format!(
+                    "a conversation is bounded by `max_messages` (default {DEFAULT_CONVERSATION_MESSAGES}) and `max_bytes` (default 1MB): give at least 1"
+                )),
+            );
+        }
+    }
+    MemoryKind::Conversation {
+        max_messages: max_messages.map_or(DEFAULT_CONVERSATION_MESSAGES, |x| x.0),
+        max_bytes: max_bytes.map_or(DEFAULT_CONVERSATION_BYTES, |x| x.0),
+    }
+}
+
+/// A history (the default kind): `max_bytes` and a `max_len` of at least 1.
+fn history_kind(
+    attrs: &[syntax::Attr],
+    bound: &mut SizeBound,
+    diags: &mut Diagnostics,
+) -> MemoryKind {
+    let mut a = Attrs::new(attrs, &["max_bytes", "max_len"], "a history");
+    bound.max_bytes = view_bytes(&mut a, diags);
+    bound.max_len = a.count("max_len", diags).and_then(|(n, span)| {
+        if n == 0 {
+            diags.push(no_room("max_len", span, "a history"));
+            return None;
+        }
+        Some(n)
+    });
+    a.finish(diags);
+    MemoryKind::History
 }
 
 /// The least a structured memory's `max_bytes` may be: its view's fixed fields fit.

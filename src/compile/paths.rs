@@ -88,11 +88,16 @@ fn string_inputs(expr: &Expr, out: &mut Vec<(usize, Span)>) {
             root: Root::Input { id },
             ..
         } => out.push((*id, expr.span)),
-        ExprKind::Literal { .. } | ExprKind::Path { .. } => {}
+        ExprKind::Literal { .. }
+        | ExprKind::Path { .. }
+        | ExprKind::Visits { .. }
+        | ExprKind::Used { .. } => {}
         ExprKind::List { items } => items.iter().for_each(|i| string_inputs(i, out)),
         ExprKind::Map { entries } => entries.iter().for_each(|(_, v)| string_inputs(v, out)),
         ExprKind::Call { args, .. } => args.iter().for_each(|a| string_inputs(a, out)),
-        ExprKind::Get { base, .. } => string_inputs(base, out),
+        ExprKind::Get { base, .. } | ExprKind::Matches { text: base, .. } => {
+            string_inputs(base, out)
+        }
         ExprKind::Not { operand } | ExprKind::Neg { operand, .. } => string_inputs(operand, out),
         ExprKind::Binary { lhs, rhs, .. } => {
             string_inputs(lhs, out);

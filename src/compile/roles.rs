@@ -603,13 +603,11 @@ impl Compiler<'_> {
                 ty: self
                     .workflow
                     .node_output_type(&self.node_names, &decl.name.name),
-                tagged: false,
             },
-            Some((syntax::OutputDecl::Tagged(_), _)) => OutputFormat::Json {
+            Some((syntax::OutputDecl::Tagged(_), _)) => OutputFormat::Tagged {
                 ty: self
                     .workflow
                     .node_output_type(&self.node_names, &decl.name.name),
-                tagged: true,
             },
             Some((syntax::OutputDecl::Code(lang), _)) => OutputFormat::Code {
                 language: lang.clone(),

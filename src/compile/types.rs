@@ -268,13 +268,7 @@ impl Type {
         if depth > MAX_TYPE_DEPTH {
             return None;
         }
-        let at = |path: &str| {
-            if path.is_empty() {
-                String::new()
-            } else {
-                format!("`{}`: ", path.trim_start_matches('.'))
-            }
-        };
+        let at = path_prefix;
         let misfit = |path: &str| {
             Some(format!(
                 "{}{} does not fit {}",
@@ -284,11 +278,7 @@ impl Type {
             ))
         };
         let nested = |from: &Type, to: &Type, path: &mut String, step: &str| {
-            let len = path.len();
-            path.push_str(step);
-            let out = from.mismatch_at(to, path, depth + 1, strict);
-            path.truncate(len);
-            out
+            from.mismatch_below(to, path, step, depth, strict)
         };
         match (self, to) {
             (_, Type::Any) => None,
@@ -334,42 +324,29 @@ impl Type {
                 .iter()
                 .find_map(|f| nested(&f.ty, value, path, &format!(".{}", f.name))),
             (Type::Map { value }, Type::Object { fields, .. }) => {
-                // A map may lack any key: only all-optional objects take one.
-                match fields.iter().find(|f| !f.ty.is_optional()) {
-                    Some(f) => Some(format!("{}a map may lack the field `{}`", at(path), f.name)),
-                    None => fields.iter().find_map(|f| {
-                        nested(
-                            &Type::optional((**value).clone()),
-                            &f.ty,
-                            path,
-                            &format!(".{}", f.name),
-                        )
-                    }),
-                }
+                map_to_object_mismatch(value, fields, path, depth, strict)
             }
-            (Type::Object { fields: given, .. }, Type::Object { fields, extra }) => fields
-                .iter()
-                .find_map(|f| match given.iter().find(|g| g.name == f.name) {
-                    Some(g) => nested(&g.ty, &f.ty, path, &format!(".{}", f.name)),
-                    None if f.ty.is_optional() => None,
-                    None => Some(format!("{}the field `{}` is missing", at(path), f.name)),
-                })
-                .or_else(|| {
-                    let undeclared = given
-                        .iter()
-                        .find(|g| !fields.iter().any(|f| f.name == g.name));
-                    match undeclared {
-                        Some(g) if *extra == Extra::Forbid => Some(format!(
-                            "{}the field `{}` is not in {} (`extra = forbid`)",
-                            at(path),
-                            g.name,
-                            to.display()
-                        )),
-                        _ => None,
-                    }
-                }),
+            (Type::Object { fields: given, .. }, Type::Object { fields, extra }) => {
+                object_mismatch(given, to, fields, *extra, path, depth, strict)
+            }
             _ => misfit(path),
         }
+    }
+
+    /// [`mismatch_at`](Self::mismatch_at) one step down (`.field`, `[]`) the path.
+    fn mismatch_below(
+        &self,
+        to: &Type,
+        path: &mut String,
+        step: &str,
+        depth: usize,
+        strict: bool,
+    ) -> Option<String> {
+        let len = path.len();
+        path.push_str(step);
+        let out = self.mismatch_at(to, path, depth + 1, strict);
+        path.truncate(len);
+        out
     }
 
     /// A short human name: `list[string]`, `"a" | "b"`.
@@ -423,61 +400,11 @@ impl Type {
         };
         match self {
             Type::Any => Ok(()),
-            Type::Null => {
-                if value.is_null() {
-                    Ok(())
-                } else {
-                    fail("null")
-                }
-            }
             Type::Optional { inner } => {
                 if value.is_null() {
                     Ok(())
                 } else {
                     inner.validate_at(value, path, closed)
-                }
-            }
-            Type::String => {
-                if value.is_string() {
-                    Ok(())
-                } else {
-                    fail("a string")
-                }
-            }
-            Type::WorkspacePath => match value.as_str() {
-                Some(text) => workspace_path_problem(text)
-                    .map_or(Ok(()), |why| Err(format!("{path}: {text:?} {why}"))),
-                None => fail("a path (a string)"),
-            },
-            Type::Int => {
-                if value.as_i64().is_some()
-                    || value.as_u64().is_some()
-                    || value.as_f64().is_some_and(|f| f.fract() == 0.0)
-                {
-                    Ok(())
-                } else {
-                    fail("an integer")
-                }
-            }
-            Type::Float => {
-                if value.is_number() {
-                    Ok(())
-                } else {
-                    fail("a number")
-                }
-            }
-            Type::Bool => {
-                if value.is_boolean() {
-                    Ok(())
-                } else {
-                    fail("true or false")
-                }
-            }
-            Type::Literal { value: lit } => {
-                if value.as_str() == Some(lit) {
-                    Ok(())
-                } else {
-                    fail(&format!("{lit:?}"))
                 }
             }
             Type::Union { members } => {
@@ -504,33 +431,57 @@ impl Type {
                 None => fail("an object"),
             },
             Type::Object { fields, extra } => match value.as_object() {
-                Some(map) => {
-                    for field in fields {
-                        match map.get(&field.name) {
-                            Some(v) => field.ty.validate_at(
-                                v,
-                                &format!("{path}.{}", field.name),
-                                closed,
-                            )?,
-                            None if field.ty.is_optional() => {}
-                            None => return Err(format!("{path}: missing field `{}`", field.name)),
-                        }
-                    }
-                    if (closed || *extra == Extra::Forbid)
-                        && let Some(extra) =
-                            map.keys().find(|k| !fields.iter().any(|f| &f.name == *k))
-                    {
-                        let known: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
-                        return Err(format!(
-                            "{path}: unexpected field `{extra}` (the fields are: {})",
-                            known.join(", ")
-                        ));
-                    }
-                    Ok(())
-                }
+                Some(map) => validate_fields(fields, *extra, map, path, closed),
                 None => fail("an object"),
             },
+            Type::Null
+            | Type::String
+            | Type::WorkspacePath
+            | Type::Int
+            | Type::Float
+            | Type::Bool
+            | Type::Literal { .. } => self.validate_scalar(value, path),
         }
+    }
+
+    /// A value of a type with no parts: what was expected when it does not fit.
+    fn validate_scalar(&self, value: &Value, path: &str) -> Result<(), String> {
+        let expected = match self {
+            Type::Null if value.is_null() => return Ok(()),
+            Type::Null => "null".to_string(),
+            Type::String if value.is_string() => return Ok(()),
+            Type::String => "a string".to_string(),
+            Type::WorkspacePath => {
+                return match value.as_str() {
+                    Some(text) => workspace_path_problem(text)
+                        .map_or(Ok(()), |why| Err(format!("{path}: {text:?} {why}"))),
+                    None => Err(format!(
+                        "{path}: expected a path (a string), found {}",
+                        describe(value)
+                    )),
+                };
+            }
+            Type::Int
+                if value.as_i64().is_some()
+                    || value.as_u64().is_some()
+                    || value.as_f64().is_some_and(|f| f.fract() == 0.0) =>
+            {
+                return Ok(());
+            }
+            Type::Int => "an integer".to_string(),
+            Type::Float if value.is_number() => return Ok(()),
+            Type::Float => "a number".to_string(),
+            Type::Bool if value.is_boolean() => return Ok(()),
+            Type::Bool => "true or false".to_string(),
+            Type::Literal { value: lit } if value.as_str() == Some(lit) => return Ok(()),
+            Type::Literal { value: lit } => format!("{lit:?}"),
+            // Composite types are walked by `validate_at`.
+            _ => return Ok(()),
+        };
+        Err(format!(
+            "{path}: expected {expected}, found {}",
+            describe(value)
+        ))
     }
 
     /// A JSON Schema for the type: sent to providers as the answer schema and shown as a
@@ -660,6 +611,107 @@ impl Coercion {
     }
 }
 
+/// `what: ` before a mismatch at a path inside a value, nothing at its top.
+fn path_prefix(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("`{}`: ", path.trim_start_matches('.'))
+    }
+}
+
+/// A map may lack any key: only all-optional objects take one, and each field then takes
+/// the map's (optional) value.
+fn map_to_object_mismatch(
+    value: &Type,
+    fields: &[Field],
+    path: &mut String,
+    depth: usize,
+    strict: bool,
+) -> Option<String> {
+    if let Some(f) = fields.iter().find(|f| !f.ty.is_optional()) {
+        return Some(format!(
+            "{}a map may lack the field `{}`",
+            path_prefix(path),
+            f.name
+        ));
+    }
+    let optional = Type::optional(value.clone());
+    fields
+        .iter()
+        .find_map(|f| optional.mismatch_below(&f.ty, path, &format!(".{}", f.name), depth, strict))
+}
+
+/// Object to object: every declared field given (or optional) and fitting, and no
+/// undeclared one under `extra = forbid`.
+fn object_mismatch(
+    given: &[Field],
+    to: &Type,
+    fields: &[Field],
+    extra: Extra,
+    path: &mut String,
+    depth: usize,
+    strict: bool,
+) -> Option<String> {
+    let field_problem = fields
+        .iter()
+        .find_map(|f| match given.iter().find(|g| g.name == f.name) {
+            Some(g) => {
+                g.ty.mismatch_below(&f.ty, path, &format!(".{}", f.name), depth, strict)
+            }
+            None if f.ty.is_optional() => None,
+            None => Some(format!(
+                "{}the field `{}` is missing",
+                path_prefix(path),
+                f.name
+            )),
+        });
+    field_problem.or_else(|| {
+        let undeclared = given
+            .iter()
+            .find(|g| !fields.iter().any(|f| f.name == g.name));
+        match undeclared {
+            Some(g) if extra == Extra::Forbid => Some(format!(
+                "{}the field `{}` is not in {} (`extra = forbid`)",
+                path_prefix(path),
+                g.name,
+                to.display()
+            )),
+            _ => None,
+        }
+    })
+}
+
+/// An object's declared fields, each checked (a missing one only if optional); then, when
+/// closed or `extra = forbid`, no other field.
+fn validate_fields(
+    fields: &[Field],
+    extra: Extra,
+    map: &serde_json::Map<String, Value>,
+    path: &str,
+    closed: bool,
+) -> Result<(), String> {
+    for field in fields {
+        match map.get(&field.name) {
+            Some(v) => field
+                .ty
+                .validate_at(v, &format!("{path}.{}", field.name), closed)?,
+            None if field.ty.is_optional() => {}
+            None => return Err(format!("{path}: missing field `{}`", field.name)),
+        }
+    }
+    if (closed || extra == Extra::Forbid)
+        && let Some(extra) = map.keys().find(|k| !fields.iter().any(|f| &f.name == *k))
+    {
+        let known: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+        return Err(format!(
+            "{path}: unexpected field `{extra}` (the fields are: {})",
+            known.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 /// A coercion applied at a path of the reply (`$.final.answer`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Coerced {
@@ -724,34 +776,7 @@ impl Aligner<'_> {
                 Ok(()) => Ok(value),
                 Err(e) => Err(e.replacen('$', path, 1)),
             },
-            Type::Int | Type::Float => {
-                if ty.validate(&value).is_ok() {
-                    return Ok(value);
-                }
-                let parsed = value.as_str().and_then(|s| {
-                    let s = s.trim();
-                    match ty {
-                        Type::Int => s.parse::<i64>().ok().map(Value::from),
-                        _ => s
-                            .parse::<f64>()
-                            .ok()
-                            .filter(|f| f.is_finite())
-                            .and_then(serde_json::Number::from_f64)
-                            .map(Value::Number),
-                    }
-                });
-                match parsed {
-                    Some(v) if self.may(Coercion::StringToNumber, path) => Ok(v),
-                    _ => {
-                        let what = if *ty == Type::Int {
-                            "an integer"
-                        } else {
-                            "a number"
-                        };
-                        self.unwrap_one(ty, value, path, depth, what)
-                    }
-                }
-            }
+            Type::Int | Type::Float => self.align_number(ty, value, path, depth),
             Type::Bool => match value {
                 Value::Bool(_) => Ok(value),
                 Value::String(ref s)
@@ -769,49 +794,8 @@ impl Aligner<'_> {
                 }
                 _ => self.unwrap_one(ty, value, path, depth, &format!("{lit:?}")),
             },
-            Type::Union { members } => {
-                // A member the value already fits comes first; then the first member it
-                // can be aligned to, each tried without mixing flags.
-                let fits = members.iter().position(|m| m.validate(&value).is_ok());
-                let order = fits
-                    .into_iter()
-                    .chain((0..members.len()).filter(|i| Some(*i) != fits));
-                for m in order.map(|i| &members[i]) {
-                    let mut trial = Aligner {
-                        allowed: self.allowed,
-                        flags: Vec::new(),
-                    };
-                    if let Ok(v) = trial.align(m, value.clone(), path, depth + 1) {
-                        self.flags.extend(trial.flags);
-                        return Ok(v);
-                    }
-                }
-                fail(&format!("one of {}", ty.display()), &value)
-            }
-            Type::List { item } => match value {
-                Value::Array(items) => items
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, v)| self.align(item, v, &format!("{path}[{i}]"), depth + 1))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(Value::Array),
-                Value::Null => fail("a list", &value),
-                other => {
-                    if let Some(inner) = one_field(&other)
-                        && inner.is_array()
-                        && self.may(Coercion::UnwrappedObject, path)
-                    {
-                        return self.align(ty, inner.clone(), path, depth + 1);
-                    }
-                    if self.allowed.contains(&Coercion::SingleToList) {
-                        let v = self.align(item, other, &format!("{path}[0]"), depth + 1)?;
-                        self.may(Coercion::SingleToList, path);
-                        Ok(Value::Array(vec![v]))
-                    } else {
-                        fail("a list", &other)
-                    }
-                }
-            },
+            Type::Union { members } => self.align_union(ty, members, value, path, depth),
+            Type::List { item } => self.align_list(ty, item, value, path, depth),
             Type::Map { value: inner } => match value {
                 Value::Object(map) => map
                     .into_iter()
@@ -824,73 +808,222 @@ impl Aligner<'_> {
                 other => fail("an object", &other),
             },
             Type::Object { fields, extra } => match value {
-                Value::Object(mut map) => {
-                    let mut out = serde_json::Map::new();
-                    for field in fields {
-                        let at = format!("{path}.{}", field.name);
-                        let v = match map.remove(&field.name) {
-                            Some(v) => self.align(&field.ty, v, &at, depth + 1)?,
-                            None if field.ty.is_optional() => {
-                                self.may(Coercion::MissingOptional, &at);
-                                Value::Null
-                            }
-                            None => match field.ty.strip_optional() {
-                                Type::List { .. } if self.may(Coercion::MissingCollection, &at) => {
-                                    Value::Array(Vec::new())
-                                }
-                                Type::Map { .. } if self.may(Coercion::MissingCollection, &at) => {
-                                    Value::Object(serde_json::Map::new())
-                                }
-                                _ => return Err(format!("{path}: missing field `{}`", field.name)),
-                            },
-                        };
-                        out.insert(field.name.clone(), v);
-                    }
-                    for (key, v) in map {
-                        let at = format!("{path}.{key}");
-                        let dropped = match extra {
-                            Extra::Forbid => false,
-                            // The type's own word: dropped whatever the role's `coerce`.
-                            Extra::Ignore => {
-                                self.flags.push(Coerced {
-                                    flag: Coercion::ExtraFieldDropped,
-                                    path: at,
-                                });
-                                true
-                            }
-                            Extra::Unsaid => self.may(Coercion::ExtraFieldDropped, &at),
-                        };
-                        if !dropped {
-                            // Strict or `extra = forbid`: the reply must be exactly the type.
-                            return Err(format!(
-                                "{path}: unexpected field `{key}` (the type declares {})",
-                                fields
-                                    .iter()
-                                    .map(|f| format!("`{}`", f.name))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ));
-                        }
-                        drop(v);
-                    }
-                    Ok(Value::Object(out))
-                }
-                other => {
-                    let required: Vec<&Field> =
-                        fields.iter().filter(|f| !f.ty.is_optional()).collect();
-                    if let [only] = required.as_slice()
-                        && !other.is_null()
-                        && self.allowed.contains(&Coercion::WrappedValue)
-                    {
-                        let mut wrapped = serde_json::Map::new();
-                        wrapped.insert(only.name.clone(), other);
-                        self.may(Coercion::WrappedValue, path);
-                        return self.align(ty, Value::Object(wrapped), path, depth + 1);
-                    }
-                    fail("an object", &other)
-                }
+                Value::Object(map) => self.align_fields(fields, *extra, map, path, depth),
+                other => self.wrap_value(ty, fields, other, path, depth),
             },
         }
+    }
+
+    /// An integer or a number, or a string that parses as one (`StringToNumber`).
+    fn align_number(
+        &mut self,
+        ty: &Type,
+        value: Value,
+        path: &str,
+        depth: usize,
+    ) -> Result<Value, String> {
+        if ty.validate(&value).is_ok() {
+            return Ok(value);
+        }
+        let parsed = value.as_str().and_then(|s| {
+            let s = s.trim();
+            match ty {
+                Type::Int => s.parse::<i64>().ok().map(Value::from),
+                _ => s
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+                    .and_then(serde_json::Number::from_f64)
+                    .map(Value::Number),
+            }
+        });
+        match parsed {
+            Some(v) if self.may(Coercion::StringToNumber, path) => Ok(v),
+            _ => {
+                let what = if *ty == Type::Int {
+                    "an integer"
+                } else {
+                    "a number"
+                };
+                self.unwrap_one(ty, value, path, depth, what)
+            }
+        }
+    }
+
+    /// A member the value already fits comes first; then the first member it can be
+    /// aligned to, each tried without mixing flags.
+    fn align_union(
+        &mut self,
+        ty: &Type,
+        members: &[Type],
+        value: Value,
+        path: &str,
+        depth: usize,
+    ) -> Result<Value, String> {
+        let fits = members.iter().position(|m| m.validate(&value).is_ok());
+        let order = fits
+            .into_iter()
+            .chain((0..members.len()).filter(|i| Some(*i) != fits));
+        for m in order.map(|i| &members[i]) {
+            let mut trial = Aligner {
+                allowed: self.allowed,
+                flags: Vec::new(),
+            };
+            if let Ok(v) = trial.align(m, value.clone(), path, depth + 1) {
+                self.flags.extend(trial.flags);
+                return Ok(v);
+            }
+        }
+        Err(format!(
+            "{path}: expected one of {}, found {}",
+            ty.display(),
+            describe(&value)
+        ))
+    }
+
+    /// Each item aligned; a one-field object holding a list is unwrapped
+    /// (`UnwrappedObject`), a single value becomes a list of one (`SingleToList`).
+    fn align_list(
+        &mut self,
+        ty: &Type,
+        item: &Type,
+        value: Value,
+        path: &str,
+        depth: usize,
+    ) -> Result<Value, String> {
+        let not_a_list = |value: &Value| {
+            Err(format!(
+                "{path}: expected a list, found {}",
+                describe(value)
+            ))
+        };
+        match value {
+            Value::Array(items) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| self.align(item, v, &format!("{path}[{i}]"), depth + 1))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array),
+            Value::Null => not_a_list(&value),
+            other => {
+                if let Some(inner) = one_field(&other)
+                    && inner.is_array()
+                    && self.may(Coercion::UnwrappedObject, path)
+                {
+                    return self.align(ty, inner.clone(), path, depth + 1);
+                }
+                if self.allowed.contains(&Coercion::SingleToList) {
+                    let v = self.align(item, other, &format!("{path}[0]"), depth + 1)?;
+                    self.may(Coercion::SingleToList, path);
+                    Ok(Value::Array(vec![v]))
+                } else {
+                    not_a_list(&other)
+                }
+            }
+        }
+    }
+
+    /// An object's declared fields in order (absent ones filled when allowed), then its
+    /// undeclared ones dropped or refused.
+    fn align_fields(
+        &mut self,
+        fields: &[Field],
+        extra: Extra,
+        mut map: serde_json::Map<String, Value>,
+        path: &str,
+        depth: usize,
+    ) -> Result<Value, String> {
+        let mut out = serde_json::Map::new();
+        for field in fields {
+            let at = format!("{path}.{}", field.name);
+            let v = match map.remove(&field.name) {
+                Some(v) => self.align(&field.ty, v, &at, depth + 1)?,
+                None => self.absent_field(field, &at, path)?,
+            };
+            out.insert(field.name.clone(), v);
+        }
+        for key in map.keys() {
+            self.undeclared_field(fields, extra, key, path)?;
+        }
+        Ok(Value::Object(out))
+    }
+
+    /// `null` for an optional field, an empty list or map when `MissingCollection` allows.
+    fn absent_field(&mut self, field: &Field, at: &str, path: &str) -> Result<Value, String> {
+        if field.ty.is_optional() {
+            self.may(Coercion::MissingOptional, at);
+            return Ok(Value::Null);
+        }
+        match field.ty.strip_optional() {
+            Type::List { .. } if self.may(Coercion::MissingCollection, at) => {
+                Ok(Value::Array(Vec::new()))
+            }
+            Type::Map { .. } if self.may(Coercion::MissingCollection, at) => {
+                Ok(Value::Object(serde_json::Map::new()))
+            }
+            _ => Err(format!("{path}: missing field `{}`", field.name)),
+        }
+    }
+
+    /// A field the type does not declare: dropped (flagged) or, strict or under
+    /// `extra = forbid`, refused: the reply must then be exactly the type.
+    fn undeclared_field(
+        &mut self,
+        fields: &[Field],
+        extra: Extra,
+        key: &str,
+        path: &str,
+    ) -> Result<(), String> {
+        let at = format!("{path}.{key}");
+        let dropped = match extra {
+            Extra::Forbid => false,
+            // The type's own word: dropped whatever the role's `coerce`.
+            Extra::Ignore => {
+                self.flags.push(Coerced {
+                    flag: Coercion::ExtraFieldDropped,
+                    path: at,
+                });
+                true
+            }
+            Extra::Unsaid => self.may(Coercion::ExtraFieldDropped, &at),
+        };
+        if dropped {
+            return Ok(());
+        }
+        Err(format!(
+            "{path}: unexpected field `{key}` (the type declares {})",
+            fields
+                .iter()
+                .map(|f| format!("`{}`", f.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+
+    /// A value where an object with one required field is declared: wrapped in that
+    /// field (`WrappedValue`).
+    fn wrap_value(
+        &mut self,
+        ty: &Type,
+        fields: &[Field],
+        other: Value,
+        path: &str,
+        depth: usize,
+    ) -> Result<Value, String> {
+        let required: Vec<&Field> = fields.iter().filter(|f| !f.ty.is_optional()).collect();
+        if let [only] = required.as_slice()
+            && !other.is_null()
+            && self.allowed.contains(&Coercion::WrappedValue)
+        {
+            let mut wrapped = serde_json::Map::new();
+            wrapped.insert(only.name.clone(), other);
+            self.may(Coercion::WrappedValue, path);
+            return self.align(ty, Value::Object(wrapped), path, depth + 1);
+        }
+        Err(format!(
+            "{path}: expected an object, found {}",
+            describe(&other)
+        ))
     }
 
     /// `{"answer": "x"}` where a scalar is declared: the one field's value, when it fits.

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::Compiler;
 use super::expr::Scope;
-use super::types::{self, Type};
+use super::types::{self, Field, Type};
 use super::workflow::{Expr, ExprKind, MemoryId, MemoryKind, MemoryOp, Unchecked, Update};
 use crate::diagnostics::{Code, Diagnostic, did_you_mean};
 use crate::source::Span;
@@ -365,18 +365,7 @@ impl Compiler<'_> {
             (Type::Any, _) | (_, Type::Any) => return,
             (Type::Object { fields, .. }, Type::Object { fields: given, .. }) => (fields, given),
             (Type::Map { value }, _) => {
-                let to = Type::Map {
-                    value: value.clone(),
-                };
-                if let Some(why) = changes.strip_optional().assign_mismatch(&to) {
-                    let message = format!(
-                        "`{}.patch` sets fields of {}, not {}",
-                        target.name,
-                        item.display(),
-                        changes.display()
-                    );
-                    self.not_assignable(message, e, &changes, &why, declared);
-                }
+                self.check_map_patch(target, item, value, e, &changes, declared);
                 return;
             }
             (Type::Object { .. }, _) => {
@@ -412,35 +401,9 @@ impl Compiler<'_> {
                 return;
             }
         };
-        let mut written = Vec::new();
-        for g in given {
-            match fields.iter().find(|f| f.name == g.name) {
-                Some(f) => written.push(f.clone()),
-                None => {
-                    let span = match &e.kind {
-                        ExprKind::Map { entries } => entries
-                            .iter()
-                            .find(|(k, _)| *k == g.name)
-                            .map_or(e.span, |(_, v)| v.span),
-                        _ => e.span,
-                    };
-                    let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::UpdateUnknownField,
-                            format!("the items of `{}` have no field `{}`", target.name, g.name),
-                        )
-                        .label(span, "not a field of the item type")
-                        .help(
-                            did_you_mean(&g.name, names.iter().copied()).unwrap_or_else(|| {
-                                format!("{}; its fields are: {}", declared, names.join(", "))
-                            }),
-                        ),
-                    );
-                    return;
-                }
-            }
-        }
+        let Some(written) = self.patched_fields(target, fields, given, e, &declared) else {
+            return;
+        };
         // Only the patched fields are required: the others keep their values.
         let to = Type::Object {
             fields: written,
@@ -458,6 +421,71 @@ impl Compiler<'_> {
             );
             self.not_assignable(message, e, &changes, &why, declared);
         }
+    }
+
+    /// `x.patch(..)` on a list of maps: the changes are a map of the value type.
+    fn check_map_patch(
+        &mut self,
+        target: &Ident,
+        item: &Type,
+        value: &Type,
+        e: &Expr,
+        changes: &Type,
+        declared: String,
+    ) {
+        let to = Type::Map {
+            value: Box::new(value.clone()),
+        };
+        if let Some(why) = changes.strip_optional().assign_mismatch(&to) {
+            let message = format!(
+                "`{}.patch` sets fields of {}, not {}",
+                target.name,
+                item.display(),
+                changes.display()
+            );
+            self.not_assignable(message, e, changes, &why, declared);
+        }
+    }
+
+    /// The item type's fields that `given` names, or `None` (reported) when one is not a
+    /// field of the item type.
+    fn patched_fields(
+        &mut self,
+        target: &Ident,
+        fields: &[Field],
+        given: &[Field],
+        e: &Expr,
+        declared: &str,
+    ) -> Option<Vec<Field>> {
+        let mut written = Vec::new();
+        for g in given {
+            if let Some(f) = fields.iter().find(|f| f.name == g.name) {
+                written.push(f.clone());
+                continue;
+            }
+            let span = match &e.kind {
+                ExprKind::Map { entries } => entries
+                    .iter()
+                    .find(|(k, _)| *k == g.name)
+                    .map_or(e.span, |(_, v)| v.span),
+                _ => e.span,
+            };
+            let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+            self.diags.push(
+                Diagnostic::error(
+                    Code::UpdateUnknownField,
+                    format!("the items of `{}` have no field `{}`", target.name, g.name),
+                )
+                .label(span, "not a field of the item type")
+                .help(
+                    did_you_mean(&g.name, names.iter().copied()).unwrap_or_else(|| {
+                        format!("{}; its fields are: {}", declared, names.join(", "))
+                    }),
+                ),
+            );
+            return None;
+        }
+        Some(written)
     }
 
     fn not_assignable(

@@ -429,16 +429,29 @@ pub const DEFAULT_MAX_REPLY: u64 = 1 << 20;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
 pub enum OutputFormat {
-    /// `output json T`, or `output tagged T` (`tagged`): one `<field>...</field>` per field.
+    /// `output json T`.
     Json {
         ty: Type,
-        #[serde(default)]
-        tagged: bool,
+    },
+    /// `output tagged T`: one `<field>...</field>` per field of the object type `T`.
+    Tagged {
+        ty: Type,
     },
     Text,
     Code {
         language: Option<String>,
     },
+}
+
+impl OutputFormat {
+    /// The declared type of a structured reply (`json` or `tagged`); a text or code
+    /// reply has none.
+    pub fn structured(&self) -> Option<&Type> {
+        match self {
+            OutputFormat::Json { ty } | OutputFormat::Tagged { ty } => Some(ty),
+            OutputFormat::Text | OutputFormat::Code { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -660,6 +673,37 @@ pub struct Edge {
     pub kind: EdgeKind,
 }
 
+/// A regular expression compiled once, when the workflow is; stored as its text.
+#[derive(Debug, Clone)]
+pub struct Pattern(regex::Regex);
+
+impl Pattern {
+    pub fn new(text: &str) -> Result<Self, regex::Error> {
+        regex::Regex::new(text).map(Pattern)
+    }
+
+    pub fn is_match(&self, text: &str) -> bool {
+        self.0.is_match(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl Serialize for Pattern {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Pattern::new(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A resolved expression.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Expr {
@@ -711,6 +755,19 @@ pub enum ExprKind {
         /// `+` or `-` with an operand typed `any`.
         #[serde(default, skip_serializing_if = "Unchecked::is_no")]
         unchecked: Unchecked,
+    },
+    /// `matches(text, "re")`: the pattern compiled once, with the workflow.
+    Matches {
+        text: Box<Expr>,
+        pattern: Pattern,
+    },
+    /// `visits(role)`: how many times the role at `node` has run.
+    Visits {
+        node: NodeIndex,
+    },
+    /// `used(tool)`: whether the run has called the tool.
+    Used {
+        tool: ToolId,
     },
 }
 
@@ -807,7 +864,7 @@ impl Workflow {
     pub fn is_json_llm(&self, node: NodeIndex) -> bool {
         matches!(
             self.role(node).map(|r| &r.kind),
-            Some(RoleKind::Llm(l)) if matches!(l.output, OutputFormat::Json { .. })
+            Some(RoleKind::Llm(l)) if l.output.structured().is_some()
         )
     }
 

@@ -473,28 +473,9 @@ impl Eval {
     /// and `summary.json`.
     pub async fn run(self) -> Result<Report, String> {
         let out = self.out.clone();
-        std::fs::create_dir_all(out.join(RUNS_DIR))
-            .map_err(|e| format!("cannot create {}: {e}", out.join(RUNS_DIR).display()))?;
-        let setup_text = serde_json::to_string_pretty(&self.setup).unwrap_or_default();
-        rundir::write_atomic(&out.join(SETUP_FILE), setup_text.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", out.join(SETUP_FILE).display()))?;
-        // The batch's sandboxes carry its folder as their label: what a crashed batch of this
-        // folder left goes first, and what this one leaves goes at its end.
+        self.write_setup(&out)?;
         let engine = self.setup.engine;
-        let reaped_batch = engine.reaps_batches().then(|| {
-            let batch = std::path::absolute(&out)
-                .unwrap_or(out.clone())
-                .to_string_lossy()
-                .into_owned();
-            rondo_env::set_batch_label(&batch);
-            batch
-        });
-        if let Some(batch) = &reaped_batch {
-            engine
-                .reap_batch(batch)
-                .await
-                .map_err(|e| format!("--engine {engine}: {e}"))?;
-        }
+        let reaped_batch = self.reap_batch(&out).await?;
         let mut done = read_results(&out);
         done.retain(|id, r| {
             self.cases
@@ -510,13 +491,11 @@ impl Eval {
         let total = self.cases.len();
         let ran = todo.len();
         let bar = Arc::new(Bar::new(self.progress, total, done.values()));
-        let results_file = Arc::new(Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(out.join(CASES_FILE))
-                .map_err(|e| format!("cannot open {}: {e}", out.join(CASES_FILE).display()))?,
-        ));
+        let results_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out.join(CASES_FILE))
+            .map_err(|e| format!("cannot open {}: {e}", out.join(CASES_FILE).display()))?;
         let stop = Arc::new(Stop::default());
         let watcher = {
             let stop = stop.clone();
@@ -526,60 +505,9 @@ impl Eval {
                 }
             })
         };
-        let permits = Arc::new(tokio::sync::Semaphore::new(self.setup.concurrency.max(1)));
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<CaseResult>();
-        let mut tasks = tokio::task::JoinSet::new();
-        let base = RunOptions {
-            runs_root: out.join(RUNS_DIR),
-            provider: self.setup.provider.clone(),
-            script: self.setup.script.clone(),
-            progress: progress::Mode::Quiet,
-            no_demos: self.no_demos,
-            engine: self.setup.engine,
-            ..RunOptions::default()
-        };
-        // One pool for every run: rate limits, concurrency bounds and circuit breakers
-        // hold across the runs, and each HTTP client is made once.
-        let script = Interpreter::script_for(&self.workflow, &base).map_err(|e| e.to_string())?;
-        let pool = Interpreter::provider_pool(&self.workflow, script).map_err(|e| e.to_string())?;
-        let shared = Arc::new(Shared {
-            workflow: self.workflow.clone(),
-            weights: self.weights,
-            bar: bar.clone(),
-            base: RunOptions {
-                pool: Some(Arc::new(pool)),
-                ..base
-            },
-        });
-        for case in todo {
-            let permits = permits.clone();
-            let stop = stop.clone();
-            let shared = shared.clone();
-            let tx = tx.clone();
-            tasks.spawn(async move {
-                let Ok(_permit) = permits.acquire_owned().await else {
-                    return;
-                };
-                if stop.stopping.load(Ordering::SeqCst) {
-                    return;
-                }
-                if let Some(result) = shared.run_case(&case, &stop).await {
-                    let _ = tx.send(result);
-                }
-            });
-        }
-        drop(tx);
-        while let Some(result) = rx.recv().await {
-            if let Ok(mut file) = results_file.lock() {
-                let line = serde_json::to_string(&result).unwrap_or_default();
-                if let Err(e) = writeln!(file, "{line}").and_then(|()| file.flush()) {
-                    bar.warn(&format!("cannot write {CASES_FILE}: {e}"));
-                }
-            }
-            bar.finished(&result);
-            done.insert(result.id.clone(), result);
-        }
-        while tasks.join_next().await.is_some() {}
+        let shared = self.shared(&out, bar.clone())?;
+        let concurrency = self.setup.concurrency;
+        run_cases(todo, shared, concurrency, &stop, results_file, &mut done).await;
         watcher.abort();
         bar.end();
         if let Some(batch) = &reaped_batch
@@ -592,12 +520,7 @@ impl Eval {
             .iter()
             .filter_map(|c| done.get(&c.id).cloned())
             .collect();
-        write_jsonl(&out.join(CASES_FILE), &results)?;
-        let refs: Vec<&CaseResult> = results.iter().collect();
-        let summary = Summary::of(&refs);
-        let summary_text = serde_json::to_string_pretty(&summary).unwrap_or_default();
-        rundir::write_atomic(&out.join(SUMMARY_FILE), summary_text.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", out.join(SUMMARY_FILE).display()))?;
+        let summary = write_outcome(&out, &results)?;
         Ok(Report {
             unfinished: total - results.len(),
             results,
@@ -605,6 +528,116 @@ impl Eval {
             ran,
         })
     }
+
+    /// The batch's folder with its runs' folder, and `setup.json`.
+    fn write_setup(&self, out: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(out.join(RUNS_DIR))
+            .map_err(|e| format!("cannot create {}: {e}", out.join(RUNS_DIR).display()))?;
+        let setup_text = serde_json::to_string_pretty(&self.setup).unwrap_or_default();
+        rundir::write_atomic(&out.join(SETUP_FILE), setup_text.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", out.join(SETUP_FILE).display()))
+    }
+
+    /// The batch's sandboxes carry its folder as their label: what a crashed batch of this
+    /// folder left goes first, and what this one leaves goes at its end. The label, when
+    /// the engine reaps batches.
+    async fn reap_batch(&self, out: &Path) -> Result<Option<String>, String> {
+        let engine = self.setup.engine;
+        let reaped_batch = engine.reaps_batches().then(|| {
+            let batch = std::path::absolute(out)
+                .unwrap_or(out.to_path_buf())
+                .to_string_lossy()
+                .into_owned();
+            rondo_env::set_batch_label(&batch);
+            batch
+        });
+        if let Some(batch) = &reaped_batch {
+            engine
+                .reap_batch(batch)
+                .await
+                .map_err(|e| format!("--engine {engine}: {e}"))?;
+        }
+        Ok(reaped_batch)
+    }
+
+    /// What every case's task reads. One pool for every run: rate limits, concurrency
+    /// bounds and circuit breakers hold across the runs, and each HTTP client is made once.
+    fn shared(&self, out: &Path, bar: Arc<Bar>) -> Result<Arc<Shared>, String> {
+        let base = RunOptions {
+            runs_root: out.join(RUNS_DIR),
+            provider: self.setup.provider.clone(),
+            script: self.setup.script.clone(),
+            progress: progress::Mode::Quiet,
+            no_demos: self.no_demos,
+            engine: self.setup.engine,
+            ..RunOptions::default()
+        };
+        let script = Interpreter::script_for(&self.workflow, &base).map_err(|e| e.to_string())?;
+        let pool = Interpreter::provider_pool(&self.workflow, script).map_err(|e| e.to_string())?;
+        Ok(Arc::new(Shared {
+            workflow: self.workflow.clone(),
+            weights: self.weights,
+            bar,
+            base: RunOptions {
+                pool: Some(Arc::new(pool)),
+                ..base
+            },
+        }))
+    }
+}
+
+/// Runs `todo`, `concurrency` at a time until `stop`; each result is appended to
+/// `results_file` as it comes and put in `done`.
+async fn run_cases(
+    todo: Vec<Case>,
+    shared: Arc<Shared>,
+    concurrency: usize,
+    stop: &Arc<Stop>,
+    mut results_file: std::fs::File,
+    done: &mut BTreeMap<String, CaseResult>,
+) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<CaseResult>();
+    let mut tasks = tokio::task::JoinSet::new();
+    let bar = shared.bar.clone();
+    for case in todo {
+        let permits = permits.clone();
+        let stop = stop.clone();
+        let shared = shared.clone();
+        let tx = tx.clone();
+        tasks.spawn(async move {
+            let Ok(_permit) = permits.acquire_owned().await else {
+                return;
+            };
+            if stop.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            if let Some(result) = shared.run_case(&case, &stop).await {
+                let _ = tx.send(result);
+            }
+        });
+    }
+    drop(tx);
+    while let Some(result) = rx.recv().await {
+        let line = serde_json::to_string(&result).unwrap_or_default();
+        if let Err(e) = writeln!(results_file, "{line}").and_then(|()| results_file.flush()) {
+            bar.warn(&format!("cannot write {CASES_FILE}: {e}"));
+        }
+        bar.finished(&result);
+        done.insert(result.id.clone(), result);
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// `cases.jsonl` rewritten in dataset order, and `summary.json`.
+fn write_outcome(out: &Path, results: &[CaseResult]) -> Result<Summary, String> {
+    write_jsonl(&out.join(CASES_FILE), results)?;
+    let refs: Vec<&CaseResult> = results.iter().collect();
+    let summary = Summary::of(&refs);
+    let summary_text = serde_json::to_string_pretty(&summary).unwrap_or_default();
+    rundir::write_atomic(&out.join(SUMMARY_FILE), summary_text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", out.join(SUMMARY_FILE).display()))?;
+    Ok(summary)
 }
 
 /// Sandboxes a case's run may lose (their node gone) and still go on in a new one.

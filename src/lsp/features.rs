@@ -428,11 +428,8 @@ fn role_hover(a: &Analysis, name: &str, role: &compile::Role) -> String {
             facts.push(format!(
                 "output {}",
                 match &l.output {
-                    OutputFormat::Json { ty, tagged } => format!(
-                        "{} `{}`",
-                        if *tagged { "tagged" } else { "json" },
-                        ty.display()
-                    ),
+                    OutputFormat::Json { ty } => format!("json `{}`", ty.display()),
+                    OutputFormat::Tagged { ty } => format!("tagged `{}`", ty.display()),
                     OutputFormat::Text => "text".into(),
                     OutputFormat::Code { language } => match language {
                         Some(lang) => format!("code `{lang}`"),

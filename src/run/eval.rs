@@ -6,6 +6,7 @@ use std::path::Path;
 use petgraph::graph::NodeIndex;
 use serde_json::Value;
 
+use super::code_agent;
 use super::memory::MemoryValue;
 use super::state::RunState;
 use super::value::{equal, truthy};
@@ -100,6 +101,15 @@ impl Env<'_> {
     pub fn value(&self, e: &Expr) -> Result<Value, EvalError> {
         Ok(match &e.kind {
             ExprKind::Literal { value } => value.clone(),
+            ExprKind::Matches { text, pattern } => Value::Bool(
+                self.value(text)?
+                    .as_str()
+                    .is_some_and(|t| pattern.is_match(t)),
+            ),
+            ExprKind::Visits { node } => {
+                Value::from(self.state.visits.get(node.index()).copied().unwrap_or(0))
+            }
+            ExprKind::Used { tool } => Value::Bool(self.state.tools_used.contains(tool)),
             ExprKind::List { items } => Value::Array(
                 items
                     .iter()
@@ -323,20 +333,14 @@ impl Env<'_> {
                     _ => false,
                 })
             }
-            Func::Matches => {
-                let text = arg(0)?;
-                let pattern = arg(1)?;
-                // A pattern that does not compile (one built from a reply) matches nothing.
-                let re = regex::Regex::new(pattern.as_str().unwrap_or(""));
-                Value::Bool(re.is_ok_and(|re| text.as_str().is_some_and(|t| re.is_match(t))))
-            }
-            Func::Visits => {
-                let node = arg(0)?.as_u64().unwrap_or(u64::MAX) as usize;
-                Value::from(self.state.visits.get(node).copied().unwrap_or(0))
-            }
-            Func::Used => {
-                let tool = arg(0)?.as_u64().unwrap_or(u64::MAX) as usize;
-                Value::Bool(self.state.tools_used.contains(&tool))
+            // Compiled to `ExprKind::Matches`, `Visits` and `Used` (a literal pattern, a
+            // name), never to a call.
+            Func::Matches | Func::Visits | Func::Used => {
+                return Err(EvalError::new(
+                    "`matches` takes a pattern written as a string, `visits` and `used` a name"
+                        .to_string(),
+                    unchecked,
+                ));
             }
             Func::Exists => {
                 let name = arg(0)?;
@@ -388,21 +392,11 @@ impl Env<'_> {
                     _ => Value::Array(Vec::new()),
                 }
             }
-            Func::ShellReads => {
-                let text = |v: Value| v.as_str().unwrap_or("").to_string();
-                let (command, output, dir) = (text(arg(0)?), text(arg(1)?), text(arg(2)?));
-                serde_json::to_value(rondo_memory::shell_reads(&command, &output, &dir))
-                    .unwrap_or(Value::Null)
-            }
+            // Workflow-specific: kept in their own library.
+            Func::ShellReads => code_agent::shell_reads(&arg(0)?, &arg(1)?, &arg(2)?),
             Func::RepoPath => {
                 let dir = arg(1)?;
-                let dir = dir.as_str().unwrap_or("");
-                match arg(0)? {
-                    Value::String(p) => {
-                        rondo_memory::repo_relative(&p, dir, dir).map_or(Value::Null, Value::String)
-                    }
-                    _ => Value::Null,
-                }
+                code_agent::repo_path(&arg(0)?, &dir)
             }
             // Only the branch taken is evaluated.
             Func::If => {

@@ -210,7 +210,7 @@ impl<'w> Interpreter<'w> {
             visit: turn.visit as u32,
             run: self.run_dir.to_string_lossy().into_owned(),
         };
-        if let OutputFormat::Json { ty, tagged: false } = &llm.output {
+        if let OutputFormat::Json { ty } = &llm.output {
             request.response_schema = Some((name.to_string(), ty.json_schema()));
         }
         if llm.mode.native() {
@@ -466,7 +466,7 @@ impl<'w> Interpreter<'w> {
         // Only JSON can be invalid: the outcome is the invalid record, routed by `X.invalid`.
         // A text or native role has no invalid route: what its replies lacked (a reply too
         // long, one its updates refuse) ends the run at `invalid_output`.
-        if !matches!(llm.output, OutputFormat::Json { .. }) || llm.mode.native() {
+        if llm.output.structured().is_none() || llm.mode.native() {
             return Err(StepError::Invalid(format!(
                 "role `{name}`: no usable reply in {attempts} attempt(s): {}",
                 last_error.unwrap_or_default()

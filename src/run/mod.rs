@@ -9,6 +9,7 @@ mod apply;
 mod artifacts;
 pub mod bus;
 pub mod clock;
+pub mod code_agent;
 pub mod commit;
 mod context;
 pub mod demos;

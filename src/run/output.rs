@@ -37,14 +37,14 @@ pub fn parse(
             Parsed::Text,
             Vec::new(),
         )),
-        OutputFormat::Json { ty, tagged: true } => {
+        OutputFormat::Tagged { ty } => {
             let value = parse_tagged(raw, ty)?;
             let (value, flags) = ty
                 .coerce(value, allowed)
                 .map_err(|e| format!("the tags do not match the expected shape: {e}"))?;
             Ok((value, Parsed::Tagged, flags))
         }
-        OutputFormat::Json { ty, tagged: false } => {
+        OutputFormat::Json { ty } => {
             let (value, how) = parse_json(raw)?;
             let (value, flags) = ty
                 .coerce(value, allowed)
@@ -313,7 +313,7 @@ mod tests {
     #[test]
     fn validates_against_type() {
         let ty = Type::object(vec![("n", Type::Int)]);
-        let format = OutputFormat::Json { ty, tagged: false };
+        let format = OutputFormat::Json { ty };
         assert!(parse(&format, r#"{"n": 3}"#, &[]).is_ok());
         let err = parse(&format, r#"{"n": "x"}"#, &[]).unwrap_err();
         assert!(err.contains("$.n: expected an integer"), "{err}");
@@ -331,7 +331,7 @@ mod tests {
             ),
             ("summary", Type::String),
         ]);
-        let format = OutputFormat::Json { ty, tagged: true };
+        let format = OutputFormat::Tagged { ty };
         let (v, how, _) = parse(
             &format,
             "Reflection:\n<bad_action> True </bad_action>\n<action-params>{\"command\": \"ls\"}</action-params>\n<summary>ran `ls`: <b>ok</b></summary>",

@@ -190,6 +190,15 @@ impl RunState {
     /// its declared shape, and no count is out of bounds. A hand-edited or damaged
     /// checkpoint is an error here, never a panic later.
     pub fn validate(&self, workflow: &Workflow) -> Result<(), String> {
+        self.validate_position(workflow)?;
+        self.validate_counts(workflow)?;
+        self.validate_names(workflow)?;
+        self.validate_values(workflow)?;
+        self.validate_file_lengths(workflow)
+    }
+
+    /// The position is a node of the workflow, an exit, or a fork route's branches.
+    fn validate_position(&self, workflow: &Workflow) -> Result<(), String> {
         let nodes = workflow.graph.node_count();
         let node = |n: NodeIndex, what: &str| {
             if n.index() < nodes {
@@ -228,6 +237,12 @@ impl RunState {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// One visit count per node and one count per route, every count and the cost in range.
+    fn validate_counts(&self, workflow: &Workflow) -> Result<(), String> {
+        let nodes = workflow.graph.node_count();
         if self.visits.len() != nodes {
             return Err(format!(
                 "it counts the visits of {} node(s), the workflow has {nodes}",
@@ -264,6 +279,12 @@ impl RunState {
         if !(0.0..=MAX_COUNT as f64).contains(&self.totals.cost) {
             return Err(format!("its cost {} is out of range", self.totals.cost));
         }
+        Ok(())
+    }
+
+    /// Outputs, used tools and the path name nodes, tools and roles of the workflow.
+    fn validate_names(&self, workflow: &Workflow) -> Result<(), String> {
+        let nodes = workflow.graph.node_count();
         if let Some(&k) = self.outputs.keys().find(|&&k| k >= nodes) {
             return Err(format!(
                 "it holds an output of node {k}, but the workflow has {nodes}"
@@ -284,6 +305,11 @@ impl RunState {
                 "its path names `{name}`, which is not a role of the workflow"
             ));
         }
+        Ok(())
+    }
+
+    /// Each input and plain memory slot has its declared shape.
+    fn validate_values(&self, workflow: &Workflow) -> Result<(), String> {
         if self.inputs.len() != workflow.inputs.len() {
             return Err(format!(
                 "it holds {} inputs, the workflow declares {}",
@@ -307,6 +333,11 @@ impl RunState {
                 return Err(format!("memory `{}` is not a {}", slot.name, ty.display()));
             }
         }
+        Ok(())
+    }
+
+    /// Recorded file lengths are of the run's own files: its events, artifacts, roots.
+    fn validate_file_lengths(&self, workflow: &Workflow) -> Result<(), String> {
         for key in self.file_lengths.keys() {
             let known = key == "events.jsonl"
                 || key

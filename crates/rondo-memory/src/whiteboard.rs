@@ -379,115 +379,128 @@ impl Whiteboard {
         report: &mut ApplyReport,
     ) -> Result<(), OpError> {
         match op {
-            WhiteboardOp::Upsert(u) => {
-                let si = self.section_index(index, &u.section)?;
-                let system_dirs = self.system_dirs.clone();
-                let section = &mut self.sections[si];
-                let name = section.spec.name.clone();
-                let number = match &u.id {
-                    Some(id) => {
-                        parse_id(id, &section.spec.prefix).ok_or_else(|| OpError::BadId {
-                            index,
-                            section: name.clone(),
-                            id: id.clone(),
-                            prefix: section.spec.prefix.clone(),
-                        })?
-                    }
-                    None => section.next_number,
-                };
-                let id = format!("{}-{number}", section.spec.prefix);
-                let text = u.text.as_deref().map(str::trim).unwrap_or("").to_string();
-                let path = match (&u.path, section.spec.paths) {
-                    (Some(_), false) => {
-                        return Err(OpError::PathNotAllowed {
-                            index,
-                            section: name,
-                            id,
-                        });
-                    }
-                    (None, true) => {
-                        return Err(OpError::MissingField {
-                            index,
-                            section: name,
-                            id,
-                            field: "path",
-                        });
-                    }
-                    (Some(p), true) => {
-                        Some(normalize_workspace_path(p, &system_dirs).map_err(|source| {
-                            OpError::BadPath {
-                                index,
-                                section: name.clone(),
-                                id: id.clone(),
-                                source,
-                            }
-                        })?)
-                    }
-                    (None, false) => None,
-                };
-                if !section.spec.paths && text.is_empty() {
-                    return Err(OpError::MissingField {
-                        index,
-                        section: name,
-                        id,
-                        field: "text",
-                    });
-                }
-                let entry = Entry {
-                    id: id.clone(),
-                    text,
-                    path,
-                    status: EntryStatus::Active,
-                    reason: None,
-                    superseded_by: None,
-                };
-                match section.entries.iter_mut().find(|e| e.id == id) {
-                    Some(existing) => {
-                        *existing = entry;
-                        report.updated.push(id);
-                    }
-                    None => {
-                        section.entries.push(entry);
-                        report.created.push(id);
-                    }
-                }
-                section.next_number = section.next_number.max(number + 1);
-                Ok(())
+            WhiteboardOp::Upsert(u) => self.upsert(index, u, report),
+            WhiteboardOp::Deprecate(d) => self.deprecate(index, d, report),
+        }
+    }
+
+    /// A new entry, or one replaced by ID: its path when the section holds paths, its text
+    /// otherwise.
+    fn upsert(
+        &mut self,
+        index: usize,
+        u: &UpsertOp,
+        report: &mut ApplyReport,
+    ) -> Result<(), OpError> {
+        let si = self.section_index(index, &u.section)?;
+        let system_dirs = &self.system_dirs;
+        let section = &mut self.sections[si];
+        let name = section.spec.name.clone();
+        let number = match &u.id {
+            Some(id) => parse_id(id, &section.spec.prefix).ok_or_else(|| OpError::BadId {
+                index,
+                section: name.clone(),
+                id: id.clone(),
+                prefix: section.spec.prefix.clone(),
+            })?,
+            None => section.next_number,
+        };
+        let id = format!("{}-{number}", section.spec.prefix);
+        let text = u.text.as_deref().map(str::trim).unwrap_or("").to_string();
+        let path = match (&u.path, section.spec.paths) {
+            (Some(_), false) => {
+                return Err(OpError::PathNotAllowed {
+                    index,
+                    section: name,
+                    id,
+                });
             }
-            WhiteboardOp::Deprecate(d) => {
-                let si = self.section_index(index, &d.section)?;
-                let section = &mut self.sections[si];
-                let name = section.spec.name.clone();
-                let number =
-                    parse_id(&d.id, &section.spec.prefix).ok_or_else(|| OpError::BadId {
+            (None, true) => {
+                return Err(OpError::MissingField {
+                    index,
+                    section: name,
+                    id,
+                    field: "path",
+                });
+            }
+            (Some(p), true) => {
+                Some(normalize_workspace_path(p, system_dirs).map_err(|source| {
+                    OpError::BadPath {
                         index,
                         section: name.clone(),
-                        id: d.id.clone(),
-                        prefix: section.spec.prefix.clone(),
-                    })?;
-                let id = format!("{}-{number}", section.spec.prefix);
-                let entry =
-                    section
-                        .entries
-                        .iter_mut()
-                        .find(|e| e.id == id)
-                        .ok_or(OpError::UnknownId {
-                            index,
-                            section: name,
-                            id: id.clone(),
-                        })?;
-                entry.status = EntryStatus::Deprecated;
-                entry.reason = d
-                    .reason
-                    .as_deref()
-                    .map(str::trim)
-                    .filter(|r| !r.is_empty())
-                    .map(str::to_string);
-                entry.superseded_by = d.superseded_by.as_deref().map(canonical_any);
-                report.deprecated.push(id);
-                Ok(())
+                        id: id.clone(),
+                        source,
+                    }
+                })?)
+            }
+            (None, false) => None,
+        };
+        if !section.spec.paths && text.is_empty() {
+            return Err(OpError::MissingField {
+                index,
+                section: name,
+                id,
+                field: "text",
+            });
+        }
+        let entry = Entry {
+            id: id.clone(),
+            text,
+            path,
+            status: EntryStatus::Active,
+            reason: None,
+            superseded_by: None,
+        };
+        match section.entries.iter_mut().find(|e| e.id == id) {
+            Some(existing) => {
+                *existing = entry;
+                report.updated.push(id);
+            }
+            None => {
+                section.entries.push(entry);
+                report.created.push(id);
             }
         }
+        section.next_number = section.next_number.max(number + 1);
+        Ok(())
+    }
+
+    /// An existing entry marked deprecated, with its reason and successor.
+    fn deprecate(
+        &mut self,
+        index: usize,
+        d: &DeprecateOp,
+        report: &mut ApplyReport,
+    ) -> Result<(), OpError> {
+        let si = self.section_index(index, &d.section)?;
+        let section = &mut self.sections[si];
+        let name = section.spec.name.clone();
+        let number = parse_id(&d.id, &section.spec.prefix).ok_or_else(|| OpError::BadId {
+            index,
+            section: name.clone(),
+            id: d.id.clone(),
+            prefix: section.spec.prefix.clone(),
+        })?;
+        let id = format!("{}-{number}", section.spec.prefix);
+        let entry = section
+            .entries
+            .iter_mut()
+            .find(|e| e.id == id)
+            .ok_or(OpError::UnknownId {
+                index,
+                section: name,
+                id: id.clone(),
+            })?;
+        entry.status = EntryStatus::Deprecated;
+        entry.reason = d
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(str::to_string);
+        entry.superseded_by = d.superseded_by.as_deref().map(canonical_any);
+        report.deprecated.push(id);
+        Ok(())
     }
 
     /// This whiteboard's rules with the entries of `earlier`, a whiteboard an earlier run

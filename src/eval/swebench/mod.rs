@@ -248,178 +248,51 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn instance(&mut self, line: &str, start: usize) -> Option<Instance> {
+        let obj = json_object(self.diags, line, start)?;
+        let mut r = Reader {
+            obj: &obj,
+            line,
+            start,
+            ok: true,
+        };
+        r.known_fields(self.diags);
         let diags = &mut *self.diags;
-        let whole = Span::new(start, start + line.len());
-        let at = |needle: &str| find(line, start, needle).unwrap_or(whole);
-        let value: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                let (message, span) = not_json(&e, line, start);
-                bad(diags, message, span, "here");
-                return None;
-            }
-        };
-        let Value::Object(obj) = value else {
-            bad(
-                diags,
-                "an instance is a JSON object".into(),
-                whole,
-                "not an object",
-            );
-            return None;
-        };
-        let mut ok = true;
-        for key in obj.keys() {
-            if !FIELDS.contains(&key.as_str()) && !IGNORED.contains(&key.as_str()) {
-                let span = at(&format!("\"{key}\""));
-                let hint = did_you_mean(key, FIELDS.iter().copied());
-                diags.push(
-                    Diagnostic::error(
-                        Code::SwebenchBadInstance,
-                        format!("`{key}` is not a field of an instance"),
-                    )
-                    .label(span, "unknown field")
-                    .help(hint.unwrap_or_else(|| INSTANCE_HELP.into())),
-                );
-                ok = false;
-            }
-        }
-        let mut text = |name: &str, required: bool, diags: &mut Diagnostics| -> Option<String> {
-            match obj.get(name) {
-                Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
-                None | Some(Value::Null) if !required => None,
-                Some(Value::String(_)) if !required => None,
-                None => {
-                    bad(
-                        diags,
-                        format!("this instance has no `{name}`"),
-                        whole,
-                        &format!("needs \"{name}\""),
-                    );
-                    ok = false;
-                    None
-                }
-                Some(_) => {
-                    bad(
-                        diags,
-                        format!("`{name}` is a non-empty string"),
-                        at(&format!("\"{name}\"")),
-                        "not a string",
-                    );
-                    ok = false;
-                    None
-                }
-            }
-        };
-        let id = text("instance_id", true, diags);
-        let repo = text("repo", true, diags);
-        let problem_statement = text("problem_statement", true, diags);
-        let own_image = text("image", false, diags);
-        let base_commit = text("base_commit", false, diags);
-        let split = text("split", false, diags);
-        let subset = text("subset", false, diags);
-        let test_patch = text("test_patch", false, diags).unwrap_or_default();
-        let parser_name = text("log_parser", false, diags);
-        let mut lists = |name: &str, diags: &mut Diagnostics| -> Vec<String> {
-            match obj.get(name) {
-                None | Some(Value::Null) => Vec::new(),
-                Some(v) => match list_of_strings(v) {
-                    Some(l) => l,
-                    None => {
-                        bad(
-                            diags,
-                            format!(
-                                "`{name}` is a list of strings, or one written as a JSON string (as SWE-bench publishes it)"
-                            ),
-                            at(&format!("\"{name}\"")),
-                            "not a list of strings",
-                        );
-                        ok = false;
-                        Vec::new()
-                    }
-                },
-            }
-        };
-        let test_commands = lists("test_commands", diags);
-        let fail_to_pass = lists("FAIL_TO_PASS", diags);
-        let pass_to_pass = lists("PASS_TO_PASS", diags);
+        let id = r.text("instance_id", true, diags);
+        let repo = r.text("repo", true, diags);
+        let problem_statement = r.text("problem_statement", true, diags);
+        let own_image = r.text("image", false, diags);
+        let base_commit = r.text("base_commit", false, diags);
+        let split = r.text("split", false, diags);
+        let subset = r.text("subset", false, diags);
+        let test_patch = r.text("test_patch", false, diags).unwrap_or_default();
+        let parser_name = r.text("log_parser", false, diags);
+        let test_commands = r.list("test_commands", diags);
+        let fail_to_pass = r.list("FAIL_TO_PASS", diags);
+        let pass_to_pass = r.list("PASS_TO_PASS", diags);
         let (id, repo, problem_statement) = (id?, repo?, problem_statement?);
         if !self.ids.insert(id.clone()) {
             bad(
                 diags,
                 format!("two instances have the id {id:?}"),
-                at("\"instance_id\""),
+                r.at("\"instance_id\""),
                 "repeated",
             );
             return None;
         }
-        let log_parser =
-            match &parser_name {
-                None => Parser::for_repo(&repo),
-                Some(name) => match Parser::from_name(name) {
-                    Some(p) => p,
-                    None => {
-                        let hint = did_you_mean(name, log_parsers::NAMES.iter().copied());
-                        diags.push(
-                            Diagnostic::error(
-                                Code::SwebenchBadInstance,
-                                format!("`{name}` is not a log parser"),
-                            )
-                            .label(at(&format!("\"{name}\"")), "unknown")
-                            .help(hint.unwrap_or_else(|| {
-                                format!("one of {}", log_parsers::NAMES.join(", "))
-                            })),
-                        );
-                        return None;
-                    }
-                },
-            };
+        let log_parser = r.log_parser(parser_name.as_deref(), &repo, diags)?;
         if fail_to_pass.is_empty() {
             bad(
                 diags,
                 "this instance has no `FAIL_TO_PASS` tests: nothing would tell a fix from no fix"
                     .into(),
-                at("\"FAIL_TO_PASS\""),
+                r.at("\"FAIL_TO_PASS\""),
                 "needs at least one test",
             );
-            ok = false;
+            r.ok = false;
         }
         let image = image_of(own_image.as_deref(), self.image, &id);
-        let repo_path = self.base.join(&repo);
-        let folder = if repo_path.is_dir() {
-            if base_commit.is_some() && !repo_path.join(".git").exists() {
-                bad(
-                    diags,
-                    format!("`base_commit` needs a git repository, and `{repo}` is not one"),
-                    at("\"base_commit\""),
-                    "not a git repository",
-                );
-                return None;
-            }
-            Some(std::fs::canonicalize(&repo_path).unwrap_or(repo_path))
-        } else if image.is_some() {
-            None
-        } else {
-            bad(
-                diags,
-                format!(
-                    "the repository `{repo}` is not a folder ({}), and no image holds it",
-                    repo_path.display()
-                ),
-                at(&format!("\"{repo}\"")),
-                "no such folder",
-            );
-            diags.push(
-                Diagnostic::error(
-                    Code::SwebenchBadInstance,
-                    format!("instance {id:?} has no image to find `{repo}` in at {TESTBED}"),
-                )
-                .label(at(&format!("\"{repo}\"")), "here")
-                .help("give the instance an `image`, or the batch `--image 'swebench/sweb.eval.x86_64.{hub_id}:latest'`"),
-            );
-            return None;
-        };
-        if !ok {
+        let folder = self.repo_folder(&r, &id, &repo, base_commit.is_some(), image.is_some())?;
+        if !r.ok {
             return None;
         }
         Some(Instance {
@@ -438,6 +311,194 @@ impl Ctx<'_> {
             split,
             subset,
         })
+    }
+
+    /// The repository's folder under the base, when it is one (a git repository if the
+    /// instance has a `base_commit`); `Some(None)` when only its image holds it.
+    fn repo_folder(
+        &mut self,
+        r: &Reader<'_>,
+        id: &str,
+        repo: &str,
+        base_commit: bool,
+        image: bool,
+    ) -> Option<Option<PathBuf>> {
+        let diags = &mut *self.diags;
+        let repo_path = self.base.join(repo);
+        if repo_path.is_dir() {
+            if base_commit && !repo_path.join(".git").exists() {
+                bad(
+                    diags,
+                    format!("`base_commit` needs a git repository, and `{repo}` is not one"),
+                    r.at("\"base_commit\""),
+                    "not a git repository",
+                );
+                return None;
+            }
+            return Some(Some(std::fs::canonicalize(&repo_path).unwrap_or(repo_path)));
+        }
+        if image {
+            return Some(None);
+        }
+        bad(
+            diags,
+            format!(
+                "the repository `{repo}` is not a folder ({}), and no image holds it",
+                repo_path.display()
+            ),
+            r.at(&format!("\"{repo}\"")),
+            "no such folder",
+        );
+        diags.push(
+            Diagnostic::error(
+                Code::SwebenchBadInstance,
+                format!("instance {id:?} has no image to find `{repo}` in at {TESTBED}"),
+            )
+            .label(r.at(&format!("\"{repo}\"")), "here")
+            .help("give the instance an `image`, or the batch `--image 'swebench/sweb.eval.x86_64.{hub_id}:latest'`"),
+        );
+        None
+    }
+}
+
+/// A line of the instances file as a JSON object, or `None` (reported).
+fn json_object(
+    diags: &mut Diagnostics,
+    line: &str,
+    start: usize,
+) -> Option<serde_json::Map<String, Value>> {
+    let value: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => {
+            let (message, span) = not_json(&e, line, start);
+            bad(diags, message, span, "here");
+            return None;
+        }
+    };
+    let Value::Object(obj) = value else {
+        bad(
+            diags,
+            "an instance is a JSON object".into(),
+            Span::new(start, start + line.len()),
+            "not an object",
+        );
+        return None;
+    };
+    Some(obj)
+}
+
+/// An instance's fields read from its line, each problem reported at its place; `ok`
+/// turns false at the first one.
+struct Reader<'a> {
+    obj: &'a serde_json::Map<String, Value>,
+    line: &'a str,
+    start: usize,
+    ok: bool,
+}
+
+impl Reader<'_> {
+    fn whole(&self) -> Span {
+        Span::new(self.start, self.start + self.line.len())
+    }
+
+    /// Where `needle` is in the line, or the whole line.
+    fn at(&self, needle: &str) -> Span {
+        find(self.line, self.start, needle).unwrap_or(self.whole())
+    }
+
+    /// Every key is a field of an instance or one SWE-bench has that is ignored.
+    fn known_fields(&mut self, diags: &mut Diagnostics) {
+        for key in self.obj.keys() {
+            if !FIELDS.contains(&key.as_str()) && !IGNORED.contains(&key.as_str()) {
+                let span = self.at(&format!("\"{key}\""));
+                let hint = did_you_mean(key, FIELDS.iter().copied());
+                diags.push(
+                    Diagnostic::error(
+                        Code::SwebenchBadInstance,
+                        format!("`{key}` is not a field of an instance"),
+                    )
+                    .label(span, "unknown field")
+                    .help(hint.unwrap_or_else(|| INSTANCE_HELP.into())),
+                );
+                self.ok = false;
+            }
+        }
+    }
+
+    /// A non-empty string field; an optional one may be absent, null or blank.
+    fn text(&mut self, name: &str, required: bool, diags: &mut Diagnostics) -> Option<String> {
+        match self.obj.get(name) {
+            Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+            None | Some(Value::Null) if !required => None,
+            Some(Value::String(_)) if !required => None,
+            None => {
+                bad(
+                    diags,
+                    format!("this instance has no `{name}`"),
+                    self.whole(),
+                    &format!("needs \"{name}\""),
+                );
+                self.ok = false;
+                None
+            }
+            Some(_) => {
+                bad(
+                    diags,
+                    format!("`{name}` is a non-empty string"),
+                    self.at(&format!("\"{name}\"")),
+                    "not a string",
+                );
+                self.ok = false;
+                None
+            }
+        }
+    }
+
+    /// A list of strings (empty when absent).
+    fn list(&mut self, name: &str, diags: &mut Diagnostics) -> Vec<String> {
+        match self.obj.get(name) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v) => match list_of_strings(v) {
+                Some(l) => l,
+                None => {
+                    bad(
+                        diags,
+                        format!(
+                            "`{name}` is a list of strings, or one written as a JSON string (as SWE-bench publishes it)"
+                        ),
+                        self.at(&format!("\"{name}\"")),
+                        "not a list of strings",
+                    );
+                    self.ok = false;
+                    Vec::new()
+                }
+            },
+        }
+    }
+
+    /// The named log parser, or the repository's.
+    fn log_parser(
+        &self,
+        name: Option<&str>,
+        repo: &str,
+        diags: &mut Diagnostics,
+    ) -> Option<Parser> {
+        let Some(name) = name else {
+            return Some(Parser::for_repo(repo));
+        };
+        if let Some(p) = Parser::from_name(name) {
+            return Some(p);
+        }
+        let hint = did_you_mean(name, log_parsers::NAMES.iter().copied());
+        diags.push(
+            Diagnostic::error(
+                Code::SwebenchBadInstance,
+                format!("`{name}` is not a log parser"),
+            )
+            .label(self.at(&format!("\"{name}\"")), "unknown")
+            .help(hint.unwrap_or_else(|| format!("one of {}", log_parsers::NAMES.join(", ")))),
+        );
+        None
     }
 }
 
@@ -1248,18 +1309,7 @@ impl Swebench {
         let mut done = super::read_jsonl(&out.join(RESULTS_FILE), |r: &InstanceResult| {
             r.instance_id.clone()
         });
-        let workspaces = out.join(WORKSPACES_DIR);
-        let git_dirs = out.join(GIT_DIR);
-        let git_dir_of = |inst: &Instance| git_dirs.join(format!("{}.git", inst.run_id));
-        if let Some(build) = &self.setup.build {
-            for inst in &self.instances {
-                if let Some(image) = &inst.image
-                    && !done.contains_key(&inst.id)
-                {
-                    ensure_image(image, &build.join(&inst.id))?;
-                }
-            }
-        }
+        self.build_images(&done)?;
         // Every container of the batch is labelled with its folder; what a crashed batch of
         // this folder left, and any container whose rondo process is gone, is removed.
         let batch = out.to_string_lossy().into_owned();
@@ -1271,39 +1321,104 @@ impl Swebench {
         }
         let stop = Arc::new(StopFlag::default());
         let watcher = tokio::spawn(watch_signals(stop.clone()));
-        let mut submitted = Vec::new();
-        if let Some(path) = &self.setup.predictions {
-            let preds = read_predictions(path)?;
-            for (index, inst) in self.instances.iter().enumerate() {
-                if done.contains_key(&inst.id) {
-                    continue;
-                }
-                let Some(patch) = preds.get(&inst.id) else {
-                    continue;
-                };
-                if inst.repo.is_some() {
-                    prepare(inst, &workspaces.join(&inst.run_id), &git_dir_of(inst))?;
-                }
-                submitted.push(Submitted {
-                    index,
-                    exit: "prediction".into(),
-                    exit_code: 0,
-                    reason: format!("from {}", path.display()),
-                    patch: patch.clone(),
-                    patch_cut: false,
-                    patch_error: None,
-                    cost_usd: 0.0,
-                    llm_calls: 0,
-                    input_tokens: 0,
-                    output_tokens: 0,
-                    steps: 0,
-                    latency_sec: 0.0,
-                    workspace: None,
-                });
-            }
-        } else {
-            submitted = self.agents(&out, &done, &stop).await?;
+        let submitted = match &self.setup.predictions {
+            Some(path) => self.predicted(path, &out, &done)?,
+            None => self.agents(&out, &done, &stop).await?,
+        };
+        self.evaluate_all(submitted, &out, &stop, &mut done).await?;
+        watcher.abort();
+        if stop.stopped()
+            && let Some(docker) = &docker
+        {
+            let _ = rondo_env::remove_batch(docker, &batch).await;
         }
+        let results: Vec<InstanceResult> = self
+            .instances
+            .iter()
+            .filter_map(|i| done.get(&i.id).cloned())
+            .collect();
+        super::write_jsonl(&out.join(RESULTS_FILE), &results)?;
+        if self.setup.predictions.is_none() {
+            self.write_predictions(&out, &results)?;
+        }
+        let ids: Vec<String> = self.instances.iter().map(|i| i.id.clone()).collect();
+        let summary = Summary::of(&ids, &results);
+        let summary_text = serde_json::to_string_pretty(&summary).unwrap_or_default();
+        rundir::write_atomic(&out.join(REPORT_FILE), summary_text.as_bytes())
+            .map_err(|e| format!("cannot write {REPORT_FILE}: {e}"))?;
+        Ok(Report {
+            unfinished: self.instances.len() - results.len(),
+            results,
+            summary,
+            interrupted: stop.stopped(),
+        })
+    }
+
+    /// With `--build`, each instance left to evaluate has its image built when missing.
+    fn build_images(&self, done: &BTreeMap<String, InstanceResult>) -> Result<(), String> {
+        let Some(build) = &self.setup.build else {
+            return Ok(());
+        };
+        for inst in &self.instances {
+            if let Some(image) = &inst.image
+                && !done.contains_key(&inst.id)
+            {
+                ensure_image(image, &build.join(&inst.id))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `--predictions`: each instance without a result takes its patch from the file (its
+    /// repository prepared when it has one); an instance the file lacks is left out.
+    fn predicted(
+        &self,
+        path: &Path,
+        out: &Path,
+        done: &BTreeMap<String, InstanceResult>,
+    ) -> Result<Vec<Submitted>, String> {
+        let workspaces = out.join(WORKSPACES_DIR);
+        let preds = read_predictions(path)?;
+        let mut submitted = Vec::new();
+        for (index, inst) in self.instances.iter().enumerate() {
+            if done.contains_key(&inst.id) {
+                continue;
+            }
+            let Some(patch) = preds.get(&inst.id) else {
+                continue;
+            };
+            if inst.repo.is_some() {
+                prepare(inst, &workspaces.join(&inst.run_id), &git_dir_of(out, inst))?;
+            }
+            submitted.push(Submitted {
+                index,
+                exit: "prediction".into(),
+                exit_code: 0,
+                reason: format!("from {}", path.display()),
+                patch: patch.clone(),
+                patch_cut: false,
+                patch_error: None,
+                cost_usd: 0.0,
+                llm_calls: 0,
+                input_tokens: 0,
+                output_tokens: 0,
+                steps: 0,
+                latency_sec: 0.0,
+                workspace: None,
+            });
+        }
+        Ok(submitted)
+    }
+
+    /// Evaluates each submitted patch, `concurrency` at a time until `stop`; each result
+    /// is appended to the results file as it comes and put in `done`.
+    async fn evaluate_all(
+        &self,
+        submitted: Vec<Submitted>,
+        out: &Path,
+        stop: &Arc<StopFlag>,
+        done: &mut BTreeMap<String, InstanceResult>,
+    ) -> Result<(), String> {
         let site = test_site(&self.workflow);
         let limit = Duration::from_secs(self.setup.eval_timeout_sec.max(1));
         let permits = Arc::new(tokio::sync::Semaphore::new(self.setup.concurrency.max(1)));
@@ -1313,7 +1428,7 @@ impl Swebench {
         for sub in submitted {
             let inst = &self.instances[sub.index];
             let dir = out.join(EVAL_DIR).join(&inst.run_id);
-            let target = self.target(inst, &site, &git_dir_of(inst));
+            let target = self.target(inst, &site, &git_dir_of(out, inst));
             let (permits, stop, tx) = (permits.clone(), stop.clone(), tx.clone());
             tasks.spawn(async move {
                 let Ok(_permit) = permits.acquire_owned().await else {
@@ -1322,36 +1437,9 @@ impl Swebench {
                 if stop.stopped() {
                     return;
                 }
-                let outcome = match &target {
-                    Ok(target) => {
-                        let run = harness::evaluate(target, sub.patch.as_deref(), &dir, limit);
-                        tokio::select! {
-                            o = run => o,
-                            () = stop.wait() => {
-                                // Dropping the evaluation drops its container; make sure.
-                                if let Ok(docker) = rondo_env::connect().await {
-                                    let _ = rondo_env::remove_run(&docker, &format!("{}-eval", target.run_id)).await;
-                                }
-                                return;
-                            }
-                        }
-                    }
-                    Err(e) => Outcome {
-                        report: harness::not_evaluated(sub.patch.as_deref()).unwrap_or(
-                            InstanceReport {
-                                patch_exists: true,
-                                ..Default::default()
-                            },
-                        ),
-                        error: Some(e.clone()),
-                        note: None,
-                        timed_out: false,
-                        test_exit_code: None,
-                        eval_sec: 0.0,
-                        dir: dir.clone(),
-                    },
-                };
-                let _ = tx.send(result_line(sub, outcome));
+                if let Some(outcome) = evaluate_one(&target, &sub, dir, limit, &stop).await {
+                    let _ = tx.send(result_line(sub, outcome));
+                }
             });
         }
         drop(tx);
@@ -1378,18 +1466,11 @@ impl Swebench {
             done.insert(line.instance_id.clone(), line);
         }
         while tasks.join_next().await.is_some() {}
-        watcher.abort();
-        if stop.stopped()
-            && let Some(docker) = &docker
-        {
-            let _ = rondo_env::remove_batch(docker, &batch).await;
-        }
-        let results: Vec<InstanceResult> = self
-            .instances
-            .iter()
-            .filter_map(|i| done.get(&i.id).cloned())
-            .collect();
-        super::write_jsonl(&out.join(RESULTS_FILE), &results)?;
+        Ok(())
+    }
+
+    /// `preds.json` in SWE-bench's form: one `model_patch` (null for none) per instance.
+    fn write_predictions(&self, out: &Path, results: &[InstanceResult]) -> Result<(), String> {
         let model = self
             .setup
             .model
@@ -1414,22 +1495,9 @@ impl Swebench {
                 )
             })
             .collect();
-        if self.setup.predictions.is_none() {
-            let preds_text = serde_json::to_string_pretty(&preds).unwrap_or_default();
-            rundir::write_atomic(&out.join(PREDS_FILE), preds_text.as_bytes())
-                .map_err(|e| format!("cannot write {PREDS_FILE}: {e}"))?;
-        }
-        let ids: Vec<String> = self.instances.iter().map(|i| i.id.clone()).collect();
-        let summary = Summary::of(&ids, &results);
-        let summary_text = serde_json::to_string_pretty(&summary).unwrap_or_default();
-        rundir::write_atomic(&out.join(REPORT_FILE), summary_text.as_bytes())
-            .map_err(|e| format!("cannot write {REPORT_FILE}: {e}"))?;
-        Ok(Report {
-            unfinished: self.instances.len() - results.len(),
-            results,
-            summary,
-            interrupted: stop.stopped(),
-        })
+        let preds_text = serde_json::to_string_pretty(&preds).unwrap_or_default();
+        rundir::write_atomic(&out.join(PREDS_FILE), preds_text.as_bytes())
+            .map_err(|e| format!("cannot write {PREDS_FILE}: {e}"))
     }
 
     /// The agent's part: a workspace each, the runs, then each finished run's patch.
@@ -1523,6 +1591,49 @@ impl Swebench {
             });
         }
         Ok(submitted)
+    }
+}
+
+/// The bare git folder of an instance's repository in the batch's folder.
+fn git_dir_of(out: &Path, inst: &Instance) -> PathBuf {
+    out.join(GIT_DIR).join(format!("{}.git", inst.run_id))
+}
+
+/// One patch evaluated in its target, or the outcome of a target that could not be made;
+/// `None` when `stop` came first (the evaluation's container then removed).
+async fn evaluate_one(
+    target: &Result<Target, String>,
+    sub: &Submitted,
+    dir: PathBuf,
+    limit: Duration,
+    stop: &StopFlag,
+) -> Option<Outcome> {
+    match target {
+        Ok(target) => {
+            let run = harness::evaluate(target, sub.patch.as_deref(), &dir, limit);
+            tokio::select! {
+                o = run => Some(o),
+                () = stop.wait() => {
+                    // Dropping the evaluation drops its container; make sure.
+                    if let Ok(docker) = rondo_env::connect().await {
+                        let _ = rondo_env::remove_run(&docker, &format!("{}-eval", target.run_id)).await;
+                    }
+                    None
+                }
+            }
+        }
+        Err(e) => Some(Outcome {
+            report: harness::not_evaluated(sub.patch.as_deref()).unwrap_or(InstanceReport {
+                patch_exists: true,
+                ..Default::default()
+            }),
+            error: Some(e.clone()),
+            note: None,
+            timed_out: false,
+            test_exit_code: None,
+            eval_sec: 0.0,
+            dir,
+        }),
     }
 }
 

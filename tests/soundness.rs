@@ -373,7 +373,12 @@ fn run_cases(first_seed: u64, cases: u64, features: Features) -> Tally {
                     if i >= cases {
                         break;
                     }
-                    run_case(first_seed.wrapping_add(i), features, root.path(), &mut tally);
+                    run_case(
+                        first_seed.wrapping_add(i),
+                        features,
+                        root.path(),
+                        &mut tally,
+                    );
                     let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                     if n % 1000 == 0 {
                         println!("soundness: {n} cases done");

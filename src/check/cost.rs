@@ -668,6 +668,10 @@ struct Val {
     /// Part of a whiteboard, code context or history view, whose integers are counts and
     /// line numbers (at most 20 digits), not any whole number.
     counts: bool,
+    /// Parsed from at most this many bytes of a tool's output: the value and each of its
+    /// parts render to at most [`NUMBER_TEXT_FACTOR`] times that (a number written short
+    /// prints every digit; any other byte renders to at most 4), whatever its type.
+    parsed_from: Option<u64>,
 }
 
 impl Val {
@@ -681,6 +685,7 @@ impl Val {
             len: None,
             depth: None,
             counts: false,
+            parsed_from: None,
         }
     }
 
@@ -692,6 +697,7 @@ impl Val {
             len: None,
             depth: None,
             counts: false,
+            parsed_from: None,
         }
     }
 
@@ -703,6 +709,7 @@ impl Val {
             len: None,
             depth: None,
             counts: false,
+            parsed_from: None,
         }
     }
 
@@ -714,6 +721,7 @@ impl Val {
             len: max_opt(a.len, b.len),
             depth: max_opt(a.depth, b.depth),
             counts: a.counts && b.counts,
+            parsed_from: max_opt(a.parsed_from, b.parsed_from),
         }
     }
 
@@ -722,10 +730,34 @@ impl Val {
         let mut v = Val::of(ty, self.json);
         v.depth = self.depth;
         v.counts = self.counts;
+        v.parsed_from = self.parsed_from;
+        v.cap_parsed();
         if self.counts && matches!(v.ty.strip_optional(), Type::Int) {
             v.text = Some(INT_TEXT);
         }
         v
+    }
+
+    /// One item of this list (or value of this map): its own type's bound when it has one,
+    /// else the whole's JSON less the brackets around it (a list may hold a single item).
+    fn element(&self) -> Val {
+        let inner = Val {
+            json: self.json.map(|j| j.saturating_sub(2)),
+            ..self.clone()
+        };
+        inner.part(element(&self.ty))
+    }
+
+    /// Its text cut to what the bytes it was parsed from render to (a `min`: counted).
+    fn cap_parsed(&mut self) {
+        if let Some(cap) = self
+            .parsed_from
+            .map(|n| n.saturating_mul(NUMBER_TEXT_FACTOR))
+            && self.text.is_none_or(|t| t > cap)
+        {
+            capped_once();
+            self.text = Some(cap);
+        }
     }
 
     /// How many items a loop over it makes.
@@ -1074,6 +1106,7 @@ impl<'a> Walker<'a> {
         if item.counts && matches!(item.ty.strip_optional(), Type::Int) {
             item.text = Some(INT_TEXT);
         }
+        item.cap_parsed();
         frame.insert(l.value.clone(), item);
         if let Some(k) = &l.key {
             frame.insert(k.clone(), Val::of(Type::String, json));
@@ -1228,7 +1261,7 @@ impl<'a> Walker<'a> {
                 }
             },
             "json_encode" | "to_json" => json_encode(&v, f),
-            "first" | "last" | "nth" | "get" => v.part(element(&v.ty)),
+            "first" | "last" | "nth" | "get" => v.element(),
             "sort" | "unique" | "reverse" | "slice" | "filter" => v,
             "map" | "group_by" => Val::of(Type::Any, v.json.map(|j| j.saturating_mul(2))),
             "concat" => {
@@ -1236,10 +1269,7 @@ impl<'a> Walker<'a> {
                 let json = add_opt(v.json, with.and_then(|w| w.json));
                 Val::of(v.ty.clone(), json)
             }
-            "split" => Val::of(
-                Type::list(Type::String),
-                v.text.map(|t| t.saturating_mul(9).saturating_add(5)),
-            ),
+            "split" => split(&v, f),
             "join" => Val::text(join(&v, lit_str(f, "sep").unwrap_or(0))),
             "default" => match f.args.get("value") {
                 Some(d) => {
@@ -1677,6 +1707,20 @@ fn json_encode(v: &Val, f: &FunctionCall) -> Val {
     Val::text(json)
 }
 
+/// `split(pat=...)`: a text of t bytes is cut into at most t / |pat| + 1 pieces (t + 2 for an
+/// empty pattern: every character and the two ends), each written as JSON at most 6 times
+/// its bytes, with its quotes and a comma.
+fn split(v: &Val, f: &FunctionCall) -> Val {
+    let mut out = Val::of(
+        Type::list(Type::String),
+        v.text.map(|t| t.saturating_mul(9).saturating_add(7)),
+    );
+    if let (Some(t), Some(pat)) = (v.text, lit_str(f, "pat")) {
+        out.len = Some(t / pat.max(1) + 2);
+    }
+    out
+}
+
 /// `join(sep=...)`: every item's text and a separator after each, at most.
 fn join(v: &Val, sep: u64) -> Option<u64> {
     let items = v.items();
@@ -1751,11 +1795,15 @@ fn tool_field(
             len: None,
             depth: None,
             counts: false,
+            parsed_from: None,
         },
         // Parsed from the kept bytes: a number written short may take 4.5 times its text
         // (`1e15`), a `�` stays 3 bytes.
         "data" | "warnings" | "error" | "status" => {
-            Val::of(ty, Some(kept.saturating_mul(5).saturating_add(text)))
+            let mut v = Val::of(ty, Some(kept.saturating_mul(5).saturating_add(text)));
+            v.parsed_from = Some(kept);
+            v.cap_parsed();
+            v
         }
         "tool_name" => Val::fixed(Type::String, 256),
         "log" => Val::fixed(Type::optional(Type::String), 4096),

@@ -380,7 +380,7 @@ fn run_cases(first_seed: u64, cases: u64, features: Features) -> Tally {
                         &mut tally,
                     );
                     let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                    if n % 1000 == 0 {
+                    if n.is_multiple_of(1000) {
                         println!("soundness: {n} cases done");
                     }
                 }

@@ -735,3 +735,193 @@ exit failed { code = 1 }
         "no refusal recorded"
     );
 }
+
+#[test]
+fn last_of_a_list_is_bounded_by_its_item_not_by_the_whole_list() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+  limits {
+    max_bytes = { xs = 100, ns = "1KB" }
+  }
+}
+memory {
+  xs: list[string] = []
+  ns: list[int] = []
+}
+role a: llm {
+  prompt = "a.tera"
+  reads = [xs, ns]
+  max_visits = 3
+  output text
+  update { xs.append(output) }
+}
+start -> a
+a -> a when len(memory.xs) < 2
+a -> done
+exit done
+"#;
+    let template = "{% if memory.xs | length > 0 %}{{ memory.xs | last }}{% endif %}\n{% if memory.ns | length > 0 %}{{ memory.ns | last }}{% endif %}\n";
+    let path = project(
+        tmp.path(),
+        source,
+        &[("a.tera", template)],
+        "replies:\n  a: \"abc\"\n",
+    );
+    let report = cost::analyse(load(&path).workflow());
+    assert!(report.unbounded.is_empty(), "{:?}", report.unbounded);
+    let a = report.role("a").unwrap().clone();
+    // A string item holds the list's 100 bytes of JSON less its brackets; an `int` item
+    // prints at most 350 characters however long the list (not 62 × 1,024).
+    assert_eq!(a.max_prompt_bytes, 98 + 1 + 350 + 1);
+    let (out, dir) = run(&path, "r");
+    assert_success(&out);
+    let prompts = prompts_to(&events(&dir), "a");
+    assert_eq!(prompts.len(), 2);
+    assert!(prompts[1].starts_with("abc\n"), "{}", prompts[1]);
+    for p in prompts {
+        assert!(p.len() as u64 <= a.max_prompt_bytes, "{} bytes", p.len());
+    }
+}
+
+/// What a tool role parsed from its output (`data`) is typed `any`: a number written short
+/// prints every digit (`1e308`, 5 bytes, 309 characters), so its text is bounded by 62 times
+/// the bytes it was parsed from, the kept output, not 62 times a bound on its JSON.
+#[test]
+fn a_value_parsed_from_a_tool_output_renders_at_most_62_times_the_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+role t: tool {
+  command = ["sh", "-c", "printf '{\"diff\": 1e308}'"]
+  max_output = "1KB"
+}
+role a: llm {
+  prompt = "a.tera"
+  output text
+}
+start -> t
+t -> a
+a -> done
+exit done
+"#;
+    let path = project(
+        tmp.path(),
+        source,
+        &[("a.tera", "d: {{ t.data.diff | default(value=\"\") }}\n")],
+        "replies:\n  a: ok\n",
+    );
+    let report = cost::analyse(load(&path).workflow());
+    assert!(report.unbounded.is_empty(), "{:?}", report.unbounded);
+    let a = report.role("a").unwrap().clone();
+    assert_eq!(a.max_prompt_bytes, 4 + 62 * (1024 + 512));
+    let (out, dir) = run(&path, "r");
+    assert_success(&out);
+    let prompts = prompts_to(&events(&dir), "a");
+    assert_eq!(prompts.len(), 1);
+    // The number printed whole: 309 digits from 5 bytes of output.
+    assert!(
+        prompts[0].contains(&format!("1{}", "0".repeat(308))),
+        "{}",
+        prompts[0]
+    );
+    assert!(prompts[0].len() as u64 <= a.max_prompt_bytes);
+}
+
+/// Issue 27 §4: an `any` value without a declared bound is named, where it is declared and
+/// where it is rendered, with the bound to add; never a number made up for it.
+#[test]
+fn an_any_value_without_a_bound_is_named_with_the_bound_to_add() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+}
+memory { notes: map[any] = {} }
+role a: llm {
+  prompt = "a.tera"
+  reads = [notes]
+  output text
+}
+start -> a
+a -> done
+exit done
+"#;
+    let path = project(
+        tmp.path(),
+        source,
+        &[(
+            "a.tera",
+            "{% for k, v in memory.notes %}{{ k }}: {{ v }}\n{% endfor %}",
+        )],
+        "replies:\n  a: ok\n",
+    );
+    let report = cost::analyse(load(&path).workflow());
+    let a = report.role("a").unwrap();
+    assert!(a.prompt_capped);
+    let d = report
+        .unbounded
+        .iter()
+        .find(|d| d.message.contains("memory `notes` has no size bound"))
+        .unwrap_or_else(|| panic!("{:?}", report.unbounded));
+    assert!(
+        d.help
+            .as_deref()
+            .unwrap()
+            .contains("max_bytes = { notes: \"64KB\" }"),
+        "{d:?}"
+    );
+    let ext = d.external.as_ref().unwrap();
+    assert_eq!(&ext.text[ext.span.start..ext.span.end], "notes");
+    // `check --cost` prints it and no figure for the prompt but the engine's cap.
+    let out = rondo(&["check", "--cost", "--offline", path.to_str().unwrap()]);
+    assert_success(&out);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(text.contains("memory `notes` has no size bound"), "{text}");
+}
+
+/// `split` cuts a text of t bytes into at most t / |pat| + 1 pieces: a loop over its lines
+/// counts that many passes, not one per 3 bytes of the pieces' JSON.
+#[test]
+fn a_loop_over_split_lines_counts_at_most_one_pass_per_separator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = r#"workflow w {
+  prompts = "prompts"
+  script = "script.yaml"
+  input q: string = ""
+  limits {
+    max_bytes = { q = 12 }
+  }
+}
+role a: llm {
+  prompt = "a.tera"
+  output text
+}
+start -> a
+a -> done
+exit done
+"#;
+    let path = project(
+        tmp.path(),
+        source,
+        &[(
+            "a.tera",
+            "{% for line in input.q | split(pat=\",\") %}{{ loop.index }}\n{% endfor %}",
+        )],
+        "replies:\n  a: ok\n",
+    );
+    let report = cost::analyse(load(&path).workflow());
+    assert!(report.unbounded.is_empty(), "{:?}", report.unbounded);
+    let a = report.role("a").unwrap().clone();
+    // 12 bytes of JSON: at most 12 / 1 + 2 pieces, each a count (21 characters) and "\n".
+    assert_eq!(a.max_prompt_bytes, 14 * 22);
+    let (out, dir) = run_with(&path, "r", &["-i", "q=,,,,,,,,,,"]);
+    assert_success(&out);
+    let prompts = prompts_to(&events(&dir), "a");
+    assert_eq!(prompts.len(), 1);
+    assert_eq!(prompts[0].lines().count(), 11, "{}", prompts[0]);
+    assert!(prompts[0].len() as u64 <= a.max_prompt_bytes);
+}

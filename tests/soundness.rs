@@ -334,57 +334,103 @@ fn env_u64(name: &str) -> Option<u64> {
     }
 }
 
+/// Cases run on this many threads at once (`RONDO_SOUNDNESS_THREADS`): a case spends most
+/// of its time waiting for its records to reach the disk, so runs overlap well.
+fn threads() -> u64 {
+    env_u64("RONDO_SOUNDNESS_THREADS").unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        4 * cores as u64
+    })
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.generated += other.generated;
+        self.accepted += other.accepted;
+        for (k, v) in other.rejected_by {
+            *self.rejected_by.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in other.exits {
+            *self.exits.entry(k).or_insert(0) += v;
+        }
+        self.failures.extend(other.failures);
+    }
+}
+
+/// Cases `first_seed..first_seed + cases`, each thread taking the next seed not yet taken;
+/// failures are reported in seed order, whatever thread found them.
 fn run_cases(first_seed: u64, cases: u64, features: Features) -> Tally {
     let root = tempfile::tempdir().unwrap();
-    let mut tally = Tally::default();
-    for i in 0..cases {
-        let seed = first_seed.wrapping_add(i);
-        let case = generator::generate(seed, features);
-        tally.generated += 1;
-        let dir = root.path().join(format!("{seed:x}"));
-        match judge(&case, &dir) {
-            Verdict::Rejected(codes, text) => {
-                if std::env::var_os("RONDO_SOUNDNESS_VERBOSE").is_some() {
-                    println!("seed {seed:#x} rejected:\n{text}\n{}", case.source);
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let total = std::sync::Mutex::new(Tally::default());
+    std::thread::scope(|s| {
+        for _ in 0..threads().clamp(1, cases.max(1)) {
+            s.spawn(|| {
+                let mut tally = Tally::default();
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= cases {
+                        break;
+                    }
+                    run_case(
+                        first_seed.wrapping_add(i),
+                        features,
+                        root.path(),
+                        &mut tally,
+                    );
+                    let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if n.is_multiple_of(1000) {
+                        println!("soundness: {n} cases done");
+                    }
                 }
-                for c in codes {
-                    *tally.rejected_by.entry(c).or_insert(0) += 1;
-                }
+                total.lock().unwrap().add(tally);
+            });
+        }
+    });
+    let mut tally = total.into_inner().unwrap();
+    tally.failures.sort();
+    tally.failures.truncate(20);
+    tally
+}
+
+fn run_case(seed: u64, features: Features, root: &Path, tally: &mut Tally) {
+    let case = generator::generate(seed, features);
+    tally.generated += 1;
+    let dir = root.join(format!("{seed:x}"));
+    match judge(&case, &dir) {
+        Verdict::Rejected(codes, text) => {
+            if std::env::var_os("RONDO_SOUNDNESS_VERBOSE").is_some() {
+                println!("seed {seed:#x} rejected:\n{text}\n{}", case.source);
             }
-            Verdict::Ran(exit) => {
-                tally.accepted += 1;
-                *tally.exits.entry(exit).or_insert(0) += 1;
-            }
-            Verdict::Failed(why) => {
-                tally.accepted += 1;
-                *tally.exits.entry("FAILED".into()).or_insert(0) += 1;
-                if tally.failures.len() < 20 {
-                    tally.failures.push(format!(
-                        "seed {seed:#x}: {why}\n  reproduce: RONDO_SOUNDNESS_SEED={seed:#x} RONDO_SOUNDNESS_CASES=1 cargo test --test soundness -- --nocapture\n--- workflow ---\n{}",
-                        case.source
-                    ));
-                }
-                // Kept for inspection when asked.
-                if std::env::var_os("RONDO_SOUNDNESS_KEEP").is_some() {
-                    let keep = Path::new(env!("CARGO_TARGET_TMPDIR"))
-                        .join("soundness")
-                        .join(format!("{seed:x}"));
-                    let _ = std::fs::remove_dir_all(&keep);
-                    let _ = copy_dir(&dir, &keep);
-                }
+            for c in codes {
+                *tally.rejected_by.entry(c).or_insert(0) += 1;
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
-        if (i + 1) % 1000 == 0 {
-            println!(
-                "soundness: {} cases, {} accepted, runs by exit: {:?}",
-                i + 1,
-                tally.accepted,
-                tally.exits
-            );
+        Verdict::Ran(exit) => {
+            tally.accepted += 1;
+            *tally.exits.entry(exit).or_insert(0) += 1;
+        }
+        Verdict::Failed(why) => {
+            tally.accepted += 1;
+            *tally.exits.entry("FAILED".into()).or_insert(0) += 1;
+            if tally.failures.len() < 20 {
+                tally.failures.push(format!(
+                    "seed {seed:#x}: {why}\n  reproduce: RONDO_SOUNDNESS_SEED={seed:#x} RONDO_SOUNDNESS_CASES=1 cargo test --test soundness -- --nocapture\n--- workflow ---\n{}",
+                    case.source
+                ));
+            }
+            // Kept for inspection when asked.
+            if std::env::var_os("RONDO_SOUNDNESS_KEEP").is_some() {
+                let keep = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                    .join("soundness")
+                    .join(format!("{seed:x}"));
+                let _ = std::fs::remove_dir_all(&keep);
+                let _ = copy_dir(&dir, &keep);
+            }
         }
     }
-    tally
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -409,10 +455,13 @@ fn every_checked_workflow_runs_to_an_exit_whatever_the_model_answers() {
         Ok(text) => Features::parse(&text).unwrap(),
         Err(_) => DEFAULT_FEATURES,
     };
+    let started = std::time::Instant::now();
     let tally = run_cases(seed, cases, features);
     println!(
-        "soundness: features {features:?}, seeds {seed:#x}..{:#x}",
-        seed.wrapping_add(cases)
+        "soundness: features {features:?}, seeds {seed:#x}..{:#x}, {} threads, {:.0} s",
+        seed.wrapping_add(cases),
+        threads(),
+        started.elapsed().as_secs_f64()
     );
     println!(
         "soundness: {} workflows generated, {} accepted by check, runs by exit: {:?}",

@@ -199,14 +199,6 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
         max_cost_declared: Some(0.0),
         ..CostReport::default()
     };
-    let mut seen: Vec<(Code, String)> = Vec::new();
-    let mut push = |report: &mut CostReport, d: Diagnostic| {
-        let key = (d.code, d.message.clone());
-        if !seen.contains(&key) {
-            seen.push(key);
-            report.unbounded.push(d);
-        }
-    };
     for (index, role) in workflow.roles() {
         if let Some(MaxVisits::Input(id)) = role.max_visits
             && let Some(input) = workflow.inputs.get(id)
@@ -217,225 +209,323 @@ pub fn analyse(workflow: &Workflow) -> CostReport {
         let RoleKind::Llm(llm) = &role.kind else {
             continue;
         };
-        let name = workflow.node(index).name.clone();
         let visits = bounds.get(&index).copied().flatten();
-        if visits.is_none() {
-            push(
-                &mut report,
-                Diagnostic::warning(
-                    Code::CostUnbounded,
-                    format!("the visits of `{name}` have no bound, nor has what it costs"),
-                )
-                .label(
-                    workflow.node(index).span,
-                    "visited an unbounded number of times",
-                )
-                .help("bound the route that reaches it (`max N`) or the list a map goes over"),
-            );
-        }
-        let attempts = llm.retries.saturating_add(1);
-        let mut walker = Walker::new(workflow, &prompts, index);
-        let mut prompt_bytes: u64 = 0;
-        let mut capped = false;
-        let mut messages: u64 = 0;
-        for template in llm.system.iter().chain(llm.prompt.iter()) {
-            let file = template.to_string_lossy().replace('\\', "/");
-            messages += 1;
-            let bound = walker.template(&file, 0).text;
-            let cap = MAX_RENDERED as u64;
-            let bytes = match bound {
-                Some(b) if b <= cap => b,
-                _ => {
-                    capped = true;
-                    cap
-                }
-            };
-            prompt_bytes = prompt_bytes.saturating_add(bytes);
-        }
-        for d in walker.found.drain(..) {
-            push(&mut report, d);
-        }
-        if let Some(id) = llm.conversation
-            && let Some(MemoryKind::Conversation {
-                max_messages,
-                max_bytes,
-            }) = workflow.memory.get(id).map(|m| &m.kind)
-        {
-            messages = messages.saturating_add(*max_messages);
-            prompt_bytes = prompt_bytes
-                .saturating_add(*max_bytes)
-                .saturating_add(max_messages.saturating_mul(CONVERSATION_MESSAGE_EXTRA));
-        }
-        if llm.mode.native() {
-            for &t in &llm.tools {
-                if let Some(tool) = workflow.tools.get(t) {
-                    let schema = tool.input_schema().map_or(40, |s| s.to_string().len());
-                    prompt_bytes = prompt_bytes.saturating_add(
-                        (tool.name().len() + tool.spec.usage.len() + schema) as u64,
-                    );
-                }
-            }
-        }
-        if let OutputFormat::Json { ty } = &llm.output {
-            prompt_bytes = prompt_bytes.saturating_add(ty.json_schema().to_string().len() as u64);
-        }
-        let input_per_try = prompt_bytes
-            .saturating_add(messages.saturating_mul(TOKENS_PER_MESSAGE))
-            .saturating_add(TOKENS_PER_CALL);
-        // Under `provider_env` a role of the default profile may call any profile.
-        let firsts: Vec<usize> = if llm.default_provider && workflow.default_provider_env.is_some()
-        {
-            (0..workflow.providers.len()).collect()
-        } else {
-            vec![llm.provider]
-        };
-        let mut per_attempt_in: u64 = 0;
-        let mut per_attempt_out: Option<u64> = Some(0);
-        let mut per_attempt_cost: Option<f64> = Some(0.0);
-        let mut per_attempt_declared: Option<f64> = Some(0.0);
-        let mut out_per_try: Option<u64> = Some(0);
-        let mut names: Vec<String> = Vec::new();
-        for first in firsts {
-            let chain = super::chain(workflow, first);
-            let mut tin: u64 = 0;
-            let mut tout: Option<u64> = Some(0);
-            let mut money: Option<f64> = Some(0.0);
-            let mut at_declared: Option<f64> = Some(0.0);
-            for &id in &chain {
-                let p = &workflow.providers[id];
-                let profile = &p.profile;
-                if !names.contains(&profile.name) {
-                    names.push(profile.name.clone());
-                }
-                let tries = u64::from(profile.retry.max_attempts.max(1));
-                let scripted = profile.kind == rondo_provider::ProviderKind::Scripted;
-                let out = match (scripted, profile.max_tokens) {
-                    (true, _) => None,
-                    (false, Some(m)) => Some(u64::from(m)),
-                    (false, None) => None,
-                };
-                out_per_try = max_opt(out_per_try, out);
-                tin = tin.saturating_add(tries.saturating_mul(input_per_try));
-                tout = mul_opt(add_opt(tout, out.map(|o| o.saturating_mul(tries))), Some(1));
-                let price = profile.price().unwrap_or_default();
-                if profile.priced_by_table() {
-                    let shown = format!("`{}` ({})", profile.name, profile.model);
-                    if !report.estimated_prices.contains(&shown) {
-                        report.estimated_prices.push(shown);
-                    }
-                }
-                if profile.priced_by_table() && profile.model_env.is_some() {
-                    money = None;
-                    push(
-                        &mut report,
-                        Diagnostic::warning(
-                            Code::CostUnbounded,
-                            format!(
-                                "the model of provider `{}`, and so its default price, is read from the environment when a run starts",
-                                profile.name
-                            ),
-                        )
-                        .label(p.span, "`model_env` may name another model")
-                        .help("write `price { ... }` to have the cost bounded whatever the model"),
-                    );
-                    continue;
-                }
-                if profile.price_env.is_some() {
-                    money = None;
-                    push(
-                        &mut report,
-                        Diagnostic::warning(
-                            Code::CostUnbounded,
-                            format!(
-                                "the prices of provider `{}` are read from the environment when a run starts",
-                                profile.name
-                            ),
-                        )
-                        .label(p.span, "`price_env` sets them")
-                        .help("a price known only at run time proves nothing: write `price { ... }` without `price_env` to have the cost bounded (the table gives the bound at the prices the file declares)"),
-                    );
-                }
-                let input_cost = tin_cost(tries, input_per_try, price.input_per_1k);
-                let output_cost = match out {
-                    Some(o) => Some(tin_cost(tries, o, price.output_per_1k)),
-                    None if price.output_per_1k == 0.0 => Some(0.0),
-                    None => None,
-                };
-                if out.is_none() && !scripted {
-                    push(
-                        &mut report,
-                        Diagnostic::warning(
-                            Code::CostUnbounded,
-                            format!(
-                                "provider `{}` has no `max_tokens`: its replies have no length bound",
-                                profile.name
-                            ),
-                        )
-                        .label(p.span, "no `max_tokens`")
-                        .help(format!(
-                            "add `max_tokens = 4000` (or the most a reply may need) to provider `{}`",
-                            profile.name
-                        )),
-                    );
-                }
-                let both = |acc: Option<f64>| match (acc, output_cost) {
-                    (Some(m), Some(o)) => Some(m + input_cost + o),
-                    _ => None,
-                };
-                at_declared = both(at_declared);
-                money = if profile.price_env.is_some() {
-                    None
-                } else {
-                    both(money)
-                };
-            }
-            per_attempt_in = per_attempt_in.max(tin);
-            per_attempt_out = max_opt(per_attempt_out, tout);
-            per_attempt_cost = match (per_attempt_cost, money) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                _ => None,
-            };
-            per_attempt_declared = match (per_attempt_declared, at_declared) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                _ => None,
-            };
-        }
-        let calls = visits.map(|v| v.saturating_mul(attempts));
-        let input_tokens = calls.map(|c| c.saturating_mul(per_attempt_in));
-        let output_tokens = mul_opt(calls, per_attempt_out);
-        let priced = |per: Option<f64>| match (calls, per) {
-            (_, Some(c)) if c <= 0.0 => Some(0.0),
-            (Some(n), Some(c)) => Some(n as f64 * c),
-            _ => None,
-        };
-        let max_cost = priced(per_attempt_cost);
-        let max_cost_declared = priced(per_attempt_declared);
-        report.max_cost_declared = match (report.max_cost_declared, max_cost_declared) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-        report.input_tokens = add_opt(report.input_tokens, input_tokens);
-        report.output_tokens = add_opt(report.output_tokens, output_tokens);
-        report.max_cost = match (report.max_cost, max_cost) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-        report.roles.push(RoleCost {
-            role: name,
-            visits,
-            attempts,
-            profiles: names,
-            max_prompt_bytes: prompt_bytes,
-            prompt_capped: capped,
-            input_tokens_per_attempt: input_per_try,
-            output_tokens_per_attempt: out_per_try,
-            input_tokens,
-            output_tokens,
-            max_cost,
-            max_cost_declared,
-        });
+        let role = role_cost(workflow, &prompts, index, llm, visits, &mut report);
+        report.add(role);
     }
     report
+}
+
+impl CostReport {
+    /// Records why a figure is missing or capped, once per reason.
+    fn note(&mut self, d: Diagnostic) {
+        if !self
+            .unbounded
+            .iter()
+            .any(|u| u.code == d.code && u.message == d.message)
+        {
+            self.unbounded.push(d);
+        }
+    }
+
+    /// Adds a role's figures to the run's.
+    fn add(&mut self, role: RoleCost) {
+        self.max_cost_declared = match (self.max_cost_declared, role.max_cost_declared) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        self.input_tokens = add_opt(self.input_tokens, role.input_tokens);
+        self.output_tokens = add_opt(self.output_tokens, role.output_tokens);
+        self.max_cost = match (self.max_cost, role.max_cost) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        self.roles.push(role);
+    }
+}
+
+/// One llm role: its request's size, what an attempt spends on its profiles, times its calls.
+fn role_cost(
+    workflow: &Workflow,
+    prompts: &Prompts,
+    index: NodeIndex,
+    llm: &crate::compile::LlmRole,
+    visits: Option<u64>,
+    report: &mut CostReport,
+) -> RoleCost {
+    let name = workflow.node(index).name.clone();
+    if visits.is_none() {
+        report.note(
+            Diagnostic::warning(
+                Code::CostUnbounded,
+                format!("the visits of `{name}` have no bound, nor has what it costs"),
+            )
+            .label(
+                workflow.node(index).span,
+                "visited an unbounded number of times",
+            )
+            .help("bound the route that reaches it (`max N`) or the list a map goes over"),
+        );
+    }
+    let attempts = llm.retries.saturating_add(1);
+    let request = request_size(workflow, prompts, index, llm, report);
+    let input_per_try = request
+        .bytes
+        .saturating_add(request.messages.saturating_mul(TOKENS_PER_MESSAGE))
+        .saturating_add(TOKENS_PER_CALL);
+    let attempt = attempt_cost(workflow, llm, input_per_try, report);
+    let calls = visits.map(|v| v.saturating_mul(attempts));
+    let priced = |per: Option<f64>| match (calls, per) {
+        (_, Some(c)) if c <= 0.0 => Some(0.0),
+        (Some(n), Some(c)) => Some(n as f64 * c),
+        _ => None,
+    };
+    RoleCost {
+        role: name,
+        visits,
+        attempts,
+        profiles: attempt.profiles,
+        max_prompt_bytes: request.bytes,
+        prompt_capped: request.capped,
+        input_tokens_per_attempt: input_per_try,
+        output_tokens_per_attempt: attempt.out_per_try,
+        input_tokens: calls.map(|c| c.saturating_mul(attempt.input)),
+        output_tokens: mul_opt(calls, attempt.output),
+        max_cost: priced(attempt.cost),
+        max_cost_declared: priced(attempt.declared),
+    }
+}
+
+/// The largest request of a role: its bytes and messages.
+struct Request {
+    bytes: u64,
+    /// Some rendered value has no bound: the template's cap stands in for it.
+    capped: bool,
+    messages: u64,
+}
+
+/// Prompts (each at most the engine's cap), conversation, native tool definitions, schema.
+fn request_size(
+    workflow: &Workflow,
+    prompts: &Prompts,
+    index: NodeIndex,
+    llm: &crate::compile::LlmRole,
+    report: &mut CostReport,
+) -> Request {
+    let mut walker = Walker::new(workflow, prompts, index);
+    let mut r = Request {
+        bytes: 0,
+        capped: false,
+        messages: 0,
+    };
+    for template in llm.system.iter().chain(llm.prompt.iter()) {
+        let file = template.to_string_lossy().replace('\\', "/");
+        r.messages += 1;
+        let bound = walker.template(&file, 0).text;
+        let cap = MAX_RENDERED as u64;
+        let bytes = match bound {
+            Some(b) if b <= cap => b,
+            _ => {
+                r.capped = true;
+                cap
+            }
+        };
+        r.bytes = r.bytes.saturating_add(bytes);
+    }
+    for d in walker.found.drain(..) {
+        report.note(d);
+    }
+    if let Some(id) = llm.conversation
+        && let Some(MemoryKind::Conversation {
+            max_messages,
+            max_bytes,
+        }) = workflow.memory.get(id).map(|m| &m.kind)
+    {
+        r.messages = r.messages.saturating_add(*max_messages);
+        r.bytes = r
+            .bytes
+            .saturating_add(*max_bytes)
+            .saturating_add(max_messages.saturating_mul(CONVERSATION_MESSAGE_EXTRA));
+    }
+    if llm.mode.native() {
+        for &t in &llm.tools {
+            if let Some(tool) = workflow.tools.get(t) {
+                let schema = tool.input_schema().map_or(40, |s| s.to_string().len());
+                r.bytes = r
+                    .bytes
+                    .saturating_add((tool.name().len() + tool.spec.usage.len() + schema) as u64);
+            }
+        }
+    }
+    if let OutputFormat::Json { ty } = &llm.output {
+        r.bytes = r
+            .bytes
+            .saturating_add(ty.json_schema().to_string().len() as u64);
+    }
+    r
+}
+
+/// What one attempt can spend: the worst of the chains it may start on.
+struct Attempt {
+    input: u64,
+    output: Option<u64>,
+    cost: Option<f64>,
+    /// `cost` at the prices the file declares (see [`RoleCost::max_cost_declared`]).
+    declared: Option<f64>,
+    /// The most one try may reply.
+    out_per_try: Option<u64>,
+    profiles: Vec<String>,
+}
+
+fn attempt_cost(
+    workflow: &Workflow,
+    llm: &crate::compile::LlmRole,
+    input_per_try: u64,
+    report: &mut CostReport,
+) -> Attempt {
+    // Under `provider_env` a role of the default profile may call any profile.
+    let firsts: Vec<usize> = if llm.default_provider && workflow.default_provider_env.is_some() {
+        (0..workflow.providers.len()).collect()
+    } else {
+        vec![llm.provider]
+    };
+    let mut a = Attempt {
+        input: 0,
+        output: Some(0),
+        cost: Some(0.0),
+        declared: Some(0.0),
+        out_per_try: Some(0),
+        profiles: Vec::new(),
+    };
+    for first in firsts {
+        let mut chain = Chain {
+            input: 0,
+            output: Some(0),
+            money: Some(0.0),
+            at_declared: Some(0.0),
+        };
+        for id in super::chain(workflow, first) {
+            chain.add_profile(workflow, id, input_per_try, &mut a, report);
+        }
+        a.input = a.input.max(chain.input);
+        a.output = max_opt(a.output, chain.output);
+        a.cost = max_f64(a.cost, chain.money);
+        a.declared = max_f64(a.declared, chain.at_declared);
+    }
+    a
+}
+
+fn max_f64(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a?.max(b?))
+}
+
+/// What one attempt spends along one fallback chain.
+struct Chain {
+    input: u64,
+    output: Option<u64>,
+    money: Option<f64>,
+    at_declared: Option<f64>,
+}
+
+impl Chain {
+    /// Profile `id` of the chain, tried up to its `retry.max_attempts` times.
+    fn add_profile(
+        &mut self,
+        workflow: &Workflow,
+        id: usize,
+        input_per_try: u64,
+        attempt: &mut Attempt,
+        report: &mut CostReport,
+    ) {
+        let p = &workflow.providers[id];
+        let profile = &p.profile;
+        if !attempt.profiles.contains(&profile.name) {
+            attempt.profiles.push(profile.name.clone());
+        }
+        let tries = u64::from(profile.retry.max_attempts.max(1));
+        let scripted = profile.kind == rondo_provider::ProviderKind::Scripted;
+        let out = match (scripted, profile.max_tokens) {
+            (true, _) => None,
+            (false, Some(m)) => Some(u64::from(m)),
+            (false, None) => None,
+        };
+        attempt.out_per_try = max_opt(attempt.out_per_try, out);
+        self.input = self
+            .input
+            .saturating_add(tries.saturating_mul(input_per_try));
+        self.output = mul_opt(
+            add_opt(self.output, out.map(|o| o.saturating_mul(tries))),
+            Some(1),
+        );
+        let price = profile.price().unwrap_or_default();
+        if profile.priced_by_table() {
+            let shown = format!("`{}` ({})", profile.name, profile.model);
+            if !report.estimated_prices.contains(&shown) {
+                report.estimated_prices.push(shown);
+            }
+        }
+        if profile.priced_by_table() && profile.model_env.is_some() {
+            self.money = None;
+            report.note(
+                Diagnostic::warning(
+                    Code::CostUnbounded,
+                    format!(
+                        "the model of provider `{}`, and so its default price, is read from the environment when a run starts",
+                        profile.name
+                    ),
+                )
+                .label(p.span, "`model_env` may name another model")
+                .help("write `price { ... }` to have the cost bounded whatever the model"),
+            );
+            return;
+        }
+        if profile.price_env.is_some() {
+            self.money = None;
+            report.note(
+                Diagnostic::warning(
+                    Code::CostUnbounded,
+                    format!(
+                        "the prices of provider `{}` are read from the environment when a run starts",
+                        profile.name
+                    ),
+                )
+                .label(p.span, "`price_env` sets them")
+                .help("a price known only at run time proves nothing: write `price { ... }` without `price_env` to have the cost bounded (the table gives the bound at the prices the file declares)"),
+            );
+        }
+        let input_cost = tin_cost(tries, input_per_try, price.input_per_1k);
+        let output_cost = match out {
+            Some(o) => Some(tin_cost(tries, o, price.output_per_1k)),
+            None if price.output_per_1k == 0.0 => Some(0.0),
+            None => None,
+        };
+        if out.is_none() && !scripted {
+            report.note(
+                Diagnostic::warning(
+                    Code::CostUnbounded,
+                    format!(
+                        "provider `{}` has no `max_tokens`: its replies have no length bound",
+                        profile.name
+                    ),
+                )
+                .label(p.span, "no `max_tokens`")
+                .help(format!(
+                    "add `max_tokens = 4000` (or the most a reply may need) to provider `{}`",
+                    profile.name
+                )),
+            );
+        }
+        let both = |acc: Option<f64>| match (acc, output_cost) {
+            (Some(m), Some(o)) => Some(m + input_cost + o),
+            _ => None,
+        };
+        self.at_declared = both(self.at_declared);
+        self.money = if profile.price_env.is_some() {
+            None
+        } else {
+            both(self.money)
+        };
+    }
 }
 
 fn tin_cost(tries: u64, tokens: u64, per_1k: f64) -> f64 {
@@ -452,6 +542,25 @@ fn mul_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     Some(a?.max(b?))
+}
+
+/// A loop of `n` items over a list of `s` bytes, its body measured with an item of 0, `s`
+/// and `2s` bytes (`b0`, `b1`, `b2`). With no `min` bound in the body (`convex`) it is convex
+/// in its item's size (sums, products and maxima of non-decreasing affine parts, a nested
+/// loop's count), so items of sizes x₁..xₙ (Σ ≤ s) cost at most f(s) + (n − 1)·f(0); an
+/// affine body is the case the three points show. Otherwise every item may be the whole list.
+fn loop_total(n: u64, body: (Option<u64>, Option<u64>, Option<u64>), convex: bool) -> Option<u64> {
+    match body {
+        (Some(b0), Some(b1), Some(b2))
+            if b1 >= b0
+                && b2 < u64::MAX
+                && (b2.checked_sub(b1) == Some(b1 - b0)
+                    || (convex && b2.checked_sub(b1).is_some_and(|d| d >= b1 - b0))) =>
+        {
+            Some(n.saturating_mul(b0).saturating_add(b1 - b0))
+        }
+        (_, b1, _) => mul_opt(Some(n), b1),
+    }
 }
 
 /// The check pass: with `budget` in the header, the proven worst case must be within it.
@@ -559,6 +668,10 @@ struct Val {
     /// Part of a whiteboard, code context or history view, whose integers are counts and
     /// line numbers (at most 20 digits), not any whole number.
     counts: bool,
+    /// Parsed from at most this many bytes of a tool's output: the value and each of its
+    /// parts render to at most [`NUMBER_TEXT_FACTOR`] times that (a number written short
+    /// prints every digit; any other byte renders to at most 4), whatever its type.
+    parsed_from: Option<u64>,
 }
 
 impl Val {
@@ -572,6 +685,7 @@ impl Val {
             len: None,
             depth: None,
             counts: false,
+            parsed_from: None,
         }
     }
 
@@ -583,6 +697,7 @@ impl Val {
             len: None,
             depth: None,
             counts: false,
+            parsed_from: None,
         }
     }
 
@@ -594,6 +709,7 @@ impl Val {
             len: None,
             depth: None,
             counts: false,
+            parsed_from: None,
         }
     }
 
@@ -605,6 +721,7 @@ impl Val {
             len: max_opt(a.len, b.len),
             depth: max_opt(a.depth, b.depth),
             counts: a.counts && b.counts,
+            parsed_from: max_opt(a.parsed_from, b.parsed_from),
         }
     }
 
@@ -613,10 +730,34 @@ impl Val {
         let mut v = Val::of(ty, self.json);
         v.depth = self.depth;
         v.counts = self.counts;
+        v.parsed_from = self.parsed_from;
+        v.cap_parsed();
         if self.counts && matches!(v.ty.strip_optional(), Type::Int) {
             v.text = Some(INT_TEXT);
         }
         v
+    }
+
+    /// One item of this list (or value of this map): its own type's bound when it has one,
+    /// else the whole's JSON less the brackets around it (a list may hold a single item).
+    fn element(&self) -> Val {
+        let inner = Val {
+            json: self.json.map(|j| j.saturating_sub(2)),
+            ..self.clone()
+        };
+        inner.part(element(&self.ty))
+    }
+
+    /// Its text cut to what the bytes it was parsed from render to (a `min`: counted).
+    fn cap_parsed(&mut self) {
+        if let Some(cap) = self
+            .parsed_from
+            .map(|n| n.saturating_mul(NUMBER_TEXT_FACTOR))
+            && self.text.is_none_or(|t| t > cap)
+        {
+            capped_once();
+            self.text = Some(cap);
+        }
     }
 
     /// How many items a loop over it makes.
@@ -824,51 +965,8 @@ impl<'a> Walker<'a> {
             | Node::Continue(_)
             | Node::MacroDefinition(..)
             | Node::ImportMacro(..) => Some(0),
-            Node::VariableBlock(_, e) => {
-                let before = self.found.len();
-                let text = self.expr(e).text;
-                // Whatever has no bound says so: here, if nothing it reads did.
-                if text.is_none() && self.found.len() == before {
-                    let what = match &e.val {
-                        ExprVal::Ident(id) => id.clone(),
-                        _ => "this value".to_string(),
-                    };
-                    self.unbounded(
-                        &what,
-                        format!("what `{what}` renders has no bound"),
-                        "render a bounded value, or cut it with `truncate(length=N)`".into(),
-                    );
-                }
-                text
-            }
-            Node::Set(_, set) => {
-                let mut v = self.expr(&set.value);
-                // A global set inside a loop may grow with each pass.
-                if set.global && self.frames.len() > 1 {
-                    v = Val::of(v.ty, None);
-                    v.text = None;
-                    self.unbounded(
-                        &set.key,
-                        "set_global inside a loop may grow with each pass".into(),
-                        "build the text from a bounded list instead".into(),
-                    );
-                }
-                let frame = if set.global {
-                    self.frames.first_mut()
-                } else {
-                    self.frames.last_mut()
-                };
-                // Joined with what it held: a `set` in one branch of an `if` outlives the
-                // branch, and an over-estimate stays sound.
-                if let Some(f) = frame {
-                    let v = match f.remove(&set.key) {
-                        Some(old) => Val::join(old, v),
-                        None => v,
-                    };
-                    f.insert(set.key.clone(), v);
-                }
-                Some(0)
-            }
+            Node::VariableBlock(_, e) => self.variable_block(e),
+            Node::Set(_, set) => self.set(set),
             Node::Include(_, names, _) => {
                 let mut out: Option<u64> = Some(0);
                 for n in names {
@@ -892,85 +990,7 @@ impl<'a> Walker<'a> {
                 }
                 out
             }
-            Node::Forloop(_, l, _) => {
-                let over = self.expr(&l.container);
-                let items = if matches!(over.ty.strip_optional(), Type::String) {
-                    over.text
-                } else {
-                    over.items()
-                };
-                let item_ty = element(&over.ty);
-                let body_at = |w: &mut Self, json: Option<u64>| {
-                    let mut frame = HashMap::new();
-                    let mut item = over.part(item_ty.clone());
-                    item = Val {
-                        json: min_opt(json, Val::of(item_ty.clone(), json).json),
-                        text: Val::of(item_ty.clone(), json).text,
-                        ..item
-                    };
-                    if item.counts && matches!(item.ty.strip_optional(), Type::Int) {
-                        item.text = Some(INT_TEXT);
-                    }
-                    frame.insert(l.value.clone(), item);
-                    if let Some(k) = &l.key {
-                        frame.insert(k.clone(), Val::of(Type::String, json));
-                    }
-                    let lp = Type::object(vec![
-                        ("index", Type::Int),
-                        ("index0", Type::Int),
-                        ("first", Type::Bool),
-                        ("last", Type::Bool),
-                    ]);
-                    frame.insert("loop".into(), Val::of(lp, None));
-                    w.frames.push(frame);
-                    let b = w.nodes(&l.body, depth + 1);
-                    w.frames.pop();
-                    b
-                };
-                let empty = match &l.empty_body {
-                    Some(body) => self.nodes(body, depth + 1),
-                    None => Some(0),
-                };
-                let whole = over.json;
-                let body = match (items, whole) {
-                    (Some(n), Some(s)) => {
-                        // Items share the list's bytes: a body that grows with its item by
-                        // the same amount per byte costs its fixed part per item plus that
-                        // rate times the list's size.
-                        let s2 = s.max(1).saturating_mul(2);
-                        let s = s2 / 2;
-                        let caps = CAPS.with(std::cell::Cell::get);
-                        let b0 = body_at(self, Some(0));
-                        let b1 = body_at(self, Some(s));
-                        let b2 = body_at(self, Some(s2));
-                        // No `min` bound in the body: it is convex in its item's size (sums,
-                        // products and maxima of non-decreasing affine parts, a nested loop's
-                        // count), so items of sizes x₁..xₙ (Σ ≤ s) cost at most
-                        // f(s) + (n − 1)·f(0); an affine body is the case the three points show.
-                        let convex = CAPS.with(std::cell::Cell::get) == caps;
-                        match (b0, b1, b2) {
-                            (Some(b0), Some(b1), Some(b2))
-                                if b1 >= b0
-                                    && b2 < u64::MAX
-                                    && (b2.checked_sub(b1) == Some(b1 - b0)
-                                        || (convex
-                                            && b2
-                                                .checked_sub(b1)
-                                                .is_some_and(|d| d >= b1 - b0))) =>
-                            {
-                                Some(n.saturating_mul(b0).saturating_add(b1 - b0))
-                            }
-                            (_, b1, _) => mul_opt(Some(n), b1),
-                        }
-                    }
-                    (Some(n), None) => mul_opt(Some(n), body_at(self, None)),
-                    (None, _) => {
-                        body_at(self, whole);
-                        None
-                    }
-                };
-                max_opt(body, empty)
-            }
+            Node::Forloop(_, l, _) => self.for_loop(l, depth),
             Node::Extends(..) | Node::Super => {
                 self.unbounded(
                     "extends",
@@ -980,6 +1000,128 @@ impl<'a> Walker<'a> {
                 None
             }
         }
+    }
+
+    /// `{{ e }}`: what it renders, and a warning when that has no bound.
+    fn variable_block(&mut self, e: &Expr) -> Option<u64> {
+        let before = self.found.len();
+        let text = self.expr(e).text;
+        // Whatever has no bound says so: here, if nothing it reads did.
+        if text.is_none() && self.found.len() == before {
+            let what = match &e.val {
+                ExprVal::Ident(id) => id.clone(),
+                _ => "this value".to_string(),
+            };
+            self.unbounded(
+                &what,
+                format!("what `{what}` renders has no bound"),
+                "render a bounded value, or cut it with `truncate(length=N)`".into(),
+            );
+        }
+        text
+    }
+
+    /// `{% set %}`: renders nothing; the name holds the value's bound from here on.
+    fn set(&mut self, set: &tera::ast::Set) -> Option<u64> {
+        let mut v = self.expr(&set.value);
+        // A global set inside a loop may grow with each pass.
+        if set.global && self.frames.len() > 1 {
+            v = Val::of(v.ty, None);
+            v.text = None;
+            self.unbounded(
+                &set.key,
+                "set_global inside a loop may grow with each pass".into(),
+                "build the text from a bounded list instead".into(),
+            );
+        }
+        let frame = if set.global {
+            self.frames.first_mut()
+        } else {
+            self.frames.last_mut()
+        };
+        // Joined with what it held: a `set` in one branch of an `if` outlives the
+        // branch, and an over-estimate stays sound.
+        if let Some(f) = frame {
+            let v = match f.remove(&set.key) {
+                Some(old) => Val::join(old, v),
+                None => v,
+            };
+            f.insert(set.key.clone(), v);
+        }
+        Some(0)
+    }
+
+    /// `{% for %}`: its body per item (items share the list's bytes), or its `else`.
+    fn for_loop(&mut self, l: &tera::ast::Forloop, depth: usize) -> Option<u64> {
+        let over = self.expr(&l.container);
+        let items = if matches!(over.ty.strip_optional(), Type::String) {
+            over.text
+        } else {
+            over.items()
+        };
+        let empty = match &l.empty_body {
+            Some(body) => self.nodes(body, depth + 1),
+            None => Some(0),
+        };
+        let whole = over.json;
+        let body = match (items, whole) {
+            (Some(n), Some(s)) => {
+                // Items share the list's bytes: a body that grows with its item by the same
+                // amount per byte costs its fixed part per item plus that rate times the
+                // list's size.
+                let s2 = s.max(1).saturating_mul(2);
+                let s = s2 / 2;
+                let caps = CAPS.with(std::cell::Cell::get);
+                let b0 = self.loop_body(l, &over, Some(0), depth);
+                let b1 = self.loop_body(l, &over, Some(s), depth);
+                let b2 = self.loop_body(l, &over, Some(s2), depth);
+                let convex = CAPS.with(std::cell::Cell::get) == caps;
+                loop_total(n, (b0, b1, b2), convex)
+            }
+            (Some(n), None) => mul_opt(Some(n), self.loop_body(l, &over, None, depth)),
+            (None, _) => {
+                self.loop_body(l, &over, whole, depth);
+                None
+            }
+        };
+        max_opt(body, empty)
+    }
+
+    /// The loop's body once, its item's JSON at most `json` bytes.
+    fn loop_body(
+        &mut self,
+        l: &tera::ast::Forloop,
+        over: &Val,
+        json: Option<u64>,
+        depth: usize,
+    ) -> Option<u64> {
+        let item_ty = element(&over.ty);
+        let mut frame = HashMap::new();
+        let mut item = over.part(item_ty.clone());
+        item = Val {
+            json: min_opt(json, Val::of(item_ty.clone(), json).json),
+            text: Val::of(item_ty.clone(), json).text,
+            ..item
+        };
+        if item.counts && matches!(item.ty.strip_optional(), Type::Int) {
+            item.text = Some(INT_TEXT);
+        }
+        item.cap_parsed();
+        frame.insert(l.value.clone(), item);
+        if let Some(k) = &l.key {
+            frame.insert(k.clone(), Val::of(Type::String, json));
+        }
+        let lp = Type::object(vec![
+            ("index", Type::Int),
+            ("index0", Type::Int),
+            ("first", Type::Bool),
+            ("last", Type::Bool),
+        ]);
+        frame.insert("loop".into(), Val::of(lp, None));
+        self.frames.push(frame);
+        let b = self.nodes(&l.body, depth + 1);
+        self.frames.pop();
+        b
     }
 
     fn expr(&mut self, e: &Expr) -> Val {
@@ -1100,44 +1242,15 @@ impl<'a> Walker<'a> {
         if json_bound(&v.ty).is_some() {
             capped_once();
         }
-        let lit_u64 = |name: &str| match f.args.get(name).map(|e| &e.val) {
-            Some(ExprVal::Int(n)) => u64::try_from(*n).ok(),
-            _ => None,
-        };
-        let lit_str = |name: &str| match f.args.get(name).map(|e| &e.val) {
-            Some(ExprVal::String(s)) => Some(s.len() as u64),
-            _ => None,
-        };
-        let t = v.text;
-        let scale = |k: u64| t.map(|t| t.saturating_mul(k));
+        if let Some(out) = text_filter(&v, f) {
+            return out;
+        }
         match f.name.as_str() {
-            "safe" | "as_str" | "trim" | "trim_start" | "trim_end" | "trim_start_matches"
-            | "trim_end_matches" | "striptags" | "spaceless" => Val::text(t),
-            // Case mapping may triple a character's bytes (`ΐ` → `Ϊ́`).
-            "upper" | "lower" | "capitalize" | "title" => Val::text(scale(3)),
-            "escape" | "escape_xml" => Val::text(scale(6)),
-            "addslashes" => Val::text(scale(2)),
-            "linebreaksbr" => Val::text(scale(5)),
-            "length" | "wordcount" | "int" => Val::fixed(Type::Int, INT_TEXT),
-            "float" | "abs" | "round" => Val::fixed(Type::Float, FLOAT_TEXT),
-            "pluralize" => Val::text(Some(lit_str("plural").unwrap_or(1).max(8))),
-            "truncate" => match lit_u64("length") {
-                Some(n) => {
-                    if t.is_none_or(|t| t > n * 4) {
-                        capped_once();
-                    }
-                    Val::text(min_opt(t.map(|t| t + 3), Some(n * 4 + 3)))
-                }
-                None => Val::text(t.map(|t| t + 3)),
-            },
-            "pad" => Val::text(add_opt(
-                max_opt(t, v.json),
-                Some(lit_u64("width").unwrap_or(MAX_PAD_WIDTH as u64)),
-            )),
-            "replace" => match (lit_str("from"), lit_str("to")) {
-                (Some(from), Some(to)) if from > 0 => {
-                    Val::text(t.map(|t| t.saturating_add((t / from).saturating_mul(to))))
-                }
+            "replace" => match (lit_str(f, "from"), lit_str(f, "to")) {
+                (Some(from), Some(to)) if from > 0 => Val::text(
+                    v.text
+                        .map(|t| t.saturating_add((t / from).saturating_mul(to))),
+                ),
                 _ => {
                     self.unbounded(
                         "replace",
@@ -1147,29 +1260,8 @@ impl<'a> Walker<'a> {
                     Val::text(None)
                 }
             },
-            "indent" => {
-                let width = lit_u64("width").unwrap_or(4);
-                Val::text(t.map(|t| t.saturating_add((t + 1).saturating_mul(width))))
-            }
-            "json_encode" | "to_json" => {
-                let pretty = f.name == "to_json"
-                    || matches!(
-                        f.args.get("pretty").map(|e| &e.val),
-                        Some(ExprVal::Bool(true))
-                    );
-                // Pretty: a line per value, indented two spaces a level; a value nests
-                // at most one level per two bytes of its JSON.
-                let json = if pretty {
-                    v.json.map(|j| {
-                        let d = min_opt(depth(&v.ty), v.depth).unwrap_or(j / 2 + 1);
-                        j.saturating_mul(d.saturating_mul(2).saturating_add(3))
-                    })
-                } else {
-                    v.json
-                };
-                Val::text(json)
-            }
-            "first" | "last" | "nth" | "get" => v.part(element(&v.ty)),
+            "json_encode" | "to_json" => json_encode(&v, f),
+            "first" | "last" | "nth" | "get" => v.element(),
             "sort" | "unique" | "reverse" | "slice" | "filter" => v,
             "map" | "group_by" => Val::of(Type::Any, v.json.map(|j| j.saturating_mul(2))),
             "concat" => {
@@ -1177,40 +1269,8 @@ impl<'a> Walker<'a> {
                 let json = add_opt(v.json, with.and_then(|w| w.json));
                 Val::of(v.ty.clone(), json)
             }
-            "split" => Val::of(
-                Type::list(Type::String),
-                t.map(|t| t.saturating_mul(9).saturating_add(5)),
-            ),
-            "join" => {
-                let sep = lit_str("sep").unwrap_or(0);
-                let items = v.items();
-                let each = v.part(element(&v.ty)).text;
-                let text = match (v.json, items) {
-                    (Some(s), Some(n)) => {
-                        let per_byte = render_factor(&element(&v.ty))
-                            .max(render_bound(&element(&v.ty), Some(1)).unwrap_or(1));
-                        Some(s.saturating_mul(per_byte).saturating_add(n.saturating_mul(
-                            sep + if has_float(&element(&v.ty)) {
-                                FLOAT_TEXT
-                            } else {
-                                0
-                            },
-                        )))
-                        .map(|x| match each {
-                            Some(e) => {
-                                let y = n.saturating_mul(e + sep);
-                                if y < x {
-                                    capped_once();
-                                }
-                                x.min(y)
-                            }
-                            None => x,
-                        })
-                    }
-                    _ => None,
-                };
-                Val::text(text)
-            }
+            "split" => split(&v, f),
+            "join" => Val::text(join(&v, lit_str(f, "sep").unwrap_or(0))),
             "default" => match f.args.get("value") {
                 Some(d) => {
                     let d = self.expr(d);
@@ -1576,6 +1636,120 @@ impl Val {
     }
 }
 
+/// A filter's argument written as a whole number.
+fn lit_u64(f: &FunctionCall, name: &str) -> Option<u64> {
+    match f.args.get(name).map(|e| &e.val) {
+        Some(ExprVal::Int(n)) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+/// The length of a filter's argument written as a string.
+fn lit_str(f: &FunctionCall, name: &str) -> Option<u64> {
+    match f.args.get(name).map(|e| &e.val) {
+        Some(ExprVal::String(s)) => Some(s.len() as u64),
+        _ => None,
+    }
+}
+
+/// The filters whose result is text (or a number) bounded by the text they are given.
+fn text_filter(v: &Val, f: &FunctionCall) -> Option<Val> {
+    let t = v.text;
+    let scale = |k: u64| t.map(|t| t.saturating_mul(k));
+    Some(match f.name.as_str() {
+        "safe" | "as_str" | "trim" | "trim_start" | "trim_end" | "trim_start_matches"
+        | "trim_end_matches" | "striptags" | "spaceless" => Val::text(t),
+        // Case mapping may triple a character's bytes (`ΐ` → `Ϊ́`).
+        "upper" | "lower" | "capitalize" | "title" => Val::text(scale(3)),
+        "escape" | "escape_xml" => Val::text(scale(6)),
+        "addslashes" => Val::text(scale(2)),
+        "linebreaksbr" => Val::text(scale(5)),
+        "length" | "wordcount" | "int" => Val::fixed(Type::Int, INT_TEXT),
+        "float" | "abs" | "round" => Val::fixed(Type::Float, FLOAT_TEXT),
+        "pluralize" => Val::text(Some(lit_str(f, "plural").unwrap_or(1).max(8))),
+        "truncate" => match lit_u64(f, "length") {
+            Some(n) => {
+                if t.is_none_or(|t| t > n * 4) {
+                    capped_once();
+                }
+                Val::text(min_opt(t.map(|t| t + 3), Some(n * 4 + 3)))
+            }
+            None => Val::text(t.map(|t| t + 3)),
+        },
+        "pad" => Val::text(add_opt(
+            max_opt(t, v.json),
+            Some(lit_u64(f, "width").unwrap_or(MAX_PAD_WIDTH as u64)),
+        )),
+        "indent" => {
+            let width = lit_u64(f, "width").unwrap_or(4);
+            Val::text(t.map(|t| t.saturating_add((t + 1).saturating_mul(width))))
+        }
+        _ => return None,
+    })
+}
+
+/// `json_encode` / `to_json`: the value's JSON; pretty, a line per value, indented two
+/// spaces a level (a value nests at most one level per two bytes of its JSON).
+fn json_encode(v: &Val, f: &FunctionCall) -> Val {
+    let pretty = f.name == "to_json"
+        || matches!(
+            f.args.get("pretty").map(|e| &e.val),
+            Some(ExprVal::Bool(true))
+        );
+    let json = if pretty {
+        v.json.map(|j| {
+            let d = min_opt(depth(&v.ty), v.depth).unwrap_or(j / 2 + 1);
+            j.saturating_mul(d.saturating_mul(2).saturating_add(3))
+        })
+    } else {
+        v.json
+    };
+    Val::text(json)
+}
+
+/// `split(pat=...)`: a text of t bytes is cut into at most t / |pat| + 1 pieces (t + 2 for an
+/// empty pattern: every character and the two ends), each written as JSON at most 6 times
+/// its bytes, with its quotes and a comma.
+fn split(v: &Val, f: &FunctionCall) -> Val {
+    let mut out = Val::of(
+        Type::list(Type::String),
+        v.text.map(|t| t.saturating_mul(9).saturating_add(7)),
+    );
+    if let (Some(t), Some(pat)) = (v.text, lit_str(f, "pat")) {
+        out.len = Some(t / pat.max(1) + 2);
+    }
+    out
+}
+
+/// `join(sep=...)`: every item's text and a separator after each, at most.
+fn join(v: &Val, sep: u64) -> Option<u64> {
+    let items = v.items();
+    let each = v.part(element(&v.ty)).text;
+    let (Some(s), Some(n)) = (v.json, items) else {
+        return None;
+    };
+    let per_byte =
+        render_factor(&element(&v.ty)).max(render_bound(&element(&v.ty), Some(1)).unwrap_or(1));
+    let numbers = if has_float(&element(&v.ty)) {
+        FLOAT_TEXT
+    } else {
+        0
+    };
+    let x = s
+        .saturating_mul(per_byte)
+        .saturating_add(n.saturating_mul(sep + numbers));
+    Some(match each {
+        Some(e) => {
+            let y = n.saturating_mul(e + sep);
+            if y < x {
+                capped_once();
+            }
+            x.min(y)
+        }
+        None => x,
+    })
+}
+
 /// Bytes a tool's captured stream holds besides its kept head and tail: the cut's marker
 /// line, a timeout's note, the verdict line of `show`.
 const TOOL_STREAM_EXTRA: u64 = 512;
@@ -1621,11 +1795,15 @@ fn tool_field(
             len: None,
             depth: None,
             counts: false,
+            parsed_from: None,
         },
         // Parsed from the kept bytes: a number written short may take 4.5 times its text
         // (`1e15`), a `�` stays 3 bytes.
         "data" | "warnings" | "error" | "status" => {
-            Val::of(ty, Some(kept.saturating_mul(5).saturating_add(text)))
+            let mut v = Val::of(ty, Some(kept.saturating_mul(5).saturating_add(text)));
+            v.parsed_from = Some(kept);
+            v.cap_parsed();
+            v
         }
         "tool_name" => Val::fixed(Type::String, 256),
         "log" => Val::fixed(Type::optional(Type::String), 4096),

@@ -7,6 +7,9 @@
 #   - the sandboxes ran on at least two nodes;
 #   - the results equal the single-machine run's (timing fields aside);
 #   - in the eval, a case whose sandbox was lost went on from its checkpoint in a new one.
+#   - at each batch's end, the nodes keep no stale Rondo tool image (the clean-up policy,
+#     RONDO_SWARM_KEEP_IMAGES=1: images planted before are removed, but for the newest
+#     unused one and one a container uses).
 # Figures (wall times, the loss) go to $SWARM_FIGURES when set.
 
 swarm_batch_rondo() {
@@ -214,10 +217,57 @@ swarm_batch_check() {
   echo "swarm-batch: $kind: $n results equal to the single machine's; sandboxes per node:$used" >&2
 }
 
+# Stale tool images on every node, as earlier batches leave them (label rondo.tools_hash,
+# built a second apart, oldest first): stale1, stale2, stale-used (a container of the node
+# uses it), stale3.
+swarm_batch_images_plant() {
+  local name i
+  for name in stale1 stale2 stale-used stale3; do
+    for ((i = 1; i <= SWARM_NODES; i++)); do
+      tar -cf - -T /dev/null |
+        swarm_docker "$i" import -c "LABEL rondo.tools_hash=$name" - "rondo-tools:$name" >/dev/null
+    done
+    sleep 1.1
+  done
+  for ((i = 1; i <= SWARM_NODES; i++)); do
+    swarm_docker "$i" create --name rondo-stale-user rondo-tools:stale-used /none >/dev/null
+  done
+}
+
+# After a batch, on every node that answers: stale1 and stale2 gone; stale3 (the newest
+# unused, RONDO_SWARM_KEEP_IMAGES=1) and stale-used (in use) kept; any other tool image
+# is one the batch pulled from the registry.
+swarm_batch_images_check() {
+  local kind=$1 i tags checked=0 tag
+  for ((i = 1; i <= SWARM_NODES; i++)); do
+    swarm_docker "$i" info >/dev/null 2>&1 || continue
+    checked=$((checked + 1))
+    tags=$(swarm_docker "$i" images --filter label=rondo.tools_hash --format '{{.Repository}}:{{.Tag}}')
+    for tag in rondo-tools:stale1 rondo-tools:stale2; do
+      ! grep -qx "$tag" <<<"$tags" || swarm_batch_fail "$kind: node $i still has $tag: ${tags//$'\n'/ }"
+    done
+    for tag in rondo-tools:stale3 rondo-tools:stale-used; do
+      grep -qx "$tag" <<<"$tags" || swarm_batch_fail "$kind: node $i lost $tag, which it keeps: ${tags//$'\n'/ }"
+    done
+    while read -r tag; do
+      case $tag in
+      "" | rondo-tools:stale3 | rondo-tools:stale-used | "$SWARM_REGISTRY"/*) ;;
+      *) swarm_batch_fail "$kind: node $i has the stale tool image $tag" ;;
+      esac
+    done <<<"$tags"
+    echo "swarm-batch: $kind: node $i's tool images after the batch: ${tags//$'\n'/ }" >&2
+  done
+  ((checked >= 2)) || swarm_batch_fail "$kind: fewer than two nodes answer after the batch"
+}
+
 swarm_batches() {
   cargo build -q --bin rondo
+  export RONDO_SWARM_KEEP_IMAGES=1
+  swarm_batch_images_plant
   swarm_batch_eval
+  swarm_batch_images_check eval
   swarm_nodes_restart
   swarm_batch_swebench
+  swarm_batch_images_check swebench
   swarm_nodes_restart
 }

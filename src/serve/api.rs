@@ -327,7 +327,8 @@ async fn run_live(
     if permit.is_none() || server.stopping.load(Ordering::SeqCst) {
         interrupt.store(true, Ordering::SeqCst);
     }
-    let outcome = interp.drive(state).await;
+    let outcome =
+        super::lost::drive_resuming(&server, &workflow, &options, &id, interp, state, &hub).await;
     drop(permit);
     if let Ok(mut live) = server.live.lock() {
         live.remove(&id);

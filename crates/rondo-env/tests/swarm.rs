@@ -128,12 +128,23 @@ async fn a_driver_without_the_client_certificate_is_refused_by_every_node() {
     std::fs::copy(good.join("ca.pem"), empty.path().join("ca.pem")).unwrap();
     std::fs::write(empty.path().join("cert.pem"), "").unwrap();
     std::fs::write(empty.path().join("key.pem"), "").unwrap();
+    // Each refused for its own reason: the engine's answer to plain HTTP, its TLS alert
+    // on the client's certificate, rustls's verdict on the engine's.
     let refused = [
-        ("plain TCP", EngineAuth::PlainTcp),
-        ("no client certificate", EngineAuth::tls_dir(empty.path())),
+        (
+            "plain TCP",
+            EngineAuth::PlainTcp,
+            "Client sent an HTTP request to an HTTPS server",
+        ),
+        (
+            "no client certificate",
+            EngineAuth::tls_dir(empty.path()),
+            "BadCertificate",
+        ),
         (
             "a client certificate of another CA",
             EngineAuth::tls_dir(&rogue),
+            "BadCertificate",
         ),
         (
             "the engine's certificate checked against another CA",
@@ -142,6 +153,7 @@ async fn a_driver_without_the_client_certificate_is_refused_by_every_node() {
                 cert: good.join("cert.pem"),
                 key: good.join("key.pem"),
             },
+            "UnknownIssuer",
         ),
     ];
     let deadline = Duration::from_secs(10);
@@ -151,11 +163,12 @@ async fn a_driver_without_the_client_certificate_is_refused_by_every_node() {
             .unwrap_or_else(|e| panic!("{node} with the driver's certificate: {e}"));
         // Not only a ping: the API itself answers.
         docker.info().await.unwrap();
-        for (what, auth) in &refused {
+        for (what, auth, why) in &refused {
             match rondo_env::connect_engine(&node, auth, deadline).await {
                 Ok(_) => panic!("{node} answered a driver with {what}"),
                 Err(EnvError::DockerUnavailable { source, .. }) => {
-                    println!("{node}, {what}: refused: {source:?}")
+                    let source = format!("{source:?}");
+                    assert!(source.contains(why), "{node}, {what}: {source}");
                 }
                 Err(e) => panic!("{node}, {what}: {e}"),
             }

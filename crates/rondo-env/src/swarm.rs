@@ -138,9 +138,15 @@ pub const SWARM_VARIABLES: [(&str, &str); 13] = [
         "a folder with ca.pem, cert.pem and key.pem for TLS to the engines \
          (else DOCKER_CERT_PATH)",
     ),
-    ("RONDO_SWARM_TLS_CA", "the CA the engines' certificates are signed by"),
+    (
+        "RONDO_SWARM_TLS_CA",
+        "the CA the engines' certificates are signed by",
+    ),
     ("RONDO_SWARM_TLS_CERT", "the driver's client certificate"),
-    ("RONDO_SWARM_TLS_KEY", "the path of the driver's private key"),
+    (
+        "RONDO_SWARM_TLS_KEY",
+        "the path of the driver's private key",
+    ),
     (
         "RONDO_SWARM_PLAIN_TCP",
         "1: reach the engines over plain TCP, no TLS (a private network only)",
@@ -192,7 +198,7 @@ impl EngineAuth {
             "RONDO_SWARM_TLS_CERT",
             "RONDO_SWARM_TLS_KEY",
         ]
-        .map(|n| var(n));
+        .map(var);
         let dir = var("RONDO_SWARM_TLS_DIR").or_else(|| var("DOCKER_CERT_PATH"));
         let tls = match (files, dir) {
             ([Some(ca), Some(cert), Some(key)], _) => Some(EngineAuth::Tls {
@@ -1020,7 +1026,10 @@ pub async fn reap_swarm_batch(batch: &str) -> Result<usize, EnvError> {
 static USED_IMAGES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 fn used_images() -> BTreeSet<String> {
-    USED_IMAGES.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    USED_IMAGES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
 }
 
 /// The label of every tool image Rondo builds (`tools = [...]`), its content hash.
@@ -1092,9 +1101,13 @@ pub async fn prune_swarm_images(
     config: &SwarmConfig,
     keep: &BTreeSet<String>,
 ) -> Result<Vec<(String, Vec<String>)>, EnvError> {
-    let nodes = within(config.call_timeout, &config.manager, manager.list_nodes(None))
-        .await?
-        .map_err(|e| EnvError::docker("listing the swarm's nodes", e))?;
+    let nodes = within(
+        config.call_timeout,
+        &config.manager,
+        manager.list_nodes(None),
+    )
+    .await?
+    .map_err(|e| EnvError::docker("listing the swarm's nodes", e))?;
     let mut pruned = Vec::new();
     let mut failed = Vec::new();
     for node in nodes {

@@ -57,7 +57,8 @@ async fn leftovers(run_id: &str) -> Vec<String> {
     let filters = std::collections::HashMap::from([("label".to_string(), vec![label.clone()])]);
     let mut left = Vec::new();
     for node in nodes() {
-        let Ok(docker) = rondo_env::connect_engine(&node, &auth(), Duration::from_secs(3)).await else {
+        let Ok(docker) = rondo_env::connect_engine(&node, &auth(), Duration::from_secs(3)).await
+        else {
             continue;
         };
         let containers = docker

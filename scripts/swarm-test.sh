@@ -37,14 +37,20 @@ RONDO_SWARM_PUSH_REGISTRY=$SWARM_PUSH_REGISTRY
 RONDO_SWARM_NODES="$(swarm_node_host 1),$(swarm_node_host 2),$(swarm_node_host 3)"
 RONDO_SWARM_STOP_NODE="bash $root/scripts/swarm-stop-node.sh"
 
-# Nothing of the swarm may outlive it: no service, network or container on any node.
+# Nothing of the swarm may outlive it: no service, network or container on any node. A
+# node removes the container of a removed service a moment later: up to 60 s are given.
 check_nothing_left() {
-  local i left=0 n
+  local i left=0 n deadline=$((SECONDS + 60))
   for ((i = 1; i <= SWARM_NODES; i++)); do
     swarm_docker "$i" info >/dev/null 2>&1 || continue
-    n=$(swarm_docker "$i" ps -aq --filter label=rondo.managed=true | wc -l)
+    while n=$(swarm_docker "$i" ps -aq --filter label=rondo.managed=true | wc -l) &&
+      ((n > 0 && SECONDS < deadline)); do
+      sleep 1
+    done
     if ((n)); then
-      echo "swarm-test: $n rondo containers left on node $i" >&2
+      echo "swarm-test: $n rondo containers left on node $i:" >&2
+      swarm_docker "$i" ps -a --filter label=rondo.managed=true \
+        --format '{{.Names}} {{.Status}} {{.Label "rondo.batch"}} {{.Label "rondo.run_id"}}' >&2
       left=1
     fi
   done

@@ -5,7 +5,8 @@
 #      last and alone;
 #   2. batches across the nodes (scripts/swarm-batch.sh), when its phase is given.
 # Everything started is stopped on exit. Needs root and the test image
-# (scripts/build-test-image.sh). Usage: scripts/swarm-test.sh [tests|batch|all] (all).
+# (scripts/build-test-image.sh). Usage: scripts/swarm-test.sh [tests|batch|all|serve] (all;
+# serve: only the `rondo serve` node-loss run, which `batch` runs last).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -84,6 +85,12 @@ if [[ $phase == batch || $phase == all ]]; then
   # A node stopped by the tests comes back for the batches.
   swarm_nodes_restart
   [ -f scripts/swarm-batch.sh ] && source scripts/swarm-batch.sh && swarm_batches
+  check_nothing_left
+fi
+if [[ $phase == serve ]]; then
+  source scripts/swarm-batch.sh
+  cargo build -q --bin rondo
+  swarm_batch_serve
   check_nothing_left
 fi
 echo "swarm-test: passed in $((SECONDS - started)) s" >&2

@@ -516,8 +516,8 @@ async fn run_status(
         server.is_driven(&id),
         server.live_totals(&id),
     )
-        .map(Json)
-        .ok_or_else(|| ApiError::unknown_run(&id))
+    .map(Json)
+    .ok_or_else(|| ApiError::unknown_run(&id))
 }
 
 async fn viewer() -> Response {

@@ -356,6 +356,29 @@ async fn exec_round_trip_figures() {
     for (node, ms) in starts {
         println!("FIGURE sandbox start on node {node}: {ms} ms");
     }
+    // An API call outside a command (a copy, an inspect) makes a connection of its own:
+    // over TLS, a handshake each.
+    let node = rondo_env::connect_engine(&nodes()[0], &auth(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let local = rondo_env::connect().await.unwrap();
+    for (what, docker) in [
+        ("a node's engine over TLS", &node),
+        ("the local engine", &local),
+    ] {
+        let mut times = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            docker.ping().await.unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "FIGURE engine API call (ping) to {what}: median {:.2} ms, p90 {:.2} ms ({n} calls)",
+            times[n / 2],
+            times[n * 9 / 10]
+        );
+    }
     assert_eq!(settled(&run_id).await, Vec::<String>::new());
 }
 

@@ -165,25 +165,13 @@ fn docker_host() -> String {
     std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string())
 }
 
-/// This machine's engine as the `docker` client finds it: `DOCKER_HOST`, and TLS with the
-/// client certificate in `DOCKER_CERT_PATH` (`~/.docker`) when `DOCKER_TLS_VERIFY` is set.
-fn connect_default() -> Result<Docker, bollard::errors::Error> {
-    if std::env::var_os("DOCKER_TLS_VERIFY").is_some_and(|v| !v.is_empty()) {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        Docker::connect_with_ssl_defaults()
-    } else {
-        Docker::connect_with_defaults()
-    }
-}
-
-/// Connect to the engine (honouring `DOCKER_HOST` and `DOCKER_TLS_VERIFY`), negotiate the
-/// API version and ping.
+/// Connect to the engine (honouring `DOCKER_HOST`), negotiate the API version and ping.
 pub async fn connect() -> Result<Docker, EnvError> {
     let unavailable = |source| EnvError::DockerUnavailable {
         host: docker_host(),
         source,
     };
-    let docker = connect_default().map_err(unavailable)?;
+    let docker = Docker::connect_with_defaults().map_err(unavailable)?;
     let docker = docker.negotiate_version().await.map_err(unavailable)?;
     docker.ping().await.map_err(unavailable)?;
     Ok(docker)
@@ -461,7 +449,7 @@ impl DockerEnv {
                 return;
             };
             rt.block_on(async {
-                if let Ok(docker) = connect_default()
+                if let Ok(docker) = Docker::connect_with_defaults()
                     && let Ok(docker) = docker.negotiate_version().await
                 {
                     let _ = remove(&docker, &id).await;

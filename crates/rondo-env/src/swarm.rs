@@ -42,8 +42,8 @@ pub const DEFAULT_KEEP_IMAGES: usize = 2;
 pub enum EngineAuth {
     /// TLS with a client certificate, as `docker --tlsverify`: an engine's certificate
     /// must be signed by `ca` and name the address it is reached at, and the driver shows
-    /// `cert` (signed by the CA the engines trust) with its `key`. Paths only: the key's
-    /// contents are read by the TLS library when a connection is made, and never logged.
+    /// `cert` (signed by the CA the engines trust) with its `key`. Paths only: the files
+    /// are read when an engine is connected to, and their contents never logged.
     Tls {
         ca: PathBuf,
         cert: PathBuf,

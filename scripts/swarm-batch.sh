@@ -7,6 +7,10 @@
 #   - the sandboxes ran on at least two nodes;
 #   - the results equal the single-machine run's (timing fields aside);
 #   - in the eval, a case whose sandbox was lost went on from its checkpoint in a new one.
+#   - at each batch's end, the nodes keep no stale Rondo tool image (the clean-up policy,
+#     RONDO_SWARM_KEEP_IMAGES=1: images planted before are removed, but for the newest
+#     unused one and one a container uses).
+# Then one run of `rondo serve --engine swarm` whose node is stopped under it: it resumes.
 # Figures (wall times, the loss) go to $SWARM_FIGURES when set.
 
 swarm_batch_rondo() {
@@ -214,10 +218,123 @@ swarm_batch_check() {
   echo "swarm-batch: $kind: $n results equal to the single machine's; sandboxes per node:$used" >&2
 }
 
+# Stale tool images on every node, as earlier batches leave them (label rondo.tools_hash,
+# built a second apart, oldest first): stale1, stale2, stale-used (a container of the node
+# uses it), stale3.
+swarm_batch_images_plant() {
+  local name i
+  for name in stale1 stale2 stale-used stale3; do
+    for ((i = 1; i <= SWARM_NODES; i++)); do
+      tar -cf - -T /dev/null |
+        swarm_docker "$i" import -c "LABEL rondo.tools_hash=$name" - "rondo-tools:$name" >/dev/null
+    done
+    sleep 1.1
+  done
+  for ((i = 1; i <= SWARM_NODES; i++)); do
+    swarm_docker "$i" create --name rondo-stale-user rondo-tools:stale-used /none >/dev/null
+  done
+}
+
+# After a batch, on every node that answers: stale1 and stale2 gone; stale3 (the newest
+# unused, RONDO_SWARM_KEEP_IMAGES=1) and stale-used (in use) kept; any other tool image
+# is one the batch pulled from the registry.
+swarm_batch_images_check() {
+  local kind=$1 i tags checked=0 tag
+  for ((i = 1; i <= SWARM_NODES; i++)); do
+    swarm_docker "$i" info >/dev/null 2>&1 || continue
+    checked=$((checked + 1))
+    tags=$(swarm_docker "$i" images --filter label=rondo.tools_hash --format '{{.Repository}}:{{.Tag}}')
+    for tag in rondo-tools:stale1 rondo-tools:stale2; do
+      ! grep -qx "$tag" <<<"$tags" || swarm_batch_fail "$kind: node $i still has $tag: ${tags//$'\n'/ }"
+    done
+    for tag in rondo-tools:stale3 rondo-tools:stale-used; do
+      grep -qx "$tag" <<<"$tags" || swarm_batch_fail "$kind: node $i lost $tag, which it keeps: ${tags//$'\n'/ }"
+    done
+    while read -r tag; do
+      case $tag in
+      "" | rondo-tools:stale3 | rondo-tools:stale-used | "$SWARM_REGISTRY"/*) ;;
+      *) swarm_batch_fail "$kind: node $i has the stale tool image $tag" ;;
+      esac
+    done <<<"$tags"
+    echo "swarm-batch: $kind: node $i's tool images after the batch: ${tags//$'\n'/ }" >&2
+  done
+  ((checked >= 2)) || swarm_batch_fail "$kind: fewer than two nodes answer after the batch"
+}
+
+# `rondo serve --engine swarm`: one run of the eval's workflow (its first tool step 10 s
+# long) with its sandbox on a worker, whose daemon is stopped during that step. The run
+# must end at `done`, resumed from its checkpoint in a new sandbox.
+swarm_batch_serve() {
+  local dir="$SWARM_DIR/serve" rondo port=18925 pid id status="" i victim="" deadline t0
+  rondo=$(swarm_batch_rondo)
+  swarm_batch_eval_project "$dir"
+  sed -i 's/time.sleep(3); w = sys.argv\[1\]/time.sleep(10); w = sys.argv[1]/' "$dir/w.rondo"
+  grep -q 'time.sleep(10)' "$dir/w.rondo" || swarm_batch_fail "serve: the workflow was not lengthened"
+  cd "$dir"
+  RONDO_SWARM_CONSTRAINTS=node.role==worker "$rondo" serve w.rondo --port "$port" \
+    --engine swarm >serve.out 2>serve.err &
+  pid=$!
+  cd "$root"
+  deadline=$((SECONDS + 60))
+  until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
+    if ((SECONDS > deadline)) || ! kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      swarm_batch_fail "serve: the server did not answer: $(tail -5 "$dir/serve.err")"
+    fi
+    sleep 0.3
+  done
+  t0=$SECONDS
+  id=$(curl -fsS -X POST "http://127.0.0.1:$port/runs" -H 'content-type: application/json' \
+    -d '{"workflow": "spread", "inputs": {"word": "served"}}' |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])') || id=""
+  if [ -z "$id" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    swarm_batch_fail "serve: POST /runs failed: $(tail -5 "$dir/serve.err")"
+  fi
+  deadline=$((SECONDS + 120))
+  while [ -z "$victim" ] && ((SECONDS < deadline)); do
+    for ((i = 2; i <= SWARM_NODES; i++)); do
+      if (($(swarm_docker "$i" ps -q --filter label=rondo.managed=true 2>/dev/null | wc -l) > 0)); then
+        victim=$i
+      fi
+    done
+    [ -n "$victim" ] || sleep 0.2
+  done
+  if [ -z "$victim" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    swarm_batch_fail "serve: the run's sandbox never ran on a worker"
+  fi
+  # Inside the 10 s step (the sandbox's start and hardening check take a few seconds).
+  sleep 5
+  echo "swarm-batch: serve: stopping node $victim under run $id" >&2
+  swarm_node_stop "$victim"
+  deadline=$((SECONDS + 300))
+  while ((SECONDS < deadline)); do
+    status=$(curl -fsS "http://127.0.0.1:$port/runs/$id" |
+      python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["status"], r.get("exit"))') ||
+      status="unreadable"
+    case $status in running* | queued*) sleep 1 ;; *) break ;; esac
+  done
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" || true
+  cp "$dir/serve.err" "$SWARM_LOGS/serve.err"
+  [[ $status == *" done" ]] || swarm_batch_fail "serve: run $id ended as '$status': $(tail -5 "$dir/serve.err")"
+  grep -q "run $id: its sandbox was lost; resuming it" "$dir/serve.err" ||
+    swarm_batch_fail "serve: run $id was not resumed after its node stopped: $(tail -5 "$dir/serve.err")"
+  echo "FIGURE serve, one run, its worker node stopped in its first tool step: ended '$status' after $((SECONDS - t0)) s; resumed $(grep -c "run $id: its sandbox was lost" "$dir/serve.err") time(s)" |
+    tee -a "${SWARM_FIGURES:-/dev/null}" >&2
+}
+
 swarm_batches() {
   cargo build -q --bin rondo
+  export RONDO_SWARM_KEEP_IMAGES=1
+  swarm_batch_images_plant
   swarm_batch_eval
+  swarm_batch_images_check eval
   swarm_nodes_restart
   swarm_batch_swebench
+  swarm_batch_images_check swebench
+  swarm_nodes_restart
+  swarm_batch_serve
   swarm_nodes_restart
 }

@@ -5,13 +5,17 @@
 # namespace, plus a local registry (Debian's docker-registry). Source it, then:
 #   swarm_up 3        # nodes rondo-sw1..3, node 1 the manager; registry on the bridge
 #   swarm_down        # stops and removes everything swarm_up started (safe to call twice)
+# Each node's engine API listens on TCP with TLS and verifies its clients (dockerd
+# --tlsverify): certificates made by openssl at start under $SWARM_DIR/tls, the driver's in
+# $SWARM_DIR/tls/client (ca.pem, cert.pem, key.pem: RONDO_SWARM_TLS_DIR), and a client
+# certificate of another CA in $SWARM_DIR/tls/rogue, which every node must refuse.
 # Needs root. Everything lives under $SWARM_DIR and is named rondo-sw*: nothing of the
 # machine's own Docker engine is touched but the one image pushed to the registry.
 
 SWARM_DIR=${SWARM_DIR:-/tmp/rondo-swarm}
 SWARM_NET=${SWARM_NET:-10.251.25}      # the bridge is .1, node i is .(10+i)
 SWARM_BRIDGE=${SWARM_BRIDGE:-rondo-sw0}
-SWARM_ENGINE_PORT=${SWARM_ENGINE_PORT:-2375}
+SWARM_ENGINE_PORT=${SWARM_ENGINE_PORT:-2376}
 SWARM_REGISTRY_PORT=${SWARM_REGISTRY_PORT:-5025}
 # The registry as the nodes reach it, and as this machine's engine pushes to it (a registry
 # on 127.0.0.0/8 is trusted without TLS; the nodes list the bridge address as insecure).
@@ -55,8 +59,56 @@ swarm_netns_up() {
   "${in[@]}" ip route add default via "$SWARM_NET.1"
 }
 
+# A CA and a certificate it signs: swarm_cert DIR NAME CA_DIR EXTENSIONS (key NAME-key.pem).
+swarm_cert() {
+  local dir=$1 name=$2 ca=$3 ext=$4
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
+    -keyout "$dir/$name-key.pem" -out "$dir/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$dir/$name.csr" -CA "$ca/ca.pem" -CAkey "$ca/ca-key.pem" \
+    -CAcreateserial -days 2 -out "$dir/$name.pem" -extfile <(printf '%s\n' "$ext") 2>/dev/null
+  rm -f "$dir/$name.csr"
+  chmod 600 "$dir/$name-key.pem"
+}
+
+swarm_ca() {
+  local dir=$1 name=$2
+  mkdir -p "$dir"
+  openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=$name" -addext basicConstraints=critical,CA:TRUE \
+    -addext keyUsage=critical,keyCertSign,cRLSign \
+    -keyout "$dir/ca-key.pem" -out "$dir/ca.pem" 2>/dev/null
+  chmod 600 "$dir/ca-key.pem"
+}
+
+# The test CA, a server certificate per node naming its address, the driver's client
+# certificate; and a rogue CA with a client certificate of its own.
+swarm_certs_up() {
+  local n=$1 tls="$SWARM_DIR/tls" i
+  command -v openssl >/dev/null || bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" openssl >&2
+  swarm_ca "$tls" rondo-swarm-test-ca
+  local leaf="basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature"
+  for ((i = 1; i <= n; i++)); do
+    swarm_cert "$tls" "node$i" "$tls" "$leaf
+extendedKeyUsage=serverAuth
+subjectAltName=IP:$(swarm_node_ip "$i")"
+  done
+  mkdir -p "$tls/client" "$tls/rogue"
+  swarm_cert "$tls/client" driver "$tls" "$leaf
+extendedKeyUsage=clientAuth"
+  cp "$tls/ca.pem" "$tls/client/ca.pem"
+  mv "$tls/client/driver.pem" "$tls/client/cert.pem"
+  mv "$tls/client/driver-key.pem" "$tls/client/key.pem"
+  swarm_ca "$tls/rogue-ca" rondo-swarm-rogue-ca
+  swarm_cert "$tls/rogue" driver "$tls/rogue-ca" "$leaf
+extendedKeyUsage=clientAuth"
+  cp "$tls/ca.pem" "$tls/rogue/ca.pem"
+  mv "$tls/rogue/driver.pem" "$tls/rogue/cert.pem"
+  mv "$tls/rogue/driver-key.pem" "$tls/rogue/key.pem"
+}
+
 # One dockerd in node i's namespace: its own data, exec root, pid file and socket; the
-# engine API also on TCP (plain: a test network; real clusters use TLS, see docs/scale.md).
+# engine API also on TCP, TLS only, for clients whose certificate the test CA signed.
 swarm_dockerd_up() {
   local i=$1 dir="$SWARM_DIR/node$i" ip
   ip=$(swarm_node_ip "$i")
@@ -65,6 +117,8 @@ swarm_dockerd_up() {
   cat >"$dir/daemon.json" <<EOF
 {"data-root": "$dir/data", "exec-root": "$dir/exec", "pidfile": "$dir/dockerd.pid",
  "hosts": ["unix://$dir/docker.sock", "tcp://$ip:$SWARM_ENGINE_PORT"],
+ "tls": true, "tlsverify": true, "tlscacert": "$SWARM_DIR/tls/ca.pem",
+ "tlscert": "$SWARM_DIR/tls/node$i.pem", "tlskey": "$SWARM_DIR/tls/node$i-key.pem",
  "storage-driver": "fuse-overlayfs", "cgroup-parent": "rondo-sw$i",
  "insecure-registries": ["$SWARM_REGISTRY"], "no-new-privileges": true, "mtu": 1400,
  "log-driver": "json-file", "log-opts": {"max-size": "1m"}}
@@ -131,6 +185,7 @@ swarm_up() {
   : >"$SWARM_DIR/started"
   SWARM_NODES=$n
   echo "$n" >"$SWARM_DIR/nodes"
+  swarm_certs_up "$n"
   swarm_bridge_up
   swarm_registry_up
   local starting=()

@@ -5,7 +5,8 @@
 #      last and alone;
 #   2. batches across the nodes (scripts/swarm-batch.sh), when its phase is given.
 # Everything started is stopped on exit. Needs root and the test image
-# (scripts/build-test-image.sh). Usage: scripts/swarm-test.sh [tests|batch|all] (all).
+# (scripts/build-test-image.sh). Usage: scripts/swarm-test.sh [tests|batch|all|serve] (all;
+# serve: only the `rondo serve` node-loss run, which `batch` runs last).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -28,21 +29,29 @@ echo "swarm-test: swarm up in $((SECONDS - started)) s" >&2
 swarm_push rondo-test-base:latest >/dev/null
 
 export RONDO_SWARM_MANAGER RONDO_SWARM_REGISTRY RONDO_SWARM_PUSH_REGISTRY RONDO_SWARM_NODES
-export RONDO_SWARM_STOP_NODE
+export RONDO_SWARM_STOP_NODE RONDO_SWARM_TLS_DIR RONDO_SWARM_TEST_ROGUE_TLS_DIR
+RONDO_SWARM_TLS_DIR=$SWARM_DIR/tls/client
+RONDO_SWARM_TEST_ROGUE_TLS_DIR=$SWARM_DIR/tls/rogue
 RONDO_SWARM_MANAGER=$(swarm_node_host 1)
 RONDO_SWARM_REGISTRY=$SWARM_REGISTRY
 RONDO_SWARM_PUSH_REGISTRY=$SWARM_PUSH_REGISTRY
 RONDO_SWARM_NODES="$(swarm_node_host 1),$(swarm_node_host 2),$(swarm_node_host 3)"
 RONDO_SWARM_STOP_NODE="bash $root/scripts/swarm-stop-node.sh"
 
-# Nothing of the swarm may outlive it: no service, network or container on any node.
+# Nothing of the swarm may outlive it: no service, network or container on any node. A
+# node removes the container of a removed service a moment later: up to 60 s are given.
 check_nothing_left() {
-  local i left=0 n
+  local i left=0 n deadline=$((SECONDS + 60))
   for ((i = 1; i <= SWARM_NODES; i++)); do
     swarm_docker "$i" info >/dev/null 2>&1 || continue
-    n=$(swarm_docker "$i" ps -aq --filter label=rondo.managed=true | wc -l)
+    while n=$(swarm_docker "$i" ps -aq --filter label=rondo.managed=true | wc -l) &&
+      ((n > 0 && SECONDS < deadline)); do
+      sleep 1
+    done
     if ((n)); then
-      echo "swarm-test: $n rondo containers left on node $i" >&2
+      echo "swarm-test: $n rondo containers left on node $i:" >&2
+      swarm_docker "$i" ps -a --filter label=rondo.managed=true \
+        --format '{{.Names}} {{.Status}} {{.Label "rondo.batch"}} {{.Label "rondo.run_id"}}' >&2
       left=1
     fi
   done
@@ -76,6 +85,12 @@ if [[ $phase == batch || $phase == all ]]; then
   # A node stopped by the tests comes back for the batches.
   swarm_nodes_restart
   [ -f scripts/swarm-batch.sh ] && source scripts/swarm-batch.sh && swarm_batches
+  check_nothing_left
+fi
+if [[ $phase == serve ]]; then
+  source scripts/swarm-batch.sh
+  cargo build -q --bin rondo
+  swarm_batch_serve
   check_nothing_left
 fi
 echo "swarm-test: passed in $((SECONDS - started)) s" >&2

@@ -327,7 +327,8 @@ async fn run_live(
     if permit.is_none() || server.stopping.load(Ordering::SeqCst) {
         interrupt.store(true, Ordering::SeqCst);
     }
-    let outcome = interp.drive(state).await;
+    let outcome =
+        super::lost::drive_resuming(&server, &workflow, &options, &id, interp, state, &hub).await;
     drop(permit);
     if let Ok(mut live) = server.live.lock() {
         live.remove(&id);
@@ -438,10 +439,18 @@ fn real_place(path: &std::path::Path) -> Option<std::path::PathBuf> {
 }
 
 /// A run's record as the API shows it: a run this server drives with its running totals.
-fn run_summary(dir: &std::path::Path, queued: bool, live: Option<Totals>) -> Option<Value> {
+fn run_summary(
+    dir: &std::path::Path,
+    queued: bool,
+    driven: bool,
+    live: Option<Totals>,
+) -> Option<Value> {
     let mut info = rundir::read_info(dir).ok()?;
     let status = if queued {
         RunStatus::Queued
+    } else if driven && info.status == RunStatus::Interrupted {
+        // Its sandbox was lost and the server resumes it (`lost.rs`).
+        RunStatus::Running
     } else {
         info.status
     };
@@ -488,6 +497,7 @@ async fn list_runs(State(server): State<Arc<Server>>) -> Result<Json<Value>, Api
             run_summary(
                 &server.runs_root.join(id),
                 server.is_queued(id),
+                server.is_driven(id),
                 server.live_totals(id),
             )
         })
@@ -500,9 +510,14 @@ async fn run_status(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let dir = server.run_dir(&id)?;
-    run_summary(&dir, server.is_queued(&id), server.live_totals(&id))
-        .map(Json)
-        .ok_or_else(|| ApiError::unknown_run(&id))
+    run_summary(
+        &dir,
+        server.is_queued(&id),
+        server.is_driven(&id),
+        server.live_totals(&id),
+    )
+    .map(Json)
+    .ok_or_else(|| ApiError::unknown_run(&id))
 }
 
 async fn viewer() -> Response {

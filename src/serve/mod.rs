@@ -13,6 +13,7 @@ macro_rules! say {
 mod api;
 mod error;
 mod events;
+mod lost;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

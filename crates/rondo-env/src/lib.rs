@@ -44,8 +44,9 @@ pub use process::ProcessEnv;
 pub use redact::{MIN_SECRET_LEN, Redactor, StreamRedactor, name_looks_secret};
 pub use sandbox::{Capability, DEFAULT_MAX_PROCESSES, ProcessLimit, Protections, harden_self};
 pub use swarm::{
-    DEFAULT_ENGINE_PORT, SWARM_VARIABLES, SwarmConfig, SwarmEnv, connect_engine, reap_batch,
-    reap_swarm_batch,
+    DEFAULT_ENGINE_PORT, DEFAULT_KEEP_IMAGES, DEFAULT_PLAIN_ENGINE_PORT, EngineAuth,
+    SWARM_VARIABLES, SwarmConfig, SwarmEnv, connect_engine, prune_node_images, prune_swarm_images,
+    reap_batch, reap_swarm_batch,
 };
 pub use tool::{InstalledTool, InstalledTools, SpecError, ToolSpec};
 pub use transport::{Mount, Transport, refused_mount};

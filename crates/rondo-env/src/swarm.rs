@@ -3,8 +3,8 @@
 //! talks to the local one for [`DockerEnv`]: the same runner over an exec attach, the
 //! same archive copies (`Transport::CopyInOut`), the same hardening. See docs/scale.md.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,7 +15,8 @@ use bollard::models::{
     TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{
-    ListNetworksOptions, ListServicesOptions, ListTasksOptions, PushImageOptions, TagImageOptions,
+    ListContainersOptions, ListImagesOptions, ListNetworksOptions, ListServicesOptions,
+    ListTasksOptions, PushImageOptions, RemoveImageOptions, TagImageOptions,
 };
 use bollard::{API_DEFAULT_VERSION, Docker};
 use futures_util::StreamExt;
@@ -29,15 +30,56 @@ use crate::{
     Transport,
 };
 
-/// The engine port of every node when the configuration names none.
-pub const DEFAULT_ENGINE_PORT: u16 = 2375;
+/// The engine port of every node when the configuration names none: Docker's TLS port.
+pub const DEFAULT_ENGINE_PORT: u16 = 2376;
+/// The same with plain TCP (Docker's plain port).
+pub const DEFAULT_PLAIN_ENGINE_PORT: u16 = 2375;
+/// Rondo-built tool images no sandbox uses that a node keeps after a batch, newest first.
+pub const DEFAULT_KEEP_IMAGES: usize = 2;
+
+/// How the driver proves itself to the engines of the manager and the nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineAuth {
+    /// TLS with a client certificate, as `docker --tlsverify`: an engine's certificate
+    /// must be signed by `ca` and name the address it is reached at, and the driver shows
+    /// `cert` (signed by the CA the engines trust) with its `key`. Paths only: the files
+    /// are read when an engine is connected to, and their contents never logged.
+    Tls {
+        ca: PathBuf,
+        cert: PathBuf,
+        key: PathBuf,
+    },
+    /// Plain TCP: whoever reaches an engine's port controls its daemon. Only when asked
+    /// for (`RONDO_SWARM_PLAIN_TCP=1`): a private network, or a tunnel.
+    PlainTcp,
+}
+
+impl EngineAuth {
+    /// `ca.pem`, `cert.pem` and `key.pem` in `dir`, as Docker's `DOCKER_CERT_PATH`.
+    pub fn tls_dir(dir: &Path) -> Self {
+        EngineAuth::Tls {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        }
+    }
+
+    /// The port an engine listens on by Docker's conventions.
+    pub fn default_port(&self) -> u16 {
+        match self {
+            EngineAuth::Tls { .. } => DEFAULT_ENGINE_PORT,
+            EngineAuth::PlainTcp => DEFAULT_PLAIN_ENGINE_PORT,
+        }
+    }
+}
 
 /// Where and how sandboxes are placed on a swarm.
 #[derive(Debug, Clone)]
 pub struct SwarmConfig {
-    /// A manager's engine API, `tcp://host:port` (plain TCP: a private network, or a
-    /// tunnel; see docs/scale.md on TLS).
+    /// A manager's engine API, `tcp://host:port`.
     pub manager: String,
+    /// How the manager's and the nodes' engines are reached.
+    pub auth: EngineAuth,
     /// The port every node's engine API listens on, at the node's swarm address.
     pub engine_port: u16,
     /// The registry the nodes pull from (`host:port`). The image (with its tools) is
@@ -59,15 +101,18 @@ pub struct SwarmConfig {
     /// Deadline of every call to the manager or a node's engine that is not a command
     /// (a command's own timeout is added to it).
     pub call_timeout: Duration,
+    /// Unused Rondo-built tool images a node keeps at a batch's end ([`prune_node_images`]).
+    pub keep_images: usize,
     /// The sandbox: image, limits, mounts (always copied), tools.
     pub sandbox: DockerConfig,
 }
 
 impl SwarmConfig {
-    pub fn new(manager: impl Into<String>, sandbox: DockerConfig) -> Self {
+    pub fn new(manager: impl Into<String>, auth: EngineAuth, sandbox: DockerConfig) -> Self {
         SwarmConfig {
             manager: manager.into(),
-            engine_port: DEFAULT_ENGINE_PORT,
+            engine_port: auth.default_port(),
+            auth,
             registry: None,
             push_registry: None,
             reserve_cpus: 0.25,
@@ -76,20 +121,39 @@ impl SwarmConfig {
             attempts: 3,
             constraints: Vec::new(),
             call_timeout: Duration::from_secs(60),
+            keep_images: DEFAULT_KEEP_IMAGES,
             sandbox,
         }
     }
 }
 
 /// The settings `--engine swarm` reads, with what each means.
-pub const SWARM_VARIABLES: [(&str, &str); 7] = [
+pub const SWARM_VARIABLES: [(&str, &str); 13] = [
     (
         "RONDO_SWARM_MANAGER",
         "a manager's engine API, tcp://host:port (required)",
     ),
     (
+        "RONDO_SWARM_TLS_DIR",
+        "a folder with ca.pem, cert.pem and key.pem for TLS to the engines \
+         (else DOCKER_CERT_PATH)",
+    ),
+    (
+        "RONDO_SWARM_TLS_CA",
+        "the CA the engines' certificates are signed by",
+    ),
+    ("RONDO_SWARM_TLS_CERT", "the driver's client certificate"),
+    (
+        "RONDO_SWARM_TLS_KEY",
+        "the path of the driver's private key",
+    ),
+    (
+        "RONDO_SWARM_PLAIN_TCP",
+        "1: reach the engines over plain TCP, no TLS (a private network only)",
+    ),
+    (
         "RONDO_SWARM_ENGINE_PORT",
-        "the port of every node's engine API (2375)",
+        "the port of every node's engine API (2376 with TLS, 2375 plain)",
     ),
     (
         "RONDO_SWARM_REGISTRY",
@@ -111,7 +175,72 @@ pub const SWARM_VARIABLES: [(&str, &str); 7] = [
         "RONDO_SWARM_CONSTRAINTS",
         "placement constraints, comma-separated (node.role==worker)",
     ),
+    (
+        "RONDO_SWARM_KEEP_IMAGES",
+        "unused Rondo tool images each node keeps at a batch's end (2)",
+    ),
 ];
+
+fn variables_help() -> String {
+    SWARM_VARIABLES
+        .iter()
+        .map(|(n, what)| format!("{n}: {what}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl EngineAuth {
+    /// TLS from `RONDO_SWARM_TLS_*` (or `DOCKER_CERT_PATH`), or plain TCP when
+    /// `RONDO_SWARM_PLAIN_TCP=1` says so; neither, or both, is refused.
+    fn from_env(var: &dyn Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let files = [
+            "RONDO_SWARM_TLS_CA",
+            "RONDO_SWARM_TLS_CERT",
+            "RONDO_SWARM_TLS_KEY",
+        ]
+        .map(var);
+        let dir = var("RONDO_SWARM_TLS_DIR").or_else(|| var("DOCKER_CERT_PATH"));
+        let tls = match (files, dir) {
+            ([Some(ca), Some(cert), Some(key)], _) => Some(EngineAuth::Tls {
+                ca: ca.into(),
+                cert: cert.into(),
+                key: key.into(),
+            }),
+            ([None, None, None], Some(dir)) => Some(EngineAuth::tls_dir(Path::new(&dir))),
+            ([None, None, None], None) => None,
+            _ => {
+                return Err(EnvError::InvalidRequest(
+                    "RONDO_SWARM_TLS_CA, RONDO_SWARM_TLS_CERT and RONDO_SWARM_TLS_KEY go \
+                     together: give all three, or RONDO_SWARM_TLS_DIR"
+                        .into(),
+                ));
+            }
+        };
+        let plain = match var("RONDO_SWARM_PLAIN_TCP").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => {
+                return Err(EnvError::InvalidRequest(format!(
+                    "RONDO_SWARM_PLAIN_TCP={other}: 1 or 0"
+                )));
+            }
+        };
+        match (tls, plain) {
+            (Some(tls), false) => Ok(tls),
+            (None, true) => Ok(EngineAuth::PlainTcp),
+            (Some(_), true) => Err(EnvError::InvalidRequest(
+                "RONDO_SWARM_PLAIN_TCP=1 and TLS certificates are both set: choose one".into(),
+            )),
+            (None, false) => Err(EnvError::InvalidRequest(format!(
+                "--engine swarm reaches the nodes' engines with TLS and a client certificate \
+                 (dockerd --tlsverify): set RONDO_SWARM_TLS_DIR (ca.pem, cert.pem, key.pem), \
+                 or RONDO_SWARM_TLS_CA, _CERT and _KEY; RONDO_SWARM_PLAIN_TCP=1 allows plain \
+                 TCP, which gives whoever reaches a node's port its daemon. The settings: {}",
+                variables_help()
+            ))),
+        }
+    }
+}
 
 impl SwarmConfig {
     /// The settings of `--engine swarm`, from [`SWARM_VARIABLES`].
@@ -121,11 +250,7 @@ impl SwarmConfig {
             EnvError::InvalidRequest(format!(
                 "--engine swarm needs RONDO_SWARM_MANAGER (a manager's engine API, \
                  tcp://host:port); the settings it reads: {}",
-                SWARM_VARIABLES
-                    .iter()
-                    .map(|(n, what)| format!("{n}: {what}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                variables_help()
             ))
         })?;
         let number = |name: &str| -> Result<Option<u64>, EnvError> {
@@ -143,7 +268,8 @@ impl SwarmConfig {
                  `network: {network}` is only for --engine docker"
             )));
         }
-        let mut c = SwarmConfig::new(manager, sandbox);
+        let auth = EngineAuth::from_env(&var)?;
+        let mut c = SwarmConfig::new(manager, auth, sandbox);
         c.registry = var("RONDO_SWARM_REGISTRY");
         c.push_registry = var("RONDO_SWARM_PUSH_REGISTRY");
         if let Some(port) = number("RONDO_SWARM_ENGINE_PORT")? {
@@ -164,18 +290,31 @@ impl SwarmConfig {
         if let Some(n) = number("RONDO_SWARM_ATTEMPTS")? {
             c.attempts = n.clamp(1, 20) as usize;
         }
+        if let Some(n) = number("RONDO_SWARM_KEEP_IMAGES")? {
+            c.keep_images = n.min(1000) as usize;
+        }
         Ok(c)
     }
 }
 
-/// Connects to one engine over TCP and checks it answers within `deadline`.
-pub async fn connect_engine(address: &str, deadline: Duration) -> Result<Docker, EnvError> {
+/// Connects to one engine (TLS with the client certificate of `auth`, or plain TCP) and
+/// checks it answers within `deadline`.
+pub async fn connect_engine(
+    address: &str,
+    auth: &EngineAuth,
+    deadline: Duration,
+) -> Result<Docker, EnvError> {
     let unavailable = |source| EnvError::DockerUnavailable {
         host: address.to_string(),
         source,
     };
-    let docker = Docker::connect_with_http(address, deadline.as_secs().max(1), API_DEFAULT_VERSION)
-        .map_err(unavailable)?;
+    let seconds = deadline.as_secs().max(1);
+    let docker = match auth {
+        EngineAuth::PlainTcp => {
+            Docker::connect_with_http(address, seconds, API_DEFAULT_VERSION).map_err(unavailable)?
+        }
+        EngineAuth::Tls { ca, cert, key } => tls_engine(address, ca, cert, key, seconds)?,
+    };
     let docker = within(deadline, address, docker.negotiate_version())
         .await?
         .map_err(unavailable)?;
@@ -183,6 +322,87 @@ pub async fn connect_engine(address: &str, deadline: Duration) -> Result<Docker,
         .await?
         .map_err(unavailable)?;
     Ok(docker)
+}
+
+/// A client of the engine at `address` over TLS: the engine's certificate checked against
+/// `ca` (and no other root), `cert` and `key` shown as the client's. Not bollard's own TLS
+/// connector: it leaves Nagle's algorithm on, and a handshake's last flight then waits
+/// for a delayed ACK (47 ms a call here, against 2 ms with TCP_NODELAY).
+fn tls_engine(
+    address: &str,
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+    seconds: u64,
+) -> Result<Docker, EnvError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    // Paths in messages, never the files' contents.
+    let bad = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
+        EnvError::InvalidRequest(format!(
+            "the TLS {what} for {address}, {}: {e}",
+            path.display()
+        ))
+    };
+    let read_certs = |what: &str, path: &Path| -> Result<Vec<CertificateDer<'static>>, EnvError> {
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| bad(what, path, &e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(what, path, &e))?;
+        if certs.is_empty() {
+            return Err(bad(what, path, &"no certificate in it"));
+        }
+        Ok(certs)
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for c in read_certs("CA", ca)? {
+        roots.add(c).map_err(|e| bad("CA", ca, &e))?;
+    }
+    let chain = read_certs("client certificate", cert)?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("key", key, &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("settings", ca, &e))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key_der)
+        .map_err(|e| bad("client certificate and key", cert, &e))?;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(Duration::from_secs(seconds)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .wrap_connector(http);
+    // No idle connection kept, as bollard's own clients: a lost node leaves none behind.
+    let client = Arc::new(
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build(https),
+    );
+    let host = address
+        .trim_start_matches("tcp://")
+        .trim_start_matches("https://");
+    Docker::connect_with_custom_transport(
+        move |req: bollard::BollardRequest| {
+            let client = Arc::clone(&client);
+            Box::pin(async move {
+                client
+                    .request(req)
+                    .await
+                    .map_err(bollard::errors::Error::from)
+            })
+        },
+        Some(format!("https://{host}")),
+        seconds,
+        API_DEFAULT_VERSION,
+    )
+    .map_err(|e| EnvError::DockerUnavailable {
+        host: address.to_string(),
+        source: e,
+    })
 }
 
 /// A call past its deadline is a lost sandbox (or manager): one wedged engine never
@@ -321,7 +541,11 @@ impl SwarmEnv {
         let local = crate::connect().await?;
         let prepared = prepare_image(&local, &config.sandbox).await?;
         let image = push_once(&local, &prepared.image, &config).await?;
-        let manager = connect_engine(&config.manager, config.call_timeout).await?;
+        USED_IMAGES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(image.clone());
+        let manager = connect_engine(&config.manager, &config.auth, config.call_timeout).await?;
         let user = config
             .sandbox
             .user
@@ -367,7 +591,7 @@ impl SwarmEnv {
                 EnvError::InvalidRequest(format!("node {} has no address", placed.node_id))
             })?;
             let address = format!("tcp://{addr}:{}", config.engine_port);
-            let engine = connect_engine(&address, config.call_timeout).await?;
+            let engine = connect_engine(&address, &config.auth, config.call_timeout).await?;
             Ok::<_, EnvError>((addr, engine))
         }
         .await;
@@ -844,16 +1068,142 @@ pub async fn reap_batch(manager: &Docker, batch: &str) -> Result<usize, EnvError
     Ok(services.len())
 }
 
-/// [`reap_batch`] on the swarm `--engine swarm` names ([`SWARM_VARIABLES`]).
+/// [`reap_batch`] on the swarm `--engine swarm` names ([`SWARM_VARIABLES`]). Once this
+/// process has placed sandboxes (at a batch's end), every node's images are pruned too
+/// ([`prune_swarm_images`]); at a batch's start there is nothing of its own to keep yet.
 pub async fn reap_swarm_batch(batch: &str) -> Result<usize, EnvError> {
     let config = SwarmConfig::from_env(DockerConfig::new("", ""))?;
-    let manager = connect_engine(&config.manager, config.call_timeout).await?;
-    within(
+    let manager = connect_engine(&config.manager, &config.auth, config.call_timeout).await?;
+    let reaped = within(
         config.call_timeout * 4,
         &config.manager,
         reap_batch(&manager, batch),
     )
+    .await??;
+    let used = used_images();
+    if !used.is_empty() {
+        prune_swarm_images(&manager, &config, &used).await?;
+    }
+    Ok(reaped)
+}
+
+/// The images (as the nodes pull them) of every sandbox this process started: the
+/// current batch's, which a node keeps.
+static USED_IMAGES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn used_images() -> BTreeSet<String> {
+    USED_IMAGES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+/// The label of every tool image Rondo builds (`tools = [...]`), its content hash.
+const LABEL_TOOLS_HASH: &str = "rondo.tools_hash";
+
+/// The image clean-up policy of a node: of the Rondo-built tool images on it (label
+/// `rondo.tools_hash`), those no container of the node uses (a running sandbox, or any
+/// other) and not in `keep` (the current batch's) are removed, but for the `newest`
+/// most recently built. Layers other images share stay (the engine counts them). The
+/// images removed, by tag or id.
+pub async fn prune_node_images(
+    engine: &Docker,
+    keep: &BTreeSet<String>,
+    newest: usize,
+) -> Result<Vec<String>, EnvError> {
+    let filters = HashMap::from([("label".to_string(), vec![LABEL_TOOLS_HASH.to_string()])]);
+    let images = engine
+        .list_images(Some(ListImagesOptions {
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| EnvError::docker("listing the node's tool images", e))?;
+    let containers = engine
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| EnvError::docker("listing the node's containers", e))?;
+    let in_use: BTreeSet<String> = containers.into_iter().filter_map(|c| c.image_id).collect();
+    let mut unused: Vec<_> = images
+        .into_iter()
+        .filter(|i| !in_use.contains(&i.id))
+        .filter(|i| !i.repo_tags.iter().any(|t| keep.contains(t)))
+        .collect();
+    unused.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.id.cmp(&b.id)));
+    let mut removed = Vec::new();
+    for image in unused.into_iter().skip(newest) {
+        // By tag, without force: an image a container took meanwhile stays.
+        let names = if image.repo_tags.is_empty() {
+            vec![image.id.clone()]
+        } else {
+            image.repo_tags.clone()
+        };
+        for name in names {
+            match engine
+                .remove_image(&name, None::<RemoveImageOptions>, None)
+                .await
+            {
+                Ok(_) => removed.push(name),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404 | 409,
+                    ..
+                }) => {}
+                Err(e) => return Err(EnvError::docker(format!("removing image {name}"), e)),
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// [`prune_node_images`] on every node of the swarm that answers, keeping `keep` and
+/// `config.keep_images` more; the images removed, per node address. A node that does
+/// not answer is skipped (it prunes at the next batch's end); a node that answers but
+/// fails is reported, after every other node was pruned.
+pub async fn prune_swarm_images(
+    manager: &Docker,
+    config: &SwarmConfig,
+    keep: &BTreeSet<String>,
+) -> Result<Vec<(String, Vec<String>)>, EnvError> {
+    let nodes = within(
+        config.call_timeout,
+        &config.manager,
+        manager.list_nodes(None),
+    )
     .await?
+    .map_err(|e| EnvError::docker("listing the swarm's nodes", e))?;
+    let mut pruned = Vec::new();
+    let mut failed = Vec::new();
+    for node in nodes {
+        let ready = node.status.as_ref().and_then(|s| s.state) == Some(NodeState::READY);
+        let Some(addr) = node_address(&node).filter(|_| ready) else {
+            continue;
+        };
+        let address = format!("tcp://{addr}:{}", config.engine_port);
+        let Ok(engine) = connect_engine(&address, &config.auth, config.call_timeout).await else {
+            continue;
+        };
+        match within(
+            config.call_timeout * 2,
+            &address,
+            prune_node_images(&engine, keep, config.keep_images),
+        )
+        .await
+        {
+            Ok(Ok(removed)) => pruned.push((addr, removed)),
+            Ok(Err(e)) | Err(e) => failed.push(format!("node {addr}: {e}")),
+        }
+    }
+    if failed.is_empty() {
+        Ok(pruned)
+    } else {
+        Err(EnvError::InvalidRequest(format!(
+            "pruning the nodes' tool images: {}",
+            failed.join("; ")
+        )))
+    }
 }
 
 #[async_trait::async_trait]
@@ -938,5 +1288,111 @@ impl Drop for SwarmEnv {
             }
         });
         let _ = handle.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(vars: &[(&str, &str)]) -> Result<EngineAuth, EnvError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        EngineAuth::from_env(&|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn tls_is_required_unless_plain_tcp_is_asked_for() {
+        let err = auth(&[]).unwrap_err().to_string();
+        assert!(err.contains("RONDO_SWARM_TLS_DIR"), "{err}");
+        assert!(err.contains("RONDO_SWARM_PLAIN_TCP=1"), "{err}");
+        assert_eq!(
+            auth(&[("RONDO_SWARM_PLAIN_TCP", "1")]).unwrap(),
+            EngineAuth::PlainTcp
+        );
+        let err = auth(&[("RONDO_SWARM_PLAIN_TCP", "yes")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("1 or 0"), "{err}");
+        // `0` asks for nothing: TLS is still required.
+        assert!(auth(&[("RONDO_SWARM_PLAIN_TCP", "0")]).is_err());
+    }
+
+    #[test]
+    fn certificates_come_from_a_folder_or_three_paths_never_half_of_them() {
+        let dir = auth(&[("RONDO_SWARM_TLS_DIR", "/certs")]).unwrap();
+        assert_eq!(dir, EngineAuth::tls_dir(Path::new("/certs")));
+        assert_eq!(
+            auth(&[("DOCKER_CERT_PATH", "/certs")]).unwrap(),
+            EngineAuth::tls_dir(Path::new("/certs"))
+        );
+        let files = auth(&[
+            ("RONDO_SWARM_TLS_CA", "/a/ca"),
+            ("RONDO_SWARM_TLS_CERT", "/a/cert"),
+            ("RONDO_SWARM_TLS_KEY", "/a/key"),
+            ("DOCKER_CERT_PATH", "/certs"),
+        ])
+        .unwrap();
+        assert_eq!(
+            files,
+            EngineAuth::Tls {
+                ca: "/a/ca".into(),
+                cert: "/a/cert".into(),
+                key: "/a/key".into(),
+            }
+        );
+        let err = auth(&[
+            ("RONDO_SWARM_TLS_CA", "/a/ca"),
+            ("RONDO_SWARM_TLS_DIR", "/certs"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("go together"), "{err}");
+        let err = auth(&[
+            ("RONDO_SWARM_TLS_DIR", "/certs"),
+            ("RONDO_SWARM_PLAIN_TCP", "1"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("choose one"), "{err}");
+    }
+
+    #[test]
+    fn the_engine_port_follows_docker_conventions() {
+        let sandbox = DockerConfig::new("img", "run");
+        let tls = SwarmConfig::new("tcp://m:1", EngineAuth::tls_dir(Path::new("/c")), sandbox);
+        assert_eq!(tls.engine_port, 2376);
+        let plain = SwarmConfig::new("tcp://m:1", EngineAuth::PlainTcp, tls.sandbox);
+        assert_eq!(plain.engine_port, 2375);
+    }
+
+    #[tokio::test]
+    async fn a_bad_certificate_file_is_named_before_any_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), "not a certificate").unwrap();
+        // Port 9 of a TEST-NET address: nothing is contacted, the check comes first.
+        let err = connect_engine(
+            "tcp://192.0.2.1:9",
+            &EngineAuth::tls_dir(dir.path()),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("TLS CA"), "{err}");
+        assert!(err.contains("ca.pem: no certificate in it"), "{err}");
+        std::fs::remove_file(dir.path().join("ca.pem")).unwrap();
+        let err = connect_engine(
+            "tcp://192.0.2.1:9",
+            &EngineAuth::tls_dir(dir.path()),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("TLS CA"), "{err}");
+        assert!(err.contains("ca.pem"), "{err}");
     }
 }

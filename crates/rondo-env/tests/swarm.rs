@@ -2,6 +2,9 @@
 //! swarm of throwaway dockerd nodes on this machine and runs these with
 //! `--include-ignored`, the swarm given by:
 //! - RONDO_SWARM_MANAGER: a manager's engine (`tcp://host:port`);
+//! - RONDO_SWARM_TLS_DIR: the driver's client certificate, key and the CA (every engine
+//!   is reached with TLS); RONDO_SWARM_TEST_ROGUE_TLS_DIR: a client certificate of
+//!   another CA, which every node must refuse;
 //! - RONDO_SWARM_REGISTRY / RONDO_SWARM_PUSH_REGISTRY: the registry as the nodes and as
 //!   this machine's engine reach it;
 //! - RONDO_SWARM_NODES: every node's engine, comma-separated (to check what is left);
@@ -15,16 +18,22 @@ use std::time::{Duration, Instant};
 
 use bollard::query_parameters::{ListContainersOptions, ListNetworksOptions, ListServicesOptions};
 use rondo_env::{
-    DockerConfig, DockerEnv, EnvError, Environment, ExecRequest, Mount, SwarmConfig, SwarmEnv,
+    DockerConfig, DockerEnv, EngineAuth, EnvError, Environment, ExecRequest, Mount, SwarmConfig,
+    SwarmEnv,
 };
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run scripts/swarm-test.sh"))
 }
 
+fn auth() -> EngineAuth {
+    EngineAuth::tls_dir(std::path::Path::new(&var("RONDO_SWARM_TLS_DIR")))
+}
+
 fn config(run_id: &str) -> SwarmConfig {
     let mut c = SwarmConfig::new(
         var("RONDO_SWARM_MANAGER"),
+        auth(),
         DockerConfig::new(common::IMAGE, run_id),
     );
     c.registry = Some(var("RONDO_SWARM_REGISTRY"));
@@ -48,7 +57,8 @@ async fn leftovers(run_id: &str) -> Vec<String> {
     let filters = std::collections::HashMap::from([("label".to_string(), vec![label.clone()])]);
     let mut left = Vec::new();
     for node in nodes() {
-        let Ok(docker) = rondo_env::connect_engine(&node, Duration::from_secs(3)).await else {
+        let Ok(docker) = rondo_env::connect_engine(&node, &auth(), Duration::from_secs(3)).await
+        else {
             continue;
         };
         let containers = docker
@@ -65,9 +75,10 @@ async fn leftovers(run_id: &str) -> Vec<String> {
                 .map(|c| format!("container {c:?} on {node}")),
         );
     }
-    let manager = rondo_env::connect_engine(&var("RONDO_SWARM_MANAGER"), Duration::from_secs(5))
-        .await
-        .unwrap();
+    let manager =
+        rondo_env::connect_engine(&var("RONDO_SWARM_MANAGER"), &auth(), Duration::from_secs(5))
+            .await
+            .unwrap();
     let services = manager
         .list_services(Some(ListServicesOptions {
             filters: Some(filters.clone()),
@@ -103,6 +114,81 @@ async fn settled(run_id: &str) -> Vec<String> {
             return left;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Every node's engine answers the driver's certificate, and refuses a driver without it:
+/// over plain TCP, with a certificate of another CA, with no client certificate (curl);
+/// and the driver refuses an engine its CA did not sign.
+#[tokio::test]
+#[ignore = "needs a swarm: scripts/swarm-test.sh"]
+async fn a_driver_without_the_client_certificate_is_refused_by_every_node() {
+    let good = std::path::PathBuf::from(var("RONDO_SWARM_TLS_DIR"));
+    let rogue = std::path::PathBuf::from(var("RONDO_SWARM_TEST_ROGUE_TLS_DIR"));
+    // Each refused for its own reason: the engine's answer to plain HTTP, its TLS alert
+    // on the client's certificate, rustls's verdict on the engine's.
+    let refused = [
+        (
+            "plain TCP",
+            EngineAuth::PlainTcp,
+            "Client sent an HTTP request to an HTTPS server",
+        ),
+        (
+            "a client certificate of another CA",
+            EngineAuth::tls_dir(&rogue),
+            "BadCertificate",
+        ),
+        (
+            "the engine's certificate checked against another CA",
+            EngineAuth::Tls {
+                ca: rogue.join("../rogue-ca/ca.pem"),
+                cert: good.join("cert.pem"),
+                key: good.join("key.pem"),
+            },
+            "UnknownIssuer",
+        ),
+    ];
+    let deadline = Duration::from_secs(10);
+    for node in nodes() {
+        let docker = rondo_env::connect_engine(&node, &auth(), deadline)
+            .await
+            .unwrap_or_else(|e| panic!("{node} with the driver's certificate: {e}"));
+        // Not only a ping: the API itself answers.
+        docker.info().await.unwrap();
+        for (what, auth, why) in &refused {
+            match rondo_env::connect_engine(&node, auth, deadline).await {
+                Ok(_) => panic!("{node} answered a driver with {what}"),
+                Err(EnvError::DockerUnavailable { source, .. }) => {
+                    let source = format!("{source:?}");
+                    assert!(source.contains(why), "{node}, {what}: {source}");
+                }
+                Err(e) => panic!("{node}, {what}: {e}"),
+            }
+        }
+        // No client certificate at all: the driver always shows one, so curl asks.
+        let url = format!("https://{}/_ping", node.trim_start_matches("tcp://"));
+        let ca = good.join("ca.pem");
+        let curl = |client: bool| {
+            let mut c = std::process::Command::new("curl");
+            c.args(["-sS", "--max-time", "10", "--cacert"]).arg(&ca);
+            if client {
+                c.arg("--cert")
+                    .arg(good.join("cert.pem"))
+                    .arg("--key")
+                    .arg(good.join("key.pem"));
+            }
+            c.arg(&url).output().unwrap()
+        };
+        let with = curl(true);
+        assert!(with.status.success(), "{with:?}");
+        assert_eq!(String::from_utf8_lossy(&with.stdout), "OK");
+        let without = curl(false);
+        assert!(
+            !without.status.success(),
+            "{node} answered curl without a certificate"
+        );
+        let said = String::from_utf8_lossy(&without.stderr);
+        assert!(said.contains("certificate"), "{node}: {said}");
     }
 }
 
@@ -284,6 +370,29 @@ async fn exec_round_trip_figures() {
     );
     for (node, ms) in starts {
         println!("FIGURE sandbox start on node {node}: {ms} ms");
+    }
+    // An API call outside a command (a copy, an inspect) makes a connection of its own:
+    // over TLS, a handshake each.
+    let node = rondo_env::connect_engine(&nodes()[0], &auth(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let local = rondo_env::connect().await.unwrap();
+    for (what, docker) in [
+        ("a node's engine over TLS", &node),
+        ("the local engine", &local),
+    ] {
+        let mut times = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            docker.ping().await.unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "FIGURE engine API call (ping) to {what}: median {:.2} ms, p90 {:.2} ms ({n} calls)",
+            times[n / 2],
+            times[n * 9 / 10]
+        );
     }
     assert_eq!(settled(&run_id).await, Vec::<String>::new());
 }

@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 
 use super::bus::Bus;
 use super::clock;
+use super::commit::Job;
 use super::events::Event;
 use super::progress::{Progress, Reporter};
 use super::redact;
@@ -42,31 +43,28 @@ impl<'w> Interpreter<'w> {
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
         let (mut interp, state) = Self::prepare(workflow, options)?;
-        for job in std::mem::take(&mut interp.start_jobs) {
+        let jobs = std::mem::take(&mut interp.start_jobs);
+        if let Some(job) = jobs.into_iter().reduce(Job::then) {
             job.commit().await.map_err(start_unrecorded)?;
         }
         Ok((interp, state))
     }
 
-    /// [`start_committed`](Self::start_committed) whose start is made durable while the
-    /// run goes on: its first step, typically a model call, overlaps the start's syncs,
-    /// and its checkpoint waits for them before the step is acknowledged. For callers
-    /// that acknowledge nothing before the run's first step (an eval's case, a
-    /// synchronous ask): a process killed before the start was durable leaves a folder
-    /// without `run.json`, which holds no acknowledged step.
+    /// [`start_committed`](Self::start_committed) that waits for nothing: the start's
+    /// journal record is synced with the first step's, and `run.json` is written by the
+    /// first checkpoint that acknowledges a step (see [`RunDir::announce_later`]); a run
+    /// that ends at its first step (one model call) writes only its final `run.json`.
+    /// For callers that acknowledge nothing before the run's first step (an eval's
+    /// case, a synchronous ask): a process killed before then leaves a folder without
+    /// `run.json`, which holds no acknowledged step.
     pub async fn start_overlapped(
         workflow: &'w Checked,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
         let (mut interp, state) = Self::prepare(workflow, options)?;
-        let jobs = std::mem::take(&mut interp.start_jobs);
-        if !jobs.is_empty() {
-            interp.start_pending = Some(tokio::spawn(async move {
-                for job in jobs {
-                    job.commit().await?;
-                }
-                Ok(())
-            }));
+        let mut jobs = std::mem::take(&mut interp.start_jobs);
+        if let (Some(run_json), Some(dir)) = (jobs.pop(), interp.dir.as_mut()) {
+            dir.announce_later(run_json);
         }
         Ok((interp, state))
     }
@@ -269,7 +267,8 @@ impl<'w> Interpreter<'w> {
                 let run_json = dir
                     .info_job(&info)
                     .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
-                interp.start_jobs = vec![checkpoint.then(run_json)];
+                // In this order: the first checkpoint's, then `run.json`.
+                interp.start_jobs = vec![checkpoint, run_json];
             }
             interp.info = Some(info);
             return Ok((interp, state));
@@ -395,9 +394,23 @@ impl<'w> Interpreter<'w> {
         std::fs::create_dir_all(&layout.system).map_err(|e| {
             StartError::Setup(format!("cannot create {}: {e}", layout.system.display()))
         })?;
-        let workspace = rondo_workspace::Workspace::create(&layout.workspace).map_err(|e| {
-            StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
-        })?;
+        // The workspace is made by the first write to it (a tool's start, an artifact): a
+        // run that writes nothing there (one model call) leaves no empty folder behind.
+        // A code context reads its folders beneath it as it is, so it is made now.
+        let workspace = rondo_workspace::Workspace::deferred(&layout.workspace)
+            .and_then(|w| {
+                let code = workflow
+                    .memory
+                    .iter()
+                    .any(|m| matches!(m.kind, crate::compile::MemoryKind::CodeContext { .. }));
+                if code {
+                    w.ensure()?;
+                }
+                Ok(w)
+            })
+            .map_err(|e| {
+                StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
+            })?;
         let run_dir = layout.system.clone();
         let pool = match &options.pool {
             Some(pool) => pool.clone(),

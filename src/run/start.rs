@@ -471,7 +471,7 @@ impl<'w> Interpreter<'w> {
             _in_flight: super::commit::InFlight::new(),
             start_pending: None,
             pool,
-            prompts: Prompts::load_named(&workflow.prompts_dir, &template_names(workflow)),
+            prompts: prompts_of(workflow),
             profile_of,
             interrupted,
             interrupt,
@@ -945,4 +945,63 @@ fn recorded_here(
         job.run().map_err(start_unrecorded)?;
     }
     Ok((interp, state))
+}
+
+/// A workflow's templates, read and parsed once per process while their files do not
+/// change: a server or an eval starts many runs of one workflow, and parsing its templates
+/// was most of a run's start-up (tera's parser is slow).
+fn prompts_of(workflow: &Workflow) -> Arc<Prompts> {
+    use std::sync::{Mutex, OnceLock};
+    /// Workflows whose templates are kept; more (a process that loads many) start afresh.
+    const KEPT: usize = 64;
+    type Key = (PathBuf, Vec<String>);
+    static LOADED: OnceLock<Mutex<HashMap<Key, (Vec<FileStamp>, Arc<Prompts>)>>> = OnceLock::new();
+    let names = template_names(workflow);
+    let key = (workflow.prompts_dir.clone(), names);
+    let loaded = LOADED.get_or_init(Default::default);
+    if let Ok(kept) = loaded.lock()
+        && let Some((stamps, prompts)) = kept.get(&key)
+        && stamps.iter().all(FileStamp::unchanged)
+    {
+        return prompts.clone();
+    }
+    let prompts = Arc::new(Prompts::load_named(&key.0, &key.1));
+    // Every file it read or looked for: one that appears, changes or goes is read again.
+    let stamps = key
+        .1
+        .iter()
+        .chain(prompts.sources.keys())
+        .chain(prompts.errors.keys())
+        .map(|name| FileStamp::of(key.0.join(name)))
+        .collect();
+    if let Ok(mut kept) = loaded.lock() {
+        if kept.len() >= KEPT {
+            kept.clear();
+        }
+        kept.insert(key, (stamps, prompts.clone()));
+    }
+    prompts
+}
+
+/// A file's identity and last change (none when it does not exist).
+struct FileStamp {
+    path: PathBuf,
+    seen: Option<(u64, u64, u64, std::time::SystemTime)>,
+}
+
+impl FileStamp {
+    fn of(path: PathBuf) -> FileStamp {
+        let seen = Self::look(&path);
+        FileStamp { path, seen }
+    }
+
+    fn look(path: &Path) -> Option<(u64, u64, u64, std::time::SystemTime)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some((m.dev(), m.ino(), m.len(), m.modified().ok()?))
+    }
+
+    fn unchanged(&self) -> bool {
+        Self::look(&self.path) == self.seen
+    }
 }

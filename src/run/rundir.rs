@@ -281,9 +281,13 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 
 /// A new run's unique id: 128 random bits, in hex.
 pub fn new_run_uid() -> std::io::Result<String> {
-    use std::io::Read;
     let mut bytes = [0u8; 16];
-    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    // SAFETY: `bytes` is a writable buffer of exactly the length passed.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if got != bytes.len() as isize {
+        use std::io::Read;
+        File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    }
     Ok(hex::encode(bytes))
 }
 
@@ -341,7 +345,8 @@ pub struct RunDir {
     /// Artifacts (names in the workspace) written without fsync since the last snapshot:
     /// synced before it, through the workspace's confinement.
     unsynced: Vec<String>,
-    workspace: std::sync::Arc<rondo_workspace::Workspace>,
+    /// The run's workspace, opened only to sync artifacts (most runs write none).
+    workspace: PathBuf,
     /// `run.json` of a run whose start was not waited for (see
     /// [`announce_later`](RunDir::announce_later)), written by the first checkpoint
     /// that acknowledges a step.
@@ -544,18 +549,22 @@ pub fn refuse_linked_records(dir: &Path) -> Result<(), String> {
 }
 
 impl RunDir {
-    /// A new run. A journal left by a start-up that was killed before `run.json` was
-    /// written belongs to no run and is discarded.
+    /// A new run, in a folder that exists (its system area). A journal left by a start-up
+    /// that was killed before `run.json` was written belongs to no run and is discarded.
     pub fn create(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
-        std::fs::create_dir_all(path)?;
         if std::fs::symlink_metadata(path.join(JOURNAL)).is_ok() {
             open_record(path, JOURNAL, true)?.set_len(0)?;
         }
-        Self::open(path, workspace)
+        Self::open_at(path, workspace, Some(0))
     }
 
     /// Opens an existing run directory to append to it (resume).
     pub fn open(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
+        Self::open_at(path, workspace, None)
+    }
+
+    /// Opens the journal; `seq` is its count of lines when known (an empty journal).
+    fn open_at(path: &Path, workspace: &Path, seq: Option<u64>) -> std::io::Result<RunDir> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .create(true)
@@ -568,9 +577,11 @@ impl RunDir {
                 format!("{JOURNAL} is not a regular file"),
             ));
         }
-        let seq = read_record_bytes(path, JOURNAL, u64::MAX).map_or(0, |b| {
-            let ended = b.last().is_none_or(|&c| c == b'\n');
-            (b.iter().filter(|&&c| c == b'\n').count() + usize::from(!ended)) as u64
+        let seq = seq.unwrap_or_else(|| {
+            read_record_bytes(path, JOURNAL, u64::MAX).map_or(0, |b| {
+                let ended = b.last().is_none_or(|&c| c == b'\n');
+                (b.iter().filter(|&&c| c == b'\n').count() + usize::from(!ended)) as u64
+            })
         });
         Ok(RunDir {
             path: path.to_path_buf(),
@@ -583,7 +594,7 @@ impl RunDir {
             last: None,
             since_snapshot: 0,
             unsynced: Vec::new(),
-            workspace: std::sync::Arc::new(rondo_workspace::Workspace::deferred(workspace)?),
+            workspace: workspace.to_path_buf(),
             announce: None,
         })
     }
@@ -731,15 +742,18 @@ impl RunDir {
         let snapshot = serde_json::to_vec_pretty(state)?;
         let journal = self.journal.clone();
         let records = self.records.clone();
-        let workspace = self.workspace.clone();
+        let workspace = (!self.unsynced.is_empty()).then(|| self.workspace.clone());
         let unsynced = std::mem::take(&mut self.unsynced);
         // A run that stops writes `run.json` next, whose folder sync covers this rename.
         let stopping = state.status != Status::Running;
         let job = Job::Ordered(Box::new(move || {
-            for name in unsynced {
-                workspace
-                    .sync(&name)
-                    .map_err(|e| naming(&format!("artifact {name}"), e))?;
+            if let Some(root) = workspace {
+                let workspace = rondo_workspace::Workspace::deferred(&root)?;
+                for name in unsynced {
+                    workspace
+                        .sync(&name)
+                        .map_err(|e| naming(&format!("artifact {name}"), e))?;
+                }
             }
             journal.sync_data().map_err(|e| naming(JOURNAL, e))?;
             let written = if stopping {

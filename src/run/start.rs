@@ -134,12 +134,16 @@ impl<'w> Interpreter<'w> {
         let mut attempt = (run_id, layout);
         for _ in 0..1000 {
             let system = &attempt.1.system;
-            if let Some(parent) = system.parent() {
+            let mut created = std::fs::create_dir(system);
+            if let (Err(e), Some(parent)) = (&created, system.parent())
+                && e.kind() == std::io::ErrorKind::NotFound
+            {
                 std::fs::create_dir_all(parent).map_err(|e| {
                     StartError::Setup(format!("cannot create {}: {e}", parent.display()))
                 })?;
+                created = std::fs::create_dir(system);
             }
-            match std::fs::create_dir(system) {
+            match created {
                 Ok(()) => return Ok(attempt),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     let id = new_run_id();
@@ -391,7 +395,7 @@ impl<'w> Interpreter<'w> {
         script: Script,
     ) -> Result<Self, StartError> {
         // The system area first: the workspace may be inside it (`runs/<id>/workspace`).
-        std::fs::create_dir_all(&layout.system).map_err(|e| {
+        ensure_folder(&layout.system).map_err(|e| {
             StartError::Setup(format!("cannot create {}: {e}", layout.system.display()))
         })?;
         // The workspace is made by the first write to it (a tool's start, an artifact): a
@@ -945,6 +949,17 @@ fn recorded_here(
         job.run().map_err(start_unrecorded)?;
     }
     Ok((interp, state))
+}
+
+/// Makes `dir` (and its parents) unless it exists: one call when it does (something
+/// else in its place fails the first open beneath it).
+fn ensure_folder(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir),
+        Err(e) => Err(e),
+    }
 }
 
 /// A workflow's templates, read and parsed once per process while their files do not

@@ -970,7 +970,8 @@ fn prompts_of(workflow: &Workflow) -> Arc<Prompts> {
     /// Workflows whose templates are kept; more (a process that loads many) start afresh.
     const KEPT: usize = 64;
     type Key = (PathBuf, Vec<String>);
-    static LOADED: OnceLock<Mutex<HashMap<Key, (Vec<FileStamp>, Arc<Prompts>)>>> = OnceLock::new();
+    type Kept = HashMap<Key, (Vec<FileStamp>, Arc<Prompts>)>;
+    static LOADED: OnceLock<Mutex<Kept>> = OnceLock::new();
     let names = template_names(workflow);
     let key = (workflow.prompts_dir.clone(), names);
     let loaded = LOADED.get_or_init(Default::default);

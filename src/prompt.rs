@@ -534,6 +534,10 @@ fn parse_named(dir: &Path, names: &[String]) -> HashMap<String, Read> {
         .into_iter()
         .take(MAX_TEMPLATES)
         .collect();
+    // One name needs no thread, nor the count of cores (a read of the cgroup's files).
+    if distinct.len() < 2 {
+        return HashMap::new();
+    }
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(4)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `rondo eval` throughput: 1,000 cases of a one-call workflow (ask.rondo) against
 # fake_llm.py at 100 ms, concurrency 50. The ideal is 1,000 x 0.1 s / 50 = 2 s.
-#   bench/eval/run.sh [--cases N] [--concurrency C] [--port P]
+#   bench/eval/run.sh [--quick] [--cases N] [--concurrency C] [--port P]
+# --quick (CI): 200 cases at concurrency 10 (ideal 2 s). Prints the process's CPU time
+# (user + system) per case too, which a loaded machine does not inflate as it does wall time.
 set -euo pipefail
 [ -x /usr/bin/time ] || bash "$(dirname "$0")/../../scripts/apt-install.sh" time
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -14,6 +16,7 @@ while [ $# -gt 0 ]; do
     --cases) CASES="$2"; shift 2 ;;
     --concurrency) CONC="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
+    --quick) CASES=200 CONC=10; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -34,15 +37,18 @@ for i in range(int(sys.argv[1])):
 PY
 
 export FAKE_LLM_URL="http://127.0.0.1:$PORT/v1" FAKE_LLM_KEY=unused
-/usr/bin/time -f "%e %M" -o "$WORK/time" "$BIN" eval "$ROOT/bench/eval/ask.rondo" \
+/usr/bin/time -f "%e %M %U %S" -o "$WORK/time" "$BIN" eval "$ROOT/bench/eval/ask.rondo" \
   --dataset "$WORK/cases.jsonl" --out "$WORK/res" -c "$CONC" -q > "$WORK/table"
-read -r WALL RSS_KB < "$WORK/time"
+read -r WALL RSS_KB USER_S SYS_S < "$WORK/time"
 IDEAL=$(python3 -c "print($CASES * 0.1 / $CONC)")
-python3 - "$WORK/res/summary.json" "$WALL" "$IDEAL" "$RSS_KB" "$CASES" "$CONC" <<'PY'
+python3 - "$WORK/res/summary.json" "$WALL" "$IDEAL" "$RSS_KB" "$CASES" "$CONC" "$USER_S" "$SYS_S" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 wall, ideal, rss, n, c = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+user, system = float(sys.argv[7]), float(sys.argv[8])
+load = open("/proc/loadavg").read().split()[0]
 print(f"cases {n}, concurrency {c}: {wall:.2f} s wall (ideal {ideal:.2f} s, {wall / ideal:.2f}x), "
       f"peak RSS {rss / 1024:.0f} MiB, success_rate {s['success_rate']}, n {s['n']}, "
-      f"avg_latency_sec {s['avg_latency_sec']:.3f}")
+      f"avg_latency_sec {s['avg_latency_sec']:.3f}, cpu {(user + system) * 1000 / int(n):.2f} ms/case "
+      f"(user {user:.2f} s, sys {system:.2f} s), load {load}")
 PY

@@ -154,18 +154,71 @@ fn commit_batch(batch: Vec<Request>) {
         answer(job.run(), waiting);
         return;
     }
-    while !groups.is_empty() {
-        let wave: Vec<_> = groups.drain(..groups.len().min(MAX_PARALLEL)).collect();
-        std::thread::scope(|scope| {
-            for (job, waiting) in wave {
-                // No thread for it: the job and its answer channels are dropped, each
-                // waiting step gets an error, and its run ends at its last checkpoint.
-                let _ = std::thread::Builder::new()
-                    .name("rondo-sync".into())
-                    .spawn_scoped(scope, move || answer(job.run(), waiting));
-            }
+    // The batch's syncs are issued at the same time on the process's sync threads, and
+    // the batch ends when the last is answered.
+    let (finished, all_finished) = mpsc::channel::<()>();
+    let mut sent = 0;
+    for (job, waiting) in groups {
+        let finished = finished.clone();
+        let task: Task = Box::new(move || {
+            answer(job.run(), waiting);
+            let _ = finished.send(());
         });
+        if let Err(mpsc::SendError(task)) = syncers().send(task) {
+            task();
+        } else {
+            sent += 1;
+        }
     }
+    drop(finished);
+    for _ in 0..sent {
+        // A task lost with its thread answers nothing: its steps get an error (their
+        // answer channels are dropped), and the batch does not wait for it.
+        if all_finished.recv().is_err() {
+            break;
+        }
+    }
+}
+
+type Task = Box<dyn FnOnce() + Send>;
+
+/// The threads that issue a batch's syncs: [`MAX_PARALLEL`], started by the first batch
+/// of more than one sync and kept (a thread started for each sync cost more CPU than the
+/// sync itself).
+fn syncers() -> &'static mpsc::Sender<Task> {
+    static SYNCERS: OnceLock<mpsc::Sender<Task>> = OnceLock::new();
+    SYNCERS.get_or_init(|| {
+        let (send, receive) = mpsc::channel::<Task>();
+        let queue = Arc::new(std::sync::Mutex::new(receive));
+        let mut started = 0;
+        for _ in 0..MAX_PARALLEL {
+            let queue = queue.clone();
+            let spawned = std::thread::Builder::new()
+                .name("rondo-sync".into())
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    loop {
+                        let task = match queue.lock() {
+                            Ok(q) => q.recv(),
+                            Err(_) => return,
+                        };
+                        match task {
+                            Ok(task) => task(),
+                            Err(_) => return,
+                        }
+                    }
+                });
+            if spawned.is_ok() {
+                started += 1;
+            }
+        }
+        if started == 0 {
+            // `send` on a channel whose receiver is gone fails: the committer runs them.
+            let (send, _) = mpsc::channel();
+            return send;
+        }
+        send
+    })
 }
 
 #[cfg(test)]

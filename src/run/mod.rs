@@ -170,7 +170,7 @@ pub struct Interpreter<'w> {
     /// Counted among the process's runs while it exists (see [`commit::InFlight`]).
     _in_flight: commit::InFlight,
     pool: Arc<ProviderPool>,
-    prompts: Prompts,
+    prompts: Arc<Prompts>,
     /// Profile name per llm role (node index), after `--provider`.
     profile_of: HashMap<usize, String>,
     envs: tools::Envs,

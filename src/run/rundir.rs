@@ -25,7 +25,7 @@ use super::commit::Job;
 use super::events::{Entry, Event};
 use super::memory::MemoryValue;
 pub use super::state::{ARTIFACT_KEY, ROOT_KEY};
-use super::state::{RunState, Status, Totals};
+use super::state::{Position, RunState, Status, Totals};
 use crate::compile::Workflow;
 
 /// Where a run is, as `run.json` says: `queued` only in what `rondo serve` shows of a run
@@ -281,9 +281,13 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 
 /// A new run's unique id: 128 random bits, in hex.
 pub fn new_run_uid() -> std::io::Result<String> {
-    use std::io::Read;
     let mut bytes = [0u8; 16];
-    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    // SAFETY: `bytes` is a writable buffer of exactly the length passed.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if got != bytes.len() as isize {
+        use std::io::Read;
+        File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    }
     Ok(hex::encode(bytes))
 }
 
@@ -341,7 +345,12 @@ pub struct RunDir {
     /// Artifacts (names in the workspace) written without fsync since the last snapshot:
     /// synced before it, through the workspace's confinement.
     unsynced: Vec<String>,
-    workspace: rondo_workspace::Workspace,
+    /// The run's workspace, opened only to sync artifacts (most runs write none).
+    workspace: PathBuf,
+    /// `run.json` of a run whose start was not waited for (see
+    /// [`announce_later`](RunDir::announce_later)), written by the first checkpoint
+    /// that acknowledges a step.
+    announce: Option<Job>,
 }
 
 struct Last {
@@ -354,6 +363,16 @@ struct Last {
 }
 
 impl Last {
+    fn of(state: &RunState, small: Value) -> Last {
+        Last {
+            small,
+            path_len: state.path.len(),
+            memory: state.memory.clone(),
+            outputs: state.outputs.clone(),
+            inputs: state.inputs.clone(),
+        }
+    }
+
     fn remember(&mut self, state: &RunState, small: Value) {
         self.small = small;
         self.path_len = state.path.len();
@@ -375,6 +394,80 @@ impl Last {
             }
         }
     }
+}
+
+/// The state's fields but the growing and the large ones (path, memory, outputs, inputs)
+/// and the journal's own length, serialized: those are compared in place, never
+/// serialized whole, so a step costs what it changed, not the run's size.
+fn small_fields(state: &mut RunState) -> std::io::Result<Value> {
+    let path = std::mem::take(&mut state.path);
+    let memory = std::mem::take(&mut state.memory);
+    let outputs = std::mem::take(&mut state.outputs);
+    let inputs = std::mem::take(&mut state.inputs);
+    let small = serde_json::to_value(&*state);
+    state.path = path;
+    state.memory = memory;
+    state.outputs = outputs;
+    state.inputs = inputs;
+    let mut small = small?;
+    if let Some(fields) = small.as_object_mut() {
+        for key in ["path", "memory", "outputs", "inputs"] {
+            fields.remove(key);
+        }
+        if let Some(lengths) = fields
+            .get_mut("file_lengths")
+            .and_then(Value::as_object_mut)
+        {
+            lengths.remove(JOURNAL);
+        }
+    }
+    Ok(small)
+}
+
+/// What changed since `last`: the small fields' [`diff`], the roles appended to the path,
+/// and the memory slots, outputs and inputs that differ.
+fn delta(
+    last: &Last,
+    state: &RunState,
+    small: &Value,
+) -> serde_json::Result<serde_json::Map<String, Value>> {
+    let mut delta = match diff(&last.small, small) {
+        Value::Object(d) => d,
+        _ => serde_json::Map::new(),
+    };
+    if state.path.len() > last.path_len {
+        delta.insert(
+            "+path".into(),
+            serde_json::json!(state.path[last.path_len..]),
+        );
+    }
+    let changed: serde_json::Map<String, Value> = state
+        .memory
+        .iter()
+        .enumerate()
+        .filter(|(i, v)| last.memory.get(*i) != Some(*v))
+        .map(|(i, v)| Ok((i.to_string(), serde_json::to_value(v)?)))
+        .collect::<serde_json::Result<_>>()?;
+    if state.memory.len() != last.memory.len() {
+        delta.insert("memory".into(), serde_json::to_value(&state.memory)?);
+    } else if !changed.is_empty() {
+        delta.insert("~memory".into(), Value::Object(changed));
+    }
+    let changed: serde_json::Map<String, Value> = state
+        .outputs
+        .iter()
+        .filter(|(k, v)| last.outputs.get(*k) != Some(*v))
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    if last.outputs.keys().any(|k| !state.outputs.contains_key(k)) {
+        delta.insert("outputs".into(), serde_json::to_value(&state.outputs)?);
+    } else if !changed.is_empty() {
+        delta.insert("~outputs".into(), Value::Object(changed));
+    }
+    if state.inputs != last.inputs {
+        delta.insert("inputs".into(), serde_json::to_value(&state.inputs)?);
+    }
+    Ok(delta)
 }
 
 /// Checkpoint records between two snapshots: bounds what a resume replays.
@@ -456,18 +549,22 @@ pub fn refuse_linked_records(dir: &Path) -> Result<(), String> {
 }
 
 impl RunDir {
-    /// A new run. A journal left by a start-up that was killed before `run.json` was
-    /// written belongs to no run and is discarded.
+    /// A new run, in a folder that exists (its system area). A journal left by a start-up
+    /// that was killed before `run.json` was written belongs to no run and is discarded.
     pub fn create(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
-        std::fs::create_dir_all(path)?;
         if std::fs::symlink_metadata(path.join(JOURNAL)).is_ok() {
             open_record(path, JOURNAL, true)?.set_len(0)?;
         }
-        Self::open(path, workspace)
+        Self::open_at(path, workspace, Some(0))
     }
 
     /// Opens an existing run directory to append to it (resume).
     pub fn open(path: &Path, workspace: &Path) -> std::io::Result<RunDir> {
+        Self::open_at(path, workspace, None)
+    }
+
+    /// Opens the journal; `seq` is its count of lines when known (an empty journal).
+    fn open_at(path: &Path, workspace: &Path, seq: Option<u64>) -> std::io::Result<RunDir> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .create(true)
@@ -480,9 +577,11 @@ impl RunDir {
                 format!("{JOURNAL} is not a regular file"),
             ));
         }
-        let seq = read_record_bytes(path, JOURNAL, u64::MAX).map_or(0, |b| {
-            let ended = b.last().is_none_or(|&c| c == b'\n');
-            (b.iter().filter(|&&c| c == b'\n').count() + usize::from(!ended)) as u64
+        let seq = seq.unwrap_or_else(|| {
+            read_record_bytes(path, JOURNAL, u64::MAX).map_or(0, |b| {
+                let ended = b.last().is_none_or(|&c| c == b'\n');
+                (b.iter().filter(|&&c| c == b'\n').count() + usize::from(!ended)) as u64
+            })
         });
         Ok(RunDir {
             path: path.to_path_buf(),
@@ -495,7 +594,8 @@ impl RunDir {
             last: None,
             since_snapshot: 0,
             unsynced: Vec::new(),
-            workspace: rondo_workspace::Workspace::open(workspace)?,
+            workspace: workspace.to_path_buf(),
+            announce: None,
         })
     }
 
@@ -575,96 +675,86 @@ impl RunDir {
     /// done (the journal's `fdatasync`, or the snapshot's ordered writes): see
     /// [`commit`](super::commit).
     pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<Job> {
-        // The growing and the large parts (path, memory, outputs, inputs) are compared in
-        // place, never serialized whole: a step costs what it changed, not the run's size.
-        let path = std::mem::take(&mut state.path);
-        let memory = std::mem::take(&mut state.memory);
-        let outputs = std::mem::take(&mut state.outputs);
-        let inputs = std::mem::take(&mut state.inputs);
-        let small = serde_json::to_value(&*state);
-        state.path = path;
-        state.memory = memory;
-        state.outputs = outputs;
-        state.inputs = inputs;
-        let mut small = small?;
-        for key in ["path", "memory", "outputs", "inputs"] {
-            small.as_object_mut().map(|o| o.remove(key));
-        }
-        if let Some(lengths) = small.get_mut("file_lengths").and_then(Value::as_object_mut) {
-            lengths.remove(JOURNAL);
-        }
+        let small = small_fields(state)?;
         let snapshot = state.status != Status::Running || self.since_snapshot >= SNAPSHOT_EVERY;
-        if !snapshot && self.last.is_none() {
-            return self.full_record(state, small);
-        }
-        let delta = match self.last.as_ref() {
-            Some(last) if !snapshot && state.path.len() >= last.path_len => {
-                let mut delta = match diff(&last.small, &small) {
-                    Value::Object(d) => d,
-                    _ => serde_json::Map::new(),
-                };
-                if state.path.len() > last.path_len {
-                    delta.insert(
-                        "+path".into(),
-                        serde_json::json!(state.path[last.path_len..]),
-                    );
-                }
-                let changed: serde_json::Map<String, Value> = state
-                    .memory
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, v)| last.memory.get(*i) != Some(*v))
-                    .map(|(i, v)| Ok((i.to_string(), serde_json::to_value(v)?)))
-                    .collect::<serde_json::Result<_>>()?;
-                if !changed.is_empty() || state.memory.len() != last.memory.len() {
-                    if state.memory.len() == last.memory.len() {
-                        delta.insert("~memory".into(), Value::Object(changed));
-                    } else {
-                        delta.insert("memory".into(), serde_json::to_value(&state.memory)?);
-                    }
-                }
-                let changed: serde_json::Map<String, Value> = state
-                    .outputs
-                    .iter()
-                    .filter(|(k, v)| last.outputs.get(*k) != Some(*v))
-                    .map(|(k, v)| (k.to_string(), v.clone()))
-                    .collect();
-                if last.outputs.keys().any(|k| !state.outputs.contains_key(k)) {
-                    delta.insert("outputs".into(), serde_json::to_value(&state.outputs)?);
-                } else if !changed.is_empty() {
-                    delta.insert("~outputs".into(), Value::Object(changed));
-                }
-                if state.inputs != last.inputs {
-                    delta.insert("inputs".into(), serde_json::to_value(&state.inputs)?);
-                }
-                Some(delta)
+        let job = match &self.last {
+            _ if snapshot => self.snapshot(state, small)?,
+            None => self.full_record(state, small)?,
+            Some(last) if state.path.len() >= last.path_len => {
+                let delta = delta(last, state, &small)?;
+                self.delta_record(state, small, delta)?
             }
-            _ => None,
+            // The path got shorter (a resumed run's rewind): only a snapshot says so.
+            Some(_) => self.snapshot(state, small)?,
         };
-        if let Some(delta) = delta {
-            self.event(&Event::Checkpoint { delta })
-                .and_then(|()| self.events.flush())
-                .map_err(|e| naming(JOURNAL, e))?;
-            self.since_snapshot += 1;
-            if let Some(last) = self.last.as_mut() {
-                last.remember(state, small);
-            }
-            return Ok(Job::SyncData(self.journal.clone()));
+        Ok(self.announcing(state, job))
+    }
+
+    /// A run started without waiting for its records
+    /// ([`Interpreter::start_overlapped`](super::Interpreter::start_overlapped)) has no
+    /// `run.json` yet: `run_json`, the job that writes it, is done by the first
+    /// checkpoint that acknowledges a step, after that step's journal sync.
+    pub fn announce_later(&mut self, run_json: Job) {
+        self.announce = Some(run_json);
+    }
+
+    /// `job`, followed by the start's `run.json` when it is still to be written: a step
+    /// is acknowledged only once the run it belongs to exists. A run that stops writes
+    /// its final `run.json` next, and a step that exits is synced by the end's
+    /// checkpoint, which follows at once: neither needs the start's.
+    fn announcing(&mut self, state: &RunState, job: Job) -> Job {
+        if state.status != Status::Running {
+            self.announce = None;
+            return job;
         }
+        if matches!(state.position, Position::Exited { .. }) {
+            return job;
+        }
+        match self.announce.take() {
+            Some(info) => job.then(info),
+            None => job,
+        }
+    }
+
+    /// A checkpoint record of what changed since the last one.
+    fn delta_record(
+        &mut self,
+        state: &RunState,
+        small: Value,
+        delta: serde_json::Map<String, Value>,
+    ) -> std::io::Result<Job> {
+        self.event(&Event::Checkpoint { delta })
+            .and_then(|()| self.events.flush())
+            .map_err(|e| naming(JOURNAL, e))?;
+        self.since_snapshot += 1;
+        if let Some(last) = self.last.as_mut() {
+            last.remember(state, small);
+        }
+        Ok(Job::SyncData(self.journal.clone()))
+    }
+
+    /// `state.json`, the whole state, written after the journal's sync (and the sync of
+    /// the artifacts written since the last one) by the returned job.
+    fn snapshot(&mut self, state: &mut RunState, small: Value) -> std::io::Result<Job> {
         self.events.flush().map_err(|e| naming(JOURNAL, e))?;
-        for name in std::mem::take(&mut self.unsynced) {
-            self.workspace
-                .sync(&name)
-                .map_err(|e| naming(&format!("artifact {name}"), e))?;
-        }
         let events_len = self.events.get_ref().metadata()?.len();
         state.file_lengths.insert(JOURNAL.into(), events_len);
         let snapshot = serde_json::to_vec_pretty(state)?;
         let journal = self.journal.clone();
         let records = self.records.clone();
+        let workspace = (!self.unsynced.is_empty()).then(|| self.workspace.clone());
+        let unsynced = std::mem::take(&mut self.unsynced);
         // A run that stops writes `run.json` next, whose folder sync covers this rename.
         let stopping = state.status != Status::Running;
         let job = Job::Ordered(Box::new(move || {
+            if let Some(root) = workspace {
+                let workspace = rondo_workspace::Workspace::deferred(&root)?;
+                for name in unsynced {
+                    workspace
+                        .sync(&name)
+                        .map_err(|e| naming(&format!("artifact {name}"), e))?;
+                }
+            }
             journal.sync_data().map_err(|e| naming(JOURNAL, e))?;
             let written = if stopping {
                 records.write_atomic_folder_later(STATE, &snapshot)
@@ -674,13 +764,7 @@ impl RunDir {
             written.map_err(|e| naming(STATE, e))
         }));
         self.since_snapshot = 0;
-        self.last = Some(Last {
-            small,
-            path_len: state.path.len(),
-            memory: state.memory.clone(),
-            outputs: state.outputs.clone(),
-            inputs: state.inputs.clone(),
-        });
+        self.last = Some(Last::of(state, small));
         Ok(job)
     }
 
@@ -700,13 +784,7 @@ impl RunDir {
             .and_then(|()| self.events.flush())
             .map_err(|e| naming(JOURNAL, e))?;
         self.since_snapshot += 1;
-        self.last = Some(Last {
-            small,
-            path_len: state.path.len(),
-            memory: state.memory.clone(),
-            outputs: state.outputs.clone(),
-            inputs: state.inputs.clone(),
-        });
+        self.last = Some(Last::of(state, small));
         Ok(Job::SyncData(self.journal.clone()))
     }
 
@@ -727,7 +805,7 @@ impl RunDir {
                 }
             }
         }
-        let workspace = rondo_workspace::Workspace::open(&layout.workspace)?;
+        let workspace = rondo_workspace::Workspace::deferred(&layout.workspace)?;
         for (key, len) in &lengths {
             if let Some((root, name)) = key
                 .strip_prefix(ROOT_KEY)
@@ -1054,7 +1132,8 @@ pub fn read_info(dir: &Path) -> Result<RunInfo, String> {
 
 /// What a folder without `run.json` is. One that holds only what a start-up leaves (the
 /// folder claimed for the run id, a journal, a first checkpoint, the workspace) is a run
-/// whose start was stopped before it began.
+/// stopped before it began, or (an eval's case, an ask) before its first step was
+/// acknowledged: nothing of it was kept.
 fn no_run(dir: &Path) -> String {
     let shown = dir.display();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -1087,9 +1166,9 @@ fn no_run(dir: &Path) -> String {
         }
     };
     format!(
-        "{shown} is not a run directory: its run never started (`rondo run` was stopped \
-         before the run's first checkpoint and run.json). No role ran; there is nothing to \
-         resume. Start it again with `rondo run WORKFLOW {place} --run-id {name}` (the id \
+        "{shown} is not a run directory: its run never started (it was stopped before \
+         the run's first checkpoint and run.json were durable). No step of it was kept; \
+         there is nothing to resume. Start it again with `rondo run WORKFLOW {place} --run-id {name}` (the id \
          is free), or leave `--run-id` out for a fresh one"
     )
 }

@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 
 use super::bus::Bus;
 use super::clock;
+use super::commit::Job;
 use super::events::Event;
 use super::progress::{Progress, Reporter};
 use super::redact;
@@ -42,31 +43,28 @@ impl<'w> Interpreter<'w> {
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
         let (mut interp, state) = Self::prepare(workflow, options)?;
-        for job in std::mem::take(&mut interp.start_jobs) {
+        let jobs = std::mem::take(&mut interp.start_jobs);
+        if let Some(job) = jobs.into_iter().reduce(Job::then) {
             job.commit().await.map_err(start_unrecorded)?;
         }
         Ok((interp, state))
     }
 
-    /// [`start_committed`](Self::start_committed) whose start is made durable while the
-    /// run goes on: its first step, typically a model call, overlaps the start's syncs,
-    /// and its checkpoint waits for them before the step is acknowledged. For callers
-    /// that acknowledge nothing before the run's first step (an eval's case, a
-    /// synchronous ask): a process killed before the start was durable leaves a folder
-    /// without `run.json`, which holds no acknowledged step.
+    /// [`start_committed`](Self::start_committed) that waits for nothing: the start's
+    /// journal record is synced with the first step's, and `run.json` is written by the
+    /// first checkpoint that acknowledges a step (see [`RunDir::announce_later`]); a run
+    /// that ends at its first step (one model call) writes only its final `run.json`.
+    /// For callers that acknowledge nothing before the run's first step (an eval's
+    /// case, a synchronous ask): a process killed before then leaves a folder without
+    /// `run.json`, which holds no acknowledged step.
     pub async fn start_overlapped(
         workflow: &'w Checked,
         options: &RunOptions,
     ) -> Result<(Self, RunState), StartError> {
         let (mut interp, state) = Self::prepare(workflow, options)?;
-        let jobs = std::mem::take(&mut interp.start_jobs);
-        if !jobs.is_empty() {
-            interp.start_pending = Some(tokio::spawn(async move {
-                for job in jobs {
-                    job.commit().await?;
-                }
-                Ok(())
-            }));
+        let mut jobs = std::mem::take(&mut interp.start_jobs);
+        if let (Some(run_json), Some(dir)) = (jobs.pop(), interp.dir.as_mut()) {
+            dir.announce_later(run_json);
         }
         Ok((interp, state))
     }
@@ -136,12 +134,16 @@ impl<'w> Interpreter<'w> {
         let mut attempt = (run_id, layout);
         for _ in 0..1000 {
             let system = &attempt.1.system;
-            if let Some(parent) = system.parent() {
+            let mut created = std::fs::create_dir(system);
+            if let (Err(e), Some(parent)) = (&created, system.parent())
+                && e.kind() == std::io::ErrorKind::NotFound
+            {
                 std::fs::create_dir_all(parent).map_err(|e| {
                     StartError::Setup(format!("cannot create {}: {e}", parent.display()))
                 })?;
+                created = std::fs::create_dir(system);
             }
-            match std::fs::create_dir(system) {
+            match created {
                 Ok(()) => return Ok(attempt),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     let id = new_run_id();
@@ -269,7 +271,8 @@ impl<'w> Interpreter<'w> {
                 let run_json = dir
                     .info_job(&info)
                     .map_err(|e| StartError::Setup(format!("cannot write run.json: {e}")))?;
-                interp.start_jobs = vec![checkpoint.then(run_json)];
+                // In this order: the first checkpoint's, then `run.json`.
+                interp.start_jobs = vec![checkpoint, run_json];
             }
             interp.info = Some(info);
             return Ok((interp, state));
@@ -392,12 +395,26 @@ impl<'w> Interpreter<'w> {
         script: Script,
     ) -> Result<Self, StartError> {
         // The system area first: the workspace may be inside it (`runs/<id>/workspace`).
-        std::fs::create_dir_all(&layout.system).map_err(|e| {
+        ensure_folder(&layout.system).map_err(|e| {
             StartError::Setup(format!("cannot create {}: {e}", layout.system.display()))
         })?;
-        let workspace = rondo_workspace::Workspace::create(&layout.workspace).map_err(|e| {
-            StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
-        })?;
+        // The workspace is made by the first write to it (a tool's start, an artifact): a
+        // run that writes nothing there (one model call) leaves no empty folder behind.
+        // A code context reads its folders beneath it as it is, so it is made now.
+        let workspace = rondo_workspace::Workspace::deferred(&layout.workspace)
+            .and_then(|w| {
+                let code = workflow
+                    .memory
+                    .iter()
+                    .any(|m| matches!(m.kind, crate::compile::MemoryKind::CodeContext { .. }));
+                if code {
+                    w.ensure()?;
+                }
+                Ok(w)
+            })
+            .map_err(|e| {
+                StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
+            })?;
         let run_dir = layout.system.clone();
         let pool = match &options.pool {
             Some(pool) => pool.clone(),
@@ -458,7 +475,7 @@ impl<'w> Interpreter<'w> {
             _in_flight: super::commit::InFlight::new(),
             start_pending: None,
             pool,
-            prompts: Prompts::load_named(&workflow.prompts_dir, &template_names(workflow)),
+            prompts: prompts_of(workflow),
             profile_of,
             interrupted,
             interrupt,
@@ -932,4 +949,75 @@ fn recorded_here(
         job.run().map_err(start_unrecorded)?;
     }
     Ok((interp, state))
+}
+
+/// Makes `dir` (and its parents) unless it exists: one call when it does (something
+/// else in its place fails the first open beneath it).
+fn ensure_folder(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir),
+        Err(e) => Err(e),
+    }
+}
+
+/// A workflow's templates, read and parsed once per process while their files do not
+/// change: a server or an eval starts many runs of one workflow, and parsing its templates
+/// was most of a run's start-up (tera's parser is slow).
+fn prompts_of(workflow: &Workflow) -> Arc<Prompts> {
+    use std::sync::{Mutex, OnceLock};
+    /// Workflows whose templates are kept; more (a process that loads many) start afresh.
+    const KEPT: usize = 64;
+    type Key = (PathBuf, Vec<String>);
+    type Kept = HashMap<Key, (Vec<FileStamp>, Arc<Prompts>)>;
+    static LOADED: OnceLock<Mutex<Kept>> = OnceLock::new();
+    let names = template_names(workflow);
+    let key = (workflow.prompts_dir.clone(), names);
+    let loaded = LOADED.get_or_init(Default::default);
+    if let Ok(kept) = loaded.lock()
+        && let Some((stamps, prompts)) = kept.get(&key)
+        && stamps.iter().all(FileStamp::unchanged)
+    {
+        return prompts.clone();
+    }
+    let prompts = Arc::new(Prompts::load_named(&key.0, &key.1));
+    // Every file it read or looked for: one that appears, changes or goes is read again.
+    let stamps = key
+        .1
+        .iter()
+        .chain(prompts.sources.keys())
+        .chain(prompts.errors.keys())
+        .map(|name| FileStamp::of(key.0.join(name)))
+        .collect();
+    if let Ok(mut kept) = loaded.lock() {
+        if kept.len() >= KEPT {
+            kept.clear();
+        }
+        kept.insert(key, (stamps, prompts.clone()));
+    }
+    prompts
+}
+
+/// A file's identity and last change (none when it does not exist).
+struct FileStamp {
+    path: PathBuf,
+    seen: Option<(u64, u64, u64, std::time::SystemTime)>,
+}
+
+impl FileStamp {
+    fn of(path: PathBuf) -> FileStamp {
+        let seen = Self::look(&path);
+        FileStamp { path, seen }
+    }
+
+    fn look(path: &Path) -> Option<(u64, u64, u64, std::time::SystemTime)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some((m.dev(), m.ino(), m.len(), m.modified().ok()?))
+    }
+
+    fn unchanged(&self) -> bool {
+        Self::look(&self.path) == self.seen
+    }
 }

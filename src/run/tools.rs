@@ -194,6 +194,10 @@ impl Envs {
 
     async fn start(&self, id: usize) -> Result<Arc<dyn Environment>, String> {
         let (spec, tools) = self.specs.get(id).ok_or("unknown environment")?;
+        // The run's workspace is made by its first write: the tools work in it.
+        rondo_workspace::Workspace::deferred(&self.workspace)
+            .and_then(|w| w.ensure())
+            .map_err(|e| format!("workspace {}: {e}", self.workspace.display()))?;
         {
             let run_dir = std::fs::canonicalize(&self.run_dir).unwrap_or(self.run_dir.clone());
             match spec.kind {

@@ -21,7 +21,8 @@ use super::events::{Feeder, Hub};
 use super::{LiveRun, Server};
 use crate::check::Checked;
 use crate::render;
-use crate::run::events::Event;
+use crate::run::bus::Subscriber;
+use crate::run::events::{Entry, Event};
 use crate::run::rundir::RunStatus;
 use crate::run::state::Totals;
 use crate::run::{Interpreter, RunOptions, StartError, progress, rundir};
@@ -197,7 +198,7 @@ async fn launch(
     workflow: Arc<Checked>,
     inputs: serde_json::Map<String, Value>,
     provider: Option<String>,
-    done: Option<tokio::sync::oneshot::Sender<crate::run::Outcome>>,
+    done: Option<tokio::sync::oneshot::Sender<Asked>>,
 ) -> Result<String, ApiError> {
     let provider = admit(server, &workflow, provider)?;
     check_inputs(&workflow, &inputs, &server.runs_root)?;
@@ -283,7 +284,7 @@ async fn run_live(
     workflow: Arc<Checked>,
     options: RunOptions,
     started: tokio::sync::oneshot::Sender<Result<String, StartError>>,
-    done: Option<tokio::sync::oneshot::Sender<crate::run::Outcome>>,
+    done: Option<tokio::sync::oneshot::Sender<Asked>>,
 ) {
     // An ask acknowledges nothing before its run's end: its start overlaps the first step.
     let begun = if done.is_some() {
@@ -302,6 +303,13 @@ async fn run_live(
     let (interrupt, wake) = interp.interrupter();
     let hub = Hub::new();
     interp.subscribe(Box::new(Feeder(hub.clone())));
+    let trace = Arc::new(std::sync::Mutex::new(None));
+    if done.is_some() {
+        interp.subscribe(Box::new(TraceFile {
+            name: format!("{id}.jsonl"),
+            found: trace.clone(),
+        }));
+    }
     if let Ok(mut live) = server.live.lock() {
         live.insert(
             id.clone(),
@@ -335,7 +343,38 @@ async fn run_live(
     }
     hub.close();
     if let Some(done) = done {
-        let _ = done.send(outcome);
+        let trace = trace.lock().ok().and_then(|mut t| t.take());
+        let _ = done.send(Asked { outcome, trace });
+    }
+}
+
+/// How an ask's run ended, and where its trace record is.
+struct Asked {
+    outcome: crate::run::Outcome,
+    trace: Option<TraceAt>,
+}
+
+/// Where a run wrote its `<id>.jsonl` artifact: the folder a `path` input names, else
+/// the workspace; and the file's name there.
+type TraceAt = (Option<PathBuf>, String);
+
+/// Notes the last `<id>.jsonl` artifact a run writes as it publishes it: the ask's
+/// answer then needs no second read of the journal.
+struct TraceFile {
+    name: String,
+    found: Arc<std::sync::Mutex<Option<TraceAt>>>,
+}
+
+impl Subscriber for TraceFile {
+    fn event(&mut self, entry: &Arc<Entry>) {
+        if let Event::Artifact { file, folder, .. } = &entry.event
+            && std::path::Path::new(file)
+                .file_name()
+                .is_some_and(|n| n == self.name.as_str())
+            && let Ok(mut found) = self.found.lock()
+        {
+            *found = Some((folder.clone(), file.clone()));
+        }
     }
 }
 
@@ -649,14 +688,14 @@ async fn ask(
     let workflow = server.workflow(&server.ask)?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let id = launch(&server, workflow.clone(), inputs, None, Some(done_tx)).await?;
-    let outcome = done_rx.await.map_err(|_| {
+    let Asked { outcome, trace } = done_rx.await.map_err(|_| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "the run was lost",
         )
     })?;
-    let record = trace_record(&outcome.run_dir, &outcome.workspace, &id);
+    let record = trace.and_then(|at| read_trace(at, &outcome.workspace));
     // The workflow's declared `answer = EXPR` (else its last role's output), as `rondo eval`
     // scores it.
     let answer = crate::eval::answer(&workflow, &outcome.state, &outcome.workspace);
@@ -679,7 +718,7 @@ async fn ask(
 /// `traces/<id>.jsonl`): the last line of the last such file the journal names.
 fn trace_record(run_dir: &std::path::Path, workspace: &std::path::Path, id: &str) -> Option<Value> {
     let name = format!("{id}.jsonl");
-    let (folder, file) = rundir::read_journal(run_dir)
+    let at = rundir::read_journal(run_dir)
         .ok()?
         .entries
         .into_iter()
@@ -693,6 +732,11 @@ fn trace_record(run_dir: &std::path::Path, workspace: &std::path::Path, id: &str
                 .file_name()
                 .is_some_and(|n| n == name.as_str())
         })?;
+    read_trace(at, workspace)
+}
+
+/// The last line of the trace file at `at`, as JSON.
+fn read_trace((folder, file): TraceAt, workspace: &std::path::Path) -> Option<Value> {
     // A file in a `path` input's folder (micro-agent's TRACES_DIR), else in the workspace.
     let path = folder
         .unwrap_or_else(|| workspace.to_path_buf())

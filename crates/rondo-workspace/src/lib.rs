@@ -148,6 +148,10 @@ fn refused(name: &str, e: NameError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, format!("`{name}`: {e}"))
 }
 
+fn not_found() -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, "the workspace has nothing yet")
+}
+
 fn hidden(name: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::PermissionDenied,
@@ -159,7 +163,9 @@ fn hidden(name: &str) -> io::Error {
 #[derive(Debug)]
 pub struct Workspace {
     root: PathBuf,
-    dir: Dir,
+    /// Empty until the folder exists: a [`deferred`](Workspace::deferred) workspace is
+    /// made by the first write.
+    dir: std::sync::OnceLock<Dir>,
     /// Files whose folder was searched for temporary files of killed processes.
     swept: std::sync::Mutex<std::collections::HashSet<PathBuf>>,
 }
@@ -171,7 +177,7 @@ impl Workspace {
         let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
         Ok(Workspace {
             root,
-            dir,
+            dir: dir.into(),
             swept: Default::default(),
         })
     }
@@ -180,6 +186,78 @@ impl Workspace {
     pub fn create(root: &Path) -> io::Result<Workspace> {
         std::fs::create_dir_all(root)?;
         Self::open(root)
+    }
+
+    /// A workspace made only when something is written to it: until then it reads as
+    /// an empty folder (nothing exists, every length is 0) and nothing is created. Its
+    /// parent must exist; an existing folder is opened at once.
+    pub fn deferred(root: &Path) -> io::Result<Workspace> {
+        if root.is_dir() {
+            return Self::open(root);
+        }
+        let name = root.file_name().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a workspace needs a folder name",
+            )
+        })?;
+        let parent = match root.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Ok(Workspace {
+            root: std::fs::canonicalize(parent)?.join(name),
+            dir: std::sync::OnceLock::new(),
+            swept: Default::default(),
+        })
+    }
+
+    /// Makes the folder now (a tool's working directory must exist).
+    pub fn ensure(&self) -> io::Result<()> {
+        self.dir().map(|_| ())
+    }
+
+    /// The folder, made first when it does not exist yet. Opened by its canonical path,
+    /// then checked to be where that path said: a link put in its place is refused.
+    fn dir(&self) -> io::Result<&Dir> {
+        if let Some(dir) = self.dir.get() {
+            return Ok(dir);
+        }
+        match std::fs::create_dir(&self.root) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        self.adopt()
+    }
+
+    /// The folder when it exists (made by this workspace or by anyone else), else `None`.
+    fn existing(&self) -> io::Result<Option<&Dir>> {
+        if let Some(dir) = self.dir.get() {
+            return Ok(Some(dir));
+        }
+        match self.adopt() {
+            Ok(dir) => Ok(Some(dir)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn adopt(&self) -> io::Result<&Dir> {
+        let dir = Dir::open_ambient_dir(&self.root, ambient_authority())?;
+        match real_path(&dir) {
+            Ok(real) if real != self.root => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("{} is not the workspace folder it was", self.root.display()),
+                ));
+            }
+            Err(e) if e.kind() != io::ErrorKind::Unsupported => return Err(e),
+            _ => {}
+        }
+        let _ = self.dir.set(dir);
+        self.dir
+            .get()
+            .ok_or_else(|| io::Error::other("the workspace folder was not kept"))
     }
 
     /// The workspace's absolute, canonical path (a tool's working directory).
@@ -194,12 +272,12 @@ impl Workspace {
         let dir = if create {
             self.open_or_create_dir(&rel)?
         } else {
-            self.dir.open_dir(&rel)?
+            self.existing()?.ok_or_else(not_found)?.open_dir(&rel)?
         };
         let real = self.visible(name, &dir)?;
         Ok(Workspace {
             root: real,
-            dir,
+            dir: dir.into(),
             swept: Default::default(),
         })
     }
@@ -210,7 +288,10 @@ impl Workspace {
         let mut options = OpenOptions::new();
         options.read(true);
         nonblocking(&mut options);
-        let file = self.dir.open_with(&rel, &options)?;
+        let file = self
+            .existing()?
+            .ok_or_else(not_found)?
+            .open_with(&rel, &options)?;
         self.visible(name, &file)?;
         if !file.metadata()?.is_file() {
             return Err(io::Error::new(
@@ -229,7 +310,10 @@ impl Workspace {
         let Ok(rel) = relative_name(name) else {
             return false;
         };
-        match self.dir.canonicalize(&rel) {
+        let Ok(Some(dir)) = self.existing() else {
+            return false;
+        };
+        match dir.canonicalize(&rel) {
             Ok(real) => relative_name(&real.to_string_lossy()).is_ok(),
             Err(_) => false,
         }
@@ -257,7 +341,7 @@ impl Workspace {
 
     /// Syncs the workspace's own folder (renames and new names in it).
     pub fn sync_folder(&self) -> io::Result<()> {
-        self.dir.open(".")?.into_std().sync_all()
+        self.dir()?.open(".")?.into_std().sync_all()
     }
 
     fn replace(&self, name: &str, bytes: &[u8], sync: bool) -> io::Result<()> {
@@ -343,7 +427,10 @@ impl Workspace {
         let mut options = OpenOptions::new();
         options.read(true);
         nonblocking(&mut options);
-        let file = match self.dir.open_with(&rel, &options) {
+        let Some(dir) = self.existing()? else {
+            return Ok(0);
+        };
+        let file = match dir.open_with(&rel, &options) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(e),
@@ -357,6 +444,9 @@ impl Workspace {
     /// [`append_unsynced`](Self::append_unsynced), and its folder (the rename). A file
     /// no longer there, or no longer a regular file inside the workspace, is skipped.
     pub fn sync(&self, name: &str) -> io::Result<()> {
+        if self.existing()?.is_none() {
+            return Ok(());
+        }
         let Ok((parent, file_name)) = self.parent_of(name) else {
             return Ok(());
         };
@@ -396,7 +486,10 @@ impl Workspace {
         let mut options = OpenOptions::new();
         options.write(true);
         nonblocking(&mut options);
-        let file = match self.dir.open_with(&rel, &options) {
+        let Some(dir) = self.existing()? else {
+            return Ok(());
+        };
+        let file = match dir.open_with(&rel, &options) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
@@ -447,7 +540,7 @@ impl Workspace {
         );
         let parent = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
             Some(p) => self.open_or_create_dir(p)?,
-            None => self.dir.try_clone()?,
+            None => self.dir()?.try_clone()?,
         };
         self.visible(name, &parent)?;
         Ok((parent, file_name))
@@ -456,9 +549,10 @@ impl Workspace {
     /// When creating fails because the name exists as a link out of the workspace, the
     /// open says why (permission denied), not the creation (already exists).
     fn open_or_create_dir(&self, rel: &Path) -> io::Result<Dir> {
-        match self.dir.create_dir_all(rel) {
-            Ok(()) => self.dir.open_dir(rel),
-            Err(e) => match self.dir.open_dir(rel) {
+        let dir = self.dir()?;
+        match dir.create_dir_all(rel) {
+            Ok(()) => dir.open_dir(rel),
+            Err(e) => match dir.open_dir(rel) {
                 Ok(dir) => Ok(dir),
                 Err(open) if open.kind() == io::ErrorKind::NotFound => Err(e),
                 Err(open) => Err(open),
@@ -554,6 +648,35 @@ mod tests {
         assert_eq!(relative_name("."), Err(NameError::Empty));
         assert_eq!(relative_name("a\0b"), Err(NameError::Nul));
         assert_eq!(relative_name("sub/.rondo/x"), Err(NameError::System));
+    }
+
+    /// A deferred workspace reads as empty and creates nothing until the first write;
+    /// a link put where its folder would be is refused, not followed.
+    #[test]
+    fn a_deferred_workspace_is_made_by_its_first_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("ws");
+        let ws = Workspace::deferred(&root).unwrap();
+        assert!(!ws.exists("a.txt"));
+        assert_eq!(ws.file_len("a.txt").unwrap(), 0);
+        assert_eq!(
+            ws.read("a.txt").unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        ws.truncate("a.txt", 0).unwrap();
+        ws.sync("a.txt").unwrap();
+        assert!(!root.exists(), "reads create nothing");
+        ws.write_atomic("out/a.txt", b"hi").unwrap();
+        assert_eq!(std::fs::read(root.join("out/a.txt")).unwrap(), b"hi");
+        assert!(ws.exists("out/a.txt"));
+
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let linked = tmp.path().join("linked");
+        let ws = Workspace::deferred(&linked).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+        assert!(ws.write_atomic("x", b"x").is_err());
+        assert!(!elsewhere.join("x").exists());
     }
 
     #[test]

@@ -98,7 +98,10 @@ async fn an_eval_runs_its_cases_in_pods_and_deletes_every_pod() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
 
     let refused = fake.recorded(|r| r.refused.clone());
-    assert!(refused.is_empty(), "the fake refused: {refused:#?}\n{stderr}");
+    assert!(
+        refused.is_empty(),
+        "the fake refused: {refused:#?}\n{stderr}"
+    );
     let results: Vec<Value> = std::fs::read_to_string(tmp.path().join("res/cases.jsonl"))
         .unwrap()
         .lines()
@@ -141,7 +144,11 @@ async fn an_eval_runs_its_cases_in_pods_and_deletes_every_pod() {
     assert_eq!(names.len(), 4);
     let batches: BTreeSet<&str> = created
         .iter()
-        .map(|p| p["metadata"]["labels"]["rondo.batch"].as_str().unwrap_or(""))
+        .map(|p| {
+            p["metadata"]["labels"]["rondo.batch"]
+                .as_str()
+                .unwrap_or("")
+        })
         .collect();
     assert_eq!(batches.len(), 1, "{batches:?}");
     let deleted: BTreeSet<String> = fake.recorded(|r| r.deleted.iter().cloned().collect());

@@ -52,7 +52,9 @@ fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
 
 fn rondo(cwd: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
-    cmd.current_dir(cwd).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.current_dir(cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     cmd
 }
 
@@ -102,7 +104,12 @@ fn a_run_killed_in_a_tool_step_resumes_with_its_engine_to_its_exit() {
     let ids: Vec<&str> = ids.lines().collect();
     assert_eq!(
         ids,
-        ["first twice-1", "slow twice-2", "slow twice-2", "last twice-3"],
+        [
+            "first twice-1",
+            "slow twice-2",
+            "slow twice-2",
+            "last twice-3"
+        ],
         "{ids:?}"
     );
     let state = rundir::read_checkpoint(&dir).unwrap();

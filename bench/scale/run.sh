@@ -106,7 +106,8 @@ for i in range(1, repeats + 1):
         "x_ideal": m["wall_sec"] / ideal,
         "driver_cpu_ms_per_step": 1000 * m["driver_cpu_sec"] / (cases * STEPS),
         "driver_peak_mib": m["driver_peak_rss_kb"] / 1024,
-        "kib_per_active_run": m["driver_peak_rss_kb"] / max(1, m["peak_runners"]),
+        # -c N: every run is in flight from the start (most wait for their sandbox).
+        "kib_per_active_run": m["driver_peak_rss_kb"] / cases,
         "peak_active": m["peak_runners"],
         "sandboxes_mib_at_peak": m["runners_rss_kb_at_peak"] / 1024,
         "total_cpu_sec": m["all_cpu_sec"],
@@ -121,8 +122,8 @@ for i in range(1, repeats + 1):
     r = rows[-1]
     print(f"run {i}: {cases} cases, {r['wall']:.2f} s wall ({r['x_ideal']:.1f}x ideal {ideal:.1f} s); "
           f"driver {r['driver_cpu_sec']:.2f} s CPU ({r['driver_cpu_ms_per_step']:.2f} ms/step), "
-          f"peak RSS {r['driver_peak_mib']:.0f} MiB ({r['kib_per_active_run']:.0f} KiB per active run, "
-          f"{r['peak_active']} at once); sandboxes {r['sandboxes_mib_at_peak']:.0f} MiB PSS at peak; "
+          f"peak RSS {r['driver_peak_mib']:.0f} MiB ({r['kib_per_active_run']:.0f} KiB per run in flight); "
+          f"{r['peak_active']} sandboxes alive at most, {r['sandboxes_mib_at_peak']:.0f} MiB PSS at peak; "
           f"batch {r['total_cpu_sec']:.1f} s CPU + fake LLM {r['server_cpu_sec']:.2f} s: CPU floor "
           f"{r['floor']:.2f} s on {cores} cores ({r['x_floor']:.2f}x of max(floor, ideal)); "
           f"success_rate {r['success_rate']}, n {r['n']}")
@@ -130,7 +131,7 @@ if repeats > 1:
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     print(f"median of {repeats}: {med['wall']:.2f} s wall ({med['x_ideal']:.1f}x ideal), "
           f"driver {med['driver_cpu_ms_per_step']:.2f} ms CPU/step, peak RSS {med['driver_peak_mib']:.0f} MiB "
-          f"({med['kib_per_active_run']:.0f} KiB/active run), batch {med['total_cpu_sec']:.1f} s CPU, "
+          f"({med['kib_per_active_run']:.0f} KiB per run in flight), batch {med['total_cpu_sec']:.1f} s CPU, "
           f"fake LLM {med['server_cpu_sec']:.2f} s CPU, CPU floor {med['floor']:.2f} s "
           f"({med['floor'] / ideal:.1f}x ideal), wall {med['x_floor']:.2f}x the floor")
 if quick and any(r["success_rate"] != 1.0 or r["n"] != cases for r in rows):

@@ -475,6 +475,48 @@ fn open_dir(base: &Path) -> Result<Dir, EnvError> {
     Dir::open_ambient_dir(base, ambient_authority()).map_err(|e| EnvError::io(base, e))
 }
 
+/// An environment dropped without its shutdown: its runners' inputs close with it, so
+/// they end; the forked ones are then reaped by the zygote (direct ones are killed and
+/// reaped by `kill_on_drop`), lest a long-lived driver collect zombies.
+impl Drop for ProcessEnv {
+    fn drop(&mut self) {
+        let forked: Vec<(i32, u64)> = lock(&self.children)
+            .iter()
+            .filter_map(|s| match s {
+                Started::Forked {
+                    pid, generation, ..
+                } => Some((*pid, *generation)),
+                Started::Child(_) => None,
+            })
+            .collect();
+        if forked.is_empty() {
+            return;
+        }
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            for (pid, generation) in forked {
+                // Ended (a zombie, or gone) or not, by the deadline: then the zygote reaps
+                // it, killing its group if it has not ended.
+                while !ended(pid) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                zygote::reap(pid, generation, !ended(pid));
+            }
+        });
+    }
+}
+
+/// Whether process `pid` has ended (a zombie awaiting its parent, or gone).
+fn ended(pid: i32) -> bool {
+    match std::fs::read(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(|&b| b == b')')
+            .next()
+            .is_some_and(|rest| rest.trim_ascii_start().starts_with(b"Z")),
+        Err(_) => true,
+    }
+}
+
 #[async_trait::async_trait]
 impl Environment for ProcessEnv {
     fn kind(&self) -> &'static str {

@@ -24,6 +24,7 @@ RUNNER = ["python3", "-I", "-S", "-u", "-c", SCRIPT]
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 WORK = tempfile.mkdtemp(prefix="rondo-micro.")
 COMMAND = ["sh", "-c", "echo x >> rounds.txt; wc -l < rounds.txt", "probe"]
+os.chdir(WORK)  # the commands write there
 
 
 def reaped_cpu():

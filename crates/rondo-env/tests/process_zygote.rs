@@ -58,7 +58,11 @@ async fn runners_are_forked_by_one_zygote_and_reaped_when_their_environment_goes
     let (_, zb) = stat(rb).unwrap();
     assert_eq!(za, zb, "one zygote forks both");
     assert_ne!(za, std::process::id() as i32);
-    assert!(cmdline(za).trim_end().ends_with("zygote"), "{}", cmdline(za));
+    assert!(
+        cmdline(za).trim_end().ends_with("zygote"),
+        "{}",
+        cmdline(za)
+    );
 
     // Shut down: the runner ends and is reaped at once.
     a.shutdown().await.unwrap();

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,9 +57,8 @@ pub struct ProcessEnv {
     runner: tokio::sync::Mutex<Option<Arc<Runner>>>,
     /// Every runner started (one more each time a command killed the last): each leads a
     /// process group of its own with its shepherds. Reaped only at the end, so that no
-    /// runner's pid, nor its group's, is ever someone else's when it is killed. Dropped,
-    /// they are killed (`kill_on_drop`), and their shepherds kill the commands' trees.
-    children: Mutex<Vec<tokio::process::Child>>,
+    /// runner's pid, nor its group's, is ever someone else's when it is killed.
+    children: Mutex<Vec<Started>>,
     closed: AtomicBool,
     exec_seq: AtomicU64,
     tools: InstalledTools,
@@ -127,6 +127,60 @@ impl ProcessEnv {
             .append(true)
             .open(&log)
             .map_err(|e| EnvError::io(&log, e))?;
+        let runner = match self
+            .fork_runner(stderr.try_clone().map_err(|e| EnvError::io(&log, e))?)
+            .await
+        {
+            Some(runner) => runner,
+            None => self.spawn_runner(stderr).await?,
+        };
+        *slot = Some(runner.clone());
+        Ok(runner)
+    }
+
+    /// A runner forked by the zygote; `None` when the zygote cannot start one (the runner
+    /// is then started directly).
+    async fn fork_runner(&self, stderr: std::fs::File) -> Option<Arc<Runner>> {
+        // `RONDO_PROCESS_ZYGOTE=0`: every runner started directly (to compare the two).
+        if std::env::var("RONDO_PROCESS_ZYGOTE").is_ok_and(|v| v.trim() == "0") {
+            return None;
+        }
+        let (input_r, input_w) = pipe().ok()?;
+        let (output_r, output_w) = pipe().ok()?;
+        let message = serde_json::json!({ "start": {
+            "cwd": self.root.to_string_lossy(),
+            "env": self.base_env,
+        }})
+        .to_string();
+        let fds = [input_r, output_w, OwnedFd::from(stderr)];
+        let (pid, generation) =
+            tokio::task::spawn_blocking(move || zygote::start(message.as_bytes(), fds))
+                .await
+                .ok()?
+                .ok()?;
+        let started = async {
+            let output = tokio::net::unix::pipe::Receiver::from_owned_fd(output_r)?;
+            let input = tokio::net::unix::pipe::Sender::from_owned_fd(input_w)?;
+            Ok::<_, io::Error>((output, input))
+        };
+        let runner = match started.await {
+            Ok((output, input)) => Runner::over(output, input).await.ok().map(Arc::new),
+            Err(_) => None,
+        };
+        // Recorded either way: a runner that did not answer is reaped with the others.
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Started::Forked {
+                pid,
+                generation,
+                runner: runner.clone(),
+            });
+        runner
+    }
+
+    /// A runner started as a child process of this one.
+    async fn spawn_runner(&self, stderr: std::fs::File) -> Result<Arc<Runner>, EnvError> {
         let argv = crate::runner::command();
         let mut child = tokio::process::Command::new(&argv[0])
             .args(&argv[1..])
@@ -147,13 +201,11 @@ impl ProcessEnv {
         self.children
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(child);
+            .push(Started::Child(child));
         let (Some(stdout), Some(stdin)) = pipes else {
             return Err(EnvError::InvalidRequest("the runner has no pipes".into()));
         };
-        let runner = Arc::new(Runner::over(stdout, stdin).await?);
-        *slot = Some(runner.clone());
-        Ok(runner)
+        Ok(Arc::new(Runner::over(stdout, stdin).await?))
     }
 
     /// Where sandbox path `path` is on this machine: beneath which folder (the root or a
@@ -423,6 +475,48 @@ fn open_dir(base: &Path) -> Result<Dir, EnvError> {
     Dir::open_ambient_dir(base, ambient_authority()).map_err(|e| EnvError::io(base, e))
 }
 
+/// An environment dropped without its shutdown: its runners' inputs close with it, so
+/// they end; the forked ones are then reaped by the zygote (direct ones are killed and
+/// reaped by `kill_on_drop`), lest a long-lived driver collect zombies.
+impl Drop for ProcessEnv {
+    fn drop(&mut self) {
+        let forked: Vec<(i32, u64)> = lock(&self.children)
+            .iter()
+            .filter_map(|s| match s {
+                Started::Forked {
+                    pid, generation, ..
+                } => Some((*pid, *generation)),
+                Started::Child(_) => None,
+            })
+            .collect();
+        if forked.is_empty() {
+            return;
+        }
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            for (pid, generation) in forked {
+                // Ended (a zombie, or gone) or not, by the deadline: then the zygote reaps
+                // it, killing its group if it has not ended.
+                while !ended(pid) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                zygote::reap(pid, generation, !ended(pid));
+            }
+        });
+    }
+}
+
+/// Whether process `pid` has ended (a zombie awaiting its parent, or gone).
+fn ended(pid: i32) -> bool {
+    match std::fs::read(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(|&b| b == b')')
+            .next()
+            .is_some_and(|rest| rest.trim_ascii_start().starts_with(b"Z")),
+        Err(_) => true,
+    }
+}
+
 #[async_trait::async_trait]
 impl Environment for ProcessEnv {
     fn kind(&self) -> &'static str {
@@ -478,8 +572,15 @@ impl Environment for ProcessEnv {
         }
         let children =
             std::mem::take(&mut *self.children.lock().unwrap_or_else(|e| e.into_inner()));
-        for child in children {
-            end_runner(child).await;
+        for started in children {
+            match started {
+                Started::Child(child) => end_runner(child).await,
+                Started::Forked {
+                    pid,
+                    generation,
+                    runner,
+                } => end_forked(pid, generation, runner).await,
+            }
         }
         // What a command left unremovable (a folder it made unreadable) stays: the sandbox
         // is over either way.
@@ -493,6 +594,239 @@ impl Environment for ProcessEnv {
     fn tools(&self) -> &InstalledTools {
         &self.tools
     }
+}
+
+/// A runner of this environment.
+enum Started {
+    /// Started directly: a child of this process. Dropped, it is killed (`kill_on_drop`),
+    /// and its shepherds kill the commands' trees.
+    Child(tokio::process::Child),
+    /// Forked by the zygote (its child, which reaps it when told to). Its input closes
+    /// when its [`Runner`] is dropped, and it ends.
+    Forked {
+        pid: i32,
+        generation: u64,
+        runner: Option<Arc<Runner>>,
+    },
+}
+
+/// [`end_runner`] for a forked runner: its output closes when it ends; one whose output
+/// is still open after 5 s has its group killed by the zygote, which then reaps it.
+async fn end_forked(pid: i32, generation: u64, runner: Option<Arc<Runner>>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut alive = runner.as_ref().is_some_and(|r| r.alive());
+    while alive && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        alive = runner.as_ref().is_some_and(|r| r.alive());
+    }
+    // Never answered: it may be running still.
+    let kill = alive || runner.is_none();
+    let _ = tokio::task::spawn_blocking(move || zygote::reap(pid, generation, kill)).await;
+}
+
+/// A pipe, both ends closed on exec.
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds: [RawFd; 2] = [-1, -1];
+    // SAFETY: pipe2 writes two descriptors into the array of two it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made, and nothing else owns them.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The zygote (`runner.py zygote`): one interpreter, started once per process, that forks
+/// the runners of every process sandbox. A fork of a started interpreter costs a fraction
+/// of starting one (see bench/scale/RESULTS.md). Talked to over a datagram socket, one
+/// request and one answer at a time, from blocking threads.
+mod zygote {
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::process::Stdio;
+    use std::sync::Mutex;
+
+    struct Zygote {
+        socket: OwnedFd,
+        generation: u64,
+        /// Never reaped while this process lives: it ends when the socket closes.
+        _child: std::process::Child,
+    }
+
+    /// The most a request may be; a sandbox's environment is far smaller.
+    const MAX_MESSAGE: usize = 64 << 10;
+
+    static ZYGOTE: Mutex<(Option<Zygote>, u64)> = Mutex::new((None, 0));
+
+    fn start_zygote(generation: u64) -> io::Result<Zygote> {
+        let mut fds: [RawFd; 2] = [-1, -1];
+        // SAFETY: socketpair writes two descriptors into the array of two it is given.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just made, and nothing else owns them.
+        let (ours, theirs) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // An answer that does not come within this is a zygote gone wrong.
+        let timeout = libc::timeval {
+            tv_sec: 30,
+            tv_usec: 0,
+        };
+        // SAFETY: the option's value is a timeval of the size given.
+        unsafe {
+            libc::setsockopt(
+                ours.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&raw const timeout).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        let argv = crate::runner::command();
+        let child = std::os::unix::process::CommandExt::process_group(
+            std::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .arg("zygote")
+                .env_clear()
+                .current_dir("/")
+                .stdin(Stdio::from(theirs))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            0,
+        )
+        .spawn()?;
+        Ok(Zygote {
+            socket: ours,
+            generation,
+            _child: child,
+        })
+    }
+
+    fn send(socket: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+        if data.len() > MAX_MESSAGE {
+            return Err(io::Error::other("request too long for the zygote"));
+        }
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr().cast_mut().cast(),
+            iov_len: data.len(),
+        };
+        let fd_bytes = std::mem::size_of_val(fds);
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
+        // u64s: the control buffer must be aligned for cmsghdr.
+        let mut control = vec![0u64; space.div_ceil(8)];
+        // SAFETY: msghdr is plain data; all-zero is a valid (empty) value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        if !fds.is_empty() {
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            // SAFETY: the control buffer holds one header and `fds`' data (CMSG_SPACE),
+            // aligned; CMSG_FIRSTHDR points into it, CMSG_DATA past its header.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+                (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+                std::ptr::copy_nonoverlapping(
+                    fds.as_ptr(),
+                    libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+                    fds.len(),
+                );
+            }
+        }
+        // SAFETY: msg points at live buffers (iov, control) for the call's duration.
+        let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn receive(socket: &OwnedFd) -> io::Result<serde_json::Value> {
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: recv writes at most buf.len() bytes into buf.
+        let n = unsafe { libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the zygote ended",
+            ));
+        }
+        buf.truncate(n as usize);
+        serde_json::from_slice(&buf).map_err(io::Error::other)
+    }
+
+    /// One request and its answer, starting the zygote if there is none; a zygote that
+    /// fails is dropped (its socket closes, and it ends), and the next request starts
+    /// another.
+    fn call(
+        data: &[u8],
+        fds: &[RawFd],
+        generation: Option<u64>,
+    ) -> io::Result<(serde_json::Value, u64)> {
+        let mut guard = super::lock(&ZYGOTE);
+        let (zygote, count) = &mut *guard;
+        if zygote.is_none() {
+            if generation.is_some() {
+                return Err(io::Error::other("no zygote"));
+            }
+            *count += 1;
+            *zygote = Some(start_zygote(*count)?);
+        }
+        let Some(z) = zygote.as_ref() else {
+            return Err(io::Error::other("no zygote"));
+        };
+        if generation.is_some_and(|g| g != z.generation) {
+            // Its runners went with the zygote that forked them.
+            return Err(io::Error::other("another zygote"));
+        }
+        let answer = send(&z.socket, data, fds).and_then(|()| receive(&z.socket));
+        match answer {
+            Ok(a) => Ok((a, z.generation)),
+            Err(e) => {
+                *zygote = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Forks a runner whose standard input, output and error are `fds`; its pid and the
+    /// zygote's generation.
+    pub(super) fn start(message: &[u8], fds: [OwnedFd; 3]) -> io::Result<(i32, u64)> {
+        let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+        let (answer, generation) = call(message, &raw, None)?;
+        drop(fds);
+        let pid = answer["pid"]
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                io::Error::other(format!("the zygote did not start a runner: {answer}"))
+            })?;
+        Ok((pid, generation))
+    }
+
+    /// Reaps a runner, killing its group first when `kill`.
+    pub(super) fn reap(pid: i32, generation: u64, kill: bool) {
+        let message = serde_json::json!({ "reap": pid, "kill": kill }).to_string();
+        let _ = call(message.as_bytes(), &[], Some(generation));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Waits for a runner whose input closed to end (it ends once its commands' trees are

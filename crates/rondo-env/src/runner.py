@@ -330,45 +330,150 @@ def kill_strays(wake_r):
                     pass
 
 
+def serve_input():
+    """The runner: serves the requests of its standard input until it closes, then ends
+    every command's tree and itself."""
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # Not dumpable: commands (same user) cannot open this process's input or read its
+    # memory through /proc, nor trace it; shepherds inherit it, commands lose it when they
+    # exec.
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    stray_r, stray_w = os.pipe()
+    os.set_blocking(stray_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(stray_w)
+    threading.Thread(target=kill_strays, args=(stray_r,), daemon=True).start()
+
+    for line in sys.stdin.buffer:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            continue
+        if "cancel" in request:
+            control(request["cancel"], b"K")
+            continue
+        try:
+            threading.Thread(target=serve, args=(request,), daemon=True).start()
+        except RuntimeError as e:
+            # The container's process limit bounds threads too.
+            send({"id": request.get("id"), "e": f"cannot start the command: {e}\n"})
+            send({"id": request.get("id"), "exit": 126, "timed_out": False})
+
+    # The input closed: the environment ends. Every command's tree is killed, kept ones
+    # too, and this process ends once its shepherds are gone: when it has, nothing of the
+    # environment's commands is left.
+    with controls_lock:
+        for fd in list(controls.values()) + kept:
+            try:
+                os.write(fd, b"K")
+            except OSError:
+                pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    os._exit(0)
+
+
+def start_runner(sock, message, fds):
+    """In the zygote: forks a runner whose input, output and error are `fds`, with the
+    folder and environment `message` gives; its pid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sock.close()
+            # A session and process group of its own, as a runner started directly has.
+            os.setsid()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            for fd in fds:
+                if fd > 2:
+                    os.close(fd)
+            os.chdir(message["cwd"])
+            os.environ.clear()
+            os.environ.update(message["env"])
+            gc.enable()
+            serve_input()
+        finally:
+            os._exit(1)
+    return pid
+
+
+def reap(pid, kill):
+    """In the zygote: reaps a runner the driver is done with. One still running a moment
+    after its output closed (or asked to be killed) has its group killed first: not reaped
+    yet, its pid and group id are still its own."""
+    if not kill:
+        for _ in range(1000):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(0.001)
+    try:
+        os.kill(-pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def zygote():
+    """`runner.py zygote`, for the process engine: started once, it forks each sandbox's
+    runner from an interpreter that has already started (a fork costs a fraction of an
+    interpreter's start). Its standard input is a datagram socket from the driver; each
+    message is one JSON request, each gets one answer:
+      {"start": {"cwd", "env"}} with three descriptors (the runner's input, output, error)
+        -> {"pid": N} or {"error": text}
+      {"reap": N, "kill": bool} -> {"reaped": N}
+    Single-threaded, so that every fork copies a consistent process. It ends when the
+    driver's end of the socket closes; its runners end when their input does."""
+    import socket
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    sock = socket.socket(fileno=0)
+    gc.collect()
+    if hasattr(gc, "freeze"):
+        gc.freeze()
+    # Forked pages are shared until written: no collection moves the objects about.
+    gc.disable()
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        except OSError:
+            break
+        if not data:
+            break
+        answer = {}
+        try:
+            message = json.loads(data)
+            if "start" in message:
+                if len(fds) != 3:
+                    raise ValueError("a start needs three descriptors")
+                answer = {"pid": start_runner(sock, message["start"], fds)}
+            elif "reap" in message:
+                reap(int(message["reap"]), bool(message.get("kill")))
+                answer = {"reaped": message["reap"]}
+            else:
+                answer = {"error": "unknown request"}
+        except Exception as e:
+            answer = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            sock.send(json.dumps(answer).encode())
+        except OSError:
+            break
+    os._exit(0)
+
+
 if hasattr(gc, "freeze"):
     gc.freeze()
-libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-# Not dumpable: commands (same user) cannot open this process's input or read its memory
-# through /proc, nor trace it; shepherds inherit it, commands lose it when they exec.
-libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-stray_r, stray_w = os.pipe()
-os.set_blocking(stray_w, False)
-signal.signal(signal.SIGCHLD, lambda *_: None)
-signal.set_wakeup_fd(stray_w)
-threading.Thread(target=kill_strays, args=(stray_r,), daemon=True).start()
-
-for line in sys.stdin.buffer:
-    try:
-        request = json.loads(line)
-    except ValueError:
-        continue
-    if "cancel" in request:
-        control(request["cancel"], b"K")
-        continue
-    try:
-        threading.Thread(target=serve, args=(request,), daemon=True).start()
-    except RuntimeError as e:
-        # The container's process limit bounds threads too.
-        send({"id": request.get("id"), "e": f"cannot start the command: {e}\n"})
-        send({"id": request.get("id"), "exit": 126, "timed_out": False})
-
-# The input closed: the environment ends. Every command's tree is killed, kept ones too,
-# and this process ends once its shepherds are gone: when it has, nothing of the
-# environment's commands is left.
-with controls_lock:
-    for fd in list(controls.values()) + kept:
-        try:
-            os.write(fd, b"K")
-        except OSError:
-            pass
-while True:
-    try:
-        os.waitpid(-1, 0)
-    except ChildProcessError:
-        break
-os._exit(0)
+if sys.argv[1:] == ["zygote"]:
+    zygote()
+else:
+    serve_input()

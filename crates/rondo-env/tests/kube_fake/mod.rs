@@ -55,6 +55,8 @@ pub struct Recorded {
     pub refused: Vec<String>,
     /// Label selectors of deletions by label.
     pub selectors: Vec<String>,
+    /// The pods deleted by label (also in `deleted`).
+    pub deleted_by_label: Vec<String>,
 }
 
 struct FakePod {
@@ -617,6 +619,11 @@ async fn delete_by_label(
         .map(|(name, _)| name.clone())
         .collect();
     let items: Vec<Value> = names.iter().filter_map(|n| remove(&inner, n)).collect();
+    inner.recorded.lock().unwrap().deleted_by_label.extend(
+        items
+            .iter()
+            .filter_map(|p| p["metadata"]["name"].as_str().map(String::from)),
+    );
     ok_json(
         StatusCode::OK,
         &json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items }),

@@ -54,8 +54,8 @@ for name in "${chosen[@]}"; do
         --hyperfine-runs 3
       ;;
     providers) run providers env OUT_DIR="$scratch/providers" bash bench/providers/run.sh --repeats 1 ;;
-    serve) run serve bash bench/serve/run.sh --rounds 1 --requests 100 --clients 20 ;;
-    eval) run eval bash bench/eval/run.sh --cases 100 --concurrency 20 ;;
+    serve) run serve bash bench/serve/run.sh --quick ;;
+    eval) run eval bash bench/eval/run.sh --quick ;;
     output) run output env PROFILE=release SIZE=20M bash bench/output/run.sh ;;
     docker) run docker env PROFILE=release ITER=10 STARTS=1 bash bench/docker/run.sh ;;
     lsp)

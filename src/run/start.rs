@@ -398,51 +398,13 @@ impl<'w> Interpreter<'w> {
         ensure_folder(&layout.system).map_err(|e| {
             StartError::Setup(format!("cannot create {}: {e}", layout.system.display()))
         })?;
-        // The workspace is made by the first write to it (a tool's start, an artifact): a
-        // run that writes nothing there (one model call) leaves no empty folder behind.
-        // A code context reads its folders beneath it as it is, so it is made now.
-        let workspace = rondo_workspace::Workspace::deferred(&layout.workspace)
-            .and_then(|w| {
-                let code = workflow
-                    .memory
-                    .iter()
-                    .any(|m| matches!(m.kind, crate::compile::MemoryKind::CodeContext { .. }));
-                if code {
-                    w.ensure()?;
-                }
-                Ok(w)
-            })
-            .map_err(|e| {
-                StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
-            })?;
+        let workspace = workspace_of(workflow, layout)?;
         let run_dir = layout.system.clone();
         let pool = match &options.pool {
             Some(pool) => pool.clone(),
             None => Arc::new(Self::provider_pool(workflow, script)?),
         };
-        let default = default_profile(workflow, &pool)?;
-        let mut profile_of = HashMap::new();
-        for (index, role) in workflow.roles() {
-            if let RoleKind::Llm(l) = &role.kind {
-                let name = options.provider.clone().unwrap_or_else(|| {
-                    if l.default_provider {
-                        default.clone()
-                    } else {
-                        workflow.providers[l.provider].name().to_string()
-                    }
-                });
-                profile_of.insert(index.index(), name);
-            }
-        }
-        if let Some(name) = &options.provider
-            && pool.profile(name).is_none()
-        {
-            let known: Vec<&str> = pool.profile_names().collect();
-            return Err(StartError::Setup(format!(
-                "--provider `{name}` is not a profile of this workflow (profiles: {})",
-                known.join(", ")
-            )));
-        }
+        let profile_of = profiles_of_roles(workflow, &pool, options.provider.as_deref())?;
         let demos = if options.no_demos {
             HashMap::new()
         } else {
@@ -1020,4 +982,57 @@ impl FileStamp {
     fn unchanged(&self) -> bool {
         Self::look(&self.path) == self.seen
     }
+}
+
+/// The run's workspace. It is made by the first write to it (a tool's start, an artifact): a
+/// run that writes nothing there (one model call) leaves no empty folder behind. A code
+/// context reads its folders beneath it as it is, so then it is made now.
+fn workspace_of(
+    workflow: &Workflow,
+    layout: &rundir::Layout,
+) -> Result<rondo_workspace::Workspace, StartError> {
+    let code = workflow
+        .memory
+        .iter()
+        .any(|m| matches!(m.kind, crate::compile::MemoryKind::CodeContext { .. }));
+    rondo_workspace::Workspace::deferred(&layout.workspace)
+        .and_then(|w| {
+            if code {
+                w.ensure()?;
+            }
+            Ok(w)
+        })
+        .map_err(|e| {
+            StartError::Setup(format!("cannot create {}: {e}", layout.workspace.display()))
+        })
+}
+
+/// The profile each llm role calls: `--provider` for all, else the role's own or the default.
+fn profiles_of_roles(
+    workflow: &Workflow,
+    pool: &ProviderPool,
+    chosen: Option<&str>,
+) -> Result<HashMap<usize, String>, StartError> {
+    let default = default_profile(workflow, pool)?;
+    if let Some(name) = chosen
+        && pool.profile(name).is_none()
+    {
+        let known: Vec<&str> = pool.profile_names().collect();
+        return Err(StartError::Setup(format!(
+            "--provider `{name}` is not a profile of this workflow (profiles: {})",
+            known.join(", ")
+        )));
+    }
+    let mut profile_of = HashMap::new();
+    for (index, role) in workflow.roles() {
+        if let RoleKind::Llm(l) = &role.kind {
+            let name = match chosen {
+                Some(name) => name.to_string(),
+                None if l.default_provider => default.clone(),
+                None => workflow.providers[l.provider].name().to_string(),
+            };
+            profile_of.insert(index.index(), name);
+        }
+    }
+    Ok(profile_of)
 }

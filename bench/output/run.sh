@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PROFILE="${PROFILE:-dev}"   # PROFILE=release for optimised figures
 SIZE="${SIZE:-1G}"
-cargo build -q --profile "$PROFILE"
+cargo build -q --profile "$PROFILE" --bin rondo
 bin=${CARGO_TARGET_DIR:-target}/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")/rondo
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -291,10 +291,12 @@ swarm_batch_serve() {
     kill -TERM "$pid" 2>/dev/null || true
     swarm_batch_fail "serve: POST /runs failed: $(tail -5 "$dir/serve.err")"
   fi
+  # The node holding this run's sandbox, found by the run's label: an earlier batch's
+  # containers may still be going away on another node.
   deadline=$((SECONDS + 120))
   while [ -z "$victim" ] && ((SECONDS < deadline)); do
     for ((i = 2; i <= SWARM_NODES; i++)); do
-      if (($(swarm_docker "$i" ps -q --filter label=rondo.managed=true 2>/dev/null | wc -l) > 0)); then
+      if (($(swarm_docker "$i" ps -q --filter "label=rondo.run_id=$id" 2>/dev/null | wc -l) > 0)); then
         victim=$i
       fi
     done

@@ -230,14 +230,6 @@ fn killed_runs_resume_to_the_same_end() {
     );
 }
 
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(started.elapsed() < Duration::from_secs(60), "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A tool killed mid-way runs again on resume, with the same `RONDO_STEP_ID`.
 #[test]
 fn a_tool_step_run_again_sees_the_same_step_id() {
@@ -268,7 +260,7 @@ exit done
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for("the slow step starts", || {
+    common::wait_for("the slow step starts", || {
         workspace.join("started").exists()
     });
     child.kill().unwrap();
@@ -331,7 +323,7 @@ exit done
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for("the local step starts after the Docker one", || {
+    common::wait_for("the local step starts after the Docker one", || {
         dir.join("workspace/started").exists()
     });
     child.kill().unwrap();

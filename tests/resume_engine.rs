@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use rondo::run::rundir;
 
@@ -42,14 +41,6 @@ last -> done
 exit done
 "#;
 
-fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(started.elapsed() < Duration::from_secs(60), "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn rondo(cwd: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rondo"));
     cmd.current_dir(cwd)
@@ -76,7 +67,7 @@ fn a_run_killed_in_a_tool_step_resumes_with_its_engine_to_its_exit() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for("the slow step starts in its sandbox", || {
+    common::wait_for("the slow step starts in its sandbox", || {
         workspace.join("started").exists()
     });
     child.kill().unwrap();
@@ -85,7 +76,7 @@ fn a_run_killed_in_a_tool_step_resumes_with_its_engine_to_its_exit() {
     assert!(info.ended_at.is_none(), "the run was stopped mid-way");
     // The sandbox's runner saw its driver go (its input closed) and ended the stuck
     // command's tree with it.
-    wait_for("the killed run's command ends", || {
+    common::wait_for("the killed run's command ends", || {
         common::processes_with("rondo-resume-engine-marker").is_empty()
     });
 

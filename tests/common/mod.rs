@@ -431,3 +431,16 @@ pub fn run_demo(path: &Path, args: &[&str]) -> (tempfile::TempDir, std::process:
     let out = cmd.output().expect("run the demo");
     (dir, out)
 }
+
+/// Polls `ready` every 20 ms until it holds; a guard against a hang (60 s), not a timing
+/// check: `what` says what never happened.
+pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

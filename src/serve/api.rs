@@ -477,21 +477,22 @@ fn real_place(path: &std::path::Path) -> Option<std::path::PathBuf> {
     }
 }
 
+/// Where a run stands in this server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    No,
+    Queued,
+    Driven,
+}
+
 /// A run's record as the API shows it: a run this server drives with its running totals.
-fn run_summary(
-    dir: &std::path::Path,
-    queued: bool,
-    driven: bool,
-    live: Option<Totals>,
-) -> Option<Value> {
+fn run_summary(dir: &std::path::Path, held: Held, live: Option<Totals>) -> Option<Value> {
     let mut info = rundir::read_info(dir).ok()?;
-    let status = if queued {
-        RunStatus::Queued
-    } else if driven && info.status == RunStatus::Interrupted {
+    let status = match held {
+        Held::Queued => RunStatus::Queued,
         // Its sandbox was lost and the server resumes it (`lost.rs`).
-        RunStatus::Running
-    } else {
-        info.status
+        Held::Driven if info.status == RunStatus::Interrupted => RunStatus::Running,
+        _ => info.status,
     };
     if let Some(totals) = live {
         info.totals = totals;
@@ -510,11 +511,19 @@ fn run_summary(
 }
 
 impl Server {
-    fn is_queued(&self, id: &str) -> bool {
-        self.live
+    /// Whether this server holds the run `id`: queued for a slot, or driving it (an
+    /// `interrupted` in its record is then a lost sandbox being replaced, not its end).
+    fn held(&self, id: &str) -> Held {
+        let started = self
+            .live
             .lock()
-            .map(|l| l.get(id).is_some_and(|r| !r.started))
-            .unwrap_or(false)
+            .ok()
+            .and_then(|l| l.get(id).map(|r| r.started));
+        match started {
+            None => Held::No,
+            Some(false) => Held::Queued,
+            Some(true) => Held::Driven,
+        }
     }
 
     /// The running totals of a run this server drives, once it has taken a step.
@@ -535,8 +544,7 @@ async fn list_runs(State(server): State<Arc<Server>>) -> Result<Json<Value>, Api
         .filter_map(|id| {
             run_summary(
                 &server.runs_root.join(id),
-                server.is_queued(id),
-                server.is_driven(id),
+                server.held(id),
                 server.live_totals(id),
             )
         })
@@ -549,14 +557,9 @@ async fn run_status(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let dir = server.run_dir(&id)?;
-    run_summary(
-        &dir,
-        server.is_queued(&id),
-        server.is_driven(&id),
-        server.live_totals(&id),
-    )
-    .map(Json)
-    .ok_or_else(|| ApiError::unknown_run(&id))
+    run_summary(&dir, server.held(&id), server.live_totals(&id))
+        .map(Json)
+        .ok_or_else(|| ApiError::unknown_run(&id))
 }
 
 async fn viewer() -> Response {
@@ -593,7 +596,7 @@ async fn run_view(
     .and_then(|r| r);
     let mut data =
         data.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
-    if server.is_queued(&id) {
+    if server.held(&id) == Held::Queued {
         data.run.status = RunStatus::Queued;
     }
     if let Some(totals) = server.live_totals(&id) {

@@ -12,17 +12,6 @@ use super::events::{Feeder, Hub};
 /// Sandboxes a run may lose and still go on in a new one (as `rondo eval`).
 const MAX_SANDBOX_LOSSES: usize = 3;
 
-impl Server {
-    /// Whether this server drives the run `id` (past its queue): an `interrupted` in its
-    /// record is then a lost sandbox being replaced, not its end.
-    pub(super) fn is_driven(&self, id: &str) -> bool {
-        self.live
-            .lock()
-            .map(|l| l.get(id).is_some_and(|r| r.started))
-            .unwrap_or(false)
-    }
-}
-
 /// Drives the run `id` to its end. An interruption nobody asked for (no cancel, the
 /// server not stopping) is a lost sandbox: the run is resumed from its checkpoint, its
 /// events still published to `hub` and a cancel reaching the new interpreter.

@@ -12,6 +12,8 @@ use tera::{Tera, Value};
 pub struct Prompts {
     pub tera: Tera,
     pub dir: PathBuf,
+    /// The names it was asked for, sorted once each: what [`Self::serves`] compares.
+    named: Vec<String>,
     /// Files that failed to parse, with the reason.
     pub errors: HashMap<String, TemplateError>,
     /// The text of each file that parsed, for diagnostics that point into it.
@@ -222,6 +224,27 @@ pub const MAX_RANGE: usize = 100_000;
 impl Prompts {
     /// The templates a workflow's llm roles name, and what they include, extend or import.
     pub fn for_workflow(workflow: &crate::compile::Workflow) -> Prompts {
+        Self::load_named(&workflow.prompts_dir, &Self::names_of(workflow))
+    }
+
+    /// No templates: what inline strings are checked against.
+    pub fn empty(dir: &Path) -> Prompts {
+        Prompts {
+            tera: Tera::default(),
+            dir: dir.to_path_buf(),
+            named: Vec::new(),
+            errors: HashMap::new(),
+            sources: HashMap::new(),
+        }
+    }
+
+    /// Whether these are the templates [`Self::for_workflow`] would load: the same folder
+    /// and names (`check` starts reading them before the workflow is compiled).
+    pub fn serves(&self, workflow: &crate::compile::Workflow) -> bool {
+        self.dir == workflow.prompts_dir && self.named == distinct(&Self::names_of(workflow))
+    }
+
+    fn names_of(workflow: &crate::compile::Workflow) -> Vec<String> {
         let mut names = Vec::new();
         for (_, role) in workflow.roles() {
             if let crate::compile::RoleKind::Llm(l) = &role.kind {
@@ -234,7 +257,7 @@ impl Prompts {
                 );
             }
         }
-        Self::load_named(&workflow.prompts_dir, &names)
+        names
     }
 
     /// Only the named templates and what they include, extend or import: no other file
@@ -247,6 +270,7 @@ impl Prompts {
         let mut prompts = Prompts {
             tera,
             dir: dir.to_path_buf(),
+            named: distinct(names),
             errors: HashMap::new(),
             sources: HashMap::new(),
         };
@@ -519,6 +543,12 @@ pub fn render_str(text: &str, context: &tera::Context) -> Result<String, RenderE
             wrong_kind: false,
         })?;
     bounded_render(&tera, "inline", context)
+}
+
+/// Each name once, sorted.
+fn distinct(names: &[String]) -> Vec<String> {
+    let set: BTreeSet<&String> = names.iter().collect();
+    set.into_iter().cloned().collect()
 }
 
 /// A template file read and parsed, or why it cannot be used.

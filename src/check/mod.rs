@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::compile::{self, MemoryKind, RoleKind, Workflow};
 use crate::diagnostics::{Code, Diagnostic, Diagnostics, nearest};
+use crate::prompt::Prompts;
 use crate::source::{SourceFile, Span};
 use crate::syntax::{Ast, ValueKind};
 
@@ -179,9 +180,24 @@ impl Loaded {
 
 /// Parses, compiles and checks a file: the one way to a [`Checked`] workflow.
 pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
-    let (ast, workflow, mut diagnostics) = compile::load_keeping_ast(file);
+    let (ast, parsed) = crate::syntax::parse(file);
+    // tera's parser is most of a check's time: the templates the roles name are parsed
+    // while the file compiles.
+    let (dir, names) = compile::named_prompts(file, &ast);
+    let ((workflow, mut diagnostics), early) = std::thread::scope(|scope| {
+        let early = (!names.is_empty())
+            .then(|| {
+                std::thread::Builder::new()
+                    .stack_size(8 << 20)
+                    .spawn_scoped(scope, || Prompts::load_named(&dir, &names))
+                    .ok()
+            })
+            .flatten();
+        let compiled = compile::compile_parsed(file, &ast, parsed);
+        (compiled, early.and_then(|h| h.join().ok()))
+    });
     let sound = stages::sound(&ast, &diagnostics);
-    let (more, summary) = check_sound(&workflow, sound, options);
+    let (more, summary) = check_sound(&workflow, sound, options, early);
     diagnostics.extend(more);
     drop_follow_ons(&ast, &workflow, &mut diagnostics);
     let checked = if diagnostics.has_errors() {
@@ -282,7 +298,7 @@ pub fn check(
     } else {
         stages::Sound::ALL
     };
-    check_sound(workflow, sound, options)
+    check_sound(workflow, sound, options, None)
 }
 
 /// Runs the passes whose input is `sound`, so one mistake does not cascade into
@@ -291,11 +307,12 @@ fn check_sound(
     workflow: &Workflow,
     sound: stages::Sound,
     options: &CheckOptions,
+    early: Option<Prompts>,
 ) -> (Diagnostics, Summary) {
     let mut diags = Diagnostics::default();
     // Which roles surely ran is only known on a graph whose names all resolved.
     let runs = sound.graph.then(|| ran::definitely_valid(workflow));
-    templates::check(workflow, runs.as_ref(), &mut diags);
+    templates::check(workflow, runs.as_ref(), early, &mut diags);
     // After the compiler's own memory errors (gamma, sections): one report each.
     if sound.memory {
         memory(workflow, &mut diags);

@@ -139,7 +139,14 @@ struct Inline {
     when: When,
 }
 
-pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagnostics) {
+/// `early`: the templates parsed before the workflow was compiled, used when they are
+/// the ones it names.
+pub fn check(
+    workflow: &Workflow,
+    runs: Option<&DefiniteRuns>,
+    early: Option<Prompts>,
+    diags: &mut Diagnostics,
+) {
     let shared = Shared::new(workflow);
     check_inline(workflow, runs, &shared, diags);
     let has_llm = workflow
@@ -148,7 +155,10 @@ pub fn check(workflow: &Workflow, runs: Option<&DefiniteRuns>, diags: &mut Diagn
     if !has_llm {
         return;
     }
-    let prompts = Prompts::for_workflow(workflow);
+    let prompts = match early {
+        Some(prompts) if prompts.serves(workflow) => prompts,
+        _ => Prompts::for_workflow(workflow),
+    };
     let mut reported_parse = BTreeSet::new();
     let mut found: Vec<Diagnostic> = Vec::new();
     for (index, role) in workflow.roles() {
@@ -339,12 +349,7 @@ fn check_inline(
     shared: &Shared,
     diags: &mut Diagnostics,
 ) {
-    let prompts = Prompts {
-        tera: tera::Tera::default(),
-        dir: workflow.prompts_dir.clone(),
-        errors: HashMap::new(),
-        sources: HashMap::new(),
-    };
+    let prompts = Prompts::empty(&workflow.prompts_dir);
     // (role, text, span, what, when, whether a parse error is reported here)
     let mut sites: Vec<(NodeIndex, &str, Span, String, When, bool)> = Vec::new();
     for (index, role) in workflow.roles() {

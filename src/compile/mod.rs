@@ -19,7 +19,7 @@ mod updates;
 pub mod workflow;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -56,14 +56,56 @@ pub fn load(file: &SourceFile) -> (Workflow, Diagnostics) {
 /// [`load`], also handing back the syntax tree (so a caller about to exit can skip
 /// freeing it).
 pub fn load_keeping_ast(file: &SourceFile) -> (Ast, Workflow, Diagnostics) {
-    let (ast, mut diagnostics) = syntax::parse(file);
-    let (workflow, mut more) = compile(file, &ast);
+    let (ast, diagnostics) = syntax::parse(file);
+    let (workflow, diagnostics) = compile_parsed(file, &ast, diagnostics);
+    (ast, workflow, diagnostics)
+}
+
+/// Compiles a parsed file; `diagnostics` are the parser's, the compiler's are added.
+pub fn compile_parsed(
+    file: &SourceFile,
+    ast: &Ast,
+    mut diagnostics: Diagnostics,
+) -> (Workflow, Diagnostics) {
+    let (workflow, mut more) = compile(file, ast);
     // A file that did not parse is not "empty"; the syntax error says what is wrong.
     if diagnostics.has_errors() {
         more.retain(|d| d.code != Code::WorkflowEmpty);
     }
     diagnostics.extend(more);
-    (ast, workflow, diagnostics)
+    (workflow, diagnostics)
+}
+
+/// The prompts folder and the templates the llm roles name, read off the syntax tree as
+/// the compiler resolves them (`prompts = "..."` against the file's folder, `prompt` and
+/// `system` strings): `check` starts parsing them while the file compiles. Only a guess
+/// to start early; the compiled workflow says which templates are checked.
+pub fn named_prompts(file: &SourceFile, ast: &Ast) -> (PathBuf, Vec<String>) {
+    let string = |attrs: &[syntax::Attr], key: &str| {
+        attrs.iter().find_map(|a| match &a.value.kind {
+            syntax::ValueKind::String(s) if a.key.name == key => Some(s.clone()),
+            _ => None,
+        })
+    };
+    let dir = file.dir();
+    let dir = match ast
+        .workflow
+        .as_ref()
+        .and_then(|w| string(&w.attrs, "prompts"))
+    {
+        Some(p) => dir.join(p),
+        None => dir,
+    };
+    let names = ast
+        .roles
+        .iter()
+        .filter(|r| r.kind.name == "llm")
+        .flat_map(|r| [string(&r.attrs, "system"), string(&r.attrs, "prompt")])
+        .flatten()
+        .map(|n| n.replace('\\', "/"))
+        .filter(|n| !n.is_empty())
+        .collect();
+    (dir, names)
 }
 
 pub fn compile(file: &SourceFile, ast: &Ast) -> (Workflow, Diagnostics) {

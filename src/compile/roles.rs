@@ -42,6 +42,7 @@ impl Compiler<'_> {
                         updates: Vec::new(),
                         artifacts: Vec::new(),
                         output_type: Arc::new(Type::Any),
+                        map_worker: false,
                     })),
                     span: role.name.span,
                 });
@@ -279,6 +280,7 @@ impl Compiler<'_> {
             updates,
             artifacts,
             output_type,
+            map_worker: false,
         }
     }
 
@@ -414,7 +416,11 @@ impl Compiler<'_> {
 
     pub(super) fn artifact(&mut self, a: &syntax::ArtifactDecl, scope: &Scope) -> Artifact {
         let (value, _) = self.expr(&a.value, scope);
-        if let Err(e) = tera::Template::new("artifact", None, &a.name) {
+        // Text without a brace is plain text to tera: no parse needed (each costs more
+        // than the rest of the role's compile).
+        if a.name.contains('{')
+            && let Err(e) = tera::Template::new("artifact", None, &a.name)
+        {
             self.diags.push(
                 Diagnostic::error(
                     Code::ArtifactBadName,

@@ -264,6 +264,9 @@ impl Compiler<'_> {
                         .help("map over a list in memory or in a role output, e.g. `memory.items`"),
                 );
                 }
+                if let Some(NodeKind::Role(role)) = w.map(|n| &mut self.workflow.graph[n].kind) {
+                    role.map_worker = true;
+                }
                 match (w, j) {
                     (Some(worker), Some(join)) => Some(RouteTarget::Map {
                         worker,

@@ -1083,6 +1083,16 @@ impl Type {
     /// Fills every absent optional field of the objects in `value` with `null`, so a
     /// reader finds `null` rather than nothing. Walks the type, never deeper.
     pub fn fill_absent(&self, value: &mut Value) {
+        if !matches!(
+            self,
+            Type::Optional { .. }
+                | Type::List { .. }
+                | Type::Map { .. }
+                | Type::Object { .. }
+                | Type::Union { .. }
+        ) {
+            return;
+        }
         let mut stack: Vec<(&Type, &mut Value)> = vec![(self, value)];
         while let Some((ty, v)) = stack.pop() {
             match (ty, v) {

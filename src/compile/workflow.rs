@@ -306,6 +306,9 @@ pub struct Role {
     /// What `role.field` and `output` hold after the role ran.
     /// Shared: every tool role has the same (large) result type.
     pub output_type: Arc<Type>,
+    /// The worker of a `map` route (set with the routes): asked at every step.
+    #[serde(default)]
+    pub map_worker: bool,
 }
 
 /// A role's bound on its visits: a number, or an `int` input of the run
@@ -871,20 +874,14 @@ impl Workflow {
     /// The worker of a `map` route: read by its name, it is the list of its branches'
     /// outputs (each branch adds its own as it is applied, a join sees them all).
     pub fn is_map_worker(&self, node: NodeIndex) -> bool {
-        self.routes
-            .iter()
-            .any(|r| matches!(&r.target, RouteTarget::Map { worker, .. } if *worker == node))
+        self.role(node).is_some_and(|r| r.map_worker)
     }
 
-    /// Every map worker at once: [`Self::is_map_worker`] looks through all routes, too slow
-    /// to ask for each role of a large workflow.
+    /// Every map worker at once.
     pub fn map_workers(&self) -> std::collections::HashSet<NodeIndex> {
-        self.routes
-            .iter()
-            .filter_map(|r| match &r.target {
-                RouteTarget::Map { worker, .. } => Some(*worker),
-                _ => None,
-            })
+        self.graph
+            .node_indices()
+            .filter(|&n| self.is_map_worker(n))
             .collect()
     }
 

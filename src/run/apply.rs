@@ -25,7 +25,7 @@ impl<'w> Interpreter<'w> {
         let role = workflow
             .role(node)
             .ok_or_else(|| StepError::Failed("not a role".into()))?;
-        let name = workflow.node(node).name.clone();
+        let name: &'w str = &workflow.node(node).name;
         let mut run = run;
         self.redactor.redact_json(&mut run.output);
         if let Some(prompt) = &mut run.prompt {
@@ -42,19 +42,19 @@ impl<'w> Interpreter<'w> {
         }
         state.visits[node.index()] += 1;
         state.step += 1;
-        state.path.push(name.clone());
+        state.path.push(name.to_string());
         let visit = state.visits[node.index()];
         self.flush_buffered_events();
         self.settle(state);
         if self.wants_events() {
             self.event(Event::RoleStart {
-                role: name.clone(),
+                role: name.to_string(),
                 kind: role.kind.name().to_string(),
                 visit,
                 step: state.step,
             });
         }
-        self.record_result(state, node, &name, visit, &mut run, invalid);
+        self.record_result(state, node, name, visit, &mut run, invalid);
         store_output(state, node, &run.output, item, workflow.is_map_worker(node));
         // An invalid outcome is only routed: the role's updates and artifacts expect a valid output.
         let (updates, artifacts): (&[Update], &[crate::compile::Artifact]) = if invalid {
@@ -62,7 +62,7 @@ impl<'w> Interpreter<'w> {
         } else {
             (&role.updates, &role.artifacts)
         };
-        self.apply_updates(state, node, &name, updates, &run.output, item)?;
+        self.apply_updates(state, node, name, updates, &run.output, item)?;
         let mut appended = self.write_artifacts(
             artifacts,
             state,
@@ -84,7 +84,7 @@ impl<'w> Interpreter<'w> {
         state.file_lengths.extend(appended);
         if self.wants_events() {
             self.event(Event::RoleEnd {
-                role: name,
+                role: name.to_string(),
                 visit,
                 step: state.step,
                 totals: Some(state.totals.clone()),
@@ -112,7 +112,7 @@ impl<'w> Interpreter<'w> {
             RoleKind::Llm(_) => {
                 if let Some(record) = run.record.take() {
                     let (how, coercions) = (record.parsed, record.coercions.clone());
-                    self.event(Event::LlmResponse(record));
+                    self.event(Event::LlmResponse(*record));
                     self.event(Event::ParsedOutput {
                         role: name.to_string(),
                         visit,
@@ -226,6 +226,8 @@ fn store_output(
                     .insert(node.index(), Value::Array(vec![output.clone()]));
             }
         }
+    } else if let Some(stored) = state.outputs.get_mut(&node.index()) {
+        stored.clone_from(output);
     } else {
         state.outputs.insert(node.index(), output.clone());
     }
@@ -355,13 +357,27 @@ impl UpdateError {
     }
 }
 
-/// An update with its values evaluated: the memory slot, the operation (`set` when
-/// none) and whether `check` accepted the values only as `any`.
+/// An update with its values evaluated: the memory slot, what is stored and whether
+/// `check` accepted the values only as `any`.
 struct Evaluated {
     memory: usize,
-    op: Option<MemoryOp>,
-    args: Vec<Value>,
+    stored: Stored,
     unchecked: bool,
+}
+
+/// A `set` holds its one value without a list: it is most steps' only update.
+enum Stored {
+    Set(Value),
+    Op(MemoryOp, Vec<Value>),
+}
+
+impl Stored {
+    fn op(&self) -> Option<MemoryOp> {
+        match self {
+            Stored::Set(_) => None,
+            Stored::Op(op, _) => Some(*op),
+        }
+    }
 }
 
 impl<'w> Interpreter<'w> {
@@ -375,10 +391,13 @@ impl<'w> Interpreter<'w> {
         output: &Value,
         item: Option<&Value>,
     ) -> Result<Vec<UpdateNote>, UpdateError> {
-        let mut notes = Vec::with_capacity(updates.len());
+        // Kept only for their readers (`apply_updates`): the `memory` events of a recorded
+        // run and whiteboard.md after a batch. Most steps have neither.
+        let recorded = self.dir.is_some();
+        let mut notes = Vec::new();
         for update in updates {
             let evaluated = self.update_values(state, node, update, output, item)?;
-            let op = evaluated.op;
+            let op = evaluated.stored.op();
             let memory = evaluated.memory;
             let slot = &self.workflow.memory[memory];
             // A value memory with a bound keeps what it held when an update would pass it:
@@ -396,7 +415,9 @@ impl<'w> Interpreter<'w> {
                     slot.name
                 )));
             }
-            notes.push(UpdateNote { memory, op, note });
+            if recorded || op == Some(MemoryOp::Apply) {
+                notes.push(UpdateNote { memory, op, note });
+            }
         }
         Ok(notes)
     }
@@ -428,8 +449,7 @@ impl<'w> Interpreter<'w> {
                 ..
             } => Evaluated {
                 memory: *memory,
-                op: None,
-                args: vec![env.value(value).map_err(|e| evaluated(e, *memory))?],
+                stored: Stored::Set(env.value(value).map_err(|e| evaluated(e, *memory))?),
                 unchecked: !unchecked.is_no(),
             },
             Update::Op {
@@ -440,12 +460,13 @@ impl<'w> Interpreter<'w> {
                 ..
             } => Evaluated {
                 memory: *memory,
-                op: Some(*op),
-                args: args
-                    .iter()
-                    .map(|a| env.value(a))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| evaluated(e, *memory))?,
+                stored: Stored::Op(
+                    *op,
+                    args.iter()
+                        .map(|a| env.value(a))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| evaluated(e, *memory))?,
+                ),
                 unchecked: !unchecked.is_no(),
             },
         })
@@ -455,8 +476,7 @@ impl<'w> Interpreter<'w> {
     fn store_update(&self, state: &mut RunState, update: Evaluated) -> Result<String, UpdateError> {
         let Evaluated {
             memory: memory_id,
-            op,
-            args,
+            stored,
             unchecked,
         } = update;
         // A value `check` accepted only as `any` and that does not fit is the fault of
@@ -469,20 +489,22 @@ impl<'w> Interpreter<'w> {
             }
         };
         let slot = &self.workflow.memory[memory_id];
-        let Some(op) = op else {
-            let mut value = args.into_iter().next().unwrap_or(Value::Null);
-            let MemoryKind::Value { ty, .. } = &slot.kind else {
-                return Err(UpdateError::Failed(format!(
-                    "`set {}`: a {} cannot be set",
-                    slot.name,
-                    slot.kind.kind_name()
-                )));
-            };
-            ty.validate(&value)
-                .map_err(|e| refused(format!("`set {}`: {e}", slot.name)))?;
-            ty.fill_absent(&mut value);
-            state.memory[memory_id] = MemoryValue::Plain(value);
-            return Ok(String::new());
+        let (op, args) = match stored {
+            Stored::Op(op, args) => (op, args),
+            Stored::Set(mut value) => {
+                let MemoryKind::Value { ty, .. } = &slot.kind else {
+                    return Err(UpdateError::Failed(format!(
+                        "`set {}`: a {} cannot be set",
+                        slot.name,
+                        slot.kind.kind_name()
+                    )));
+                };
+                ty.validate(&value)
+                    .map_err(|e| refused(format!("`set {}`: {e}", slot.name)))?;
+                ty.fill_absent(&mut value);
+                state.memory[memory_id] = MemoryValue::Plain(value);
+                return Ok(String::new());
+            }
         };
         if let MemoryKind::Value { ty, .. } = &slot.kind {
             stored_fits(ty, op, &args)

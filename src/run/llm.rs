@@ -103,11 +103,11 @@ impl<'w> Interpreter<'w> {
                         output: value,
                         tool: None,
                         prompt,
-                        record: Some(LlmResponse {
+                        record: Some(Box::new(LlmResponse {
                             call,
                             parsed,
                             coercions,
-                        }),
+                        })),
                     });
                 }
                 Err(e) => {

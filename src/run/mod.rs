@@ -218,8 +218,8 @@ struct RoleRun {
     output: Value,
     tool: Option<usize>,
     prompt: Option<String>,
-    /// The accepted LLM call.
-    record: Option<events::LlmResponse>,
+    /// The accepted LLM call (boxed: it is most of the struct's size, which every step moves).
+    record: Option<Box<events::LlmResponse>>,
 }
 
 #[derive(Debug)]
@@ -277,7 +277,7 @@ impl<'w> Interpreter<'w> {
 
     /// Wall time the run has used: earlier sessions (before a resume) and this one.
     fn elapsed_ms(&self, state: &RunState) -> u64 {
-        state.elapsed_ms + self.started.elapsed().as_millis() as u64
+        elapsed_since(self.started, state)
     }
 
     /// Makes the step durable. A record that cannot be written ends the run at `error`
@@ -286,11 +286,16 @@ impl<'w> Interpreter<'w> {
         self.checkpoint_then(state, true).await
     }
 
+    /// Whether a checkpoint has anything to do: a run without records (`checkpoints:
+    /// false`) or durable memory skips it, and its step stays a few hundred instructions.
+    fn checkpoints_anything(&self) -> bool {
+        self.dir.is_some() || self.durable.is_some() || self.start_pending.is_some()
+    }
+
     /// [`checkpoint`](Self::checkpoint); without `wait`, a journal record is written but
     /// its sync is left to the next checkpoint (a snapshot is still waited for): for a
     /// step that ends the run, whose end's checkpoint follows at once and syncs both.
     async fn checkpoint_then(&mut self, state: &mut RunState, wait: bool) -> Result<(), StepError> {
-        let elapsed = self.elapsed_ms(state);
         let started = match self.start_pending.take() {
             Some(pending) => pending
                 .await
@@ -299,8 +304,9 @@ impl<'w> Interpreter<'w> {
             None => Ok(()),
         };
         if let Some(dir) = &mut self.dir {
+            // Read only when recorded: the clock is a tenth of a builtin step.
             let saved = state.elapsed_ms;
-            state.elapsed_ms = elapsed;
+            state.elapsed_ms = elapsed_since(self.started, state);
             let recorded = match (started, self.unrecorded.take()) {
                 (Err(e), _) | (Ok(()), Some(e)) => Err(e),
                 (Ok(()), None) => dir.checkpoint(state).map_err(|e| e.to_string()),
@@ -346,14 +352,18 @@ impl<'w> Interpreter<'w> {
     }
 
     fn flush_buffered_events(&mut self) {
-        let pending: Vec<Event> = self
-            .envs
-            .pending_events
-            .lock()
-            .map(|mut b| std::mem::take(&mut *b))
-            .unwrap_or_default();
+        // Exclusive access: no lock to take, and most steps have nothing buffered.
+        let pending = match self.envs.pending_events.get_mut() {
+            Ok(buffer) if !buffer.is_empty() => std::mem::take(buffer),
+            _ => return,
+        };
         for event in pending {
             self.event(event);
         }
     }
+}
+
+/// The run's time so far: what earlier sessions of it recorded, and this one's.
+fn elapsed_since(started: Instant, state: &RunState) -> u64 {
+    state.elapsed_ms + started.elapsed().as_millis() as u64
 }

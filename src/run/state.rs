@@ -58,7 +58,7 @@ pub struct BranchResult {
     pub item: Option<Value>,
     pub tool: Option<usize>,
     pub prompt: Option<String>,
-    pub record: Option<LlmResponse>,
+    pub record: Option<Box<LlmResponse>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

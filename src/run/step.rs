@@ -286,16 +286,15 @@ impl<'w> Interpreter<'w> {
         self.apply(state, node, run, None)?;
         // A step that ends the run is synced with the end's checkpoint, which follows at
         // once (nothing between them acts outside the run's files).
-        if let Some(flow) = self.exit_guards(state)? {
-            mark_exit(state, &flow);
+        let flow = match self.exit_guards(state)? {
+            Some(flow) => flow,
+            None => self.route(state, node)?,
+        };
+        mark_exit(state, &flow);
+        if self.checkpoints_anything() {
             self.checkpoint_then(state, !matches!(flow, Flow::Exit { .. }))
                 .await?;
-            return Ok(flow);
         }
-        let flow = self.route(state, node)?;
-        mark_exit(state, &flow);
-        self.checkpoint_then(state, !matches!(flow, Flow::Exit { .. }))
-            .await?;
         Ok(flow)
     }
 

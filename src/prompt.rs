@@ -498,20 +498,23 @@ impl std::io::Write for BoundedBuffer {
     }
 }
 
-/// Inline templates parsed already in this thread, by text: compile and check both parse
-/// every artifact name, and tera's parser costs far more than a copy of its tree.
+/// Inline templates parsed already in this process, by text: check parses every artifact
+/// name, a run renders them at every step, and tera's parser costs far more than a copy of
+/// its tree. Shared by the threads: `check` parses them ahead on another thread.
 const MAX_INLINE_CACHED: usize = 4096;
 
-thread_local! {
-    static INLINE: std::cell::RefCell<HashMap<String, tera::Template>> =
-        std::cell::RefCell::new(HashMap::new());
-}
+static INLINE: std::sync::LazyLock<std::sync::Mutex<HashMap<String, tera::Template>>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// Parses a one-off template string as `render_str` would take it: one that extends or
 /// imports another template is refused there, since it stands alone. Tera's registry
 /// (its filters and functions) is built only for that refusal.
 pub fn parse_inline(name: &str, text: &str) -> Result<tera::Template, tera::Error> {
-    if let Some(mut template) = INLINE.with(|cache| cache.borrow().get(text).cloned()) {
+    let cached = INLINE
+        .lock()
+        .ok()
+        .and_then(|cache| cache.get(text).cloned());
+    if let Some(mut template) = cached {
         template.name = name.to_string();
         return Ok(template);
     }
@@ -519,13 +522,12 @@ pub fn parse_inline(name: &str, text: &str) -> Result<tera::Template, tera::Erro
     if template.parent.is_some() || !template.imported_macro_files.is_empty() {
         Tera::default().add_raw_template(name, text)?;
     }
-    INLINE.with(|cache| {
-        let mut cache = cache.borrow_mut();
+    if let Ok(mut cache) = INLINE.lock() {
         if cache.len() >= MAX_INLINE_CACHED {
             cache.clear();
         }
         cache.insert(text.to_string(), template.clone());
-    });
+    }
     Ok(template)
 }
 
@@ -576,9 +578,11 @@ fn parse_named(dir: &Path, names: &[String]) -> HashMap<String, Read> {
         return HashMap::new();
     }
     let per_thread = distinct.len().div_ceil(threads);
+    let mut parts = distinct.chunks(per_thread);
+    // The caller reads the first part itself, beside the workers.
+    let own = parts.next().unwrap_or_default();
     std::thread::scope(|scope| {
-        let workers: Vec<_> = distinct
-            .chunks(per_thread)
+        let workers: Vec<_> = parts
             .filter_map(|part| {
                 // The main thread's stack: tera's parser recurses once per nesting level.
                 std::thread::Builder::new()
@@ -591,12 +595,13 @@ fn parse_named(dir: &Path, names: &[String]) -> HashMap<String, Read> {
                     .ok()
             })
             .collect();
+        let mut read: Vec<(String, Read)> = own
+            .iter()
+            .map(|name| ((*name).clone(), read_template(dir, name)))
+            .collect();
         // A worker that could not start or failed leaves its names to the caller.
-        workers
-            .into_iter()
-            .filter_map(|w| w.join().ok())
-            .flatten()
-            .collect()
+        read.extend(workers.into_iter().filter_map(|w| w.join().ok()).flatten());
+        read.into_iter().collect()
     })
 }
 

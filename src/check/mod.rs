@@ -189,7 +189,7 @@ pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
             .then(|| {
                 std::thread::Builder::new()
                     .stack_size(8 << 20)
-                    .spawn_scoped(scope, || Prompts::load_named(&dir, &names))
+                    .spawn_scoped(scope, || parse_early(&dir, &names, &ast))
                     .ok()
             })
             .flatten();
@@ -211,6 +211,42 @@ pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
         diagnostics,
         summary,
     }
+}
+
+/// What `check` reads with tera before the file is compiled: the artifact names (into the
+/// cache of parsed templates) and the templates the roles name.
+fn parse_early(dir: &std::path::Path, names: &[String], ast: &Ast) -> Prompts {
+    // The artifact names first: the compiler, running beside, asks for them soon. Then
+    // the commands and log names of tool roles, which `templates` parses.
+    let artifacts = ast
+        .roles
+        .iter()
+        .flat_map(|r| &r.artifacts)
+        .chain(&ast.artifacts);
+    let names_of_artifacts = artifacts.map(|a| a.name.as_str());
+    let tool_strings = ast
+        .roles
+        .iter()
+        .flat_map(|r| &r.attrs)
+        .filter(|a| matches!(a.key.name.as_str(), "command" | "log"))
+        .flat_map(|a| match &a.value.kind {
+            ValueKind::String(s) => vec![s.as_str()],
+            ValueKind::List(items) => items
+                .iter()
+                .filter_map(|i| match &i.kind {
+                    ValueKind::String(s) => Some(s.as_str()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        });
+    for text in names_of_artifacts.chain(tool_strings) {
+        if text.contains('{') {
+            // An error is reported by compile or check, which have the span.
+            let _ = compile::parse_template(text);
+        }
+    }
+    Prompts::load_named(dir, names)
 }
 
 /// Drops what only follows from another error: a template reading `memory.plan` for a

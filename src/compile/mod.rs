@@ -517,6 +517,35 @@ pub(crate) fn relative_to(dir: &Path, path: &str) -> std::path::PathBuf {
     }
 }
 
+/// Templates parsed already in this process, by text: compile validates artifact names,
+/// check parses them again with the others it checks, a run renders them at every step,
+/// and tera's parser costs far more than a copy of its tree. Shared by the threads:
+/// `check` parses them ahead on another thread while the file compiles.
+const MAX_TEMPLATES_CACHED: usize = 4096;
+
+static PARSED: std::sync::LazyLock<std::sync::Mutex<HashMap<String, tera::Template>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// `text` parsed by tera, from the cache when it was parsed before; only what parses is
+/// kept.
+pub fn parse_template(text: &str) -> Result<tera::Template, tera::Error> {
+    let cached = PARSED
+        .lock()
+        .ok()
+        .and_then(|cache| cache.get(text).cloned());
+    if let Some(template) = cached {
+        return Ok(template);
+    }
+    let template = tera::Template::new("inline", None, text)?;
+    if let Ok(mut cache) = PARSED.lock() {
+        if cache.len() >= MAX_TEMPLATES_CACHED {
+            cache.clear();
+        }
+        cache.insert(text.to_string(), template.clone());
+    }
+    Ok(template)
+}
+
 /// The innermost cause of a tera error, which carries the useful text.
 pub fn tera_error_text(e: &tera::Error) -> String {
     let mut text = e.to_string();

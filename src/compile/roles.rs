@@ -419,7 +419,7 @@ impl Compiler<'_> {
         // Text without a brace is plain text to tera: no parse needed (each costs more
         // than the rest of the role's compile).
         if a.name.contains('{')
-            && let Err(e) = tera::Template::new("artifact", None, &a.name)
+            && let Err(e) = super::parse_template(&a.name)
         {
             self.diags.push(
                 Diagnostic::error(

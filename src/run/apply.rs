@@ -63,6 +63,9 @@ impl<'w> Interpreter<'w> {
             (&role.updates, &role.artifacts)
         };
         self.apply_updates(state, node, name, updates, &run.output, item)?;
+        if artifacts.is_empty() && workflow.artifacts.is_empty() {
+            return self.role_end(state, name, visit);
+        }
         let mut appended = self.write_artifacts(
             artifacts,
             state,
@@ -82,6 +85,10 @@ impl<'w> Interpreter<'w> {
             visit,
         )?);
         state.file_lengths.extend(appended);
+        self.role_end(state, name, visit)
+    }
+
+    fn role_end(&mut self, state: &RunState, name: &str, visit: u64) -> Result<(), StepError> {
         if self.wants_events() {
             self.event(Event::RoleEnd {
                 role: name.to_string(),
@@ -406,7 +413,9 @@ impl<'w> Interpreter<'w> {
                 && (!slot.bound.is_none() || self.workflow.limits.max_memory_bytes.is_some());
             let before = bounded.then(|| state.memory[memory].clone());
             let note = self.store_update(state, evaluated)?;
-            if let Some(why) = memory_over_limit(self.workflow, slot, &state.memory[memory]) {
+            if bounded
+                && let Some(why) = memory_over_limit(self.workflow, slot, &state.memory[memory])
+            {
                 if let Some(before) = before {
                     state.memory[memory] = before;
                 }

@@ -207,6 +207,7 @@ impl Reporter {
     }
 
     /// The status line while a role runs (on a terminal; plain output waits for the end).
+    #[inline]
     pub fn role_start(&self, name: &str, kind: &str, step: u64, started: Instant) {
         if self.mode() != Mode::Live {
             return;

@@ -484,3 +484,46 @@ fn a_prompt_written_inline_is_told_to_go_in_a_file() {
     let help = errors[0].help.as_deref().unwrap_or("");
     assert!(help.contains("prompt = \"answer.tera\""), "{help}");
 }
+
+/// `rondo check` parses the templates a file names while it compiles, guessing their names
+/// from the syntax tree; the passes run on a compiled workflow parse them after. Both give
+/// the same reports for every fixture and shipped workflow that compiles, whether the guess
+/// was right or not.
+#[test]
+fn templates_parsed_while_compiling_give_the_reports_of_templates_parsed_after() {
+    let mut files = files_with_ext(&root().join(FIXTURES), "rondo");
+    files.extend(files_with_ext(&root().join("workflows"), "rondo"));
+    let options = rondo::check::CheckOptions { offline: true };
+    let shown = |diags: &rondo::diagnostics::Diagnostics| -> Vec<String> {
+        // The template passes' reports: `load` runs other passes that `check` leaves out.
+        diags
+            .sorted()
+            .iter()
+            .filter(|d| d.code.as_str().starts_with("rondo::template::"))
+            .map(|d| format!("{} {:?} {}", d.code.as_str(), d.primary_span(), d.message))
+            .collect()
+    };
+    let (mut compared, mut reported) = (0, 0);
+    for abs in files {
+        let Ok(text) = std::fs::read_to_string(&abs) else {
+            continue;
+        };
+        let file = rondo::source::SourceFile::new(rel(&abs), text);
+        let (workflow, compiled) = rondo::compile::load(&file);
+        if compiled.has_errors() {
+            continue;
+        }
+        let (after, _) = rondo::check::check(&workflow, false, &options);
+        let early = rondo::check::load(&file, &options);
+        assert_eq!(
+            shown(&early.diagnostics),
+            shown(&after),
+            "{}",
+            abs.display()
+        );
+        compared += 1;
+        reported += usize::from(!shown(&after).is_empty());
+    }
+    assert!(compared > 20, "only {compared} files compiled");
+    assert!(reported > 5, "only {reported} files had template reports");
+}

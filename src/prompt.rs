@@ -279,7 +279,7 @@ impl Prompts {
         let mut parsed: Vec<(String, String, tera::Template, Vec<String>)> = Vec::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut queue: Vec<String> = names.to_vec();
-        let mut ready = parse_named(dir, names);
+        let mut ready = parse_named(dir, &prompts.named);
         while let Some(name) = queue.pop() {
             if !seen.insert(name.clone()) {
                 continue;
@@ -498,35 +498,14 @@ impl std::io::Write for BoundedBuffer {
     }
 }
 
-/// Inline templates parsed already in this process, by text: check parses every artifact
-/// name, a run renders them at every step, and tera's parser costs far more than a copy of
-/// its tree. Shared by the threads: `check` parses them ahead on another thread.
-const MAX_INLINE_CACHED: usize = 4096;
-
-static INLINE: std::sync::LazyLock<std::sync::Mutex<HashMap<String, tera::Template>>> =
-    std::sync::LazyLock::new(Default::default);
-
 /// Parses a one-off template string as `render_str` would take it: one that extends or
 /// imports another template is refused there, since it stands alone. Tera's registry
 /// (its filters and functions) is built only for that refusal.
 pub fn parse_inline(name: &str, text: &str) -> Result<tera::Template, tera::Error> {
-    let cached = INLINE
-        .lock()
-        .ok()
-        .and_then(|cache| cache.get(text).cloned());
-    if let Some(mut template) = cached {
-        template.name = name.to_string();
-        return Ok(template);
-    }
-    let template = tera::Template::new(name, None, text)?;
+    let mut template = crate::compile::parse_template(text)?;
+    template.name = name.to_string();
     if template.parent.is_some() || !template.imported_macro_files.is_empty() {
         Tera::default().add_raw_template(name, text)?;
-    }
-    if let Ok(mut cache) = INLINE.lock() {
-        if cache.len() >= MAX_INLINE_CACHED {
-            cache.clear();
-        }
-        cache.insert(text.to_string(), template.clone());
     }
     Ok(template)
 }
@@ -558,14 +537,9 @@ type Read = Result<(String, tera::Template), TemplateError>;
 
 /// The named templates (a workflow's prompts: most of the parsing there is) read and parsed
 /// on the available cores, as tera's parser is slow; what they include is parsed after.
-/// Empty when one core or one name would do the same alone.
+/// Empty when one core or one name would do the same alone. `names`: each once, sorted.
 fn parse_named(dir: &Path, names: &[String]) -> HashMap<String, Read> {
-    let distinct: Vec<&String> = names
-        .iter()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .take(MAX_TEMPLATES)
-        .collect();
+    let distinct: Vec<&String> = names.iter().take(MAX_TEMPLATES).collect();
     // One name needs no thread, nor the count of cores (a read of the cgroup's files).
     if distinct.len() < 2 {
         return HashMap::new();

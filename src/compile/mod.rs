@@ -518,9 +518,10 @@ pub(crate) fn relative_to(dir: &Path, path: &str) -> std::path::PathBuf {
 }
 
 /// Templates parsed already in this process, by text: compile validates artifact names,
-/// check parses them again with the others it checks, a run renders them at every step,
-/// and tera's parser costs far more than a copy of its tree. Shared by the threads:
-/// `check` parses them ahead on another thread while the file compiles.
+/// check reads them again with commands and log names (`prompt::parse_inline`), a run
+/// renders them at every step, and tera's parser costs far more than a copy of its tree.
+/// Shared by the threads: `check` parses them ahead on another thread while the file
+/// compiles.
 const MAX_TEMPLATES_CACHED: usize = 4096;
 
 static PARSED: std::sync::LazyLock<std::sync::Mutex<HashMap<String, tera::Template>>> =

@@ -369,7 +369,7 @@ fn a_durable_value_past_max_memory_bytes_is_not_carried_over() {
         ]);
         assert_success(&out);
         let system = ws.join(".rondo/runs").join(id);
-        (json(system.join("state.json")), events(&system))
+        (common::state(&system), events(&system))
     };
     // 27 bytes of compact JSON: carried, and one more item still fits.
     std::fs::write(
@@ -590,7 +590,7 @@ fn named_bounds_of_inputs_and_value_memory_are_proven_and_held() {
             .contains("past max_len = 5"),
         "{info}"
     );
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(state["memory"][0].as_array().unwrap().len(), 5);
     for p in prompts_to(&events(&dir), "a") {
         assert!(p.len() as u64 <= a.max_prompt_bytes, "{} bytes", p.len());

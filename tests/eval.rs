@@ -200,7 +200,7 @@ fn every_case_runs_and_the_metrics_follow_from_the_results_field_by_field() {
         let dir = res.join("runs").join(r["run_id"].as_str().unwrap());
         let info = json(dir.join("run.json"));
         assert_eq!(info["exit"], r["exit"], "{}", r["id"]);
-        let state = json(dir.join("state.json"));
+        let state = common::state(&dir);
         assert!(r["steps"].as_u64() <= state["step"].as_u64(), "{}", r["id"]);
         assert_eq!(state["totals"]["llm_calls"], r["llm_calls"]);
         assert!(close(

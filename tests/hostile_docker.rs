@@ -546,7 +546,7 @@ exit success
     let seqs: Vec<u64> = all.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=all.len() as u64).collect::<Vec<_>>());
     assert_eq!(json(run_dir.join("run.json"))["exit"], "success");
-    assert_eq!(json(run_dir.join("state.json"))["step"], 3);
+    assert_eq!(common::state(&run_dir)["step"], 3);
     assert_eq!(stdout_of(&run_dir, "last"), "one\n");
     // The system area's metadata on the host is what rondo left.
     let area_after = std::fs::metadata(&system).unwrap();

@@ -158,7 +158,7 @@ fn a_name_that_is_only_a_value_never_reaches_the_records_or_the_workspace_itself
     );
     assert_eq!(std::fs::read_to_string(workspace.join("_")).unwrap(), ".");
     let state: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("state.json")).unwrap()).unwrap();
+        common::state(&dir);
     assert_eq!(state["status"], "finished", "{state}");
 }
 

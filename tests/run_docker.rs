@@ -43,9 +43,7 @@ fn parallel_branches_get_their_own_containers_and_none_is_left() {
     let id = format!("boxes-test-{}", std::process::id());
     let (out, _) = common::run(&wf, &id);
     common::assert_success(&out);
-    let state: Value =
-        serde_json::from_str(&std::fs::read_to_string(runs.join(&id).join("state.json")).unwrap())
-            .unwrap();
+    let state = common::state(&runs.join(&id));
     let host = |role: &str| {
         let events = std::fs::read_to_string(runs.join(&id).join("events.jsonl")).unwrap();
         events
@@ -265,7 +263,7 @@ fn the_wall_time_kills_a_long_docker_step() {
                 .unwrap()
                 .contains("during `slow`")
     );
-    let state = common::json(run.join("state.json"));
+    let state = common::state(&run);
     assert_eq!(state["path"].as_array().map(Vec::len), Some(1), "{state}");
     let replay = rondo(&["replay", run.to_str().unwrap()]);
     common::assert_success(&replay);

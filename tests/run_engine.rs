@@ -53,7 +53,7 @@ fn parallel_branches_run_concurrently_and_join_and_map_runs_once_per_item() {
     );
     let (out, dir) = run_with(&wf, "a", &[]);
     common::assert_success(&out);
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     // Branches are applied in declaration order, then the join runs once.
     let path: Vec<&str> = state["path"]
         .as_array()
@@ -121,7 +121,7 @@ fn an_invalid_reply_is_asked_again_with_the_error_and_every_attempt_is_recorded(
     let (out, dir) = run_with(&wf, "ok", &[]);
     common::assert_success(&out);
     // `again -> ask max 3` is used up after three loops; `otherwise` ends the run.
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(
         state["visits"]
             .as_array()
@@ -193,7 +193,7 @@ test "retries" {
         "{}",
         accepted["prompt"]
     );
-    let first = json(dir.join("state.json"));
+    let first = common::state(&dir);
     assert_eq!(
         first["outputs"]
             .as_object()
@@ -235,7 +235,7 @@ fn run_limits_end_at_limit_with_exit_code_3() {
         "{}",
         info["reason"]
     );
-    assert_eq!(json(dir.join("state.json"))["step"], 6);
+    assert_eq!(common::state(&dir)["step"], 6);
 }
 
 /// A loop bounded by an input (`max_visits = input.n`) runs as many times as the run is
@@ -274,13 +274,13 @@ fn an_input_bound_is_the_runs_value_and_below_one_refuses_to_start() {
         info["reason"]
     );
     assert_eq!(
-        json(dir.join("state.json"))["memory"][0],
+        common::state(&dir)["memory"][0],
         serde_json::json!(["done", "failed", "done"])
     );
     // The default applies when the run gives none.
     let (_, dir) = run_with(&wf, "default", &[]);
     assert_eq!(
-        json(dir.join("state.json"))["memory"][0],
+        common::state(&dir)["memory"][0],
         serde_json::json!(["done", "failed"])
     );
     for bad in ["n=0", "n=-2"] {
@@ -314,8 +314,8 @@ fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
     let (out, second) = run_with(&wf, "replayed", &["--replay-from", first.to_str().unwrap()]);
     common::assert_success(&out);
     let (a, b) = (
-        json(first.join("state.json")),
-        json(second.join("state.json")),
+        common::state(&first),
+        common::state(&second),
     );
     assert_eq!(a["path"], b["path"]);
     assert_eq!(a["memory"], b["memory"]);
@@ -566,13 +566,13 @@ fn visits_counts_a_roles_runs_and_matches_tests_its_compiled_pattern() {
     let wf = project(tmp.path(), BUILT_INS, &[], "replies: {}\n");
     let (out, dir) = run_with(&wf, "number", &["-i", "question=123"]);
     common::assert_success(&out);
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(state["memory"][0], serde_json::json!([1, 2, 3, 0]));
     assert_eq!(json(dir.join("run.json"))["exit"], "numeric");
     let (out, dir) = run_with(&wf, "word", &["-i", "question=12 apples"]);
     assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
     assert_eq!(
-        json(dir.join("state.json"))["memory"][0],
+        common::state(&dir)["memory"][0],
         serde_json::json!([1, 2, 3, -1])
     );
     assert_eq!(json(dir.join("run.json"))["exit"], "text");

@@ -759,17 +759,72 @@ fn a_taken_run_id_gives_advice_that_leads_somewhere() {
     assert!(text.contains("`rondo run"), "{text}");
 }
 
-/// The run's system area made unwritable (from outside the run) while a step waits: the
-/// step ends, the final checkpoint cannot be written, and the run ends at once at `error`
-/// (exit code 2) saying why, in `run.json` too, which `rondo runs` lists. Once the folder
-/// is writable again, `resume` finishes the run without running the step again. Root
-/// writes whatever the permissions say, so as root the run is made by user 65534.
+/// The run's system area made read-only (from outside the run) while its last step waits:
+/// the run still ends where its routes lead. Its end is a journal record (the journal is
+/// open already) and `run.json`, whose temporary file the folder refuses, is rewritten in
+/// place. As root the run is made by user 65534, whom the permissions bind.
 #[test]
-fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
+fn a_system_area_made_read_only_before_the_end_still_ends_the_run() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     workflow(tmp.path());
     let gate = Gate::new(tmp.path(), "gate", &[1]);
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        let chown = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(tmp.path())
+            .status()
+            .unwrap();
+        assert!(chown.success());
+    }
+    let mut cmd = run_cmd(tmp.path(), &gate, &["--run-dir", "runs", "--run-id", "r"]);
+    if root {
+        cmd.uid(65534).gid(65534).env("HOME", &home);
+    }
+    let child = cmd.spawn().unwrap();
+    let (mut writer, watcher) = wait_at(&child, &gate.at(1));
+    let system = tmp.path().join("runs/r");
+    std::fs::set_permissions(&system, std::fs::Permissions::from_mode(0o555)).unwrap();
+    writer.write_all(b"go\n").unwrap();
+    drop(writer);
+    let out = child.wait_with_output().unwrap();
+    watcher.join().unwrap();
+    let names: Vec<String> = std::fs::read_dir(&system)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    std::fs::set_permissions(&system, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    assert_exit(&out, 0);
+    let info = json(system.join("run.json"));
+    assert_eq!(info["status"], "finished", "{info:#}");
+    assert_eq!(info["exit"], "success", "{info:#}");
+    let state = common::state(&system);
+    assert_eq!(state["status"], "finished", "{state:#}");
+    assert_eq!(state["ended"]["exit"], "success", "{state:#}");
+    assert!(
+        !names.iter().any(|n| n.ends_with(".tmp") || n.starts_with('.')),
+        "{names:?}"
+    );
+    assert_eq!(read(system.join("workspace/out.txt")), "go\n");
+}
+
+/// The disk made to refuse writes while a step waits (the process may grow no file past
+/// the journal's length then, as a full disk would refuse them): the step ends, its
+/// records cannot be written, and the run ends at once at `error` (exit code 2) saying
+/// why. No record is cut: the journal is as it was and `run.json`, which cannot be
+/// replaced either, is left whole. Once the disk takes writes again, `resume` goes on
+/// from the last checkpoint: the step, never recorded, runs again. As root the run is
+/// made by user 65534.
+#[test]
+fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    workflow(tmp.path());
+    let gate = Gate::new(tmp.path(), "gate", &[1, 2]);
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     // SAFETY: geteuid cannot fail.
@@ -789,45 +844,53 @@ fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
     }
     let mut cmd = run_cmd(tmp.path(), &gate, &["--run-dir", "runs", "--run-id", "r"]);
     as_user(&mut cmd);
+    // SAFETY: only `signal` between fork and exec. An ignored signal stays ignored across
+    // `exec`: a write past the file size limit then fails with EFBIG instead of killing.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
     let child = cmd.spawn().unwrap();
     let (mut writer, watcher) = wait_at(&child, &gate.at(1));
     let system = tmp.path().join("runs/r");
-    std::fs::set_permissions(&system, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let journal = std::fs::metadata(system.join("events.jsonl")).unwrap().len();
+    // Set by the run's own user: root may lack CAP_SYS_RESOURCE (in a container).
+    let mut prlimit = Command::new("prlimit");
+    prlimit
+        .arg("--pid")
+        .arg(child.id().to_string())
+        .arg(format!("--fsize={journal}:unlimited"));
+    as_user(&mut prlimit);
+    let set = prlimit.output().unwrap();
+    assert!(set.status.success(), "{}", stderr(&set));
     writer.write_all(b"go\n").unwrap();
     drop(writer);
     let out = child.wait_with_output().unwrap();
     watcher.join().unwrap();
-    std::fs::set_permissions(&system, std::fs::Permissions::from_mode(0o755)).unwrap();
 
     assert_exit(&out, 2);
     let text = stderr(&out);
     assert!(text.contains("exit `error`"), "{text}");
     assert!(text.contains("records cannot be written"), "{text}");
-    assert!(text.contains("state.json"), "{text}");
+    assert!(text.contains("events.jsonl"), "{text}");
+    assert_eq!(
+        std::fs::metadata(system.join("events.jsonl")).unwrap().len(),
+        journal,
+        "the journal grew past the limit"
+    );
+    assert!(text.contains("rondo resume"), "{text}");
     let info = json(system.join("run.json"));
-    assert_eq!(info["status"], "failed", "{info:#}");
-    assert_eq!(info["exit"], "error", "{info:#}");
-    assert_eq!(info["exit_code"], 2, "{info:#}");
-    let reason = info["reason"].as_str().unwrap();
-    assert!(reason.contains("state.json"), "{reason}");
-    assert!(reason.contains("rondo resume"), "{reason}");
+    assert_eq!(info["run_id"], "r", "{info:#}");
+    let names: Vec<String> = std::fs::read_dir(&system)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with('.')), "{names:?}");
     assert_eq!(read(system.join("workspace/out.txt")), "go\n");
 
-    let mut list = rondo();
-    list.current_dir(tmp.path())
-        .args(["runs", "--run-dir", "runs"]);
-    as_user(&mut list);
-    let listed = list.output().unwrap();
-    assert_exit(&listed, 0);
-    let row = String::from_utf8_lossy(&listed.stdout)
-        .lines()
-        .find(|l| l.starts_with("r "))
-        .map(str::to_string)
-        .unwrap_or_default();
-    assert!(row.contains("failed") && row.contains("error"), "{row:?}");
-
-    // The step is in the journal: the resume ends the run, running nothing (the gate of a
-    // second attempt does not exist).
+    let second = gate.open(2);
     let mut again = rondo();
     again
         .current_dir(tmp.path())
@@ -835,7 +898,8 @@ fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
         .arg(&system);
     as_user(&mut again);
     let out = again.output().unwrap();
+    second.close();
     assert_exit(&out, 0);
     assert_eq!(json(system.join("run.json"))["exit"], "success");
-    assert_eq!(read(system.join("workspace/attempts-gate")), "1\n");
+    assert_eq!(read(system.join("workspace/attempts-gate")), "2\n");
 }

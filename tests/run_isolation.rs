@@ -83,7 +83,7 @@ exit success
         .find(|e| e["role"] == "vandal")
         .unwrap();
     assert_eq!(vandal["result"]["stdout"], "one.txt\n");
-    let state = json(system.join("state.json"));
+    let state = common::state(&system);
     assert_eq!(state["step"], 3);
     assert_eq!(state["status"], "finished");
     assert_eq!(json(system.join("run.json"))["exit"], "success");

@@ -261,7 +261,7 @@ exit done
     let (out, _) = common::run(&path, "r");
     common::assert_success(&out);
     let state: Value =
-        serde_json::from_str(&std::fs::read_to_string(runs.join("r/state.json")).unwrap()).unwrap();
+        common::state(&runs.join("r"));
     assert_eq!(
         state["memory"][0],
         serde_json::json!([
@@ -295,9 +295,9 @@ fn a_damaged_structured_memory_in_the_checkpoint_stops_resume() {
         String::from_utf8_lossy(&out.stderr)
     );
     let run_dir = runs.join("a");
+    // The damage is made to a snapshot of the run's last state, as `state.json` holds one.
     let state_path = run_dir.join("state.json");
-    let mut state: Value =
-        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    let mut state = common::state(&run_dir);
     // Slot 2 is `board`, whose sections are a list: a map in their place is damage.
     assert!(state["memory"][2]["sections"].is_array(), "{state}");
     state["memory"][2]["sections"] = serde_json::json!({"Facts": 1});
@@ -353,7 +353,7 @@ fn durable_memory_carries_over_between_runs_of_a_workspace() {
         ]);
         common::assert_success(&out);
         let system = ws.join(".rondo/runs").join(id);
-        let state: Value = common::json(system.join("state.json"));
+        let state: Value = common::state(&system);
         (state, common::events(&system))
     };
     let (state, _) = in_ws("a");
@@ -370,7 +370,7 @@ fn durable_memory_carries_over_between_runs_of_a_workspace() {
     // A run with a workspace of its own neither reads nor writes it.
     let (out, run_dir) = common::run(&path, "alone");
     common::assert_success(&out);
-    let state = common::json(run_dir.join("state.json"));
+    let state = common::state(&run_dir);
     assert_eq!(state["memory"][0], serde_json::json!(["alone"]));
     assert!(!run_dir.join("workspace/.rondo").exists());
 

@@ -66,7 +66,7 @@ fn an_invalid_reply_after_its_retries_ends_at_invalid_output_with_exit_code_4() 
     assert_eq!(info["status"], "finished");
     // Three attempts (retries = 2), all counted.
     assert_eq!(info["totals"]["llm_calls"], 3);
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     let output = state["outputs"]
         .as_object()
         .unwrap()
@@ -102,7 +102,7 @@ fn an_invalid_reply_is_routed_to_a_handler_that_reads_invalid_reply() {
     );
     let (out, dir) = run(&wf, "r");
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(state["path"], serde_json::json!(["ask", "fix"]));
     assert_eq!(state["memory"][1], "Sure! The number is seven.");
     let artifact = json(dir.join("workspace/invalid.json"));
@@ -119,7 +119,7 @@ fn an_invalid_reply_is_routed_to_a_handler_that_reads_invalid_reply() {
     );
     let (out, dir) = run(&wf, "r");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(json(dir.join("state.json"))["memory"][0], 3);
+    assert_eq!(common::state(&dir)["memory"][0], 3);
 }
 
 #[test]
@@ -151,7 +151,7 @@ fn the_invalid_outcome_replays_from_the_recorded_attempts() {
     ]);
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     assert_eq!(
-        json(runs.join("again/state.json"))["path"],
+        common::state(&runs.join("again"))["path"],
         serde_json::json!(["ask", "fix"])
     );
 }
@@ -288,7 +288,7 @@ fn the_safe_coercions_align_a_near_valid_reply_and_each_is_recorded_as_a_flag() 
     let wf = coerce_project(tmp.path(), "");
     let (out, dir) = run(&wf, "r");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     let output = state["outputs"]
         .as_object()
         .unwrap()
@@ -427,7 +427,7 @@ report -> done
         artifact,
         serde_json::json!({"reason": null, "is_null": true})
     );
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(
         state["memory"][0],
         serde_json::json!([{"text": "first", "tag": null}])
@@ -467,7 +467,7 @@ gather -> done
     );
     let (out, dir) = run(&wf, "r");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(state["memory"][1], serde_json::json!([]));
     assert_eq!(
         json(dir.join("workspace/joined.json")),
@@ -519,7 +519,7 @@ gather -> done
             .contains("branch `count`"),
         "{record}"
     );
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(state["path"], serde_json::json!(["start_map"]));
 }
 
@@ -617,7 +617,7 @@ exit done
     let accepted = &common::of_kind(&ev, "llm_response")[0];
     assert!(accepted["prompt"].as_str().unwrap().contains("set count"));
     // Nothing of the refused attempts was applied.
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(state["memory"][0], serde_json::json!(["a", "b"]));
     assert_eq!(state["memory"][1], 2);
 }
@@ -672,7 +672,7 @@ fn finally_and_ended_see_every_end_of_a_run() {
         std::fs::read_to_string(dir.join("workspace/ended.txt")).unwrap(),
         "done: `otherwise` holds"
     );
-    let path_taken = json(dir.join("state.json"))["path"].clone();
+    let path_taken = common::state(&dir)["path"].clone();
     assert_eq!(path_taken, serde_json::json!(["ask", "record"]));
 
     // Three visits never reach 10: `limit`.

@@ -941,10 +941,9 @@ fn assert_failed_resumable(case: &Case, id: &str, out: &Out) -> Value {
     assert_eq!(info["status"], "failed", "{info:#}");
     assert_eq!(info["exit"], "error", "{info:#}");
     assert_eq!(info["exit_code"], 2, "{info:#}");
-    assert!(
-        case.run_dir(id).join("state.json").is_file(),
-        "no checkpoint to resume from"
-    );
+    if let Err(e) = rondo::run::rundir::read_checkpoint(&case.run_dir(id)) {
+        panic!("no checkpoint to resume from: {e}");
+    }
     info
 }
 
@@ -2462,9 +2461,7 @@ async fn native_server(kind: Kind, secret: &Secret) -> Server {
 
 /// The conversation a finished native run holds: 7 messages, as `rondo run` left them.
 fn native_chat(case: &Case, id: &str) -> Vec<Value> {
-    let path = case.run_dir(id).join("state.json");
-    let state: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("state.json"))
-        .expect("state.json is JSON");
+    let state = rondo::run::rundir::read_checkpoint(&case.run_dir(id)).expect("a checkpoint");
     state["memory"][0]
         .as_array()
         .cloned()

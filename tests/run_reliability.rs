@@ -120,7 +120,7 @@ fn read_json(path: &Path) -> Value {
 
 /// What must be identical between an interrupted-and-resumed run and a clean one.
 fn essence(run_dir: &Path) -> Value {
-    let state = read_json(&run_dir.join("state.json"));
+    let state = rondo::run::rundir::read_checkpoint(&run_dir).unwrap();
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let steps: Vec<String> = events
         .lines()
@@ -204,8 +204,8 @@ fn sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run() {
                 kills += 1;
             }
             rounds += 1;
-            let finished = run_dir.join("state.json").exists()
-                && read_json(&run_dir.join("state.json"))["status"] == "finished";
+            let finished = rondo::run::rundir::read_checkpoint(&run_dir)
+                .is_ok_and(|state| state["status"] == "finished");
             if finished {
                 break;
             }
@@ -275,7 +275,7 @@ fn ctrl_c_checkpoints_marks_interrupted_and_resumes() {
     let info = read_json(&run_dir.join("run.json"));
     assert_eq!(info["status"], "interrupted");
     assert_eq!(info["exit"], "interrupted");
-    let state = read_json(&run_dir.join("state.json"));
+    let state = rondo::run::rundir::read_checkpoint(&run_dir).unwrap();
     assert_eq!(state["status"], "interrupted");
     let done_before = state["step"].as_u64().unwrap();
     assert!(done_before < 3 * ROUNDS);
@@ -295,7 +295,7 @@ fn ctrl_c_checkpoints_marks_interrupted_and_resumes() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let state = read_json(&run_dir.join("state.json"));
+    let state = rondo::run::rundir::read_checkpoint(&run_dir).unwrap();
     assert_eq!(state["status"], "finished");
     assert_eq!(state["step"], 3 * ROUNDS);
     assert_eq!(state["memory"][0], ROUNDS);

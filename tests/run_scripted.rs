@@ -95,7 +95,7 @@ fn replies_that_run_out_during_a_run_end_it_at_limit() {
         record["reason"],
         "the scripted replies ran out: no reply for role `write`, visit 3"
     );
-    let state = json(dir.join("state.json"));
+    let state = common::state(&dir);
     assert_eq!(
         state["path"],
         serde_json::json!(["plan", "write", "review", "write", "review"])

@@ -171,7 +171,7 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
 
     // The tool saw neither key, nor any variable of the caller but the allowed ones.
     let state: Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("state.json")).unwrap()).unwrap();
+        rondo::run::rundir::read_checkpoint(&run).unwrap();
     let outputs = state["outputs"].as_object().unwrap();
     let execute = outputs
         .values()

@@ -262,7 +262,8 @@ async fn a_run_is_answered_at_once_followed_live_and_listed() {
     let events = s.events(&id).await;
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.last(), Some(&"end"), "{names:?}");
-    assert_eq!(names[names.len() - 2], "exit", "{names:?}");
+    // The run's last record (its final checkpoint) follows its `exit`.
+    assert_eq!(names[names.len() - 3..], ["exit", "checkpoint", "end"], "{names:?}");
     assert!(names.contains(&"role_start"), "{names:?}");
     // Every event is the journal's line, in order.
     let journal = common::events(&tmp.path().join("runs").join(&id));
@@ -585,7 +586,11 @@ async fn a_token_guards_every_route_but_health() {
     let id = a.body["id"].as_str().unwrap();
     let run = tmp.path().join("runs").join(id);
     for file in ["run.json", "events.jsonl", "state.json"] {
-        let text = std::fs::read_to_string(run.join(file)).unwrap();
+        // A run this short has taken no snapshot (`state.json`): its state is the journal's.
+        let Ok(text) = std::fs::read_to_string(run.join(file)) else {
+            assert_eq!(file, "state.json");
+            continue;
+        };
         assert!(!text.contains("s3cret-token"), "{file}");
     }
 

@@ -1,7 +1,7 @@
 //! The soundness property of `rondo check`, tested generatively: every random workflow
 //! that `check` accepts runs, whatever the scripted model answers, to a declared exit,
 //! `limit`, `interrupted` or `invalid_output` — never to `error`, never a panic or a
-//! hang — and its records (run.json, state.json, events.jsonl) agree on how it ended.
+//! hang — and its records (run.json, the checkpoint, events.jsonl) agree on how it ended.
 //!
 //! `RONDO_SOUNDNESS_CASES=20000` runs the long mode; `RONDO_SOUNDNESS_SEED=N` picks the
 //! first seed (case `i` uses seed `N + i`, printed on failure);
@@ -181,7 +181,7 @@ fn read_json(path: &Path) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// run.json, state.json and the last event all say how the run ended.
+/// run.json, the checkpoint and the last event all say how the run ended.
 fn records_agree(workflow: &Workflow, outcome: &rondo::run::Outcome) -> Result<(), String> {
     let dir = &outcome.run_dir;
     let info = read_json(&dir.join("run.json"))?;
@@ -214,14 +214,16 @@ fn records_agree(workflow: &Workflow, outcome: &rondo::run::Outcome) -> Result<(
             outcome.exit, code, outcome.exit_code
         ));
     }
-    let state = read_json(&dir.join("state.json"))?;
+    let state = rondo::run::rundir::read_checkpoint(dir)?;
     if state["status"] != want_status {
-        return Err(format!("state.json status {}", state["status"]));
+        return Err(format!("checkpoint status {}", state["status"]));
     }
     let events = std::fs::read_to_string(dir.join("events.jsonl")).map_err(|e| e.to_string())?;
+    // The last event but a checkpoint record (a run's final one follows its `exit`).
     let last: Value = events
         .lines()
-        .last()
+        .rev()
+        .find(|l| !l.contains("\"event\":\"checkpoint\""))
         .map(serde_json::from_str)
         .transpose()
         .map_err(|e| e.to_string())?

@@ -194,7 +194,7 @@ impl<'w> Interpreter<'w> {
 
     /// The write itself: replaced, or appended to (its length before the first append
     /// journaled); without fsync in the workspace (durable with the step's journal
-    /// record, synced at the next snapshot), synced at once in a `path` input's folder,
+    /// record, synced at the next snapshot or at the run's end), synced at once in a `path` input's folder,
     /// which the snapshot's sync does not reach. The new length when appended to; the
     /// outer error is a journal that cannot be written, which ends the run.
     fn store_artifact(

@@ -67,7 +67,7 @@ pub struct RunOptions {
     pub script: Option<PathBuf>,
     /// Replay the LLM replies recorded in this run directory.
     pub replay_from: Option<PathBuf>,
-    /// Write run.json, events.jsonl, state.json (off for benchmarks).
+    /// Write run.json, events.jsonl and snapshots (off for benchmarks).
     pub checkpoints: bool,
     pub progress: progress::Mode,
     pub keep_env: bool,

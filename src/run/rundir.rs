@@ -670,15 +670,17 @@ impl RunDir {
         self.events.get_ref().sync_data()
     }
 
-    /// Records the step: one append to the journal; from time to time (and when the run
-    /// is not running) a snapshot instead. The step is durable once the returned job is
-    /// done (the journal's `fdatasync`, or the snapshot's ordered writes): see
-    /// [`commit`](super::commit).
+    /// Records the step: one append to the journal, and every [`SNAPSHOT_EVERY`] records
+    /// a snapshot instead. The step is durable once the returned job is done (the
+    /// journal's `fdatasync`, or the snapshot's ordered writes): see
+    /// [`commit`](super::commit). A run that stops ends with a record too, not a
+    /// snapshot (one file, rename and sync fewer for every run, and a batch of short
+    /// runs is mostly that), but the artifacts written since the last snapshot are
+    /// synced with it: a finished run's files are all durable.
     pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<Job> {
         let small = small_fields(state)?;
-        let snapshot = state.status != Status::Running || self.since_snapshot >= SNAPSHOT_EVERY;
         let job = match &self.last {
-            _ if snapshot => self.snapshot(state, small)?,
+            _ if self.since_snapshot >= SNAPSHOT_EVERY => self.snapshot(state, small)?,
             None => self.full_record(state, small)?,
             Some(last) if state.path.len() >= last.path_len => {
                 let delta = delta(last, state, &small)?;
@@ -687,7 +689,27 @@ impl RunDir {
             // The path got shorter (a resumed run's rewind): only a snapshot says so.
             Some(_) => self.snapshot(state, small)?,
         };
+        let job = match job {
+            Job::SyncData(journal) if state.status != Status::Running => {
+                self.artifacts_then(Job::SyncData(journal))
+            }
+            job => job,
+        };
         Ok(self.announcing(state, job))
+    }
+
+    /// `then`, after the sync of the artifacts written without one since the last
+    /// snapshot (most runs write none: then `then` alone).
+    fn artifacts_then(&mut self, then: Job) -> Job {
+        if self.unsynced.is_empty() {
+            return then;
+        }
+        let root = self.workspace.clone();
+        let unsynced = std::mem::take(&mut self.unsynced);
+        Job::Ordered(Box::new(move || {
+            sync_artifacts(&root, unsynced)?;
+            then.run()
+        }))
     }
 
     /// A run started without waiting for its records
@@ -742,19 +764,12 @@ impl RunDir {
         let snapshot = serde_json::to_vec_pretty(state)?;
         let journal = self.journal.clone();
         let records = self.records.clone();
-        let workspace = (!self.unsynced.is_empty()).then(|| self.workspace.clone());
+        let root = self.workspace.clone();
         let unsynced = std::mem::take(&mut self.unsynced);
         // A run that stops writes `run.json` next, whose folder sync covers this rename.
         let stopping = state.status != Status::Running;
         let job = Job::Ordered(Box::new(move || {
-            if let Some(root) = workspace {
-                let workspace = rondo_workspace::Workspace::deferred(&root)?;
-                for name in unsynced {
-                    workspace
-                        .sync(&name)
-                        .map_err(|e| naming(&format!("artifact {name}"), e))?;
-                }
-            }
+            sync_artifacts(&root, unsynced)?;
             journal.sync_data().map_err(|e| naming(JOURNAL, e))?;
             let written = if stopping {
                 records.write_atomic_folder_later(STATE, &snapshot)
@@ -862,6 +877,20 @@ impl RunDir {
             Ok(())
         })))
     }
+}
+
+/// Syncs the artifacts `names` of the workspace at `root`, through its confinement.
+fn sync_artifacts(root: &Path, names: Vec<String>) -> std::io::Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let workspace = rondo_workspace::Workspace::deferred(root)?;
+    for name in names {
+        workspace
+            .sync(&name)
+            .map_err(|e| naming(&format!("artifact {name}"), e))?;
+    }
+    Ok(())
 }
 
 /// An error that says which file it was about.

@@ -1,4 +1,5 @@
-//! Everything a run needs to continue after a crash: the checkpoint (`state.json`).
+//! Everything a run needs to continue after a crash: the checkpoint (`state.json` and the
+//! journal's `checkpoint` records after it).
 
 use std::collections::{BTreeMap, BTreeSet};
 

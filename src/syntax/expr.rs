@@ -4,7 +4,7 @@
 
 use pest::iterators::Pair;
 
-use super::{Builder, Rule, ident, map_key, span, string_value};
+use super::{Builder, Rule, children, ident, map_key, span, string_value};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::source::Span;
 use crate::syntax::ast::*;
@@ -123,7 +123,7 @@ impl Builder<'_> {
     /// The pieces of an `expr` pair, with the other languages' operators reported.
     fn pieces<'i>(&mut self, pair: Pair<'i, Rule>) -> Vec<Piece<'i>> {
         let mut pieces = Vec::new();
-        let mut items = pair.into_inner().peekable();
+        let mut items = children(pair).peekable();
         while let Some(item) = items.next() {
             let at = span(&item);
             match item.as_rule() {
@@ -392,11 +392,11 @@ impl Builder<'_> {
                 }
                 None => ExprKind::Path(path_names(&pair)),
             },
-            Rule::list_expr => ExprKind::List(pair.into_inner().map(|e| self.expr(e)).collect()),
+            Rule::list_expr => ExprKind::List(children(pair).map(|e| self.expr(e)).collect()),
             Rule::map_expr => ExprKind::Map(
-                pair.into_inner()
+                children(pair)
                     .filter_map(|entry| {
-                        let mut parts = entry.into_inner();
+                        let mut parts = children(entry);
                         let key = map_key(parts.next()?);
                         Some((key, self.expr(parts.next()?)))
                     })
@@ -404,7 +404,7 @@ impl Builder<'_> {
             ),
             Rule::paren | Rule::expr => {
                 let inner = if pair.as_rule() == Rule::paren {
-                    pair.into_inner().next()
+                    children(pair).next()
                 } else {
                     Some(pair)
                 };
@@ -430,7 +430,7 @@ impl Builder<'_> {
             span: span(&head),
         };
         let call_span = Span::new(name.span.start, args.as_span().end());
-        let args = args.into_inner().map(|e| self.expr(e)).collect();
+        let args = children(args).map(|e| self.expr(e)).collect();
         let call = Expr {
             kind: ExprKind::Call(name, args),
             span: call_span,

@@ -22,6 +22,20 @@ use literals::{dedent, number_fits, unescape};
 #[grammar = "../grammar/rondo.pest"]
 struct RondoParser;
 
+/// The children of `pair` but comments, which are pairs of their own (see the grammar).
+fn children<'i>(pair: Pair<'i, Rule>) -> Children<'i> {
+    pair.into_inner().filter(|p| !is_comment(p))
+}
+
+type Children<'i> = std::iter::Filter<Pairs<'i, Rule>, fn(&Pair<'i, Rule>) -> bool>;
+
+fn is_comment(pair: &Pair<'_, Rule>) -> bool {
+    matches!(
+        pair.as_rule(),
+        Rule::line_comment | Rule::block_comment | Rule::inline_comment
+    )
+}
+
 /// Parses a whole file. Never fails: problems are diagnostics.
 pub fn parse(file: &SourceFile) -> (Ast, Diagnostics) {
     let text: &str = &file.text;
@@ -150,8 +164,8 @@ fn map_key(pair: Pair<'_, Rule>) -> Ident {
 
 fn string_value(pair: Pair<'_, Rule>) -> String {
     match pair.as_rule() {
-        Rule::raw_string => dedent(pair.into_inner().next().map_or("", |p| p.as_str())),
-        _ => unescape(pair.into_inner().next().map_or("", |p| p.as_str())),
+        Rule::raw_string => dedent(children(pair).next().map_or("", |p| p.as_str())),
+        _ => unescape(children(pair).next().map_or("", |p| p.as_str())),
     }
 }
 
@@ -397,7 +411,7 @@ impl<'t> Builder<'t> {
 
     fn file(&mut self, pair: Pair<'_, Rule>) -> Ast {
         let mut ast = Ast::default();
-        for item in pair.into_inner() {
+        for item in children(pair) {
             match item.as_rule() {
                 Rule::workflow_decl => {
                     let decl = self.workflow(item);
@@ -411,7 +425,7 @@ impl<'t> Builder<'t> {
                 Rule::type_decl => ast.types.push(self.type_decl(item)),
                 Rule::memory_decl => {
                     let s = span(&item);
-                    for entry in item.into_inner() {
+                    for entry in children(item) {
                         match entry.as_rule() {
                             Rule::memory_entry => ast.memory.push(self.memory_entry(entry)),
                             Rule::unclosed => self.unclosed(s),
@@ -445,7 +459,7 @@ impl<'t> Builder<'t> {
 
     fn workflow(&mut self, pair: Pair<'_, Rule>) -> WorkflowDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let mut decl = WorkflowDecl {
             name,
@@ -458,7 +472,7 @@ impl<'t> Builder<'t> {
             match item.as_rule() {
                 Rule::input_decl => {
                     let s = span(&item);
-                    let mut parts = item.into_inner();
+                    let mut parts = children(item);
                     let (Some(name), Some(ty)) = (parts.next(), parts.next()) else {
                         continue;
                     };
@@ -471,7 +485,7 @@ impl<'t> Builder<'t> {
                     });
                 }
                 Rule::answer_decl => {
-                    if let Some(e) = item.into_inner().next() {
+                    if let Some(e) = children(item).next() {
                         let e = self.expr(e);
                         decl.answers.push(e);
                     }
@@ -484,7 +498,7 @@ impl<'t> Builder<'t> {
 
     fn import(&mut self, pair: Pair<'_, Rule>) -> ImportDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let kind = match inner.next().map(|p| p.as_str()) {
             Some("providers") => ImportKind::Providers,
             _ => ImportKind::Tool,
@@ -512,7 +526,7 @@ impl<'t> Builder<'t> {
         }
     }
 
-    fn attrs_of(&mut self, pairs: Pairs<'_, Rule>, block: Span) -> Vec<Attr> {
+    fn attrs_of(&mut self, pairs: Children<'_>, block: Span) -> Vec<Attr> {
         let mut attrs = Vec::new();
         for item in pairs {
             self.body_attr(item, block, &mut attrs);
@@ -522,11 +536,11 @@ impl<'t> Builder<'t> {
 
     fn attr(&mut self, pair: Pair<'_, Rule>) -> Attr {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let key = inner.next().map(ident).unwrap_or_else(|| missing(s));
         let value = match inner.next() {
             Some(block) if block.as_rule() == Rule::attr_block => Value {
-                kind: ValueKind::Block(self.attrs_of(block.into_inner(), s)),
+                kind: ValueKind::Block(self.attrs_of(children(block), s)),
                 span: s,
             },
             Some(colon) if colon.as_rule() == Rule::colon => {
@@ -574,11 +588,11 @@ impl<'t> Builder<'t> {
             Rule::duration => ValueKind::Duration(self.duration(&pair)),
             Rule::number => ValueKind::Number(self.number(&pair)),
             Rule::name_value => self.name_value(pair),
-            Rule::list_value => ValueKind::List(pair.into_inner().map(|v| self.value(v)).collect()),
+            Rule::list_value => ValueKind::List(children(pair).map(|v| self.value(v)).collect()),
             Rule::map_value => ValueKind::Map(
-                pair.into_inner()
+                children(pair)
                     .filter_map(|entry| {
-                        let mut parts = entry.into_inner();
+                        let mut parts = children(entry);
                         let key = map_key(parts.next()?);
                         Some((key, self.value(parts.next()?)))
                     })
@@ -592,7 +606,7 @@ impl<'t> Builder<'t> {
     /// `planning`, `planner.tool`, `tail(30)`; `true`, `false`, `null` (and Python's
     /// spellings, reported).
     fn name_value(&mut self, pair: Pair<'_, Rule>) -> ValueKind {
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let Some(path) = inner.next() else {
             return ValueKind::Null;
         };
@@ -601,7 +615,7 @@ impl<'t> Builder<'t> {
                 name: path.as_str().to_string(),
                 span: span(&path),
             };
-            return ValueKind::Call(name, args.into_inner().map(|v| self.value(v)).collect());
+            return ValueKind::Call(name, children(args).map(|v| self.value(v)).collect());
         }
         if let Some((literal, python)) = expr::word_literal(path.as_str()) {
             if python {
@@ -622,7 +636,7 @@ impl<'t> Builder<'t> {
 
     fn block_decl(&mut self, pair: Pair<'_, Rule>) -> BlockDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         BlockDecl {
             name,
@@ -633,7 +647,7 @@ impl<'t> Builder<'t> {
 
     fn tool_decl(&mut self, pair: Pair<'_, Rule>) -> ToolDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let mut decl = ToolDecl {
             name,
@@ -644,7 +658,7 @@ impl<'t> Builder<'t> {
         for item in inner {
             match item.as_rule() {
                 Rule::tool_input => {
-                    if let Some(obj) = item.into_inner().next() {
+                    if let Some(obj) = children(item).next() {
                         decl.input = Some(self.object_type(obj));
                     }
                 }
@@ -656,7 +670,7 @@ impl<'t> Builder<'t> {
 
     fn type_decl(&mut self, pair: Pair<'_, Rule>) -> TypeDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let ty = match inner.next() {
             Some(p) => self.type_expr(p),
@@ -692,7 +706,7 @@ impl<'t> Builder<'t> {
     fn type_expr_at_depth(&mut self, pair: Pair<'_, Rule>, s: Span) -> TypeExpr {
         match pair.as_rule() {
             Rule::type_expr => {
-                let mut inner = pair.into_inner();
+                let mut inner = children(pair);
                 let base = match inner.next() {
                     Some(p) => self.type_expr(p),
                     None => any_type(s),
@@ -708,7 +722,7 @@ impl<'t> Builder<'t> {
             }
             Rule::type_union => {
                 let mut members: Vec<TypeExpr> =
-                    pair.into_inner().map(|p| self.type_expr(p)).collect();
+                    children(pair).map(|p| self.type_expr(p)).collect();
                 if members.len() == 1 {
                     members.remove(0)
                 } else {
@@ -724,7 +738,7 @@ impl<'t> Builder<'t> {
             },
             Rule::list_type | Rule::map_type => {
                 let is_list = pair.as_rule() == Rule::list_type;
-                let item = match pair.into_inner().next() {
+                let item = match children(pair).next() {
                     Some(p) => self.type_expr(p),
                     None => any_type(s),
                 };
@@ -747,12 +761,12 @@ impl<'t> Builder<'t> {
         let s = span(&pair);
         let mut fields = Vec::new();
         let mut attrs = Vec::new();
-        for field in pair.into_inner() {
+        for field in children(pair) {
             match field.as_rule() {
                 Rule::type_attr => attrs.push(self.attr(field)),
                 Rule::field_decl => {
                     let fs = span(&field);
-                    let mut parts = field.into_inner();
+                    let mut parts = children(field);
                     let (Some(name), Some(ty)) = (parts.next(), parts.next()) else {
                         continue;
                     };
@@ -774,11 +788,11 @@ impl<'t> Builder<'t> {
 
     fn memory_entry(&mut self, pair: Pair<'_, Rule>) -> MemoryEntry {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let shape = match inner.next() {
             Some(p) if p.as_rule() == Rule::memory_kind => {
-                let mut parts = p.into_inner();
+                let mut parts = children(p);
                 let kind = parts.next().map(ident).unwrap_or_else(|| missing(s));
                 MemoryShape::Kind {
                     kind,
@@ -803,7 +817,7 @@ impl<'t> Builder<'t> {
 
     fn role(&mut self, pair: Pair<'_, Rule>) -> RoleDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let kind = inner.next().map(ident).unwrap_or_else(|| missing(s));
         let mut role = RoleDecl::new(name, kind, s);
@@ -812,7 +826,7 @@ impl<'t> Builder<'t> {
                 Rule::output_decl => self.output(item, &mut role),
                 Rule::update_block => {
                     let us = span(&item);
-                    for stmt in item.into_inner() {
+                    for stmt in children(item) {
                         match stmt.as_rule() {
                             Rule::set_stmt | Rule::call_stmt => {
                                 if let Some(u) = self.update(stmt) {
@@ -837,19 +851,19 @@ impl<'t> Builder<'t> {
 
     fn output(&mut self, item: Pair<'_, Rule>, role: &mut RoleDecl) {
         let os = span(&item);
-        let Some(decl) = item.into_inner().next() else {
+        let Some(decl) = children(item).next() else {
             return;
         };
         let output = match decl.as_rule() {
-            Rule::output_json => match decl.into_inner().next() {
+            Rule::output_json => match children(decl).next() {
                 Some(t) => OutputDecl::Json(self.type_expr(t)),
                 None => OutputDecl::Text,
             },
-            Rule::output_tagged => match decl.into_inner().next() {
+            Rule::output_tagged => match children(decl).next() {
                 Some(t) => OutputDecl::Tagged(self.type_expr(t)),
                 None => OutputDecl::Text,
             },
-            Rule::output_code => OutputDecl::Code(decl.into_inner().next().map(string_value)),
+            Rule::output_code => OutputDecl::Code(children(decl).next().map(string_value)),
             _ => OutputDecl::Text,
         };
         if let Some((_, previous)) = &role.output {
@@ -869,7 +883,7 @@ impl<'t> Builder<'t> {
 
     fn artifact(&mut self, item: Pair<'_, Rule>) -> Option<ArtifactDecl> {
         let s = span(&item);
-        let mut parts = item.into_inner();
+        let mut parts = children(item);
         let name = parts.next()?;
         let mode = parts.next()?;
         let value = parts.next()?;
@@ -885,7 +899,7 @@ impl<'t> Builder<'t> {
     fn update(&mut self, pair: Pair<'_, Rule>) -> Option<UpdateStmt> {
         let s = span(&pair);
         let is_set = pair.as_rule() == Rule::set_stmt;
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let target = ident(inner.next()?);
         if is_set {
             let value = self.expr(inner.next()?);
@@ -908,7 +922,7 @@ impl<'t> Builder<'t> {
 
     fn exit(&mut self, pair: Pair<'_, Rule>) -> ExitDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let mut decl = ExitDecl {
             name,
@@ -927,7 +941,7 @@ impl<'t> Builder<'t> {
 
     fn route(&mut self, pair: Pair<'_, Rule>) -> RouteDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let (from, from_span) = match inner.next() {
             Some(p) if p.as_str() == "start" => (None, span(&p)),
             Some(p) => {
@@ -952,7 +966,7 @@ impl<'t> Builder<'t> {
                 // `a -> start` is a role target named `start`; the checker rejects it.
                 Rule::ident => route.target = RouteTarget::Role(ident(part)),
                 Rule::parallel_target => {
-                    let mut names: Vec<Ident> = part.into_inner().map(ident).collect();
+                    let mut names: Vec<Ident> = children(part).map(ident).collect();
                     let join = names.pop().unwrap_or_else(|| missing(ps));
                     route.target = RouteTarget::Parallel {
                         branches: names,
@@ -960,7 +974,7 @@ impl<'t> Builder<'t> {
                     };
                 }
                 Rule::map_target => {
-                    let mut parts = part.into_inner();
+                    let mut parts = children(part);
                     let worker = parts.next().map(ident).unwrap_or_else(|| missing(ps));
                     let over = parts.next().map(|e| self.expr(e));
                     let join = parts.next().map(ident).unwrap_or_else(|| missing(ps));
@@ -974,14 +988,14 @@ impl<'t> Builder<'t> {
                     };
                 }
                 Rule::when_mod => {
-                    if let Some(e) = part.into_inner().next() {
+                    if let Some(e) = children(part).next() {
                         let cond = Condition::When(self.expr(e));
                         route.condition = self.set_condition(&route.condition, cond, ps);
                     }
                 }
                 Rule::if_mod => {
                     self.python_keyword("if", "when", Span::new(ps.start, ps.start + 2));
-                    if let Some(e) = part.into_inner().next() {
+                    if let Some(e) = children(part).next() {
                         let cond = Condition::When(self.expr(e));
                         route.condition = self.set_condition(&route.condition, cond, ps);
                     }
@@ -996,8 +1010,7 @@ impl<'t> Builder<'t> {
                         self.set_condition(&route.condition, Condition::Otherwise(ps), ps);
                 }
                 Rule::max_mod => {
-                    let n = part
-                        .into_inner()
+                    let n = children(part)
                         .next()
                         .map(|n| self.number(&n))
                         .unwrap_or(-1.0);
@@ -1036,14 +1049,14 @@ impl<'t> Builder<'t> {
 
     fn test(&mut self, pair: Pair<'_, Rule>) -> TestDecl {
         let s = span(&pair);
-        let mut inner = pair.into_inner();
+        let mut inner = children(pair);
         let name = inner.next().map(string_value).unwrap_or_default();
         let mut test = TestDecl::new(name, s);
         for item in inner {
             let is = span(&item);
             match item.as_rule() {
                 Rule::test_input => {
-                    let mut parts = item.into_inner();
+                    let mut parts = children(item);
                     if let (Some(name), Some(value)) = (parts.next(), parts.next()) {
                         test.inputs.push((ident(name), self.expr(value)));
                     }
@@ -1052,7 +1065,7 @@ impl<'t> Builder<'t> {
                     let mut role = None;
                     let mut visit = None;
                     let mut text = String::new();
-                    for part in item.into_inner() {
+                    for part in children(item) {
                         match part.as_rule() {
                             Rule::ident => role = Some(ident(part)),
                             Rule::number => {
@@ -1072,18 +1085,18 @@ impl<'t> Builder<'t> {
                     }
                 }
                 Rule::expect_exit => {
-                    if let Some(name) = item.into_inner().next() {
+                    if let Some(name) = children(item).next() {
                         test.expectations.push(Expectation::Exit(ident(name)));
                     }
                 }
                 Rule::expect_path => {
                     test.expectations.push(Expectation::Path(
-                        item.into_inner().map(ident).collect(),
+                        children(item).map(ident).collect(),
                         is,
                     ));
                 }
                 Rule::expect_artifact => {
-                    let mut parts = item.into_inner();
+                    let mut parts = children(item);
                     let name = parts.next().map(string_value).unwrap_or_default();
                     let contains = parts.next().map(string_value);
                     test.expectations.push(Expectation::Artifact {
@@ -1093,7 +1106,7 @@ impl<'t> Builder<'t> {
                     });
                 }
                 Rule::expect_expr => {
-                    if let Some(e) = item.into_inner().next() {
+                    if let Some(e) = children(item).next() {
                         test.expectations.push(Expectation::Holds(self.expr(e)));
                     }
                 }

@@ -159,6 +159,12 @@ pub fn json(path: impl AsRef<Path>) -> serde_json::Value {
     .unwrap()
 }
 
+/// A run's last checkpointed state, read as `rondo` reads it (a finished run's last state
+/// is its journal's last record, not always a `state.json`).
+pub fn state(run_dir: &Path) -> serde_json::Value {
+    rondo::run::rundir::read_checkpoint(run_dir).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The events of a run (its `events.jsonl`).
 pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run_dir.join("events.jsonl"))

@@ -948,7 +948,7 @@ type Reply {
     let wf = extra_project(tmp.path(), types, "coerce = strict", &reply);
     let (out, dir) = common::run(&wf, "ignore");
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
-    let state = common::json(dir.join("state.json"));
+    let state = common::state(&dir);
     let outputs: Vec<&Value> = state["outputs"].as_object().unwrap().values().collect();
     assert_eq!(outputs, [&json!({"summary": "s", "tasks": [{"id": "T1"}]})]);
     assert_eq!(

@@ -256,7 +256,7 @@ impl Ran {
             .iter()
             .position(|m| m["name"] == name)
             .unwrap_or_else(|| panic!("no memory `{name}`"));
-        read_json(self.run_dir.join("state.json"))["memory"][index].clone()
+        crate::common::state(&self.run_dir)["memory"][index].clone()
     }
 
     fn has(&self, name: &str) -> bool {

@@ -28,7 +28,7 @@ impl Run {
     }
 
     fn state(&self) -> Value {
-        common::json(self.system.join("state.json"))
+        common::state(&self.system)
     }
 
     /// The code-context memory as the checkpoint holds it.

@@ -379,9 +379,12 @@ impl Workspace {
     }
 
     /// Rewrites an existing regular file in place and syncs it: for when the folder
-    /// refuses the temporary file of [`write_atomic`](Self::write_atomic) (the disk is
-    /// full, its permissions changed). A reader may see half of it.
+    /// refuses the temporary file of [`write_atomic`](Self::write_atomic) (its
+    /// permissions changed, the disk is full). A reader may see half of it. The space for
+    /// `bytes` is taken first: where there is none (a full disk, the process's file size
+    /// limit) the file is left whole rather than cut.
     pub fn rewrite(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
         let (parent, file_name) = self.parent_of(name)?;
         let mut options = OpenOptions::new();
         options.write(true);
@@ -389,9 +392,13 @@ impl Workspace {
         let file = parent.open_with(&file_name, &options)?;
         self.visible(name, &file)?;
         regular(name, &file)?;
-        let mut file = file.into_std();
-        file.set_len(0)?;
-        file.write_all(bytes)?;
+        let file = file.into_std();
+        let len = bytes.len() as u64;
+        if len > file.metadata()?.len() {
+            reserve(&file, len)?;
+        }
+        file.write_all_at(bytes, 0)?;
+        file.set_len(len)?;
         file.sync_all()
     }
 
@@ -599,6 +606,22 @@ fn process_alive(pid: u32) -> bool {
 #[cfg(not(target_os = "linux"))]
 fn process_alive(_pid: u32) -> bool {
     true
+}
+
+/// Allocates `file`'s first `len` bytes (its length grows to `len`), or says why it cannot.
+/// A filesystem without `fallocate` lets the write that follows find out.
+fn reserve(file: &std::fs::File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: a valid descriptor owned by `file` for the call's duration.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } == 0 {
+        return Ok(());
+    }
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Ok(()),
+        _ => Err(error),
+    }
 }
 
 /// A FIFO planted in the workspace must not block the engine on open.

@@ -157,8 +157,7 @@ fn a_name_that_is_only_a_value_never_reaches_the_records_or_the_workspace_itself
         "state.json"
     );
     assert_eq!(std::fs::read_to_string(workspace.join("_")).unwrap(), ".");
-    let state: Value =
-        common::state(&dir);
+    let state: Value = common::state(&dir);
     assert_eq!(state["status"], "finished", "{state}");
 }
 

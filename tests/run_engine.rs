@@ -313,10 +313,7 @@ fn a_recorded_run_replays_offline_with_the_same_path_and_outputs() {
     std::fs::write(tmp.path().join("script.yaml"), "replies: {}\n").unwrap();
     let (out, second) = run_with(&wf, "replayed", &["--replay-from", first.to_str().unwrap()]);
     common::assert_success(&out);
-    let (a, b) = (
-        common::state(&first),
-        common::state(&second),
-    );
+    let (a, b) = (common::state(&first), common::state(&second));
     assert_eq!(a["path"], b["path"]);
     assert_eq!(a["memory"], b["memory"]);
     assert_eq!(b["memory"][1][0]["review"], "bad");

@@ -807,7 +807,9 @@ fn a_system_area_made_read_only_before_the_end_still_ends_the_run() {
     assert_eq!(state["status"], "finished", "{state:#}");
     assert_eq!(state["ended"]["exit"], "success", "{state:#}");
     assert!(
-        !names.iter().any(|n| n.ends_with(".tmp") || n.starts_with('.')),
+        !names
+            .iter()
+            .any(|n| n.ends_with(".tmp") || n.starts_with('.')),
         "{names:?}"
     );
     assert_eq!(read(system.join("workspace/out.txt")), "go\n");
@@ -855,7 +857,9 @@ fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
     let child = cmd.spawn().unwrap();
     let (mut writer, watcher) = wait_at(&child, &gate.at(1));
     let system = tmp.path().join("runs/r");
-    let journal = std::fs::metadata(system.join("events.jsonl")).unwrap().len();
+    let journal = std::fs::metadata(system.join("events.jsonl"))
+        .unwrap()
+        .len();
     // Set by the run's own user: root may lack CAP_SYS_RESOURCE (in a container).
     let mut prlimit = Command::new("prlimit");
     prlimit
@@ -876,7 +880,9 @@ fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
     assert!(text.contains("records cannot be written"), "{text}");
     assert!(text.contains("events.jsonl"), "{text}");
     assert_eq!(
-        std::fs::metadata(system.join("events.jsonl")).unwrap().len(),
+        std::fs::metadata(system.join("events.jsonl"))
+            .unwrap()
+            .len(),
         journal,
         "the journal grew past the limit"
     );

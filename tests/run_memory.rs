@@ -260,8 +260,7 @@ exit done
     let runs = dir.join("runs");
     let (out, _) = common::run(&path, "r");
     common::assert_success(&out);
-    let state: Value =
-        common::state(&runs.join("r"));
+    let state: Value = common::state(&runs.join("r"));
     assert_eq!(
         state["memory"][0],
         serde_json::json!([

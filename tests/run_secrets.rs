@@ -170,8 +170,7 @@ fn keys_reach_no_tool_no_file_no_prompt_and_no_terminal() {
     let run = runs.join("leaky");
 
     // The tool saw neither key, nor any variable of the caller but the allowed ones.
-    let state: Value =
-        rondo::run::rundir::read_checkpoint(&run).unwrap();
+    let state: Value = rondo::run::rundir::read_checkpoint(&run).unwrap();
     let outputs = state["outputs"].as_object().unwrap();
     let execute = outputs
         .values()

@@ -263,7 +263,11 @@ async fn a_run_is_answered_at_once_followed_live_and_listed() {
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.last(), Some(&"end"), "{names:?}");
     // The run's last record (its final checkpoint) follows its `exit`.
-    assert_eq!(names[names.len() - 3..], ["exit", "checkpoint", "end"], "{names:?}");
+    assert_eq!(
+        names[names.len() - 3..],
+        ["exit", "checkpoint", "end"],
+        "{names:?}"
+    );
     assert!(names.contains(&"role_start"), "{names:?}");
     // Every event is the journal's line, in order.
     let journal = common::events(&tmp.path().join("runs").join(&id));

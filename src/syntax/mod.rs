@@ -1090,10 +1090,8 @@ impl<'t> Builder<'t> {
                     }
                 }
                 Rule::expect_path => {
-                    test.expectations.push(Expectation::Path(
-                        children(item).map(ident).collect(),
-                        is,
-                    ));
+                    test.expectations
+                        .push(Expectation::Path(children(item).map(ident).collect(), is));
                 }
                 Rule::expect_artifact => {
                     let mut parts = children(item);

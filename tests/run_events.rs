@@ -204,7 +204,7 @@ fn native_tool_calls_are_recorded_as_calls_and_replayed_exactly() {
         r#"{"content": "", "tool_calls": [{"name": "lookup", "arguments": {"city": "Bergen"}}]}"#;
     assert_eq!(replies[1]["raw"], looks_like_calls);
     assert_eq!(replies[1]["tool_calls"], json!([]));
-    let path = |run: &Path| common::state(&run)["path"].clone();
+    let path = |run: &Path| common::state(run)["path"].clone();
     assert_eq!(
         path(&run_dir),
         json!(["begin", "agent", "run_tools", "agent"])

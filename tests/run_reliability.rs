@@ -120,7 +120,7 @@ fn read_json(path: &Path) -> Value {
 
 /// What must be identical between an interrupted-and-resumed run and a clean one.
 fn essence(run_dir: &Path) -> Value {
-    let state = rondo::run::rundir::read_checkpoint(&run_dir).unwrap();
+    let state = rondo::run::rundir::read_checkpoint(run_dir).unwrap();
     let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
     let steps: Vec<String> = events
         .lines()

@@ -812,6 +812,8 @@ fn a_system_area_made_read_only_before_the_end_still_ends_the_run() {
             .any(|n| n.ends_with(".tmp") || n.starts_with('.')),
         "{names:?}"
     );
+    // A short run ends with a journal record, not a snapshot.
+    assert!(!names.contains(&"state.json".to_string()), "{names:?}");
     assert_eq!(read(system.join("workspace/out.txt")), "go\n");
 }
 
@@ -908,4 +910,9 @@ fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
     assert_exit(&out, 0);
     assert_eq!(json(system.join("run.json"))["exit"], "success");
     assert_eq!(read(system.join("workspace/attempts-gate")), "2\n");
+    // A resumed run that stops takes a snapshot: a later resume reads from there, not
+    // from the start of a journal every resume has added to.
+    let snapshot = json(system.join("state.json"));
+    assert_eq!(snapshot["status"], "finished", "{snapshot:#}");
+    assert_eq!(snapshot, common::state(&system));
 }

@@ -342,6 +342,9 @@ pub struct RunDir {
     /// The state of the last checkpoint record, to journal only what changed.
     last: Option<Last>,
     since_snapshot: u64,
+    /// Opened to resume: its journal already holds records this process did not count,
+    /// so a stop takes a snapshot (the next resume reads from there).
+    resumed: bool,
     /// Artifacts (names in the workspace) written without fsync since the last snapshot:
     /// synced before it, through the workspace's confinement.
     unsynced: Vec<String>,
@@ -577,6 +580,7 @@ impl RunDir {
                 format!("{JOURNAL} is not a regular file"),
             ));
         }
+        let resumed = seq.is_none();
         let seq = seq.unwrap_or_else(|| {
             read_record_bytes(path, JOURNAL, u64::MAX).map_or(0, |b| {
                 let ended = b.last().is_none_or(|&c| c == b'\n');
@@ -593,6 +597,7 @@ impl RunDir {
             own_records: None,
             last: None,
             since_snapshot: 0,
+            resumed,
             unsynced: Vec::new(),
             workspace: workspace.to_path_buf(),
             announce: None,
@@ -676,11 +681,16 @@ impl RunDir {
     /// [`commit`](super::commit). A run that stops ends with a record too, not a
     /// snapshot (one file, rename and sync fewer for every run, and a batch of short
     /// runs is mostly that), but the artifacts written since the last snapshot are
-    /// synced with it: a finished run's files are all durable.
+    /// synced with it: a finished run's files are all durable. A resumed run that stops
+    /// takes a snapshot, so that a run resumed again and again is never replayed from
+    /// its start.
     pub fn checkpoint(&mut self, state: &mut RunState) -> std::io::Result<Job> {
         let small = small_fields(state)?;
+        let stopping = state.status != Status::Running;
         let job = match &self.last {
-            _ if self.since_snapshot >= SNAPSHOT_EVERY => self.snapshot(state, small)?,
+            _ if self.since_snapshot >= SNAPSHOT_EVERY || (stopping && self.resumed) => {
+                self.snapshot(state, small)?
+            }
             None => self.full_record(state, small)?,
             Some(last) if state.path.len() >= last.path_len => {
                 let delta = delta(last, state, &small)?;
@@ -690,9 +700,7 @@ impl RunDir {
             Some(_) => self.snapshot(state, small)?,
         };
         let job = match job {
-            Job::SyncData(journal) if state.status != Status::Running => {
-                self.artifacts_then(Job::SyncData(journal))
-            }
+            Job::SyncData(journal) if stopping => self.artifacts_then(Job::SyncData(journal)),
             job => job,
         };
         Ok(self.announcing(state, job))

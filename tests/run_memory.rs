@@ -305,7 +305,10 @@ fn a_damaged_structured_memory_in_the_checkpoint_stops_resume() {
     let out = rondo(&["resume", "-q", run_dir.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("damaged state.json"), "{stderr}");
+    assert!(
+        stderr.contains("damaged checkpoint (state.json"),
+        "{stderr}"
+    );
     assert!(stderr.contains("memory `board`"), "{stderr}");
 }
 

@@ -1213,7 +1213,16 @@ fn no_run(dir: &Path) -> String {
 /// The state at the last checkpoint, its memory typed by `workflow`'s declarations.
 pub fn read_state(dir: &Path, workflow: &Workflow) -> Result<RunState, String> {
     RunState::restore(read_checkpoint(dir)?, workflow)
-        .map_err(|e| format!("{}: damaged state.json: {e}", dir.display()))
+        .map_err(|e| format!("{}: damaged {}: {e}", dir.display(), checkpoint_files(dir)))
+}
+
+/// Where a run's checkpoint is read from, to name in a report of its damage.
+pub fn checkpoint_files(dir: &Path) -> &'static str {
+    if dir.join(STATE).exists() {
+        "checkpoint (state.json and the journal's records after it)"
+    } else {
+        "checkpoint (the journal's checkpoint records)"
+    }
 }
 
 /// The state at the last checkpoint as JSON: the snapshot (`state.json`) with the

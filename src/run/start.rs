@@ -330,7 +330,11 @@ impl<'w> Interpreter<'w> {
         }
         let mut state = rundir::read_state(run_dir, workflow).map_err(StartError::Setup)?;
         let damaged = |why: String| {
-            StartError::Setup(format!("{}: damaged state.json: {why}", run_dir.display()))
+            StartError::Setup(format!(
+                "{}: damaged {}: {why}",
+                run_dir.display(),
+                rundir::checkpoint_files(run_dir)
+            ))
         };
         state.validate(workflow).map_err(damaged)?;
         if state.run_id != info.run_id {

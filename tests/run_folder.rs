@@ -759,6 +759,28 @@ fn a_taken_run_id_gives_advice_that_leads_somewhere() {
     assert!(text.contains("`rondo run"), "{text}");
 }
 
+/// Root writes whatever the permissions say: as root, hands `dir` to user 65534 and
+/// returns what makes a command that user (with a home of its own); otherwise nothing.
+fn run_as_user(dir: &Path) -> impl Fn(&mut Command) {
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        let chown = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+    }
+    move |cmd: &mut Command| {
+        if root {
+            cmd.uid(65534).gid(65534).env("HOME", &home);
+        }
+    }
+}
+
 /// The run's system area made read-only (from outside the run) while its last step waits:
 /// the run still ends where its routes lead. Its end is a journal record (the journal is
 /// open already) and `run.json`, whose temporary file the folder refuses, is rewritten in
@@ -769,22 +791,9 @@ fn a_system_area_made_read_only_before_the_end_still_ends_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     workflow(tmp.path());
     let gate = Gate::new(tmp.path(), "gate", &[1]);
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if root {
-        let chown = Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(tmp.path())
-            .status()
-            .unwrap();
-        assert!(chown.success());
-    }
+    let as_user = run_as_user(tmp.path());
     let mut cmd = run_cmd(tmp.path(), &gate, &["--run-dir", "runs", "--run-id", "r"]);
-    if root {
-        cmd.uid(65534).gid(65534).env("HOME", &home);
-    }
+    as_user(&mut cmd);
     let child = cmd.spawn().unwrap();
     let (mut writer, watcher) = wait_at(&child, &gate.at(1));
     let system = tmp.path().join("runs/r");
@@ -829,23 +838,7 @@ fn a_checkpoint_that_cannot_be_written_ends_the_run_at_error() {
     let tmp = tempfile::tempdir().unwrap();
     workflow(tmp.path());
     let gate = Gate::new(tmp.path(), "gate", &[1, 2]);
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let as_user = |cmd: &mut Command| {
-        if root {
-            cmd.uid(65534).gid(65534).env("HOME", &home);
-        }
-    };
-    if root {
-        let chown = Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(tmp.path())
-            .status()
-            .unwrap();
-        assert!(chown.success());
-    }
+    let as_user = run_as_user(tmp.path());
     let mut cmd = run_cmd(tmp.path(), &gate, &["--run-dir", "runs", "--run-id", "r"]);
     as_user(&mut cmd);
     // SAFETY: only `signal` between fork and exec. An ignored signal stays ignored across

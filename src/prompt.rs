@@ -264,6 +264,12 @@ impl Prompts {
     /// is read. A file that is not a regular file, is too large or nests too deeply is
     /// an entry in `errors`, never a hang or a crash.
     pub fn load_named(dir: &Path, names: &[String]) -> Prompts {
+        let ready = parse_named(dir, &distinct(names));
+        Self::load_read(dir, names, ready)
+    }
+
+    /// As [`Self::load_named`], given templates of `dir` already read and parsed.
+    pub fn load_read(dir: &Path, names: &[String], mut ready: HashMap<String, Read>) -> Prompts {
         let mut tera = Tera::default();
         tera.autoescape_on(vec![]);
         register(&mut tera);
@@ -279,7 +285,6 @@ impl Prompts {
         let mut parsed: Vec<(String, String, tera::Template, Vec<String>)> = Vec::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut queue: Vec<String> = names.to_vec();
-        let mut ready = parse_named(dir, &prompts.named);
         while let Some(name) = queue.pop() {
             if !seen.insert(name.clone()) {
                 continue;
@@ -533,7 +538,7 @@ fn distinct(names: &[String]) -> Vec<String> {
 }
 
 /// A template file read and parsed, or why it cannot be used.
-type Read = Result<(String, tera::Template), TemplateError>;
+pub type Read = Result<(String, tera::Template), TemplateError>;
 
 /// The named templates (a workflow's prompts: most of the parsing there is) read and parsed
 /// on the available cores, as tera's parser is slow; what they include is parsed after.
@@ -580,7 +585,7 @@ fn parse_named(dir: &Path, names: &[String]) -> HashMap<String, Read> {
 }
 
 /// Reads and parses one template of the folder.
-fn read_template(dir: &Path, name: &str) -> Read {
+pub fn read_template(dir: &Path, name: &str) -> Read {
     let rel = Path::new(name);
     if rel.is_absolute()
         || rel

@@ -197,7 +197,8 @@ pub fn read_regular(path: &Path, max: u64) -> Result<String, ReadError> {
     if meta.len() > max {
         return Err(too_big(meta.len()).into());
     }
-    let mut bytes = Vec::new();
+    // Sized from the metadata, so a file is read with one call (and one to see its end).
+    let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
     file.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(too_big(bytes.len() as u64).into());

@@ -952,3 +952,58 @@ exit success
         assert!(codes.contains(&code), "{extra}: {codes:?}");
     }
 }
+
+// ---- templates read while the file is parsed --------------------------------------------
+
+/// What `rondo check` reports (templates read as the roles naming them are parsed) and
+/// what a check of the compiled workflow reports (templates read after it) are the same.
+fn same_as_after_compiling(text: &str) -> Vec<String> {
+    let file = SourceFile::new("tests/fixtures/check/inline.rondo", text);
+    let options = rondo::check::CheckOptions { offline: true };
+    let early = rondo::check::load(&file, &options);
+    let (_, after, _) = common::check_source(&file, true);
+    let shown = |diags: &rondo::diagnostics::Diagnostics| -> Vec<String> {
+        diags
+            .sorted()
+            .iter()
+            .map(|d| format!("{} {} {:?} {:?}", d.code, d.message, d.labels, d.external))
+            .collect()
+    };
+    assert_eq!(shown(&early.diagnostics), shown(&after));
+    shown(&after)
+}
+
+#[test]
+fn templates_read_during_the_parse_report_what_a_later_read_reports() {
+    // The header first, then the roles: each template is read as its role is parsed.
+    let found = same_as_after_compiling(&templated("includes_typo.tera", false));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(found[0].starts_with("rondo::template::unknown_field"));
+    // The header last: the templates named before it wait for the folder it names.
+    let text = templated("unknown_variable.tera", false);
+    let header_end = text.find("}\n").unwrap() + 2;
+    let moved = format!("{}\n{}", &text[header_end..], &text[..header_end]);
+    let found = same_as_after_compiling(&moved);
+    let codes: Vec<&str> = found.iter().filter_map(|d| d.split(' ').next()).collect();
+    assert_eq!(
+        codes,
+        [
+            "rondo::template::unknown_memory",
+            "rondo::template::unknown_variable"
+        ]
+    );
+    // No header: the templates are those of the file's own folder, where none exists.
+    let found = same_as_after_compiling(&text[header_end..]);
+    assert!(
+        found
+            .iter()
+            .any(|d| d.starts_with("rondo::template::missing")),
+        "{found:#?}"
+    );
+    // Two roles naming the same template, and a template that is fine.
+    let twice = templated("guarded.tera", true).replace(
+        "role build: tool {",
+        "role second: llm {\n  prompt = \"guarded.tera\"\n}\n\nrole build: tool {",
+    );
+    same_as_after_compiling(&twice);
+}

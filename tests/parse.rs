@@ -1821,3 +1821,56 @@ fn single_quoted_strings_are_read_as_strings() {
     let (_, _, r) = binary(route_condition(&ast, 0));
     assert_eq!(string(r), "done");
 }
+
+// ---------- one declaration at a time ----------
+
+#[test]
+fn a_file_is_shown_declaration_by_declaration_with_spans_into_the_whole_file() {
+    let text = "// header\nworkflow w {\n  prompts = \"p\"\n}\n\n/* roles */ role a: llm {\n  prompt = \"a.tera\"\n}\nrole b: tool {\n  command = [\"true\"]\n}\na -> b\nbroken line\nexit done\n";
+    let file = SourceFile::new("test.rondo", text);
+    let mut grown = Vec::new();
+    let (ast, diags) = syntax::parse_each(&file, |ast| {
+        grown.push((
+            ast.workflow.is_some(),
+            ast.roles.len(),
+            ast.routes.len(),
+            ast.exits.len(),
+        ))
+    });
+    // The bad line is a step of its own, and so is the layout that ends the file: each is
+    // shown with the tree unchanged.
+    assert_eq!(
+        grown,
+        [
+            (true, 0, 0, 0),
+            (true, 1, 0, 0),
+            (true, 2, 0, 0),
+            (true, 2, 1, 0),
+            (true, 2, 1, 0),
+            (true, 2, 1, 1),
+            (true, 2, 1, 1),
+        ]
+    );
+    assert_eq!(at(text, ast.roles[1].name.span), "b");
+    assert_eq!(at(text, ast.routes[0].from.as_ref().unwrap().span), "a");
+    assert_eq!(at(text, ast.exits[0].name.span), "done");
+    let bad: Vec<&str> = diags.iter().map(|d| at(text, d.labels[0].span)).collect();
+    assert_eq!(bad, ["broken line"]);
+    // The same tree as a parse that shows nothing.
+    let (whole, _) = syntax::parse(&file);
+    assert_eq!(format!("{whole:?}"), format!("{ast:?}"));
+}
+
+#[test]
+fn an_unclosed_comment_late_in_the_file_does_not_hide_an_earlier_unclosed_block() {
+    let text = "role a: tool {\n  command = [\"true\"]\n\nrole b: tool {\n  command = [\"true\"]\n}\n/* never closed\nrole c: tool {\n";
+    let (_, diags) = syntax::parse(&SourceFile::new("test.rondo", text));
+    let codes: Vec<&str> = diags.sorted().iter().map(|d| d.code.as_str()).collect();
+    assert_eq!(
+        codes,
+        [
+            "rondo::syntax::unclosed_block",
+            "rondo::syntax::unclosed_comment"
+        ]
+    );
+}

@@ -10,6 +10,12 @@ pub mod ran;
 mod stages;
 mod templates;
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::{Scope, ScopedJoinHandle};
+
 use petgraph::graph::NodeIndex;
 use serde::Serialize;
 
@@ -180,21 +186,16 @@ impl Loaded {
 
 /// Parses, compiles and checks a file: the one way to a [`Checked`] workflow.
 pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
-    let (ast, parsed) = crate::syntax::parse(file);
-    // tera's parser is most of a check's time: the templates the roles name are parsed
-    // while the file compiles.
-    let (dir, names) = compile::named_prompts(file, &ast);
-    let ((workflow, mut diagnostics), early) = std::thread::scope(|scope| {
-        let early = (!names.is_empty())
-            .then(|| {
-                std::thread::Builder::new()
-                    .stack_size(8 << 20)
-                    .spawn_scoped(scope, || parse_early(&dir, &names, &ast))
-                    .ok()
-            })
-            .flatten();
-        let compiled = compile::compile_parsed(file, &ast, parsed);
-        (compiled, early.and_then(|h| h.join().ok()))
+    // tera's parser is most of a check's time: the templates the file names are parsed
+    // on other threads as soon as the declaration naming them is read, while the rest of
+    // the file is parsed and compiled.
+    let ((ast, workflow, mut diagnostics), early) = std::thread::scope(|scope| {
+        let mut feed = Feed::new(file, scope);
+        let (ast, parsed) = crate::syntax::parse_each(file, |ast| feed.seen(ast));
+        let reader = feed.finish(&ast);
+        let (workflow, diagnostics) = compile::compile_parsed(file, &ast, parsed);
+        let early = reader.and_then(|r| r.join().ok()).flatten();
+        ((ast, workflow, diagnostics), early)
     });
     let sound = stages::sound(&ast, &diagnostics);
     let (more, summary) = check_sound(&workflow, sound, options, early);
@@ -213,21 +214,119 @@ pub fn load(file: &SourceFile, options: &CheckOptions) -> Loaded {
     }
 }
 
-/// What `check` reads with tera before the file is compiled: the artifact names (into the
-/// cache of parsed templates) and the templates the roles name.
-fn parse_early(dir: &std::path::Path, names: &[String], ast: &Ast) -> Prompts {
-    // The artifact names first: the compiler, running beside, asks for them soon. Then
-    // the commands and log names of tool roles, which `templates` parses.
-    let artifacts = ast
-        .roles
+/// What the template readers are sent while the file is parsed.
+enum Early {
+    /// A string rendered with tera at run time (an artifact's name, a tool's command or
+    /// log name): parsed into the compiler's cache, which asks for it soon.
+    Inline(String),
+    /// A template of the prompts folder that an llm role names.
+    Template(Arc<Path>, String),
+    /// The file is parsed: the prompts folder and every template its llm roles name.
+    Last(PathBuf, Vec<String>),
+}
+
+type Reader<'scope> = ScopedJoinHandle<'scope, Option<Prompts>>;
+
+/// Sends the template readers what each declaration names as soon as it is parsed.
+/// They start with the first such declaration; a file that names none starts no thread.
+struct Feed<'scope, 'env> {
+    file: &'env SourceFile,
+    scope: &'scope Scope<'scope, 'env>,
+    reader: Option<(Sender<Early>, Reader<'scope>)>,
+    /// Known once the workflow header is read; templates named before wait for it.
+    dir: Option<Arc<Path>>,
+    waiting: Vec<String>,
+    /// Roles and workflow-level artifacts already sent.
+    roles: usize,
+    artifacts: usize,
+}
+
+impl<'scope, 'env> Feed<'scope, 'env> {
+    fn new(file: &'env SourceFile, scope: &'scope Scope<'scope, 'env>) -> Self {
+        Feed {
+            file,
+            scope,
+            reader: None,
+            dir: None,
+            waiting: Vec::new(),
+            roles: 0,
+            artifacts: 0,
+        }
+    }
+
+    /// Called with the tree after each declaration is added to it.
+    fn seen(&mut self, ast: &Ast) {
+        if self.dir.is_none()
+            && let Some(header) = &ast.workflow
+        {
+            let dir: Arc<Path> = compile::prompts_dir(self.file, Some(header)).into();
+            self.dir = Some(dir.clone());
+            for name in std::mem::take(&mut self.waiting) {
+                self.send(Early::Template(dir.clone(), name));
+            }
+        }
+        for role in ast.roles.get(self.roles..).unwrap_or_default() {
+            for text in inline_templates(role) {
+                self.send(Early::Inline(text.to_string()));
+            }
+            for name in compile::prompts_named_by(role) {
+                match &self.dir {
+                    Some(dir) => self.send(Early::Template(dir.clone(), name)),
+                    None => self.waiting.push(name),
+                }
+            }
+        }
+        self.roles = ast.roles.len();
+        for artifact in ast.artifacts.get(self.artifacts..).unwrap_or_default() {
+            if artifact.name.contains('{') {
+                self.send(Early::Inline(artifact.name.clone()));
+            }
+        }
+        self.artifacts = ast.artifacts.len();
+    }
+
+    /// The whole file is parsed: the readers are told which templates it names (those
+    /// waiting for a header that never came are in the file's folder) and finish.
+    fn finish(mut self, ast: &Ast) -> Option<Reader<'scope>> {
+        let (dir, names) = compile::named_prompts(self.file, ast);
+        if self.dir.is_none() {
+            let folder: Arc<Path> = dir.as_path().into();
+            for name in std::mem::take(&mut self.waiting) {
+                self.send(Early::Template(folder.clone(), name));
+            }
+        }
+        let (sender, reader) = self.reader.take()?;
+        let _ = sender.send(Early::Last(dir, names));
+        Some(reader)
+    }
+
+    fn send(&mut self, early: Early) {
+        if self.reader.is_none() {
+            let (sender, receiver) = std::sync::mpsc::channel();
+            // The main thread's stack: tera's parser recurses once per nesting level.
+            let reader = std::thread::Builder::new()
+                .name("templates".into())
+                .stack_size(8 << 20)
+                .spawn_scoped(self.scope, move || read_early(receiver))
+                .ok();
+            match reader {
+                Some(reader) => self.reader = Some((sender, reader)),
+                // The compiled workflow's templates are then read after it.
+                None => return,
+            }
+        }
+        if let Some((sender, _)) = &self.reader {
+            let _ = sender.send(early);
+        }
+    }
+}
+
+/// The strings of a role that tera renders at run time and that hold a tag.
+fn inline_templates(role: &crate::syntax::RoleDecl) -> Vec<&str> {
+    let names = role.artifacts.iter().map(|a| a.name.as_str());
+    let tool_strings = role
+        .attrs
         .iter()
-        .flat_map(|r| &r.artifacts)
-        .chain(&ast.artifacts);
-    let names_of_artifacts = artifacts.map(|a| a.name.as_str());
-    let tool_strings = ast
-        .roles
-        .iter()
-        .flat_map(|r| &r.attrs)
         .filter(|a| matches!(a.key.name.as_str(), "command" | "log"))
         .flat_map(|a| match &a.value.kind {
             ValueKind::String(s) => vec![s.as_str()],
@@ -240,13 +339,95 @@ fn parse_early(dir: &std::path::Path, names: &[String], ast: &Ast) -> Prompts {
                 .collect(),
             _ => Vec::new(),
         });
-    for text in names_of_artifacts.chain(tool_strings) {
-        if text.contains('{') {
-            // An error is reported by compile or check, which have the span.
-            let _ = compile::parse_template(text);
+    names
+        .chain(tool_strings)
+        .filter(|t| t.contains('{'))
+        .collect()
+}
+
+/// Reads what the feed sends. A second thread joins in at the second template, when the
+/// machine has a second core; the templates are then put together as
+/// [`Prompts::load_named`] does.
+fn read_early(receiver: Receiver<Early>) -> Option<Prompts> {
+    let work = Mutex::new(receiver);
+    std::thread::scope(|scope| {
+        let mut mine = Drained::default();
+        let mut helper = None;
+        while let Some(early) = next(&work) {
+            let second = matches!(early, Early::Template(..)) && mine.read.len() == 1;
+            if second && helper.is_none() && has_second_core() {
+                helper = std::thread::Builder::new()
+                    .name("templates".into())
+                    .stack_size(8 << 20)
+                    .spawn_scoped(scope, || drain(&work))
+                    .ok();
+            }
+            mine.take(early);
+        }
+        // A helper that failed leaves its templates to be read again below.
+        if let Some(theirs) = helper.and_then(|h| h.join().ok()) {
+            mine.merge(theirs);
+        }
+        let (dir, names) = mine.last?;
+        let ready = if mine.dir.as_deref() == Some(dir.as_path()) {
+            mine.read
+        } else {
+            HashMap::new()
+        };
+        Some(Prompts::load_read(&dir, &names, ready))
+    })
+}
+
+fn has_second_core() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+}
+
+/// The next message; `None` once the feed is done.
+fn next(work: &Mutex<Receiver<Early>>) -> Option<Early> {
+    work.lock().ok()?.recv().ok()
+}
+
+fn drain(work: &Mutex<Receiver<Early>>) -> Drained {
+    let mut drained = Drained::default();
+    while let Some(early) = next(work) {
+        drained.take(early);
+    }
+    drained
+}
+
+/// What one reader did with the messages it took.
+#[derive(Default)]
+struct Drained {
+    dir: Option<Arc<Path>>,
+    read: HashMap<String, crate::prompt::Read>,
+    last: Option<(PathBuf, Vec<String>)>,
+}
+
+impl Drained {
+    fn take(&mut self, early: Early) {
+        match early {
+            Early::Inline(text) => {
+                // An error is reported by compile or check, which have the span.
+                let _ = compile::parse_template(&text);
+            }
+            Early::Template(dir, name) => {
+                if let std::collections::hash_map::Entry::Vacant(slot) = self.read.entry(name) {
+                    let read = crate::prompt::read_template(&dir, slot.key());
+                    slot.insert(read);
+                }
+                self.dir = Some(dir);
+            }
+            Early::Last(dir, names) => self.last = Some((dir, names)),
         }
     }
-    Prompts::load_named(dir, names)
+
+    fn merge(&mut self, other: Drained) {
+        self.dir = self.dir.take().or(other.dir);
+        self.last = self.last.take().or(other.last);
+        for (name, read) in other.read {
+            self.read.entry(name).or_insert(read);
+        }
+    }
 }
 
 /// Drops what only follows from another error: a template reading `memory.plan` for a

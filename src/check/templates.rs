@@ -580,7 +580,18 @@ struct FileCtx {
     name: String,
     text: Arc<str>,
     tags: Vec<(usize, usize)>,
-    seen: HashMap<String, usize>,
+    seen: HashMap<String, Cursor>,
+}
+
+/// Where the search for an identifier's next occurrence resumes, so that finding every
+/// occurrence of a name reads the template once.
+#[derive(Default)]
+struct Cursor {
+    tag: usize,
+    from: usize,
+    first: Option<usize>,
+    /// What the last search answered.
+    last: Option<usize>,
 }
 
 impl FileCtx {
@@ -594,19 +605,18 @@ impl FileCtx {
         }
     }
 
-    /// Byte offset of the next occurrence of `needle` inside a tag.
+    /// Byte offset of the next occurrence of `needle` inside a tag; once they are all
+    /// met, the first.
     fn locate(&mut self, needle: &str) -> Option<usize> {
-        let count = self.seen.entry(needle.to_string()).or_insert(0);
-        let wanted = *count;
-        *count += 1;
-        let mut first = None;
-        let mut n = 0;
-        for &(start, end) in &self.tags {
+        if needle.is_empty() {
+            return None;
+        }
+        let cursor = self.seen.entry(needle.to_string()).or_default();
+        while let Some(&(start, end)) = self.tags.get(cursor.tag) {
             let inside = &self.text[start..end];
-            let mut from = 0;
-            while let Some(i) = inside[from..].find(needle) {
-                let at = from + i;
-                from = at + needle.len().max(1);
+            while let Some(i) = inside[cursor.from..].find(needle) {
+                let at = cursor.from + i;
+                cursor.from = at + needle.len();
                 let before = inside[..at].chars().next_back();
                 let after = inside[at + needle.len()..].chars().next();
                 let ident = |c: char| c.is_alphanumeric() || c == '_';
@@ -615,14 +625,29 @@ impl FileCtx {
                 {
                     continue;
                 }
-                if n == wanted {
-                    return Some(start + at);
-                }
-                first.get_or_insert(start + at);
-                n += 1;
+                cursor.first.get_or_insert(start + at);
+                cursor.last = Some(start + at);
+                return cursor.last;
             }
+            cursor.tag += 1;
+            cursor.from = 0;
         }
-        first
+        cursor.last = cursor.first;
+        cursor.first
+    }
+
+    /// Where `needle` was last located, or its first occurrence when it was not yet.
+    fn last_located(&self, needle: &str) -> Option<usize> {
+        match self.seen.get(needle) {
+            Some(cursor) => cursor.last,
+            None => FileCtx {
+                name: String::new(),
+                text: self.text.clone(),
+                tags: self.tags.clone(),
+                seen: HashMap::new(),
+            }
+            .locate(needle),
+        }
     }
 }
 
@@ -1355,14 +1380,7 @@ impl<'a> Walker<'a> {
         };
         let file = self.files.last();
         let Some(file) = file else { return 0 };
-        let n = file.seen.get(id).copied().unwrap_or(1).saturating_sub(1);
-        let mut probe = FileCtx {
-            name: String::new(),
-            text: file.text.clone(),
-            tags: file.tags.clone(),
-            seen: HashMap::from([(id.clone(), n)]),
-        };
-        probe.locate(id).unwrap_or(0)
+        file.last_located(id).unwrap_or(0)
     }
 
     /// Walks an `{% if %}` condition; returns what holds in its body and what holds after
@@ -1548,14 +1566,7 @@ impl<'a> Walker<'a> {
         let Some(file) = self.files.last() else {
             return 0;
         };
-        let n = file.seen.get(id).copied().unwrap_or(1).saturating_sub(1);
-        let mut probe = FileCtx {
-            name: String::new(),
-            text: file.text.clone(),
-            tags: file.tags.clone(),
-            seen: HashMap::from([(id.to_string(), n)]),
-        };
-        probe.locate(id).unwrap_or(0)
+        file.last_located(id).unwrap_or(0)
     }
 
     fn unknown_callable(&mut self, what: &str, name: &str, known: &[&str]) {

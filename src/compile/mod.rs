@@ -81,31 +81,41 @@ pub fn compile_parsed(
 /// `system` strings): `check` starts parsing them while the file compiles. Only a guess
 /// to start early; the compiled workflow says which templates are checked.
 pub fn named_prompts(file: &SourceFile, ast: &Ast) -> (PathBuf, Vec<String>) {
-    let string = |attrs: &[syntax::Attr], key: &str| {
-        attrs.iter().find_map(|a| match &a.value.kind {
-            syntax::ValueKind::String(s) if a.key.name == key => Some(s.clone()),
-            _ => None,
-        })
-    };
+    let dir = prompts_dir(file, ast.workflow.as_ref());
+    let names = ast.roles.iter().flat_map(prompts_named_by).collect();
+    (dir, names)
+}
+
+/// The prompts folder a workflow header names, against the file's folder.
+pub fn prompts_dir(file: &SourceFile, header: Option<&syntax::WorkflowDecl>) -> PathBuf {
     let dir = file.dir();
-    let dir = match ast
-        .workflow
-        .as_ref()
-        .and_then(|w| string(&w.attrs, "prompts"))
-    {
+    match header.and_then(|w| attr_string(&w.attrs, "prompts")) {
         Some(p) => dir.join(p),
         None => dir,
-    };
-    let names = ast
-        .roles
-        .iter()
-        .filter(|r| r.kind.name == "llm")
-        .flat_map(|r| [string(&r.attrs, "system"), string(&r.attrs, "prompt")])
-        .flatten()
-        .map(|n| n.replace('\\', "/"))
-        .filter(|n| !n.is_empty())
-        .collect();
-    (dir, names)
+    }
+}
+
+/// The templates an llm role names (`system`, `prompt`), as the folder's names.
+pub fn prompts_named_by(role: &syntax::RoleDecl) -> Vec<String> {
+    if role.kind.name != "llm" {
+        return Vec::new();
+    }
+    [
+        attr_string(&role.attrs, "system"),
+        attr_string(&role.attrs, "prompt"),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|n| n.replace('\\', "/"))
+    .filter(|n| !n.is_empty())
+    .collect()
+}
+
+fn attr_string(attrs: &[syntax::Attr], key: &str) -> Option<String> {
+    attrs.iter().find_map(|a| match &a.value.kind {
+        syntax::ValueKind::String(s) if a.key.name == key => Some(s.clone()),
+        _ => None,
+    })
 }
 
 pub fn compile(file: &SourceFile, ast: &Ast) -> (Workflow, Diagnostics) {

@@ -4,7 +4,7 @@
 
 use pest::iterators::Pair;
 
-use super::{Builder, Rule, children, ident, map_key, span, string_value};
+use super::{Builder, Rule, children, string_value};
 use crate::diagnostics::{Code, Diagnostic};
 use crate::source::Span;
 use crate::syntax::ast::*;
@@ -87,25 +87,25 @@ pub(super) fn word_literal(word: &str) -> Option<(ExprKind, bool)> {
     })
 }
 
-/// The names of a path token (`a.b.c`), each with its span.
-pub(super) fn path_names(pair: &Pair<'_, Rule>) -> Vec<Ident> {
-    let mut at = pair.as_span().start();
-    pair.as_str()
-        .split('.')
-        .map(|name| {
-            let ident = Ident {
-                name: name.to_string(),
-                span: Span::new(at, at + name.len()),
-            };
-            at += name.len() + 1;
-            ident
-        })
-        .collect()
-}
-
 impl Builder<'_> {
+    /// The names of a path token (`a.b.c`), each with its span.
+    pub(super) fn path_names(&self, pair: &Pair<'_, Rule>) -> Vec<Ident> {
+        let mut at = self.span(pair).start;
+        pair.as_str()
+            .split('.')
+            .map(|name| {
+                let ident = Ident {
+                    name: name.to_string(),
+                    span: Span::new(at, at + name.len()),
+                };
+                at += name.len() + 1;
+                ident
+            })
+            .collect()
+    }
+
     pub(super) fn expr(&mut self, pair: Pair<'_, Rule>) -> Expr {
-        let s = span(&pair);
+        let s = self.span(&pair);
         if self.too_deep(s) {
             return null_at(s);
         }
@@ -125,7 +125,7 @@ impl Builder<'_> {
         let mut pieces = Vec::new();
         let mut items = children(pair).peekable();
         while let Some(item) = items.next() {
-            let at = span(&item);
+            let at = self.span(&item);
             match item.as_rule() {
                 Rule::prefix => {
                     let op = match item.as_str() {
@@ -154,7 +154,7 @@ impl Builder<'_> {
                                 .filter(|next| {
                                     next.as_rule() == Rule::path && next.as_str() == "None"
                                 })
-                                .map(span);
+                                .map(|p| self.span(p));
                             self.is_operator(op, at, none);
                             pieces.push(Piece::Infix(op));
                             if let Some(none) = none {
@@ -338,7 +338,7 @@ impl Builder<'_> {
     fn unary(&mut self, pieces: &mut Pieces<'_, '_>) -> Option<Expr> {
         let at = match pieces.peek()? {
             Piece::Prefix(_, at) | Piece::Null(at) => *at,
-            Piece::Operand(operand) => span(&operand.head),
+            Piece::Operand(operand) => self.span(&operand.head),
             Piece::Infix(_) => return None,
         };
         if !self.enter(at) {
@@ -375,7 +375,7 @@ impl Builder<'_> {
     }
 
     fn primary(&mut self, pair: Pair<'_, Rule>) -> Expr {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let kind = match pair.as_rule() {
             Rule::string | Rule::raw_string => ExprKind::String(string_value(pair)),
             Rule::single_string => {
@@ -390,14 +390,14 @@ impl Builder<'_> {
                     }
                     literal
                 }
-                None => ExprKind::Path(path_names(&pair)),
+                None => ExprKind::Path(self.path_names(&pair)),
             },
             Rule::list_expr => ExprKind::List(children(pair).map(|e| self.expr(e)).collect()),
             Rule::map_expr => ExprKind::Map(
                 children(pair)
                     .filter_map(|entry| {
                         let mut parts = children(entry);
-                        let key = map_key(parts.next()?);
+                        let key = self.map_key(parts.next()?);
                         Some((key, self.expr(parts.next()?)))
                     })
                     .collect(),
@@ -427,15 +427,15 @@ impl Builder<'_> {
     ) -> Expr {
         let name = Ident {
             name: head.as_str().to_string(),
-            span: span(&head),
+            span: self.span(&head),
         };
-        let call_span = Span::new(name.span.start, args.as_span().end());
+        let call_span = Span::new(name.span.start, self.span(&args).end);
         let args = children(args).map(|e| self.expr(e)).collect();
         let call = Expr {
             kind: ExprKind::Call(name, args),
             span: call_span,
         };
-        let fields: Vec<Ident> = fields.into_iter().map(ident).collect();
+        let fields: Vec<Ident> = fields.into_iter().map(|p| self.ident(p)).collect();
         match fields.last() {
             None => call,
             Some(last) => Expr {

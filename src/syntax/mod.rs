@@ -38,28 +38,51 @@ fn is_comment(pair: &Pair<'_, Rule>) -> bool {
 
 /// Parses a whole file. Never fails: problems are diagnostics.
 pub fn parse(file: &SourceFile) -> (Ast, Diagnostics) {
+    parse_each(file, |_| {})
+}
+
+/// Parses a whole file one declaration (or route) at a time, and shows `seen` the tree
+/// after each: what needs only part of it (the templates the llm roles name) can start
+/// while the rest is read. The tree and diagnostics are those of a whole-file parse: pest
+/// never looks behind a position, so a declaration reads the same from where it starts.
+pub fn parse_each(file: &SourceFile, mut seen: impl FnMut(&Ast)) -> (Ast, Diagnostics) {
     let text: &str = &file.text;
     let mut builder = Builder::new(text);
-    let ast = match RondoParser::parse(Rule::file, text) {
-        Ok(mut pairs) => match pairs.next() {
-            Some(pair) => {
-                builder.note_unclosed_comment(&pair);
-                builder.file(pair)
+    let mut ast = Ast::default();
+    while builder.base < text.len() {
+        let rest = &text[builder.base..];
+        let step = match RondoParser::parse(Rule::step, rest) {
+            Ok(mut pairs) => pairs.next().filter(|step| !step.as_str().is_empty()),
+            // Only pest's stack and call guards make `step` fail.
+            Err(error) => {
+                let diagnostic = pest_error(error, builder.base);
+                builder.diagnostics.push(diagnostic);
+                return (Ast::default(), builder.diagnostics);
             }
-            None => Ast::default(),
-        },
-        // Only pest's stack and call guards make `file` fail (every line is accepted).
-        Err(error) => {
-            builder.diagnostics.push(pest_error(error));
-            Ast::default()
+        };
+        // Every line is accepted; a step that reads nothing would be a grammar bug.
+        let Some(step) = step else {
+            let at = Span::new(builder.base, builder.base);
+            builder.diagnostics.push(
+                Diagnostic::error(Code::SyntaxUnexpected, "syntax error: unexpected input")
+                    .label(at, "not understood"),
+            );
+            return (Ast::default(), builder.diagnostics);
+        };
+        let read = step.as_str().len();
+        builder.note_unclosed_comment(&step);
+        for item in children(step) {
+            builder.item(item, &mut ast);
         }
-    };
+        seen(&ast);
+        builder.base += read;
+    }
     (ast, builder.diagnostics)
 }
 
 /// Parses one expression (used by tests and the `--input` flag).
 pub fn parse_expr(text: &str) -> Result<Expr, Diagnostic> {
-    let mut pairs = RondoParser::parse(Rule::expr, text).map_err(pest_error)?;
+    let mut pairs = RondoParser::parse(Rule::expr, text).map_err(|e| pest_error(e, 0))?;
     let pair = pairs
         .next()
         .ok_or_else(|| Diagnostic::error(Code::SyntaxExpression, "empty expression"))?;
@@ -82,10 +105,11 @@ pub fn parse_expr(text: &str) -> Result<Expr, Diagnostic> {
     }
 }
 
-fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
+/// `base`: where the text pest read starts in the file.
+fn pest_error(error: pest::error::Error<Rule>, base: usize) -> Diagnostic {
     let span = match error.location {
-        pest::error::InputLocation::Pos(p) => Span::new(p, p),
-        pest::error::InputLocation::Span((s, e)) => Span::new(s, e),
+        pest::error::InputLocation::Pos(p) => Span::new(base + p, base + p),
+        pest::error::InputLocation::Span((s, e)) => Span::new(base + s, base + e),
     };
     let expected = match &error.variant {
         pest::error::ErrorVariant::ParsingError { positives, .. } => {
@@ -116,7 +140,6 @@ fn pest_error(error: pest::error::Error<Rule>) -> Diagnostic {
 
 fn rule_word(rule: Rule) -> Option<String> {
     let word = match rule {
-        Rule::EOI => "end of file",
         Rule::ident | Rule::path => "a name",
         Rule::string | Rule::raw_string => "a string",
         Rule::number => "a number",
@@ -129,6 +152,11 @@ fn rule_word(rule: Rule) -> Option<String> {
 
 struct Builder<'t> {
     text: &'t str,
+    /// Where the text pest is reading starts in the file (it reads one declaration at a
+    /// time): pest's positions are relative to it.
+    base: usize,
+    /// The file has a `/*`, so it may have one that is never closed.
+    has_block_comment: bool,
     diagnostics: Diagnostics,
     /// Current expression nesting, bounded so hostile input cannot overflow the stack.
     depth: usize,
@@ -137,29 +165,6 @@ struct Builder<'t> {
     unclosed_comment: bool,
     /// A type nested past the bound was reported (once per file).
     too_deep_type: bool,
-}
-
-fn span(pair: &Pair<'_, Rule>) -> Span {
-    Span::from_pest(pair.as_span())
-}
-
-fn ident(pair: Pair<'_, Rule>) -> Ident {
-    Ident {
-        name: pair.as_str().to_string(),
-        span: span(&pair),
-    }
-}
-
-/// A map key: a name or a quoted string.
-fn map_key(pair: Pair<'_, Rule>) -> Ident {
-    if pair.as_rule() == Rule::string {
-        Ident {
-            span: span(&pair),
-            name: string_value(pair),
-        }
-    } else {
-        ident(pair)
-    }
 }
 
 fn string_value(pair: Pair<'_, Rule>) -> String {
@@ -194,9 +199,35 @@ enum Context {
 }
 
 impl<'t> Builder<'t> {
+    fn span(&self, pair: &Pair<'_, Rule>) -> Span {
+        let at = pair.as_span();
+        Span::new(self.base + at.start(), self.base + at.end())
+    }
+
+    fn ident(&self, pair: Pair<'_, Rule>) -> Ident {
+        Ident {
+            name: pair.as_str().to_string(),
+            span: self.span(&pair),
+        }
+    }
+
+    /// A map key: a name or a quoted string.
+    fn map_key(&self, pair: Pair<'_, Rule>) -> Ident {
+        if pair.as_rule() == Rule::string {
+            Ident {
+                span: self.span(&pair),
+                name: string_value(pair),
+            }
+        } else {
+            self.ident(pair)
+        }
+    }
+
     fn new(text: &'t str) -> Self {
         Builder {
             text,
+            base: 0,
+            has_block_comment: text.contains("/*"),
             diagnostics: Diagnostics::default(),
             depth: 0,
             too_deep_type: false,
@@ -206,7 +237,7 @@ impl<'t> Builder<'t> {
 
     /// Reports an unclosed `/*`. It ends the file, so it is the last pair when present.
     fn note_unclosed_comment(&mut self, file: &Pair<'_, Rule>) {
-        if !self.text.contains("/*") {
+        if !self.has_block_comment {
             return;
         }
         let Some(comment) = file
@@ -220,7 +251,7 @@ impl<'t> Builder<'t> {
         };
         self.unclosed_comment = true;
         // The pair starts after the `/*`.
-        let at = span(&comment).start.saturating_sub(2);
+        let at = self.span(&comment).start.saturating_sub(2);
         self.diagnostics.push(
             Diagnostic::error(
                 Code::SyntaxUnclosedComment,
@@ -253,7 +284,7 @@ impl<'t> Builder<'t> {
 
     /// The name a declaration gives, reported when it is a reserved word.
     fn declared(&mut self, pair: Option<Pair<'_, Rule>>, at: Span) -> Ident {
-        let name = pair.map(ident).unwrap_or_else(|| missing(at));
+        let name = pair.map(|p| self.ident(p)).unwrap_or_else(|| missing(at));
         if RESERVED.contains(&name.name.as_str()) {
             self.diagnostics.push(
                 Diagnostic::error(
@@ -274,7 +305,7 @@ impl<'t> Builder<'t> {
     fn number(&mut self, pair: &Pair<'_, Rule>) -> f64 {
         let text = pair.as_str();
         if !number_fits(text) {
-            self.too_large(span(pair), "this number does not fit in 64 bits");
+            self.too_large(self.span(pair), "this number does not fit in 64 bits");
         }
         text.parse().unwrap_or(f64::NAN)
     }
@@ -284,7 +315,7 @@ impl<'t> Builder<'t> {
     fn duration(&mut self, pair: &Pair<'_, Rule>) -> std::time::Duration {
         rondo_config::parse_duration(pair.as_str()).unwrap_or_else(|_| {
             self.too_large(
-                span(pair),
+                self.span(pair),
                 "this duration does not fit in 64 bits of milliseconds",
             );
             rondo_config::duration::MAX
@@ -313,7 +344,8 @@ impl<'t> Builder<'t> {
             return;
         }
         let text = pair.as_str().trim_end();
-        let at = Span::new(pair.as_span().start(), pair.as_span().start() + text.len());
+        let start = self.span(&pair).start;
+        let at = Span::new(start, start + text.len());
         let word = text.split_whitespace().next().unwrap_or("");
         let (what, help) = if !self.starts_line(at.start) {
             // The start of the line was understood; what follows it was not.
@@ -363,7 +395,8 @@ impl<'t> Builder<'t> {
     fn bad_decl(&mut self, pair: Pair<'_, Rule>) -> Option<String> {
         let text = pair.as_str();
         let line = text.lines().next().unwrap_or("").trim_end();
-        let at = Span::new(pair.as_span().start(), pair.as_span().start() + line.len());
+        let start = self.span(&pair).start;
+        let at = Span::new(start, start + line.len());
         let keyword = line
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .next()
@@ -409,56 +442,53 @@ impl<'t> Builder<'t> {
         (matches!(keyword, "role" | "exit") && is_name).then(|| name.to_string())
     }
 
-    fn file(&mut self, pair: Pair<'_, Rule>) -> Ast {
-        let mut ast = Ast::default();
-        for item in children(pair) {
-            match item.as_rule() {
-                Rule::workflow_decl => {
-                    let decl = self.workflow(item);
-                    if ast.workflow.is_some() {
-                        ast.extra_headers.push(decl.name.span);
-                    } else {
-                        ast.workflow = Some(decl);
-                    }
+    /// Adds one declaration, route or bad line to the tree.
+    fn item(&mut self, item: Pair<'_, Rule>, ast: &mut Ast) {
+        match item.as_rule() {
+            Rule::workflow_decl => {
+                let decl = self.workflow(item);
+                if ast.workflow.is_some() {
+                    ast.extra_headers.push(decl.name.span);
+                } else {
+                    ast.workflow = Some(decl);
                 }
-                Rule::import_decl => ast.imports.push(self.import(item)),
-                Rule::type_decl => ast.types.push(self.type_decl(item)),
-                Rule::memory_decl => {
-                    let s = span(&item);
-                    for entry in children(item) {
-                        match entry.as_rule() {
-                            Rule::memory_entry => ast.memory.push(self.memory_entry(entry)),
-                            Rule::unclosed => self.unclosed(s),
-                            _ => self.bad_line(entry, Context::Block),
-                        }
-                    }
-                }
-                Rule::provider_decl => ast.providers.push(self.block_decl(item)),
-                Rule::environment_decl => ast.environments.push(self.block_decl(item)),
-                Rule::tool_decl => ast.tools.push(self.tool_decl(item)),
-                Rule::role_decl => ast.roles.push(self.role(item)),
-                Rule::exit_decl => ast.exits.push(self.exit(item)),
-                Rule::route_decl => ast.routes.push(self.route(item)),
-                Rule::artifact_decl => {
-                    if let Some(a) = self.artifact(item) {
-                        ast.artifacts.push(a);
-                    }
-                }
-                Rule::test_decl => ast.tests.push(self.test(item)),
-                Rule::bad_line => self.bad_line(item, Context::Top),
-                Rule::bad_decl => {
-                    if let Some(name) = self.bad_decl(item) {
-                        ast.broken_nodes.push(name);
-                    }
-                }
-                _ => {}
             }
+            Rule::import_decl => ast.imports.push(self.import(item)),
+            Rule::type_decl => ast.types.push(self.type_decl(item)),
+            Rule::memory_decl => {
+                let s = self.span(&item);
+                for entry in children(item) {
+                    match entry.as_rule() {
+                        Rule::memory_entry => ast.memory.push(self.memory_entry(entry)),
+                        Rule::unclosed => self.unclosed(s),
+                        _ => self.bad_line(entry, Context::Block),
+                    }
+                }
+            }
+            Rule::provider_decl => ast.providers.push(self.block_decl(item)),
+            Rule::environment_decl => ast.environments.push(self.block_decl(item)),
+            Rule::tool_decl => ast.tools.push(self.tool_decl(item)),
+            Rule::role_decl => ast.roles.push(self.role(item)),
+            Rule::exit_decl => ast.exits.push(self.exit(item)),
+            Rule::route_decl => ast.routes.push(self.route(item)),
+            Rule::artifact_decl => {
+                if let Some(a) = self.artifact(item) {
+                    ast.artifacts.push(a);
+                }
+            }
+            Rule::test_decl => ast.tests.push(self.test(item)),
+            Rule::bad_line => self.bad_line(item, Context::Top),
+            Rule::bad_decl => {
+                if let Some(name) = self.bad_decl(item) {
+                    ast.broken_nodes.push(name);
+                }
+            }
+            _ => {}
         }
-        ast
     }
 
     fn workflow(&mut self, pair: Pair<'_, Rule>) -> WorkflowDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let mut decl = WorkflowDecl {
@@ -471,7 +501,7 @@ impl<'t> Builder<'t> {
         for item in inner {
             match item.as_rule() {
                 Rule::input_decl => {
-                    let s = span(&item);
+                    let s = self.span(&item);
                     let mut parts = children(item);
                     let (Some(name), Some(ty)) = (parts.next(), parts.next()) else {
                         continue;
@@ -497,7 +527,7 @@ impl<'t> Builder<'t> {
     }
 
     fn import(&mut self, pair: Pair<'_, Rule>) -> ImportDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let kind = match inner.next().map(|p| p.as_str()) {
             Some("providers") => ImportKind::Providers,
@@ -505,7 +535,7 @@ impl<'t> Builder<'t> {
         };
         let (path, path_span) = inner
             .next()
-            .map(|p| (span(&p), string_value(p)))
+            .map(|p| (self.span(&p), string_value(p)))
             .map(|(sp, v)| (v, sp))
             .unwrap_or_default();
         ImportDecl {
@@ -535,16 +565,19 @@ impl<'t> Builder<'t> {
     }
 
     fn attr(&mut self, pair: Pair<'_, Rule>) -> Attr {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
-        let key = inner.next().map(ident).unwrap_or_else(|| missing(s));
+        let key = inner
+            .next()
+            .map(|p| self.ident(p))
+            .unwrap_or_else(|| missing(s));
         let value = match inner.next() {
             Some(block) if block.as_rule() == Rule::attr_block => Value {
                 kind: ValueKind::Block(self.attrs_of(children(block), s)),
                 span: s,
             },
             Some(colon) if colon.as_rule() == Rule::colon => {
-                self.colon_attribute(&key, span(&colon));
+                self.colon_attribute(&key, self.span(&colon));
                 self.value_or_null(inner.next(), s)
             }
             value => self.value_or_null(value, s),
@@ -578,7 +611,7 @@ impl<'t> Builder<'t> {
     }
 
     fn value(&mut self, pair: Pair<'_, Rule>) -> Value {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let kind = match pair.as_rule() {
             Rule::string | Rule::raw_string => ValueKind::String(string_value(pair)),
             Rule::single_string => {
@@ -593,7 +626,7 @@ impl<'t> Builder<'t> {
                 children(pair)
                     .filter_map(|entry| {
                         let mut parts = children(entry);
-                        let key = map_key(parts.next()?);
+                        let key = self.map_key(parts.next()?);
                         Some((key, self.value(parts.next()?)))
                     })
                     .collect(),
@@ -613,20 +646,20 @@ impl<'t> Builder<'t> {
         if let Some(args) = inner.next() {
             let name = Ident {
                 name: path.as_str().to_string(),
-                span: span(&path),
+                span: self.span(&path),
             };
             return ValueKind::Call(name, children(args).map(|v| self.value(v)).collect());
         }
         if let Some((literal, python)) = expr::word_literal(path.as_str()) {
             if python {
-                self.python_literal(path.as_str(), span(&path));
+                self.python_literal(path.as_str(), self.span(&path));
             }
             return match literal {
                 ExprKind::Bool(b) => ValueKind::Bool(b),
                 _ => ValueKind::Null,
             };
         }
-        let mut names = expr::path_names(&path);
+        let mut names = self.path_names(&path);
         if names.len() == 1 {
             ValueKind::Ident(names.remove(0).name)
         } else {
@@ -635,7 +668,7 @@ impl<'t> Builder<'t> {
     }
 
     fn block_decl(&mut self, pair: Pair<'_, Rule>) -> BlockDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         BlockDecl {
@@ -646,7 +679,7 @@ impl<'t> Builder<'t> {
     }
 
     fn tool_decl(&mut self, pair: Pair<'_, Rule>) -> ToolDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let mut decl = ToolDecl {
@@ -669,7 +702,7 @@ impl<'t> Builder<'t> {
     }
 
     fn type_decl(&mut self, pair: Pair<'_, Rule>) -> TypeDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let ty = match inner.next() {
@@ -680,7 +713,7 @@ impl<'t> Builder<'t> {
     }
 
     fn type_expr(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
-        let s = span(&pair);
+        let s = self.span(&pair);
         // The checker refuses types past 64 levels; the bound here only keeps a hostile
         // file from overflowing the stack before it gets there.
         if self.depth >= expr::MAX_EXPR_DEPTH {
@@ -758,20 +791,20 @@ impl<'t> Builder<'t> {
     }
 
     fn object_type(&mut self, pair: Pair<'_, Rule>) -> TypeExpr {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut fields = Vec::new();
         let mut attrs = Vec::new();
         for field in children(pair) {
             match field.as_rule() {
                 Rule::type_attr => attrs.push(self.attr(field)),
                 Rule::field_decl => {
-                    let fs = span(&field);
+                    let fs = self.span(&field);
                     let mut parts = children(field);
                     let (Some(name), Some(ty)) = (parts.next(), parts.next()) else {
                         continue;
                     };
                     fields.push(FieldDecl {
-                        name: ident(name),
+                        name: self.ident(name),
                         ty: self.type_expr(ty),
                         span: fs,
                     });
@@ -787,13 +820,16 @@ impl<'t> Builder<'t> {
     }
 
     fn memory_entry(&mut self, pair: Pair<'_, Rule>) -> MemoryEntry {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let shape = match inner.next() {
             Some(p) if p.as_rule() == Rule::memory_kind => {
                 let mut parts = children(p);
-                let kind = parts.next().map(ident).unwrap_or_else(|| missing(s));
+                let kind = parts
+                    .next()
+                    .map(|p| self.ident(p))
+                    .unwrap_or_else(|| missing(s));
                 MemoryShape::Kind {
                     kind,
                     attrs: self.attrs_of(parts, s),
@@ -816,16 +852,19 @@ impl<'t> Builder<'t> {
     }
 
     fn role(&mut self, pair: Pair<'_, Rule>) -> RoleDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
-        let kind = inner.next().map(ident).unwrap_or_else(|| missing(s));
+        let kind = inner
+            .next()
+            .map(|p| self.ident(p))
+            .unwrap_or_else(|| missing(s));
         let mut role = RoleDecl::new(name, kind, s);
         for item in inner {
             match item.as_rule() {
                 Rule::output_decl => self.output(item, &mut role),
                 Rule::update_block => {
-                    let us = span(&item);
+                    let us = self.span(&item);
                     for stmt in children(item) {
                         match stmt.as_rule() {
                             Rule::set_stmt | Rule::call_stmt => {
@@ -850,7 +889,7 @@ impl<'t> Builder<'t> {
     }
 
     fn output(&mut self, item: Pair<'_, Rule>, role: &mut RoleDecl) {
-        let os = span(&item);
+        let os = self.span(&item);
         let Some(decl) = children(item).next() else {
             return;
         };
@@ -882,13 +921,13 @@ impl<'t> Builder<'t> {
     }
 
     fn artifact(&mut self, item: Pair<'_, Rule>) -> Option<ArtifactDecl> {
-        let s = span(&item);
+        let s = self.span(&item);
         let mut parts = children(item);
         let name = parts.next()?;
         let mode = parts.next()?;
         let value = parts.next()?;
         Some(ArtifactDecl {
-            name_span: span(&name),
+            name_span: self.span(&name),
             name: string_value(name),
             append: mode.as_str() == "+=",
             value: self.expr(value),
@@ -897,10 +936,10 @@ impl<'t> Builder<'t> {
     }
 
     fn update(&mut self, pair: Pair<'_, Rule>) -> Option<UpdateStmt> {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let is_set = pair.as_rule() == Rule::set_stmt;
         let mut inner = children(pair);
-        let target = ident(inner.next()?);
+        let target = self.ident(inner.next()?);
         if is_set {
             let value = self.expr(inner.next()?);
             Some(UpdateStmt::Set {
@@ -909,7 +948,7 @@ impl<'t> Builder<'t> {
                 span: s,
             })
         } else {
-            let op = ident(inner.next()?);
+            let op = self.ident(inner.next()?);
             let args = inner.map(|e| self.expr(e)).collect();
             Some(UpdateStmt::Call {
                 target,
@@ -921,7 +960,7 @@ impl<'t> Builder<'t> {
     }
 
     fn exit(&mut self, pair: Pair<'_, Rule>) -> ExitDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
         let mut decl = ExitDecl {
@@ -940,12 +979,12 @@ impl<'t> Builder<'t> {
     }
 
     fn route(&mut self, pair: Pair<'_, Rule>) -> RouteDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let (from, from_span) = match inner.next() {
-            Some(p) if p.as_str() == "start" => (None, span(&p)),
+            Some(p) if p.as_str() == "start" => (None, self.span(&p)),
             Some(p) => {
-                let id = ident(p);
+                let id = self.ident(p);
                 let sp = id.span;
                 (Some(id), sp)
             }
@@ -961,12 +1000,12 @@ impl<'t> Builder<'t> {
             span: s,
         };
         for part in inner {
-            let ps = span(&part);
+            let ps = self.span(&part);
             match part.as_rule() {
                 // `a -> start` is a role target named `start`; the checker rejects it.
-                Rule::ident => route.target = RouteTarget::Role(ident(part)),
+                Rule::ident => route.target = RouteTarget::Role(self.ident(part)),
                 Rule::parallel_target => {
-                    let mut names: Vec<Ident> = children(part).map(ident).collect();
+                    let mut names: Vec<Ident> = children(part).map(|p| self.ident(p)).collect();
                     let join = names.pop().unwrap_or_else(|| missing(ps));
                     route.target = RouteTarget::Parallel {
                         branches: names,
@@ -975,9 +1014,15 @@ impl<'t> Builder<'t> {
                 }
                 Rule::map_target => {
                     let mut parts = children(part);
-                    let worker = parts.next().map(ident).unwrap_or_else(|| missing(ps));
+                    let worker = parts
+                        .next()
+                        .map(|p| self.ident(p))
+                        .unwrap_or_else(|| missing(ps));
                     let over = parts.next().map(|e| self.expr(e));
-                    let join = parts.next().map(ident).unwrap_or_else(|| missing(ps));
+                    let join = parts
+                        .next()
+                        .map(|p| self.ident(p))
+                        .unwrap_or_else(|| missing(ps));
                     route.target = RouteTarget::Map {
                         worker,
                         over: over.unwrap_or(Expr {
@@ -1048,17 +1093,17 @@ impl<'t> Builder<'t> {
     }
 
     fn test(&mut self, pair: Pair<'_, Rule>) -> TestDecl {
-        let s = span(&pair);
+        let s = self.span(&pair);
         let mut inner = children(pair);
         let name = inner.next().map(string_value).unwrap_or_default();
         let mut test = TestDecl::new(name, s);
         for item in inner {
-            let is = span(&item);
+            let is = self.span(&item);
             match item.as_rule() {
                 Rule::test_input => {
                     let mut parts = children(item);
                     if let (Some(name), Some(value)) = (parts.next(), parts.next()) {
-                        test.inputs.push((ident(name), self.expr(value)));
+                        test.inputs.push((self.ident(name), self.expr(value)));
                     }
                 }
                 Rule::test_reply => {
@@ -1067,7 +1112,7 @@ impl<'t> Builder<'t> {
                     let mut text = String::new();
                     for part in children(item) {
                         match part.as_rule() {
-                            Rule::ident => role = Some(ident(part)),
+                            Rule::ident => role = Some(self.ident(part)),
                             Rule::number => {
                                 self.number(&part);
                                 visit = part.as_str().parse::<u64>().ok().or(Some(0));
@@ -1086,12 +1131,14 @@ impl<'t> Builder<'t> {
                 }
                 Rule::expect_exit => {
                     if let Some(name) = children(item).next() {
-                        test.expectations.push(Expectation::Exit(ident(name)));
+                        test.expectations.push(Expectation::Exit(self.ident(name)));
                     }
                 }
                 Rule::expect_path => {
-                    test.expectations
-                        .push(Expectation::Path(children(item).map(ident).collect(), is));
+                    test.expectations.push(Expectation::Path(
+                        children(item).map(|p| self.ident(p)).collect(),
+                        is,
+                    ));
                 }
                 Rule::expect_artifact => {
                     let mut parts = children(item);

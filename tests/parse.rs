@@ -1874,3 +1874,56 @@ fn an_unclosed_comment_late_in_the_file_does_not_hide_an_earlier_unclosed_block(
         ]
     );
 }
+
+// ---------- a large file's second half read on another thread ----------
+
+/// `body` between comment lines, so that the file's middle falls at `fraction` of it and
+/// the file is large enough to be split.
+fn placed(body: &str, fraction: f64) -> String {
+    let len = (2 * body.len()).max(16 << 10);
+    let before = len / 2 - (fraction * body.len() as f64) as usize;
+    let after = len - before - body.len();
+    let pad = |bytes: usize| {
+        let line = format!("//{}\n", "-".repeat(61));
+        let mut out = line.repeat(bytes / line.len());
+        out.push_str(&" ".repeat(bytes % line.len()));
+        out
+    };
+    format!("{}{body}{}", pad(before), pad(after))
+}
+
+#[test]
+fn a_split_parse_gives_the_tree_and_diagnostics_of_a_parse_on_one_thread() {
+    let mut bodies: Vec<String> = common::workflow_files()
+        .iter()
+        .chain(&common::files_with_ext(
+            &common::root().join("tests/fixtures/check/syntax"),
+            "rondo",
+        ))
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect();
+    // Where a line starting with a letter is not a declaration's start: inside a raw
+    // string, a block comment, a block never closed, a type nested too deeply.
+    let deep_type = format!("type T = {}int{}\n", "list[".repeat(300), "]".repeat(300));
+    bodies.extend([
+        "test \"t\" {\n  reply a = \"\"\"\nrole x: tool {\n}\n\"\"\"\n}\nexit done\n".to_string(),
+        "/* a comment\nrole x: tool {\n}\n*/\nrole y: tool {\n  command = [\"true\"]\n}\n".into(),
+        "role open: tool {\n  command = [\"true\"]\n\nrole next: tool {\n}\nexit done\n".into(),
+        format!("{deep_type}role a: tool {{\n}}\n{deep_type}exit done\n"),
+        "role a: tool {\n}\n/* never closed\nrole b: tool {\n}\n".into(),
+    ]);
+    for body in &bodies {
+        for fraction in [0.0, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0] {
+            let file = SourceFile::new("test.rondo", placed(body, fraction));
+            let (split, split_diags) = syntax::parse(&file);
+            let (one, one_diags) = syntax::parse_on_one_thread(&file);
+            assert_eq!(format!("{split:?}"), format!("{one:?}"), "{}", file.text);
+            assert_eq!(
+                format!("{:?}", split_diags.sorted()),
+                format!("{:?}", one_diags.sorted()),
+                "{}",
+                file.text
+            );
+        }
+    }
+}

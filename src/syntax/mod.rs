@@ -8,6 +8,8 @@ pub mod ast;
 mod expr;
 mod literals;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use pest::Parser;
 use pest::iterators::{Pair, Pairs};
 
@@ -45,39 +47,113 @@ pub fn parse(file: &SourceFile) -> (Ast, Diagnostics) {
 /// after each: what needs only part of it (the templates the llm roles name) can start
 /// while the rest is read. The tree and diagnostics are those of a whole-file parse: pest
 /// never looks behind a position, so a declaration reads the same from where it starts.
-pub fn parse_each(file: &SourceFile, mut seen: impl FnMut(&Ast)) -> (Ast, Diagnostics) {
+///
+/// A large file's second half is parsed on another thread from a line that likely starts
+/// a declaration. That work is used only when the first half's last declaration ends
+/// exactly there, where the file's own parse would have started a declaration too.
+pub fn parse_each(file: &SourceFile, seen: impl FnMut(&Ast)) -> (Ast, Diagnostics) {
+    parse_split(file, split_point(&file.text), seen)
+}
+
+/// A parse that reads the whole file on the calling thread: what the split parse of a
+/// large file must give.
+pub fn parse_on_one_thread(file: &SourceFile) -> (Ast, Diagnostics) {
+    parse_split(file, None, |_| {})
+}
+
+fn parse_split(
+    file: &SourceFile,
+    split: Option<usize>,
+    mut seen: impl FnMut(&Ast),
+) -> (Ast, Diagnostics) {
     let text: &str = &file.text;
-    let mut builder = Builder::new(text);
-    let mut ast = Ast::default();
-    while builder.base < text.len() {
-        let rest = &text[builder.base..];
-        let step = match RondoParser::parse(Rule::step, rest) {
-            Ok(mut pairs) => pairs.next().filter(|step| !step.as_str().is_empty()),
-            // Only pest's stack and call guards make `step` fail.
-            Err(error) => {
-                let diagnostic = pest_error(error, builder.base);
-                builder.diagnostics.push(diagnostic);
-                return (Ast::default(), builder.diagnostics);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let mut tail = split.and_then(|at| {
+            std::thread::Builder::new()
+                .name("parse".into())
+                // As the main thread's: pest's stack guard then stops where it would.
+                .stack_size(8 << 20)
+                .spawn_scoped(scope, {
+                    let stop = &stop;
+                    move || parse_tail(text, at, stop)
+                })
+                .ok()
+        });
+        let mut builder = Builder::new(text);
+        let mut ast = Ast::default();
+        while builder.base < text.len() {
+            if split.is_some_and(|at| builder.base >= at) {
+                stop.store(true, Ordering::Relaxed);
+                let read = tail.take().and_then(|t| t.join().ok()).flatten();
+                if let Some((steps, after)) = read.filter(|_| Some(builder.base) == split) {
+                    builder.take_diagnostics_of(after);
+                    for items in steps {
+                        for item in items {
+                            ast.add(item);
+                        }
+                        seen(&ast);
+                    }
+                    break;
+                }
             }
-        };
-        // Every line is accepted; a step that reads nothing would be a grammar bug.
-        let Some(step) = step else {
-            let at = Span::new(builder.base, builder.base);
-            builder.diagnostics.push(
-                Diagnostic::error(Code::SyntaxUnexpected, "syntax error: unexpected input")
-                    .label(at, "not understood"),
-            );
-            return (Ast::default(), builder.diagnostics);
-        };
-        let read = step.as_str().len();
-        builder.note_unclosed_comment(&step);
-        for item in children(step) {
-            builder.item(item, &mut ast);
+            match builder.step() {
+                Ok(items) => {
+                    for item in items {
+                        ast.add(item);
+                    }
+                    seen(&ast);
+                }
+                Err(diagnostic) => {
+                    stop.store(true, Ordering::Relaxed);
+                    builder.diagnostics.push(diagnostic);
+                    return (Ast::default(), builder.diagnostics);
+                }
+            }
         }
-        seen(&ast);
-        builder.base += read;
+        stop.store(true, Ordering::Relaxed);
+        (ast, builder.diagnostics)
+    })
+}
+
+/// Files smaller than this are read on one thread: starting another costs more.
+const SPLIT_FROM_BYTES: usize = 8 << 10;
+
+/// The end of the line before the first line in the second half of a large file that
+/// starts with a letter, as a declaration or a route does: where the previous declaration
+/// likely ended (a step starts with the layout before its declaration).
+fn split_point(text: &str) -> Option<usize> {
+    if text.len() < SPLIT_FROM_BYTES {
+        return None;
     }
-    (ast, builder.diagnostics)
+    let mut at = text.len() / 2;
+    while let Some(newline) = text[at..].find('\n') {
+        at += newline + 1;
+        if text[at..].starts_with(|c: char| c.is_ascii_alphabetic()) {
+            return Some(at - 1);
+        }
+    }
+    None
+}
+
+/// The steps from `from` to the end of the file, each with its items, and the builder
+/// that read them (for its diagnostics); `None` when stopped, or when pest's guards
+/// stopped it (the main thread then reads that part itself).
+fn parse_tail<'t>(
+    text: &'t str,
+    from: usize,
+    stop: &AtomicBool,
+) -> Option<(Vec<Vec<Item>>, Builder<'t>)> {
+    let mut builder = Builder::new(text);
+    builder.base = from;
+    let mut steps = Vec::new();
+    while builder.base < text.len() {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        steps.push(builder.step().ok()?);
+    }
+    Some((steps, builder))
 }
 
 /// Parses one expression (used by tests and the `--input` flag).
@@ -149,6 +225,52 @@ fn rule_word(rule: Rule) -> Option<String> {
     };
     Some(word.to_string())
 }
+
+/// One declaration, route or broken declaration, built.
+enum Item {
+    Workflow(WorkflowDecl),
+    Import(ImportDecl),
+    Type(TypeDecl),
+    Memory(Vec<MemoryEntry>),
+    Provider(BlockDecl),
+    Environment(BlockDecl),
+    Tool(ToolDecl),
+    Role(RoleDecl),
+    Exit(ExitDecl),
+    Route(RouteDecl),
+    Artifact(ArtifactDecl),
+    Test(TestDecl),
+    /// The name of a `role` or `exit` that did not parse.
+    Broken(String),
+}
+
+impl Ast {
+    fn add(&mut self, item: Item) {
+        match item {
+            Item::Workflow(decl) => {
+                if self.workflow.is_some() {
+                    self.extra_headers.push(decl.name.span);
+                } else {
+                    self.workflow = Some(decl);
+                }
+            }
+            Item::Import(decl) => self.imports.push(decl),
+            Item::Type(decl) => self.types.push(decl),
+            Item::Memory(entries) => self.memory.extend(entries),
+            Item::Provider(decl) => self.providers.push(decl),
+            Item::Environment(decl) => self.environments.push(decl),
+            Item::Tool(decl) => self.tools.push(decl),
+            Item::Role(decl) => self.roles.push(decl),
+            Item::Exit(decl) => self.exits.push(decl),
+            Item::Route(decl) => self.routes.push(decl),
+            Item::Artifact(decl) => self.artifacts.push(decl),
+            Item::Test(decl) => self.tests.push(decl),
+            Item::Broken(name) => self.broken_nodes.push(name),
+        }
+    }
+}
+
+const TYPE_TOO_DEEP: &str = "syntax error: a type nested too deeply to read";
 
 struct Builder<'t> {
     text: &'t str,
@@ -233,6 +355,18 @@ impl<'t> Builder<'t> {
             too_deep_type: false,
             unclosed_comment: false,
         }
+    }
+
+    /// Adds the diagnostics of the builder that read the rest of the file, as this one
+    /// would have made them: a type nested too deeply is reported once per file.
+    fn take_diagnostics_of(&mut self, after: Builder<'_>) {
+        let mut theirs = after.diagnostics;
+        if self.too_deep_type {
+            theirs.retain(|d| !(d.code == Code::SyntaxTooDeep && d.message == TYPE_TOO_DEEP));
+        }
+        self.diagnostics.extend(theirs);
+        self.too_deep_type |= after.too_deep_type;
+        self.unclosed_comment |= after.unclosed_comment;
     }
 
     /// Reports an unclosed `/*`. It ends the file, so it is the last pair when present.
@@ -442,49 +576,63 @@ impl<'t> Builder<'t> {
         (matches!(keyword, "role" | "exit") && is_name).then(|| name.to_string())
     }
 
-    /// Adds one declaration, route or bad line to the tree.
-    fn item(&mut self, item: Pair<'_, Rule>, ast: &mut Ast) {
-        match item.as_rule() {
-            Rule::workflow_decl => {
-                let decl = self.workflow(item);
-                if ast.workflow.is_some() {
-                    ast.extra_headers.push(decl.name.span);
-                } else {
-                    ast.workflow = Some(decl);
-                }
-            }
-            Rule::import_decl => ast.imports.push(self.import(item)),
-            Rule::type_decl => ast.types.push(self.type_decl(item)),
+    /// Builds one declaration, route or bad line (`None`: a bad line, reported).
+    fn item(&mut self, item: Pair<'_, Rule>) -> Option<Item> {
+        Some(match item.as_rule() {
+            Rule::workflow_decl => Item::Workflow(self.workflow(item)),
+            Rule::import_decl => Item::Import(self.import(item)),
+            Rule::type_decl => Item::Type(self.type_decl(item)),
             Rule::memory_decl => {
                 let s = self.span(&item);
+                let mut entries = Vec::new();
                 for entry in children(item) {
                     match entry.as_rule() {
-                        Rule::memory_entry => ast.memory.push(self.memory_entry(entry)),
+                        Rule::memory_entry => entries.push(self.memory_entry(entry)),
                         Rule::unclosed => self.unclosed(s),
                         _ => self.bad_line(entry, Context::Block),
                     }
                 }
+                Item::Memory(entries)
             }
-            Rule::provider_decl => ast.providers.push(self.block_decl(item)),
-            Rule::environment_decl => ast.environments.push(self.block_decl(item)),
-            Rule::tool_decl => ast.tools.push(self.tool_decl(item)),
-            Rule::role_decl => ast.roles.push(self.role(item)),
-            Rule::exit_decl => ast.exits.push(self.exit(item)),
-            Rule::route_decl => ast.routes.push(self.route(item)),
-            Rule::artifact_decl => {
-                if let Some(a) = self.artifact(item) {
-                    ast.artifacts.push(a);
-                }
+            Rule::provider_decl => Item::Provider(self.block_decl(item)),
+            Rule::environment_decl => Item::Environment(self.block_decl(item)),
+            Rule::tool_decl => Item::Tool(self.tool_decl(item)),
+            Rule::role_decl => Item::Role(self.role(item)),
+            Rule::exit_decl => Item::Exit(self.exit(item)),
+            Rule::route_decl => Item::Route(self.route(item)),
+            Rule::artifact_decl => Item::Artifact(self.artifact(item)?),
+            Rule::test_decl => Item::Test(self.test(item)),
+            Rule::bad_line => {
+                self.bad_line(item, Context::Top);
+                return None;
             }
-            Rule::test_decl => ast.tests.push(self.test(item)),
-            Rule::bad_line => self.bad_line(item, Context::Top),
-            Rule::bad_decl => {
-                if let Some(name) = self.bad_decl(item) {
-                    ast.broken_nodes.push(name);
-                }
-            }
-            _ => {}
-        }
+            Rule::bad_decl => Item::Broken(self.bad_decl(item)?),
+            _ => return None,
+        })
+    }
+
+    /// Reads the step at `base` (see the grammar's `step`), builds its items and moves
+    /// `base` past it. `Err`: pest's stack or call guard stopped it.
+    fn step(&mut self) -> Result<Vec<Item>, Diagnostic> {
+        let rest = &self.text[self.base..];
+        let step = match RondoParser::parse(Rule::step, rest) {
+            Ok(mut pairs) => pairs.next().filter(|step| !step.as_str().is_empty()),
+            Err(error) => return Err(pest_error(error, self.base)),
+        };
+        // Every line is accepted; a step that reads nothing would be a grammar bug.
+        let Some(step) = step else {
+            let at = Span::new(self.base, self.base);
+            return Err(Diagnostic::error(
+                Code::SyntaxUnexpected,
+                "syntax error: unexpected input",
+            )
+            .label(at, "not understood"));
+        };
+        let read = step.as_str().len();
+        self.note_unclosed_comment(&step);
+        let items = children(step).filter_map(|item| self.item(item)).collect();
+        self.base += read;
+        Ok(items)
     }
 
     fn workflow(&mut self, pair: Pair<'_, Rule>) -> WorkflowDecl {
@@ -720,12 +868,9 @@ impl<'t> Builder<'t> {
             if !self.too_deep_type {
                 self.too_deep_type = true;
                 self.diagnostics.push(
-                    Diagnostic::error(
-                        Code::SyntaxTooDeep,
-                        "syntax error: a type nested too deeply to read",
-                    )
-                    .label(s, "nested too deeply")
-                    .help("name the inner types: `type Inner = { ... }`, then use `Inner`"),
+                    Diagnostic::error(Code::SyntaxTooDeep, TYPE_TOO_DEEP)
+                        .label(s, "nested too deeply")
+                        .help("name the inner types: `type Inner = { ... }`, then use `Inner`"),
                 );
             }
             return any_type(s);

@@ -1157,26 +1157,7 @@ impl<'t> Builder<'t> {
                         join,
                     };
                 }
-                Rule::map_target => {
-                    let mut parts = children(part);
-                    let worker = parts
-                        .next()
-                        .map(|p| self.ident(p))
-                        .unwrap_or_else(|| missing(ps));
-                    let over = parts.next().map(|e| self.expr(e));
-                    let join = parts
-                        .next()
-                        .map(|p| self.ident(p))
-                        .unwrap_or_else(|| missing(ps));
-                    route.target = RouteTarget::Map {
-                        worker,
-                        over: over.unwrap_or(Expr {
-                            kind: ExprKind::Null,
-                            span: ps,
-                        }),
-                        join,
-                    };
-                }
+                Rule::map_target => route.target = self.map_target(part, ps),
                 Rule::when_mod => {
                     if let Some(e) = children(part).next() {
                         let cond = Condition::When(self.expr(e));
@@ -1224,6 +1205,28 @@ impl<'t> Builder<'t> {
             }
         }
         route
+    }
+
+    /// `map worker over EXPR -> join`; a missing part is at the target's span `at`.
+    fn map_target(&mut self, pair: Pair<'_, Rule>, at: Span) -> RouteTarget {
+        let mut parts = children(pair);
+        let worker = parts
+            .next()
+            .map(|p| self.ident(p))
+            .unwrap_or_else(|| missing(at));
+        let over = parts.next().map(|e| self.expr(e));
+        let join = parts
+            .next()
+            .map(|p| self.ident(p))
+            .unwrap_or_else(|| missing(at));
+        RouteTarget::Map {
+            worker,
+            over: over.unwrap_or(Expr {
+                kind: ExprKind::Null,
+                span: at,
+            }),
+            join,
+        }
     }
 
     fn set_condition(&mut self, previous: &Condition, new: Condition, at: Span) -> Condition {

@@ -84,9 +84,13 @@ fn parse_split(
         let mut ast = Ast::default();
         while builder.base < text.len() {
             if split.is_some_and(|at| builder.base >= at) {
-                stop.store(true, Ordering::Relaxed);
+                // Past the split, the other thread's work is of no use: it stops.
+                let landed = Some(builder.base) == split;
+                if !landed {
+                    stop.store(true, Ordering::Relaxed);
+                }
                 let read = tail.take().and_then(|t| t.join().ok()).flatten();
-                if let Some((steps, after)) = read.filter(|_| Some(builder.base) == split) {
+                if let Some((steps, after)) = read.filter(|_| landed) {
                     builder.take_diagnostics_of(after);
                     for items in steps {
                         for item in items {

@@ -608,47 +608,56 @@ impl FileCtx {
     /// Byte offset of the next occurrence of `needle` inside a tag; once they are all
     /// met, the first.
     fn locate(&mut self, needle: &str) -> Option<usize> {
-        if needle.is_empty() {
-            return None;
-        }
         let cursor = self.seen.entry(needle.to_string()).or_default();
-        while let Some(&(start, end)) = self.tags.get(cursor.tag) {
-            let inside = &self.text[start..end];
-            while let Some(i) = inside[cursor.from..].find(needle) {
-                let at = cursor.from + i;
-                cursor.from = at + needle.len();
-                let before = inside[..at].chars().next_back();
-                let after = inside[at + needle.len()..].chars().next();
-                let ident = |c: char| c.is_alphanumeric() || c == '_';
-                if before.is_some_and(|c| ident(c) || c == '.')
-                    || after.is_some_and(|c| ident(c) || c == '.' || c == '[')
-                {
-                    continue;
-                }
-                cursor.first.get_or_insert(start + at);
-                cursor.last = Some(start + at);
-                return cursor.last;
+        match next_in_tags(&self.text, &self.tags, needle, cursor) {
+            Some(at) => {
+                cursor.first.get_or_insert(at);
+                cursor.last = Some(at);
             }
-            cursor.tag += 1;
-            cursor.from = 0;
+            None => cursor.last = cursor.first,
         }
-        cursor.last = cursor.first;
-        cursor.first
+        cursor.last
     }
 
     /// Where `needle` was last located, or its first occurrence when it was not yet.
     fn last_located(&self, needle: &str) -> Option<usize> {
         match self.seen.get(needle) {
             Some(cursor) => cursor.last,
-            None => FileCtx {
-                name: String::new(),
-                text: self.text.clone(),
-                tags: self.tags.clone(),
-                seen: HashMap::new(),
-            }
-            .locate(needle),
+            None => next_in_tags(&self.text, &self.tags, needle, &mut Cursor::default()),
         }
     }
+}
+
+/// The next occurrence of `needle` as a whole name inside a tag, from `cursor` on (which
+/// moves past it).
+fn next_in_tags(
+    text: &str,
+    tags: &[(usize, usize)],
+    needle: &str,
+    cursor: &mut Cursor,
+) -> Option<usize> {
+    if needle.is_empty() {
+        return None;
+    }
+    while let Some(&(start, end)) = tags.get(cursor.tag) {
+        let inside = &text[start..end];
+        while let Some(i) = inside[cursor.from..].find(needle) {
+            let at = cursor.from + i;
+            cursor.from = at + needle.len();
+            let before = inside[..at].chars().next_back();
+            let after = inside[at + needle.len()..].chars().next();
+            let ident = |c: char| c.is_alphanumeric() || c == '_';
+            if before.is_some_and(|c| ident(c) || c == '.')
+                || after.is_some_and(|c| ident(c) || c == '.' || c == '[')
+            {
+                continue;
+            }
+            return Some(start + at);
+        }
+        cursor.tag += 1;
+        cursor.from = 0;
+    }
+    None
 }
 
 /// Byte ranges of the insides of `{{ }}` and `{% %}` tags, skipping comments and raw blocks.

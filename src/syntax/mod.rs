@@ -337,6 +337,11 @@ impl<'t> Builder<'t> {
         }
     }
 
+    /// The name `pair` gives, or an empty one at `at` when it is missing.
+    fn ident_or_missing(&self, pair: Option<Pair<'_, Rule>>, at: Span) -> Ident {
+        pair.map(|p| self.ident(p)).unwrap_or_else(|| missing(at))
+    }
+
     /// A map key: a name or a quoted string.
     fn map_key(&self, pair: Pair<'_, Rule>) -> Ident {
         if pair.as_rule() == Rule::string {
@@ -422,7 +427,7 @@ impl<'t> Builder<'t> {
 
     /// The name a declaration gives, reported when it is a reserved word.
     fn declared(&mut self, pair: Option<Pair<'_, Rule>>, at: Span) -> Ident {
-        let name = pair.map(|p| self.ident(p)).unwrap_or_else(|| missing(at));
+        let name = self.ident_or_missing(pair, at);
         if RESERVED.contains(&name.name.as_str()) {
             self.diagnostics.push(
                 Diagnostic::error(
@@ -719,10 +724,7 @@ impl<'t> Builder<'t> {
     fn attr(&mut self, pair: Pair<'_, Rule>) -> Attr {
         let s = self.span(&pair);
         let mut inner = children(pair);
-        let key = inner
-            .next()
-            .map(|p| self.ident(p))
-            .unwrap_or_else(|| missing(s));
+        let key = self.ident_or_missing(inner.next(), s);
         let value = match inner.next() {
             Some(block) if block.as_rule() == Rule::attr_block => Value {
                 kind: ValueKind::Block(self.attrs_of(children(block), s)),
@@ -975,10 +977,7 @@ impl<'t> Builder<'t> {
         let shape = match inner.next() {
             Some(p) if p.as_rule() == Rule::memory_kind => {
                 let mut parts = children(p);
-                let kind = parts
-                    .next()
-                    .map(|p| self.ident(p))
-                    .unwrap_or_else(|| missing(s));
+                let kind = self.ident_or_missing(parts.next(), s);
                 MemoryShape::Kind {
                     kind,
                     attrs: self.attrs_of(parts, s),
@@ -1004,10 +1003,7 @@ impl<'t> Builder<'t> {
         let s = self.span(&pair);
         let mut inner = children(pair);
         let name = self.declared(inner.next(), s);
-        let kind = inner
-            .next()
-            .map(|p| self.ident(p))
-            .unwrap_or_else(|| missing(s));
+        let kind = self.ident_or_missing(inner.next(), s);
         let mut role = RoleDecl::new(name, kind, s);
         for item in inner {
             match item.as_rule() {
@@ -1214,15 +1210,9 @@ impl<'t> Builder<'t> {
     /// `map worker over EXPR -> join`; a missing part is at the target's span `at`.
     fn map_target(&mut self, pair: Pair<'_, Rule>, at: Span) -> RouteTarget {
         let mut parts = children(pair);
-        let worker = parts
-            .next()
-            .map(|p| self.ident(p))
-            .unwrap_or_else(|| missing(at));
+        let worker = self.ident_or_missing(parts.next(), at);
         let over = parts.next().map(|e| self.expr(e));
-        let join = parts
-            .next()
-            .map(|p| self.ident(p))
-            .unwrap_or_else(|| missing(at));
+        let join = self.ident_or_missing(parts.next(), at);
         RouteTarget::Map {
             worker,
             over: over.unwrap_or(Expr {
